@@ -1,0 +1,2 @@
+// placeholder until the data layer lands
+#include "data/data_tools.h"

@@ -1,0 +1,14 @@
+// The subcommands of the tetra executable (launch/main.cpp parses the command line).
+// Each returns the process exit code; errors are thrown as tetra::Error.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace tetra::launch {
+
+int train_command(const std::string& config_path, const std::vector<std::string>& overrides);
+int plan_command(const std::string& config_path, const std::vector<std::string>& overrides, int world);
+int consolidate_command(const std::string& checkpoint_dir, const std::string& out_path);
+int report_command(const std::string& run_dir);
+
+}  // namespace tetra::launch

@@ -1,0 +1,78 @@
+// The tetra executable: one binary, subcommands as in ARCHITECTURE.md §5.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "data/data_tools.h"
+#include "launch/commands.h"
+#include "runtime/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tetra: train large language models on many GPUs"};
+  app.require_subcommand(1);
+
+  std::string config_path;
+  std::vector<std::string> overrides;
+  auto* train = app.add_subcommand("train", "train a model described by a YAML config (under mpirun/srun or alone)");
+  train->add_option("config", config_path, "experiment config (YAML)")->required();
+  train->add_option("--set", overrides, "override a config key: --set train.steps=100 (repeatable)");
+
+  int world = 1;
+  auto* plan = app.add_subcommand("plan", "print the mesh, groups, per-GPU memory and pipeline bubble; no GPUs needed");
+  plan->add_option("config", config_path, "experiment config (YAML)")->required();
+  plan->add_option("--world", world, "number of ranks to plan for")->required()->check(CLI::PositiveNumber);
+  plan->add_option("--set", overrides, "override a config key (repeatable)");
+
+  auto* data = app.add_subcommand("data", "prepare and inspect token datasets");
+  data->require_subcommand(1);
+  tetra::data::PrepareOptions prep;
+  auto* prepare = data->add_subcommand("prepare", "tokenize text files into an HDF5 token dataset");
+  prepare->add_option("--input", prep.inputs, "input text files")->required();
+  prepare->add_option("--tokenizer", prep.tokenizer, "tokenizer (byte)")->default_val("byte");
+  prepare->add_option("--out", prep.out, "output HDF5 file")->required();
+  std::string inspect_path;
+  auto* inspect = data->add_subcommand("inspect", "print a dataset's size, dtype, vocabulary and a sample");
+  inspect->add_option("path", inspect_path, "HDF5 dataset or llm.c .bin shard")->required();
+
+  auto* ckpt = app.add_subcommand("ckpt", "checkpoint tools");
+  ckpt->require_subcommand(1);
+  std::string ckpt_dir, ckpt_out;
+  auto* consolidate = ckpt->add_subcommand("consolidate", "merge a sharded checkpoint into one HDF5 file");
+  consolidate->add_option("dir", ckpt_dir, "RUN_DIR/checkpoints/step_N")->required();
+  consolidate->add_option("--out", ckpt_out, "output HDF5 file")->required();
+
+  std::string run_dir;
+  auto* report = app.add_subcommand("report", "print the goodput report of a run (finished or not)");
+  report->add_option("run_dir", run_dir, "run directory")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  try {
+    if (*train) return tetra::launch::train_command(config_path, overrides);
+    if (*plan) return tetra::launch::plan_command(config_path, overrides, world);
+    if (*prepare) {
+      tetra::data::prepare_dataset(prep, std::cout);
+      return 0;
+    }
+    if (*inspect) {
+      tetra::data::inspect_dataset(inspect_path, std::cout);
+      return 0;
+    }
+    if (*consolidate) return tetra::launch::consolidate_command(ckpt_dir, ckpt_out);
+    if (*report) return tetra::launch::report_command(run_dir);
+  } catch (const tetra::Error& e) {
+    std::fflush(stdout);
+    std::cerr << "tetra: error: " << e.what() << std::endl;
+    return e.kind() == tetra::ErrorKind::Config || e.kind() == tetra::ErrorKind::Usage ? 2 : 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::cerr << "tetra: error: " << e.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,2 @@
+// placeholder, replaced below
+#pragma once

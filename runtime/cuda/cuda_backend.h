@@ -1,0 +1,31 @@
+// Host-side entry points of the CUDA backend, callable from plain C++ (no CUDA headers here).
+// Only compiled and linked when TETRA_WITH_CUDA is defined.
+#pragma once
+#include <cstddef>
+
+#include "runtime/device.h"
+
+namespace tetra::cuda {
+
+// Stream-ordered caching allocator on the current stream of `device` (cudaMallocAsync on a memory
+// pool that never returns memory to the driver, so steady-state steps make no cudaMalloc calls).
+void* allocate(size_t bytes, Device device);
+void release(void* ptr, size_t bytes, Device device);
+// Bytes currently allocated through the pool and the high-water mark, per device.
+size_t allocated_bytes(Device device);
+size_t peak_allocated_bytes(Device device);
+void reset_peak(Device device);
+
+// Page-locked host memory for fast asynchronous copies.
+void* allocate_pinned(size_t bytes);
+void release_pinned(void* ptr);
+
+void memset_zero(void* ptr, size_t bytes, Device device);
+// Copies between host and device (or device and device) on the current stream of the device side.
+// `blocking` waits for the copy before returning.
+void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes, bool blocking);
+
+int device_count();
+void set_device(Device device);
+
+}  // namespace tetra::cuda

@@ -1,0 +1,58 @@
+// Storage allocation and zero-filled tensors for both backends.
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/tensor.h"
+#ifdef TETRA_WITH_CUDA
+#include "runtime/cuda/cuda_backend.h"
+#endif
+
+namespace tetra {
+
+namespace {
+void release_host(void* p, size_t, Device) { std::free(p); }
+#ifdef TETRA_WITH_CUDA
+void release_cuda(void* p, size_t bytes, Device d) { cuda::release(p, bytes, d); }
+#endif
+}  // namespace
+
+std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
+  if (device.is_cpu()) {
+    // 64-byte alignment for vector loads; aligned_alloc needs a multiple of the alignment.
+    size_t padded = ((bytes + 63) / 64) * 64;
+    void* p = std::aligned_alloc(64, padded ? padded : 64);
+    if (!p) TETRA_FAIL(Device, "out of host memory allocating ", bytes, " bytes");
+    return std::make_shared<Storage>(p, bytes, device, &release_host);
+  }
+#ifdef TETRA_WITH_CUDA
+  void* p = cuda::allocate(bytes, device);
+  return std::make_shared<Storage>(p, bytes, device, &release_cuda);
+#else
+  TETRA_FAIL(Device, "cannot allocate on ", device.str(), ": tetra was built without CUDA");
+#endif
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  if (t.nbytes() == 0) return t;
+  if (device.is_cpu()) {
+    std::memset(t.data_ptr(), 0, t.nbytes());
+  } else {
+#ifdef TETRA_WITH_CUDA
+    cuda::memset_zero(t.data_ptr(), t.nbytes(), device);
+#endif
+  }
+  return t;
+}
+
+bool cuda_available() { return cuda_device_count() > 0; }
+
+int cuda_device_count() {
+#ifdef TETRA_WITH_CUDA
+  return cuda::device_count();
+#else
+  return 0;
+#endif
+}
+
+}  // namespace tetra

@@ -1,0 +1,99 @@
+// Device dispatch of the op library: CPU kernels in runtime/cpu/, CUDA kernels in runtime/cuda/.
+#include "runtime/ops.h"
+
+#include "runtime/cpu/cpu_ops.h"
+#ifdef TETRA_WITH_CUDA
+#include "runtime/cuda/cuda_ops.h"
+#define TETRA_DISPATCH(dev, fn, ...) \
+  return (dev).is_cuda() ? ::tetra::cuda::fn(__VA_ARGS__) : ::tetra::cpu::fn(__VA_ARGS__)
+#else
+#define TETRA_DISPATCH(dev, fn, ...)                                                          \
+  do {                                                                                        \
+    if ((dev).is_cuda()) TETRA_FAIL(Device, #fn ": tensor on " , (dev).str(), " but tetra was built without CUDA"); \
+    return ::tetra::cpu::fn(__VA_ARGS__);                                                     \
+  } while (0)
+#endif
+
+namespace tetra::ops {
+
+void fill(Tensor& x, float value) { TETRA_DISPATCH(x.device(), fill, x, value); }
+void zero(Tensor& x) { TETRA_DISPATCH(x.device(), zero, x); }
+void add(Tensor& y, const Tensor& a, const Tensor& b) {
+  check_same_device("add", {&y, &a, &b});
+  TETRA_DISPATCH(y.device(), add, y, a, b);
+}
+void scale(Tensor& x, float s) { TETRA_DISPATCH(x.device(), scale, x, s); }
+
+void copy(Tensor& dst, const Tensor& src) {
+  TETRA_CHECK(dst.numel() == src.numel(), "copy: ", src.describe(), " into ", dst.describe());
+  if (dst.device().is_cpu() && src.device().is_cpu()) return cpu::copy(dst, src);
+#ifdef TETRA_WITH_CUDA
+  return cuda::copy(dst, src);
+#else
+  TETRA_FAIL(Device, "copy between ", src.device().str(), " and ", dst.device().str(), ": built without CUDA");
+#endif
+}
+
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act, Tensor* pre_act) {
+  check_same_device("linear_forward", {&y, &x, &w, &b, pre_act});
+  TETRA_DISPATCH(y.device(), linear_forward, y, x, w, b, act, pre_act);
+}
+void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate) {
+  check_same_device("linear_backward_input", {&dx, &dy, &w});
+  TETRA_DISPATCH(dx.device(), linear_backward_input, dx, dy, w, accumulate);
+}
+void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate) {
+  check_same_device("linear_backward_weight", {&dw, db, &dy, &x});
+  TETRA_DISPATCH(dw.device(), linear_backward_weight, dw, db, dy, x, accumulate);
+}
+void gelu_forward(Tensor& y, const Tensor& x) {
+  check_same_device("gelu_forward", {&y, &x});
+  TETRA_DISPATCH(y.device(), gelu_forward, y, x);
+}
+void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
+  check_same_device("gelu_backward", {&dx, &dy, &x});
+  TETRA_DISPATCH(dx.device(), gelu_backward, dx, dy, x);
+}
+void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
+                       float eps) {
+  check_same_device("layernorm_forward", {&y, &mean, &rstd, &x, &w, &b});
+  TETRA_DISPATCH(y.device(), layernorm_forward, y, mean, rstd, x, w, b, eps);
+}
+void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
+                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx) {
+  check_same_device("layernorm_backward", {&dx, &dw, &db, &dy, &x, &w, &mean, &rstd});
+  TETRA_DISPATCH(dx.device(), layernorm_backward, dx, dw, db, dy, x, w, mean, rstd, accumulate_dx);
+}
+void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len) {
+  check_same_device("embedding_forward", {&y, &ids, &wte, &wpe});
+  TETRA_DISPATCH(y.device(), embedding_forward, y, ids, wte, wpe, seq_len);
+}
+void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len) {
+  check_same_device("embedding_backward", {&dwte, dwpe, &dy, &ids});
+  TETRA_DISPATCH(dwte.device(), embedding_backward, dwte, dwpe, dy, ids, seq_len);
+}
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads) {
+  check_same_device("attention_forward", {&out, &lse, &qkv});
+  TETRA_DISPATCH(out.device(), attention_forward, out, lse, qkv, n_heads);
+}
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                        int64_t n_heads) {
+  check_same_device("attention_backward", {&dqkv, &dout, &qkv, &out, &lse});
+  TETRA_DISPATCH(dqkv.device(), attention_backward, dqkv, dout, qkv, out, lse, n_heads);
+}
+void softmax_cross_entropy(Tensor& losses, Tensor* dlogits, const Tensor& logits, const Tensor& targets,
+                           float grad_scale) {
+  check_same_device("softmax_cross_entropy", {&losses, dlogits, &logits, &targets});
+  TETRA_DISPATCH(losses.device(), softmax_cross_entropy, losses, dlogits, logits, targets, grad_scale);
+}
+void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h, Tensor* working) {
+  check_same_device("adamw_update", {&master, &grad, &m, &v, working});
+  TETRA_DISPATCH(master.device(), adamw_update, master, grad, m, v, h, working);
+}
+void sum_squares(Tensor& acc, const Tensor& x) {
+  check_same_device("sum_squares", {&acc, &x});
+  TETRA_DISPATCH(x.device(), sum_squares, acc, x);
+}
+double sum_to_host(const Tensor& x) { TETRA_DISPATCH(x.device(), sum_to_host, x); }
+
+}  // namespace tetra::ops

@@ -1,0 +1,92 @@
+// The op library: every op the models need, forward and backward, for both backends.
+// Each op dispatches on the device of its tensors: CPU (fp32, clear loops, OpenBLAS GEMM) or CUDA
+// (bf16 storage, fp32 accumulation). Outputs are passed in, preallocated, so no op allocates in
+// the step loop. Shapes below: N = tokens (B·T), C = channels, V = vocabulary, H = heads,
+// D = head dim, O/I = output/input features. "accumulate" means out += result instead of out = result.
+#pragma once
+#include <cstdint>
+
+#include "runtime/tensor.h"
+
+namespace tetra::ops {
+
+// ---------- elementwise and memory ----------
+void fill(Tensor& x, float value);
+void zero(Tensor& x);
+// dst = src, across devices and between fp32/bf16 (conversion on the destination's device).
+void copy(Tensor& dst, const Tensor& src);
+// y = a + b (residual connection); y may alias a or b.
+void add(Tensor& y, const Tensor& a, const Tensor& b);
+// x *= s
+void scale(Tensor& x, float s);
+
+// ---------- dense layers ----------
+enum class Activation { None, Gelu };
+
+// y[N, O] = act(x[N, I] · w[O, I]^T + b[O]). b may be undefined. With act = Gelu, pre_act (if given)
+// receives the pre-activation values [N, O] that gelu_backward needs.
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act = Activation::None,
+                    Tensor* pre_act = nullptr);
+// dx[N, I] (+)= dy[N, O] · w[O, I]
+void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate = false);
+// dw[O, I] (+)= dy[N, O]^T · x[N, I];  db[O] (+)= Σ_n dy[n, :]  (db may be null)
+void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate);
+
+// GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+void gelu_forward(Tensor& y, const Tensor& x);
+// dx = dy · gelu'(x); dx may alias dy.
+void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
+
+// ---------- normalisation ----------
+// y[N, C] = (x - mean) · rstd · w + b;  mean[N], rstd[N] fp32 (kept for backward).
+void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
+                       float eps);
+// dx[N, C] (+)= ...; dw[C] += Σ dy·x̂; db[C] += Σ dy. Weight gradients always accumulate.
+void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
+                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx = false);
+
+// ---------- embeddings ----------
+// y[N, C] = wte[ids[n], :] + wpe[n mod T, :]   (ids int32 [N], N = B·T; wpe [≥T, C] may be undefined)
+void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len);
+// dwte[ids[n], :] += dy[n, :]; dwpe[n mod T, :] += dy[n, :]   (dwpe may be null)
+void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len);
+
+// ---------- attention ----------
+// Causal multi-head self-attention. qkv[B, T, 3·H·D] holds q | k | v, each [H, D] per token.
+// out[B, T, H·D]; lse[B, H, T] fp32 = log Σ exp(scaled scores) per query (for backward).
+// scale = 1/√D.
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads);
+// dqkv[B, T, 3·H·D] = gradient w.r.t. qkv, from dout[B, T, H·D].
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                        int64_t n_heads);
+
+// ---------- loss ----------
+// Fused softmax cross-entropy. logits[N, V], targets int32[N] (target < 0: ignored, loss 0).
+// losses[N] fp32 = -log softmax(logits)[target]. If dlogits is given it receives
+// grad_scale · (softmax(logits) - onehot(target)); it may alias logits (overwritten in place).
+void softmax_cross_entropy(Tensor& losses, Tensor* dlogits, const Tensor& logits, const Tensor& targets,
+                           float grad_scale);
+
+// ---------- optimizer ----------
+struct AdamWHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled, applied as p -= lr·wd·p (PyTorch AdamW)
+  int64_t step = 1;           // 1-based, for bias correction
+  float grad_scale = 1.0f;    // multiplies the gradient first (gradient clipping)
+};
+// One AdamW update of fp32 master weights with moments m, v (fp32, same shape).
+// grad may be fp32 or bf16. If `working` is given (e.g. the bf16 copy the model computes with)
+// it receives the updated weights.
+void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
+                  Tensor* working = nullptr);
+
+// ---------- reductions ----------
+// acc[1] fp32 += Σ x² (x fp32 or bf16). acc lives on x's device.
+void sum_squares(Tensor& acc, const Tensor& x);
+// Σ x over all elements, returned on the host (synchronises).
+double sum_to_host(const Tensor& x);
+
+}  // namespace tetra::ops
