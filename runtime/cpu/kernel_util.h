@@ -1,0 +1,64 @@
+// Helpers shared by the CPU kernels: argument checks that name the op, the row count of a
+// [..., F] tensor, and fp32/bf16 element access (the CPU computes in fp32; bf16 is raw bits).
+#pragma once
+#include <cstdint>
+
+#include "runtime/tensor.h"
+
+namespace tetra::cpu {
+
+// Fails unless t is a defined tensor of fp32 or bf16.
+inline void check_float(const char* op, const char* what, const Tensor& t) {
+  if (!t.defined() || (t.dtype() != DType::F32 && t.dtype() != DType::BF16))
+    TETRA_FAIL(Internal, op, ": ", what, " must be fp32 or bf16, got ", t.describe());
+}
+
+// Fails unless t is defined with at least one dimension and its last dimension is `features`.
+inline void check_last_dim(const char* op, const char* what, const Tensor& t, int64_t features) {
+  if (!t.defined() || t.ndim() < 1 || t.dim(-1) != features)
+    TETRA_FAIL(Internal, op, ": ", what, " must be [..., ", features, "], got ", t.describe());
+}
+
+// t.shape() without its last dimension: the shape of per-row values (mean, rstd, losses, ...).
+inline Shape leading_shape(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 1); }
+// `lead` with one more trailing dimension.
+inline Shape with_last(Shape lead, int64_t last) {
+  lead.push_back(last);
+  return lead;
+}
+// Rows of a [..., F] tensor: the product of every dimension but the last.
+inline int64_t rows_of(const Tensor& t) { return shape_numel(leading_shape(t)); }
+
+// Reads element i of a contiguous fp32 or bf16 tensor as fp32.
+class FloatReader {
+ public:
+  explicit FloatReader(const Tensor& t)
+      : f32_(t.dtype() == DType::F32 ? t.data<float>() : nullptr),
+        bf16_(t.dtype() == DType::BF16 ? t.bf16_bits() : nullptr) {}
+  float operator[](int64_t i) const { return f32_ ? f32_[i] : bf16_to_float(bf16_[i]); }
+
+ private:
+  const float* f32_;
+  const uint16_t* bf16_;
+};
+
+// Writes element i of a contiguous fp32 or bf16 tensor from fp32 (bf16: round to nearest even).
+class FloatWriter {
+ public:
+  explicit FloatWriter(const Tensor& t)
+      : f32_(t.dtype() == DType::F32 ? t.data<float>() : nullptr),
+        bf16_(t.dtype() == DType::BF16 ? t.bf16_bits() : nullptr) {}
+  void set(int64_t i, float v) const {
+    if (f32_) f32_[i] = v;
+    else bf16_[i] = float_to_bf16(v);
+  }
+
+ private:
+  float* f32_;
+  uint16_t* bf16_;
+};
+
+// An optional tensor argument (pointer that may be null or point to an undefined tensor).
+inline bool given(const Tensor* t) { return t != nullptr && t->defined(); }
+
+}  // namespace tetra::cpu

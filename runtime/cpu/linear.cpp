@@ -1,0 +1,133 @@
+// CPU dense layer through OpenBLAS: weights are [O, I] row-major (PyTorch's nn.Linear layout).
+//   forward          y[N, O]  = act(x[N, I] · wᵀ + b)
+//   backward input   dx[N, I] (+)= dy[N, O] · w[O, I]
+//   backward weight  dw[O, I] (+)= dyᵀ · x,   db[O] (+)= column sums of dy
+// x, y, dx, dy may carry leading dimensions ([B, T, F] is read as [B·T, F]); the leading
+// dimensions of y must then equal those of x.
+#include <cblas.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "runtime/cpu/cpu_ops.h"
+#include "runtime/cpu/kernel_util.h"
+
+namespace tetra::cpu {
+
+namespace {
+
+void check_weight(const char* op, const char* what, const Tensor& w) {
+  check_dtype(op, what, w, DType::F32);
+  if (w.ndim() != 2) TETRA_FAIL(Internal, op, ": ", what, " must be 2-D [O, I], got ", w.describe());
+}
+
+// BLAS wants leading dimensions ≥ 1 even for empty matrices.
+int ld(int64_t n) { return static_cast<int>(std::max<int64_t>(n, 1)); }
+
+}  // namespace
+
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                    Tensor* pre_act) {
+  const char* op = "linear_forward";
+  check_weight(op, "w", w);
+  const int64_t O = w.dim(0), I = w.dim(1);
+  check_dtype(op, "x", x, DType::F32);
+  check_last_dim(op, "x", x, I);
+  const int64_t N = rows_of(x);
+  const Shape y_shape = with_last(leading_shape(x), O);
+  check_dtype(op, "y", y, DType::F32);
+  check_shape(op, "y", y, y_shape);
+  if (b.defined()) {
+    check_dtype(op, "b", b, DType::F32);
+    check_shape(op, "b", b, {O});
+  }
+  const bool keep_pre = given(pre_act);
+  if (keep_pre) {
+    check_dtype(op, "pre_act", *pre_act, DType::F32);
+    check_shape(op, "pre_act", *pre_act, y_shape);
+  }
+  if (N == 0 || O == 0) return;
+
+  // z = x·wᵀ + b goes to pre_act when it is kept, else straight into y.
+  Tensor& z = keep_pre ? *pre_act : y;
+  float* pz = z.data<float>();
+  float beta = 0.0f;
+  if (b.defined()) {
+    const float* pb = b.data<float>();
+    for (int64_t n = 0; n < N; ++n) std::copy_n(pb, O, pz + n * O);
+    beta = 1.0f;
+  }
+  if (I > 0) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N), static_cast<int>(O),
+                static_cast<int>(I), 1.0f, x.data<float>(), ld(I), w.data<float>(), ld(I), beta, pz, ld(O));
+  } else if (!b.defined()) {
+    std::fill_n(pz, N * O, 0.0f);  // an empty sum
+  }
+
+  if (act == Activation::Gelu) {
+    gelu_forward(y, z);  // elementwise: z may be y itself
+  } else if (keep_pre) {
+    std::copy_n(pz, N * O, y.data<float>());
+  }
+}
+
+void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate) {
+  const char* op = "linear_backward_input";
+  check_weight(op, "w", w);
+  const int64_t O = w.dim(0), I = w.dim(1);
+  check_dtype(op, "dy", dy, DType::F32);
+  check_last_dim(op, "dy", dy, O);
+  const int64_t N = rows_of(dy);
+  check_dtype(op, "dx", dx, DType::F32);
+  check_shape(op, "dx", dx, with_last(leading_shape(dy), I));
+  if (N == 0 || I == 0) return;
+  if (O == 0) {
+    if (!accumulate) std::fill_n(dx.data<float>(), N * I, 0.0f);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(N), static_cast<int>(I),
+              static_cast<int>(O), 1.0f, dy.data<float>(), ld(O), w.data<float>(), ld(I),
+              accumulate ? 1.0f : 0.0f, dx.data<float>(), ld(I));
+}
+
+void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate) {
+  const char* op = "linear_backward_weight";
+  check_weight(op, "dw", dw);
+  const int64_t O = dw.dim(0), I = dw.dim(1);
+  check_dtype(op, "dy", dy, DType::F32);
+  check_last_dim(op, "dy", dy, O);
+  check_dtype(op, "x", x, DType::F32);
+  check_shape(op, "x", x, with_last(leading_shape(dy), I));
+  const int64_t N = rows_of(dy);
+  const bool with_bias = given(db);
+  if (with_bias) {
+    check_dtype(op, "db", *db, DType::F32);
+    check_shape(op, "db", *db, {O});
+  }
+  if (O == 0) return;
+
+  float* pdw = dw.data<float>();
+  if (I > 0) {
+    if (N > 0) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(O), static_cast<int>(I),
+                  static_cast<int>(N), 1.0f, dy.data<float>(), ld(O), x.data<float>(), ld(I),
+                  accumulate ? 1.0f : 0.0f, pdw, ld(I));
+    } else if (!accumulate) {
+      std::fill_n(pdw, O * I, 0.0f);
+    }
+  }
+  if (with_bias) {
+    // Column sums of dy in double (N may be large), added to db or replacing it.
+    float* pdb = db->data<float>();
+    const float* pdy = dy.data<float>();
+    std::vector<double> sums(static_cast<size_t>(O), 0.0);
+    for (int64_t n = 0; n < N; ++n) {
+      const float* row = pdy + n * O;
+      for (int64_t o = 0; o < O; ++o) sums[o] += row[o];
+    }
+    for (int64_t o = 0; o < O; ++o)
+      pdb[o] = accumulate ? static_cast<float>(pdb[o] + sums[o]) : static_cast<float>(sums[o]);
+  }
+}
+
+}  // namespace tetra::cpu
