@@ -1,0 +1,150 @@
+#include "models/gpt_block.h"
+
+#include <cmath>
+
+#include "runtime/ops.h"
+
+namespace tetra {
+
+// Per micro-batch state of a block. Forward tensors are dropped according to the recompute mode
+// and rebuilt at the start of backward_input; the gradients listed last are what W needs.
+struct GptBlock::Saved : Activations {
+  Tensor x;                    // [N, C] block input (always kept)
+  Tensor ln1, mean1, rstd1;    // [N, C], [N], [N]
+  Tensor qkv;                  // [N, 3C]
+  Tensor att, lse;             // [N, C], [B, H, T]
+  Tensor x2;                   // [N, C] after the attention residual
+  Tensor ln2, mean2, rstd2;    // [N, C], [N], [N]
+  Tensor fc_pre, fc_act;       // [N, 4C] before / after GELU
+  // Gradients kept from B for W:
+  Tensor d_mlp_out, d_fc_pre, d_attn_out, d_qkv;
+};
+
+GptBlock::GptBlock(const GptConfig& cfg, int block_index) : cfg_(cfg), block_(block_index) {
+  const std::string p = "transformer.h." + std::to_string(block_index);
+  const int64_t C = cfg.d_model;
+  // GPT-2 scales the init of projections into the residual stream by 1/sqrt(2·layers).
+  const float resid_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg.n_layers));
+  const int layer = block_index + 1;  // layer 0 is the embedding
+  ln_1_.init(p + ".ln_1", C, cfg.ln_eps, layer);
+  c_attn_.init(p + ".attn.c_attn", 3 * C, C, true, 0.02f, true, layer);
+  attn_proj_.init(p + ".attn.c_proj", C, C, true, resid_std, true, layer);
+  ln_2_.init(p + ".ln_2", C, cfg.ln_eps, layer);
+  c_fc_.init(p + ".mlp.c_fc", 4 * C, C, true, 0.02f, true, layer);
+  mlp_proj_.init(p + ".mlp.c_proj", C, 4 * C, true, resid_std, true, layer);
+}
+
+std::vector<Param*> GptBlock::params() {
+  std::vector<Param*> out;
+  ln_1_.collect(out);
+  c_attn_.collect(out);
+  attn_proj_.collect(out);
+  ln_2_.collect(out);
+  c_fc_.collect(out);
+  mlp_proj_.collect(out);
+  return out;
+}
+
+void GptBlock::run_attention_half(MicroBatchContext& ctx, Saved& s) {
+  const int64_t N = s.x.dim(0), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
+  s.ln1 = ctx.activation({N, C});
+  s.mean1 = ctx.fp32({N});
+  s.rstd1 = ctx.fp32({N});
+  ln_1_.forward(s.ln1, s.mean1, s.rstd1, s.x);
+  s.qkv = ctx.activation({N, 3 * C});
+  c_attn_.forward(s.qkv, s.ln1);
+  s.att = ctx.activation({N, C});
+  s.lse = ctx.fp32({B, cfg_.n_heads, T});
+  Tensor qkv3 = s.qkv.view({B, T, 3 * C}), att3 = s.att.view({B, T, C});
+  ops::attention_forward(att3, s.lse, qkv3, cfg_.n_heads);
+  s.x2 = ctx.activation({N, C});
+  attn_proj_.forward(s.x2, s.att);
+  ops::add(s.x2, s.x2, s.x);
+}
+
+void GptBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y) {
+  const int64_t N = s.x.dim(0), C = cfg_.d_model;
+  s.ln2 = ctx.activation({N, C});
+  s.mean2 = ctx.fp32({N});
+  s.rstd2 = ctx.fp32({N});
+  ln_2_.forward(s.ln2, s.mean2, s.rstd2, s.x2);
+  s.fc_pre = ctx.activation({N, 4 * C});
+  s.fc_act = ctx.activation({N, 4 * C});
+  c_fc_.forward(s.fc_act, s.ln2, ops::Activation::Gelu, &s.fc_pre);
+  if (y) {
+    mlp_proj_.forward(*y, s.fc_act);
+    ops::add(*y, *y, s.x2);
+  }
+}
+
+Tensor GptBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
+  const int64_t N = x.dim(0), C = cfg_.d_model;
+  Saved local;
+  Saved& s = ctx.training ? ctx.slot<Saved>(index_) : local;
+  s.x = x;
+  run_attention_half(ctx, s);
+  Tensor y = ctx.activation({N, C});
+  run_mlp_half(ctx, s, &y);
+  if (!ctx.training) return y;
+  switch (recompute_) {
+    case Recompute::None: break;
+    case Recompute::Mlp:  // the two [N, 4C] tensors are the block's largest; rebuilt from ln_2 in B
+      s.fc_pre = Tensor();
+      s.fc_act = Tensor();
+      break;
+    case Recompute::Full: {
+      Tensor keep = s.x;
+      s = Saved();
+      s.x = keep;
+      break;
+    }
+  }
+  return y;
+}
+
+Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
+  Saved& s = ctx.slot<Saved>(index_);
+  const int64_t N = s.x.dim(0), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
+  if (!s.qkv.defined()) run_attention_half(ctx, s);  // full recompute
+  if (!s.fc_act.defined()) run_mlp_half(ctx, s, nullptr);
+
+  // MLP: y = x2 + c_proj(gelu(c_fc(ln_2(x2))))
+  s.d_mlp_out = dy;
+  Tensor d_fc = ctx.activation({N, 4 * C});
+  mlp_proj_.backward_input(d_fc, dy);
+  ops::gelu_backward(d_fc, d_fc, s.fc_pre);
+  s.d_fc_pre = d_fc;
+  s.fc_pre = Tensor();  // no longer needed; W uses fc_act and ln2
+  Tensor d_ln2 = ctx.activation({N, C});
+  c_fc_.backward_input(d_ln2, d_fc);
+  Tensor dx2 = ctx.activation({N, C});
+  ops::copy(dx2, dy);  // residual branch
+  ln_2_.backward(dx2, d_ln2, s.x2, s.mean2, s.rstd2, /*accumulate_dx=*/true);
+
+  // Attention: x2 = x + c_proj(attn(c_attn(ln_1(x))))
+  s.d_attn_out = dx2;
+  Tensor d_att = d_ln2;  // reuse the [N, C] buffer
+  attn_proj_.backward_input(d_att, dx2);
+  s.d_qkv = ctx.activation({N, 3 * C});
+  Tensor dqkv3 = s.d_qkv.view({B, T, 3 * C}), datt3 = d_att.view({B, T, C});
+  ops::attention_backward(dqkv3, datt3, s.qkv.view({B, T, 3 * C}), s.att.view({B, T, C}), s.lse, cfg_.n_heads);
+  Tensor d_ln1 = d_att;
+  c_attn_.backward_input(d_ln1, s.d_qkv);
+  Tensor dx = ctx.activation({N, C});
+  ops::copy(dx, dx2);
+  ln_1_.backward(dx, d_ln1, s.x, s.mean1, s.rstd1, /*accumulate_dx=*/true);
+  // Forward tensors W does not need.
+  s.x = s.x2 = s.qkv = s.lse = s.mean1 = s.rstd1 = s.mean2 = s.rstd2 = Tensor();
+  return dx;
+}
+
+void GptBlock::backward_weight(MicroBatchContext& ctx) {
+  Saved& s = ctx.slot<Saved>(index_);
+  mlp_proj_.backward_weight(s.d_mlp_out, s.fc_act);
+  c_fc_.backward_weight(s.d_fc_pre, s.ln2);
+  attn_proj_.backward_weight(s.d_attn_out, s.att);
+  c_attn_.backward_weight(s.d_qkv, s.ln1);
+  ctx.release(index_);
+}
+
+}  // namespace tetra

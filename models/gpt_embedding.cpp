@@ -1,0 +1,41 @@
+#include "models/gpt_embedding.h"
+
+#include "runtime/ops.h"
+
+namespace tetra {
+
+namespace {
+struct EmbeddingActivations : Activations {
+  Tensor ids, dy;
+};
+}  // namespace
+
+GptEmbedding::GptEmbedding(const GptConfig& cfg, Param* wte) : cfg_(cfg), wte_(wte) {
+  wpe_.name = "transformer.wpe.weight";
+  wpe_.full_shape = wpe_.local_shape = {cfg.max_seq_len, cfg.d_model};
+  wpe_.init_std = 0.01f;  // GPT-2 draws positions with std 0.01
+  wpe_.weight_decay = true;
+  wpe_.layer_index = 0;
+}
+
+Tensor GptEmbedding::forward(MicroBatchContext& ctx, const Tensor& ids) {
+  TETRA_CHECK(ids.ndim() == 2 && ids.dim(1) <= cfg_.max_seq_len, "embedding: ids ", ids.describe(),
+              " (sequence longer than model.seq_len = ", cfg_.max_seq_len, "?)");
+  Tensor y = ctx.activation({ids.numel(), cfg_.d_model});
+  ops::embedding_forward(y, ids.flatten(), wte_->value, wpe_.value, ids.dim(1));
+  if (ctx.training) ctx.slot<EmbeddingActivations>(index_).ids = ids;
+  return y;
+}
+
+Tensor GptEmbedding::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
+  ctx.slot<EmbeddingActivations>(index_).dy = dy;
+  return Tensor();
+}
+
+void GptEmbedding::backward_weight(MicroBatchContext& ctx) {
+  auto& a = ctx.slot<EmbeddingActivations>(index_);
+  ops::embedding_backward(wte_->grad, &wpe_.grad, a.dy, a.ids.flatten(), a.ids.dim(1));
+  ctx.release(index_);
+}
+
+}  // namespace tetra

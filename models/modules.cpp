@@ -1,0 +1,50 @@
+#include "models/modules.h"
+
+namespace tetra {
+
+namespace {
+Param make_param(const std::string& name, const Shape& shape, int layer) {
+  Param p;
+  p.name = name;
+  p.full_shape = shape;
+  p.local_shape = shape;
+  p.layer_index = layer;
+  p.weight_decay = shape.size() >= 2;
+  return p;
+}
+}  // namespace
+
+void Linear::init(const std::string& name, int64_t out, int64_t in, bool bias_on, float init_std, bool conv1d_layout,
+                  int layer) {
+  weight = make_param(name + ".weight", {out, in}, layer);
+  weight.init_std = init_std;
+  weight.transposed_in_checkpoint = conv1d_layout;
+  has_bias = bias_on;
+  if (has_bias) {
+    bias = make_param(name + ".bias", {out}, layer);
+    bias.init_constant = true;
+    bias.init_value = 0.0f;
+  }
+}
+
+void Linear::collect(std::vector<Param*>& out) {
+  out.push_back(&weight);
+  if (has_bias) out.push_back(&bias);
+}
+
+void LayerNorm::init(const std::string& name, int64_t channels, float epsilon, int layer) {
+  eps = epsilon;
+  weight = make_param(name + ".weight", {channels}, layer);
+  weight.init_constant = true;
+  weight.init_value = 1.0f;
+  bias = make_param(name + ".bias", {channels}, layer);
+  bias.init_constant = true;
+  bias.init_value = 0.0f;
+}
+
+void LayerNorm::collect(std::vector<Param*>& out) {
+  out.push_back(&weight);
+  out.push_back(&bias);
+}
+
+}  // namespace tetra

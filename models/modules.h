@@ -1,0 +1,54 @@
+// Building blocks shared by the model layers: a dense projection and a LayerNorm, each owning its
+// Params and calling the op library. They hold no activations (those live in the layer's slot).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "parallel/param.h"
+#include "runtime/ops.h"
+
+namespace tetra {
+
+// y[N, out] = x[N, in] · Wᵀ + b, W stored [out, in].
+struct Linear {
+  Param weight, bias;
+  bool has_bias = true;
+
+  // `name` is the PyTorch module path, e.g. "transformer.h.0.attn.c_attn"; GPT-2's Conv1D stores
+  // the weight transposed ([in, out]) in checkpoints.
+  void init(const std::string& name, int64_t out, int64_t in, bool bias, float init_std, bool conv1d_layout,
+            int layer);
+  void collect(std::vector<Param*>& out);
+  int64_t out_features() const { return weight.local_shape[0]; }
+  int64_t in_features() const { return weight.local_shape[1]; }
+
+  void forward(Tensor& y, const Tensor& x, ops::Activation act = ops::Activation::None,
+               Tensor* pre_act = nullptr) const {
+    ops::linear_forward(y, x, weight.value, has_bias ? bias.value : Tensor(), act, pre_act);
+  }
+  void backward_input(Tensor& dx, const Tensor& dy, bool accumulate = false) const {
+    ops::linear_backward_input(dx, dy, weight.value, accumulate);
+  }
+  // Gradients accumulate over micro-batches.
+  void backward_weight(const Tensor& dy, const Tensor& x) {
+    ops::linear_backward_weight(weight.grad, has_bias ? &bias.grad : nullptr, dy, x, /*accumulate=*/true);
+  }
+};
+
+struct LayerNorm {
+  Param weight, bias;
+  float eps = 1e-5f;
+
+  void init(const std::string& name, int64_t channels, float epsilon, int layer);
+  void collect(std::vector<Param*>& out);
+  void forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) const {
+    ops::layernorm_forward(y, mean, rstd, x, weight.value, bias.value, eps);
+  }
+  // dx (+)= ...; the weight gradients accumulate.
+  void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                bool accumulate_dx) {
+    ops::layernorm_backward(dx, weight.grad, bias.grad, dy, x, weight.value, mean, rstd, accumulate_dx);
+  }
+};
+
+}  // namespace tetra

@@ -1,0 +1,47 @@
+// AdamW with PyTorch's semantics (torch.optim.AdamW): decoupled weight decay p -= lr·wd·p on
+// parameters marked weight_decay (tensors of 2+ dims), none on biases and norm weights; bias
+// corrections 1 − βᵗ. State is fp32 and laid out like the ParamSet's flat buffer. Where the
+// working weights are not fp32 (bf16 on CUDA) the optimizer keeps fp32 master weights and writes
+// the rounded result back to the working copy in the same pass.
+#pragma once
+#include "parallel/param_set.h"
+#include "runtime/communicator.h"
+#include "runtime/ops.h"
+
+namespace tetra {
+
+struct AdamWConfig {
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+};
+
+class AdamW {
+ public:
+  AdamW(ParamSet& params, const AdamWConfig& cfg);
+  // One update with learning rate `lr`; gradients are multiplied by grad_scale first (clipping).
+  void step(float lr, float grad_scale);
+  int64_t steps_taken() const { return step_; }
+  void set_steps_taken(int64_t s) { step_ = s; }
+
+  // Flat fp32 state, same layout as ParamSet::flat_values(); master is the value buffer itself
+  // when the working weights are fp32.
+  Tensor& master() { return master_; }
+  Tensor& exp_avg() { return m_; }
+  Tensor& exp_avg_sq() { return v_; }
+  bool has_separate_master() const { return separate_master_; }
+  const AdamWConfig& config() const { return cfg_; }
+
+ private:
+  ParamSet& params_;
+  AdamWConfig cfg_;
+  Tensor master_, m_, v_;
+  bool separate_master_ = false;
+  int64_t step_ = 0;
+};
+
+// Global L2 norm of the flat gradients (padding is zero), as torch.nn.utils.clip_grad_norm_ sees
+// it; `shard_group` (may be null) sums the squares over ranks that hold disjoint shards.
+double gradient_norm(Tensor& flat_grads, Communicator* shard_group = nullptr);
+// clip_grad_norm_'s coefficient: min(1, max_norm / (norm + 1e-6)); max_norm ≤ 0 disables clipping.
+float clip_coefficient(double norm, double max_norm);
+
+}  // namespace tetra

@@ -1,0 +1,56 @@
+// The process mesh (ARCHITECTURE.md §4): world = pp × dp × tp ranks, tp fastest, then dp, then pp,
+// so tensor-parallel neighbours share a node's NVLink. Expert parallelism is carved out of data
+// parallelism: within a dp group, ep consecutive dp ranks form an expert group (sharding the
+// experts of each MoE layer); ranks holding the same experts form the expert-data group that
+// reduces their gradients. This is the one place that knows who talks to whom.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/communicator.h"
+
+namespace tetra {
+
+struct MeshShape {
+  int pp = 1, dp = 1, tp = 1, ep = 1;
+  int world() const { return pp * dp * tp; }
+};
+
+struct MeshCoords {
+  int pp = 0, dp = 0, tp = 0;
+  int ep = 0;   // index inside the expert group (dp mod ep)
+  int edp = 0;  // index inside the expert-data group (dp div ep)
+};
+
+enum class MeshAxis { TP, DP, PP, EP, ExpertDP };
+const char* axis_name(MeshAxis a);
+
+class Mesh {
+ public:
+  // Topology only (for `tetra plan` and tests): checks that the shape is consistent.
+  Mesh(MeshShape shape, int rank);
+
+  const MeshShape& shape() const { return shape_; }
+  int rank() const { return rank_; }
+  const MeshCoords& coords() const { return coords_; }
+  MeshCoords coords_of(int rank) const;
+  int rank_of(int pp, int dp, int tp) const;
+  // The ranks of `rank`'s group along an axis, in group order.
+  std::vector<int> group(MeshAxis axis, int rank) const;
+  std::vector<int> group(MeshAxis axis) const { return group(axis, rank_); }
+  std::string describe_groups(int rank) const;  // one line per axis, e.g. "dp: [0, 2, 4, 6]"
+
+  // Builds one communicator per axis by splitting `world` (collective over all ranks).
+  void create_communicators(Communicator& world);
+  Communicator& comm(MeshAxis axis) const;
+  bool has_communicators() const { return !comms_.empty(); }
+
+ private:
+  MeshShape shape_;
+  int rank_;
+  MeshCoords coords_;
+  std::vector<std::unique_ptr<Communicator>> comms_;  // indexed by MeshAxis
+};
+
+}  // namespace tetra
