@@ -1,0 +1,330 @@
+#include "launch/trainer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+
+#include "launch/goodput_report.h"
+#include "models/consolidated.h"
+#include "models/gpt_model.h"
+#include "runtime/device_info.h"
+#include "runtime/ops.h"
+#include "runtime/stream.h"
+
+namespace tetra::launch {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  char buf[32];
+  int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(t / 3600), static_cast<long long>(t % 3600 / 60));
+  else if (t >= 60)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(t / 60), static_cast<long long>(t % 60));
+  else
+    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(t));
+  return buf;
+}
+
+std::string format_rate(double tokens_per_s) {
+  char buf[32];
+  if (tokens_per_s >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", tokens_per_s / 1e6);
+  else if (tokens_per_s >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fK", tokens_per_s / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", tokens_per_s);
+  return buf;
+}
+
+GptConfig gpt_config_of(const Config& cfg) {
+  GptConfig g;
+  g.arch = cfg.model.arch;
+  g.vocab_size = cfg.model.vocab_size;
+  g.max_seq_len = cfg.model.seq_len;
+  g.d_model = cfg.model.d_model;
+  g.n_layers = cfg.model.n_layers;
+  g.n_heads = cfg.model.n_heads;
+  g.ln_eps = static_cast<float>(cfg.model.ln_eps);
+  g.recompute = recompute_from_name(cfg.train.recompute);
+  return g;
+}
+
+}  // namespace
+
+Trainer::Trainer(const Config& cfg, const LaunchEnvironment& env, MpiCommunicator& world)
+    : cfg_(cfg), env_(env), world_(world) {
+  setup();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::setup() {
+  run_dir_ = (fs::path(cfg_.run.output_dir) / cfg_.run.name).string();
+  world_.set_timeout(cfg_.run.comm_timeout_s);
+  if (is_rank0()) {
+    std::error_code ec;
+    fs::create_directories(run_dir_, ec);
+    if (ec) TETRA_FAIL(Config, "run.output_dir: cannot create ", run_dir_, ": ", ec.message());
+    ledger_ = std::make_unique<GoodputLedger>(GoodputLedger::path_in(run_dir_));
+    ledger_->attempt_start(env_.process_start_unix, env_.world_size, env_.host);
+    std::ofstream(fs::path(run_dir_) / "config.yaml") << to_yaml(cfg_);
+    metrics_ = std::make_unique<MetricsLog>(MetricsLog::path_in(run_dir_), ledger_->attempt());
+  }
+
+  // Mesh and communicators.
+  MeshShape shape;
+  shape.dp = data_parallel_size(cfg_.parallel, env_.world_size);
+  shape.tp = cfg_.parallel.tp;
+  shape.pp = cfg_.parallel.pp;
+  shape.ep = cfg_.parallel.ep;
+  if (shape.tp != 1 || shape.pp != 1)
+    TETRA_FAIL(Config, "parallel.tp and parallel.pp > 1 are not implemented yet in the trainer (tp=", shape.tp,
+               ", pp=", shape.pp, ")");
+  if (cfg_.parallel.zero_stage != 0)
+    TETRA_FAIL(Config, "parallel.zero_stage ", cfg_.parallel.zero_stage, " is not implemented yet (valid: 0)");
+  mesh_ = std::make_unique<Mesh>(shape, env_.rank);
+  mesh_->create_communicators(world_);
+
+  // Device and precision.
+  if (cfg_.train.device == "cuda") {
+    int n = cuda_device_count();
+    device_ = Device::cuda(env_.local_rank % (n > 0 ? n : 1));
+  } else {
+    device_ = Device::cpu();
+  }
+  act_dtype_ = cfg_.train.precision == "bf16" ? DType::BF16 : DType::F32;
+  if (device_.is_cpu() && act_dtype_ != DType::F32)
+    TETRA_FAIL(Config, "train.precision: bf16 needs train.device cuda (the CPU backend computes in fp32)");
+
+  // Model and parameters: fp32 or bf16 working weights, gradients in the same dtype as the
+  // weights' master (fp32) for exact accumulation over micro-batches.
+  auto gpt = std::make_unique<GptModel>(gpt_config_of(cfg_));
+  model_ = std::move(gpt);
+  params_.build(model_->params(), device_, act_dtype_, DType::F32);
+  if (!cfg_.model.init_from.empty()) {
+    auto unexpected = load_consolidated(cfg_.model.init_from, *model_);
+    if (is_rank0() && !unexpected.empty())
+      std::cerr << "tetra: warning: " << cfg_.model.init_from << " holds " << unexpected.size()
+                << " tensors the model does not use (first: " << unexpected.front() << ")\n";
+  } else {
+    params_.initialize(static_cast<uint64_t>(cfg_.run.seed));
+  }
+  reducer_ = std::make_unique<GradReducer>(params_, mesh_->comm(MeshAxis::DP), cfg_.parallel.bucket_mb * 1024 * 1024);
+  AdamWConfig oc;
+  oc.beta1 = static_cast<float>(cfg_.optimizer.betas[0]);
+  oc.beta2 = static_cast<float>(cfg_.optimizer.betas[1]);
+  oc.eps = static_cast<float>(cfg_.optimizer.eps);
+  oc.weight_decay = static_cast<float>(cfg_.optimizer.weight_decay);
+  optimizer_ = std::make_unique<AdamW>(params_, oc);
+
+  schedule_.kind = cfg_.optimizer.schedule;
+  schedule_.lr = cfg_.optimizer.lr;
+  schedule_.min_lr = cfg_.optimizer.min_lr;
+  schedule_.warmup_steps = cfg_.optimizer.warmup_steps;
+  schedule_.total_steps = cfg_.train.steps;
+
+  // Data.
+  data::SamplerConfig sc;
+  sc.seq_len = cfg_.train.seq_len;
+  sc.global_batch = cfg_.train.global_batch;
+  sc.micro_batch = cfg_.train.micro_batch;
+  sc.dp_rank = mesh_->coords().dp;
+  sc.dp_size = shape.dp;
+  sc.shuffle = cfg_.data.shuffle;
+  sc.seed = static_cast<uint64_t>(cfg_.run.seed);
+  loader_ = std::make_unique<data::BatchLoader>(data::TokenDataset::open(cfg_.data.train), sc, cfg_.model.vocab_size);
+  if (!cfg_.data.val.empty()) loader_->set_validation(data::TokenDataset::open(cfg_.data.val));
+
+  ctx_ = std::make_unique<MicroBatchContext>(device_, act_dtype_);
+  ids_dev_ = Tensor::empty({cfg_.train.micro_batch, cfg_.train.seq_len}, DType::I32, device_);
+  targets_dev_ = Tensor::empty({cfg_.train.micro_batch, cfg_.train.seq_len}, DType::I32, device_);
+
+  if (is_rank0()) {
+    RunInfo info;
+    info.flops_per_token = model_->flops_per_token(cfg_.train.seq_len);
+    info.peak_flops_per_device = cfg_.log.peak_tflops > 0 ? cfg_.log.peak_tflops * 1e12
+                                                          : peak_flops(device_, act_dtype_, env_.local_size);
+    info.devices = env_.world_size;
+    info.tokens_per_step = loader_->tokens_per_step();
+    info.precision = dtype_name(act_dtype_);
+    info.device_kind = device_name(device_);
+    ledger_->run_info(info);
+    std::printf("tetra: %s | %s, %lld params | world %d (dp %d tp %d pp %d) on %s (%s) | %s\n", cfg_.run.name.c_str(),
+                model_->arch().c_str(), static_cast<long long>(model_->num_params()), env_.world_size, shape.dp,
+                shape.tp, shape.pp, device_.str().c_str(), dtype_name(act_dtype_), env_.launcher.c_str());
+    std::printf("tetra: %d steps × %lld tokens (global batch %d × seq %d, micro-batch %d, %d accumulation steps)\n",
+                cfg_.train.steps, static_cast<long long>(loader_->tokens_per_step()), cfg_.train.global_batch,
+                cfg_.train.seq_len, cfg_.train.micro_batch, loader_->accumulation_steps());
+    std::printf("tetra: run directory %s\n", run_dir_.c_str());
+    std::fflush(stdout);
+  }
+}
+
+void Trainer::forward_backward(const data::HostBatch& batch, bool last_micro, double* loss_sum) {
+  MicroBatchContext& ctx = *ctx_;
+  ctx.clear();
+  ctx.training = true;
+  ctx.batch = batch.inputs.dim(0);
+  ctx.seq_len = batch.inputs.dim(1);
+  ctx.loss_grad_scale = 1.0f / static_cast<float>(loader_->tokens_per_step());
+  ops::copy(ids_dev_, batch.inputs);
+  ops::copy(targets_dev_, batch.targets);
+  ctx.ids = ids_dev_;
+  ctx.targets = targets_dev_;
+
+  std::vector<Layer*> layers = model_->layers();
+  Tensor x = ctx.ids;
+  for (Layer* l : layers) x = l->forward(ctx, x);
+  *loss_sum += ops::sum_to_host(ctx.losses);
+
+  Tensor dy;
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    Layer* l = *it;
+    dy = l->backward_input(ctx, dy);
+    l->backward_weight(ctx);
+    if (last_micro) reducer_->layer_done(l->index());
+  }
+}
+
+Trainer::StepResult Trainer::train_step(int64_t step) {
+  StepResult r;
+  params_.zero_grads();
+  reducer_->begin_step();
+  double loss_sum = 0;
+  const int accum = loader_->accumulation_steps();
+  for (int micro = 0; micro < accum; ++micro) {
+    double t0 = now_s();
+    data::HostBatch batch = loader_->batch(step, micro);
+    r.data_wait_s += now_s() - t0;
+    forward_backward(batch, micro == accum - 1, &loss_sum);
+  }
+  reducer_->finish();
+  r.exposed_comm_s = reducer_->last_wait_seconds();
+
+  double t_opt = now_s();
+  // Loss: mean over every token of the global batch, whatever the dp and micro-batch split.
+  Communicator& dp = mesh_->comm(MeshAxis::DP);
+  r.loss = (dp.size() > 1 ? dp.all_reduce_scalar(loss_sum) : loss_sum) / static_cast<double>(loader_->tokens_per_step());
+  r.grad_norm = gradient_norm(params_.flat_grads());
+  r.lr = schedule_.at(step);
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    r.skipped = true;
+    ++skipped_steps_;
+    if (cfg_.train.on_nonfinite == "stop")
+      TETRA_FAIL(Internal, "step ", step + 1, ": non-finite ", std::isfinite(r.loss) ? "gradient norm" : "loss",
+                 " (train.on_nonfinite: stop)");
+  } else {
+    optimizer_->step(static_cast<float>(r.lr), clip_coefficient(r.grad_norm, cfg_.train.grad_clip));
+  }
+  device_synchronize(device_);
+  r.optimizer_s = now_s() - t_opt;
+  return r;
+}
+
+double Trainer::evaluate() {
+  MicroBatchContext& ctx = *ctx_;
+  const int64_t batches = std::min<int64_t>(cfg_.train.eval_batches, loader_->num_eval_batches());
+  const int accum = loader_->accumulation_steps();
+  double loss_sum = 0;
+  std::vector<Layer*> layers = model_->layers();
+  for (int64_t b = 0; b < batches; ++b) {
+    for (int micro = 0; micro < accum; ++micro) {
+      data::HostBatch batch = loader_->eval_batch(b, micro);
+      ctx.clear();
+      ctx.training = false;
+      ctx.batch = batch.inputs.dim(0);
+      ctx.seq_len = batch.inputs.dim(1);
+      ops::copy(ids_dev_, batch.inputs);
+      ops::copy(targets_dev_, batch.targets);
+      ctx.ids = ids_dev_;
+      ctx.targets = targets_dev_;
+      Tensor x = ctx.ids;
+      for (Layer* l : layers) x = l->forward(ctx, x);
+      loss_sum += ops::sum_to_host(ctx.losses);
+    }
+  }
+  ctx.clear();
+  Communicator& dp = mesh_->comm(MeshAxis::DP);
+  if (dp.size() > 1) loss_sum = dp.all_reduce_scalar(loss_sum);
+  return loss_sum / static_cast<double>(batches * loader_->tokens_per_step());
+}
+
+void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds, std::optional<double> val_loss) {
+  const int64_t tokens = loader_->tokens_per_step();
+  double rate = static_cast<double>(tokens) / step_seconds;
+  tokens_per_s_ema_ = tokens_per_s_ema_ == 0 ? rate : 0.9 * tokens_per_s_ema_ + 0.1 * rate;
+  MetricsRecord m;
+  m.step = step + 1;
+  m.loss = r.loss;
+  m.lr = r.lr;
+  m.grad_norm = r.grad_norm;
+  m.tokens = tokens_seen_;
+  m.step_ms = step_seconds * 1e3;
+  m.tokens_per_s = rate;
+  if (r.skipped) m.extra["skipped"] = true;
+  if (val_loss) m.extra["val_loss"] = *val_loss;
+  metrics_->log(m);
+  const int every = std::max(1, cfg_.log.every);
+  if ((step + 1) % every == 0 || step + 1 == cfg_.train.steps || step == start_step_) {
+    double left = static_cast<double>(cfg_.train.steps - step - 1) * static_cast<double>(tokens) / tokens_per_s_ema_;
+    std::printf("step %5lld/%d | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | %.0f ms | eta %s%s\n",
+                static_cast<long long>(step + 1), cfg_.train.steps, r.loss, r.lr, r.grad_norm,
+                format_rate(tokens_per_s_ema_).c_str(), step_seconds * 1e3, format_duration(left).c_str(),
+                r.skipped ? " | SKIPPED (non-finite)" : "");
+  }
+  if (val_loss)
+    std::printf("eval  %5lld/%d | val loss %.4f\n", static_cast<long long>(step + 1), cfg_.train.steps, *val_loss);
+  std::fflush(stdout);
+}
+
+int Trainer::run() {
+  for (int64_t step = start_step_; step < cfg_.train.steps; ++step) {
+    double t_start = ledger_ ? ledger_->now() : 0;
+    double t0 = now_s();
+    StepResult r = train_step(step);
+    double seconds = now_s() - t0;
+    tokens_seen_ += loader_->tokens_per_step();
+    losses_.push_back(r.loss);
+    if (is_rank0()) {
+      StepTiming t;
+      t.step = step + 1;
+      t.start = t_start;
+      t.end = ledger_->now();
+      t.tokens = loader_->tokens_per_step();
+      t.breakdown.exposed_comm = r.exposed_comm_s;
+      t.breakdown.optimizer = r.optimizer_s;
+      t.breakdown.data_wait = r.data_wait_s;
+      t.loss = r.loss;
+      ledger_->step(t);
+    }
+    const bool eval_now = cfg_.train.eval_every > 0 && loader_->has_validation() &&
+                          ((step + 1) % cfg_.train.eval_every == 0 || step + 1 == cfg_.train.steps);
+    std::optional<double> val_loss;
+    if (eval_now) {
+      double e0 = ledger_ ? ledger_->now() : 0;
+      val_loss = evaluate();
+      if (is_rank0()) ledger_->eval(e0, ledger_->now(), step + 1);
+    }
+    if (is_rank0()) log_step(step, r, seconds, val_loss);
+  }
+  if (is_rank0()) {
+    ledger_->attempt_end("finished", 0);
+    GoodputReport report = load_and_compute(run_dir_);
+    write_report(run_dir_, report);
+    print_report(report, std::cout);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace tetra::launch
