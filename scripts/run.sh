@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, prepares the default dataset and runs an experiment
+# (default configs/tiny.yaml: 2 ranks under mpirun on the CPU), ending with the goodput report.
+#   scripts/run.sh [CONFIG] [--set key=value ...]
+#   NP=4 scripts/run.sh configs/tiny.yaml --set parallel.dp=4
+set -euo pipefail
+cd "$(dirname "$0")/.."
+config=${1:-configs/tiny.yaml}
+shift || true
+scripts/setup.sh
+scripts/build.sh
+[ -f data/tiny/train.h5 ] && [ -f data/tiny/val.h5 ] || scripts/prepare_tiny_data.sh
+np=${NP:-2}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+exec mpirun --oversubscribe --bind-to none -np "$np" build/tetra train "$config" "$@"
