@@ -1,6 +1,7 @@
 #include "launch/trainer.h"
 
 #include <cmath>
+#include <ctime>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -68,6 +69,22 @@ Trainer::Trainer(const Config& cfg, const LaunchEnvironment& env, MpiCommunicato
 
 Trainer::~Trainer() = default;
 
+// A fresh run (checkpoint.resume: none) in a directory that holds an earlier job starts a new job:
+// the earlier job's files move to RUN_DIR/previous/<UTC time>/ so its ledger is not mixed in.
+void Trainer::archive_previous_run() {
+  const fs::path dir(run_dir_);
+  if (!fs::exists(dir / "goodput.jsonl")) return;
+  std::time_t t = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&t));
+  const fs::path dest = dir / "previous" / stamp;
+  fs::create_directories(dest);
+  for (const char* name : {"goodput.jsonl", "goodput.json", "metrics.jsonl", "config.yaml", "trace.json", "checkpoints"})
+    if (fs::exists(dir / name)) fs::rename(dir / name, dest / name);
+  std::printf("tetra: %s held an earlier run (checkpoint.resume is none): moved it to %s\n", run_dir_.c_str(),
+              dest.c_str());
+}
+
 void Trainer::setup() {
   run_dir_ = (fs::path(cfg_.run.output_dir) / cfg_.run.name).string();
   world_.set_timeout(cfg_.run.comm_timeout_s);
@@ -75,6 +92,7 @@ void Trainer::setup() {
     std::error_code ec;
     fs::create_directories(run_dir_, ec);
     if (ec) TETRA_FAIL(Config, "run.output_dir: cannot create ", run_dir_, ": ", ec.message());
+    if (cfg_.checkpoint.resume == "none") archive_previous_run();
     ledger_ = std::make_unique<GoodputLedger>(GoodputLedger::path_in(run_dir_));
     ledger_->attempt_start(env_.process_start_unix, env_.world_size, env_.host);
     std::ofstream(fs::path(run_dir_) / "config.yaml") << to_yaml(cfg_);

@@ -37,6 +37,7 @@ class Trainer {
 
  private:
   void setup();
+  void archive_previous_run();
   struct StepResult {
     double loss = 0, grad_norm = 0, lr = 0;
     double data_wait_s = 0, exposed_comm_s = 0, optimizer_s = 0;
