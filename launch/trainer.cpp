@@ -108,8 +108,6 @@ void Trainer::setup() {
   if (shape.tp != 1 || shape.pp != 1)
     TETRA_FAIL(Config, "parallel.tp and parallel.pp > 1 are not implemented yet in the trainer (tp=", shape.tp,
                ", pp=", shape.pp, ")");
-  if (cfg_.parallel.zero_stage != 0)
-    TETRA_FAIL(Config, "parallel.zero_stage ", cfg_.parallel.zero_stage, " is not implemented yet (valid: 0)");
   mesh_ = std::make_unique<Mesh>(shape, env_.rank);
   mesh_->create_communicators(world_);
 
@@ -137,13 +135,16 @@ void Trainer::setup() {
   } else {
     params_.initialize(static_cast<uint64_t>(cfg_.run.seed));
   }
-  reducer_ = std::make_unique<GradReducer>(params_, mesh_->comm(MeshAxis::DP), cfg_.parallel.bucket_mb * 1024 * 1024);
-  AdamWConfig oc;
-  oc.beta1 = static_cast<float>(cfg_.optimizer.betas[0]);
-  oc.beta2 = static_cast<float>(cfg_.optimizer.betas[1]);
-  oc.eps = static_cast<float>(cfg_.optimizer.eps);
-  oc.weight_decay = static_cast<float>(cfg_.optimizer.weight_decay);
-  optimizer_ = std::make_unique<AdamW>(params_, oc);
+  DistributedOptimizerOptions oo;
+  oo.zero_stage = cfg_.parallel.zero_stage;
+  oo.bucket_bytes = cfg_.parallel.bucket_mb * 1024 * 1024;
+  oo.overlap_grad_reduce = cfg_.parallel.overlap_grad_reduce;
+  oo.fsdp_prefetch = cfg_.parallel.fsdp_prefetch;
+  oo.adamw.beta1 = static_cast<float>(cfg_.optimizer.betas[0]);
+  oo.adamw.beta2 = static_cast<float>(cfg_.optimizer.betas[1]);
+  oo.adamw.eps = static_cast<float>(cfg_.optimizer.eps);
+  oo.adamw.weight_decay = static_cast<float>(cfg_.optimizer.weight_decay);
+  optimizer_ = make_distributed_optimizer(params_, mesh_->comm(MeshAxis::DP), oo);
 
   schedule_.kind = cfg_.optimizer.schedule;
   schedule_.lr = cfg_.optimizer.lr;
@@ -202,22 +203,26 @@ void Trainer::forward_backward(const data::HostBatch& batch, bool last_micro, do
 
   std::vector<Layer*> layers = model_->layers();
   Tensor x = ctx.ids;
-  for (Layer* l : layers) x = l->forward(ctx, x);
+  for (Layer* l : layers) {
+    optimizer_->before_forward(l->index());
+    x = l->forward(ctx, x);
+    optimizer_->after_forward(l->index());
+  }
   *loss_sum += ops::sum_to_host(ctx.losses);
 
   Tensor dy;
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
     Layer* l = *it;
+    optimizer_->before_backward(l->index());
     dy = l->backward_input(ctx, dy);
     l->backward_weight(ctx);
-    if (last_micro) reducer_->layer_done(l->index());
+    optimizer_->after_backward(l->index(), last_micro);
   }
 }
 
 Trainer::StepResult Trainer::train_step(int64_t step) {
   StepResult r;
-  params_.zero_grads();
-  reducer_->begin_step();
+  optimizer_->begin_step();
   double loss_sum = 0;
   const int accum = loader_->accumulation_steps();
   for (int micro = 0; micro < accum; ++micro) {
@@ -226,18 +231,19 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
     r.data_wait_s += now_s() - t0;
     forward_backward(batch, micro == accum - 1, &loss_sum);
   }
-  reducer_->finish();
-  r.exposed_comm_s = reducer_->last_wait_seconds();
+  optimizer_->finish_gradients();
+  r.exposed_comm_s = optimizer_->exposed_comm_seconds();
 
   double t_opt = now_s();
   // Loss: mean over every token of the global batch, whatever the dp and micro-batch split.
   Communicator& dp = mesh_->comm(MeshAxis::DP);
   r.loss = (dp.size() > 1 ? dp.all_reduce_scalar(loss_sum) : loss_sum) / static_cast<double>(loader_->tokens_per_step());
-  r.grad_norm = gradient_norm(params_.flat_grads());
+  r.grad_norm = optimizer_->grad_norm();
   r.lr = schedule_.at(step);
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     r.skipped = true;
     ++skipped_steps_;
+    optimizer_->discard_gradients();
     if (cfg_.train.on_nonfinite == "stop")
       TETRA_FAIL(Internal, "step ", step + 1, ": non-finite ", std::isfinite(r.loss) ? "gradient norm" : "loss",
                  " (train.on_nonfinite: stop)");
@@ -267,7 +273,11 @@ double Trainer::evaluate() {
       ctx.ids = ids_dev_;
       ctx.targets = targets_dev_;
       Tensor x = ctx.ids;
-      for (Layer* l : layers) x = l->forward(ctx, x);
+      for (Layer* l : layers) {
+        optimizer_->before_forward(l->index());
+        x = l->forward(ctx, x);
+        optimizer_->after_forward(l->index());
+      }
       loss_sum += ops::sum_to_host(ctx.losses);
     }
   }

@@ -13,8 +13,7 @@
 #include "launch/environment.h"
 #include "launch/lr_schedule.h"
 #include "models/model.h"
-#include "parallel/adamw.h"
-#include "parallel/grad_reducer.h"
+#include "parallel/distributed_optimizer.h"
 #include "parallel/mesh.h"
 #include "parallel/param_set.h"
 #include "runtime/goodput_clock.h"
@@ -58,8 +57,7 @@ class Trainer {
   std::unique_ptr<Mesh> mesh_;
   std::unique_ptr<Model> model_;
   ParamSet params_;
-  std::unique_ptr<GradReducer> reducer_;
-  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<DistributedOptimizer> optimizer_;
   std::unique_ptr<data::BatchLoader> loader_;
   std::unique_ptr<GoodputLedger> ledger_;  // rank 0 only
   std::unique_ptr<MetricsLog> metrics_;    // rank 0 only

@@ -1,0 +1,35 @@
+// ZeRO stage 0: every data-parallel rank keeps the full fp32 state; gradients are all-reduced in
+// buckets as backward finishes them (GradReducer), then every rank applies the same AdamW update.
+#pragma once
+#include "parallel/distributed_optimizer.h"
+#include "parallel/grad_reducer.h"
+
+namespace tetra {
+
+class ReplicatedOptimizer : public DistributedOptimizer {
+ public:
+  ReplicatedOptimizer(ParamSet& params, Communicator& dp, const DistributedOptimizerOptions& options);
+  int zero_stage() const override { return 0; }
+  void begin_step() override;
+  void after_backward(int layer, bool last_micro) override;
+  void finish_gradients() override;
+  double grad_norm() override;
+  void step(float lr, float grad_scale) override;
+  void discard_gradients() override { params_.zero_grads(); }
+  double exposed_comm_seconds() const override { return reducer_.last_wait_seconds(); }
+  int64_t steps_taken() const override { return adamw_.steps_taken(); }
+  void set_steps_taken(int64_t s) override { adamw_.set_steps_taken(s); }
+  std::vector<StatePiece> pieces_to_save() override;
+  std::vector<StatePiece> pieces_to_load() override;
+  void after_load() override;
+  StateMemory memory() const override;
+
+ private:
+  std::vector<StatePiece> all_pieces();
+  ParamSet& params_;
+  Communicator& dp_;
+  GradReducer reducer_;
+  AdamW adamw_;
+};
+
+}  // namespace tetra
