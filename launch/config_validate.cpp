@@ -1,0 +1,238 @@
+// Config checks against the job, before any work: every value in range, then the combinations
+// (mesh vs world, model vs mesh, batches, pipeline schedule, optimizer, device). Each error names
+// the keys involved with their lines, and says what would be valid.
+#include <filesystem>
+#include <numeric>
+
+#include "launch/config.h"
+#include "launch/config_schema.h"
+#include "runtime/error.h"
+
+namespace tetra::launch {
+
+namespace {
+
+// "cfg.yaml:9: parallel.dp: WHAT [parallel.tp at cfg.yaml:10]" (or "--set parallel.dp: WHAT ..."):
+// the first key is the one to fix; the others are listed with their origins when the user wrote them.
+[[noreturn]] void fail(const Config& c, const std::vector<std::string>& keys, const std::string& what) {
+  std::string also;
+  for (size_t i = 1; i < keys.size(); ++i) {
+    if (!c.origins.given(keys[i])) continue;
+    also += (also.empty() ? " [" : ", ") + keys[i] + " at " + c.origins.where(keys[i]);
+  }
+  if (!also.empty()) also += "]";
+  std::string where = c.origins.where(keys[0]);
+  bool named = where == "--set " + keys[0];  // an override's origin already names its key
+  TETRA_FAIL(Config, where, ": ", named ? "" : keys[0] + ": ", what, also);
+}
+
+std::string str(long long v) { return std::to_string(v); }
+
+// The divisors of n, for "use one of ..." suggestions.
+std::string divisors(int n) {
+  std::string out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0) out += (out.empty() ? "" : ", ") + str(d);
+  return out;
+}
+
+void check_values(const Config& c) {
+  for (const schema::Field& f : schema::fields()) {
+    std::string wrong = schema::check_value(f, c);
+    if (!wrong.empty()) fail(c, {f.path()}, wrong + " (" + schema::valid_text(f) + ")");
+  }
+  if (c.model.arch != "gpt2")
+    fail(c, {"model.arch"}, c.model.arch + " is not supported yet (use gpt2)");
+  const std::string& name = c.run.name;
+  if (name == "." || name == ".." || name.find('/') != std::string::npos)
+    fail(c, {"run.name"}, "\"" + name + "\" is not a single directory name (e.g. tiny; the run goes to run.output_dir/run.name)");
+}
+
+void check_mesh(const Config& c, int world) {
+  const ParallelConfig& p = c.parallel;
+  long long tp_pp = static_cast<long long>(p.tp) * p.pp;
+  std::string tp_pp_text = "tp·pp = " + str(p.tp) + "·" + str(p.pp) + " = " + str(tp_pp);
+  if (p.dp == 0) {
+    if (world % tp_pp != 0)
+      fail(c, p.tp > 1 ? std::vector<std::string>{"parallel.tp", "parallel.pp"} : std::vector<std::string>{"parallel.pp", "parallel.tp"},
+           tp_pp_text + " does not divide the " + str(world) + " ranks of the job, so parallel.dp cannot be derived; "
+           "launch a multiple of " + str(tp_pp) + " ranks, or choose tp·pp among " + divisors(world));
+    return;
+  }
+  long long total = static_cast<long long>(p.dp) * tp_pp;
+  if (total == world) return;
+  std::string what = "dp·tp·pp = " + str(p.dp) + "·" + str(p.tp) + "·" + str(p.pp) + " = " + str(total) +
+                     " but the job has " + str(world) + (world == 1 ? " rank" : " ranks") + "; ";
+  if (world % tp_pp == 0)
+    what += "set parallel.dp to " + str(world / tp_pp) + " (or 0 to derive it) or launch " + str(total) + " ranks";
+  else
+    what += "launch " + str(total) + " ranks, or change parallel.tp and parallel.pp so that tp·pp divides " + str(world);
+  fail(c, {"parallel.dp", "parallel.tp", "parallel.pp"}, what);
+}
+
+void check_model_split(const Config& c, int dp) {
+  const ModelConfig& m = c.model;
+  const ParallelConfig& p = c.parallel;
+  if (dp % p.ep != 0)
+    fail(c, {"parallel.ep", "parallel.dp"},
+         "ep = " + str(p.ep) + " does not divide dp = " + str(dp) +
+             " (the expert group is carved out of the data-parallel group); use ep among " + divisors(dp));
+  if (m.n_heads % p.tp != 0)
+    fail(c, {"model.n_heads", "parallel.tp"},
+         str(m.n_heads) + " heads do not split over parallel.tp = " + str(p.tp) + " ranks; use tp among " +
+             divisors(m.n_heads) + ", or a multiple of " + str(p.tp) + " heads");
+  if (m.d_model % m.n_heads != 0) {
+    int lo = m.d_model / m.n_heads * m.n_heads, hi = lo + m.n_heads;
+    fail(c, {"model.d_model", "model.n_heads"},
+         str(m.d_model) + " is not divisible by model.n_heads = " + str(m.n_heads) + " (every head has d_model/n_heads "
+         "channels); use a multiple of " + str(m.n_heads) + (lo > 0 ? ", e.g. " + str(lo) + " or " + str(hi) : ", e.g. " + str(hi)));
+  }
+  if (m.vocab_size % p.tp != 0) {
+    int padded = (m.vocab_size + p.tp - 1) / p.tp * p.tp;
+    fail(c, {"model.vocab_size", "parallel.tp"},
+         str(m.vocab_size) + " does not split over parallel.tp = " + str(p.tp) +
+             " ranks (the embedding and output layer are split by vocabulary); pad it to a multiple of " + str(p.tp) +
+             ", e.g. " + str(padded));
+  }
+  int stages = pipeline_stages(p);
+  if (m.n_layers % stages != 0) {
+    std::string into = pipeline_chunks_per_rank(p.schedule) > 1 && p.pp > 1
+                           ? str(stages) + " pipeline stages (parallel.pp = " + str(p.pp) + " ranks × 2 chunks each for schedule " + p.schedule + ")"
+                           : str(stages) + " pipeline stages of parallel.pp";
+    fail(c, {"model.n_layers", "parallel.pp", "parallel.schedule"},
+         str(m.n_layers) + " layers do not split evenly into " + into + "; use a multiple of " + str(stages) +
+             " layers, or a pp that divides the layers");
+  }
+}
+
+void check_batches(const Config& c, int dp) {
+  const TrainConfig& t = c.train;
+  const ParallelConfig& p = c.parallel;
+  long long per_round = static_cast<long long>(dp) * t.micro_batch;
+  if (t.global_batch % per_round != 0) {
+    long long lo = t.global_batch / per_round * per_round, hi = lo + per_round;
+    fail(c, {"train.global_batch", "train.micro_batch", "parallel.dp"},
+         str(t.global_batch) + " sequences do not split into micro-batches of dp·micro_batch = " + str(dp) + "·" +
+             str(t.micro_batch) + " = " + str(per_round) + "; use a multiple of " + str(per_round) +
+             (lo > 0 ? " (e.g. " + str(lo) + " or " + str(hi) + ")" : " (e.g. " + str(hi) + ")") +
+             ", or change train.micro_batch");
+  }
+  int m = static_cast<int>(t.global_batch / per_round);
+  if (p.micro_batches != 0 && p.micro_batches != m)
+    fail(c, {"parallel.micro_batches", "train.global_batch", "train.micro_batch"},
+         str(p.micro_batches) + " but train.global_batch / (dp·train.micro_batch) = " + str(t.global_batch) + " / (" +
+             str(dp) + "·" + str(t.micro_batch) + ") = " + str(m) + "; set it to " + str(m) + " or 0 (derived)");
+  if (p.pp > 1) {
+    const std::string& s = p.schedule;
+    std::string mb = str(m) + " micro-batches per step (global_batch / (dp·micro_batch))";
+    std::vector<std::string> keys = {"parallel.schedule", "train.global_batch", "train.micro_batch", "parallel.pp"};
+    if ((s == "dualpipe" || s == "dualpipev") && m < 2 * p.pp)
+      fail(c, keys, s + " with pp = " + str(p.pp) + " needs at least 2·pp = " + str(2 * p.pp) + " micro-batches, got " +
+                        mb + "; raise train.global_batch or lower train.micro_batch");
+    if (s == "dualpipe" && p.pp % 2 != 0)
+      fail(c, {"parallel.pp", "parallel.schedule"},
+           "dualpipe needs an even number of pipeline ranks, got " + str(p.pp) + "; use an even pp or schedule dualpipev");
+    if (s == "dualpipe" && m % 2 != 0)
+      fail(c, keys, "dualpipe feeds half the micro-batches from each end and needs an even number, got " + mb);
+    if (s == "interleaved_1f1b" && m % p.pp != 0)
+      fail(c, keys, "interleaved_1f1b needs a multiple of pp = " + str(p.pp) + " micro-batches, got " + mb);
+    if (s == "zb_h1" && m < p.pp)
+      fail(c, keys, "zb_h1 needs at least pp = " + str(p.pp) + " micro-batches, got " + mb);
+  }
+  if (t.seq_len > c.model.seq_len)
+    fail(c, {"train.seq_len", "model.seq_len"},
+         str(t.seq_len) + " exceeds model.seq_len = " + str(c.model.seq_len) +
+             " (the positional table); use at most " + str(c.model.seq_len) + " or raise model.seq_len");
+  if (t.eval_every > 0 && c.data.val.empty())
+    fail(c, {"train.eval_every", "data.val"},
+         str(t.eval_every) + " but data.val is not set; set data.val to a token file, or train.eval_every to 0");
+}
+
+void check_optimizer(const Config& c) {
+  const OptimizerConfig& o = c.optimizer;
+  if (o.warmup_steps > c.train.steps)
+    fail(c, {"optimizer.warmup_steps", "train.steps"},
+         str(o.warmup_steps) + " exceeds train.steps = " + str(c.train.steps) + "; use at most " + str(c.train.steps));
+  if (o.min_lr > o.lr)
+    fail(c, {"optimizer.min_lr", "optimizer.lr"},
+         schema::format_double(o.min_lr) + " exceeds optimizer.lr = " + schema::format_double(o.lr) +
+             "; the schedule decays from lr down to min_lr, so use min_lr ≤ lr");
+}
+
+void check_device(const Config& c) {
+  const TrainConfig& t = c.train;
+  if (t.device == "cpu" && t.precision == "bf16")
+    fail(c, {"train.precision", "train.device"},
+         "bf16 with train.device = cpu; the CPU backend computes in fp32 (use fp32 or auto)");
+  if (t.device == "cpu" && t.cuda_graphs)
+    fail(c, {"train.cuda_graphs", "train.device"}, "true with train.device = cpu; CUDA graphs need a GPU (set it to false)");
+  if (t.device == "cpu" && c.data.io == "gds")
+    fail(c, {"data.io", "train.device"},
+         "gds reads straight into GPU memory, but train.device = cpu; use auto, pinned or posix");
+}
+
+}  // namespace
+
+void validate(const Config& cfg, int world_size) {
+  if (world_size < 1) TETRA_FAIL(Usage, "the job has ", world_size, " ranks; a job needs at least one");
+  check_values(cfg);
+  check_mesh(cfg, world_size);
+  int dp = data_parallel_size(cfg.parallel, world_size);
+  check_model_split(cfg, dp);
+  check_batches(cfg, dp);
+  check_optimizer(cfg);
+  check_device(cfg);
+}
+
+void validate_for_training(const Config& cfg) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (cfg.data.train.empty())
+    fail(cfg, {"data.train"},
+         "not set; a training run needs a token file (make one with `tetra data prepare --input FILES --tokenizer byte "
+         "--out data/NAME/train.h5`)");
+  auto need_file = [&](const std::string& key, const std::string& path, const std::string& how) {
+    if (!fs::exists(path, ec))
+      fail(cfg, {key}, path + " does not exist (working directory " + fs::current_path(ec).string() + "); " + how);
+  };
+  const std::string prep = "make it with `tetra data prepare`, or fix the path";
+  need_file("data.train", cfg.data.train, prep);
+  if (!cfg.data.val.empty()) need_file("data.val", cfg.data.val, prep);
+  if (!cfg.model.init_from.empty())
+    need_file("model.init_from", cfg.model.init_from, "make one with `tetra ckpt consolidate`, or fix the path");
+  const std::string& r = cfg.checkpoint.resume;
+  if (r != "none" && r != "auto")
+    need_file("checkpoint.resume", r, "use none, auto (the newest checkpoint of the run) or a step_N directory");
+}
+
+Config resolve(const Config& cfg, int world_size, bool cuda_available) {
+  validate(cfg, world_size);
+  Config r = cfg;
+  r.parallel.dp = data_parallel_size(cfg.parallel, world_size);
+  r.parallel.micro_batches = cfg.train.global_batch / (r.parallel.dp * cfg.train.micro_batch);
+  if (r.train.seq_len == 0) r.train.seq_len = r.model.seq_len;
+  if (r.train.device == "cuda" && !cuda_available)
+    fail(cfg, {"train.device"},
+         "cuda, but no GPU is visible to this process (check the driver and CUDA_VISIBLE_DEVICES, or "
+#ifndef TETRA_WITH_CUDA
+         "build tetra with CUDA; "
+#endif
+         "use train.device: auto or cpu)");
+  if (r.train.device == "auto") r.train.device = cuda_available ? "cuda" : "cpu";
+  if (r.train.precision == "auto") r.train.precision = r.train.device == "cuda" ? "bf16" : "fp32";
+  if (r.train.device == "cpu" && cfg.train.device == "auto") {
+    if (r.train.precision == "bf16")
+      fail(cfg, {"train.precision", "train.device"},
+           "bf16, but train.device = auto found no GPU and the CPU backend computes in fp32; use fp32 or auto");
+    if (r.train.cuda_graphs)
+      fail(cfg, {"train.cuda_graphs", "train.device"},
+           "true, but train.device = auto found no GPU and runs on the CPU; set train.cuda_graphs to false");
+    if (r.data.io == "gds")
+      fail(cfg, {"data.io", "train.device"},
+           "gds, but train.device = auto found no GPU and runs on the CPU; use auto, pinned or posix");
+  }
+  validate(r, world_size);
+  return r;
+}
+
+}  // namespace tetra::launch

@@ -1,0 +1,420 @@
+// Good configs: values, defaults, overrides, derived sizes, the to_yaml round trip, and the
+// shipped configs/ files.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "launch/config.h"
+#include "launch/config_schema.h"
+#include "runtime/error.h"
+#include "tests/config/config_test_util.h"
+
+namespace tetra::launch {
+namespace {
+
+using testing::edit;
+using testing::kBase;
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Config) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(Config, ParsesValuesAndLines) {
+  testing::TempDir dir;
+  Config c = load_config(dir.write("cfg.yaml", kBase));
+  EXPECT_EQ(c.model.vocab_size, 256);
+  EXPECT_EQ(c.model.seq_len, 64);
+  EXPECT_EQ(c.model.d_model, 64);
+  EXPECT_EQ(c.model.n_layers, 4);
+  EXPECT_EQ(c.model.n_heads, 4);
+  EXPECT_EQ(c.parallel.dp, 2);
+  EXPECT_EQ(c.train.steps, 100);
+  EXPECT_EQ(c.train.global_batch, 8);
+  EXPECT_EQ(c.train.micro_batch, 2);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
+  EXPECT_EQ(c.optimizer.warmup_steps, 10);
+  EXPECT_EQ(c.data.train, "data/x.h5");
+  // Where each key came from.
+  EXPECT_EQ(c.origins.line.at("train.steps"), 12);
+  EXPECT_EQ(c.origins.line.at("train"), 11);
+  EXPECT_EQ(c.origins.line.at("data.train"), 19);
+  EXPECT_TRUE(c.origins.given("model.n_heads"));
+  EXPECT_FALSE(c.origins.given("train.grad_clip"));
+  EXPECT_EQ(c.origins.where("train.steps"), dir.path() + "/cfg.yaml:12");
+  EXPECT_EQ(c.origins.where("train.grad_clip"), dir.path() + "/cfg.yaml");
+}
+
+TEST(Config, DefaultsAreFilledIn) {
+  testing::TempDir dir;
+  Config c = load_config(dir.write("cfg.yaml", kBase));
+  EXPECT_EQ(c.run.name, "tetra");
+  EXPECT_EQ(c.run.output_dir, "runs");
+  EXPECT_EQ(c.run.seed, 1234);
+  EXPECT_DOUBLE_EQ(c.run.comm_timeout_s, 600);
+  EXPECT_EQ(c.model.arch, "gpt2");
+  EXPECT_EQ(c.model.init_from, "");
+  EXPECT_DOUBLE_EQ(c.model.ln_eps, 1e-5);
+  EXPECT_EQ(c.parallel.tp, 1);
+  EXPECT_EQ(c.parallel.pp, 1);
+  EXPECT_EQ(c.parallel.ep, 1);
+  EXPECT_EQ(c.parallel.zero_stage, 0);
+  EXPECT_EQ(c.parallel.fsdp_prefetch, 1);
+  EXPECT_EQ(c.parallel.schedule, "1f1b");
+  EXPECT_EQ(c.parallel.micro_batches, 0);
+  EXPECT_TRUE(c.parallel.overlap_grad_reduce);
+  EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 25);
+  EXPECT_EQ(c.train.seq_len, 64);  // from model.seq_len
+  EXPECT_EQ(c.train.precision, "auto");
+  EXPECT_EQ(c.train.device, "auto");
+  EXPECT_DOUBLE_EQ(c.train.grad_clip, 1.0);
+  EXPECT_EQ(c.train.eval_every, 0);
+  EXPECT_EQ(c.train.recompute, "none");
+  EXPECT_EQ(c.train.on_nonfinite, "skip");
+  EXPECT_FALSE(c.train.cuda_graphs);
+  EXPECT_EQ(c.optimizer.name, "adamw");
+  EXPECT_DOUBLE_EQ(c.optimizer.betas[0], 0.9);
+  EXPECT_DOUBLE_EQ(c.optimizer.betas[1], 0.95);
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-8);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.1);
+  EXPECT_EQ(c.optimizer.schedule, "cosine");
+  EXPECT_DOUBLE_EQ(c.optimizer.min_lr, 0);
+  EXPECT_EQ(c.data.val, "");
+  EXPECT_TRUE(c.data.shuffle);
+  EXPECT_EQ(c.data.prefetch, 4);
+  EXPECT_EQ(c.data.io, "auto");
+  EXPECT_EQ(c.data.loader_threads, 2);
+  EXPECT_EQ(c.checkpoint.every, 0);
+  EXPECT_EQ(c.checkpoint.keep, 2);
+  EXPECT_EQ(c.checkpoint.resume, "none");
+  EXPECT_FALSE(c.checkpoint.async);
+  EXPECT_EQ(c.log.every, 1);
+  EXPECT_DOUBLE_EQ(c.log.peak_tflops, 0);
+  EXPECT_EQ(c.log.profile_steps, 0);
+}
+
+TEST(Config, EveryKindOfValueParses) {
+  testing::TempDir dir;
+  std::string yaml = std::string(kBase) +
+                     "  val: \"data/my val.h5\"\n"
+                     "  shuffle: no\n"
+                     "  io: posix\n"
+                     "run:\n"
+                     "  name: 'exp #1'\n"
+                     "  seed: +42\n"
+                     "  comm_timeout_s: 30\n"
+                     "checkpoint:\n"  // an empty section: all defaults
+                     "log:\n"
+                     "  peak_tflops: 989.5\n";
+  Config c = load_config(dir.write("cfg.yaml", yaml));
+  EXPECT_EQ(c.data.val, "data/my val.h5");
+  EXPECT_FALSE(c.data.shuffle);
+  EXPECT_EQ(c.data.io, "posix");
+  EXPECT_EQ(c.run.name, "exp #1");
+  EXPECT_EQ(c.run.seed, 42);
+  EXPECT_DOUBLE_EQ(c.run.comm_timeout_s, 30);
+  EXPECT_EQ(c.checkpoint.keep, 2);
+  EXPECT_DOUBLE_EQ(c.log.peak_tflops, 989.5);
+}
+
+TEST(Config, OverridesNestedKeysListsAndStrings) {
+  testing::TempDir dir;
+  Config c = load_config(dir.write("cfg.yaml", kBase),
+                         {"train.steps=7", "optimizer.betas=[0.8, 0.99]", "parallel.schedule=gpipe",
+                          "optimizer.lr=3e-4", "data.shuffle=false", "run.name=override run", "train.steps=19",
+                          "data.val=", "checkpoint.resume=auto", "log.peak_tflops=100"});
+  EXPECT_EQ(c.train.steps, 19);  // the last --set of a key wins
+  EXPECT_DOUBLE_EQ(c.optimizer.betas[0], 0.8);
+  EXPECT_DOUBLE_EQ(c.optimizer.betas[1], 0.99);
+  EXPECT_EQ(c.parallel.schedule, "gpipe");
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
+  EXPECT_FALSE(c.data.shuffle);
+  EXPECT_EQ(c.run.name, "override run");
+  EXPECT_EQ(c.data.val, "");
+  EXPECT_EQ(c.checkpoint.resume, "auto");
+  EXPECT_DOUBLE_EQ(c.log.peak_tflops, 100);
+  EXPECT_EQ(c.origins.where("train.steps"), "--set train.steps");
+  EXPECT_EQ(c.origins.where("optimizer.betas"), "--set optimizer.betas");
+  EXPECT_TRUE(c.origins.given("log.peak_tflops"));
+  // Overrides show in the resolved config.
+  std::string yaml = to_yaml(c);
+  EXPECT_NE(yaml.find("  steps: 19\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("  betas: [0.8, 0.99]\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("  name: \"override run\"\n"), std::string::npos) << yaml;
+  EXPECT_NO_THROW(validate(c, 2));
+}
+
+TEST(Config, OverrideFixesAnInvalidFile) {
+  // Overrides are applied before validation: a file that is wrong alone may be right with --set.
+  testing::TempDir dir;
+  std::string path = dir.write("cfg.yaml", edit("  steps: 100", "  steps: ten"));
+  EXPECT_THROW(load_config(path), Error);
+  Config c = load_config(path, {"train.steps=50"});
+  EXPECT_EQ(c.train.steps, 50);
+  Config d = load_config(dir.write("cfg2.yaml", kBase), {"parallel.dp=1"});
+  EXPECT_NE(message_of([&] { validate(d, 2); }).find("--set parallel.dp: dp·tp·pp = 1·1·1 = 1 but the job has 2 ranks"),
+            std::string::npos);
+}
+
+TEST(Config, TrainSeqLenMayBeShorter) {
+  testing::TempDir dir;
+  Config c = load_config(dir.write("cfg.yaml", kBase), {"train.seq_len=32"});
+  EXPECT_EQ(c.train.seq_len, 32);
+  EXPECT_EQ(c.model.seq_len, 64);
+  EXPECT_NO_THROW(validate(c, 2));
+  Config d = load_config(dir.write("cfg2.yaml", kBase), {"model.seq_len=128"});
+  EXPECT_EQ(d.train.seq_len, 128);  // follows model.seq_len when not given
+}
+
+TEST(Config, DerivedDataParallelSize) {
+  testing::TempDir dir;
+  std::string yaml = edit("  dp: 2", "  dp: 0");
+  Config c = load_config(dir.write("cfg.yaml", yaml), {"train.global_batch=16"});
+  for (int world : {1, 2, 4, 8}) {
+    EXPECT_NO_THROW(validate(c, world)) << world;
+    EXPECT_EQ(data_parallel_size(c.parallel, world), world);
+    Config r = resolve(c, world, false);
+    EXPECT_EQ(r.parallel.dp, world);
+    EXPECT_EQ(r.parallel.micro_batches, 16 / (world * 2));
+  }
+  Config t = load_config(dir.write("cfg2.yaml", yaml), {"parallel.tp=2", "parallel.pp=2", "train.global_batch=16"});
+  EXPECT_EQ(resolve(t, 8, false).parallel.dp, 2);
+  EXPECT_EQ(resolve(t, 4, false).parallel.dp, 1);
+  EXPECT_THROW(validate(t, 6), Error);  // 6 ranks do not hold a 2·2 mesh a whole number of times
+  EXPECT_THROW(validate(t, 2), Error);
+}
+
+TEST(Config, ResolveDeviceAndPrecision) {
+  testing::TempDir dir;
+  Config c = load_config(dir.write("cfg.yaml", kBase));
+  Config cpu = resolve(c, 2, false);
+  EXPECT_EQ(cpu.train.device, "cpu");
+  EXPECT_EQ(cpu.train.precision, "fp32");
+  Config gpu = resolve(c, 2, true);
+  EXPECT_EQ(gpu.train.device, "cuda");
+  EXPECT_EQ(gpu.train.precision, "bf16");
+  Config fp32 = resolve(load_config(dir.write("c2.yaml", kBase), {"train.precision=fp32"}), 2, true);
+  EXPECT_EQ(fp32.train.precision, "fp32");
+
+  Config want_gpu = load_config(dir.write("c3.yaml", kBase), {"train.device=cuda"});
+  EXPECT_NO_THROW(validate(want_gpu, 2));  // validate needs no GPU
+  std::string msg = message_of([&] { resolve(want_gpu, 2, false); });
+  EXPECT_NE(msg.find("--set train.device: cuda, but no GPU is visible"), std::string::npos) << msg;
+  Config graphs = load_config(dir.write("c4.yaml", kBase), {"train.cuda_graphs=true"});
+  msg = message_of([&] { resolve(graphs, 2, false); });
+  EXPECT_NE(msg.find("train.cuda_graphs: true, but train.device = auto found no GPU"), std::string::npos) << msg;
+  EXPECT_EQ(resolve(graphs, 2, true).train.cuda_graphs, true);
+}
+
+TEST(Config, RoundTripThroughYaml) {
+  testing::TempDir dir;
+  // Every key away from its default, strings that YAML would misread unquoted.
+  std::vector<std::string> sets = {
+      "run.name=\"null\"", "run.output_dir=\"out dir/with: colon #hash\"", "run.seed=987654321012",
+      "run.comm_timeout_s=0.1", "model.init_from=\"it's \\\"quoted\\\"\\ttab\"", "model.ln_eps=1e-6",
+      "parallel.dp=1", "parallel.tp=2", "parallel.zero_stage=3", "parallel.fsdp_prefetch=2",
+      "parallel.schedule=zb_h1", "parallel.overlap_grad_reduce=false", "parallel.bucket_mb=12.5",
+      "train.seq_len=48", "train.precision=fp32", "train.device=cpu", "train.grad_clip=0", "train.eval_every=5",
+      "train.eval_batches=3", "train.recompute=mlp", "train.on_nonfinite=stop", "optimizer.lr=0.1",
+      "optimizer.betas=[0.85, 0.999]", "optimizer.eps=1.0e-12", "optimizer.weight_decay=0.01",
+      "optimizer.schedule=linear", "optimizer.min_lr=1e-5", "data.val=\"true\"", "data.shuffle=false",
+      "data.prefetch=0", "data.io=pinned", "data.loader_threads=3", "checkpoint.every=10", "checkpoint.keep=0",
+      "checkpoint.resume=runs/x/checkpoints/step_10", "checkpoint.async=true", "log.every=5",
+      "log.peak_tflops=312", "log.profile_steps=3"};
+  Config c = load_config(dir.write("cfg.yaml", kBase), sets);
+  EXPECT_EQ(c.run.name, "null");
+  EXPECT_EQ(c.model.init_from, "it's \"quoted\"\ttab");
+  EXPECT_EQ(c.data.val, "true");
+  std::string yaml = to_yaml(c);
+  Config back = load_config(dir.write("resolved.yaml", yaml));
+  EXPECT_TRUE(back == c) << yaml;
+  EXPECT_EQ(to_yaml(back), yaml);
+  EXPECT_EQ(back.run.output_dir, "out dir/with: colon #hash");
+  EXPECT_EQ(back.run.seed, 987654321012);
+  EXPECT_DOUBLE_EQ(back.optimizer.betas[1], 0.999);
+
+  // Every key of the schema is in the YAML, each on its own line.
+  for (const auto& f : schema::fields())
+    EXPECT_NE(yaml.find(std::string("\n  ") + f.key + ": "), std::string::npos) << f.path();
+
+  // The resolved config of a plain file round-trips too, derived dp included.
+  Config r = resolve(load_config(dir.write("plain.yaml", edit("  dp: 2", "  dp: 0"))), 2, false);
+  Config r_back = load_config(dir.write("plain_resolved.yaml", to_yaml(r)));
+  EXPECT_TRUE(r_back == r);
+  EXPECT_EQ(r_back.parallel.dp, 2);
+  EXPECT_EQ(r_back.train.device, "cpu");
+}
+
+TEST(Config, EqualityComparesEveryKey) {
+  // So that the round trip above can fail: changing any one key makes the configs differ.
+  Config a;
+  for (const auto& f : schema::fields()) {
+    Config b = a;
+    void* p = f.get(b);
+    switch (f.type) {
+      case schema::Type::Int: *static_cast<int*>(p) += 1; break;
+      case schema::Type::Int64: *static_cast<std::int64_t*>(p) += 1; break;
+      case schema::Type::Float: *static_cast<double*>(p) += 0.5; break;
+      case schema::Type::Bool: *static_cast<bool*>(p) = !*static_cast<bool*>(p); break;
+      case schema::Type::String:
+      case schema::Type::Choice: *static_cast<std::string*>(p) += "x"; break;
+      case schema::Type::FloatPair: (*static_cast<std::array<double, 2>*>(p))[1] += 0.01; break;
+    }
+    EXPECT_FALSE(a == b) << f.path();
+  }
+  Config c = a;
+  c.origins.file = "elsewhere.yaml";  // origins are not part of the experiment
+  EXPECT_TRUE(a == c);
+}
+
+TEST(Config, BuiltInCodeValidates) {
+  Config c;
+  c.model.vocab_size = 256;
+  c.model.seq_len = 32;
+  c.model.d_model = 32;
+  c.model.n_layers = 2;
+  c.model.n_heads = 2;
+  c.train.steps = 10;
+  c.train.global_batch = 4;
+  EXPECT_NO_THROW(validate(c, 4));
+  EXPECT_EQ(resolve(c, 4, false).train.seq_len, 32);
+  c.train.steps = 0;
+  std::string msg = message_of([&] { validate(c, 4); });
+  EXPECT_EQ(msg, "config: train.steps: 0 is too small (an integer ≥ 1)");
+  c.train.steps = 10;
+  c.parallel.schedule = "pipedream";
+  msg = message_of([&] { validate(c, 4); });
+  EXPECT_NE(msg.find("config: parallel.schedule: pipedream is not a valid choice (one of: gpipe"), std::string::npos)
+      << msg;
+}
+
+TEST(Config, PipelineStagesPerSchedule) {
+  ParallelConfig p;
+  p.pp = 4;
+  for (auto [s, stages] : std::vector<std::pair<std::string, int>>{
+           {"gpipe", 4}, {"1f1b", 4}, {"zb_h1", 4}, {"dualpipe", 4}, {"interleaved_1f1b", 8}, {"dualpipev", 8}}) {
+    p.schedule = s;
+    EXPECT_EQ(pipeline_stages(p), stages) << s;
+  }
+  p.pp = 1;
+  EXPECT_EQ(pipeline_stages(p), 1);
+}
+
+TEST(Config, PipelineSchedulesThatFit) {
+  testing::TempDir dir;
+  std::string yaml = edit("  dp: 2", "  dp: 1", edit("  pp: 1", "  pp: 2"));
+  std::string path = dir.write("cfg.yaml", yaml);
+  // 4 layers, pp 2, 8 micro-batches of 1 sequence: every schedule fits.
+  for (const char* s : {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "dualpipe", "dualpipev"}) {
+    Config c = load_config(path, {std::string("parallel.schedule=") + s, "train.micro_batch=1"});
+    EXPECT_NO_THROW(validate(c, 2)) << s;
+    EXPECT_EQ(resolve(c, 2, false).parallel.micro_batches, 8) << s;
+  }
+}
+
+TEST(Config, FileErrors) {
+  testing::TempDir dir;
+  std::string missing = dir.path() + "/nope.yaml";
+  std::string msg = message_of([&] { load_config(missing); });
+  EXPECT_NE(msg.find(missing + ": config file not found"), std::string::npos) << msg;
+  msg = message_of([&] { load_config(dir.path()); });
+  EXPECT_NE(msg.find("is a directory, not a config file"), std::string::npos) << msg;
+  msg = message_of([&] { load_config(dir.write("empty.yaml", "")); });
+  EXPECT_NE(msg.find("empty.yaml: model.vocab_size: missing required key"), std::string::npos) << msg;
+  if (getuid() != 0) {  // root reads any file
+    std::string locked = dir.write("locked.yaml", kBase);
+    std::filesystem::permissions(locked, std::filesystem::perms::none);
+    msg = message_of([&] { load_config(locked); });
+    EXPECT_NE(msg.find("locked.yaml: cannot read the config file"), std::string::npos) << msg;
+  }
+}
+
+TEST(Config, TrainingInputsMustExist) {
+  testing::TempDir dir;
+  Config c = load_config(dir.write("cfg.yaml", kBase), {"data.train=" + dir.path() + "/train.h5"});
+  std::string msg = message_of([&] { validate_for_training(c); });
+  EXPECT_NE(msg.find("--set data.train: " + dir.path() + "/train.h5 does not exist"), std::string::npos) << msg;
+  dir.write("train.h5", "tokens");
+  EXPECT_NO_THROW(validate_for_training(c));
+
+  Config no_train = load_config(dir.write("c2.yaml", edit("  train: data/x.h5", "  val: v.h5")));
+  msg = message_of([&] { validate_for_training(no_train); });
+  EXPECT_NE(msg.find("c2.yaml: data.train: not set; a training run needs a token file"), std::string::npos) << msg;
+  EXPECT_NO_THROW(validate(no_train, 2));  // planning needs no data
+
+  Config resume = load_config(dir.write("c3.yaml", kBase),
+                              {"data.train=" + dir.path() + "/train.h5", "checkpoint.resume=runs/x/step_5"});
+  msg = message_of([&] { validate_for_training(resume); });
+  EXPECT_NE(msg.find("--set checkpoint.resume: runs/x/step_5 does not exist"), std::string::npos) << msg;
+}
+
+// The shipped configs.
+const std::string kConfigs = std::string(TETRA_SOURCE_DIR) + "/configs/";
+
+TEST(ShippedConfigs, TinyLoadsAndValidatesAtWorld2) {
+  Config c = load_config(kConfigs + "tiny.yaml");
+  EXPECT_NO_THROW(validate(c, 2));
+  EXPECT_EQ(c.run.name, "tiny");
+  EXPECT_EQ(c.run.output_dir, "runs");
+  EXPECT_EQ(c.model.vocab_size, 256);
+  EXPECT_EQ(c.model.seq_len, 128);
+  EXPECT_EQ(c.model.d_model, 128);
+  EXPECT_EQ(c.model.n_layers, 4);
+  EXPECT_EQ(c.model.n_heads, 4);
+  EXPECT_EQ(c.parallel.dp, 2);
+  EXPECT_EQ(c.train.global_batch, 16);
+  EXPECT_EQ(c.train.micro_batch, 4);
+  EXPECT_EQ(c.train.eval_every, 50);
+  EXPECT_EQ(c.train.eval_batches, 2);
+  EXPECT_DOUBLE_EQ(c.train.grad_clip, 1.0);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-3);
+  EXPECT_DOUBLE_EQ(c.optimizer.min_lr, 3e-4);
+  EXPECT_EQ(c.optimizer.warmup_steps, 20);
+  EXPECT_EQ(c.optimizer.schedule, "cosine");
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.1);
+  EXPECT_EQ(c.data.train, "data/tiny/train.h5");
+  EXPECT_EQ(c.data.val, "data/tiny/val.h5");
+  EXPECT_EQ(c.checkpoint.every, 100);
+  EXPECT_EQ(c.checkpoint.keep, 2);
+  EXPECT_EQ(c.log.every, 10);
+  Config r = resolve(c, 2, false);
+  EXPECT_EQ(r.parallel.micro_batches, 2);
+  EXPECT_EQ(r.train.precision, "fp32");
+  EXPECT_THROW(validate(c, 1), Error);  // dp 2 is fixed: tiny wants two ranks
+  EXPECT_NO_THROW(validate(load_config(kConfigs + "tiny.yaml", {"parallel.dp=1"}), 1));
+}
+
+TEST(ShippedConfigs, Gpt2At1And2Ranks) {
+  Config c = load_config(kConfigs + "gpt2-124m.yaml");
+  EXPECT_EQ(c.model.vocab_size, 50304);
+  EXPECT_EQ(c.model.n_layers, 12);
+  EXPECT_EQ(c.model.d_model, 768);
+  EXPECT_EQ(c.model.n_heads, 12);
+  EXPECT_EQ(c.model.seq_len, 1024);
+  EXPECT_EQ(c.parallel.dp, 0);
+  EXPECT_EQ(c.train.micro_batch, 16);
+  EXPECT_EQ(c.train.global_batch, 32);
+  EXPECT_EQ(c.train.precision, "bf16");
+  EXPECT_EQ(c.train.device, "cuda");
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 6e-4);
+  EXPECT_DOUBLE_EQ(c.optimizer.min_lr, 6e-5);
+  EXPECT_EQ(c.optimizer.warmup_steps, 700);
+  EXPECT_DOUBLE_EQ(c.optimizer.betas[1], 0.95);
+  for (int world : {1, 2}) {
+    EXPECT_NO_THROW(validate(c, world)) << world;
+    Config r = resolve(c, world, true);
+    EXPECT_EQ(r.parallel.dp, world);
+    EXPECT_EQ(r.parallel.micro_batches, 2 / world);
+  }
+  EXPECT_THROW(resolve(c, 1, false), Error);  // asks for cuda
+  EXPECT_NO_THROW(validate(load_config(kConfigs + "gpt2-124m.yaml", {"train.global_batch=128"}), 8));
+}
+
+}  // namespace
+}  // namespace tetra::launch
