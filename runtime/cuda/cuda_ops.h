@@ -1,5 +1,8 @@
 // CUDA kernels (bf16 storage, fp32 accumulation). Same contracts as runtime/ops.h.
 #pragma once
+#include <vector>
+
+#include "runtime/multi_tensor.h"
 #include "runtime/ops.h"
 
 namespace tetra::cuda {
@@ -33,5 +36,8 @@ void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, cons
                   Tensor* working);
 void sum_squares(Tensor& acc, const Tensor& x);
 double sum_to_host(const Tensor& x);
+
+// Multi-tensor AdamW (runtime/multi_tensor.h): one launch per batch of up to 256 segments.
+void adamw_update_multi(const std::vector<ops::AdamWSegment>& segments, const AdamWHyper& h);
 
 }  // namespace tetra::cuda

@@ -1,0 +1,245 @@
+// CUDA AdamW, the update of torch.optim.AdamW (decoupled weight decay), fused into one pass that
+// reads p, g, m, v and writes p, m, v and the optional working copy:
+//   g = grad·grad_scale
+//   p ← p·(1 - lr·wd)
+//   m ← β1·m + (1-β1)·g,   v ← β2·v + (1-β2)·g²
+//   p ← p - lr/(1-β1^step) · m / (√v/√(1-β2^step) + eps)
+// Shapes: master, m, v fp32 [n]; grad fp32 or bf16 [n]; working fp32 or bf16 [n] (optional).
+//
+// Multi-tensor: one launch updates up to kMaxSegments segments (each its own tensors, size and
+// weight decay). The segment table travels as a __grid_constant__ kernel parameter (≈ 15 KB; CUDA
+// ≥ 12.1 allows 32 KB), so nothing is copied to the device per step. Each block updates one chunk
+// of kChunk elements of one segment, found by binary search over the segments' first blocks.
+// Segments whose pointers are aligned (fp32 16 bytes, bf16 8 bytes) move 4 elements per access.
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/cuda/cuda_ops.h"
+#include "runtime/cuda/device_context.h"
+#include "runtime/cuda/kernel_common.cuh"
+
+namespace tetra::cuda {
+
+namespace {
+
+constexpr int kMaxSegments = 256;
+constexpr int kChunk = 8192;  // elements per block
+constexpr int kThreads = 256;
+
+enum : uint8_t { kWorkNone = 0, kWorkF32 = 1, kWorkBF16 = 2 };
+
+struct SegmentArgs {
+  float* master;
+  const void* grad;  // fp32 or bf16 (grad_bf16)
+  float* m;
+  float* v;
+  void* working;     // null, fp32 or bf16 (working_kind)
+  int64_t numel;
+  float decay;       // 1 - lr·weight_decay
+  uint8_t grad_bf16;
+  uint8_t working_kind;
+  uint8_t vec4;      // every pointer aligned for 4-element accesses
+};
+
+struct BatchArgs {
+  SegmentArgs seg[kMaxSegments];
+  int first_block[kMaxSegments + 1];  // segment s owns blocks [first_block[s], first_block[s + 1])
+  int count;
+};
+
+struct HyperArgs {
+  float beta1, beta2, one_minus_beta1, one_minus_beta2, eps, step_size, inv_bc2_sqrt, grad_scale;
+};
+
+static_assert(sizeof(BatchArgs) + sizeof(HyperArgs) < 32000, "AdamW kernel parameters exceed the 32 KB limit");
+
+__device__ __forceinline__ float adamw_element(float p, float& m, float& v, float g, float decay, const HyperArgs& h) {
+  g *= h.grad_scale;
+  p *= decay;
+  m = h.beta1 * m + h.one_minus_beta1 * g;
+  v = h.beta2 * v + h.one_minus_beta2 * g * g;
+  const float denom = sqrtf(v) * h.inv_bc2_sqrt + h.eps;
+  return p - h.step_size * m / denom;
+}
+
+__device__ __forceinline__ void load4(const void* p, bool bf16_data, int64_t i, float (&out)[4]) {
+  if (bf16_data) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const bf16*>(p) + i);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
+    out[0] = a.x, out[1] = a.y, out[2] = b.x, out[3] = b.y;
+  } else {
+    const float4 f = *reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
+    out[0] = f.x, out[1] = f.y, out[2] = f.z, out[3] = f.w;
+  }
+}
+
+__device__ __forceinline__ void store_working4(void* p, uint8_t kind, int64_t i, const float (&in)[4]) {
+  if (kind == kWorkBF16) {
+    uint2 raw;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+    h[0] = __floats2bfloat162_rn(in[0], in[1]);
+    h[1] = __floats2bfloat162_rn(in[2], in[3]);
+    *reinterpret_cast<uint2*>(static_cast<bf16*>(p) + i) = raw;
+  } else if (kind == kWorkF32) {
+    *reinterpret_cast<float4*>(static_cast<float*>(p) + i) = make_float4(in[0], in[1], in[2], in[3]);
+  }
+}
+
+__device__ __forceinline__ void update_one(const SegmentArgs& s, int64_t i, const HyperArgs& h) {
+  const float g = s.grad_bf16 ? __bfloat162float(static_cast<const bf16*>(s.grad)[i]) : static_cast<const float*>(s.grad)[i];
+  float m = s.m[i], v = s.v[i];
+  const float p = adamw_element(s.master[i], m, v, g, s.decay, h);
+  s.master[i] = p;
+  s.m[i] = m;
+  s.v[i] = v;
+  if (s.working_kind == kWorkBF16) static_cast<bf16*>(s.working)[i] = __float2bfloat16_rn(p);
+  else if (s.working_kind == kWorkF32) static_cast<float*>(s.working)[i] = p;
+}
+
+__global__ void __launch_bounds__(kThreads) adamw_multi_kernel(const __grid_constant__ BatchArgs batch, const HyperArgs h) {
+  // The segment owning this block: the last s with first_block[s] ≤ blockIdx.x.
+  const int b = blockIdx.x;
+  int lo = 0, hi = batch.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (batch.first_block[mid] <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  const SegmentArgs& s = batch.seg[lo];
+  const int64_t start = static_cast<int64_t>(b - batch.first_block[lo]) * kChunk;
+  const int64_t len = std::min<int64_t>(kChunk, s.numel - start);
+  int64_t done = 0;
+  if (s.vec4) {
+    done = len & ~int64_t{3};
+    for (int64_t k = static_cast<int64_t>(threadIdx.x) * 4; k < done; k += static_cast<int64_t>(blockDim.x) * 4) {
+      const int64_t i = start + k;
+      float g[4];
+      load4(s.grad, s.grad_bf16, i, g);
+      const float4 p4 = *reinterpret_cast<const float4*>(s.master + i);
+      float4 m4 = *reinterpret_cast<const float4*>(s.m + i);
+      float4 v4 = *reinterpret_cast<const float4*>(s.v + i);
+      float p[4] = {p4.x, p4.y, p4.z, p4.w};
+      float m[4] = {m4.x, m4.y, m4.z, m4.w};
+      float v[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) p[j] = adamw_element(p[j], m[j], v[j], g[j], s.decay, h);
+      *reinterpret_cast<float4*>(s.master + i) = make_float4(p[0], p[1], p[2], p[3]);
+      *reinterpret_cast<float4*>(s.m + i) = make_float4(m[0], m[1], m[2], m[3]);
+      *reinterpret_cast<float4*>(s.v + i) = make_float4(v[0], v[1], v[2], v[3]);
+      store_working4(s.working, s.working_kind, i, p);
+    }
+  }
+  for (int64_t k = done + threadIdx.x; k < len; k += blockDim.x) update_one(s, start + k, h);
+}
+
+bool aligned_for4(const void* p, DType t) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  return t == DType::BF16 ? (a % 8) == 0 : (a % 16) == 0;
+}
+
+HyperArgs make_hyper(const AdamWHyper& h) {
+  if (h.step < 1) TETRA_FAIL(Internal, "adamw_update: step must be ≥ 1 (1-based, for bias correction), got ", h.step);
+  if (!(h.beta1 >= 0.0f && h.beta1 < 1.0f) || !(h.beta2 >= 0.0f && h.beta2 < 1.0f))
+    TETRA_FAIL(Internal, "adamw_update: betas must lie in [0, 1), got (", h.beta1, ", ", h.beta2, ")");
+  // Scalars in double, as PyTorch computes them in Python floats.
+  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
+  HyperArgs a;
+  a.beta1 = h.beta1;
+  a.beta2 = h.beta2;
+  a.one_minus_beta1 = 1.0f - h.beta1;
+  a.one_minus_beta2 = 1.0f - h.beta2;
+  a.eps = h.eps;
+  a.step_size = static_cast<float>(static_cast<double>(h.lr) / bc1);
+  a.inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(bc2));
+  a.grad_scale = h.grad_scale;
+  return a;
+}
+
+SegmentArgs make_segment(const ops::AdamWSegment& s, float lr, size_t index) {
+  const char* op = "adamw_update";
+  check_cuda_tensor(op, "master", s.master);
+  check_dtype(op, "master", s.master, DType::F32);
+  check_cuda_float(op, "grad", s.grad);
+  check_shape(op, "grad", s.grad, s.master.shape());
+  check_cuda_tensor(op, "m", s.m);
+  check_dtype(op, "m", s.m, DType::F32);
+  check_shape(op, "m", s.m, s.master.shape());
+  check_cuda_tensor(op, "v", s.v);
+  check_dtype(op, "v", s.v, DType::F32);
+  check_shape(op, "v", s.v, s.master.shape());
+  const bool working = s.working.defined();
+  if (working) {
+    check_cuda_float(op, "working", s.working);
+    check_shape(op, "working", s.working, s.master.shape());
+  }
+  if (!(s.master.device() == s.grad.device() && s.master.device() == s.m.device() &&
+        s.master.device() == s.v.device() && (!working || s.master.device() == s.working.device())))
+    TETRA_FAIL(Internal, op, ": segment ", index, " has tensors on different devices (master ", s.master.describe(),
+               ")");
+  SegmentArgs a;
+  a.master = s.master.data<float>();
+  a.grad = s.grad.data_ptr();
+  a.m = s.m.data<float>();
+  a.v = s.v.data<float>();
+  a.working = working ? s.working.data_ptr() : nullptr;
+  a.numel = s.master.numel();
+  a.decay = static_cast<float>(1.0 - static_cast<double>(lr) * s.weight_decay);
+  a.grad_bf16 = s.grad.dtype() == DType::BF16;
+  a.working_kind = !working ? kWorkNone : (s.working.dtype() == DType::BF16 ? kWorkBF16 : kWorkF32);
+  a.vec4 = aligned_for4(a.master, DType::F32) && aligned_for4(a.m, DType::F32) && aligned_for4(a.v, DType::F32) &&
+           aligned_for4(a.grad, s.grad.dtype()) && (!working || aligned_for4(a.working, s.working.dtype()));
+  return a;
+}
+
+}  // namespace
+
+void adamw_update_multi(const std::vector<ops::AdamWSegment>& segments, const AdamWHyper& h) {
+  if (segments.empty()) return;
+  const HyperArgs hyper = make_hyper(h);
+  const Device dev = segments.front().master.device();
+  check_cuda_tensor("adamw_update", "master", segments.front().master);
+  DeviceScope scope(dev);
+  cudaStream_t stream = stream_of(dev);
+
+  BatchArgs batch{};
+  int blocks = 0;
+  auto launch = [&] {
+    if (batch.count == 0) return;
+    batch.first_block[batch.count] = blocks;
+    adamw_multi_kernel<<<blocks, kThreads, 0, stream>>>(batch, hyper);
+    TETRA_CUDA_CHECK_LAUNCH();
+    batch.count = 0;
+    blocks = 0;
+  };
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const SegmentArgs seg = make_segment(segments[i], h.lr, i);
+    if (!(segments[i].master.device() == dev))
+      TETRA_FAIL(Internal, "adamw_update_multi: segment ", i, " is on ", segments[i].master.device().str(),
+                 ", segment 0 on ", dev.str());
+    if (seg.numel == 0) continue;
+    const int64_t seg_blocks = (seg.numel + kChunk - 1) / kChunk;
+    if (seg_blocks > INT32_MAX / 2)
+      TETRA_FAIL(Internal, "adamw_update: segment ", i, " of ", seg.numel, " elements is too large for one launch");
+    if (batch.count == kMaxSegments || blocks + seg_blocks > INT32_MAX / 2) launch();
+    batch.seg[batch.count] = seg;
+    batch.first_block[batch.count] = blocks;
+    batch.count += 1;
+    blocks += static_cast<int>(seg_blocks);
+  }
+  launch();
+}
+
+void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h, Tensor* working) {
+  ops::AdamWSegment s;
+  s.master = master;
+  s.grad = grad;
+  s.m = m;
+  s.v = v;
+  if (given(working)) s.working = *working;
+  s.weight_decay = h.weight_decay;
+  cuda::adamw_update_multi({s}, h);
+}
+
+}  // namespace tetra::cuda

@@ -1,0 +1,131 @@
+// CUDA fused softmax cross-entropy, one block per row, never materialising fp32 logits:
+//   pass 1   online (max, Σ exp) over the row in fp32, folded across the block in a fixed order
+//            lse = max + log Σ exp(logits - max),  loss = lse - logits[target]
+//   pass 2   dlogits = grad_scale · (exp(logits - lse) - onehot(target))      (if dlogits is given)
+// Shapes: logits, dlogits [N, V] (any leading dimensions, one dtype, fp32 or bf16); targets int32 [N];
+// losses fp32 [N]. A target < 0 is ignored: loss 0 and a zero gradient row. dlogits may alias logits:
+// logits[target] is read before the block's barrier, and in pass 2 every element is read by the
+// thread that then overwrites it. A target ≥ V cannot be reported without a synchronisation; its
+// loss is NaN (and its gradient row zero), which the trainer's non-finite loss check catches.
+#include <cmath>
+
+#include "runtime/cuda/cuda_ops.h"
+#include "runtime/cuda/device_context.h"
+#include "runtime/cuda/kernel_common.cuh"
+
+namespace tetra::cuda {
+
+namespace {
+
+constexpr int kThreads = 512;
+
+// A partial softmax denominator: s = Σ exp(x - m) over the elements seen, m their maximum.
+struct MaxSum {
+  float m;
+  float s;
+};
+
+// Combines two partials (commutative, bitwise: fp addition and max are).
+__device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return {m, 0.0f};
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+__device__ __forceinline__ MaxSum warp_combine(MaxSum v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    MaxSum other{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)};
+    v = combine(v, other);
+  }
+  return v;
+}
+
+template <int V, class T>
+__global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T* logits, const int32_t* targets,
+                                             int64_t vocab, float grad_scale) {
+  __shared__ MaxSum scratch[32];
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * vocab;
+  const int32_t target = targets[row];
+  const bool valid = target >= 0 && target < vocab;
+  // Read logits[target] now: after the barriers below, pass 2 may overwrite it (dlogits == logits).
+  const float x_target = (threadIdx.x == 0 && valid) ? to_f32(x[target]) : 0.0f;
+
+  MaxSum acc{-INFINITY, 0.0f};
+  for (int64_t i = static_cast<int64_t>(threadIdx.x) * V; i < vocab; i += static_cast<int64_t>(blockDim.x) * V) {
+    float v[V];
+    load_vec<V>(x + i, v);
+    float mv = v[0];
+#pragma unroll
+    for (int j = 1; j < V; ++j) mv = fmaxf(mv, v[j]);
+    const float m = fmaxf(acc.m, mv);
+    float s = acc.m == -INFINITY ? 0.0f : acc.s * expf(acc.m - m);
+#pragma unroll
+    for (int j = 0; j < V; ++j) s += expf(v[j] - m);
+    acc = {m, s};
+  }
+  acc = warp_combine(acc);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  if (lane == 0) scratch[warp] = acc;
+  __syncthreads();
+  MaxSum total = lane < warps ? scratch[lane] : MaxSum{-INFINITY, 0.0f};
+  total = warp_combine(total);  // every warp folds the same values in the same order
+  const float lse = total.m + logf(total.s);
+
+  if (threadIdx.x == 0)
+    losses[row] = target < 0 ? 0.0f : (valid ? lse - x_target : __int_as_float(0x7fc00000));
+  if (!dlogits) return;
+  __syncthreads();  // thread 0 has read logits[target] before anyone overwrites the row
+  T* d = dlogits + row * vocab;
+  for (int64_t i = static_cast<int64_t>(threadIdx.x) * V; i < vocab; i += static_cast<int64_t>(blockDim.x) * V) {
+    float v[V];
+    load_vec<V>(x + i, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float p = valid ? expf(v[j] - lse) : 0.0f;
+      v[j] = grad_scale * (p - (i + j == target ? 1.0f : 0.0f));
+    }
+    store_vec<V>(d + i, v);
+  }
+}
+
+}  // namespace
+
+void softmax_cross_entropy(Tensor& losses, Tensor* dlogits, const Tensor& logits, const Tensor& targets,
+                           float grad_scale) {
+  const char* op = "softmax_cross_entropy";
+  check_cuda_float(op, "logits", logits);
+  if (logits.ndim() < 1) TETRA_FAIL(Internal, op, ": logits must be [N, V], got ", logits.describe());
+  const int64_t V = logits.dim(-1);
+  const Shape row_shape = leading_shape(logits);
+  check_cuda_tensor(op, "targets", targets);
+  check_dtype(op, "targets", targets, DType::I32);
+  check_shape(op, "targets", targets, row_shape);
+  check_cuda_tensor(op, "losses", losses);
+  check_dtype(op, "losses", losses, DType::F32);
+  check_shape(op, "losses", losses, row_shape);
+  const bool with_grad = given(dlogits);
+  if (with_grad) {
+    check_cuda_tensor(op, "dlogits", *dlogits);
+    check_dtype(op, "dlogits", *dlogits, logits.dtype());
+    check_shape(op, "dlogits", *dlogits, logits.shape());
+  }
+  const int64_t N = shape_numel(row_shape);
+  if (N == 0) return;
+  if (V == 0) TETRA_FAIL(Internal, op, ": logits ", logits.describe(), " have an empty vocabulary");
+  if (N > INT32_MAX) TETRA_FAIL(Internal, op, ": ", N, " rows in one call, more than 2³¹ - 1");
+  const Device dev = losses.device();
+  DeviceScope scope(dev);
+  const bool vec = V % 8 == 0 && aligned16(logits.data_ptr()) && (!with_grad || aligned16(dlogits->data_ptr()));
+  dispatch_float(logits.dtype(), op, "logits", [&](auto tl) {
+    using T = decltype(tl);
+    auto kernel = vec ? softmax_cross_entropy_kernel<8, T> : softmax_cross_entropy_kernel<1, T>;
+    kernel<<<static_cast<unsigned>(N), kThreads, 0, stream_of(dev)>>>(
+        losses.data<float>(), with_grad ? static_cast<T*>(dlogits->data_ptr()) : nullptr,
+        static_cast<const T*>(logits.data_ptr()), targets.data<int32_t>(), V, grad_scale);
+    TETRA_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace tetra::cuda

@@ -1,0 +1,109 @@
+// Device selection and launch context for the CUDA ops (runtime/cuda/device_context.h), and the
+// device queries of runtime/cuda/cuda_backend.h (device_count, set_device).
+#include <algorithm>
+#include <atomic>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/device_context.h"
+#include "runtime/stream.h"
+
+namespace tetra::cuda {
+
+namespace {
+constexpr int kMaxDevices = 64;
+
+int checked_index(Device device) {
+  if (!device.is_cuda() || device.index < 0 || device.index >= kMaxDevices)
+    TETRA_FAIL(Device, "expected a CUDA device, got ", device.str());
+  return device.index;
+}
+
+// Queries a device attribute once per device and caches it.
+int cached_attribute(std::atomic<int> (&cache)[kMaxDevices], Device device, cudaDeviceAttr attr) {
+  const int i = checked_index(device);
+  int v = cache[i].load(std::memory_order_relaxed);
+  if (v > 0) return v;
+  TETRA_CUDA_CHECK(cudaDeviceGetAttribute(&v, attr, i));
+  cache[i].store(v, std::memory_order_relaxed);
+  return v;
+}
+
+std::atomic<int> g_sm_count[kMaxDevices];
+std::atomic<int> g_smem_optin[kMaxDevices];
+}  // namespace
+
+int device_count() {
+  // Without a driver or a GPU the runtime reports an error: that means zero devices.
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n = 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+void set_device(Device device) {
+  checked_index(device);
+  TETRA_CUDA_CHECK(cudaSetDevice(device.index));
+}
+
+DeviceScope::DeviceScope(Device device) {
+  const int want = checked_index(device);
+  int current = -1;
+  TETRA_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != want) {
+    TETRA_CUDA_CHECK(cudaSetDevice(want));
+    previous_ = current;
+  }
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+}
+
+cudaStream_t stream_of(Device device) { return static_cast<cudaStream_t>(current_stream(device).handle()); }
+
+int sm_count(Device device) { return cached_attribute(g_sm_count, device, cudaDevAttrMultiProcessorCount); }
+
+int max_shared_optin(Device device) {
+  return cached_attribute(g_smem_optin, device, cudaDevAttrMaxSharedMemoryPerBlockOptin);
+}
+
+int grid_size(int64_t items, int threads, Device device, int waves) {
+  const int64_t needed = (items + threads - 1) / threads;
+  const int64_t cap = static_cast<int64_t>(sm_count(device)) * waves;
+  return static_cast<int>(std::max<int64_t>(1, std::min(needed, cap)));
+}
+
+void check_cuda_tensor(const char* op, const char* what, const Tensor& t) {
+  if (!t.defined()) TETRA_FAIL(Internal, op, ": ", what, " is an undefined tensor");
+  if (!t.device().is_cuda()) TETRA_FAIL(Internal, op, ": ", what, " must be on a CUDA device, got ", t.describe());
+}
+
+void check_cuda_float(const char* op, const char* what, const Tensor& t) {
+  check_cuda_tensor(op, what, t);
+  if (t.dtype() != DType::F32 && t.dtype() != DType::BF16)
+    TETRA_FAIL(Internal, op, ": ", what, " must be fp32 or bf16, got ", t.describe());
+}
+
+Shape leading_shape(const Tensor& t) {
+  if (t.ndim() == 0) return {};
+  return Shape(t.shape().begin(), t.shape().end() - 1);
+}
+
+Shape with_last(Shape lead, int64_t last) {
+  lead.push_back(last);
+  return lead;
+}
+
+int64_t rows_of(const Tensor& t) { return shape_numel(leading_shape(t)); }
+
+void check_last_dim(const char* op, const char* what, const Tensor& t, int64_t features) {
+  if (!t.defined() || t.ndim() < 1 || t.dim(-1) != features)
+    TETRA_FAIL(Internal, op, ": ", what, " must be [..., ", features, "], got ", t.describe());
+}
+
+}  // namespace tetra::cuda

@@ -1,0 +1,70 @@
+// CUDA GELU, tanh approximation, the formula of PyTorch's gelu(approximate='tanh'):
+//   forward   y = 0.5·x·(1 + tanh(u)),  u = √(2/π)·(x + 0.044715·x³)
+//   backward  dx = dy·[0.5·(1 + tanh(u)) + 0.5·x·(1 - tanh²(u))·√(2/π)·(1 + 3·0.044715·x²)]
+// Shapes: any, all alike (flat n elements). fp32/bf16 in any mix, fp32 math with the accurate
+// tanhf. Elementwise and read-before-write per element, so y may alias x and dx may alias dy.
+#include "runtime/cuda/cuda_ops.h"
+#include "runtime/cuda/elementwise.cuh"
+
+namespace tetra::cuda {
+
+namespace {
+constexpr float kBeta = 0.7978845608028654f;  // √(2/π)
+constexpr float kKappa = 0.044715f;
+
+struct GeluForwardOp {
+  __device__ float operator()(float x) const {
+    const float u = kBeta * (x + kKappa * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+  }
+};
+
+struct GeluBackwardOp {
+  __device__ float operator()(float dy, float x) const {
+    const float x2 = x * x;
+    const float t = tanhf(kBeta * (x + kKappa * x2 * x));
+    const float left_derivative = 0.5f * (1.0f + t);
+    const float right_derivative = 0.5f * x * (1.0f - t * t) * kBeta * (1.0f + 3.0f * kKappa * x2);
+    return dy * (left_derivative + right_derivative);
+  }
+};
+}  // namespace
+
+void gelu_forward(Tensor& y, const Tensor& x) {
+  const char* op = "gelu_forward";
+  check_cuda_float(op, "x", x);
+  check_cuda_float(op, "y", y);
+  check_shape(op, "y", y, x.shape());
+  DeviceScope scope(y.device());
+  dispatch_float(y.dtype(), op, "y", [&](auto ty) {
+    dispatch_float(x.dtype(), op, "x", [&](auto tx) {
+      using TY = decltype(ty);
+      using TX = decltype(tx);
+      launch_map1(static_cast<TY*>(y.data_ptr()), static_cast<const TX*>(x.data_ptr()), y.numel(), GeluForwardOp{},
+                  y.device());
+    });
+  });
+}
+
+void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
+  const char* op = "gelu_backward";
+  check_cuda_float(op, "x", x);
+  check_cuda_float(op, "dy", dy);
+  check_cuda_float(op, "dx", dx);
+  check_shape(op, "dy", dy, x.shape());
+  check_shape(op, "dx", dx, x.shape());
+  DeviceScope scope(dx.device());
+  dispatch_float(dx.dtype(), op, "dx", [&](auto tdx) {
+    dispatch_float(dy.dtype(), op, "dy", [&](auto tdy) {
+      dispatch_float(x.dtype(), op, "x", [&](auto tx) {
+        using TDX = decltype(tdx);
+        using TDY = decltype(tdy);
+        using TX = decltype(tx);
+        launch_map2(static_cast<TDX*>(dx.data_ptr()), static_cast<const TDY*>(dy.data_ptr()),
+                    static_cast<const TX*>(x.data_ptr()), dx.numel(), GeluBackwardOp{}, dx.device());
+      });
+    });
+  });
+}
+
+}  // namespace tetra::cuda

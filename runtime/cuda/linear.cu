@@ -1,0 +1,260 @@
+// CUDA dense layer on cuBLASLt (runtime/cuda/cublaslt.h). Weights are [O, I] row-major, like
+// nn.Linear; x, y, dx, dy may carry leading dimensions ([B, T, F] is read as [N = B·T, F]).
+//   forward          y[N, O]  = act(x[N, I] · w[O, I]ᵀ + b[O])        (pre_act[N, O] = x·wᵀ + b)
+//   backward input   dx[N, I] (+)= dy[N, O] · w[O, I]
+//   backward weight  dw[O, I] (+)= dy[N, O]ᵀ · x[N, I],   db[O] (+)= Σ_n dy[n, :]
+//
+// Row-major to column-major. cuBLASLt is column-major; a row-major [r, c] matrix with row stride c
+// is, byte for byte, the column-major [c, r] matrix (its transpose) with leading dimension c. So:
+//   forward:  yᵀ[O, N] = (wᵀ)ᵀ · xᵀ      A = w as col-major [I, O] (lda I), op T  → [O, I]
+//                                         B = x as col-major [I, N] (ldb I), op N
+//                                         D = y as col-major [O, N] (ldd O);  m = O, n = N, k = I
+//             bias [O] = D's rows → CUBLASLT_EPILOGUE_BIAS; GELU aux = pre_act, col-major [O, N], ld O.
+//   dx:       dxᵀ[I, N] = wᵀ · dyᵀ        A = w as col-major [I, O] (lda I), op N
+//                                         B = dy as col-major [O, N] (ldb O), op N
+//                                         D = dx as col-major [I, N] (ldd I); m = I, n = N, k = O
+//   dw:       dwᵀ[I, O] = xᵀ · dy         A = x as col-major [I, N] (lda I), op N
+//                                         B = dy as col-major [O, N] (ldb O), op T → [N, O]
+//                                         D = dw as col-major [I, O] (ldd I); m = I, n = O, k = N
+//             db[O] = Σ over k of op(B) = one value per column of D → CUBLASLT_EPILOGUE_BGRADB.
+// accumulate: beta = 1 with C = D. BGRADB writes (never adds) the bias gradient, so with accumulate
+// it writes into a scratch vector that is then added to db.
+//
+// Types: x/w (dy/w, dy/x) fp32 or bf16, the same; outputs of that type or fp32; b, pre_act, db of
+// the output's type. Compute fp32 (no TF32). Fused GELU (GELU_AUX_BIAS) is used for bf16 outputs;
+// fp32 outputs take GEMM + bias epilogue, then the GELU kernel, so the fp32 path stays exact.
+// Whenever cuBLASLt has no algorithm for an epilogue, the unfused path (plain GEMM + kernels) runs.
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cuda_ops.h"
+#include "runtime/cuda/device_context.h"
+#include "runtime/cuda/kernel_common.cuh"
+#include "runtime/cuda/reduce.h"
+
+namespace tetra::cuda {
+
+namespace {
+
+cudaDataType_t lt_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// The output dtype must be the inputs' dtype or fp32 (cuBLASLt has no fp32-in, bf16-out GEMM).
+void check_output_type(const char* op, const char* what, const Tensor& out, DType in) {
+  if (out.dtype() != in && out.dtype() != DType::F32)
+    TETRA_FAIL(Internal, op, ": ", what, " is ", dtype_name(out.dtype()), " but the inputs are ", dtype_name(in),
+               " (outputs must have the inputs' dtype or fp32)");
+}
+
+void check_weight(const char* op, const char* what, const Tensor& w) {
+  check_cuda_float(op, what, w);
+  if (w.ndim() != 2) TETRA_FAIL(Internal, op, ": ", what, " must be 2-D [O, I], got ", w.describe());
+}
+
+// y[n, o] += b[o] for y [N, O] (the unfused bias; not on the hot path).
+template <class TY, class TB>
+__global__ void add_bias_kernel(TY* y, const TB* b, int64_t N, int64_t O) {
+  const int64_t total = N * O;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride)
+    y[i] = from_f32<TY>(to_f32(y[i]) + to_f32(b[i % O]));
+}
+
+void add_bias(Tensor& y, const Tensor& b, int64_t N, int64_t O) {
+  const Device dev = y.device();
+  dispatch_float(y.dtype(), "linear_forward", "y", [&](auto ty) {
+    dispatch_float(b.dtype(), "linear_forward", "b", [&](auto tb) {
+      using TY = decltype(ty);
+      using TB = decltype(tb);
+      add_bias_kernel<TY, TB><<<grid_size(N * O, 256, dev), 256, 0, stream_of(dev)>>>(
+          static_cast<TY*>(y.data_ptr()), static_cast<const TB*>(b.data_ptr()), N, O);
+      TETRA_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+// Runs a plain GEMM (no epilogue), failing with the problem if cuBLASLt has no algorithm at all.
+void lt_matmul_plain(LtProblem p, Device dev, const char* op) {
+  p.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  p.bias = nullptr;
+  p.aux = nullptr;
+  p.aux_ld = 0;
+  if (!lt_matmul(p, dev, stream_of(dev)))
+    TETRA_FAIL(Device, op, ": cuBLASLt has no algorithm for a ", p.m, "×", p.n, "×", p.k,
+               " GEMM with these types and alignments");
+}
+
+}  // namespace
+
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                    Tensor* pre_act) {
+  const char* op = "linear_forward";
+  check_weight(op, "w", w);
+  const int64_t O = w.dim(0), I = w.dim(1);
+  check_cuda_float(op, "x", x);
+  check_last_dim(op, "x", x, I);
+  check_dtype(op, "x", x, w.dtype());
+  const int64_t N = rows_of(x);
+  const Shape y_shape = with_last(leading_shape(x), O);
+  check_cuda_float(op, "y", y);
+  check_shape(op, "y", y, y_shape);
+  check_output_type(op, "y", y, x.dtype());
+  if (b.defined()) {
+    check_cuda_float(op, "b", b);
+    check_dtype(op, "b", b, y.dtype());
+    check_shape(op, "b", b, {O});
+  }
+  const bool keep_pre = given(pre_act);
+  if (keep_pre) {
+    check_cuda_float(op, "pre_act", *pre_act);
+    check_dtype(op, "pre_act", *pre_act, y.dtype());
+    check_shape(op, "pre_act", *pre_act, y_shape);
+  }
+  if (N == 0 || O == 0) return;
+  const Device dev = y.device();
+  DeviceScope scope(dev);
+  if (I == 0) {  // an empty sum: y = act(b) or act(0)
+    Tensor& z = keep_pre ? *pre_act : y;
+    zero(z);
+    if (b.defined()) add_bias(z, b, N, O);
+    if (act == Activation::Gelu) gelu_forward(y, z);
+    else if (keep_pre) copy(y, z);
+    return;
+  }
+
+  LtProblem p;
+  p.trans_a = true;
+  p.trans_b = false;
+  p.m = O, p.n = N, p.k = I;
+  p.lda = I, p.ldb = I, p.ldd = O;
+  p.ab_type = lt_type(x.dtype());
+  p.d_type = lt_type(y.dtype());
+  p.a = w.data_ptr();
+  p.b = x.data_ptr();
+  cudaStream_t stream = stream_of(dev);
+
+  // Fused GELU for bf16 outputs: y = gelu(z) straight from the GEMM, z = x·wᵀ + b into pre_act.
+  if (act == Activation::Gelu && y.dtype() == DType::BF16 && (!keep_pre || O % 8 == 0)) {
+    LtProblem f = p;
+    f.d = y.data_ptr();
+    f.bias = b.defined() ? b.data_ptr() : nullptr;
+    if (keep_pre) {
+      f.epilogue = b.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      f.aux = pre_act->data_ptr();
+      f.aux_ld = O;
+    } else {
+      f.epilogue = b.defined() ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    }
+    if (lt_matmul(f, dev, stream)) return;
+  }
+
+  // z = x·wᵀ (+ b) into pre_act when kept (or when GELU needs it), else into y; then the activation.
+  Tensor& z = keep_pre ? *pre_act : y;
+  p.d = z.data_ptr();
+  bool bias_done = false;
+  if (b.defined()) {
+    LtProblem f = p;
+    f.epilogue = CUBLASLT_EPILOGUE_BIAS;
+    f.bias = b.data_ptr();
+    bias_done = lt_matmul(f, dev, stream);
+  }
+  if (!bias_done) {
+    lt_matmul_plain(p, dev, op);
+    if (b.defined()) add_bias(z, b, N, O);
+  }
+  if (act == Activation::Gelu) gelu_forward(y, z);  // elementwise: z may be y itself
+  else if (keep_pre) copy(y, z);
+}
+
+void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate) {
+  const char* op = "linear_backward_input";
+  check_weight(op, "w", w);
+  const int64_t O = w.dim(0), I = w.dim(1);
+  check_cuda_float(op, "dy", dy);
+  check_last_dim(op, "dy", dy, O);
+  check_dtype(op, "dy", dy, w.dtype());
+  const int64_t N = rows_of(dy);
+  check_cuda_float(op, "dx", dx);
+  check_shape(op, "dx", dx, with_last(leading_shape(dy), I));
+  check_output_type(op, "dx", dx, dy.dtype());
+  if (N == 0 || I == 0) return;
+  const Device dev = dx.device();
+  DeviceScope scope(dev);
+  if (O == 0) {
+    if (!accumulate) zero(dx);
+    return;
+  }
+  LtProblem p;
+  p.trans_a = false;
+  p.trans_b = false;
+  p.m = I, p.n = N, p.k = O;
+  p.lda = I, p.ldb = O, p.ldd = I;
+  p.ab_type = lt_type(dy.dtype());
+  p.d_type = lt_type(dx.dtype());
+  p.a = w.data_ptr();
+  p.b = dy.data_ptr();
+  p.d = dx.data_ptr();
+  p.beta = accumulate ? 1.0f : 0.0f;
+  lt_matmul_plain(p, dev, op);
+}
+
+void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate) {
+  const char* op = "linear_backward_weight";
+  check_cuda_float(op, "dw", dw);
+  if (dw.ndim() != 2) TETRA_FAIL(Internal, op, ": dw must be 2-D [O, I], got ", dw.describe());
+  const int64_t O = dw.dim(0), I = dw.dim(1);
+  check_cuda_float(op, "dy", dy);
+  check_last_dim(op, "dy", dy, O);
+  check_cuda_float(op, "x", x);
+  check_dtype(op, "x", x, dy.dtype());
+  check_shape(op, "x", x, with_last(leading_shape(dy), I));
+  check_output_type(op, "dw", dw, dy.dtype());
+  const int64_t N = rows_of(dy);
+  const bool with_bias = given(db);
+  if (with_bias) {
+    check_cuda_float(op, "db", *db);
+    check_shape(op, "db", *db, {O});
+    check_output_type(op, "db", *db, dy.dtype());
+  }
+  if (O == 0) return;
+  const Device dev = dw.device();
+  DeviceScope scope(dev);
+  if (N == 0) {  // no rows: the gradients are empty sums
+    if (!accumulate) {
+      zero(dw);
+      if (with_bias) zero(*db);
+    }
+    return;
+  }
+  if (I == 0) {
+    if (with_bias) column_sum(*db, dy, N, O, accumulate);
+    return;
+  }
+
+  LtProblem p;
+  p.trans_a = false;
+  p.trans_b = true;
+  p.m = I, p.n = O, p.k = N;
+  p.lda = I, p.ldb = O, p.ldd = I;
+  p.ab_type = lt_type(dy.dtype());
+  p.d_type = lt_type(dw.dtype());
+  p.a = x.data_ptr();
+  p.b = dy.data_ptr();
+  p.d = dw.data_ptr();
+  p.beta = accumulate ? 1.0f : 0.0f;
+  cudaStream_t stream = stream_of(dev);
+
+  if (with_bias && db->dtype() == dw.dtype()) {
+    // Fused bias gradient: BGRADB writes Σ_n dy[n, :] (length n = O) in D's type.
+    Tensor scratch;
+    if (accumulate) scratch = Tensor::empty({O}, db->dtype(), dev);
+    LtProblem f = p;
+    f.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    f.bias = accumulate ? scratch.data_ptr() : db->data_ptr();
+    if (lt_matmul(f, dev, stream)) {
+      if (accumulate) add(*db, *db, scratch);
+      return;
+    }
+  }
+  lt_matmul_plain(p, dev, op);
+  if (with_bias) column_sum(*db, dy, N, O, accumulate);
+}
+
+}  // namespace tetra::cuda

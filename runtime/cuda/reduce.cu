@@ -1,0 +1,188 @@
+// CUDA reductions. All are deterministic: each block sums a fixed share in a fixed order and a
+// second pass folds the block partials in block order, so a run reproduces its bits.
+//   sum_squares   acc[1] fp32 += Σ x²             x fp32 or bf16 [n]; fp32 partials
+//   sum_to_host   Σ x as a double on the host     x fp32/bf16/fp64/int32/int64 [n]; fp64 partials
+//   column_sum    out[C] (+)= Σ_r in[r, :]         in [R, C]; fp32 partials [P, C]
+#include <algorithm>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_ops.h"
+#include "runtime/cuda/device_context.h"
+#include "runtime/cuda/kernel_common.cuh"
+#include "runtime/cuda/reduce.h"
+
+namespace tetra::cuda {
+
+namespace {
+
+constexpr int kReduceThreads = 256;
+constexpr int kMaxPartials = 1024;  // blocks of the first pass (and threads' share of the second)
+
+__device__ __forceinline__ double to_f64(float x) { return x; }
+__device__ __forceinline__ double to_f64(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ double to_f64(double x) { return x; }
+__device__ __forceinline__ double to_f64(int32_t x) { return x; }
+__device__ __forceinline__ double to_f64(int64_t x) { return static_cast<double>(x); }
+
+// partial[b] = Σ x[i]² over block b's grid-stride share, i < n. V = 8 needs n % 8 == 0, x aligned.
+template <int V, class T>
+__global__ void sum_squares_partial_kernel(float* partial, const T* x, int64_t n) {
+  __shared__ float scratch[32];
+  float acc = 0.0f;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * V;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V; i < n; i += stride) {
+    float v[V];
+    load_vec<V>(x + i, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc += v[j] * v[j];
+  }
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+// acc[0] += Σ_b partial[b], b < count (one block; the fold of the partials is in double).
+__global__ void sum_squares_finish_kernel(float* acc, const float* partial, int count) {
+  __shared__ double scratch[32];
+  double t = 0.0;
+  for (int b = threadIdx.x; b < count; b += blockDim.x) t += partial[b];
+  t = block_sum(t, scratch);
+  if (threadIdx.x == 0) acc[0] = static_cast<float>(static_cast<double>(acc[0]) + t);
+}
+
+// partial[b] = Σ x[i] over block b's grid-stride share, in double.
+template <class T>
+__global__ void sum_partial_kernel(double* partial, const T* x, int64_t n) {
+  __shared__ double scratch[32];
+  double acc = 0.0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) acc += to_f64(x[i]);
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+// out[0] = Σ_b partial[b] (one block).
+__global__ void sum_finish_kernel(double* out, const double* partial, int count) {
+  __shared__ double scratch[32];
+  double t = 0.0;
+  for (int b = threadIdx.x; b < count; b += blockDim.x) t += partial[b];
+  t = block_sum(t, scratch);
+  if (threadIdx.x == 0) out[0] = t;
+}
+
+// partial[p, c] = Σ in[r, c] over the rows r of row group p (r = p·8 + ty + k·P·8).
+// Block (32, 8): 32 consecutive columns (coalesced) × 8 row lanes, folded in shared memory.
+template <class T>
+__global__ void column_partial_kernel(float* partial, const T* in, int64_t R, int64_t C) {
+  __shared__ float s[8][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float acc = 0.0f;
+  if (c < C)
+    for (int64_t r = static_cast<int64_t>(blockIdx.y) * 8 + threadIdx.y; r < R; r += static_cast<int64_t>(gridDim.y) * 8)
+      acc += to_f32(in[r * C + c]);
+  s[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float t = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) t += s[j][threadIdx.x];
+    partial[static_cast<int64_t>(blockIdx.y) * C + c] = t;
+  }
+}
+
+// out[c] = (accumulate ? out[c] : 0) + Σ_p partial[p, c], p < P in order.
+template <class T>
+__global__ void column_finish_kernel(T* out, const float* partial, int P, int64_t C, bool accumulate) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += stride) {
+    float t = 0.0f;
+    for (int p = 0; p < P; ++p) t += partial[static_cast<int64_t>(p) * C + c];
+    out[c] = from_f32<T>((accumulate ? to_f32(out[c]) : 0.0f) + t);
+  }
+}
+
+}  // namespace
+
+void sum_squares(Tensor& acc, const Tensor& x) {
+  const char* op = "sum_squares";
+  check_cuda_tensor(op, "acc", acc);
+  check_dtype(op, "acc", acc, DType::F32);
+  check_shape(op, "acc", acc, {1});
+  check_cuda_float(op, "x", x);
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const Device dev = x.device();
+  DeviceScope scope(dev);
+  cudaStream_t stream = stream_of(dev);
+  dispatch_float(x.dtype(), op, "x", [&](auto tx) {
+    using T = decltype(tx);
+    const T* px = static_cast<const T*>(x.data_ptr());
+    const bool vec = n % 8 == 0 && aligned16(px);
+    const int64_t items = vec ? n / 8 : n;
+    const int blocks = static_cast<int>(std::min<int64_t>(kMaxPartials, (items + kReduceThreads - 1) / kReduceThreads));
+    Tensor partial = Tensor::empty({blocks}, DType::F32, dev);
+    if (vec)
+      sum_squares_partial_kernel<8, T><<<blocks, kReduceThreads, 0, stream>>>(partial.data<float>(), px, n);
+    else
+      sum_squares_partial_kernel<1, T><<<blocks, kReduceThreads, 0, stream>>>(partial.data<float>(), px, n);
+    TETRA_CUDA_CHECK_LAUNCH();
+    sum_squares_finish_kernel<<<1, kReduceThreads, 0, stream>>>(acc.data<float>(), partial.data<float>(), blocks);
+    TETRA_CUDA_CHECK_LAUNCH();
+  });
+}
+
+double sum_to_host(const Tensor& x) {
+  check_cuda_tensor("sum_to_host", "x", x);
+  const int64_t n = x.numel();
+  if (n == 0) return 0.0;
+  const Device dev = x.device();
+  DeviceScope scope(dev);
+  cudaStream_t stream = stream_of(dev);
+  const int blocks = static_cast<int>(std::min<int64_t>(kMaxPartials, (n + kReduceThreads - 1) / kReduceThreads));
+  Tensor partial = Tensor::empty({blocks + 1}, DType::F64, dev);  // [0, blocks): partials; [blocks]: the sum
+  double* pp = partial.data<double>();
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    sum_partial_kernel<T><<<blocks, kReduceThreads, 0, stream>>>(pp, static_cast<const T*>(x.data_ptr()), n);
+    TETRA_CUDA_CHECK_LAUNCH();
+  };
+  switch (x.dtype()) {
+    case DType::F32: run(float{}); break;
+    case DType::BF16: run(bf16{}); break;
+    case DType::F64: run(double{}); break;
+    case DType::I32: run(int32_t{}); break;
+    case DType::I64: run(int64_t{}); break;
+    default:
+      TETRA_FAIL(Internal, "sum_to_host: unsupported dtype of ", x.describe(),
+                 " (supported: fp32, bf16, fp64, int32, int64)");
+  }
+  sum_finish_kernel<<<1, kReduceThreads, 0, stream>>>(pp + blocks, pp, blocks);
+  TETRA_CUDA_CHECK_LAUNCH();
+  double result = 0.0;
+  copy_bytes(&result, Device::cpu(), pp + blocks, dev, sizeof(double), /*blocking=*/true);
+  return result;
+}
+
+void column_sum(Tensor& out, const Tensor& in, int64_t rows, int64_t cols, bool accumulate) {
+  TETRA_CHECK(out.numel() == cols && in.numel() == rows * cols, "column_sum: ", in.describe(), " as [", rows, ", ",
+              cols, "] into ", out.describe());
+  if (cols == 0) return;
+  const Device dev = out.device();
+  cudaStream_t stream = stream_of(dev);
+  const int P = static_cast<int>(std::clamp<int64_t>((rows + 63) / 64, 1, 128));
+  Tensor partial = Tensor::empty({P, cols}, DType::F32, dev);
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(P));
+  dispatch_float(in.dtype(), "column_sum", "in", [&](auto ti) {
+    using TI = decltype(ti);
+    column_partial_kernel<TI><<<grid, dim3(32, 8), 0, stream>>>(partial.data<float>(),
+                                                                 static_cast<const TI*>(in.data_ptr()), rows, cols);
+    TETRA_CUDA_CHECK_LAUNCH();
+  });
+  dispatch_float(out.dtype(), "column_sum", "out", [&](auto to) {
+    using TO = decltype(to);
+    column_finish_kernel<TO><<<grid_size(cols, kReduceThreads, dev), kReduceThreads, 0, stream>>>(
+        static_cast<TO*>(out.data_ptr()), partial.data<float>(), P, cols, accumulate);
+    TETRA_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace tetra::cuda

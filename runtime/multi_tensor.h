@@ -1,0 +1,29 @@
+// Multi-tensor ops: one call updates many parameters, so the optimizer step is a few kernel
+// launches instead of one per parameter. CUDA runs one fused kernel per batch of up to 256
+// segments (runtime/cuda/adamw.cu); the CPU loops over the segments (runtime/cpu/multi_tensor.cpp).
+#pragma once
+#include <vector>
+
+#include "runtime/ops.h"
+
+namespace tetra::ops {
+
+// One parameter (or a contiguous range of one, e.g. a ZeRO shard) to update with AdamW.
+struct AdamWSegment {
+  Tensor master;             // fp32 master weights
+  Tensor grad;               // fp32 or bf16, master's numel
+  Tensor m, v;               // fp32 moments, master's numel
+  Tensor working;            // optional (undefined: none): fp32 or bf16 copy that receives the new weights
+  float weight_decay = 0.0f; // this segment's decay; replaces AdamWHyper::weight_decay
+};
+
+// adamw_update on every segment with the shared hyper-parameters h (h.weight_decay is ignored: each
+// segment carries its own). All segments live on one device. Same result as calling adamw_update
+// on each segment in turn.
+void adamw_update_multi(const std::vector<AdamWSegment>& segments, const AdamWHyper& h);
+
+}  // namespace tetra::ops
+
+namespace tetra::cpu {
+void adamw_update_multi(const std::vector<ops::AdamWSegment>& segments, const ops::AdamWHyper& h);
+}  // namespace tetra::cpu
