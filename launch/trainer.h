@@ -57,6 +57,7 @@ class Trainer {
   std::unique_ptr<Mesh> mesh_;
   std::unique_ptr<Model> model_;
   ParamSet params_;
+  std::unique_ptr<CommScheduler> comm_;
   std::unique_ptr<DistributedOptimizer> optimizer_;
   std::unique_ptr<data::BatchLoader> loader_;
   std::unique_ptr<GoodputLedger> ledger_;  // rank 0 only

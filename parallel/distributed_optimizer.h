@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "parallel/adamw.h"
+#include "parallel/comm_scheduler.h"
 #include "parallel/param_set.h"
 #include "runtime/communicator.h"
 
@@ -52,8 +53,6 @@ class DistributedOptimizer {
   // Throws the accumulated gradients away (a skipped step).
   virtual void discard_gradients() = 0;
 
-  // Seconds the last step's compute waited on gradient communication.
-  virtual double exposed_comm_seconds() const = 0;
   virtual int64_t steps_taken() const = 0;
   virtual void set_steps_taken(int64_t s) = 0;
 
@@ -76,7 +75,10 @@ struct DistributedOptimizerOptions {
 };
 
 // Plain data parallelism (stage 0): replicated state, bucketed all-reduce of gradients.
+// Collectives go through `scheduler` (the device's communication stream), which measures how
+// long compute waits on them.
 std::unique_ptr<DistributedOptimizer> make_distributed_optimizer(ParamSet& params, Communicator& dp,
+                                                                 CommScheduler& scheduler,
                                                                  const DistributedOptimizerOptions& options);
 
 }  // namespace tetra

@@ -1,13 +1,13 @@
 #include "parallel/grad_reducer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <set>
 
 namespace tetra {
 
-GradReducer::GradReducer(ParamSet& params, Communicator& dp, double bucket_bytes) : params_(params), dp_(dp) {
+GradReducer::GradReducer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, double bucket_bytes)
+    : params_(params), dp_(dp), scheduler_(scheduler) {
   // Walk parameters from the last layer to the first; close a bucket once it holds enough bytes,
   // always at a layer boundary so a bucket never waits on half a layer.
   std::map<int, std::pair<int64_t, int64_t>> layer_range;  // layer → [min offset, max end)
@@ -59,13 +59,16 @@ GradReducer::GradReducer(ParamSet& params, Communicator& dp, double bucket_bytes
 void GradReducer::begin_step() {
   for (Bucket& b : buckets_) {
     b.pending = static_cast<int>(b.layers.size());
-    b.work.reset();
+    b.issued = false;
   }
 }
 
 void GradReducer::issue(Bucket& b) {
   Tensor slice = params_.flat_grads().slice_flat(b.begin, {b.end - b.begin});
-  b.work = dp_.all_reduce(slice, ReduceOp::Sum);
+  b.ticket = scheduler_.issue("all_reduce grads[" + std::to_string(b.begin) + ":" + std::to_string(b.end) + "]",
+                              static_cast<int64_t>(slice.nbytes()),
+                              [&] { return dp_.all_reduce(slice, ReduceOp::Sum); });
+  b.issued = true;
 }
 
 void GradReducer::layer_done(int layer_index) {
@@ -77,15 +80,11 @@ void GradReducer::layer_done(int layer_index) {
 }
 
 void GradReducer::finish() {
-  auto t0 = std::chrono::steady_clock::now();
-  if (dp_.size() > 1) {
-    for (Bucket& b : buckets_) {
-      if (!b.work) issue(b);
-      b.work->wait();
-      b.work.reset();
-    }
+  if (dp_.size() <= 1) return;
+  for (Bucket& b : buckets_) {
+    if (!b.issued) issue(b);
+    scheduler_.wait(b.ticket);
   }
-  last_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace tetra

@@ -2,11 +2,12 @@
 // ParamSet is cut into buckets of about `bucket_bytes`, in reverse layer order (the order backward
 // finishes them). When the last micro-batch's backward of every layer in a bucket is done, its
 // all-reduce (sum) is issued at once, so communication overlaps the rest of backward; finish()
-// waits for all of them. Gradients are sums, not means: the loss is already scaled by 1/(global tokens).
+// makes compute wait for all of them (through the CommScheduler, which measures the wait). Gradients are sums, not means: the loss is already scaled by 1/(global tokens).
 #pragma once
 #include <memory>
 #include <vector>
 
+#include "parallel/comm_scheduler.h"
 #include "parallel/param_set.h"
 #include "runtime/communicator.h"
 
@@ -14,7 +15,7 @@ namespace tetra {
 
 class GradReducer {
  public:
-  GradReducer(ParamSet& params, Communicator& dp, double bucket_bytes);
+  GradReducer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, double bucket_bytes);
 
   // Call once per step before the last micro-batch's backward.
   void begin_step();
@@ -28,19 +29,18 @@ class GradReducer {
     int min_layer = 0;           // the bucket is ready once layers ≥ min_layer... are all done
     std::vector<int> layers;     // layers with parameters in the bucket
     int pending = 0;             // layers not yet done this step
-    std::unique_ptr<Work> work;
+    CommScheduler::Ticket ticket;
+    bool issued = false;
   };
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  // Seconds the host spent blocked in finish() waiting for communication (exposed comm on CPU).
-  double last_wait_seconds() const { return last_wait_s_; }
 
  private:
   void issue(Bucket& b);
   ParamSet& params_;
   Communicator& dp_;
+  CommScheduler& scheduler_;
   std::vector<Bucket> buckets_;
   std::vector<std::vector<int>> buckets_of_layer_;
-  double last_wait_s_ = 0;
 };
 
 }  // namespace tetra

@@ -4,8 +4,9 @@
 
 namespace tetra {
 
-ReplicatedOptimizer::ReplicatedOptimizer(ParamSet& params, Communicator& dp, const DistributedOptimizerOptions& o)
-    : params_(params), dp_(dp), reducer_(params, dp, o.bucket_bytes), adamw_(params, o.adamw) {}
+ReplicatedOptimizer::ReplicatedOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler,
+                                         const DistributedOptimizerOptions& o)
+    : params_(params), dp_(dp), reducer_(params, dp, scheduler, o.bucket_bytes), adamw_(params, o.adamw) {}
 
 void ReplicatedOptimizer::begin_step() {
   params_.zero_grads();
@@ -59,8 +60,9 @@ StateMemory ReplicatedOptimizer::memory() const {
 }
 
 std::unique_ptr<DistributedOptimizer> make_distributed_optimizer(ParamSet& params, Communicator& dp,
+                                                                 CommScheduler& scheduler,
                                                                  const DistributedOptimizerOptions& options) {
-  if (options.zero_stage == 0) return std::make_unique<ReplicatedOptimizer>(params, dp, options);
+  if (options.zero_stage == 0) return std::make_unique<ReplicatedOptimizer>(params, dp, scheduler, options);
   TETRA_FAIL(Config, "parallel.zero_stage ", options.zero_stage, " is not implemented yet (valid: 0)");
 }
 

@@ -8,7 +8,8 @@ namespace tetra {
 
 class ReplicatedOptimizer : public DistributedOptimizer {
  public:
-  ReplicatedOptimizer(ParamSet& params, Communicator& dp, const DistributedOptimizerOptions& options);
+  ReplicatedOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler,
+                      const DistributedOptimizerOptions& options);
   int zero_stage() const override { return 0; }
   void begin_step() override;
   void after_backward(int layer, bool last_micro) override;
@@ -16,7 +17,6 @@ class ReplicatedOptimizer : public DistributedOptimizer {
   double grad_norm() override;
   void step(float lr, float grad_scale) override;
   void discard_gradients() override { params_.zero_grads(); }
-  double exposed_comm_seconds() const override { return reducer_.last_wait_seconds(); }
   int64_t steps_taken() const override { return adamw_.steps_taken(); }
   void set_steps_taken(int64_t s) override { adamw_.set_steps_taken(s); }
   std::vector<StatePiece> pieces_to_save() override;

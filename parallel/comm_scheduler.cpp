@@ -1,0 +1,106 @@
+#include "parallel/comm_scheduler.h"
+
+#include <chrono>
+
+namespace tetra {
+
+namespace {
+double host_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+// Device-side bookkeeping of one collective: the Work and the events around it.
+struct CommScheduler::Pending {
+  std::unique_ptr<Work> work;
+  std::unique_ptr<Event> ready;                  // compute → comm: the inputs are ready
+  std::unique_ptr<Event> start, end;             // on the comm stream, around the collective
+  std::unique_ptr<Event> wait_begin, wait_end;   // on the compute stream, around the wait
+};
+
+CommScheduler::CommScheduler(Device device) : device_(device) {
+  // A higher-priority stream, so collectives start as soon as their inputs are ready.
+  if (device.is_cuda()) comm_ = Stream::create(device, -1);
+}
+
+CommScheduler::~CommScheduler() = default;
+
+void CommScheduler::begin_step() {
+  records_.clear();
+  pending_.clear();
+  host_start_ = host_ms();
+  if (device_.is_cuda()) {
+    step_start_ = std::make_unique<Event>(device_);
+    step_start_->record(current_stream(device_));
+  }
+}
+
+CommScheduler::Ticket CommScheduler::issue(const std::string& name, int64_t bytes,
+                                           const std::function<std::unique_ptr<Work>()>& launch) {
+  Record r;
+  r.name = name;
+  r.bytes = bytes;
+  r.issued_ms = host_ms() - host_start_;
+  auto p = std::make_unique<Pending>();
+  if (device_.is_cuda()) {
+    Stream compute = current_stream(device_);
+    p->ready = std::make_unique<Event>(device_);
+    p->ready->record(compute);
+    p->ready->block(comm_);
+    StreamGuard on_comm(comm_);
+    p->start = std::make_unique<Event>(device_);
+    p->start->record(comm_);
+    p->work = launch();
+    p->end = std::make_unique<Event>(device_);
+    p->end->record(comm_);
+  } else {
+    p->work = launch();
+  }
+  Ticket t;
+  t.index_ = records_.size();
+  records_.push_back(std::move(r));
+  pending_.push_back(std::move(p));
+  return t;
+}
+
+void CommScheduler::wait(Ticket& t) {
+  if (t.waited_) return;
+  TETRA_CHECK(t.index_ < pending_.size(), "CommScheduler::wait on a ticket of an earlier step");
+  Pending& p = *pending_[t.index_];
+  if (device_.is_cuda()) {
+    Stream compute = current_stream(device_);
+    p.wait_begin = std::make_unique<Event>(device_);
+    p.wait_begin->record(compute);
+    p.work->wait();  // device-side: compute waits on the collective's event
+    p.wait_end = std::make_unique<Event>(device_);
+    p.wait_end->record(compute);
+  } else {
+    double t0 = host_ms();
+    p.work->wait();
+    records_[t.index_].waited_ms = host_ms() - t0;
+  }
+  t.waited_ = true;
+}
+
+const std::vector<CommScheduler::Record>& CommScheduler::end_step() {
+  if (device_.is_cuda() && step_start_) {
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      Pending& p = *pending_[i];
+      Record& r = records_[i];
+      if (p.start && p.end) {
+        r.start_ms = p.start->elapsed_ms(*step_start_);
+        r.end_ms = p.end->elapsed_ms(*step_start_);
+      }
+      if (p.wait_begin && p.wait_end) r.waited_ms = p.wait_end->elapsed_ms(*p.wait_begin);
+    }
+  }
+  return records_;
+}
+
+double CommScheduler::exposed_ms() const {
+  double s = 0;
+  for (const Record& r : records_) s += r.waited_ms;
+  return s;
+}
+
+}  // namespace tetra
