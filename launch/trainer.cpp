@@ -302,6 +302,8 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds, s
   m.tokens = tokens_seen_;
   m.step_ms = step_seconds * 1e3;
   m.tokens_per_s = rate;
+  m.extra["exposed_comm_ms"] = r.exposed_comm_s * 1e3;
+  m.extra["mem_peak_gib"] = peak_memory_bytes(device_) / (1024.0 * 1024.0 * 1024.0);
   if (r.skipped) m.extra["skipped"] = true;
   if (val_loss) m.extra["val_loss"] = *val_loss;
   metrics_->log(m);
