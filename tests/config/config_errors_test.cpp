@@ -70,7 +70,7 @@ std::vector<BadCase> bad_cases() {
        {"cfg.yaml:15: optimizer: expected a mapping of keys, got adamw"}},
       {"document_not_mapping", "- model\n- train\n", {}, 1,
        {"cfg.yaml:1: the config must be a mapping of sections (run, model, parallel"}},
-      {"yaml_syntax", edit("  steps: 100", "  steps: [100, 200"), {}, 2, {"cfg.yaml:", "YAML syntax error"}},
+      {"yaml_syntax", edit("  steps: 100", "  steps: [100, 200"), {}, 2, {"cfg.yaml:1", "YAML syntax error at column"}},
       {"yaml_bad_indent", edit("  seq_len: 64", " seq_len: 64"), {}, 2, {"cfg.yaml:3: YAML syntax error"}},
       {"lr_zero", edit("  lr: 1.0e-3", "  lr: 0"), {}, 2,
        {"cfg.yaml:16: optimizer.lr: 0 is too small (a number > 0"}},
