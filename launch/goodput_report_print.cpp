@@ -129,6 +129,7 @@ void print_report(const GoodputReport& r, std::ostream& out) {
   out << "  compute         ";
   if (r.achieved_flops_per_s) {
     out << fixed(*r.achieved_flops_per_s / 1e12, 2) << " TFLOP/s achieved";
+    if (r.devices) out << " (" << fixed(*r.achieved_flops_per_s / 1e12 / *r.devices, 2) << " per device)";
     if (r.mfu) {
       out << ", MFU " << fixed(100.0 * *r.mfu, 1) << " %";
       if (r.mfu_in_steps) out << " (" << fixed(100.0 * *r.mfu_in_steps, 1) << " % within kept steps)";
