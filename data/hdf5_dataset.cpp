@@ -38,7 +38,7 @@ int64_t single_value_space(hid_t space) {
 
 Hdf5Dataset::Hdf5Dataset(const std::string& path) : TokenDataset(path) {
   silence_hdf5_errors();
-  file_ = h5_check_id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "cannot open HDF5 dataset file", path);
+  file_ = h5_check_id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "cannot open it as a token dataset", path);
   open_tokens();
   read_attributes();
   open_doc_offsets();

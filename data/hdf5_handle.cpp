@@ -49,7 +49,7 @@ std::string hdf5_error_detail() {
 H5Handle h5_check_id(hid_t id, const std::string& what, const std::string& file) {
   if (id < 0) {
     std::string detail = hdf5_error_detail();
-    TETRA_FAIL(Data, what, " in ", file, detail.empty() ? "" : ": ", detail);
+    TETRA_FAIL(Data, "HDF5 file ", file, ": ", what, detail.empty() ? "" : ": ", detail);
   }
   return H5Handle(id);
 }
@@ -57,7 +57,7 @@ H5Handle h5_check_id(hid_t id, const std::string& what, const std::string& file)
 void h5_check(herr_t status, const std::string& what, const std::string& file) {
   if (status < 0) {
     std::string detail = hdf5_error_detail();
-    TETRA_FAIL(Data, what, " in ", file, detail.empty() ? "" : ": ", detail);
+    TETRA_FAIL(Data, "HDF5 file ", file, ": ", what, detail.empty() ? "" : ": ", detail);
   }
 }
 

@@ -44,9 +44,9 @@ void silence_hdf5_errors();
 // file or directory"), or "" if the stack is empty; clears the stack.
 std::string hdf5_error_detail();
 
-// Throws a Data error "<what> in <file>: <HDF5 detail>" if id < 0; returns a handle owning id.
+// Throws a Data error "HDF5 file <file>: <what>: <HDF5 detail>" if id < 0; returns a handle owning id.
 H5Handle h5_check_id(hid_t id, const std::string& what, const std::string& file);
-// Throws a Data error "<what> in <file>: <HDF5 detail>" if status < 0.
+// Throws a Data error "HDF5 file <file>: <what>: <HDF5 detail>" if status < 0.
 void h5_check(herr_t status, const std::string& what, const std::string& file);
 
 }  // namespace tetra::data
