@@ -2,6 +2,11 @@
 
 #include <sstream>
 
+#include "runtime/mpi_communicator.h"
+#ifdef TETRA_WITH_CUDA
+#include "runtime/nccl_communicator.h"
+#endif
+
 namespace tetra {
 
 const char* axis_name(MeshAxis a) {
@@ -78,7 +83,7 @@ void Mesh::create_communicators(Communicator& world) {
     int key = 0;
     for (size_t i = 0; i < g.size(); ++i)
       if (g[i] == rank_) key = static_cast<int>(i);
-    auto c = world.split(g.front(), key);
+    std::shared_ptr<Communicator> c = world.split(g.front(), key);
     std::ostringstream name;
     name << axis_name(a) << "[";
     for (size_t i = 0; i < g.size(); ++i) name << (i ? "," : "") << g[i];
@@ -87,6 +92,29 @@ void Mesh::create_communicators(Communicator& world) {
     c->set_timeout(world.timeout());
     comms_.push_back(std::move(c));
   }
+}
+
+void Mesh::create_device_communicators(Device device) {
+  device_comms_.clear();
+  if (!device.is_cuda()) return;
+#ifdef TETRA_WITH_CUDA
+  TETRA_CHECK(!comms_.empty(), "create_communicators must come before create_device_communicators");
+  for (auto& c : comms_) {
+    auto* mpi = dynamic_cast<MpiCommunicator*>(c.get());
+    TETRA_CHECK(mpi, "the mesh's host communicators must be MPI communicators to bootstrap NCCL");
+    auto nccl = make_nccl_communicator(mpi->handle(), device, c);
+    nccl->set_name(c->name());
+    nccl->set_timeout(c->timeout());
+    device_comms_.push_back(std::move(nccl));
+  }
+#else
+  TETRA_FAIL(Device, "device communicators on ", device.str(), ": tetra was built without CUDA");
+#endif
+}
+
+Communicator& Mesh::device_comm(MeshAxis axis) const {
+  if (device_comms_.empty()) return comm(axis);
+  return *device_comms_[static_cast<size_t>(axis)];
 }
 
 Communicator& Mesh::comm(MeshAxis axis) const {

@@ -43,14 +43,20 @@ class Mesh {
 
   // Builds one communicator per axis by splitting `world` (collective over all ranks).
   void create_communicators(Communicator& world);
+  // On a GPU: one NCCL communicator per axis on `device`, bootstrapped over the MPI ones.
+  void create_device_communicators(Device device);
+  // The host (MPI) communicator of an axis.
   Communicator& comm(MeshAxis axis) const;
+  // The communicator for tensors on the compute device: NCCL where created, else the MPI one.
+  Communicator& device_comm(MeshAxis axis) const;
   bool has_communicators() const { return !comms_.empty(); }
 
  private:
   MeshShape shape_;
   int rank_;
   MeshCoords coords_;
-  std::vector<std::unique_ptr<Communicator>> comms_;  // indexed by MeshAxis
+  std::vector<std::shared_ptr<Communicator>> comms_;         // MPI, indexed by MeshAxis
+  std::vector<std::shared_ptr<Communicator>> device_comms_;  // NCCL, indexed by MeshAxis (or empty)
 };
 
 }  // namespace tetra
