@@ -87,11 +87,22 @@ class LedgerBuilder {
   std::vector<nlohmann::json> events_;
 };
 
+// Folders made by fresh_dir, removed when the test program exits.
+struct TempDirs {
+  std::vector<std::filesystem::path> dirs;
+  ~TempDirs() {
+    std::error_code ec;
+    for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+  }
+};
+
 // A fresh, empty folder for one test under the system's temporary folder.
 inline std::string fresh_dir(const std::string& name) {
+  static TempDirs made;
   auto dir = std::filesystem::temp_directory_path() / ("tetra_goodput_test_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  made.dirs.push_back(dir);
   return dir.string();
 }
 
