@@ -49,14 +49,19 @@ void softmax_cross_entropy(Tensor& losses, Tensor* dlogits, const Tensor& logits
     }
     float mx = -std::numeric_limits<float>::infinity();
     for (int64_t v = 0; v < V; ++v) mx = std::max(mx, row[v]);
+    const float picked = row[t];  // read before an aliased dlogits overwrites the row
+    // One exp per element: e_v = exp(logit_v - max), parked in dlogits (if wanted) and summed in double.
     double sum = 0.0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v] - mx));
-    const double lse = static_cast<double>(mx) + std::log(sum);
-    ploss[n] = static_cast<float>(lse - row[t]);
-    if (pd) {
-      float* drow = pd + n * V;  // may be `row` itself: row[v] is read just before drow[v] is written
-      for (int64_t v = 0; v < V; ++v)
-        drow[v] = static_cast<float>(grad_scale * std::exp(static_cast<double>(row[v]) - lse));
+    float* drow = pd ? pd + n * V : nullptr;  // may be `row` itself: row[v] is read before drow[v] is written
+    for (int64_t v = 0; v < V; ++v) {
+      const float e = std::exp(row[v] - mx);
+      if (drow) drow[v] = e;
+      sum += e;
+    }
+    ploss[n] = static_cast<float>(static_cast<double>(mx) + std::log(sum) - picked);
+    if (drow) {
+      const float k = static_cast<float>(grad_scale / sum);  // softmax = e / sum, times grad_scale
+      for (int64_t v = 0; v < V; ++v) drow[v] *= k;
       drow[t] -= grad_scale;
     }
   }

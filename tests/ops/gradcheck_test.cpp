@@ -1,0 +1,196 @@
+// Finite-difference checks of every op with a backward: the analytic gradient of the scalar
+// L = Σ y·r (r random, fixed) must match central differences (L(x+ε) − L(x−ε)) / 2ε of the fp32
+// forward, with L summed in double. Inputs are random and never zero.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <functional>
+#include <string>
+
+#include "op_test_util.h"
+
+namespace tetra::test {
+namespace {
+
+// Σ y·r in double.
+double weighted_sum(const Tensor& y, const Tensor& r) {
+  const float* py = y.data<float>();
+  const float* pr = r.data<float>();
+  double s = 0.0;
+  for (int64_t i = 0; i < y.numel(); ++i) s += static_cast<double>(py[i]) * pr[i];
+  return s;
+}
+
+// Compares `analytic` (dL/dx as the ops computed it) with central differences of loss() at every
+// element of x, or at `max_points` random ones for large x. x is restored afterwards.
+void check_gradient(const std::string& what, Tensor& x, const Tensor& analytic,
+                    const std::function<double()>& loss, Rng& rng, double eps = 1e-2, double tol = 2e-3,
+                    int64_t max_points = 96) {
+  ASSERT_TRUE(x.same_shape(analytic)) << what << ": gradient shape " << analytic.describe() << " vs "
+                                      << x.describe();
+  float* px = x.data<float>();
+  const float* pg = analytic.data<float>();
+  std::vector<int64_t> points;
+  if (x.numel() <= max_points) {
+    for (int64_t i = 0; i < x.numel(); ++i) points.push_back(i);
+  } else {
+    for (int64_t k = 0; k < max_points; ++k) points.push_back(static_cast<int64_t>(rng.below(x.numel())));
+  }
+  std::vector<double> fd, an;
+  for (int64_t i : points) {
+    const float saved = px[i];
+    px[i] = static_cast<float>(saved + eps);
+    const double up = loss();
+    px[i] = static_cast<float>(saved - eps);
+    const double down = loss();
+    px[i] = saved;
+    // The step actually taken in fp32 (saved ± eps is rounded).
+    const double h = static_cast<double>(static_cast<float>(saved + eps)) - static_cast<float>(saved - eps);
+    fd.push_back((up - down) / h);
+    an.push_back(pg[i]);
+  }
+  const double err = rel_error(an, fd);
+  EXPECT_LE(err, tol) << what << ": analytic gradient vs central differences over " << points.size()
+                      << " elements";
+  for (size_t k = 0; k < fd.size(); ++k) {
+    EXPECT_NEAR(an[k], fd[k], 10 * tol * (1.0 + std::fabs(fd[k])))
+        << what << " element " << points[k];
+  }
+}
+
+struct LinearCase {
+  bool bias;
+  ops::Activation act;
+};
+
+class LinearGrad : public ::testing::TestWithParam<LinearCase> {};
+
+TEST_P(LinearGrad, MatchesFiniteDifferences) {
+  const auto [bias, act] = GetParam();
+  Rng rng(11);
+  const int64_t I = 7, O = 6;
+  Tensor x = random_tensor(rng, {2, 3, I});  // leading dimensions [2, 3] act as N = 6
+  Tensor w = random_tensor(rng, {O, I}, 0.5);
+  Tensor b = bias ? random_tensor(rng, {O}, 0.5) : Tensor();
+  Tensor r = random_tensor(rng, {2, 3, O});
+  Tensor y = poisoned({2, 3, O}), pre = poisoned({2, 3, O});
+  auto loss = [&] {
+    ops::linear_forward(y, x, w, b, act, act == ops::Activation::Gelu ? &pre : nullptr);
+    return weighted_sum(y, r);
+  };
+  loss();
+  Tensor dpre = r;
+  if (act == ops::Activation::Gelu) {
+    dpre = poisoned({2, 3, O});
+    ops::gelu_backward(dpre, r, pre);
+  }
+  Tensor dx = poisoned(x.shape()), dw = poisoned(w.shape()), db = poisoned({O});
+  ops::linear_backward_input(dx, dpre, w, false);
+  ops::linear_backward_weight(dw, bias ? &db : nullptr, dpre, x, false);
+  check_gradient("linear dx", x, dx, loss, rng);
+  check_gradient("linear dw", w, dw, loss, rng);
+  if (bias) check_gradient("linear db", b, db, loss, rng);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, LinearGrad,
+                         ::testing::Values(LinearCase{true, ops::Activation::None},
+                                           LinearCase{false, ops::Activation::None},
+                                           LinearCase{true, ops::Activation::Gelu},
+                                           LinearCase{false, ops::Activation::Gelu}),
+                         [](const auto& param_info) {
+                           return std::string(param_info.param.bias ? "Bias" : "NoBias") +
+                                  (param_info.param.act == ops::Activation::Gelu ? "Gelu" : "Plain");
+                         });
+
+TEST(OpsGradcheck, Gelu) {
+  Rng rng(12);
+  Tensor x = random_tensor(rng, {4, 9}, 2.0);
+  Tensor r = random_tensor(rng, {4, 9});
+  Tensor y = poisoned(x.shape());
+  auto loss = [&] {
+    ops::gelu_forward(y, x);
+    return weighted_sum(y, r);
+  };
+  Tensor dx = poisoned(x.shape());
+  ops::gelu_backward(dx, r, x);
+  check_gradient("gelu dx", x, dx, loss, rng);
+}
+
+TEST(OpsGradcheck, LayerNorm) {
+  Rng rng(13);
+  const int64_t C = 10;
+  Tensor x = random_tensor(rng, {2, 3, C}, 2.0, 0.5);
+  Tensor w = random_tensor(rng, {C}, 0.3, 1.0);
+  Tensor b = random_tensor(rng, {C}, 0.3);
+  Tensor r = random_tensor(rng, {2, 3, C});
+  Tensor y = poisoned(x.shape()), mean = poisoned({2, 3}), rstd = poisoned({2, 3});
+  auto loss = [&] {
+    ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
+    return weighted_sum(y, r);
+  };
+  loss();
+  Tensor dx = poisoned(x.shape());
+  Tensor dw = Tensor::zeros({C}, DType::F32), db = Tensor::zeros({C}, DType::F32);
+  ops::layernorm_backward(dx, dw, db, r, x, w, mean, rstd, false);
+  check_gradient("layernorm dx", x, dx, loss, rng);
+  check_gradient("layernorm dw", w, dw, loss, rng);
+  check_gradient("layernorm db", b, db, loss, rng);
+}
+
+TEST(OpsGradcheck, Embedding) {
+  Rng rng(14);
+  const int64_t B = 3, T = 4, V = 5, C = 3;
+  Tensor ids = random_ids(rng, {B, T}, 0, V);  // 12 tokens over 5 ids: repeats are certain
+  Tensor wte = random_tensor(rng, {V, C});
+  Tensor wpe = random_tensor(rng, {T + 2, C});
+  Tensor r = random_tensor(rng, {B, T, C});
+  Tensor y = poisoned({B, T, C});
+  auto loss = [&] {
+    ops::embedding_forward(y, ids, wte, wpe, T);
+    return weighted_sum(y, r);
+  };
+  Tensor dwte = Tensor::zeros(wte.shape(), DType::F32), dwpe = Tensor::zeros(wpe.shape(), DType::F32);
+  ops::embedding_backward(dwte, &dwpe, r, ids, T);
+  check_gradient("embedding dwte", wte, dwte, loss, rng);
+  check_gradient("embedding dwpe", wpe, dwpe, loss, rng);
+}
+
+TEST(OpsGradcheck, Attention) {
+  for (auto [B, T, H, D] : {std::array<int64_t, 4>{2, 5, 2, 3}, std::array<int64_t, 4>{1, 1, 1, 4},
+                            std::array<int64_t, 4>{1, 9, 3, 2}}) {
+    SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " H=" << H << " D=" << D);
+    Rng rng(15 + T);
+    Tensor qkv = random_tensor(rng, {B, T, 3 * H * D});
+    Tensor r = random_tensor(rng, {B, T, H * D});
+    Tensor out = poisoned({B, T, H * D}), lse = poisoned({B, H, T});
+    auto loss = [&] {
+      ops::attention_forward(out, lse, qkv, H);
+      return weighted_sum(out, r);
+    };
+    loss();
+    Tensor dqkv = poisoned(qkv.shape());
+    ops::attention_backward(dqkv, r, qkv, out, lse, H);
+    check_gradient("attention dqkv", qkv, dqkv, loss, rng, 1e-2, 2e-3, 200);
+  }
+}
+
+TEST(OpsGradcheck, CrossEntropy) {
+  Rng rng(16);
+  const int64_t N = 6, V = 7;
+  const float grad_scale = 0.7f;
+  Tensor logits = random_tensor(rng, {N, V}, 2.0);
+  Tensor targets = random_ids(rng, {N}, 0, V);
+  targets.data<int32_t>()[2] = -1;  // ignored
+  targets.data<int32_t>()[4] = -100;
+  Tensor losses = poisoned({N});
+  auto loss = [&] {
+    ops::softmax_cross_entropy(losses, nullptr, logits, targets, 1.0f);
+    return grad_scale * ops::sum_to_host(losses);
+  };
+  Tensor dlogits = poisoned({N, V});
+  ops::softmax_cross_entropy(losses, &dlogits, logits, targets, grad_scale);
+  check_gradient("cross-entropy dlogits", logits, dlogits, loss, rng);
+}
+
+}  // namespace
+}  // namespace tetra::test

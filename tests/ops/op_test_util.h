@@ -1,0 +1,99 @@
+// Shared helpers of the op tests: random host tensors (never zeros), NaN poisoning of outputs so an
+// unwritten element fails the comparison, and norm-relative errors.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "runtime/ops.h"
+#include "runtime/random.h"
+#include "runtime/tensor.h"
+
+namespace tetra::test {
+
+// fp32 tensor of N(offset, scale²) values; exact zeros are nudged away so no input is ever 0.
+inline Tensor random_tensor(Rng& rng, const Shape& shape, double scale = 1.0, double offset = 0.0) {
+  Tensor t = Tensor::empty(shape, DType::F32);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    float v = static_cast<float>(offset + scale * rng.normal());
+    if (v == 0.0f) v = static_cast<float>(scale * 1e-3);
+    p[i] = v;
+  }
+  return t;
+}
+
+// int32 tensor of values uniform in [lo, hi).
+inline Tensor random_ids(Rng& rng, const Shape& shape, int32_t lo, int32_t hi) {
+  Tensor t = Tensor::empty(shape, DType::I32);
+  int32_t* p = t.data<int32_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = lo + static_cast<int32_t>(rng.below(static_cast<uint64_t>(hi - lo)));
+  return t;
+}
+
+// Fills an fp32 or bf16 tensor with NaN: whatever the op does not write stays NaN.
+inline void poison(Tensor& t) {
+  if (t.dtype() == DType::F32) {
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = std::numeric_limits<float>::quiet_NaN();
+  } else if (t.dtype() == DType::BF16) {
+    uint16_t* p = t.bf16_bits();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = 0x7fc0;
+  } else {
+    ADD_FAILURE() << "poison: unsupported " << t.describe();
+  }
+}
+
+inline Tensor poisoned(const Shape& shape, DType dtype = DType::F32) {
+  Tensor t = Tensor::empty(shape, dtype);
+  poison(t);
+  return t;
+}
+
+inline Tensor clone(const Tensor& t) {
+  Tensor c = Tensor::empty(t.shape(), t.dtype());
+  ops::copy(c, t);
+  return c;
+}
+
+inline std::vector<double> to_doubles(const Tensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DType::F32) {
+    const float* p = t.data<float>();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = p[i];
+  } else if (t.dtype() == DType::BF16) {
+    const uint16_t* p = t.bf16_bits();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_float(p[i]);
+  } else {
+    ADD_FAILURE() << "to_doubles: unsupported " << t.describe();
+  }
+  return v;
+}
+
+// ‖out − ref‖ / ‖ref‖ (plain ‖out − ref‖ when ref is 0); +inf if any element of out is not finite
+// or the sizes differ.
+inline double rel_error(const std::vector<double>& out, const std::vector<double>& ref) {
+  if (out.size() != ref.size()) return std::numeric_limits<double>::infinity();
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(out[i])) return std::numeric_limits<double>::infinity();
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+inline double rel_error(const Tensor& out, const std::vector<double>& ref) { return rel_error(to_doubles(out), ref); }
+inline double rel_error(const Tensor& out, const Tensor& ref) { return rel_error(to_doubles(out), to_doubles(ref)); }
+
+// ref + add, elementwise (expected values of an accumulating op over a pre-filled output).
+inline std::vector<double> plus(std::vector<double> ref, const std::vector<double>& add) {
+  EXPECT_EQ(ref.size(), add.size());
+  for (size_t i = 0; i < ref.size() && i < add.size(); ++i) ref[i] += add[i];
+  return ref;
+}
+
+}  // namespace tetra::test
