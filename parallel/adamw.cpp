@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "runtime/multi_tensor.h"
+
 namespace tetra {
 
 AdamW::AdamW(ParamSet& params, const AdamWConfig& cfg) : params_(params), cfg_(cfg) {
@@ -26,13 +28,20 @@ void AdamW::step(float lr, float grad_scale) {
   h.eps = cfg_.eps;
   h.step = step_;
   h.grad_scale = grad_scale;
+  // One multi-tensor update over every parameter (a few kernel launches on CUDA).
+  std::vector<ops::AdamWSegment> segments;
+  segments.reserve(params_.params().size());
   for (Param* p : params_.params()) {
-    h.weight_decay = p->weight_decay ? cfg_.weight_decay : 0.0f;
-    Tensor master = master_.slice_flat(p->offset, p->local_shape);
-    Tensor m = m_.slice_flat(p->offset, p->local_shape);
-    Tensor v = v_.slice_flat(p->offset, p->local_shape);
-    ops::adamw_update(master, p->grad, m, v, h, separate_master_ ? &p->value : nullptr);
+    ops::AdamWSegment s;
+    s.master = master_.slice_flat(p->offset, {p->numel()});
+    s.grad = p->grad.flatten();
+    s.m = m_.slice_flat(p->offset, {p->numel()});
+    s.v = v_.slice_flat(p->offset, {p->numel()});
+    if (separate_master_) s.working = p->value.flatten();
+    s.weight_decay = p->weight_decay ? cfg_.weight_decay : 0.0f;
+    segments.push_back(std::move(s));
   }
+  ops::adamw_update_multi(segments, h);
 }
 
 double gradient_norm(Tensor& flat_grads, Communicator* shard_group) {
