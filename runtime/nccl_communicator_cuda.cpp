@@ -132,7 +132,8 @@ struct NcclCommunicator::Impl {
   // Aborts `c` and throws: r = ncclInProgress means `timeout` seconds passed, else r is the error.
   [[noreturn]] void raise(ncclComm_t c, ncclResult_t r, const std::string& what, const std::string& group,
                           double timeout) {
-    const std::string last = c ? ncclGetLastError(c) : "";
+    const char* last_error = c ? ncclGetLastError(c) : nullptr;
+    const std::string last = last_error ? last_error : "";
     if (c == comm) abort();
     else if (c) (void)ncclCommAbort(c);
     const std::string where = " on group " + group + " (rank " + std::to_string(rank) + " of " + std::to_string(size) +

@@ -60,6 +60,7 @@ __global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T*
 #pragma unroll
     for (int j = 1; j < V; ++j) mv = fmaxf(mv, v[j]);
     const float m = fmaxf(acc.m, mv);
+    if (m == -INFINITY) continue;  // only -inf seen so far (fully masked): nothing to add
     float s = acc.m == -INFINITY ? 0.0f : acc.s * expf(acc.m - m);
 #pragma unroll
     for (int j = 0; j < V; ++j) s += expf(v[j] - m);

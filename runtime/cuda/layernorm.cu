@@ -11,8 +11,9 @@
 // for its rows in shared memory (a lane only touches its own channels), the block folds its warps
 // in warp order into partial[block, 2, C] (fp32 scratch from the stream-ordered pool), and a second
 // kernel adds Σ_block partial (in block order) to dw and db. The scratch is [blocks, 2, C] with
-// blocks ≤ 2 × SMs (≈ 2 MB for GPT-2's C = 768). A block holds warps × 2·C fp32 in shared memory,
-// which bounds C at (opt-in shared memory) / 8 bytes: 28K channels on an H100/H200.
+// blocks ≤ 2 × SMs (≈ 2 MB for GPT-2's C = 768). A block holds warps × 2·C fp32 in shared memory
+// (plus one pad float per 8, against bank conflicts), which bounds C at about (opt-in shared
+// memory) / 9 bytes: 25K channels on an H100/H200.
 #include <algorithm>
 
 #include "runtime/cuda/cuda_ops.h"
@@ -72,18 +73,31 @@ __global__ void layernorm_forward_kernel(T* y, float* mean, float* rstd, const T
   }
 }
 
+// Where channel c lives in a warp's shared-memory row. With V = 8, lane l touches channels l·8 + j
+// at once (stride 8: an 8-way bank conflict); one pad float after every 8 makes the stride 9, which
+// is conflict-free. A row then spans padded_width(C) floats.
+template <int V>
+__device__ __host__ __forceinline__ int smem_index(int c) {
+  return V == 8 ? c + c / 8 : c;
+}
+template <int V>
+__device__ __host__ __forceinline__ int padded_width(int C) {
+  return smem_index<V>(C - 1) + 1;
+}
+
 // dx for rows blockIdx.x·warps + warp + k·gridDim.x·warps; per-block dw/db sums into partial[blockIdx.x].
-// Dynamic shared memory: warps × [2][C] fp32.
+// Dynamic shared memory: warps × [2][padded_width(C)] fp32.
 template <int V, class T, class P>
 __global__ void layernorm_backward_kernel(T* dx, float* partial, const T* dy, const T* x, const P* w,
                                           const float* mean, const float* rstd, int64_t N, int C, bool accumulate) {
   extern __shared__ float smem[];
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* sdw = smem + static_cast<int64_t>(warp) * 2 * C;
-  float* sdb = sdw + C;
+  const int width = padded_width<V>(C);
+  float* sdw = smem + static_cast<int64_t>(warp) * 2 * width;
+  float* sdb = sdw + width;
   for (int i = lane * V; i < C; i += 32 * V) {
 #pragma unroll
-    for (int j = 0; j < V; ++j) sdw[i + j] = sdb[i + j] = 0.0f;
+    for (int j = 0; j < V; ++j) sdw[smem_index<V>(i + j)] = sdb[smem_index<V>(i + j)] = 0.0f;
   }
 
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * warps + warp; row < N;
@@ -106,8 +120,8 @@ __global__ void layernorm_backward_kernel(T* dx, float* partial, const T* dy, co
         const float g = dv[j] * wv[j];
         g_sum += g;
         gx_sum += g * xh;
-        sdw[i + j] += dv[j] * xh;
-        sdb[i + j] += dv[j];
+        sdw[smem_index<V>(i + j)] += dv[j] * xh;
+        sdb[smem_index<V>(i + j)] += dv[j];
       }
     }
     const float g_mean = warp_sum(g_sum) / C;
@@ -138,9 +152,10 @@ __global__ void layernorm_backward_kernel(T* dx, float* partial, const T* dy, co
   float* out = partial + static_cast<int64_t>(blockIdx.x) * 2 * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float sw = 0.0f, sb = 0.0f;
+    const int at = smem_index<V>(c);
     for (int k = 0; k < warps; ++k) {
-      sw += smem[static_cast<int64_t>(k) * 2 * C + c];
-      sb += smem[static_cast<int64_t>(k) * 2 * C + C + c];
+      sw += smem[static_cast<int64_t>(k) * 2 * width + at];
+      sb += smem[static_cast<int64_t>(k) * 2 * width + width + at];
     }
     out[c] = sw;
     out[C + c] = sb;
@@ -247,7 +262,10 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
 
-  const int64_t per_warp = int64_t{2} * C * static_cast<int64_t>(sizeof(float));
+  const bool vec = C % 8 == 0 && aligned16(x.data_ptr()) && aligned16(dy.data_ptr()) && aligned16(dx.data_ptr()) &&
+                   aligned16(w.data_ptr());
+  const int width = vec ? padded_width<8>(C) : padded_width<1>(C);
+  const int64_t per_warp = int64_t{2} * width * static_cast<int64_t>(sizeof(float));
   const int64_t optin = max_shared_optin(dev);
   if (per_warp > optin)
     TETRA_FAIL(Device, op, ": C = ", C, " needs ", per_warp, " bytes of shared memory per warp, more than the ", optin,
@@ -257,8 +275,6 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
   const int blocks = static_cast<int>(std::clamp<int64_t>((N + warps - 1) / warps, 1, 2 * sm_count(dev)));
   Tensor partial = Tensor::empty({blocks, 2, C}, DType::F32, dev);
 
-  const bool vec = C % 8 == 0 && aligned16(x.data_ptr()) && aligned16(dy.data_ptr()) && aligned16(dx.data_ptr()) &&
-                   aligned16(w.data_ptr());
   dispatch_float(x.dtype(), op, "x", [&](auto tx) {
     dispatch_float(w.dtype(), op, "w", [&](auto tw) {
       using T = decltype(tx);
