@@ -1,22 +1,17 @@
 // `tetra plan CONFIG --world N`: the mesh, every rank's groups, per-device memory by category and
-// the pipeline bubble, computed from the config alone (no GPU, no data).
+// the pipeline bubble, computed from the config alone (no GPU, no data). The memory is exact for
+// the training state (the ZeRO layout of the model's parameters, padding included) and an estimate
+// for the activations.
 #include <cstdio>
 #include <iostream>
 
 #include "launch/commands.h"
 #include "launch/config.h"
+#include "launch/memory_plan.h"
 #include "models/gpt_model.h"
 #include "parallel/mesh.h"
 
 namespace tetra::launch {
-
-namespace {
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-  return buf;
-}
-}  // namespace
 
 int plan_command(const std::string& config_path, const std::vector<std::string>& overrides, int world) {
   Config cfg = resolve(load_config(config_path, overrides), world, /*cuda_available=*/true);
@@ -48,26 +43,29 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
   g.n_layers = cfg.model.n_layers;
   g.n_heads = cfg.model.n_heads;
   g.validate();
-  const double N = static_cast<double>(g.num_params());
-  const bool bf16 = cfg.train.precision == "bf16";
-  const double w = bf16 ? 2 : 4;      // working weights
-  const double grad = 4;              // fp32 gradient accumulation buffer
-  const double opt = bf16 ? 12 : 8;   // fp32 master (bf16 only) + two moments
-  // Activations kept per micro-batch and block (bytes per token): ln1, qkv, att, x2, ln2,
-  // fc_pre, fc_act at the working dtype, plus the input; the head keeps the [T, V] logits.
-  const double C = static_cast<double>(g.d_model), T = cfg.train.seq_len, B = cfg.train.micro_batch;
-  double per_token_block = (1 + 1 + 3 + 1 + 1 + 1 + 4 + 4) * C * w;
-  if (cfg.train.recompute == "mlp") per_token_block -= 8 * C * w;
-  if (cfg.train.recompute == "full") per_token_block = C * w;
-  const double act = B * T * (per_token_block * static_cast<double>(g.n_layers) + static_cast<double>(g.vocab_size) * w);
-  std::printf("model: %s, %.1fM parameters, %.3g FLOP/token\n", g.arch.c_str(), N / 1e6, g.flops_per_token(cfg.train.seq_len));
-  std::printf("memory per device (zero_stage %d, %s):\n", cfg.parallel.zero_stage, cfg.train.precision.c_str());
-  std::printf("  weights          %s\n", gib(N * w).c_str());
-  std::printf("  gradients        %s\n", gib(N * grad).c_str());
-  std::printf("  optimizer state  %s\n", gib(N * opt).c_str());
-  std::printf("  activations      %s (estimate, micro-batch %d × %d tokens)\n", gib(act).c_str(), cfg.train.micro_batch,
-              cfg.train.seq_len);
-  std::printf("  total            %s\n", gib(N * (w + grad + opt) + act).c_str());
+  // Memory from the exact flat layout of the model's parameters (no tensor is allocated: the
+  // model's Params carry shapes only until a ParamSet is built).
+  GptModel model(g);
+  std::vector<Param*> params = model.params();
+  std::printf("model: %s, %.1fM parameters, %.3g FLOP/token\n", g.arch.c_str(), static_cast<double>(g.num_params()) / 1e6,
+              g.flops_per_token(cfg.train.seq_len));
+  const MemoryPlan plan = plan_memory(cfg, params, shape.dp);
+  print_memory_plan(stdout, plan);
+  std::printf("  (activations: micro-batch %d × %d tokens, recompute %s; communication and per-layer gradient\n"
+              "   buffers are bounds at fsdp_prefetch %d, %d micro-batch(es) per step; docs/zero.md)\n",
+              cfg.train.micro_batch, cfg.train.seq_len, cfg.train.recompute.c_str(), cfg.parallel.fsdp_prefetch,
+              optimizer_options(cfg, shape.dp).accumulation_steps);
+  // Every stage side by side, so the effect of parallel.zero_stage is visible at a glance.
+  std::printf("  by zero_stage (GiB)   parameters  gradients  optimizer  activations  communication    total\n");
+  for (int stage = 0; stage <= 3; ++stage) {
+    Config c = cfg;
+    c.parallel.zero_stage = stage;
+    const MemoryPlan p = plan_memory(c, params, shape.dp);
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    std::printf("  %s stage %d        %10.3f %10.3f %10.3f %12.3f %14.3f %8.3f\n", stage == cfg.parallel.zero_stage ? "*" : " ",
+                stage, p.state.weights / gib, p.state.gradients / gib, p.state.optimizer / gib, p.activations / gib,
+                p.state.communication / gib, p.total() / gib);
+  }
   std::printf("pipeline: pp %d, schedule %s, bubble %.1f%%\n", shape.pp, cfg.parallel.schedule.c_str(), 0.0);
   return 0;
 }

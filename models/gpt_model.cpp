@@ -37,6 +37,7 @@ GptModel::GptModel(const GptConfig& cfg) : cfg_(cfg) {
     blocks_.back()->set_recompute(cfg.recompute);
   }
   const int head_index = static_cast<int>(cfg.n_layers) + 1;
+  wte_.tied_layers = {head_index};  // the head's LM projection reads wte
   head_ = std::make_unique<GptHead>(cfg_, &wte_, head_index);
   head_->set_index(head_index);
 }

@@ -32,9 +32,19 @@ struct StatePiece {
   Tensor master, exp_avg, exp_avg_sq;  // fp32 [end − begin], device views
 };
 
-// Bytes of training state held by this rank, by category (for plan and the start-up report).
+// Bytes of training state held by this rank at its peak in a step, by category (for `tetra plan`
+// and the start-up report; docs/zero.md gives the formula of each stage):
+//   weights        working weights resident for the whole run (full for stages 0–2, a shard for 3)
+//   gradients      reduced gradient shard (stages 1–3) plus the full-size buffers gradients
+//                  accumulate in (the flat buffer for 0–1; per-layer buffers for 2–3, bounded)
+//   optimizer      fp32 master weights where they are not the working weights, exp_avg, exp_avg_sq
+//   communication  collective staging: the bf16 all-gather source shard (stages 1–2) and the
+//                  gathered layers' weights (stage 3: tied layers + 1 + fsdp_prefetch layers)
 struct StateMemory {
   double weights = 0, gradients = 0, optimizer = 0, communication = 0;
+  // Of the total, the bytes that exist for the whole run (what the ZeRO formula counts).
+  double persistent = 0;
+  double total() const { return weights + gradients + optimizer + communication; }
 };
 
 class DistributedOptimizer {
@@ -68,15 +78,29 @@ class DistributedOptimizer {
 
 struct DistributedOptimizerOptions {
   int zero_stage = 0;
-  double bucket_bytes = 25.0 * 1024 * 1024;
-  bool overlap_grad_reduce = true;
-  int fsdp_prefetch = 1;
+  double bucket_bytes = 25.0 * 1024 * 1024;  // stage 0 all-reduce buckets
+  bool overlap_grad_reduce = true;           // reduce during backward (else all in finish_gradients)
+  int fsdp_prefetch = 1;                     // stage 3: layers all-gathered ahead of the one computing
+  int accumulation_steps = 1;                // micro-batches per step (memory bound of stages 2–3)
   AdamWConfig adamw;
 };
 
-// Plain data parallelism (stage 0): replicated state, bucketed all-reduce of gradients.
-// Collectives go through `scheduler` (the device's communication stream), which measures how
-// long compute waits on them.
+// How the ParamSet must be built for an optimizer: the shard count of its layout, the gradient
+// dtype and whether the full flat gradient buffer exists. The gradient dtype is the optimizer's
+// choice: bf16 for stages 2–3 with bf16 working weights (gradients accumulate and are
+// reduce-scattered in bf16, as FSDP with MixedPrecision(reduce_dtype=bf16): the ZeRO formula's
+// 2 + 2 + 12 bytes per parameter), fp32 otherwise (docs/zero.md explains the choice).
+struct ParamStorage {
+  int shards = 1;
+  DType grad_dtype = DType::F32;
+  bool full_grads = true;
+};
+ParamStorage param_storage_for(const DistributedOptimizerOptions& options, DType working_dtype, int dp_size);
+
+// Stage 0 (ReplicatedOptimizer): replicated state, bucketed all-reduce of gradients. Stages 1–3
+// (ZeroOptimizer): state sharded over `dp`, reduce-scatter / all-gather per layer. `params` must be
+// built as param_storage_for(options, …, dp.size()) says. Collectives go through `scheduler` (the
+// device's communication stream), which measures how long compute waits on them.
 std::unique_ptr<DistributedOptimizer> make_distributed_optimizer(ParamSet& params, Communicator& dp,
                                                                  CommScheduler& scheduler,
                                                                  const DistributedOptimizerOptions& options);

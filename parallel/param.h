@@ -27,6 +27,9 @@ struct Param {
   bool transposed_in_checkpoint = false;
   // Which layer (FSDP unit / gradient bucket boundary) the parameter belongs to.
   int layer_index = 0;
+  // Other layers that also read this parameter (tied weights: GPT-2's LM head reads wte, owned by
+  // the embedding). FSDP keeps such a unit gathered while any of its layers still needs it.
+  std::vector<int> tied_layers;
   // Standard deviation of the normal init (0 with init_value set: constant fill).
   float init_std = 0.02f;
   float init_value = 0.0f;

@@ -5,20 +5,19 @@
 
 namespace tetra {
 
-void ParamSet::build(std::vector<Param*> params, Device device, DType value_dtype, DType grad_dtype) {
+void ParamSet::build(std::vector<Param*> params, Device device, DType value_dtype, DType grad_dtype, int shards,
+                     bool full_grads) {
   params_ = std::move(params);
   device_ = device;
-  int64_t off = 0;
-  for (Param* p : params_) {
-    p->offset = off;
-    off += (p->numel() + kAlignElems - 1) / kAlignElems * kAlignElems;
-  }
-  flat_numel_ = off;
-  values_ = Tensor::zeros({flat_numel_}, value_dtype, device);
-  grads_ = Tensor::zeros({flat_numel_}, grad_dtype, device);
+  value_dtype_ = value_dtype;
+  grad_dtype_ = grad_dtype;
+  layout_ = ZeroLayout(params_, shards);
+  for (size_t i = 0; i < layout_.params().size(); ++i) layout_.params()[i]->offset = layout_.offset_of(static_cast<int>(i));
+  values_ = Tensor::zeros({layout_.total()}, value_dtype, device);
+  grads_ = full_grads ? Tensor::zeros({layout_.total()}, grad_dtype, device) : Tensor();
   for (Param* p : params_) {
     p->value = values_.slice_flat(p->offset, p->local_shape);
-    p->grad = grads_.slice_flat(p->offset, p->local_shape);
+    p->grad = full_grads ? grads_.slice_flat(p->offset, p->local_shape) : Tensor();
   }
 }
 
@@ -26,6 +25,7 @@ void ParamSet::initialize(uint64_t seed) {
   for (Param* p : params_) {
     TETRA_CHECK(p->local_shape == p->full_shape, "initialize: split parameters are initialised by their strategy (",
                 p->name, ")");
+    TETRA_CHECK(p->value.defined(), "initialize: ", p->name, " has no value buffer (released by a sharded optimizer)");
     std::vector<float> host(static_cast<size_t>(p->numel()));
     if (p->init_constant) {
       std::fill(host.begin(), host.end(), p->init_value);
@@ -42,16 +42,15 @@ void ParamSet::zero_grads() {
   if (grads_.defined()) ops::zero(grads_);
 }
 
+void ParamSet::release_values() {
+  values_ = Tensor();
+  for (Param* p : params_) p->value = Tensor();
+}
+
 Param* ParamSet::find(const std::string& name) const {
   for (Param* p : params_)
     if (p->name == name) return p;
   return nullptr;
-}
-
-int64_t ParamSet::param_numel() const {
-  int64_t n = 0;
-  for (Param* p : params_) n += p->numel();
-  return n;
 }
 
 }  // namespace tetra

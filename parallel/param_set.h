@@ -1,38 +1,52 @@
 // ParamSet: the parameters of one model replica laid out in two flat buffers (values, gradients),
 // each parameter a view at an aligned offset. One flat buffer lets data parallelism reduce
-// gradients in a few large buckets and lets ZeRO shard contiguous ranges.
+// gradients in a few large buckets and lets ZeRO shard contiguous ranges: the layout is a
+// ZeroLayout (one contiguous, padded range per layer), sharded over `shards` data-parallel ranks.
+// A sharded optimizer may own less than the full buffers: stages 2–3 never allocate the full
+// gradient buffer (gradients live in per-layer buffers they bind to Param::grad), stage 3 releases
+// the full values after taking its shard (Param::value is bound while a layer is gathered).
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "parallel/param.h"
+#include "parallel/zero_layout.h"
 
 namespace tetra {
 
 class ParamSet {
  public:
-  static constexpr int64_t kAlignElems = 64;  // each param starts on a 64-element boundary
+  static constexpr int64_t kAlignElems = ZeroLayout::kAlignElems;
 
-  // Lays out `params` in the given order and allocates the flat buffers on `device`.
-  void build(std::vector<Param*> params, Device device, DType value_dtype, DType grad_dtype);
+  // Lays out `params` (ZeroLayout over `shards` ranks) and allocates the flat value buffer, and the
+  // flat gradient buffer when `full_grads`, on `device`.
+  void build(std::vector<Param*> params, Device device, DType value_dtype, DType grad_dtype, int shards = 1,
+             bool full_grads = true);
   // Fills every value from its init rule (normal(0, init_std) or constant), drawing the full
   // tensor from a seed derived from (seed, name) so any split or order gives the same weights.
   void initialize(uint64_t seed);
   void zero_grads();
+  // Frees the full value buffer; every Param::value becomes undefined (stage 3 binds them again
+  // to gathered layer buffers).
+  void release_values();
 
   const std::vector<Param*>& params() const { return params_; }
   Param* find(const std::string& name) const;  // nullptr if absent
-  Tensor& flat_values() { return values_; }
-  Tensor& flat_grads() { return grads_; }
-  int64_t flat_numel() const { return flat_numel_; }   // with alignment padding
-  int64_t param_numel() const;                         // without padding
+  const ZeroLayout& layout() const { return layout_; }
+  Tensor& flat_values() { return values_; }    // undefined after release_values()
+  Tensor& flat_grads() { return grads_; }      // undefined unless built with full_grads
+  int64_t flat_numel() const { return layout_.total(); }  // with alignment and shard padding
+  int64_t param_numel() const { return layout_.param_numel(); }  // without padding
   Device device() const { return device_; }
+  DType value_dtype() const { return value_dtype_; }
+  DType grad_dtype() const { return grad_dtype_; }
 
  private:
   std::vector<Param*> params_;
+  ZeroLayout layout_;
   Tensor values_, grads_;
-  int64_t flat_numel_ = 0;
   Device device_;
+  DType value_dtype_ = DType::F32, grad_dtype_ = DType::F32;
 };
 
 }  // namespace tetra

@@ -1,5 +1,6 @@
 #include "parallel/replicated_optimizer.h"
 
+#include "parallel/zero_memory.h"
 #include "runtime/ops.h"
 
 namespace tetra {
@@ -51,19 +52,11 @@ void ReplicatedOptimizer::after_load() {
 }
 
 StateMemory ReplicatedOptimizer::memory() const {
-  StateMemory m;
-  const double n = static_cast<double>(params_.flat_numel());
-  m.weights = n * static_cast<double>(dtype_size(params_.flat_values().dtype()));
-  m.gradients = n * static_cast<double>(dtype_size(params_.flat_grads().dtype()));
-  m.optimizer = n * (adamw_.has_separate_master() ? 12.0 : 8.0);
-  return m;
-}
-
-std::unique_ptr<DistributedOptimizer> make_distributed_optimizer(ParamSet& params, Communicator& dp,
-                                                                 CommScheduler& scheduler,
-                                                                 const DistributedOptimizerOptions& options) {
-  if (options.zero_stage == 0) return std::make_unique<ReplicatedOptimizer>(params, dp, scheduler, options);
-  TETRA_FAIL(Config, "parallel.zero_stage ", options.zero_stage, " is not implemented yet (valid: 0)");
+  ZeroMemorySpec s;
+  s.stage = 0;
+  s.weight_dtype = params_.value_dtype();
+  s.grad_dtype = params_.grad_dtype();
+  return zero_state_memory(params_.layout(), s);
 }
 
 }  // namespace tetra

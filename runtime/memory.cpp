@@ -1,4 +1,7 @@
 // Storage allocation and zero-filled tensors for both backends.
+#include "runtime/memory.h"
+
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -10,7 +13,20 @@
 namespace tetra {
 
 namespace {
-void release_host(void* p, size_t, Device) { std::free(p); }
+// Host bytes handed out by allocate_storage and not yet released, and their high-water mark.
+std::atomic<size_t> g_host_live{0}, g_host_peak{0};
+
+void count_host_alloc(size_t bytes) {
+  const size_t now = g_host_live.fetch_add(bytes) + bytes;
+  size_t peak = g_host_peak.load();
+  while (now > peak && !g_host_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+void release_host(void* p, size_t bytes, Device) {
+  std::free(p);
+  g_host_live.fetch_sub(bytes);
+}
 #ifdef TETRA_WITH_CUDA
 void release_cuda(void* p, size_t bytes, Device d) { cuda::release(p, bytes, d); }
 #endif
@@ -22,6 +38,7 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
     size_t padded = ((bytes + 63) / 64) * 64;
     void* p = std::aligned_alloc(64, padded ? padded : 64);
     if (!p) TETRA_FAIL(Device, "out of host memory allocating ", bytes, " bytes");
+    count_host_alloc(bytes);
     return std::make_shared<Storage>(p, bytes, device, &release_host);
   }
 #ifdef TETRA_WITH_CUDA
@@ -43,6 +60,30 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
 #endif
   }
   return t;
+}
+
+size_t allocated_bytes(Device device) {
+#ifdef TETRA_WITH_CUDA
+  if (device.is_cuda()) return cuda::allocated_bytes(device);
+#endif
+  return device.is_cpu() ? g_host_live.load() : 0;
+}
+
+size_t peak_allocated_bytes(Device device) {
+#ifdef TETRA_WITH_CUDA
+  if (device.is_cuda()) return cuda::peak_allocated_bytes(device);
+#endif
+  return device.is_cpu() ? g_host_peak.load() : 0;
+}
+
+void reset_peak_allocated(Device device) {
+#ifdef TETRA_WITH_CUDA
+  if (device.is_cuda()) {
+    cuda::reset_peak(device);
+    return;
+  }
+#endif
+  if (device.is_cpu()) g_host_peak.store(g_host_live.load());
 }
 
 bool cuda_available() { return cuda_device_count() > 0; }

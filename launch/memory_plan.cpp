@@ -1,0 +1,102 @@
+#include "launch/memory_plan.h"
+
+#include <algorithm>
+
+#include "parallel/zero_memory.h"
+
+namespace tetra::launch {
+
+DistributedOptimizerOptions optimizer_options(const Config& cfg, int dp) {
+  DistributedOptimizerOptions oo;
+  oo.zero_stage = cfg.parallel.zero_stage;
+  oo.bucket_bytes = cfg.parallel.bucket_mb * 1024 * 1024;
+  oo.overlap_grad_reduce = cfg.parallel.overlap_grad_reduce;
+  oo.fsdp_prefetch = cfg.parallel.fsdp_prefetch;
+  const int per_micro = std::max(1, dp * std::max(1, cfg.train.micro_batch));
+  oo.accumulation_steps = std::max(1, cfg.train.global_batch / per_micro);
+  oo.adamw.beta1 = static_cast<float>(cfg.optimizer.betas[0]);
+  oo.adamw.beta2 = static_cast<float>(cfg.optimizer.betas[1]);
+  oo.adamw.eps = static_cast<float>(cfg.optimizer.eps);
+  oo.adamw.weight_decay = static_cast<float>(cfg.optimizer.weight_decay);
+  return oo;
+}
+
+double gpt_activation_bytes(const Config& cfg) {
+  const double a = cfg.train.precision == "bf16" ? 2.0 : 4.0;
+  const double C = cfg.model.d_model, H = cfg.model.n_heads, V = cfg.model.vocab_size, L = cfg.model.n_layers;
+  const double tokens = static_cast<double>(cfg.train.micro_batch) * static_cast<double>(cfg.train.seq_len);
+  // Per token and block: x, ln1, att, x2, ln2 [C]; qkv [3C]; fc_pre, fc_act [4C] each; fp32 mean
+  // and rstd of both LayerNorms; fp32 lse per head.
+  double block = 16.0 * C * a + 16.0 + 4.0 * H;
+  if (cfg.train.recompute == "mlp") block -= 8.0 * C * a;
+  if (cfg.train.recompute == "full") block = C * a;
+  // Head: its input and ln_f [C], fp32 statistics and loss, and the [V] logits gradient.
+  const double head = 2.0 * C * a + 12.0 + V * a;
+  // One block's backward working set: d_fc [4C], d_ln2, dx2, dx [C], d_qkv [3C].
+  const double backward = 10.0 * C * a;
+  return tokens * (L * block + head + backward);
+}
+
+MemoryPlan plan_memory(const Config& cfg, const std::vector<Param*>& params, int dp) {
+  const DistributedOptimizerOptions oo = optimizer_options(cfg, dp);
+  const DType working = cfg.train.precision == "bf16" ? DType::BF16 : DType::F32;
+  const ParamStorage storage = param_storage_for(oo, working, dp);
+  ZeroLayout layout(params, storage.shards);
+  ZeroMemorySpec spec;
+  spec.stage = oo.zero_stage;
+  spec.weight_dtype = working;
+  spec.grad_dtype = storage.grad_dtype;
+  spec.accumulation_steps = oo.accumulation_steps;
+  spec.fsdp_prefetch = oo.fsdp_prefetch;
+  spec.overlap_grad_reduce = oo.overlap_grad_reduce;
+  MemoryPlan plan;
+  plan.zero_stage = oo.zero_stage;
+  plan.dp = dp;
+  plan.weight_dtype = dtype_name(working);
+  plan.grad_dtype = dtype_name(storage.grad_dtype);
+  plan.params = layout.param_numel();
+  plan.state = zero_state_memory(layout, spec);
+  plan.activations = gpt_activation_bytes(cfg);
+  return plan;
+}
+
+MemoryPlan plan_memory(const Config& cfg, const DistributedOptimizer& optimizer, const ParamSet& params, int dp) {
+  MemoryPlan plan;
+  plan.zero_stage = optimizer.zero_stage();
+  plan.dp = dp;
+  plan.weight_dtype = dtype_name(params.value_dtype());
+  plan.grad_dtype = dtype_name(params.grad_dtype());
+  plan.params = params.param_numel();
+  plan.state = optimizer.memory();
+  plan.activations = gpt_activation_bytes(cfg);
+  return plan;
+}
+
+void print_memory_plan(std::FILE* out, const MemoryPlan& p, const std::string& indent) {
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  auto line = [&](const char* what, double bytes, const char* note) {
+    std::fprintf(out, "%s%-16s %16.0f B %10.3f GiB  %s\n", indent.c_str(), what, bytes, bytes / gib, note);
+  };
+  std::fprintf(out, "%smemory per device: zero_stage %d over dp %d, %s weights, %s gradients\n", indent.c_str(),
+               p.zero_stage, p.dp, p.weight_dtype.c_str(), p.grad_dtype.c_str());
+  const char* weights = p.zero_stage == 3 ? "working-weight shard" : "full working weights";
+  const char* grads = p.zero_stage == 0   ? "full buffer, all-reduced"
+                      : p.zero_stage == 1 ? "full buffer + reduced shard"
+                                          : "reduced shard + per-layer buffers in flight";
+  const char* opt = p.zero_stage == 0 ? "master + 2 moments, replicated" : "fp32 master + 2 moments of the shard";
+  const char* comm = p.zero_stage == 3 ? "gathered layers (tied + 1 + prefetch)"
+                     : p.zero_stage == 0 ? "in place"
+                                         : "all-gather source shard";
+  line("parameters", p.state.weights, weights);
+  line("gradients", p.state.gradients, grads);
+  line("optimizer state", p.state.optimizer, opt);
+  line("activations", p.activations, "estimate, one micro-batch");
+  line("communication", p.state.communication, comm);
+  line("total", p.total(), "");
+  const double n = static_cast<double>(std::max<int64_t>(1, p.params));
+  std::fprintf(out, "%s%-16s %16.0f B %10.3f GiB  = %.2f B × N = %.2f B × N / dp (N = %lld)\n", indent.c_str(),
+               "persistent state", p.state.persistent, p.state.persistent / gib, p.state.persistent / n,
+               p.state.persistent * p.dp / n, static_cast<long long>(p.params));
+}
+
+}  // namespace tetra::launch

@@ -1,0 +1,32 @@
+// The factory of DistributedOptimizer and the ParamSet storage each stage needs.
+#include "parallel/distributed_optimizer.h"
+
+#include "parallel/replicated_optimizer.h"
+#include "parallel/zero_optimizer.h"
+
+namespace tetra {
+
+ParamStorage param_storage_for(const DistributedOptimizerOptions& options, DType working_dtype, int dp_size) {
+  TETRA_CHECK(dp_size >= 1, "param_storage_for: data-parallel size ", dp_size);
+  if (options.zero_stage < 0 || options.zero_stage > 3)
+    TETRA_FAIL(Config, "parallel.zero_stage: ", options.zero_stage, " (valid: 0, 1, 2, 3)");
+  ParamStorage s;
+  s.shards = options.zero_stage == 0 ? 1 : dp_size;
+  s.full_grads = options.zero_stage <= 1;
+  // bf16 gradients where the working weights are bf16 and the gradients are sharded (stages 2–3):
+  // the gradient shard then costs 2 bytes per parameter as in the ZeRO formula. Stages 0–1 keep
+  // the full fp32 buffer they always had (exact accumulation over micro-batches).
+  s.grad_dtype = options.zero_stage >= 2 && working_dtype == DType::BF16 ? DType::BF16 : DType::F32;
+  return s;
+}
+
+std::unique_ptr<DistributedOptimizer> make_distributed_optimizer(ParamSet& params, Communicator& dp,
+                                                                 CommScheduler& scheduler,
+                                                                 const DistributedOptimizerOptions& options) {
+  if (options.zero_stage == 0) return std::make_unique<ReplicatedOptimizer>(params, dp, scheduler, options);
+  if (options.zero_stage >= 1 && options.zero_stage <= 3)
+    return std::make_unique<ZeroOptimizer>(params, dp, scheduler, options);
+  TETRA_FAIL(Config, "parallel.zero_stage: ", options.zero_stage, " (valid: 0, 1, 2, 3)");
+}
+
+}  // namespace tetra

@@ -1,0 +1,170 @@
+#include "parallel/zero_optimizer.h"
+
+#include "parallel/zero_memory.h"
+#include "runtime/ops.h"
+
+namespace tetra {
+
+ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler,
+                             const DistributedOptimizerOptions& options)
+    : params_(params), dp_(dp), scheduler_(scheduler), options_(options), stage_(options.zero_stage), rank_(dp.rank()) {
+  TETRA_CHECK(stage_ >= 1 && stage_ <= 3, "ZeroOptimizer: zero_stage ", stage_, " (valid: 1–3; 0 is ReplicatedOptimizer)");
+  const ZeroLayout& layout = params.layout();
+  TETRA_CHECK(layout.shards() == dp.size(), "ZeroOptimizer: the ParamSet is laid out for ", layout.shards(),
+              " shards but the data-parallel group ", dp.name(), " has ", dp.size(),
+              " ranks; build it with param_storage_for(options, dtype, dp.size())");
+  Tensor& values = params.flat_values();
+  TETRA_CHECK(values.defined(), "ZeroOptimizer: the ParamSet has no full values to take the shards from");
+  const Device dev = params.device();
+  const int64_t S = layout.shard_total();
+  separate_master_ = params.value_dtype() != DType::F32;
+  master_ = Tensor::zeros({S}, DType::F32, dev);
+  exp_avg_ = Tensor::zeros({S}, DType::F32, dev);
+  exp_avg_sq_ = Tensor::zeros({S}, DType::F32, dev);
+  grad_shard_ = Tensor::zeros({S}, params.grad_dtype(), dev);
+  weight_shard_ = separate_master_ ? Tensor::zeros({S}, params.value_dtype(), dev) : master_;
+  // Take this rank's shard of every unit from the (identically initialised or loaded) full weights.
+  for (const ZeroUnit& u : layout.units()) {
+    Tensor src = values.slice_flat(u.offset + rank_ * u.shard, {u.shard});
+    Tensor m = master_.slice_flat(u.shard_offset, {u.shard});
+    ops::copy(m, src);
+    if (separate_master_) {
+      Tensor w = weight_shard_.slice_flat(u.shard_offset, {u.shard});
+      ops::copy(w, src);
+    }
+  }
+  segments_.assign(layout.units().size(), {});
+  for (const ShardSegment& s : layout.segments(rank_)) segments_[static_cast<size_t>(s.unit)].push_back(s);
+
+  reducer_ = std::make_unique<ZeroGradReducer>(params, dp, scheduler, stage_, grad_shard_,
+                                               zero_reduce_scatters_in_flight(options.fsdp_prefetch),
+                                               options.overlap_grad_reduce);
+  if (stage_ == 3) {
+    params.release_values();
+    gather_ = std::make_unique<ZeroParamGather>(params, dp, scheduler, weight_shard_, options.fsdp_prefetch);
+  }
+}
+
+ZeroOptimizer::~ZeroOptimizer() = default;
+
+void ZeroOptimizer::begin_step() {
+  if (stage_ == 1) params_.zero_grads();
+  if (gather_) gather_->release_all();  // whatever an evaluation left gathered
+  reducer_->begin_step();
+}
+
+void ZeroOptimizer::before_forward(int layer) {
+  if (gather_) gather_->before(layer, /*backward=*/false);
+}
+
+void ZeroOptimizer::after_forward(int layer) {
+  if (gather_) gather_->after(layer, /*backward=*/false, /*last_micro=*/false);
+}
+
+void ZeroOptimizer::before_backward(int layer) {
+  if (gather_) gather_->before(layer, /*backward=*/true);
+  reducer_->before_backward(layer);
+}
+
+void ZeroOptimizer::after_backward(int layer, bool last_micro) {
+  reducer_->after_backward(layer, last_micro);
+  if (gather_) gather_->after(layer, /*backward=*/true, last_micro);
+}
+
+void ZeroOptimizer::finish_gradients() { reducer_->finish(); }
+
+double ZeroOptimizer::grad_norm() { return gradient_norm(grad_shard_, &dp_); }
+
+void ZeroOptimizer::discard_gradients() { reducer_->discard(); }
+
+void ZeroOptimizer::issue_weight_gather(int u, std::vector<CommScheduler::Ticket>& tickets) {
+  const ZeroUnit& zu = params_.layout().units()[static_cast<size_t>(u)];
+  Tensor in = weight_shard_.slice_flat(zu.shard_offset, {zu.shard});
+  Tensor out = params_.flat_values().slice_flat(zu.offset, {zu.padded});
+  if (dp_.size() == 1) {
+    ops::copy(out, in);
+    return;
+  }
+  tickets.push_back(scheduler_.issue("all_gather weights layer " + std::to_string(zu.layer),
+                                     static_cast<int64_t>(out.nbytes()), [&] { return dp_.all_gather(out, in); }));
+}
+
+void ZeroOptimizer::step(float lr, float grad_scale) {
+  ++steps_;
+  const AdamWConfig& c = options_.adamw;
+  ops::AdamWHyper h;
+  h.lr = lr;
+  h.beta1 = c.beta1;
+  h.beta2 = c.beta2;
+  h.eps = c.eps;
+  h.step = steps_;
+  h.grad_scale = grad_scale;
+  const ZeroLayout& layout = params_.layout();
+  std::vector<CommScheduler::Ticket> tickets;
+  for (size_t u = 0; u < segments_.size(); ++u) {
+    for (const ShardSegment& s : segments_[u]) {
+      const Param* p = layout.params()[static_cast<size_t>(s.param)];
+      h.weight_decay = p->weight_decay ? c.weight_decay : 0.0f;
+      Tensor master = master_.slice_flat(s.shard_offset, {s.numel()});
+      Tensor grad = grad_shard_.slice_flat(s.shard_offset, {s.numel()});
+      Tensor m = exp_avg_.slice_flat(s.shard_offset, {s.numel()});
+      Tensor v = exp_avg_sq_.slice_flat(s.shard_offset, {s.numel()});
+      if (separate_master_) {
+        Tensor working = weight_shard_.slice_flat(s.shard_offset, {s.numel()});
+        ops::adamw_update(master, grad, m, v, h, &working);
+      } else {
+        ops::adamw_update(master, grad, m, v, h);
+      }
+    }
+    // Stages 1–2: the unit's new weights travel while the next unit updates.
+    if (stage_ < 3) issue_weight_gather(static_cast<int>(u), tickets);
+  }
+  for (CommScheduler::Ticket& t : tickets) scheduler_.wait(t);
+}
+
+std::vector<StatePiece> ZeroOptimizer::shard_pieces() {
+  const ZeroLayout& layout = params_.layout();
+  std::vector<StatePiece> out;
+  for (const std::vector<ShardSegment>& segs : segments_)
+    for (const ShardSegment& s : segs) {
+      const Param* p = layout.params()[static_cast<size_t>(s.param)];
+      StatePiece piece;
+      piece.name = p->name;
+      piece.full_shape = p->full_shape;
+      piece.begin = s.param_begin;
+      piece.end = s.param_end;
+      piece.master = master_.slice_flat(s.shard_offset, {s.numel()});
+      piece.exp_avg = exp_avg_.slice_flat(s.shard_offset, {s.numel()});
+      piece.exp_avg_sq = exp_avg_sq_.slice_flat(s.shard_offset, {s.numel()});
+      out.push_back(std::move(piece));
+    }
+  return out;
+}
+
+// Each rank saves exactly its shard, and loads exactly its shard (from whatever layout wrote it).
+std::vector<StatePiece> ZeroOptimizer::pieces_to_save() { return shard_pieces(); }
+std::vector<StatePiece> ZeroOptimizer::pieces_to_load() { return shard_pieces(); }
+
+void ZeroOptimizer::after_load() {
+  if (separate_master_) ops::copy(weight_shard_, master_);
+  if (stage_ < 3) {
+    std::vector<CommScheduler::Ticket> tickets;
+    for (size_t u = 0; u < segments_.size(); ++u) issue_weight_gather(static_cast<int>(u), tickets);
+    for (CommScheduler::Ticket& t : tickets) scheduler_.wait(t);
+  } else {
+    gather_->release_all();  // the next forward gathers the loaded weights
+  }
+}
+
+StateMemory ZeroOptimizer::memory() const {
+  ZeroMemorySpec s;
+  s.stage = stage_;
+  s.weight_dtype = params_.value_dtype();
+  s.grad_dtype = params_.grad_dtype();
+  s.accumulation_steps = options_.accumulation_steps;
+  s.fsdp_prefetch = options_.fsdp_prefetch;
+  s.overlap_grad_reduce = options_.overlap_grad_reduce;
+  return zero_state_memory(params_.layout(), s);
+}
+
+}  // namespace tetra

@@ -1,0 +1,77 @@
+// ZeroOptimizer: ZeRO stages 1–3 over the data-parallel group (DeepSpeed ZeRO, PyTorch FSDP).
+// Every FSDP unit (= layer, see ZeroLayout) is split into dp equal shards; rank r owns shard r of
+// every unit and keeps, as flat buffers of layout.shard_total() elements:
+//   master, exp_avg, exp_avg_sq   fp32 AdamW state of its shard (stages 1–3)
+//   grad shard                    its reduced gradients (grad dtype)
+//   weight shard                  working dtype; the all-gather source. It *is* the master when
+//                                 the working weights are fp32, a bf16 copy otherwise.
+//
+//   stage 1  full working weights and full gradients (ParamSet); per-layer reduce-scatter of the
+//            gradients into the shard, AdamW on the shard, per-layer all-gather of the weights.
+//   stage 2  + no full gradient buffer: per-layer buffers exist from the layer's backward to the
+//            end of its reduce-scatter (ZeroGradReducer).
+//   stage 3  + no full weights: each layer's weights are all-gathered before its forward and again
+//            before its backward, prefetched, and freed after use (ZeroParamGather).
+//
+// The gradient norm is the square root of the all-reduced sum of squares of the local shards —
+// the unsharded norm, as padding is zero. Checkpoint pieces are exactly this rank's shard, cut at
+// parameter boundaries, so a checkpoint reshards to any stage and dp size on load.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "parallel/distributed_optimizer.h"
+#include "parallel/zero_grad_reducer.h"
+#include "parallel/zero_param_gather.h"
+
+namespace tetra {
+
+class ZeroOptimizer : public DistributedOptimizer {
+ public:
+  ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, const DistributedOptimizerOptions& options);
+  ~ZeroOptimizer() override;
+
+  int zero_stage() const override { return stage_; }
+  void begin_step() override;
+  void before_forward(int layer) override;
+  void after_forward(int layer) override;
+  void before_backward(int layer) override;
+  void after_backward(int layer, bool last_micro) override;
+  void finish_gradients() override;
+  double grad_norm() override;
+  void step(float lr, float grad_scale) override;
+  void discard_gradients() override;
+  int64_t steps_taken() const override { return steps_; }
+  void set_steps_taken(int64_t s) override { steps_ = s; }
+  std::vector<StatePiece> pieces_to_save() override;
+  std::vector<StatePiece> pieces_to_load() override;
+  void after_load() override;
+  StateMemory memory() const override;
+
+  // For tests and tools.
+  const ZeroLayout& layout() const { return params_.layout(); }
+  Tensor& master_shard() { return master_; }
+  Tensor& grad_shard() { return grad_shard_; }
+  const ZeroParamGather* gather() const { return gather_.get(); }
+  const ZeroGradReducer& reducer() const { return *reducer_; }
+
+ private:
+  // Stages 1–2: all-gathers of unit u's updated weight shard into the full working weights.
+  void issue_weight_gather(int u, std::vector<CommScheduler::Ticket>& tickets);
+  std::vector<StatePiece> shard_pieces();
+
+  ParamSet& params_;
+  Communicator& dp_;
+  CommScheduler& scheduler_;
+  DistributedOptimizerOptions options_;
+  int stage_;
+  int rank_;
+  bool separate_master_;  // working weights are not fp32: the weight shard is a separate copy
+  Tensor master_, exp_avg_, exp_avg_sq_, weight_shard_, grad_shard_;
+  std::vector<std::vector<ShardSegment>> segments_;  // per unit: this rank's parameter pieces
+  std::unique_ptr<ZeroGradReducer> reducer_;
+  std::unique_ptr<ZeroParamGather> gather_;  // stage 3
+  int64_t steps_ = 0;
+};
+
+}  // namespace tetra
