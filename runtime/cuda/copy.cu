@@ -36,6 +36,8 @@ void copy(Tensor& dst, const Tensor& src) {
     TETRA_FAIL(Internal, "copy: ", src.describe(), " into ", dst.describe(), ": element counts differ");
   if (dst.numel() == 0) return;
   const Device dd = dst.device(), sd = src.device();
+  if (dd.is_cpu() && sd.is_cpu())
+    TETRA_FAIL(Internal, "cuda::copy: ", src.describe(), " into ", dst.describe(), ": both on the host (use ops::copy)");
 
   if (dst.dtype() == src.dtype()) {
     copy_bytes(dst.data_ptr(), dd, src.data_ptr(), sd, dst.nbytes(), /*blocking=*/dd.is_cpu());

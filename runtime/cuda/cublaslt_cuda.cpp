@@ -4,6 +4,7 @@
 // that also guards the handle and workspace tables (the lock is held only while enqueuing).
 #include "runtime/cuda/cublaslt.h"
 
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -154,7 +155,13 @@ std::unique_ptr<Plan> make_plan(const LtProblem& p, const PlanKey& key, cublasLt
   int returned = 0;
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->d, plan->d, pref, 1, &result, &returned);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && returned == 0)) {
+  const bool none = st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && returned == 0);
+  // A fused epilogue cuBLASLt rejects for any reason is not fatal: the caller has an unfused path.
+  // Say so once per problem (plans are cached), since the unfused path costs extra passes.
+  if (none || (st != CUBLAS_STATUS_SUCCESS && p.epilogue != CUBLASLT_EPILOGUE_DEFAULT)) {
+    if (p.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+      std::fprintf(stderr, "tetra: cuBLASLt has no fused algorithm (%s) for %s; using the unfused path\n",
+                   cublasLtGetStatusName(st), what.c_str());
     plan->supported = false;
     return plan;
   }
