@@ -9,9 +9,9 @@
 // 16-byte aligned) and re-read from L1/L2 for each pass, so no C limit applies to the forward.
 // Backward, dw/db without atomics and deterministically: each warp keeps its own fp32 running sums
 // for its rows in shared memory (a lane only touches its own channels), the block folds its warps
-// in warp order into partial[block, 2, C] (fp32 scratch from the stream-ordered pool), and a second
-// kernel adds Σ_block partial (in block order) to dw and db. The scratch is [blocks, 2, C] with
-// blocks ≤ 2 × SMs (≈ 2 MB for GPT-2's C = 768). A block holds warps × 2·C fp32 in shared memory
+// in warp order into partial[{dw, db}, block, C] (fp32 scratch from the stream-ordered pool), and
+// column_sum (runtime/cuda/reduce.h) adds Σ_block partial, in a fixed order, to dw and db. The
+// scratch is [2, blocks, C] with blocks ≤ 4 × SMs (≈ 3 MB for GPT-2's C = 768). A block holds warps × 2·C fp32 in shared memory
 // (plus one pad float per 8, against bank conflicts), which bounds C at about (opt-in shared
 // memory) / 9 bytes: 25K channels on an H100/H200.
 #include <algorithm>
@@ -19,6 +19,7 @@
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/kernel_common.cuh"
+#include "runtime/cuda/reduce.h"
 
 namespace tetra::cuda {
 
@@ -85,7 +86,8 @@ __device__ __host__ __forceinline__ int padded_width(int C) {
   return smem_index<V>(C - 1) + 1;
 }
 
-// dx for rows blockIdx.x·warps + warp + k·gridDim.x·warps; per-block dw/db sums into partial[blockIdx.x].
+// dx for rows blockIdx.x·warps + warp + k·gridDim.x·warps; the block's dw/db sums go to
+// partial[0, blockIdx.x, :] and partial[1, blockIdx.x, :].
 // Dynamic shared memory: warps × [2][padded_width(C)] fp32.
 template <int V, class T, class P>
 __global__ void layernorm_backward_kernel(T* dx, float* partial, const T* dy, const T* x, const P* w,
@@ -149,7 +151,8 @@ __global__ void layernorm_backward_kernel(T* dx, float* partial, const T* dy, co
   }
 
   __syncthreads();
-  float* out = partial + static_cast<int64_t>(blockIdx.x) * 2 * C;
+  float* out_dw = partial + static_cast<int64_t>(blockIdx.x) * C;
+  float* out_db = partial + (static_cast<int64_t>(gridDim.x) + blockIdx.x) * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float sw = 0.0f, sb = 0.0f;
     const int at = smem_index<V>(c);
@@ -157,22 +160,8 @@ __global__ void layernorm_backward_kernel(T* dx, float* partial, const T* dy, co
       sw += smem[static_cast<int64_t>(k) * 2 * width + at];
       sb += smem[static_cast<int64_t>(k) * 2 * width + width + at];
     }
-    out[c] = sw;
-    out[C + c] = sb;
-  }
-}
-
-// dw[c] += Σ_g partial[g, 0, c];  db[c] += Σ_g partial[g, 1, c]  (g in order; db may be null).
-template <class G>
-__global__ void layernorm_grad_finish_kernel(G* dw, G* db, const float* partial, int blocks, int C) {
-  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
-    float sw = 0.0f, sb = 0.0f;
-    for (int g = 0; g < blocks; ++g) {
-      sw += partial[static_cast<int64_t>(g) * 2 * C + c];
-      sb += partial[static_cast<int64_t>(g) * 2 * C + C + c];
-    }
-    dw[c] = from_f32<G>(to_f32(dw[c]) + sw);
-    if (db) db[c] = from_f32<G>(to_f32(db[c]) + sb);
+    out_dw[c] = sw;
+    out_db[c] = sb;
   }
 }
 
@@ -272,8 +261,8 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
                " a block may have on ", dev.str());
   const int warps = static_cast<int>(std::clamp<int64_t>((48 * 1024) / per_warp, 1, 8));
   const int64_t smem = warps * per_warp;
-  const int blocks = static_cast<int>(std::clamp<int64_t>((N + warps - 1) / warps, 1, 2 * sm_count(dev)));
-  Tensor partial = Tensor::empty({blocks, 2, C}, DType::F32, dev);
+  const int blocks = static_cast<int>(std::clamp<int64_t>((N + warps - 1) / warps, 1, 4 * sm_count(dev)));
+  Tensor partial = Tensor::empty({2, blocks, C}, DType::F32, dev);
 
   dispatch_float(x.dtype(), op, "x", [&](auto tx) {
     dispatch_float(w.dtype(), op, "w", [&](auto tw) {
@@ -289,13 +278,13 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
       TETRA_CUDA_CHECK_LAUNCH();
     });
   });
-  dispatch_float(dw.dtype(), op, "dw", [&](auto tg) {
-    using G = decltype(tg);
-    layernorm_grad_finish_kernel<G><<<grid_size(C, 256, dev), 256, 0, stream>>>(
-        static_cast<G*>(dw.data_ptr()), with_db ? static_cast<G*>(db.data_ptr()) : nullptr, partial.data<float>(),
-        blocks, C);
-    TETRA_CUDA_CHECK_LAUNCH();
-  });
+  // Weight gradients always accumulate: dw += Σ_block partial[0], db += Σ_block partial[1].
+  const Tensor dw_part = partial.slice_flat(0, {blocks, C});
+  column_sum(dw, dw_part, blocks, C, /*accumulate=*/true);
+  if (with_db) {
+    const Tensor db_part = partial.slice_flat(int64_t{blocks} * C, {blocks, C});
+    column_sum(db, db_part, blocks, C, /*accumulate=*/true);
+  }
 }
 
 }  // namespace tetra::cuda
