@@ -9,9 +9,11 @@
 #include <optional>
 
 #include "launch/goodput_report.h"
+#include "launch/memory_plan.h"
 #include "models/consolidated.h"
 #include "models/gpt_model.h"
 #include "runtime/device_info.h"
+#include "runtime/memory.h"
 #include "runtime/ops.h"
 #include "runtime/stream.h"
 
@@ -122,11 +124,14 @@ void Trainer::setup() {
   if (device_.is_cpu() && act_dtype_ != DType::F32)
     TETRA_FAIL(Config, "train.precision: bf16 needs train.device cuda (the CPU backend computes in fp32)");
 
-  // Model and parameters: fp32 or bf16 working weights, gradients in the same dtype as the
-  // weights' master (fp32) for exact accumulation over micro-batches.
+  // Model and parameters: fp32 or bf16 working weights; the optimizer decides the layout (ZeRO
+  // shards), the gradient dtype and which full buffers exist (parallel/distributed_optimizer.h).
+  // Every rank materialises the full weights once here; stage 3 keeps only its shard of them.
   auto gpt = std::make_unique<GptModel>(gpt_config_of(cfg_));
   model_ = std::move(gpt);
-  params_.build(model_->params(), device_, act_dtype_, DType::F32);
+  const DistributedOptimizerOptions oo = optimizer_options(cfg_, shape.dp);
+  const ParamStorage storage = param_storage_for(oo, act_dtype_, shape.dp);
+  params_.build(model_->params(), device_, act_dtype_, storage.grad_dtype, storage.shards, storage.full_grads);
   if (!cfg_.model.init_from.empty()) {
     auto unexpected = load_consolidated(cfg_.model.init_from, *model_);
     if (is_rank0() && !unexpected.empty())
@@ -135,15 +140,6 @@ void Trainer::setup() {
   } else {
     params_.initialize(static_cast<uint64_t>(cfg_.run.seed));
   }
-  DistributedOptimizerOptions oo;
-  oo.zero_stage = cfg_.parallel.zero_stage;
-  oo.bucket_bytes = cfg_.parallel.bucket_mb * 1024 * 1024;
-  oo.overlap_grad_reduce = cfg_.parallel.overlap_grad_reduce;
-  oo.fsdp_prefetch = cfg_.parallel.fsdp_prefetch;
-  oo.adamw.beta1 = static_cast<float>(cfg_.optimizer.betas[0]);
-  oo.adamw.beta2 = static_cast<float>(cfg_.optimizer.betas[1]);
-  oo.adamw.eps = static_cast<float>(cfg_.optimizer.eps);
-  oo.adamw.weight_decay = static_cast<float>(cfg_.optimizer.weight_decay);
   comm_ = std::make_unique<CommScheduler>(device_);
   optimizer_ = make_distributed_optimizer(params_, mesh_->comm(MeshAxis::DP), *comm_, oo);
 
@@ -186,8 +182,12 @@ void Trainer::setup() {
                 cfg_.train.steps, static_cast<long long>(loader_->tokens_per_step()), cfg_.train.global_batch,
                 cfg_.train.seq_len, cfg_.train.micro_batch, loader_->accumulation_steps());
     std::printf("tetra: run directory %s\n", run_dir_.c_str());
+    print_memory_plan(stdout, plan_memory(cfg_, *optimizer_, params_, shape.dp), "tetra: ");
     std::fflush(stdout);
   }
+  // The measured peak covers the steps; start-up (which may hold the full weights once) apart.
+  startup_peak_bytes_ = static_cast<double>(peak_allocated_bytes(device_));
+  reset_peak_allocated(device_);
 }
 
 void Trainer::forward_backward(const data::HostBatch& batch, bool last_micro, double* loss_sum) {
@@ -349,6 +349,17 @@ int Trainer::run() {
       if (is_rank0()) ledger_->eval(e0, ledger_->now(), step + 1);
     }
     if (is_rank0()) log_step(step, r, seconds, val_loss);
+  }
+  // Measured peak of tetra's allocations on the device over the steps, the largest over all ranks,
+  // beside the plan printed at start-up.
+  const double peak = world_.all_reduce_scalar(static_cast<double>(peak_allocated_bytes(device_)), ReduceOp::Max);
+  const double startup_peak = world_.all_reduce_scalar(startup_peak_bytes_, ReduceOp::Max);
+  if (is_rank0()) {
+    const double planned = plan_memory(cfg_, *optimizer_, params_, mesh_->shape().dp).total();
+    std::printf("tetra: memory peak %.0f B (%.3f GiB) measured over the steps on %s (largest rank; start-up %.0f B), "
+                "planned %.0f B (%.3f GiB)\n",
+                peak, peak / (1024.0 * 1024.0 * 1024.0), device_.str().c_str(), startup_peak, planned,
+                planned / (1024.0 * 1024.0 * 1024.0));
   }
   if (is_rank0()) {
     ledger_->attempt_end("finished", 0);

@@ -33,6 +33,7 @@ class Trainer {
   const std::vector<double>& losses() const { return losses_; }
   Model& model() { return *model_; }
   ParamSet& params() { return params_; }
+  DistributedOptimizer& optimizer() { return *optimizer_; }
 
  private:
   void setup();
@@ -70,6 +71,7 @@ class Trainer {
   int64_t skipped_steps_ = 0;
   std::vector<double> losses_;
   double tokens_per_s_ema_ = 0;
+  double startup_peak_bytes_ = 0;  // tetra's allocations at their peak during setup()
 };
 
 }  // namespace tetra::launch
