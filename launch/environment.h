@@ -1,6 +1,6 @@
 // Where this process sits in the job: rank, world size and local rank as the launcher tells it
-// (Open MPI's OMPI_COMM_WORLD_*, SLURM's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID, PMIx's
-// PMIX_RANK), or a lone process. The GPU is the local rank's device among CUDA_VISIBLE_DEVICES.
+// (Open MPI's OMPI_COMM_WORLD_*, an srun step's SLURM_PROCID / SLURM_STEP_NUM_TASKS /
+// SLURM_LOCALID / SLURM_STEP_TASKS_PER_NODE, PMIx's PMIX_RANK), or a lone process. The GPU is the local rank's device among CUDA_VISIBLE_DEVICES.
 #pragma once
 #include <string>
 
@@ -18,6 +18,10 @@ struct LaunchEnvironment {
 
 // Reads the launcher's variables; the MPI world (already initialised) must agree with them.
 LaunchEnvironment discover_environment(int mpi_rank, int mpi_size);
+
+// Before MPI_Init: throws a Usage error when the launcher started this process in a way MPI_Init
+// cannot work with (srun without PMIx for Open MPI), instead of letting MPI abort obscurely.
+void check_launcher_before_mpi();
 
 // Unix time at which this process started (from /proc/self/stat; falls back to first call).
 double process_start_unix_time();

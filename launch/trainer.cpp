@@ -1,6 +1,7 @@
 #include "launch/trainer.h"
 
 #include <cmath>
+#include <csignal>
 #include <ctime>
 #include <cstdio>
 #include <filesystem>
@@ -8,7 +9,9 @@
 #include <iostream>
 #include <optional>
 
+#include "launch/checkpoint_files.h"
 #include "launch/goodput_report.h"
+#include "launch/signals.h"
 #include "launch/memory_plan.h"
 #include "models/consolidated.h"
 #include "models/gpt_model.h"
@@ -49,6 +52,8 @@ std::string format_rate(double tokens_per_s) {
   return buf;
 }
 
+}  // namespace
+
 GptConfig gpt_config_of(const Config& cfg) {
   GptConfig g;
   g.arch = cfg.model.arch;
@@ -61,8 +66,6 @@ GptConfig gpt_config_of(const Config& cfg) {
   g.recompute = recompute_from_name(cfg.train.recompute);
   return g;
 }
-
-}  // namespace
 
 Trainer::Trainer(const Config& cfg, const LaunchEnvironment& env, MpiCommunicator& world)
     : cfg_(cfg), env_(env), world_(world) {
@@ -185,6 +188,16 @@ void Trainer::setup() {
     print_memory_plan(stdout, plan_memory(cfg_, *optimizer_, params_, shape.dp), "tetra: ");
     std::fflush(stdout);
   }
+
+  // Checkpoints: resume replaces the initial weights and optimizer state, and sets the position.
+  faults_ = FaultPlan::from_environment();
+  checkpointer_ =
+      std::make_unique<Checkpointer>(cfg_, run_dir_, world_, *mesh_, *optimizer_, model_->params(), ledger_.get());
+  if (std::optional<TrainingProgress> p = checkpointer_->resume()) {
+    start_step_ = p->step;
+    tokens_seen_ = p->tokens_seen;
+    skipped_steps_ = p->skipped_steps;
+  }
   // The measured peak covers the steps; start-up (which may hold the full weights once) apart.
   startup_peak_bytes_ = static_cast<double>(peak_allocated_bytes(device_));
   reset_peak_allocated(device_);
@@ -236,6 +249,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   optimizer_->finish_gradients();
 
   double t_opt = now_s();
+  if (faults_.poison_loss(step + 1, env_.rank)) loss_sum = std::nan("");
   // Loss: mean over every token of the global batch, whatever the dp and micro-batch split.
   Communicator& dp = mesh_->comm(MeshAxis::DP);
   r.loss = (dp.size() > 1 ? dp.all_reduce_scalar(loss_sum) : loss_sum) / static_cast<double>(loader_->tokens_per_step());
@@ -245,9 +259,8 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
     r.skipped = true;
     ++skipped_steps_;
     optimizer_->discard_gradients();
-    if (cfg_.train.on_nonfinite == "stop")
-      TETRA_FAIL(Internal, "step ", step + 1, ": non-finite ", std::isfinite(r.loss) ? "gradient norm" : "loss",
-                 " (train.on_nonfinite: stop)");
+    // Loss and norm are reduced over the ranks, so every rank takes the same decision.
+    r.stop_nonfinite = cfg_.train.on_nonfinite == "stop";
   } else {
     optimizer_->step(static_cast<float>(r.lr), clip_coefficient(r.grad_norm, cfg_.train.grad_clip));
   }
@@ -321,7 +334,52 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds, s
 }
 
 int Trainer::run() {
-  for (int64_t step = start_step_; step < cfg_.train.steps; ++step) {
+  try {
+    return run_steps();
+  } catch (const Error& e) {
+    if (ledger_ && !ledger_->ended()) ledger_->attempt_end("error", exit_code_for(e.kind()));
+    throw;
+  }
+}
+
+TrainingProgress Trainer::progress(int64_t steps_done) const {
+  TrainingProgress p;
+  p.step = steps_done;
+  p.tokens_seen = tokens_seen_;
+  p.skipped_steps = skipped_steps_;
+  return p;
+}
+
+int Trainer::agree_after_step() {
+  // One small all-reduce per step: the highest-priority stop signal any rank holds, and whether
+  // any rank's background checkpoint write is still going.
+  std::vector<double> flags{static_cast<double>(stop_signal_priority(stop_signal())),
+                            checkpointer_->writing() ? 1.0 : 0.0};
+  if (world_.size() > 1) world_.all_reduce_host(flags, ReduceOp::Max);
+  if (flags[1] == 0.0 && checkpointer_->uncommitted()) checkpointer_->commit();
+  return signal_of_priority(static_cast<int>(flags[0]));
+}
+
+int Trainer::end_attempt(const std::string& reason, int code, const std::string& message) {
+  if (is_rank0()) {
+    std::printf("tetra: %s\n", message.c_str());
+    ledger_->attempt_end(reason, code);
+    GoodputReport report = load_and_compute(run_dir_);
+    write_report(run_dir_, report);
+    print_report(report, std::cout);
+    std::fflush(stdout);
+  }
+  // A launcher may kill the whole job as soon as one rank exits non-zero (mpirun does): nobody
+  // leaves before rank 0 has recorded the end of the attempt.
+  if (world_.size() > 1) world_.barrier();
+  return code;
+}
+
+int Trainer::run_steps() {
+  int stop = 0;            // the stop signal the ranks agreed on, 0 while none
+  bool nonfinite = false;  // a non-finite step under train.on_nonfinite: stop
+  int64_t step = start_step_;
+  for (; step < cfg_.train.steps; ++step) {
     double t_start = ledger_ ? ledger_->now() : 0;
     double t0 = now_s();
     StepResult r = train_step(step);
@@ -349,6 +407,49 @@ int Trainer::run() {
       if (is_rank0()) ledger_->eval(e0, ledger_->now(), step + 1);
     }
     if (is_rank0()) log_step(step, r, seconds, val_loss);
+    if (r.stop_nonfinite) {
+      nonfinite = true;
+      break;
+    }
+    faults_.after_step(step + 1, env_.rank);
+    stop = agree_after_step();
+    const int64_t done = step + 1;
+    const int every = cfg_.checkpoint.every;
+    if (stop != 0 || (every > 0 && (done % every == 0 || done == cfg_.train.steps)))
+      checkpointer_->save(progress(done));
+    if (stop != 0) {
+      ++step;
+      break;
+    }
+  }
+  checkpointer_->finish();
+  if (nonfinite) {
+    // Step `step + 1` was skipped: the state is the one after `step` steps; save it for a look or
+    // a resume with other settings, unless that is the checkpoint just written.
+    TrainingProgress p = progress(step);
+    p.tokens_seen -= loader_->tokens_per_step();
+    p.skipped_steps -= 1;
+    if (checkpointer_->last_committed_step() != step) {
+      checkpointer_->save(p);
+      checkpointer_->finish();
+    }
+    return end_attempt("nonfinite", exit_code::kNonFinite,
+                       "step " + std::to_string(step + 1) + " had a non-finite loss or gradient norm and " +
+                           "train.on_nonfinite is stop: saved the state after step " + std::to_string(step) + " as " +
+                           checkpoints_dir(run_dir_) + "/" + step_dir_name(step) +
+                           "; lower optimizer.lr or train.grad_clip, or set train.on_nonfinite: skip, and resume with "
+                           "checkpoint.resume: auto (exit code " + std::to_string(exit_code::kNonFinite) + ")");
+  }
+  if (stop != 0 && step < cfg_.train.steps) {
+    const bool interrupted = stop == SIGINT;
+    const int code = interrupted ? exit_code::kInterrupted : exit_code::kPreempted;
+    return end_attempt(interrupted ? "interrupted" : "preempted", code,
+                       std::string(signal_name(stop)) + " received: stopped after step " + std::to_string(step) +
+                           " on every rank and saved " + checkpoints_dir(run_dir_) + "/" + step_dir_name(step) +
+                           (interrupted ? "; resume with checkpoint.resume: auto"
+                                        : "; exit code " + std::to_string(code) +
+                                              " asks the scheduler to requeue the job, which resumes with "
+                                              "checkpoint.resume: auto"));
   }
   // Measured peak of tetra's allocations on the device over the steps, the largest over all ranks,
   // beside the plan printed at start-up.

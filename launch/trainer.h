@@ -2,16 +2,21 @@
 // loader and the optimizer from a resolved Config, then runs steps: gradient accumulation over
 // micro-batches, data-parallel gradient reduction in buckets overlapped with backward, global
 // gradient-norm clipping, AdamW, periodic evaluation; writes metrics.jsonl and the goodput ledger
-// and prints progress and the goodput report (rank 0).
+// and prints progress and the goodput report (rank 0). Checkpoints every checkpoint.every steps,
+// resumes per checkpoint.resume, and stops gracefully on SIGTERM/SIGUSR1/SIGINT (all ranks after
+// the same step) and on a non-finite step under train.on_nonfinite: stop (docs/operations.md).
 #pragma once
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "data/batch_loader.h"
+#include "launch/checkpointer.h"
 #include "launch/config.h"
 #include "launch/environment.h"
+#include "launch/fault_injection.h"
 #include "launch/lr_schedule.h"
+#include "models/gpt_config.h"
 #include "models/model.h"
 #include "parallel/distributed_optimizer.h"
 #include "parallel/mesh.h"
@@ -22,11 +27,15 @@
 
 namespace tetra::launch {
 
+// The model shape a config describes (also used to rebuild a model from a checkpoint's config).
+GptConfig gpt_config_of(const Config& cfg);
+
 class Trainer {
  public:
   Trainer(const Config& cfg, const LaunchEnvironment& env, MpiCommunicator& world);
   ~Trainer();
-  // Runs the remaining steps; returns the process exit code.
+  // Runs the remaining steps; returns the process exit code (launch/signals.h). An error thrown
+  // out of it is recorded in the goodput ledger as the end of the attempt first.
   int run();
 
   // Results for tests and tools.
@@ -42,11 +51,19 @@ class Trainer {
     double loss = 0, grad_norm = 0, lr = 0;
     double data_wait_s = 0, exposed_comm_s = 0, optimizer_s = 0;
     bool skipped = false;
+    bool stop_nonfinite = false;  // skipped, and train.on_nonfinite is stop
   };
   StepResult train_step(int64_t step);
   double evaluate();
   void forward_backward(const data::HostBatch& batch, bool last_micro, double* loss_sum);
   void log_step(int64_t step, const StepResult& r, double step_seconds, std::optional<double> val_loss);
+  int run_steps();
+  // After every step, on every rank: the stop signal any rank received (0: none); commits a
+  // background checkpoint write once every rank's is done.
+  int agree_after_step();
+  TrainingProgress progress(int64_t steps_done) const;
+  // The end of an attempt that stops early: report, ledger, message; returns the exit code.
+  int end_attempt(const std::string& reason, int code, const std::string& message);
   bool is_rank0() const { return env_.rank == 0; }
 
   Config cfg_;
@@ -63,6 +80,8 @@ class Trainer {
   std::unique_ptr<data::BatchLoader> loader_;
   std::unique_ptr<GoodputLedger> ledger_;  // rank 0 only
   std::unique_ptr<MetricsLog> metrics_;    // rank 0 only
+  std::unique_ptr<Checkpointer> checkpointer_;
+  FaultPlan faults_;
   LrSchedule schedule_;
   std::unique_ptr<MicroBatchContext> ctx_;
   Tensor ids_dev_, targets_dev_;

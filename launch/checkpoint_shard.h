@@ -1,0 +1,29 @@
+// One rank's file of a checkpoint, rank_NNNNN.h5 (ARCHITECTURE.md §6). For every StatePiece the
+// rank saves, a group "NAME[BEGIN:END]" (e.g. "transformer.h.0.attn.c_attn.weight[0:49152]") with
+// attributes name, full_shape (JSON text, tetra's layout), begin, end, and three 1-D fp32
+// datasets: master, exp_avg, exp_avg_sq (elements [begin, end) of the flattened full parameter).
+// Root attributes say who wrote it: format, version, step, rank, world_size, dp/tp/pp coordinates,
+// zero_stage. meta.json indexes the pieces of every file, so readers open only the files they need.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "parallel/distributed_optimizer.h"
+
+namespace tetra::launch {
+
+struct ShardHeader {
+  int64_t step = 0;
+  int rank = 0, world_size = 1;
+  int dp_rank = 0, tp_rank = 0, pp_rank = 0;
+  int zero_stage = 0;
+};
+
+// "NAME[BEGIN:END]": the group of a piece.
+std::string piece_group(const std::string& name, int64_t begin, int64_t end);
+
+// Writes the pieces (host fp32 tensors of end − begin elements) to a new file at `path`, flushed
+// and closed; the caller fsyncs and checksums it.
+void write_shard(const std::string& path, const ShardHeader& header, const std::vector<StatePiece>& pieces);
+
+}  // namespace tetra::launch
