@@ -6,6 +6,11 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev
           libgtest-dev libopenblas-dev nlohmann-json3-dev libcli11-dev python3 python3-numpy python3-h5py
           python3-torch)
+# The SLURM test (tests/slurm) starts a one-node cluster from these; TETRA_SETUP_SLURM=0 leaves them
+# out (the test then skips).
+if [ "${TETRA_SETUP_SLURM:-1}" != 0 ]; then
+  packages+=(munge slurmctld slurmd slurm-client)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
