@@ -1,0 +1,53 @@
+// Causal self-attention on CUDA: the two implementations behind tetra::cuda::attention_forward /
+// attention_backward (runtime/cuda/cuda_ops.h), exposed so tests and benchmarks can call each one.
+//   cuDNN  — fused flash attention (SDPA) built through cuDNN's graph API; bf16 only.
+//            attention_cudnn_cuda.cpp (graphs) over attention_cudnn_graph_cuda.cpp (backend plumbing)
+//   reference — plain CUDA kernels, fp32 math, fp32 or bf16 tensors, deterministic.
+//            attention_reference.cu
+// Dispatch (attention_cuda.cpp): bf16 → cuDNN, fp32 → reference. TETRA_ATTENTION=reference forces the
+// reference kernels for bf16 too; TETRA_ATTENTION=cudnn refuses the fallback where cuDNN cannot run.
+// Contract (same as runtime/ops.h): qkv[B, T, 3·H·D] = q | k | v, each [H, D] per token;
+// out[B, T, H·D]; lse[B, H, T] fp32 = log Σ_j exp(s·q·k_j) over j ≤ i (natural log), s = 1/√D.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "runtime/tensor.h"
+
+namespace tetra::cuda {
+
+struct AttentionDims {
+  int64_t B, T, H, D;
+};
+
+// Argument checks shared by every implementation; errors name the op and the offending tensor.
+AttentionDims check_attention_forward(const char* op, const Tensor& out, const Tensor& lse, const Tensor& qkv,
+                                      int64_t n_heads);
+AttentionDims check_attention_backward(const char* op, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                       const Tensor& out, const Tensor& lse, int64_t n_heads);
+
+// ---------- reference kernels (fp32 or bf16 tensors, D ≤ 256) ----------
+void attention_forward_reference(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads);
+void attention_backward_reference(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                  const Tensor& lse, int64_t n_heads);
+
+// ---------- cuDNN fused attention (bf16) ----------
+// Why the cuDNN path cannot take these tensors, or "" if it can: dtype, head dim, sequence length,
+// 16-byte alignment of qkv and of the other operands, cuDNN version, GPU generation.
+std::string cudnn_attention_unsupported(const Tensor& qkv, int64_t n_heads,
+                                        std::initializer_list<const Tensor*> operands);
+void attention_forward_cudnn(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads);
+void attention_backward_cudnn(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                              const Tensor& lse, int64_t n_heads);
+// How the cached plan for this call was chosen (heuristics mode, engine), e.g. for benchmarks;
+// builds the plan if it is not cached yet.
+std::string cudnn_attention_plan_info(const Tensor& qkv, int64_t n_heads, bool backward);
+
+// ---------- dispatch ----------
+enum class AttentionImpl { Cudnn, Reference };
+const char* attention_impl_name(AttentionImpl impl);
+// The implementation a call with these tensors gets under the current TETRA_ATTENTION setting.
+AttentionImpl attention_impl_for(const Tensor& qkv, int64_t n_heads, std::initializer_list<const Tensor*> operands);
+
+}  // namespace tetra::cuda
