@@ -90,15 +90,17 @@ void TokenDataset::read(int64_t offset, int64_t count, int32_t* out) {
   const uint64_t limit = id_limit_ > 0 ? static_cast<uint64_t>(id_limit_) : (uint64_t{1} << 31);
   for (int64_t i = 0; i < count; ++i) {
     uint32_t id = static_cast<uint32_t>(out[i]);
-    if (id >= limit) {
-      if (id_limit_ == 0)
-        TETRA_FAIL(Data, "dataset ", path_, ": token id ", id, " at token offset ", offset + i,
-                   " does not fit in int32; the file is corrupt");
-      TETRA_FAIL(Data, "dataset ", path_, ": token id ", id, " at token offset ", offset + i,
-                 " is outside the vocabulary (", limit_from_model_ ? "model" : "dataset", " vocab_size ",
-                 id_limit_, "); the file is corrupt or was made with another tokenizer");
-    }
+    if (id >= limit) fail_bad_token(path_, id, offset + i, id_limit_, limit_from_model_);
   }
+}
+
+void fail_bad_token(const std::string& path, uint32_t id, int64_t offset, int64_t limit, bool limit_from_model) {
+  if (limit == 0)
+    TETRA_FAIL(Data, "dataset ", path, ": token id ", id, " at token offset ", offset,
+               " does not fit in int32; the file is corrupt");
+  TETRA_FAIL(Data, "dataset ", path, ": token id ", id, " at token offset ", offset,
+             " is outside the vocabulary (", limit_from_model ? "model" : "dataset", " vocab_size ", limit,
+             "); the file is corrupt or was made with another tokenizer");
 }
 
 }  // namespace tetra::data

@@ -44,6 +44,10 @@ class TokenDataset {
   void check_vocab(int64_t model_vocab);
   // The exclusive upper bound reads enforce on token ids (0: only the int32 range is checked).
   int64_t id_limit() const { return id_limit_; }
+  // True when id_limit() is the model's vocabulary (the file records none), for messages.
+  bool limit_from_model() const { return limit_from_model_; }
+  // Bytes per stored token: 2 (uint16) or 4 (uint32).
+  int token_bytes() const { return token_dtype_ == DType::U16 ? 2 : 4; }
 
   // Reads tokens [offset, offset + count) into out[0..count) as int32. Fails naming the file if
   // the range is past the end or an id is outside the vocabulary (giving the id's token offset).
@@ -66,5 +70,11 @@ class TokenDataset {
   int64_t id_limit_ = 0;  // set from vocab_size_ by subclasses, narrowed by check_vocab
   bool limit_from_model_ = false;
 };
+
+// Throws the Data error for token `id` (as stored, unsigned) found at token `offset` of the file
+// at `path`, where reads enforce ids < limit (0: the int32 range). Shared by TokenDataset::read and
+// the loader's readers, so every path reports a bad id the same way.
+[[noreturn]] void fail_bad_token(const std::string& path, uint32_t id, int64_t offset, int64_t limit,
+                                 bool limit_from_model);
 
 }  // namespace tetra::data

@@ -69,8 +69,11 @@ struct OptimizerConfig {
 };
 
 struct DataConfig {
-  std::string train;                 // token file (HDF5 or llm.c .bin); required to train
-  std::string val;                   // "" = no validation set
+  // Token files (HDF5 or llm.c .bin): a path, a glob, a list of shards, or a weighted blend,
+  // stored as text (launch/config_data.h: data_spec() reads it; docs/data.md). Required to train.
+  std::string train;
+  std::string val;                   // the same without weights; "" = no validation set
+  double val_fraction = 0;           // hold out this share of each training dataset (its tail) instead
   bool shuffle = true;
   int prefetch = 4;                  // micro-batches read ahead; 0 = read when needed
   std::string io = "auto";           // auto | gds | pinned | posix

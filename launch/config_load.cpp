@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "launch/config.h"
+#include "launch/config_data.h"
 #include "launch/config_schema.h"
 #include "runtime/error.h"
 
@@ -147,6 +148,7 @@ std::string parse_value(const Field& f, const YAML::Node& n, Config& c) {
       s = n.Scalar();
       return "";
     }
+    case Type::DataSources: return read_data_sources(n, *static_cast<std::string*>(p));
     case Type::FloatPair: {
       if (!n.IsSequence() || n.size() != 2)
         return "expected a list of two numbers, got " +

@@ -1,6 +1,8 @@
 // The config schema table, and the helpers that describe, check and print one key's value.
 #include "launch/config_schema.h"
 
+#include "launch/config_data.h"
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -79,8 +81,10 @@ std::vector<Field> make_fields() {
       {KEY(optimizer, min_lr, Float), .lo = 0, .note = "at most optimizer.lr"},
 
       // data: token files and the loader.
-      {KEY(data, train, String), .note = "a token file made by `tetra data prepare`, e.g. data/tiny/train.h5"},
-      {KEY(data, val, String), .note = "empty = no validation set"},
+      {KEY(data, train, DataSources), .note = "e.g. data/tiny/train.h5 (docs/data.md)"},
+      {KEY(data, val, DataSources), .note = "no weights; empty = no validation set"},
+      {KEY(data, val_fraction, Float), .lo = 0, .hi = 1, .hi_open = true,
+       .note = "share of each training dataset's windows (its tail) held out for validation; 0 = none"},
       {KEY(data, shuffle, Bool)},
       {KEY(data, prefetch, Int), .lo = 0, .hi = kIntMax, .note = "micro-batches read ahead"},
       {KEY(data, io, Choice), .choices = {"auto", "gds", "pinned", "posix"}},
@@ -190,6 +194,7 @@ std::string valid_text(const Field& f) {
     case Type::Bool: s = "true or false"; break;
     case Type::String: s = f.nonempty ? "a non-empty string" : "a string"; break;
     case Type::Choice: s = "one of: " + join(f.choices, ", "); break;
+    case Type::DataSources: s = data_sources_valid_text(); break;
   }
   if (f.note[0]) s += std::string("; ") + f.note;
   return s;
@@ -204,6 +209,7 @@ std::string value_text(const Field& f, const Config& c) {
     case Type::Bool: return *static_cast<const bool*>(p) ? "true" : "false";
     case Type::String:
     case Type::Choice: return quote_if_needed(*static_cast<const std::string*>(p));
+    case Type::DataSources: return data_sources_yaml(*static_cast<const std::string*>(p));
     case Type::FloatPair: {
       const auto& a = *static_cast<const std::array<double, 2>*>(p);
       std::string s = "[";  // built by appending: GCC 12 warns falsely on "[" + std::string
@@ -240,6 +246,7 @@ std::string check_value(const Field& f, const Config& c) {
       return "";
     }
     case Type::Bool: return "";
+    case Type::DataSources: return "";  // checked as it is read (read_data_sources)
     case Type::String: {
       const auto& s = *static_cast<const std::string*>(p);
       return f.nonempty && s.empty() ? "must not be empty" : "";

@@ -10,7 +10,8 @@
 
 namespace tetra::launch::schema {
 
-enum class Type { Int, Int64, Float, Bool, String, Choice, FloatPair };
+// DataSources: data.train / data.val — a path, glob, list or blend, stored as text (config_data.h).
+enum class Type { Int, Int64, Float, Bool, String, Choice, FloatPair, DataSources };
 
 struct Field {
   const char* section;

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "launch/config.h"
+#include "launch/config_data.h"
 #include "launch/config_schema.h"
 #include "runtime/error.h"
 
@@ -143,9 +144,10 @@ void check_batches(const Config& c, int dp) {
     fail(c, {"train.seq_len", "model.seq_len"},
          str(t.seq_len) + " exceeds model.seq_len = " + str(c.model.seq_len) +
              " (the positional table); use at most " + str(c.model.seq_len) + " or raise model.seq_len");
-  if (t.eval_every > 0 && c.data.val.empty())
+  if (t.eval_every > 0 && c.data.val.empty() && c.data.val_fraction == 0)
     fail(c, {"train.eval_every", "data.val"},
-         str(t.eval_every) + " but data.val is not set; set data.val to a token file, or train.eval_every to 0");
+         str(t.eval_every) + " but data.val is not set; set data.val to a token file (or data.val_fraction to hold "
+         "out part of the training data), or train.eval_every to 0");
 }
 
 void check_optimizer(const Config& c) {
@@ -171,6 +173,18 @@ void check_device(const Config& c) {
          "gds reads straight into GPU memory, but train.device = cpu; use auto, pinned or posix");
 }
 
+// data.train / data.val read as data sources (launch/config_data.h) and their combinations.
+void check_data(const Config& c) {
+  const data::DataSpec val = data_spec(c.data.val, "data.val");
+  if (val.blend)
+    fail(c, {"data.val"}, "validation data cannot be a weighted blend; list its shards without weights, "
+                          "e.g. [val_a.bin, val_b.bin]");
+  if (!val.empty() && c.data.val_fraction > 0)
+    fail(c, {"data.val_fraction", "data.val"},
+         schema::format_double(c.data.val_fraction) + " holds out part of data.train for validation, but data.val "
+         "names a validation set too; set one of them (data.val_fraction: 0, or data.val empty)");
+}
+
 }  // namespace
 
 void validate(const Config& cfg, int world_size) {
@@ -182,6 +196,7 @@ void validate(const Config& cfg, int world_size) {
   check_batches(cfg, dp);
   check_optimizer(cfg);
   check_device(cfg);
+  check_data(cfg);
 }
 
 void validate_for_training(const Config& cfg) {
@@ -195,9 +210,22 @@ void validate_for_training(const Config& cfg) {
     if (!fs::exists(path, ec))
       fail(cfg, {key}, path + " does not exist (working directory " + fs::current_path(ec).string() + "); " + how);
   };
-  const std::string prep = "make it with `tetra data prepare`, or fix the path";
-  need_file("data.train", cfg.data.train, prep);
-  if (!cfg.data.val.empty()) need_file("data.val", cfg.data.val, prep);
+  // Every listed file exists and every glob matches (the files themselves are checked when the
+  // loader opens them, before the first step).
+  auto need_data = [&](const std::string& key, const std::string& text) {
+    const data::DataSpec spec = data_spec(text, key);
+    for (const data::SourceSpec& source : spec.sources) {
+      try {
+        data::expand_shards(source, key);
+      } catch (const Error& e) {
+        std::string what = e.what();
+        if (what.rfind(key + ": ", 0) == 0) what.erase(0, key.size() + 2);
+        fail(cfg, {key}, what);
+      }
+    }
+  };
+  need_data("data.train", cfg.data.train);
+  need_data("data.val", cfg.data.val);
   if (!cfg.model.init_from.empty())
     need_file("model.init_from", cfg.model.init_from, "make one with `tetra ckpt consolidate`, or fix the path");
   const std::string& r = cfg.checkpoint.resume;

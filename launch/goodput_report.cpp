@@ -119,6 +119,7 @@ struct RunInfoEvent {
   int devices = 0;
   int64_t tokens_per_step = 0;
   std::string precision, device_kind;
+  std::string data_io, data_io_reason;  // optional
 };
 
 // Counts repeated oddities so that a long ledger yields one warning per kind, not one per line.
@@ -214,6 +215,8 @@ GoodputReport compute_goodput(const std::vector<json>& events) {
         info.tokens_per_step = integer(e, "tokens_per_step").value_or(0);
         info.precision = text(e, "precision");
         info.device_kind = text(e, "device_kind");
+        info.data_io = text(e, "data_io");
+        info.data_io_reason = text(e, "data_io_reason");
         infos.push_back(info);
       }
       continue;
@@ -556,6 +559,8 @@ GoodputReport compute_goodput(const std::vector<json>& events) {
       }
     r.precision = last_info->precision;
     r.device_kind = last_info->device_kind;
+    r.data_io = last_info->data_io;
+    r.data_io_reason = last_info->data_io_reason;
     if (last_info->flops_per_token > 0) r.flops_per_token = last_info->flops_per_token;
     if (last_info->peak > 0) r.peak_flops_per_device = last_info->peak;
     int devices = last_info->devices;

@@ -87,6 +87,7 @@ struct GoodputReport {
   std::optional<double> peak_flops_per_device;
   std::optional<int> devices;
   std::string precision, device_kind;
+  std::string data_io, data_io_reason;            // the loader's read path and why; "" if not recorded
   std::optional<double> achieved_flops_per_s;     // flops_per_token · tokens_per_s
   std::optional<double> mfu;                      // achieved / (peak · devices), over the wall time
   std::optional<double> mfu_in_steps;             // the same over the time of kept steps only

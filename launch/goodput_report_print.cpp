@@ -142,6 +142,9 @@ void print_report(const GoodputReport& r, std::ostream& out) {
   } else {
     out << "unknown (no run_info with flops_per_token)\n";
   }
+  if (!r.data_io.empty())
+    out << "  data            read by " << r.data_io << (r.data_io_reason.empty() ? "" : " — " + r.data_io_reason)
+        << "\n";
 
   out << "\n  " << std::right << std::setw(7) << "attempt" << "  " << std::left << std::setw(16) << "host" << std::right
       << std::setw(6) << "ranks" << "  " << std::left << std::setw(20) << "started (UTC)" << std::right << std::setw(12)
@@ -219,7 +222,9 @@ json to_json(const GoodputReport& r) {
             {"peak_flops_per_device", opt(r.peak_flops_per_device)},
             {"devices", opt(r.devices)},
             {"precision", r.precision},
-            {"device_kind", r.device_kind}}},
+            {"device_kind", r.device_kind},
+            {"data_io", r.data_io},
+            {"data_io_reason", r.data_io_reason}}},
           {"warnings", r.warnings}};
 }
 

@@ -176,14 +176,17 @@ void GoodputLedger::run_info(const RunInfo& info, double time) {
   TETRA_CHECK(info.flops_per_token >= 0 && info.peak_flops_per_device >= 0 && info.devices >= 0 &&
                   info.tokens_per_step >= 0,
               "run_info fields must not be negative");
-  append({{"event", goodput_event::kRunInfo},
-          {"time", time},
-          {"flops_per_token", info.flops_per_token},
-          {"peak_flops_per_device", info.peak_flops_per_device},
-          {"devices", info.devices},
-          {"tokens_per_step", info.tokens_per_step},
-          {"precision", info.precision},
-          {"device_kind", info.device_kind}});
+  nlohmann::json e = {{"event", goodput_event::kRunInfo},
+                      {"time", time},
+                      {"flops_per_token", info.flops_per_token},
+                      {"peak_flops_per_device", info.peak_flops_per_device},
+                      {"devices", info.devices},
+                      {"tokens_per_step", info.tokens_per_step},
+                      {"precision", info.precision},
+                      {"device_kind", info.device_kind}};
+  if (!info.data_io.empty()) e["data_io"] = info.data_io;
+  if (!info.data_io_reason.empty()) e["data_io_reason"] = info.data_io_reason;
+  append(std::move(e));
 }
 
 void GoodputLedger::step(const StepTiming& s) {

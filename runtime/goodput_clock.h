@@ -13,7 +13,8 @@
 //
 //   attempt_start  time (process start), world_size, host, pid              [synced to disk]
 //   run_info       time, flops_per_token, peak_flops_per_device, devices, tokens_per_step,
-//                  precision, device_kind
+//                  precision, device_kind, data_io and data_io_reason (optional: the loader's read
+//                  path and why it was chosen)
 //   step           step, start, end, tokens, exposed_comm, bubble, recompute, optimizer,
 //                  data_wait, host_overhead (seconds inside [start, end]), loss (optional)
 //   eval           start, end, step
@@ -65,6 +66,8 @@ struct RunInfo {
   int64_t tokens_per_step = 0;       // global batch × sequence length
   std::string precision;             // "bf16", "fp32", ...
   std::string device_kind;           // "NVIDIA H100 80GB HBM3", "cpu", ...
+  std::string data_io;               // optional: the data loader's read path ("gds", "pinned", "posix")
+  std::string data_io_reason;        // optional: why that path (data/io_path.h)
 };
 
 // Seconds of a step that did not advance the model, measured by the trainer (reduced over ranks:

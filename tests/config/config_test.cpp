@@ -263,7 +263,8 @@ TEST(Config, EqualityComparesEveryKey) {
       case schema::Type::Float: *static_cast<double*>(p) += 0.5; break;
       case schema::Type::Bool: *static_cast<bool*>(p) = !*static_cast<bool*>(p); break;
       case schema::Type::String:
-      case schema::Type::Choice: *static_cast<std::string*>(p) += "x"; break;
+      case schema::Type::Choice:
+      case schema::Type::DataSources: *static_cast<std::string*>(p) += "x"; break;
       case schema::Type::FloatPair: (*static_cast<std::array<double, 2>*>(p))[1] += 0.01; break;
     }
     EXPECT_FALSE(a == b) << f.path();

@@ -1,0 +1,28 @@
+// GPUDirect Storage where tetra was built without cuFile: the probe says so, nothing opens.
+#ifndef TETRA_WITH_CUFILE
+#include "data/gds_file.h"
+#include "runtime/error.h"
+
+namespace tetra::data {
+
+GdsProbe gds_probe() {
+  GdsProbe p;
+#ifdef TETRA_WITH_CUDA
+  p.detail = "tetra was built without cuFile (libcufile was not found next to the CUDA toolkit at build time)";
+#else
+  p.detail = "tetra was built without CUDA";
+#endif
+  return p;
+}
+
+GdsFile::GdsFile(const std::string& path) : path_(path) {
+  TETRA_FAIL(Data, "cannot read ", path, " with GPUDirect Storage: ", gds_probe().detail);
+}
+GdsFile::~GdsFile() = default;
+int64_t GdsFile::read(void*, size_t, int64_t, int64_t) { return 0; }
+
+GdsBufferRegistration::GdsBufferRegistration(void* dev_ptr, size_t) : ptr_(dev_ptr), detail_(gds_probe().detail) {}
+GdsBufferRegistration::~GdsBufferRegistration() = default;
+
+}  // namespace tetra::data
+#endif

@@ -1,0 +1,44 @@
+// tetra_loader_bench: one run of the loader benchmark (data/loader_bench.h), as one JSON line.
+//   tetra_loader_bench --files a.bin "b_*.bin" --io pinned --device cuda --order shuffled
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "data/loader_bench.h"
+#include "runtime/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"read a token set in training order through one read path; print JSON"};
+  tetra::data::LoaderBenchOptions o;
+  std::string device = "auto", order = "shuffled";
+  bool keep_cache = false;
+  app.add_option("--files", o.files, "token files or globs (one dataset)")->required();
+  app.add_option("--io", o.io, "auto, gds, pinned or posix")->default_val("auto");
+  app.add_option("--device", device, "auto (cuda where a GPU is visible), cpu or cuda")->default_val("auto");
+  app.add_option("--seq-len", o.seq_len, "tokens per sequence")->default_val(1024);
+  app.add_option("--micro-batch", o.micro_batch, "sequences per micro-batch")->default_val(16);
+  app.add_option("--threads", o.threads, "reader threads")->default_val(4);
+  app.add_option("--prefetch", o.prefetch, "micro-batches read ahead")->default_val(8);
+  app.add_option("--order", order, "shuffled (training order) or sequential")->default_val("shuffled");
+  app.add_option("--max-gb", o.max_gb, "stop after this many GB of tokens; 0 = one epoch")->default_val(0);
+  app.add_flag("--keep-page-cache", keep_cache, "do not drop the files' pages before the run");
+  CLI11_PARSE(app, argc, argv);
+  if (order != "shuffled" && order != "sequential") {
+    std::cerr << "tetra_loader_bench: --order must be shuffled or sequential\n";
+    return 2;
+  }
+  o.shuffle = order == "shuffled";
+  o.drop_cache = !keep_cache;
+  const bool gpu = tetra::cuda_available();
+  if (device == "cuda" && !gpu) {
+    std::cerr << "tetra_loader_bench: --device cuda, but no GPU is visible\n";
+    return 2;
+  }
+  o.device = device == "cpu" || (device == "auto" && !gpu) ? tetra::Device::cpu() : tetra::Device::cuda(0);
+  try {
+    std::cout << tetra::data::run_loader_bench(o).dump() << std::endl;
+  } catch (const tetra::Error& e) {
+    std::cerr << "tetra_loader_bench: error: " << e.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}
