@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "launch/checkpoint_files.h"
+#include "launch/config_data.h"
 #include "launch/goodput_report.h"
 #include "launch/signals.h"
 #include "launch/memory_plan.h"
@@ -161,12 +162,23 @@ void Trainer::setup() {
   sc.dp_size = shape.dp;
   sc.shuffle = cfg_.data.shuffle;
   sc.seed = static_cast<uint64_t>(cfg_.run.seed);
-  loader_ = std::make_unique<data::BatchLoader>(data::TokenDataset::open(cfg_.data.train), sc, cfg_.model.vocab_size);
-  if (!cfg_.data.val.empty()) loader_->set_validation(data::TokenDataset::open(cfg_.data.val));
+  // The loader opens and checks every file now, chooses the read path (data.io) and starts reading
+  // ahead into device memory (data/data_loader.h); run() moves it to a resumed step.
+  data::DataLoaderOptions lo;
+  lo.train = data_spec(cfg_.data.train, "data.train");
+  lo.val = data_spec(cfg_.data.val, "data.val");
+  lo.val_fraction = cfg_.data.val_fraction;
+  lo.sampler = sc;
+  lo.model_vocab = cfg_.model.vocab_size;
+  lo.device = device_;
+  lo.io = cfg_.data.io;
+  lo.threads = cfg_.data.loader_threads;
+  lo.prefetch = cfg_.data.prefetch;
+  lo.eval_batches = cfg_.train.eval_batches;
+  loader_ = std::make_unique<data::DataLoader>(lo);
+  loader_->start(start_step_);
 
   ctx_ = std::make_unique<MicroBatchContext>(device_, act_dtype_);
-  ids_dev_ = Tensor::empty({cfg_.train.micro_batch, cfg_.train.seq_len}, DType::I32, device_);
-  targets_dev_ = Tensor::empty({cfg_.train.micro_batch, cfg_.train.seq_len}, DType::I32, device_);
 
   if (is_rank0()) {
     RunInfo info;
@@ -177,6 +189,9 @@ void Trainer::setup() {
     info.tokens_per_step = loader_->tokens_per_step();
     info.precision = dtype_name(act_dtype_);
     info.device_kind = device_name(device_);
+    info.data_io = std::string(data::io_path_name(loader_->io().path)) +
+                   (loader_->io().compat_mode ? " (cuFile compatibility mode)" : "");
+    info.data_io_reason = loader_->io().reason;
     ledger_->run_info(info);
     std::printf("tetra: %s | %s, %lld params | world %d (dp %d tp %d pp %d) on %s (%s) | %s\n", cfg_.run.name.c_str(),
                 model_->arch().c_str(), static_cast<long long>(model_->num_params()), env_.world_size, shape.dp,
@@ -185,6 +200,7 @@ void Trainer::setup() {
                 cfg_.train.steps, static_cast<long long>(loader_->tokens_per_step()), cfg_.train.global_batch,
                 cfg_.train.seq_len, cfg_.train.micro_batch, loader_->accumulation_steps());
     std::printf("tetra: run directory %s\n", run_dir_.c_str());
+    for (const std::string& line : loader_->describe()) std::printf("tetra: %s\n", line.c_str());
     print_memory_plan(stdout, plan_memory(cfg_, *optimizer_, params_, shape.dp), "tetra: ");
     std::fflush(stdout);
   }
@@ -203,17 +219,16 @@ void Trainer::setup() {
   reset_peak_allocated(device_);
 }
 
-void Trainer::forward_backward(const data::HostBatch& batch, bool last_micro, double* loss_sum) {
+void Trainer::forward_backward(const data::LoadedBatch& batch, bool last_micro, double* loss_sum) {
   MicroBatchContext& ctx = *ctx_;
   ctx.clear();
   ctx.training = true;
   ctx.batch = batch.inputs.dim(0);
   ctx.seq_len = batch.inputs.dim(1);
   ctx.loss_grad_scale = 1.0f / static_cast<float>(loader_->tokens_per_step());
-  ops::copy(ids_dev_, batch.inputs);
-  ops::copy(targets_dev_, batch.targets);
-  ctx.ids = ids_dev_;
-  ctx.targets = targets_dev_;
+  // The loader's buffers, already on the device and ordered before this stream's work.
+  ctx.ids = batch.inputs;
+  ctx.targets = batch.targets;
 
   std::vector<Layer*> layers = model_->layers();
   Tensor x = ctx.ids;
@@ -242,7 +257,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   const int accum = loader_->accumulation_steps();
   for (int micro = 0; micro < accum; ++micro) {
     double t0 = now_s();
-    data::HostBatch batch = loader_->batch(step, micro);
+    data::LoadedBatch batch = loader_->batch(step, micro);
     r.data_wait_s += now_s() - t0;
     forward_backward(batch, micro == accum - 1, &loss_sum);
   }
@@ -279,15 +294,13 @@ double Trainer::evaluate() {
   std::vector<Layer*> layers = model_->layers();
   for (int64_t b = 0; b < batches; ++b) {
     for (int micro = 0; micro < accum; ++micro) {
-      data::HostBatch batch = loader_->eval_batch(b, micro);
+      data::LoadedBatch batch = loader_->eval_batch(b, micro);
       ctx.clear();
       ctx.training = false;
       ctx.batch = batch.inputs.dim(0);
       ctx.seq_len = batch.inputs.dim(1);
-      ops::copy(ids_dev_, batch.inputs);
-      ops::copy(targets_dev_, batch.targets);
-      ctx.ids = ids_dev_;
-      ctx.targets = targets_dev_;
+      ctx.ids = batch.inputs;
+      ctx.targets = batch.targets;
       Tensor x = ctx.ids;
       for (Layer* l : layers) {
         optimizer_->before_forward(l->index());
@@ -334,6 +347,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds, s
 }
 
 int Trainer::run() {
+  loader_->start(start_step_);  // a resumed run reads ahead from its step (no-op when already there)
   try {
     return run_steps();
   } catch (const Error& e) {

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "data/batch_loader.h"
+#include "data/data_loader.h"
 #include "launch/checkpointer.h"
 #include "launch/config.h"
 #include "launch/environment.h"
@@ -55,7 +55,7 @@ class Trainer {
   };
   StepResult train_step(int64_t step);
   double evaluate();
-  void forward_backward(const data::HostBatch& batch, bool last_micro, double* loss_sum);
+  void forward_backward(const data::LoadedBatch& batch, bool last_micro, double* loss_sum);
   void log_step(int64_t step, const StepResult& r, double step_seconds, std::optional<double> val_loss);
   int run_steps();
   // After every step, on every rank: the stop signal any rank received (0: none); commits a
@@ -77,14 +77,13 @@ class Trainer {
   ParamSet params_;
   std::unique_ptr<CommScheduler> comm_;
   std::unique_ptr<DistributedOptimizer> optimizer_;
-  std::unique_ptr<data::BatchLoader> loader_;
+  std::unique_ptr<data::DataLoader> loader_;
   std::unique_ptr<GoodputLedger> ledger_;  // rank 0 only
   std::unique_ptr<MetricsLog> metrics_;    // rank 0 only
   std::unique_ptr<Checkpointer> checkpointer_;
   FaultPlan faults_;
   LrSchedule schedule_;
   std::unique_ptr<MicroBatchContext> ctx_;
-  Tensor ids_dev_, targets_dev_;
   int64_t start_step_ = 0;  // steps already done (resume)
   int64_t tokens_seen_ = 0;
   int64_t skipped_steps_ = 0;
