@@ -69,7 +69,10 @@ std::vector<StatePiece> HostSnapshot::take(const std::vector<StatePiece>& pieces
   // Device-to-host copies into pinned memory may be asynchronous: the snapshot is complete only
   // when they are.
   for (const StatePiece& p : pieces)
-    if (!p.master.device().is_cpu()) device_synchronize(p.master.device());
+    if (!p.master.device().is_cpu()) {
+      device_synchronize(p.master.device());  // one device per rank: once is enough
+      break;
+    }
   return out;
 }
 

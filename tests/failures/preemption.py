@@ -7,6 +7,7 @@ SIGINT stops it with exit 130 and reason "interrupted".
 
 usage: preemption.py TETRA_BIN WORK_DIR"""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,6 +50,7 @@ check("0 lost to failures" in rep and "2 restarts" in rep, "report: 2 restarts, 
 for sig, code, reason in ((signal.SIGTERM, EXIT_PREEMPTED, "preempted"), (signal.SIGINT, EXIT_INTERRUPTED, "interrupted")):
     name = f"lone_{sig.name.lower()}"
     run = ws.run_dir(name)
+    shutil.rmtree(run, ignore_errors=True)  # its metrics.jsonl must be this process's
     p = subprocess.Popen(ws.command(name, sets=["parallel.dp=1", "train.steps=2000", "checkpoint.every=0"], mpirun=False),
                          env=ws.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
