@@ -55,9 +55,9 @@ GdsProbe gds_probe() {
   static std::once_flag once;
   static GdsProbe probe;
   std::call_once(once, [] {
-    const CUfileError_t open = cuFileDriverOpen();  // kept open for the process: files come and go
-    if (open.err != CU_FILE_SUCCESS) {
-      probe.detail = "cuFileDriverOpen failed: " + cufile_error(open);
+    const CUfileError_t opened = cuFileDriverOpen();  // kept open for the process: files come and go
+    if (opened.err != CU_FILE_SUCCESS) {
+      probe.detail = "cuFileDriverOpen failed: " + cufile_error(opened);
       return;
     }
     probe.available = true;
