@@ -3,6 +3,7 @@ a small byte-level dataset, a tiny config, runs under mpirun or alone, and reade
 leaves behind (metrics.jsonl, goodput.jsonl, checkpoints). Python 3 from Debian, with h5py/numpy."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -62,7 +63,11 @@ log: {{every: 100}}
         return (MPIRUN + ["-np", str(np_)] + args) if mpirun else args
 
     def train(self, name, np_=2, sets=(), fault=None, expect=0, timeout=120, mpirun=True):
-        """Runs `tetra train` to its end; checks the exit code; returns (stdout, stderr)."""
+        """Runs `tetra train` to its end; checks the exit code; returns (stdout, stderr, exit code).
+        A run that does not resume with checkpoint.resume=auto starts in an empty run directory, so
+        a test gives the same result when run again in the same work directory."""
+        if not any(s == "checkpoint.resume=auto" for s in sets):
+            shutil.rmtree(self.run_dir(name), ignore_errors=True)
         env = dict(self.env)
         if fault:
             env["TETRA_FAULT"] = fault

@@ -94,6 +94,7 @@ try:
     check(r.returncode == 2 and "needs srun --mpi=pmix" in r.stderr, "srun --mpi=none: exit 2, asks for --mpi=pmix")
 
     # 3. The batch script, preempted by the time-limit warning, requeued, resumed.
+    shutil.rmtree(ws.run_dir("batch"), ignore_errors=True)  # the script always resumes: start clean
     sbatch_out = os.path.join(work, "sbatch-%j.out")
     jenv = dict(env, TETRA=tetra, TETRA_FAULT="usr1@5:rank=1")
     r = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-task=0",
