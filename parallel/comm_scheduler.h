@@ -52,6 +52,7 @@ class CommScheduler {
   // Resolves the step's device timings (synchronises the streams) and returns the records.
   const std::vector<Record>& end_step();
   double exposed_ms() const;  // Σ waited_ms of the last end_step()
+  const std::vector<Record>& records() const { return records_; }
   const Stream& comm_stream() const { return comm_; }
 
  private:

@@ -1,6 +1,8 @@
 // Device dispatch of the multi-tensor ops (runtime/multi_tensor.h).
 #include "runtime/multi_tensor.h"
 
+#include "runtime/trace.h"
+
 #ifdef TETRA_WITH_CUDA
 #include "runtime/cuda/cuda_ops.h"
 #endif
@@ -8,6 +10,7 @@
 namespace tetra::ops {
 
 void adamw_update_multi(const std::vector<AdamWSegment>& segments, const AdamWHyper& h) {
+  TraceScope trace("adamw_update_multi", "op");
   if (segments.empty()) return;
   const Device dev = segments.front().master.device();
   for (const AdamWSegment& s : segments)

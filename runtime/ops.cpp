@@ -2,14 +2,19 @@
 #include "runtime/ops.h"
 
 #include "runtime/cpu/cpu_ops.h"
+#include "runtime/trace.h"
 #ifdef TETRA_WITH_CUDA
 #include "runtime/cuda/cuda_ops.h"
-#define TETRA_DISPATCH(dev, fn, ...) \
-  return (dev).is_cuda() ? ::tetra::cuda::fn(__VA_ARGS__) : ::tetra::cpu::fn(__VA_ARGS__)
+#define TETRA_DISPATCH(dev, fn, ...)                                                             \
+  do {                                                                                           \
+    ::tetra::TraceScope tetra_trace_(#fn, "op");                                                 \
+    return (dev).is_cuda() ? ::tetra::cuda::fn(__VA_ARGS__) : ::tetra::cpu::fn(__VA_ARGS__);     \
+  } while (0)
 #else
 #define TETRA_DISPATCH(dev, fn, ...)                                                          \
   do {                                                                                        \
     if ((dev).is_cuda()) TETRA_FAIL(Device, #fn ": tensor on " , (dev).str(), " but tetra was built without CUDA"); \
+    ::tetra::TraceScope tetra_trace_(#fn, "op");                                              \
     return ::tetra::cpu::fn(__VA_ARGS__);                                                     \
   } while (0)
 #endif
@@ -25,6 +30,7 @@ void add(Tensor& y, const Tensor& a, const Tensor& b) {
 void scale(Tensor& x, float s) { TETRA_DISPATCH(x.device(), scale, x, s); }
 
 void copy(Tensor& dst, const Tensor& src) {
+  TraceScope trace("copy", "op");
   TETRA_CHECK(dst.numel() == src.numel(), "copy: ", src.describe(), " into ", dst.describe());
   if (dst.device().is_cpu() && src.device().is_cpu()) return cpu::copy(dst, src);
 #ifdef TETRA_WITH_CUDA
