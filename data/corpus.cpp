@@ -165,7 +165,10 @@ int Corpus::open_shard(const std::string& path, const std::string& key) {
 
 WindowSet Corpus::open_dataset(const SourceSpec& source, const std::string& key) {
   WindowSet set;
-  for (const std::string& path : expand_shards(source, key)) {
+  const std::vector<std::string> files = expand_shards(source, key);
+  // HDF5 keeps files it must decode open; the readers add one descriptor per file later.
+  ensure_file_descriptors(2 * static_cast<int64_t>(files.size()), "the " + key + " shards");
+  for (const std::string& path : files) {
     const int i = open_shard(path, key);
     set.add({i, 0, shards_[static_cast<size_t>(i)]->windows});
   }

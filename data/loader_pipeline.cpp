@@ -48,7 +48,10 @@ LoaderPipeline::LoaderPipeline(std::shared_ptr<Corpus> corpus, UnitPlan plan, co
   staging_bytes_ = round_up(per_row * static_cast<size_t>(o_.micro_batch), static_cast<size_t>(kGdsAlign));
 
   slots_.resize(static_cast<size_t>(ring_));
-  for (Slot& s : slots_) s.rows.resize(static_cast<size_t>(o_.micro_batch));
+  for (Slot& s : slots_) {
+    s.rows.resize(static_cast<size_t>(o_.micro_batch));
+    s.runs.reserve(static_cast<size_t>(o_.micro_batch));
+  }
   if (o_.device.is_cpu()) {
     for (Slot& s : slots_) {
       s.staged.resize(static_cast<size_t>(o_.micro_batch));
@@ -207,8 +210,8 @@ void LoaderPipeline::fill(int64_t unit, int index) {
   plan_(unit, s.rows.data());
   // Runs of windows that follow each other in one shard are read at once (training order without
   // shuffle makes a whole micro-batch one run): window k + 1 starts T tokens after window k.
-  std::vector<Run> runs;
-  runs.reserve(static_cast<size_t>(o_.micro_batch));
+  std::vector<Run>& runs = s.runs;  // reserved at construction: no allocation here
+  runs.clear();
   const int64_t T = o_.seq_len;
   for (int r = 0; r < static_cast<int>(o_.micro_batch); ++r) {
     const RowRef& row = s.rows[static_cast<size_t>(r)];

@@ -89,21 +89,21 @@ class LoaderPipeline {
   std::string staging_note() const;
 
  private:
-  struct Slot {
-    int64_t unit = -1;
-    bool done = false;
-    std::exception_ptr error;
-    std::vector<RowRef> rows;
-    std::vector<StagedRow> staged;            // CPU backend: the row table
-    std::vector<unsigned char> host_staging;  // CPU backend: raw ids
-    Tensor inputs, targets;                   // CPU backend: the batch handed out
-  };
   struct Run {
     int shard;
     int64_t offset, tokens;  // tokens [offset, offset + tokens) of the shard
     int first_row, rows;
   };
-
+  struct Slot {
+    int64_t unit = -1;
+    bool done = false;
+    std::exception_ptr error;
+    std::vector<RowRef> rows;
+    std::vector<Run> runs;                    // rows coalesced into reads (capacity micro_batch)
+    std::vector<StagedRow> staged;            // CPU backend: the row table
+    std::vector<unsigned char> host_staging;  // CPU backend: raw ids
+    Tensor inputs, targets;                   // CPU backend: the batch handed out
+  };
   void reader_loop();
   void fill(int64_t unit, int slot);
   void fill_host(Slot& s, int slot, const std::vector<Run>& runs);

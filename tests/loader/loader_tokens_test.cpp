@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include "data/batch_loader.h"
 #include "loader_test_util.h"
 
@@ -189,6 +191,31 @@ TEST(LoaderTokens, SameBatchesAsTheSynchronousBatchLoader) {
         ASSERT_EQ(got.targets, std::vector<int32_t>(want.targets.data<int32_t>(), want.targets.data<int32_t>() + 2 * T));
       }
   }
+}
+
+TEST(LoaderTokens, ManyShardsFitUnderALowOpenFileLimit) {
+  // 300 shards under a soft limit of 128 open files: the loader raises the soft limit (up to the
+  // hard one) instead of failing half-way through opening them.
+  struct rlimit saved {};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < 1024) GTEST_SKIP() << "hard open-file limit below 1024";
+  ScratchDir dir;
+  const int64_t T = 4;
+  std::vector<TokenFile> files;
+  for (int i = 0; i < 300; ++i)
+    files.push_back(make_file(dir, "s_" + std::to_string(1000 + i) + ".bin", Kind::Bin, T * 2 + 1, i));
+  struct rlimit low = saved;
+  low.rlim_cur = 128;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  {
+    DataLoaderOptions o;
+    o.train = DataSpec::single(dir.file("s_*.bin"));
+    o.sampler = {.seq_len = T, .global_batch = 4, .micro_batch = 4, .dp_rank = 0, .dp_size = 1};
+    DataLoader loader(o);
+    const HostRows h = to_host(loader.batch(149, 0));  // windows 596..599: shards 298 and 299
+    expect_row(h, 3, T, files, {299, T}, "last shard");
+  }
+  setrlimit(RLIMIT_NOFILE, &saved);
 }
 
 }  // namespace
