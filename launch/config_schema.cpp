@@ -54,6 +54,8 @@ std::vector<Field> make_fields() {
        .note = "0 = train.global_batch / (dp·train.micro_batch)"},
       {KEY(parallel, overlap_grad_reduce, Bool)},
       {KEY(parallel, bucket_mb, Float), .lo = 0, .lo_open = true, .note = "megabytes"},
+      {KEY(parallel, grad_dtype, Choice), .choices = {"auto", "fp32", "bf16"},
+       .note = "gradient accumulation and reduction; auto: bf16 for bf16 training unless stage 0-1 accumulates"},
 
       // train: the loop.
       {KEY(train, steps, Int), .required = true, .lo = 1, .hi = kIntMax},

@@ -13,10 +13,17 @@ ParamStorage param_storage_for(const DistributedOptimizerOptions& options, DType
   ParamStorage s;
   s.shards = options.zero_stage == 0 ? 1 : dp_size;
   s.full_grads = options.zero_stage <= 1;
-  // bf16 gradients where the working weights are bf16 and the gradients are sharded (stages 2–3):
-  // the gradient shard then costs 2 bytes per parameter as in the ZeRO formula. Stages 0–1 keep
-  // the full fp32 buffer they always had (exact accumulation over micro-batches).
-  s.grad_dtype = options.zero_stage >= 2 && working_dtype == DType::BF16 ? DType::BF16 : DType::F32;
+  if (options.grad_dtype == "fp32") {
+    s.grad_dtype = DType::F32;
+  } else if (options.grad_dtype == "bf16") {
+    if (working_dtype != DType::BF16)
+      TETRA_FAIL(Config, "parallel.grad_dtype: bf16 needs train.precision bf16 (the weights are ",
+                 dtype_name(working_dtype), ")");
+    s.grad_dtype = DType::BF16;
+  } else {
+    const bool bf16 = working_dtype == DType::BF16;
+    s.grad_dtype = bf16 && (options.zero_stage >= 2 || options.accumulation_steps == 1) ? DType::BF16 : DType::F32;
+  }
   return s;
 }
 

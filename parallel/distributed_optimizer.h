@@ -82,14 +82,16 @@ struct DistributedOptimizerOptions {
   bool overlap_grad_reduce = true;           // reduce during backward (else all in finish_gradients)
   int fsdp_prefetch = 1;                     // stage 3: layers all-gathered ahead of the one computing
   int accumulation_steps = 1;                // micro-batches per step (memory bound of stages 2–3)
+  std::string grad_dtype = "auto";           // auto | fp32 | bf16 (see param_storage_for)
   AdamWConfig adamw;
 };
 
 // How the ParamSet must be built for an optimizer: the shard count of its layout, the gradient
-// dtype and whether the full flat gradient buffer exists. The gradient dtype is the optimizer's
-// choice: bf16 for stages 2–3 with bf16 working weights (gradients accumulate and are
-// reduce-scattered in bf16, as FSDP with MixedPrecision(reduce_dtype=bf16): the ZeRO formula's
-// 2 + 2 + 12 bytes per parameter), fp32 otherwise (docs/zero.md explains the choice).
+// dtype and whether the full flat gradient buffer exists. Gradient dtype "auto": bf16 where the
+// working weights are bf16 and either the gradients are sharded (stages 2–3: the ZeRO formula's
+// 2 + 2 + 12 bytes per parameter, as FSDP with MixedPrecision(reduce_dtype=bf16)) or each step is
+// one micro-batch (nothing to accumulate; half the bytes to reduce, as llm.c); fp32 otherwise
+// (exact accumulation over micro-batches). "fp32"/"bf16" force it (docs/zero.md).
 struct ParamStorage {
   int shards = 1;
   DType grad_dtype = DType::F32;

@@ -468,13 +468,17 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   if (impl_->aborted)
     TETRA_FAIL(Comm, "NCCL split on group ", name(), ": the communicator was aborted after an earlier failure");
   cuda::DeviceScope scope(impl_->device);
+  // The split itself runs blocking, so the new communicator is complete on return: in non-blocking
+  // mode NCCL 2.28 handed back no child handle when 2 ranks split into two 1-rank groups (H200s;
+  // the cause was not established). The split is therefore not bounded by timeout(). The child's
+  // collectives behave as the parent's (their Works poll events either way).
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  config.blocking = 1;
   ncclComm_t child = nullptr;
   const std::string what = "split(color " + std::to_string(color) + ", key " + std::to_string(key) + ")";
   ncclResult_t r = ncclCommSplit(impl_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
   impl_->check(impl_->comm, r, what, name(), timeout());  // the parent takes part in the split
-  if (child) impl_->check(child, ncclInProgress, what, name(), timeout());  // and the child initialises
+  if (child) impl_->check(child, ncclSuccess, what, name(), timeout());  // and the child is ready
   // The host communicator splits the same way (collective over the same ranks, same order).
   std::shared_ptr<Communicator> host_child;
   if (impl_->host) host_child = impl_->host->split(color, key);
