@@ -1,5 +1,6 @@
 #include "launch/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <ctime>
@@ -20,6 +21,7 @@
 #include "runtime/memory.h"
 #include "runtime/ops.h"
 #include "runtime/stream.h"
+#include "runtime/trace.h"
 
 namespace tetra::launch {
 
@@ -124,6 +126,13 @@ void Trainer::setup() {
   } else {
     device_ = Device::cpu();
   }
+  if (device_.is_cuda()) mesh_->create_device_communicators(device_);
+  // Measured on an H200 (docs/kernels.md NOTES): the GPT-2 124M step keeps the GPU busy from the
+  // first kernel to the last, so graph replay has no launch gaps to remove; not implemented.
+  if (cfg_.train.cuda_graphs)
+    TETRA_FAIL(Config, cfg_.origins.where("train.cuda_graphs"),
+               ": train.cuda_graphs: CUDA graph capture is not implemented (the measured steps have no launch "
+               "gaps to remove); set it to false");
   act_dtype_ = cfg_.train.precision == "bf16" ? DType::BF16 : DType::F32;
   if (device_.is_cpu() && act_dtype_ != DType::F32)
     TETRA_FAIL(Config, "train.precision: bf16 needs train.device cuda (the CPU backend computes in fp32)");
@@ -145,7 +154,7 @@ void Trainer::setup() {
     params_.initialize(static_cast<uint64_t>(cfg_.run.seed));
   }
   comm_ = std::make_unique<CommScheduler>(device_);
-  optimizer_ = make_distributed_optimizer(params_, mesh_->comm(MeshAxis::DP), *comm_, oo);
+  optimizer_ = make_distributed_optimizer(params_, mesh_->device_comm(MeshAxis::DP), *comm_, oo);
 
   schedule_.kind = cfg_.optimizer.schedule;
   schedule_.lr = cfg_.optimizer.lr;
@@ -232,9 +241,13 @@ void Trainer::forward_backward(const data::LoadedBatch& batch, bool last_micro, 
 
   std::vector<Layer*> layers = model_->layers();
   Tensor x = ctx.ids;
+  const bool tracing = Tracer::instance().enabled();
   for (Layer* l : layers) {
     optimizer_->before_forward(l->index());
-    x = l->forward(ctx, x);
+    {
+      TraceScope scope(tracing ? ("F " + l->name()).c_str() : "", "layer");
+      x = l->forward(ctx, x);
+    }
     optimizer_->after_forward(l->index());
   }
   *loss_sum += ops::sum_to_host(ctx.losses);
@@ -243,8 +256,14 @@ void Trainer::forward_backward(const data::LoadedBatch& batch, bool last_micro, 
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
     Layer* l = *it;
     optimizer_->before_backward(l->index());
-    dy = l->backward_input(ctx, dy);
-    l->backward_weight(ctx);
+    {
+      TraceScope scope(tracing ? ("B " + l->name()).c_str() : "", "layer");
+      dy = l->backward_input(ctx, dy);
+    }
+    {
+      TraceScope scope(tracing ? ("W " + l->name()).c_str() : "", "layer");
+      l->backward_weight(ctx);
+    }
     optimizer_->after_backward(l->index(), last_micro);
   }
 }
@@ -389,15 +408,70 @@ int Trainer::end_attempt(const std::string& reason, int code, const std::string&
   return code;
 }
 
+// The last log.profile_steps steps are traced: ops, layers (F/B/W) and collectives per rank.
+void Trainer::trace_step_begin(int64_t step) {
+  const int n = cfg_.log.profile_steps;
+  if (n <= 0 || step < cfg_.train.steps - n) return;
+  Tracer& tr = Tracer::instance();
+  if (!tr.enabled()) tr.start(device_, env_.rank, "rank " + std::to_string(env_.rank) + " (" + device_.str() + ")");
+  tr.mark_step_start();
+}
+
+void Trainer::trace_step_end(int64_t step, double seconds) {
+  Tracer& tr = Tracer::instance();
+  if (!tr.enabled()) return;
+  const double t0 = tr.step_start_us();
+  tr.complete("step " + std::to_string(step + 1), "step", "compute", t0, seconds * 1e6);
+  for (const CommScheduler::Record& c : comm_->records()) {
+    const double start = c.start_ms >= 0 ? c.start_ms : c.issued_ms;
+    const double end = c.end_ms >= 0 ? c.end_ms : c.issued_ms;
+    tr.complete(c.name, "comm", "communication", t0 + 1e3 * start, 1e3 * (end - start),
+                {{"bytes", c.bytes}, {"compute_waited_ms", c.waited_ms}});
+  }
+  tr.end_step();
+}
+
+// Every rank writes its part; rank 0 merges them into RUN_DIR/trace.json and prints the op profile.
+void Trainer::write_trace() {
+  Tracer& tr = Tracer::instance();
+  if (!tr.enabled()) return;
+  tr.stop();
+  const fs::path part = fs::path(run_dir_) / ("trace.rank" + std::to_string(env_.rank) + ".json");
+  std::ofstream(part) << tr.chrome_events().dump();
+  if (world_.size() > 1) world_.barrier();
+  if (!is_rank0()) return;
+  nlohmann::json all = nlohmann::json::array();
+  for (int r = 0; r < env_.world_size; ++r) {
+    const fs::path p = fs::path(run_dir_) / ("trace.rank" + std::to_string(r) + ".json");
+    std::ifstream in(p);
+    if (!in) continue;
+    for (auto& e : nlohmann::json::parse(in)) all.push_back(std::move(e));
+    fs::remove(p);
+  }
+  std::ofstream(fs::path(run_dir_) / "trace.json") << nlohmann::json{{"traceEvents", all}}.dump();
+  std::vector<std::pair<std::string, Tracer::OpStat>> ops(tr.op_profile().begin(), tr.op_profile().end());
+  std::sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second.total_ms > b.second.total_ms; });
+  double total = 0;
+  for (auto& [name, s] : ops) total += s.total_ms;
+  std::printf("tetra: op profile of rank 0 over %d steps (device time per step), trace in %s/trace.json\n",
+              tr.steps(), run_dir_.c_str());
+  for (auto& [name, s] : ops)
+    std::printf("  %-28s %8.3f ms %6.1f %%  %6.1f calls\n", name.c_str(), s.total_ms / tr.steps(),
+                100.0 * s.total_ms / total, static_cast<double>(s.calls) / tr.steps());
+  std::fflush(stdout);
+}
+
 int Trainer::run_steps() {
   int stop = 0;            // the stop signal the ranks agreed on, 0 while none
   bool nonfinite = false;  // a non-finite step under train.on_nonfinite: stop
   int64_t step = start_step_;
   for (; step < cfg_.train.steps; ++step) {
     double t_start = ledger_ ? ledger_->now() : 0;
+    trace_step_begin(step);
     double t0 = now_s();
     StepResult r = train_step(step);
     double seconds = now_s() - t0;
+    trace_step_end(step, seconds);
     tokens_seen_ += loader_->tokens_per_step();
     losses_.push_back(r.loss);
     if (is_rank0()) {
@@ -437,6 +511,7 @@ int Trainer::run_steps() {
     }
   }
   checkpointer_->finish();
+  write_trace();
   if (nonfinite) {
     // Step `step + 1` was skipped: the state is the one after `step` steps; save it for a look or
     // a resume with other settings, unless that is the checkpoint just written.

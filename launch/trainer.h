@@ -46,6 +46,9 @@ class Trainer {
 
  private:
   void setup();
+  void trace_step_begin(int64_t step);
+  void trace_step_end(int64_t step, double seconds);
+  void write_trace();
   void archive_previous_run();
   struct StepResult {
     double loss = 0, grad_norm = 0, lr = 0;

@@ -30,7 +30,7 @@ for n in "${gpus[@]}"; do
     --set run.output_dir="$out" --set run.name="$name" --set train.steps="$steps" \
     --set train.global_batch=$((mb * n)) --set train.micro_batch="$mb" --set data.train="$data" \
     --set data.val="" --set train.eval_every=0 --set checkpoint.every=0 --set checkpoint.resume=none \
-    --set log.every=10 ${TETRA_ARGS:-} > "$out/$name.log" 2>&1 || { tail -30 "$out/$name.log" >&2; echo "{\"impl\": \"$name\", \"error\": true}"; continue; }
+    --set optimizer.warmup_steps=$((steps / 3)) --set log.every=10 ${TETRA_ARGS:-} > "$out/$name.log" 2>&1 || { tail -30 "$out/$name.log" >&2; echo "{\"impl\": \"$name\", \"error\": true}"; continue; }
   python3 scripts/bench/summarize_run.py "$out/$name" "$name" "$n"
 done
 if [ -n "${PEER:-}" ]; then
