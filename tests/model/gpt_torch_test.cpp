@@ -136,3 +136,51 @@ log: {every: 100}
   }
   EXPECT_EQ(n, 10);
 }
+
+// Activation recomputation changes what is kept, never the result: the loss and every gradient
+// with train.recompute mlp and full equal those of none, bit for bit.
+TEST(GptRecompute, MlpAndFullGiveTheSameGradients) {
+  const fs::path dir = reference_dir();
+  Hdf5File tokens((dir / "tokens.h5").string(), Hdf5File::Mode::Read);
+  Tensor all = tokens.read("tokens", DType::I32);
+  const int64_t B = 4, T = 16;
+  std::vector<int32_t> ids(B * T), tgt(B * T);
+  for (int64_t i = 0; i < B * T; ++i) {
+    ids[i] = all.data<int32_t>()[i];
+    tgt[i] = all.data<int32_t>()[i + 1];
+  }
+  std::vector<std::vector<float>> grads[3];
+  double losses[3];
+  const Recompute modes[3] = {Recompute::None, Recompute::Mlp, Recompute::Full};
+  for (int m = 0; m < 3; ++m) {
+    GptConfig cfg = tiny_config();
+    cfg.recompute = modes[m];
+    GptModel model(cfg);
+    ParamSet params;
+    params.build(model.params(), Device::cpu(), DType::F32, DType::F32);
+    load_consolidated((dir / "weights.h5").string(), model);
+    MicroBatchContext ctx(Device::cpu(), DType::F32);
+    ctx.batch = B;
+    ctx.seq_len = T;
+    ctx.ids = Tensor::from_vector(ids, {B, T});
+    ctx.targets = Tensor::from_vector(tgt, {B, T});
+    ctx.loss_grad_scale = 1.0f / static_cast<float>(B * T);
+    params.zero_grads();
+    auto layers = model.layers();
+    Tensor x = ctx.ids;
+    for (Layer* l : layers) x = l->forward(ctx, x);
+    losses[m] = ops::sum_to_host(ctx.losses);
+    Tensor dy;
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+      dy = (*it)->backward_input(ctx, dy);
+      (*it)->backward_weight(ctx);
+    }
+    for (Param* p : model.params())
+      grads[m].emplace_back(p->grad.data<float>(), p->grad.data<float>() + p->grad.numel());
+  }
+  for (int m = 1; m < 3; ++m) {
+    EXPECT_EQ(losses[m], losses[0]) << "mode " << m;
+    ASSERT_EQ(grads[m].size(), grads[0].size());
+    for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_EQ(grads[m][i], grads[0][i]) << "mode " << m << " param " << i;
+  }
+}
