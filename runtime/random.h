@@ -45,6 +45,16 @@ class Rng {
   double spare_ = 0;
 };
 
+// A standard normal draw that depends only on (stream, index): counter-based, so any element of a
+// tensor can be drawn independently (in parallel, or only a shard of it). Box–Muller on two
+// splitmix64 outputs of the counter.
+inline double normal_at(uint64_t stream, uint64_t index) {
+  Rng rng(stream ^ (index * 0xd1b54a32d192ed03ull));
+  double u1 = rng.uniform(), u2 = rng.uniform();
+  if (u1 < 1e-300) u1 = 1e-300;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
 // Stable 64-bit hash of a string (FNV-1a), e.g. to derive a per-parameter seed from its name.
 inline uint64_t hash_name(std::string_view s) {
   uint64_t h = 0xcbf29ce484222325ull;
