@@ -1,7 +1,18 @@
 // cuBLASLt matmuls for the dense layers: one handle per device, a 32 MiB workspace per (device,
-// stream) allocated on first use and kept, and the heuristic's algorithm cached per problem (shape,
-// types, epilogue, and the alignment of every pointer, which the algorithm choice depends on).
-// Compute is always fp32 (CUBLAS_COMPUTE_32F, never TF32), so fp32 GEMMs are exact to fp32 rounding.
+// stream) allocated on first use and kept, and a plan cached per problem (shape, types, layouts,
+// epilogue, whether beta is 0 and whether C is D, and the alignment of every pointer, which the
+// algorithm choice depends on). Compute is always fp32 (CUBLAS_COMPUTE_32F, never TF32), so fp32
+// GEMMs are exact to fp32 rounding.
+//
+// Autotuning (TETRA_GEMM_TUNE): the first time a problem runs, the heuristic's best algorithms (up
+// to 16) are each timed on the problem's own operands A and B with scratch outputs (never the
+// caller's D, C, aux or bias-gradient buffers), and the fastest is kept for the rest of the
+// process. The heuristic's first choice stays unless another is at least 1% faster. Tuning
+// synchronises the stream a few times, so it belongs in the first (warm-up) step; it never runs
+// while the stream is being captured into a CUDA graph (that call takes the heuristic's choice and
+// the problem is tuned at its next uncaptured call): capture graphs after one warm-up step.
+// Algorithm choices are timing-dependent, so two processes may pick different algorithms (and round
+// differently); TETRA_GEMM_TUNE=0 makes the choice the heuristic's, the same in every run.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -13,9 +24,11 @@
 namespace tetra::cuda {
 
 // One column-major problem, as cuBLASLt sees it:
-//   D[m, n] = alpha · op(A)[m, k] · op(B)[k, n] + beta · D[m, n]      (C is D: same pointer, same layout)
+//   D[m, n] = alpha · op(A)[m, k] · op(B)[k, n] + beta · C[m, n]
 // A is stored [m, k] (lda ≥ m) when !trans_a, else [k, m] (lda ≥ k); B is [k, n] or [n, k] likewise;
 // D is [m, n] with ldd ≥ m. A and B share one type (fp32 or bf16); D is that type or fp32.
+// C has D's type and leading dimension: c == nullptr (or c == d) means C is D itself (in place,
+// accumulate); otherwise c is a separate buffer, only read (e.g. the residual added to a projection).
 struct LtProblem {
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;
@@ -24,6 +37,7 @@ struct LtProblem {
   const void* a = nullptr;
   const void* b = nullptr;
   void* d = nullptr;
+  const void* c = nullptr;  // read only when beta ≠ 0
   float alpha = 1.0f, beta = 0.0f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   // BIAS / GELU_BIAS / GELU_AUX_BIAS: the bias [m] (read). BGRADA: bias gradient [m] (written);
@@ -39,5 +53,16 @@ struct LtProblem {
 // done nothing, when cuBLASLt offers no algorithm for it (an epilogue it cannot fuse for these
 // types, sizes or alignments), so the caller can take an unfused path. Any other failure throws.
 bool lt_matmul(const LtProblem& p, Device device, cudaStream_t stream);
+
+// Algorithm autotuning. The mode starts from the environment variable TETRA_GEMM_TUNE:
+//   unset, "1" or "on"   On: tune each new problem, silently;
+//   "verbose"            On, and print one line per tuned problem to stderr (m n k, types,
+//                        epilogue, beta, the heuristic's time and the best time);
+//   "0" or "off"         Off: the heuristic's first algorithm, as cuBLASLt ranks them.
+// Any other value fails at the first GEMM. set_gemm_tuning overrides the mode for the process
+// (benchmarks compare both); problems already tuned keep their choice, which Off ignores.
+enum class GemmTuning { Off, On, Verbose };
+GemmTuning gemm_tuning();
+void set_gemm_tuning(GemmTuning mode);
 
 }  // namespace tetra::cuda

@@ -1,18 +1,28 @@
-// cuBLASLt plumbing (runtime/cuda/cublaslt.h): handles, workspaces, and the per-problem plan cache.
-// A plan (operation descriptor, three layouts, the heuristic's best algorithm) is built once per
-// distinct problem and reused; its bias / aux pointers are rewritten on every call, under one mutex
-// that also guards the handle and workspace tables (the lock is held only while enqueuing).
+// cuBLASLt plumbing (runtime/cuda/cublaslt.h): handles, workspaces, the per-problem plan cache and
+// the autotuner. A plan (operation descriptor, three layouts, the heuristic's candidate algorithms,
+// the chosen one) is built once per distinct problem and reused; its bias / aux pointers are
+// rewritten on every call, under one mutex that also guards the handle and workspace tables (the
+// lock is held while enqueuing, and while a problem is being tuned).
 #include "runtime/cuda/cublaslt.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
+#include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_context.h"
 
 #define TETRA_CUBLAS_CHECK(call, what)                                                                  \
   do {                                                                                                  \
@@ -28,6 +38,30 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr int kMaxDevices = 64;
+// Tuning: how many of the heuristic's algorithms are timed, the rounds over all of them (each
+// candidate's time is its best round, and interleaving the rounds spreads clock drift over all
+// candidates), and the device time one candidate's round aims at (its launches are repeated up to it).
+constexpr int kCandidates = 16;
+constexpr int kRounds = 3;
+constexpr float kRoundTargetMs = 0.5f;
+constexpr int kMaxReps = 50;
+// Another algorithm replaces the heuristic's first choice only when it is at least this much faster.
+constexpr float kSwitchMargin = 0.99f;
+
+// ---------- tuning mode ----------
+
+constexpr int kModeUnset = -1;
+std::atomic<int> g_mode{kModeUnset};
+
+GemmTuning mode_from_env() {
+  const char* v = std::getenv("TETRA_GEMM_TUNE");
+  if (!v || !*v || std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0) return GemmTuning::On;
+  if (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0) return GemmTuning::Off;
+  if (std::strcmp(v, "verbose") == 0) return GemmTuning::Verbose;
+  TETRA_FAIL(Config, "TETRA_GEMM_TUNE='", v, "' is not a GEMM tuning mode: use 0 (off), 1 (on, the default) or verbose");
+}
+
+// ---------- plans ----------
 
 // Largest power of two (≤ 256) dividing the address: what the heuristic may assume about it.
 uint32_t alignment_of(const void* p) {
@@ -43,8 +77,8 @@ struct PlanKey {
   bool ta, tb;
   int64_t m, n, k, lda, ldb, ldd, aux_ld;
   int ab_type, d_type, epilogue;
-  bool has_bias, has_aux;
-  uint32_t align_a, align_b, align_d, align_bias, align_aux;
+  bool has_bias, has_aux, beta_nonzero, c_is_d;
+  uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
   bool operator==(const PlanKey&) const = default;
 };
 
@@ -53,10 +87,11 @@ struct PlanKeyHash {
     uint64_t h = 0xcbf29ce484222325ull;
     auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ull; };
     mix(static_cast<uint64_t>(k.device));
-    mix((k.ta ? 1u : 0u) | (k.tb ? 2u : 0u) | (k.has_bias ? 4u : 0u) | (k.has_aux ? 8u : 0u));
+    mix((k.ta ? 1u : 0u) | (k.tb ? 2u : 0u) | (k.has_bias ? 4u : 0u) | (k.has_aux ? 8u : 0u) |
+        (k.beta_nonzero ? 16u : 0u) | (k.c_is_d ? 32u : 0u));
     for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldd, k.aux_ld}) mix(static_cast<uint64_t>(v));
     for (int v : {k.ab_type, k.d_type, k.epilogue}) mix(static_cast<uint64_t>(v));
-    for (uint32_t v : {k.align_a, k.align_b, k.align_d, k.align_bias, k.align_aux}) mix(v);
+    for (uint32_t v : {k.align_a, k.align_b, k.align_c, k.align_d, k.align_bias, k.align_aux}) mix(v);
     return static_cast<size_t>(h);
   }
 };
@@ -64,8 +99,10 @@ struct PlanKeyHash {
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> algos;  // the heuristic's candidates, best first
   bool supported = false;
+  bool tuned = false;  // `best` holds the measured choice
+  int best = 0;
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -81,6 +118,7 @@ struct LtState {
   cublasLtHandle_t handles[kMaxDevices] = {};
   std::map<std::pair<int, cudaStream_t>, void*> workspaces;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+  bool warned_capture = false;
 };
 
 LtState& lt_state() {
@@ -92,12 +130,50 @@ const char* type_name(cudaDataType_t t) {
   return t == CUDA_R_32F ? "fp32" : (t == CUDA_R_16BF ? "bf16" : "?");
 }
 
+size_t type_size(cudaDataType_t t) { return t == CUDA_R_16BF ? 2 : 4; }
+
+const char* epilogue_name(cublasLtEpilogue_t e) {
+  switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT: return "none";
+    case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
+    case CUBLASLT_EPILOGUE_GELU: return "GELU";
+    case CUBLASLT_EPILOGUE_GELU_BIAS: return "GELU_BIAS";
+    case CUBLASLT_EPILOGUE_GELU_AUX: return "GELU_AUX";
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD: return "DGELU_BGRAD";
+    case CUBLASLT_EPILOGUE_RELU: return "RELU";
+    case CUBLASLT_EPILOGUE_RELU_BIAS: return "RELU_BIAS";
+    case CUBLASLT_EPILOGUE_RELU_AUX: return "RELU_AUX";
+    case CUBLASLT_EPILOGUE_RELU_AUX_BIAS: return "RELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DRELU: return "DRELU";
+    case CUBLASLT_EPILOGUE_DRELU_BGRAD: return "DRELU_BGRAD";
+    case CUBLASLT_EPILOGUE_BGRADA: return "BGRADA";
+    case CUBLASLT_EPILOGUE_BGRADB: return "BGRADB";
+    default: return "?";
+  }
+}
+
+// Epilogues whose bias pointer is an output (a bias gradient) and its length.
+bool writes_bias(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB || e == CUBLASLT_EPILOGUE_DRELU_BGRAD ||
+         e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+int64_t bias_length(const LtProblem& p) { return p.epilogue == CUBLASLT_EPILOGUE_BGRADB ? p.n : p.m; }
+// Epilogues whose aux buffer is an output (the forward's pre-activation); DGELU/DRELU read theirs.
+bool writes_aux(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_RELU_AUX ||
+         e == CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
+}
+
+bool c_is_d(const LtProblem& p) { return p.c == nullptr || p.c == p.d; }
+
 std::string describe(const LtProblem& p) {
   std::ostringstream os;
   os << "cuBLASLt matmul (column-major) D[" << p.m << ", " << p.n << "] = op" << (p.trans_a ? "T" : "N") << "(A)·op"
      << (p.trans_b ? "T" : "N") << "(B), k = " << p.k << ", lda/ldb/ldd = " << p.lda << "/" << p.ldb << "/" << p.ldd
-     << ", A/B " << type_name(p.ab_type) << ", D " << type_name(p.d_type) << ", epilogue " << static_cast<int>(p.epilogue)
-     << ", beta " << p.beta;
+     << ", A/B " << type_name(p.ab_type) << ", D " << type_name(p.d_type) << ", epilogue " << epilogue_name(p.epilogue)
+     << ", beta " << p.beta << (p.beta != 0.0f && !c_is_d(p) ? " (C separate from D)" : "");
   return os.str();
 }
 
@@ -125,7 +201,7 @@ std::unique_ptr<Plan> make_plan(const LtProblem& p, const PlanKey& key, cublasLt
     set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux, p);
     set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.aux_ld, p);
   }
-  // Layouts: rows, columns, leading dimension, all column-major.
+  // Layouts: rows, columns, leading dimension, all column-major. C uses D's layout.
   TETRA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, p.ab_type, static_cast<uint64_t>(p.trans_a ? p.k : p.m),
                                                 static_cast<uint64_t>(p.trans_a ? p.m : p.k), p.lda),
                      what);
@@ -146,16 +222,21 @@ std::unique_ptr<Plan> make_plan(const LtProblem& p, const PlanKey& key, cublasLt
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d}};
   for (const auto& [attr, value] : aligns)
     TETRA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value), what);
 
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int returned = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->d, plan->d, pref, 1, &result, &returned);
-  const bool none = st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && returned == 0);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->d, plan->d,
+                                                           pref, kCandidates, results, &returned);
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    for (int i = 0; i < returned; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= kWorkspaceBytes)
+        plan->algos.push_back(results[i].algo);
+  }
+  const bool none = st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && plan->algos.empty());
   // A fused epilogue cuBLASLt rejects for any reason is not fatal: the caller has an unfused path.
   // Say so once per problem (plans are cached), since the unfused path costs extra passes.
   if (none || (st != CUBLAS_STATUS_SUCCESS && p.epilogue != CUBLASLT_EPILOGUE_DEFAULT)) {
@@ -166,12 +247,172 @@ std::unique_ptr<Plan> make_plan(const LtProblem& p, const PlanKey& key, cublasLt
     return plan;
   }
   TETRA_CUBLAS_CHECK(st, what);
-  plan->algo = result.algo;
   plan->supported = true;
   return plan;
 }
 
+// ---------- tuning ----------
+
+// Device memory from the stream-ordered pool, given back when the scope ends.
+class Scratch {
+ public:
+  Scratch(size_t bytes, Device device) : bytes_(bytes), device_(device) { ptr_ = allocate(bytes, device); }
+  ~Scratch() { release(ptr_, bytes_, device_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_;
+  Device device_;
+};
+
+class Events {
+ public:
+  explicit Events(size_t n) : ev_(n, nullptr) {
+    for (auto& e : ev_) TETRA_CUDA_CHECK(cudaEventCreate(&e));
+  }
+  ~Events() {
+    for (auto e : ev_)
+      if (e) (void)cudaEventDestroy(e);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  cudaEvent_t operator[](size_t i) const { return ev_[i]; }
+
+ private:
+  std::vector<cudaEvent_t> ev_;
+};
+
+// Times every candidate of `plan` on p's A and B with scratch outputs and sets plan.best. The
+// caller's D (and C, aux, bias gradient) are never written: D, and C when it is D, become a scratch
+// copy of D; a separate C is only read; written aux and bias-gradient buffers get scratch twins.
+// Leaves the descriptor's bias / aux pointers at the scratch ones (every call sets its own).
+void tune(Plan& plan, const LtProblem& p, cublasLtHandle_t handle, void* workspace, Device device,
+          cudaStream_t stream, bool verbose) {
+  plan.tuned = true;  // whatever happens below, the problem is not tuned again
+  plan.best = 0;
+  const int count = static_cast<int>(plan.algos.size());
+  if (count < 2) {
+    if (verbose)
+      std::fprintf(stderr, "tetra: GEMM m=%lld n=%lld k=%lld epilogue %s: one algorithm, nothing to tune\n",
+                   static_cast<long long>(p.m), static_cast<long long>(p.n), static_cast<long long>(p.k),
+                   epilogue_name(p.epilogue));
+    return;
+  }
+
+  const bool in_place = c_is_d(p);
+  // D spans ldd·(n - 1) + m elements; the scratch is allocated as ldd·n.
+  const size_t d_bytes = static_cast<size_t>(p.ldd) * static_cast<size_t>(p.n) * type_size(p.d_type);
+  const size_t d_span = (static_cast<size_t>(p.ldd) * static_cast<size_t>(p.n - 1) + static_cast<size_t>(p.m)) *
+                        type_size(p.d_type);
+  std::unique_ptr<Scratch> d, aux, bias;
+  try {
+    d = std::make_unique<Scratch>(d_bytes, device);
+    if (p.aux && writes_aux(p.epilogue))
+      aux = std::make_unique<Scratch>(static_cast<size_t>(p.aux_ld) * static_cast<size_t>(p.n) * type_size(p.d_type),
+                                      device);
+    if (p.bias && writes_bias(p.epilogue))
+      bias = std::make_unique<Scratch>(static_cast<size_t>(bias_length(p)) * type_size(p.d_type), device);
+  } catch (const Error& e) {
+    if (verbose)
+      std::fprintf(stderr, "tetra: GEMM tuning skipped (no memory for scratch outputs: %s) for %s\n", e.what(),
+                   describe(p).c_str());
+    return;
+  }
+  // The pool hands memory out in the order of the device's current stream; run after it.
+  const cudaStream_t alloc_stream = stream_of(device);
+  if (alloc_stream != stream) TETRA_CUDA_CHECK(cudaStreamSynchronize(alloc_stream));
+  // Accumulating in place: the scratch D starts as a copy of D (realistic values; beta·C is read).
+  if (p.beta != 0.0f && in_place)
+    TETRA_CUDA_CHECK(cudaMemcpyAsync(d->get(), p.d, d_span, cudaMemcpyDeviceToDevice, stream));
+  void* out = d->get();
+  const void* c = p.beta != 0.0f && !in_place ? p.c : out;
+  if (aux) set_desc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux->get(), p);
+  else if (p.aux) set_desc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux, p);
+  if (bias) set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias->get()), p);
+  else if (p.bias) set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, p);
+
+  auto launch = [&](int i) {
+    return cublasLtMatmul(handle, plan.desc, &p.alpha, p.a, plan.a, p.b, plan.b, &p.beta, c, plan.d, out, plan.d,
+                          &plan.algos[i], workspace, kWorkspaceBytes, stream);
+  };
+  // Warm-up (first launches load the kernels) and screening: an algorithm that fails is never chosen.
+  std::vector<char> ok(count, 1);
+  for (int i = 0; i < count; ++i)
+    for (int r = 0; r < 2 && ok[i]; ++r)
+      if (launch(i) != CUBLAS_STATUS_SUCCESS) ok[i] = 0;
+  int first_ok = -1;
+  for (int i = 0; i < count && first_ok < 0; ++i)
+    if (ok[i]) first_ok = i;
+  if (first_ok < 0) {
+    TETRA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return;  // the call itself reports the failure
+  }
+
+  Events ev(2 * static_cast<size_t>(count));
+  // Repetitions per round, from one timed launch of the first working candidate.
+  TETRA_CUDA_CHECK(cudaEventRecord(ev[0], stream));
+  (void)launch(first_ok);
+  TETRA_CUDA_CHECK(cudaEventRecord(ev[1], stream));
+  TETRA_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+  float once = 0.0f;
+  TETRA_CUDA_CHECK(cudaEventElapsedTime(&once, ev[0], ev[1]));
+  const int reps = std::clamp(static_cast<int>(kRoundTargetMs / std::max(once, 1e-3f)), 1, kMaxReps);
+
+  std::vector<float> best_ms(count, std::numeric_limits<float>::infinity());
+  for (int round = 0; round < kRounds; ++round) {
+    for (int i = 0; i < count; ++i) {
+      if (!ok[i]) continue;
+      TETRA_CUDA_CHECK(cudaEventRecord(ev[2 * i], stream));
+      for (int r = 0; r < reps && ok[i]; ++r)
+        if (launch(i) != CUBLAS_STATUS_SUCCESS) ok[i] = 0;
+      TETRA_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
+    }
+    TETRA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (int i = 0; i < count; ++i) {
+      if (!ok[i]) continue;
+      float ms = 0.0f;
+      TETRA_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+      best_ms[i] = std::min(best_ms[i], ms / static_cast<float>(reps));
+    }
+  }
+  int best = -1;
+  for (int i = 0; i < count; ++i)
+    if (ok[i] && (best < 0 || best_ms[i] < best_ms[best])) best = i;
+  if (best < 0) return;
+  // Keep the heuristic's choice unless the winner is clearly faster (timing noise is ~1%).
+  if (ok[0] && best != 0 && best_ms[best] > kSwitchMargin * best_ms[0]) best = 0;
+  plan.best = best;
+  if (verbose) {
+    const float heuristic = ok[0] ? best_ms[0] : std::numeric_limits<float>::quiet_NaN();
+    std::fprintf(stderr,
+                 "tetra: GEMM tuned m=%lld n=%lld k=%lld op%c%c %s->%s epilogue %s beta %g%s: heuristic %.4f ms, "
+                 "best %.4f ms (candidate %d of %d, %.2fx)\n",
+                 static_cast<long long>(p.m), static_cast<long long>(p.n), static_cast<long long>(p.k),
+                 p.trans_a ? 'T' : 'N', p.trans_b ? 'T' : 'N', type_name(p.ab_type), type_name(p.d_type),
+                 epilogue_name(p.epilogue), static_cast<double>(p.beta),
+                 p.beta != 0.0f && !in_place ? " (C separate)" : "",
+                 static_cast<double>(heuristic), static_cast<double>(best_ms[best]), best + 1, count,
+                 static_cast<double>(heuristic / best_ms[best]));
+  }
+}
+
 }  // namespace
+
+GemmTuning gemm_tuning() {
+  int m = g_mode.load(std::memory_order_relaxed);
+  if (m == kModeUnset) {
+    const GemmTuning from_env = mode_from_env();  // throws on a bad value, every time it is asked
+    int expected = kModeUnset;
+    g_mode.compare_exchange_strong(expected, static_cast<int>(from_env));
+    m = g_mode.load(std::memory_order_relaxed);
+  }
+  return static_cast<GemmTuning>(m);
+}
+
+void set_gemm_tuning(GemmTuning mode) { g_mode.store(static_cast<int>(mode), std::memory_order_relaxed); }
 
 bool lt_matmul(const LtProblem& p, Device device, cudaStream_t stream) {
   if (!device.is_cuda() || device.index < 0 || device.index >= kMaxDevices)
@@ -180,11 +421,15 @@ bool lt_matmul(const LtProblem& p, Device device, cudaStream_t stream) {
     TETRA_FAIL(Internal, "lt_matmul: empty problem or null operand: ", describe(p));
   if (p.aux && (p.aux_ld % 8 != 0 || p.aux_ld < p.m))
     TETRA_FAIL(Internal, "lt_matmul: the GELU aux leading dimension must be a multiple of 8 and ≥ m: ", describe(p));
+  const GemmTuning mode = gemm_tuning();
 
+  const bool beta_nonzero = p.beta != 0.0f;
+  const bool in_place = !beta_nonzero || c_is_d(p);  // with beta = 0, C is never read: call it D
+  const void* c = in_place ? p.d : p.c;
   PlanKey key{device.index, p.trans_a, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.aux ? p.aux_ld : 0,
               static_cast<int>(p.ab_type), static_cast<int>(p.d_type), static_cast<int>(p.epilogue),
-              p.bias != nullptr, p.aux != nullptr, alignment_of(p.a), alignment_of(p.b), alignment_of(p.d),
-              p.bias ? alignment_of(p.bias) : 0u, p.aux ? alignment_of(p.aux) : 0u};
+              p.bias != nullptr, p.aux != nullptr, beta_nonzero, in_place, alignment_of(p.a), alignment_of(p.b),
+              alignment_of(c), alignment_of(p.d), p.bias ? alignment_of(p.bias) : 0u, p.aux ? alignment_of(p.aux) : 0u};
 
   LtState& s = lt_state();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -196,14 +441,31 @@ bool lt_matmul(const LtProblem& p, Device device, cudaStream_t stream) {
   Plan& plan = *it->second;
   if (!plan.supported) return false;
 
-  if (p.bias) set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, p);
-  if (p.aux) set_desc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux, p);
-
   void*& workspace = s.workspaces[{device.index, stream}];
   if (!workspace) TETRA_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
 
-  const cublasStatus_t st = cublasLtMatmul(handle, plan.desc, &p.alpha, p.a, plan.a, p.b, plan.b, &p.beta, p.d, plan.d,
-                                           p.d, plan.d, &plan.algo, workspace, kWorkspaceBytes, stream);
+  int choice = 0;
+  if (mode != GemmTuning::Off) {
+    if (!plan.tuned) {
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      TETRA_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+      if (capture == cudaStreamCaptureStatusNone) {
+        tune(plan, p, handle, workspace, device, stream, mode == GemmTuning::Verbose);
+      } else if (!s.warned_capture) {
+        s.warned_capture = true;
+        std::fprintf(stderr,
+                     "tetra: a GEMM seen for the first time is being captured into a CUDA graph; it runs the "
+                     "heuristic's algorithm untuned. Capture graphs after one warm-up step (or set TETRA_GEMM_TUNE=0).\n");
+      }
+    }
+    if (plan.tuned) choice = plan.best;
+  }
+
+  if (p.bias) set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, p);
+  if (p.aux) set_desc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux, p);
+
+  const cublasStatus_t st = cublasLtMatmul(handle, plan.desc, &p.alpha, p.a, plan.a, p.b, plan.b, &p.beta, c, plan.d,
+                                           p.d, plan.d, &plan.algos[choice], workspace, kWorkspaceBytes, stream);
   if (st != CUBLAS_STATUS_SUCCESS)
     TETRA_FAIL(Device, "cublasLtMatmul failed: ", cublasLtGetStatusName(st), " (", cublasLtGetStatusString(st),
                ") for ", describe(p));
