@@ -40,9 +40,10 @@ void copy(Tensor& dst, const Tensor& src) {
 #endif
 }
 
-void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act, Tensor* pre_act) {
-  check_same_device("linear_forward", {&y, &x, &w, &b, pre_act});
-  TETRA_DISPATCH(y.device(), linear_forward, y, x, w, b, act, pre_act);
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act, Tensor* pre_act,
+                    const Tensor* residual) {
+  check_same_device("linear_forward", {&y, &x, &w, &b, pre_act, residual});
+  TETRA_DISPATCH(y.device(), linear_forward, y, x, w, b, act, pre_act, residual);
 }
 void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate) {
   check_same_device("linear_backward_input", {&dx, &dy, &w});
@@ -66,9 +67,9 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
   TETRA_DISPATCH(y.device(), layernorm_forward, y, mean, rstd, x, w, b, eps);
 }
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx) {
-  check_same_device("layernorm_backward", {&dx, &dw, &db, &dy, &x, &w, &mean, &rstd});
-  TETRA_DISPATCH(dx.device(), layernorm_backward, dx, dw, db, dy, x, w, mean, rstd, accumulate_dx);
+                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual) {
+  check_same_device("layernorm_backward", {&dx, &dw, &db, &dy, &x, &w, &mean, &rstd, dresidual});
+  TETRA_DISPATCH(dx.device(), layernorm_backward, dx, dw, db, dy, x, w, mean, rstd, accumulate_dx, dresidual);
 }
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len) {
   check_same_device("embedding_forward", {&y, &ids, &wte, &wpe});

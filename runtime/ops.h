@@ -25,8 +25,11 @@ enum class Activation { None, Gelu };
 
 // y[N, O] = act(x[N, I] · w[O, I]^T + b[O]). b may be undefined. With act = Gelu, pre_act (if given)
 // receives the pre-activation values [N, O] that gelu_backward needs.
+// With a residual [N, O] (same dtype as y; act must be None, pre_act not given):
+// y = x · w^T + b + residual, the residual connection fused into the GEMM (CUDA: cuBLASLt's C
+// operand with beta = 1). y may be the residual itself (in place), but may not partly overlap it.
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act = Activation::None,
-                    Tensor* pre_act = nullptr);
+                    Tensor* pre_act = nullptr, const Tensor* residual = nullptr);
 // dx[N, I] (+)= dy[N, O] · w[O, I]
 void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate = false);
 // dw[O, I] (+)= dy[N, O]^T · x[N, I];  db[O] (+)= Σ_n dy[n, :]  (db may be null)
@@ -41,9 +44,14 @@ void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
 // y[N, C] = (x - mean) · rstd · w + b;  mean[N], rstd[N] fp32 (kept for backward).
 void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
                        float eps);
-// dx[N, C] (+)= ...; dw[C] += Σ dy·x̂; db[C] += Σ dy. Weight gradients always accumulate.
+// dx[N, C] (+)= ...; dw[C] += Σ dy·x̂; db[C] += Σ dy. Weight gradients always accumulate. db may be
+// undefined (a LayerNorm without bias). dx may alias dy.
+// With dresidual [N, C] (dx's dtype; accumulate_dx must be false): dx = dresidual + (the gradient
+// through the LayerNorm), for the residual stream of a pre-LN block (x feeds both the LayerNorm and
+// the residual add). dx may alias dresidual, which saves copying dresidual into dx first.
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx = false);
+                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx = false,
+                        const Tensor* dresidual = nullptr);
 
 // ---------- embeddings ----------
 // y[N, C] = wte[ids[n], :] + wpe[n mod T, :]   (ids int32 [N], N = B·T; wpe [≥T, C] may be undefined)

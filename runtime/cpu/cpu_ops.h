@@ -13,7 +13,7 @@ void copy(Tensor& dst, const Tensor& src);
 void add(Tensor& y, const Tensor& a, const Tensor& b);
 void scale(Tensor& x, float s);
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
-                    Tensor* pre_act);
+                    Tensor* pre_act, const Tensor* residual);
 void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate);
 void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate);
 void gelu_forward(Tensor& y, const Tensor& x);
@@ -21,7 +21,7 @@ void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
 void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
                        float eps);
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx);
+                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual);
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len);
 void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len);
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads);

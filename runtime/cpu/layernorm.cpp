@@ -4,6 +4,8 @@
 // Backward, with g = dy·w:  dx = rstd·(g - mean(g) - x̂·mean(g·x̂)),  dw += Σ_rows dy·x̂,  db += Σ_rows dy.
 // Shapes: x, y, dx, dy [..., C]; mean, rstd the leading dimensions (x [N, C] → [N]); w, b [C].
 // Row statistics are summed in double. dx may alias dy (a row of dy is fully read before dx is written).
+// With dresidual: dx = dresidual + (the formula above); dx may alias dresidual (element c of it is read
+// just before dx[c] is written).
 #include <cmath>
 #include <vector>
 
@@ -64,7 +66,7 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
 }
 
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx) {
+                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual) {
   const char* op = "layernorm_backward";
   check_dtype(op, "w", w, DType::F32);
   if (w.ndim() != 1) TETRA_FAIL(Internal, op, ": w must be 1-D [C], got ", w.describe());
@@ -86,11 +88,20 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
   check_shape(op, "mean", mean, leading_shape(x));
   check_dtype(op, "rstd", rstd, DType::F32);
   check_shape(op, "rstd", rstd, leading_shape(x));
+  const bool with_res = given(dresidual);
+  if (with_res) {
+    if (accumulate_dx)
+      TETRA_FAIL(Internal, op, ": accumulate_dx must be false with a dresidual (dx = dresidual + the LayerNorm's "
+                 "gradient; to add to dx, pass dx itself as dresidual)");
+    check_dtype(op, "dresidual", *dresidual, DType::F32);
+    check_shape(op, "dresidual", *dresidual, x.shape());
+  }
 
   const int64_t N = rows_of(x);
   const float* px = x.data<float>();
   const float* pw = w.data<float>();
   const float* pdy = dy.data<float>();
+  const float* pres = with_res ? dresidual->data<float>() : nullptr;
   const float* pmean = mean.data<float>();
   const float* prstd = rstd.data<float>();
   float* pdx = dx.data<float>();
@@ -113,11 +124,12 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
     const double g_mean = g_sum * inv_c, gx_mean = gx_sum * inv_c;
     // Pass 2: dx.
     float* dxr = pdx + n * C;
+    const float* resr = with_res ? pres + n * C : nullptr;
     for (int64_t c = 0; c < C; ++c) {
       const double xhat = static_cast<double>((xr[c] - m) * r);
       const double g = static_cast<double>(dyr[c]) * pw[c];
       const float v = static_cast<float>(r * (g - g_mean - xhat * gx_mean));
-      dxr[c] = accumulate_dx ? dxr[c] + v : v;
+      dxr[c] = with_res ? resr[c] + v : (accumulate_dx ? dxr[c] + v : v);
     }
   }
   float* pdw = dw.data<float>();

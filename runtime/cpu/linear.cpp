@@ -1,5 +1,6 @@
 // CPU dense layer through OpenBLAS: weights are [O, I] row-major (PyTorch's nn.Linear layout).
 //   forward          y[N, O]  = act(x[N, I] · wᵀ + b)
+//                    y[N, O]  = x · wᵀ + b + residual[N, O]   (act None; y may be the residual itself)
 //   backward input   dx[N, I] (+)= dy[N, O] · w[O, I]
 //   backward weight  dw[O, I] (+)= dyᵀ · x,   db[O] (+)= column sums of dy
 // x, y, dx, dy may carry leading dimensions ([B, T, F] is read as [B·T, F]); the leading
@@ -24,10 +25,21 @@ void check_weight(const char* op, const char* what, const Tensor& w) {
 // BLAS wants leading dimensions ≥ 1 even for empty matrices.
 int ld(int64_t n) { return static_cast<int>(std::max<int64_t>(n, 1)); }
 
+// The residual's memory is y's, exactly, or none of it: a partial overlap has no meaningful result.
+void check_residual_memory(const char* op, const Tensor& y, const Tensor& r) {
+  if (y.storage() != r.storage()) return;
+  const int64_t y0 = y.storage_offset_bytes(), r0 = r.storage_offset_bytes();
+  const int64_t y1 = y0 + static_cast<int64_t>(y.nbytes()), r1 = r0 + static_cast<int64_t>(r.nbytes());
+  if (y0 == r0 && y1 == r1) return;
+  if (y0 < r1 && r0 < y1)
+    TETRA_FAIL(Internal, op, ": residual ", r.describe(), " partly overlaps y ", y.describe(),
+               "; pass y itself as the residual (in place) or a separate tensor");
+}
+
 }  // namespace
 
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
-                    Tensor* pre_act) {
+                    Tensor* pre_act, const Tensor* residual) {
   const char* op = "linear_forward";
   check_weight(op, "w", w);
   const int64_t O = w.dim(0), I = w.dim(1);
@@ -46,21 +58,43 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
     check_dtype(op, "pre_act", *pre_act, DType::F32);
     check_shape(op, "pre_act", *pre_act, y_shape);
   }
+  const bool with_res = given(residual);
+  if (with_res) {
+    if (act != Activation::None)
+      TETRA_FAIL(Internal, op, ": a residual can only be added with Activation::None (y = x·wᵀ + b + residual)");
+    if (keep_pre) TETRA_FAIL(Internal, op, ": a residual cannot be combined with pre_act");
+    check_dtype(op, "residual", *residual, DType::F32);
+    check_shape(op, "residual", *residual, y_shape);
+    check_residual_memory(op, y, *residual);
+  }
   if (N == 0 || O == 0) return;
 
-  // z = x·wᵀ + b goes to pre_act when it is kept, else straight into y.
+  // z = x·wᵀ + b (+ residual) goes to pre_act when it is kept, else straight into y: z starts as
+  // residual (+ b) or b, and the GEMM adds to it (beta = 1).
   Tensor& z = keep_pre ? *pre_act : y;
   float* pz = z.data<float>();
   float beta = 0.0f;
+  if (with_res) {
+    const float* pr = residual->data<float>();
+    if (pr != pz) std::copy_n(pr, N * O, pz);  // in place: z is the residual already
+    beta = 1.0f;
+  }
   if (b.defined()) {
     const float* pb = b.data<float>();
-    for (int64_t n = 0; n < N; ++n) std::copy_n(pb, O, pz + n * O);
+    for (int64_t n = 0; n < N; ++n) {
+      float* row = pz + n * O;
+      if (with_res) {
+        for (int64_t o = 0; o < O; ++o) row[o] += pb[o];
+      } else {
+        std::copy_n(pb, O, row);
+      }
+    }
     beta = 1.0f;
   }
   if (I > 0) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N), static_cast<int>(O),
                 static_cast<int>(I), 1.0f, x.data<float>(), ld(I), w.data<float>(), ld(I), beta, pz, ld(O));
-  } else if (!b.defined()) {
+  } else if (beta == 0.0f) {
     std::fill_n(pz, N * O, 0.0f);  // an empty sum
   }
 

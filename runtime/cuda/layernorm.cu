@@ -2,28 +2,462 @@
 //   forward   mean = Σx/C,  rstd = 1/√(Σ(x - mean)²/C + eps),  y = (x - mean)·rstd·w + b
 //   backward  x̂ = (x - mean)·rstd,  g = dy·w
 //             dx (+)= rstd·(g - mean_C(g) - x̂·mean_C(g·x̂)),  dw += Σ_rows dy·x̂,  db += Σ_rows dy
-// Shapes: x, y, dx, dy [N, C] (any leading dimensions, one dtype T); w, b [C] (dtype P, b optional);
-// mean, rstd [N] fp32; dw, db [C] (one dtype, db optional).
+//             with dresidual: dx = dresidual + rstd·(...)  (the residual stream's gradient, fused)
+// Shapes: x, y, dx, dy, dresidual [N, C] (any leading dimensions, one dtype T); w, b [C] (dtype P,
+// b optional); mean, rstd [N] fp32; dw, db [C] (one dtype, db optional).
 //
-// One warp per row; the row is read in V-wide vectors (V = 8 when C % 8 == 0 and every pointer is
-// 16-byte aligned) and re-read from L1/L2 for each pass, so no C limit applies to the forward.
-// Backward, dw/db without atomics and deterministically: each warp keeps its own fp32 running sums
-// for its rows in shared memory (a lane only touches its own channels), the block folds its warps
-// in warp order into partial[{dw, db}, block, C] (fp32 scratch from the stream-ordered pool), and
-// column_sum (runtime/cuda/reduce.h) adds Σ_block partial, in a fixed order, to dw and db. The
-// scratch is [2, blocks, C] with blocks ≤ 4 × SMs (≈ 3 MB for GPT-2's C = 768). A block holds warps × 2·C fp32 in shared memory
-// (plus one pad float per 8, against bank conflicts), which bounds C at about (opt-in shared
-// memory) / 9 bytes: 25K channels on an H100/H200.
+// Row kernels (the fast path: C % 8 == 0, the [N, C] tensors 16-byte aligned; C ≤ 16384 forward,
+// ≤ 12288 backward). A team of `team` warps owns a row; thread t of the team owns the 16-byte
+// vectors (8 channels each) t, t + 32·team, ... (VPT of them), so every element is read from global
+// memory once and written once, with 16-byte accesses. A block runs `slots` teams side by side
+// (≈ 8 warps), the grid is one wave of resident blocks striding over the rows, and each thread
+// keeps the same channels for all its rows: w (and b) are read once per block into shared memory
+// as fp32. Teams of several warps combine their row sums through shared memory (double-buffered,
+// one barrier per sum).
+//   forward  (VPT ≤ 4, x in registers):   C = 768: team 1, VPT 3 · 1024: 1, 4 · 2048: 2, 4 · 8192: 8, 4
+//   backward (VPT ≤ 3, ≤ 128 registers):  C = 768: team 1, VPT 3 · 1024: 2, 2 · 2048: 3, 3 · 8192: 11, 3
+// The backward streams: while a thread computes one row, cp.async copies its vectors of the next
+// row (dy, x, and dresidual or dx when read) into its own shared-memory staging slots (double
+// buffered; it reads back only what it copied, so the staging needs no barrier). A row's loads
+// are thus always in flight, independent of the register budget.
+// Backward, dw/db without atomics and deterministically: each thread sums dy·x̂ and dy of its
+// channels over its rows in registers; at the end the block's slots fold their sums in slot order
+// (shared memory) into partial[{dw, db}, block, C] (fp32 scratch from the stream-ordered pool, ≈ 1.6
+// MB for 264 blocks at C = 768), and one more kernel adds Σ_block partial, in block order, to dw
+// and db. Bytes per row: read x, dy (and dresidual or dx), write dx; the partials add ≈ 3%.
+//
+// Fallback kernels (any C, any alignment): one warp per row, V = 8 or element by element, the row
+// re-read from L1/L2 for each pass; backward dw/db through per-warp shared-memory sums (2·C fp32
+// per warp plus one pad float per 8) folded into the same partials. Their shared memory bounds C
+// at about (opt-in shared memory) / 9 bytes: 25K channels on an H100/H200.
+#include <cuda_pipeline_primitives.h>
+
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <type_traits>
 
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/kernel_common.cuh"
-#include "runtime/cuda/reduce.h"
 
 namespace tetra::cuda {
 
 namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Row kernels
+// ---------------------------------------------------------------------------------------------
+
+// A block holds ≈ kTargetWarps warps (several rows side by side) or one row of up to kMaxTeam warps.
+// The backward keeps ≤ 3 vectors per thread: it then fits in 128 registers without spilling (2
+// blocks of 8 warps per SM); 4 would spill. The forward holds less per vector and takes 4.
+constexpr int kTargetWarps = 8;
+constexpr int kMaxTeam = 16;
+constexpr int kRowThreads = kMaxTeam * 32;  // launch bound: ≤ 128 registers per thread
+constexpr int kForwardMaxVpt = 4;
+constexpr int kBackwardMaxVpt = 3;
+
+// 8 consecutive elements of a row kept in their storage type: one 16-byte word for bf16, two for
+// fp32. p must be 16-byte aligned.
+template <class T>
+struct Pack8;
+
+template <>
+struct Pack8<bf16> {
+  uint4 u;
+  __device__ __forceinline__ void load(const bf16* p) { u = *reinterpret_cast<const uint4*>(p); }
+  __device__ __forceinline__ void unpack(float (&f)[8]) const {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 t = __bfloat1622float2(h[j]);
+      f[2 * j] = t.x;
+      f[2 * j + 1] = t.y;
+    }
+  }
+};
+
+template <>
+struct Pack8<float> {
+  float4 a, b;
+  __device__ __forceinline__ void load(const float* p) {
+    a = reinterpret_cast<const float4*>(p)[0];
+    b = reinterpret_cast<const float4*>(p)[1];
+  }
+  __device__ __forceinline__ void unpack(float (&f)[8]) const {
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+    f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  }
+};
+
+// 8 fp32 values from 16-byte-aligned shared memory.
+__device__ __forceinline__ void load_smem8(const float* p, float (&f)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0];
+  const float4 b = reinterpret_cast<const float4*>(p)[1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+  f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+// Σ v over the team of warps that owns a row (every thread of the team gets it). team == 1: the
+// warp's butterfly. team > 1: each warp's sum goes to red[parity][warp], one barrier, then every
+// thread adds its team's warps in order. Alternating parity between calls makes one barrier enough:
+// a buffer is written again only two calls later, after every thread has passed the barrier of the
+// call in between (and so finished reading). All threads of the block must call it together.
+__device__ __forceinline__ float team_sum(float v, int team, float (*red)[kMaxTeam], int& parity) {
+  v = warp_sum(v);
+  if (team == 1) return v;
+  const int warp = threadIdx.x / 32;
+  if (threadIdx.x % 32 == 0) red[parity][warp] = v;
+  __syncthreads();
+  const int first = warp / team * team;
+  float t = 0.0f;
+  for (int k = 0; k < team; ++k) t += red[parity][first + k];
+  parity ^= 1;
+  return t;
+}
+
+// y, mean, rstd for rows slot + k·slots·gridDim.x (k = 0, 1, ...), blockIdx.x·slots first.
+// Dynamic shared memory: w, b as fp32 [2][C].
+template <int VPT, class T, class P>
+__global__ void __launch_bounds__(kRowThreads)
+    layernorm_forward_rows_kernel(T* y, float* mean, float* rstd, const T* x, const P* w, const P* b, int64_t N,
+                                  int C, float eps, int team) {
+  extern __shared__ float4 smem_f4[];
+  float* sw = reinterpret_cast<float*>(smem_f4);
+  float* sb = sw + C;
+  __shared__ float red[2][kMaxTeam];
+  const int team_threads = team * 32;
+  const int slots = blockDim.x / team_threads;
+  const int t = threadIdx.x % team_threads, slot = threadIdx.x / team_threads;
+  const int nv = C / 8;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    sw[c] = to_f32(w[c]);
+    sb[c] = b ? to_f32(b[c]) : 0.0f;
+  }
+  __syncthreads();
+
+  int parity = 0;
+  const float inv_c = 1.0f / static_cast<float>(C);
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * slots; base < N;
+       base += static_cast<int64_t>(gridDim.x) * slots) {  // the same trip count for the whole block
+    const int64_t row = base + slot;
+    const bool active = row < N;
+    const T* xr = x + row * C;
+    float v[VPT][8];
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int vi = t + j * team_threads;
+      if (active && vi < nv) {
+        Pack8<T> p;
+        p.load(xr + vi * 8);
+        p.unpack(v[j]);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) sum += v[j][k];
+      }
+    }
+    const float m = team_sum(sum, team, red, parity) * inv_c;
+    float sq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int vi = t + j * team_threads;
+      if (active && vi < nv) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) sq += (v[j][k] - m) * (v[j][k] - m);
+      }
+    }
+    const float s = 1.0f / sqrtf(team_sum(sq, team, red, parity) * inv_c + eps);
+    if (!active) continue;  // no barrier follows in this iteration
+    T* yr = y + row * C;
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int vi = t + j * team_threads;
+      if (vi < nv) {
+        float wv[8], bv[8], out[8];
+        load_smem8(sw + vi * 8, wv);
+        load_smem8(sb + vi * 8, bv);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) out[k] = (v[j][k] - m) * s * wv[k] + bv[k];
+        store_vec<8>(yr + vi * 8, out);  // y may alias x: this thread read these elements above
+      }
+    }
+    if (t == 0) {
+      mean[row] = m;
+      rstd[row] = s;
+    }
+  }
+}
+
+// 16-byte chunks of 8 elements of T: 1 for bf16, 2 for fp32.
+template <class T>
+constexpr int kChunks = static_cast<int>(sizeof(T)) / 2;
+
+// Starts the asynchronous copy of 8 elements at g (16-byte aligned) into this thread's staging
+// chunks s[0], s[stride], ... (cp.async: the data goes to shared memory without passing through
+// registers, so a whole row can be in flight while the previous one is computed).
+template <class T>
+__device__ __forceinline__ void stage_copy(uint4* s, int stride, const T* g) {
+#pragma unroll
+  for (int q = 0; q < kChunks<T>; ++q)
+    __pipeline_memcpy_async(s + q * stride, reinterpret_cast<const uint4*>(g) + q, sizeof(uint4));
+}
+
+// The 8 elements a stage_copy of this thread brought in, as fp32 (after __pipeline_wait_prior).
+template <class T>
+__device__ __forceinline__ void stage_read(const uint4* s, int stride, float (&f)[8]) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    const uint4 u = s[0];
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 t = __bfloat1622float2(h[j]);
+      f[2 * j] = t.x;
+      f[2 * j + 1] = t.y;
+    }
+  } else {
+    const uint4 a = s[0], b = s[stride];
+    f[0] = __uint_as_float(a.x), f[1] = __uint_as_float(a.y), f[2] = __uint_as_float(a.z), f[3] = __uint_as_float(a.w);
+    f[4] = __uint_as_float(b.x), f[5] = __uint_as_float(b.y), f[6] = __uint_as_float(b.z), f[7] = __uint_as_float(b.w);
+  }
+}
+
+// dx for rows slot + k·slots·gridDim.x; the block's dw/db sums go to partial[0, blockIdx.x, :] and
+// partial[1, blockIdx.x, :]. dres (may be null) is added to dx; with accumulate, dx is added to.
+// Each thread stages its own vectors of the next row (dy, x, and dres or dx when read) into
+// shared memory with cp.async while it computes the current row, double-buffered, and reads back
+// only what it copied itself (so no barrier is needed for the staging).
+// Dynamic shared memory: staging [2 stages][arrays][VPT][kChunks<T>][blockDim.x] × 16 bytes, then w
+// as fp32 [C], then, when slots > 1, the slot fold [2][C].
+template <int VPT, class T, class P>
+__global__ void __launch_bounds__(kRowThreads)
+    layernorm_backward_rows_kernel(T* dx, float* partial, const T* dy, const T* x, const P* w, const float* mean,
+                                   const float* rstd, const T* dres, int64_t N, int C, int team, bool accumulate) {
+  extern __shared__ float4 smem_f4[];
+  __shared__ float red[2][kMaxTeam];
+  const int team_threads = team * 32;
+  const int slots = blockDim.x / team_threads;
+  const int t = threadIdx.x % team_threads, slot = threadIdx.x / team_threads;
+  const int nv = C / 8;
+  const T* extra = dres ? dres : (accumulate ? dx : nullptr);  // the third array, if any
+  const int arrays = extra ? 3 : 2;
+  const int stride = blockDim.x;                          // between a thread's consecutive chunks
+  const int stage_size = arrays * VPT * kChunks<T> * stride;  // chunks per stage
+  uint4* staging = reinterpret_cast<uint4*>(smem_f4);
+  float* sw = reinterpret_cast<float*>(staging + 2 * stage_size);
+  float* fold = sw + C;  // [2][C], when slots > 1
+  // This thread's first chunk of array a, vector j, in stage st.
+  auto chunk = [&](int st, int a, int j) { return staging + st * stage_size + ((a * VPT + j) * kChunks<T>) * stride + threadIdx.x; };
+  auto issue = [&](int64_t row, int st) {  // stage row `row` (nothing past the end); one commit group
+    if (row < N) {
+#pragma unroll
+      for (int j = 0; j < VPT; ++j) {
+        const int vi = t + j * team_threads;
+        if (vi < nv) {
+          const int64_t off = row * C + vi * 8;
+          stage_copy(chunk(st, 0, j), stride, dy + off);
+          stage_copy(chunk(st, 1, j), stride, x + off);
+          if (extra) stage_copy(chunk(st, 2, j), stride, extra + off);
+        }
+      }
+    }
+    __pipeline_commit();
+  };
+
+  const int64_t step = static_cast<int64_t>(gridDim.x) * slots;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * slots + slot;
+  issue(first, 0);
+  for (int c = threadIdx.x; c < C; c += blockDim.x) sw[c] = to_f32(w[c]);
+  __syncthreads();
+
+  float dw_acc[VPT][8], db_acc[VPT][8];
+#pragma unroll
+  for (int j = 0; j < VPT; ++j)
+#pragma unroll
+    for (int k = 0; k < 8; ++k) dw_acc[j][k] = db_acc[j][k] = 0.0f;
+
+  int parity = 0, st = 0;
+  float m_next = first < N ? mean[first] : 0.0f, s_next = first < N ? rstd[first] : 0.0f;
+  const float inv_c = 1.0f / static_cast<float>(C);
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * slots; base < N; base += step, st ^= 1) {
+    // The same trip count for the whole block (team_sum has barriers).
+    const int64_t row = base + slot;
+    const bool active = row < N;
+    const float m = m_next, s = s_next;
+    issue(row + step, st ^ 1);  // the next row streams in while this one is computed
+    if (row + step < N) {
+      m_next = mean[row + step];
+      s_next = rstd[row + step];
+    }
+    __pipeline_wait_prior(1);  // this row's group has landed
+
+    // Pass 1: Σ g and Σ g·x̂ over the row; this thread's dw/db sums.
+    float g_sum = 0.0f, gx_sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int vi = t + j * team_threads;
+      if (active && vi < nv) {
+        float dv[8], xv[8], wv[8];
+        stage_read<T>(chunk(st, 0, j), stride, dv);
+        stage_read<T>(chunk(st, 1, j), stride, xv);
+        load_smem8(sw + vi * 8, wv);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const float xh = (xv[k] - m) * s;
+          const float g = dv[k] * wv[k];
+          g_sum += g;
+          gx_sum += g * xh;
+          dw_acc[j][k] += dv[k] * xh;
+          db_acc[j][k] += dv[k];
+        }
+      }
+    }
+    const float g_mean = team_sum(g_sum, team, red, parity) * inv_c;
+    const float gx_mean = team_sum(gx_sum, team, red, parity) * inv_c;
+    if (!active) continue;  // no barrier follows in this iteration
+    // Pass 2: dx. dx may alias dy or dres: all three were staged before dx is written.
+    T* dxr = dx + row * C;
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int vi = t + j * team_threads;
+      if (vi < nv) {
+        float dv[8], xv[8], wv[8], out[8];
+        stage_read<T>(chunk(st, 0, j), stride, dv);
+        stage_read<T>(chunk(st, 1, j), stride, xv);
+        load_smem8(sw + vi * 8, wv);
+        if (extra) {
+          stage_read<T>(chunk(st, 2, j), stride, out);
+        } else {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) out[k] = 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const float xh = (xv[k] - m) * s;
+          out[k] += s * (dv[k] * wv[k] - g_mean - xh * gx_mean);
+        }
+        store_vec<8>(dxr + vi * 8, out);
+      }
+    }
+  }
+  __pipeline_wait_prior(0);  // the last group staged nothing, but leave no copy outstanding
+
+  // The block's dw/db: slots own the same channels; fold them in slot order.
+  float* out_dw = partial + static_cast<int64_t>(blockIdx.x) * C;
+  float* out_db = partial + (static_cast<int64_t>(gridDim.x) + blockIdx.x) * C;
+  if (slots == 1) {
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int vi = t + j * team_threads;
+      if (vi < nv) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          out_dw[vi * 8 + k] = dw_acc[j][k];
+          out_db[vi * 8 + k] = db_acc[j][k];
+        }
+      }
+    }
+    return;
+  }
+  for (int sl = 0; sl < slots; ++sl) {
+    if (slot == sl) {
+#pragma unroll
+      for (int j = 0; j < VPT; ++j) {
+        const int vi = t + j * team_threads;
+        if (vi < nv) {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            const int c = vi * 8 + k;
+            fold[c] = sl == 0 ? dw_acc[j][k] : fold[c] + dw_acc[j][k];
+            fold[C + c] = sl == 0 ? db_acc[j][k] : fold[C + c] + db_acc[j][k];
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    out_dw[c] = fold[c];
+    out_db[c] = fold[C + c];
+  }
+}
+
+// Dynamic shared memory of the backward row kernel (see its comment).
+size_t backward_rows_smem(int vpt, int threads, int slots, int C, size_t elem_size, bool third_array) {
+  const size_t chunks = elem_size / 2;
+  const size_t staging = 2 * size_t(third_array ? 3 : 2) * vpt * chunks * threads * 16;
+  return staging + size_t(C) * sizeof(float) * (slots > 1 ? 3 : 1);
+}
+
+// How a row of C channels (C % 8 == 0) maps onto the row kernels: the fewest warps per row that
+// keep each thread at ≤ max_vpt vectors; vpt == 0 when C does not fit (or C % 8 != 0).
+struct RowLayout {
+  int vpt = 0, team = 0, slots = 0, threads = 0;
+};
+
+RowLayout row_layout(int C, int max_vpt) {
+  RowLayout l;
+  const int nv = C / 8;
+  const int team = (nv + 32 * max_vpt - 1) / (32 * max_vpt);
+  if (C % 8 != 0 || team > kMaxTeam) return l;
+  l.team = team;
+  l.vpt = (nv + 32 * team - 1) / (32 * team);
+  l.slots = std::max(1, kTargetWarps / team);
+  l.threads = l.slots * team * 32;
+  return l;
+}
+
+// Prepares `kernel` for launches of `threads` threads with `smem` bytes of dynamic shared memory
+// (≤ the device's opt-in limit) on the current device, `dev`, and returns how many such blocks fit
+// on one SM at once (0: none). Raises the kernel's dynamic shared memory limit when needed, and
+// never lowers it (another C may need more from the same instantiation). Cached; thread-safe.
+template <class K>
+int prepare_launch(K kernel, int threads, size_t smem, Device dev) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, size_t, int>, int> blocks_cache;
+  static std::map<std::pair<const void*, int>, size_t> smem_limit;
+  const void* fn = reinterpret_cast<const void*>(kernel);
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& limit = smem_limit[{fn, dev.index}];
+  if (smem > 48 * 1024 && smem > limit) {
+    TETRA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    limit = smem;
+  }
+  const auto key = std::make_tuple(fn, threads, smem, dev.index);
+  auto it = blocks_cache.find(key);
+  if (it != blocks_cache.end()) return it->second;
+  int blocks = 0;
+  TETRA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
+  blocks_cache.emplace(key, blocks);
+  return blocks;
+}
+
+// The row kernel instantiation for a VPT chosen at run time (1 ≤ vpt ≤ MaxVpt ≤ 4).
+template <template <int, class, class> class Pick, int MaxVpt, class T, class P>
+auto row_kernel(int vpt) {
+  static_assert(MaxVpt == 3 || MaxVpt == 4);
+  if constexpr (MaxVpt == 4) {
+    if (vpt == 4) return Pick<4, T, P>::get();
+  }
+  switch (vpt) {
+    case 1: return Pick<1, T, P>::get();
+    case 2: return Pick<2, T, P>::get();
+    default: return Pick<3, T, P>::get();
+  }
+}
+template <int VPT, class T, class P>
+struct PickForward {
+  static auto get() { return layernorm_forward_rows_kernel<VPT, T, P>; }
+};
+template <int VPT, class T, class P>
+struct PickBackward {
+  static auto get() { return layernorm_backward_rows_kernel<VPT, T, P>; }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Fallback kernels (any C, any alignment)
+// ---------------------------------------------------------------------------------------------
 
 constexpr int kForwardWarps = 8;
 
@@ -87,11 +521,12 @@ __device__ __host__ __forceinline__ int padded_width(int C) {
 }
 
 // dx for rows blockIdx.x·warps + warp + k·gridDim.x·warps; the block's dw/db sums go to
-// partial[0, blockIdx.x, :] and partial[1, blockIdx.x, :].
+// partial[0, blockIdx.x, :] and partial[1, blockIdx.x, :]. dres (may be null) is added to dx.
 // Dynamic shared memory: warps × [2][padded_width(C)] fp32.
 template <int V, class T, class P>
 __global__ void layernorm_backward_kernel(T* dx, float* partial, const T* dy, const T* x, const P* w,
-                                          const float* mean, const float* rstd, int64_t N, int C, bool accumulate) {
+                                          const float* mean, const float* rstd, const T* dres, int64_t N, int C,
+                                          bool accumulate) {
   extern __shared__ float smem[];
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int width = padded_width<V>(C);
@@ -129,13 +564,15 @@ __global__ void layernorm_backward_kernel(T* dx, float* partial, const T* dy, co
     const float g_mean = warp_sum(g_sum) / C;
     const float gx_mean = warp_sum(gx_sum) / C;
 
-    // Pass 2: dx. dx may alias dy: each element is re-read by the lane that then writes it.
+    // Pass 2: dx. dx may alias dy or dres: each element is re-read by the lane that then writes it.
     for (int i = lane * V; i < C; i += 32 * V) {
       float dv[V], xv[V], wv[V], out[V];
       load_vec<V>(dyr + i, dv);
       load_vec<V>(xr + i, xv);
       load_vec<V>(w + i, wv);
-      if (accumulate) {
+      if (dres) {
+        load_vec<V>(dres + row * C + i, out);
+      } else if (accumulate) {
         load_vec<V>(dxr + i, out);
       } else {
 #pragma unroll
@@ -164,6 +601,36 @@ __global__ void layernorm_backward_kernel(T* dx, float* partial, const T* dy, co
     out_db[c] = sb;
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Weight gradients: dw[c] += Σ_b partial[0, b, c], db[c] += Σ_b partial[1, b, c], b in block order.
+// Grid (⌈C/32⌉, 1 or 2): blockIdx.y picks dw or db. Block (32, 16): 32 consecutive channels
+// (coalesced) × 16 lanes over the partial rows, folded in shared memory in lane order.
+// ---------------------------------------------------------------------------------------------
+constexpr int kFoldRows = 16;
+
+template <class TO>
+__global__ void layernorm_weight_grad_kernel(TO* dw, TO* db, const float* partial, int blocks, int C) {
+  __shared__ float s[kFoldRows][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  const float* src = partial + static_cast<int64_t>(blockIdx.y) * blocks * C;
+  float acc = 0.0f;
+  if (c < C)
+    for (int b = threadIdx.y; b < blocks; b += kFoldRows) acc += src[static_cast<int64_t>(b) * C + c];
+  s[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float total = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kFoldRows; ++j) total += s[j][threadIdx.x];
+    TO* out = blockIdx.y == 0 ? dw : db;
+    out[c] = from_f32<TO>(to_f32(out[c]) + total);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side
+// ---------------------------------------------------------------------------------------------
 
 void check_params(const char* op, const Tensor& w, const Tensor& b) {
   check_cuda_float(op, "w", w);
@@ -207,24 +674,44 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
   if (N == 0) return;
   const Device dev = y.device();
   DeviceScope scope(dev);
-  const int blocks = static_cast<int>((N + kForwardWarps - 1) / kForwardWarps);
+  cudaStream_t stream = stream_of(dev);
+  const RowLayout rows = row_layout(C, kForwardMaxVpt);
+  const bool rows_path = rows.vpt > 0 && aligned16(x.data_ptr()) && aligned16(y.data_ptr());
   const bool vec = C % 8 == 0 && aligned16(x.data_ptr()) && aligned16(y.data_ptr()) && aligned16(w.data_ptr()) &&
                    (!b.defined() || aligned16(b.data_ptr()));
   dispatch_float(x.dtype(), op, "x", [&](auto tx) {
     dispatch_float(w.dtype(), op, "w", [&](auto tw) {
       using T = decltype(tx);
       using P = decltype(tw);
+      T* py = static_cast<T*>(y.data_ptr());
+      const T* px = static_cast<const T*>(x.data_ptr());
+      const P* pw = static_cast<const P*>(w.data_ptr());
+      const P* pb = b.defined() ? static_cast<const P*>(b.data_ptr()) : nullptr;
+      if (rows_path) {
+        auto kernel = row_kernel<PickForward, kForwardMaxVpt, T, P>(rows.vpt);
+        const size_t smem = size_t{2} * C * sizeof(float);
+        const int per_sm =
+            static_cast<int64_t>(smem) <= max_shared_optin(dev) ? prepare_launch(kernel, rows.threads, smem, dev) : 0;
+        if (per_sm > 0) {
+          const int64_t wanted = (N + rows.slots - 1) / rows.slots;
+          const int blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{per_sm} * sm_count(dev)));
+          kernel<<<blocks, rows.threads, smem, stream>>>(py, mean.data<float>(), rstd.data<float>(), px, pw, pb, N, C,
+                                                         eps, rows.team);
+          TETRA_CUDA_CHECK_LAUNCH();
+          return;
+        }
+      }
+      const int blocks = static_cast<int>((N + kForwardWarps - 1) / kForwardWarps);
       auto kernel = vec ? layernorm_forward_kernel<8, T, P> : layernorm_forward_kernel<1, T, P>;
-      kernel<<<blocks, kForwardWarps * 32, 0, stream_of(dev)>>>(
-          static_cast<T*>(y.data_ptr()), mean.data<float>(), rstd.data<float>(), static_cast<const T*>(x.data_ptr()),
-          static_cast<const P*>(w.data_ptr()), b.defined() ? static_cast<const P*>(b.data_ptr()) : nullptr, N, C, eps);
+      kernel<<<blocks, kForwardWarps * 32, 0, stream>>>(py, mean.data<float>(), rstd.data<float>(), px, pw, pb, N, C,
+                                                        eps);
       TETRA_CUDA_CHECK_LAUNCH();
     });
   });
 }
 
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx) {
+                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual) {
   const char* op = "layernorm_backward";
   check_params(op, w, Tensor());
   const int C = channels(op, w.dim(0));
@@ -245,46 +732,93 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
     check_shape(op, "db", db, {C});
   }
   check_stats(op, mean, rstd, x);
+  const bool with_res = given(dresidual);
+  if (with_res) {
+    if (accumulate_dx)
+      TETRA_FAIL(Internal, op, ": accumulate_dx must be false with a dresidual (dx = dresidual + the LayerNorm's "
+                 "gradient; to add to dx, pass dx itself as dresidual)");
+    check_cuda_float(op, "dresidual", *dresidual);
+    check_dtype(op, "dresidual", *dresidual, dx.dtype());
+    check_shape(op, "dresidual", *dresidual, x.shape());
+  }
   const int64_t N = rows_of(x);
   if (N == 0) return;
   const Device dev = dx.device();
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
 
-  const bool vec = C % 8 == 0 && aligned16(x.data_ptr()) && aligned16(dy.data_ptr()) && aligned16(dx.data_ptr()) &&
-                   aligned16(w.data_ptr());
-  const int width = vec ? padded_width<8>(C) : padded_width<1>(C);
-  const int64_t per_warp = int64_t{2} * width * static_cast<int64_t>(sizeof(float));
+  const bool aligned = aligned16(x.data_ptr()) && aligned16(dy.data_ptr()) && aligned16(dx.data_ptr()) &&
+                       (!with_res || aligned16(dresidual->data_ptr()));
+  const RowLayout rows = row_layout(C, kBackwardMaxVpt);
+  const bool vec = C % 8 == 0 && aligned && aligned16(w.data_ptr());
   const int64_t optin = max_shared_optin(dev);
-  if (per_warp > optin)
-    TETRA_FAIL(Device, op, ": C = ", C, " needs ", per_warp, " bytes of shared memory per warp, more than the ", optin,
-               " a block may have on ", dev.str());
-  const int warps = static_cast<int>(std::clamp<int64_t>((48 * 1024) / per_warp, 1, 8));
-  const int64_t smem = warps * per_warp;
-  const int blocks = static_cast<int>(std::clamp<int64_t>((N + warps - 1) / warps, 1, 4 * sm_count(dev)));
+
+  // Picks the kernel and its launch shape; the partials are [2, blocks, C].
+  int blocks = 0, threads = 0;
+  size_t smem = 0;
+  bool rows_path = false;
+  dispatch_float(x.dtype(), op, "x", [&](auto tx) {
+    dispatch_float(w.dtype(), op, "w", [&](auto tw) {
+      using T = decltype(tx);
+      using P = decltype(tw);
+      if (rows.vpt > 0 && aligned) {
+        auto kernel = row_kernel<PickBackward, kBackwardMaxVpt, T, P>(rows.vpt);
+        smem = backward_rows_smem(rows.vpt, rows.threads, rows.slots, C, sizeof(T), with_res || accumulate_dx);
+        const int per_sm = static_cast<int64_t>(smem) <= optin ? prepare_launch(kernel, rows.threads, smem, dev) : 0;
+        if (per_sm > 0) {
+          rows_path = true;
+          threads = rows.threads;
+          const int64_t wanted = (N + rows.slots - 1) / rows.slots;
+          blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{per_sm} * sm_count(dev)));
+          return;
+        }
+      }
+      const int width = vec ? padded_width<8>(C) : padded_width<1>(C);
+      const int64_t per_warp = int64_t{2} * width * static_cast<int64_t>(sizeof(float));
+      if (per_warp > optin)
+        TETRA_FAIL(Device, op, ": C = ", C, " needs ", per_warp, " bytes of shared memory per warp, more than the ",
+                   optin, " a block may have on ", dev.str());
+      const int warps = static_cast<int>(std::clamp<int64_t>((48 * 1024) / per_warp, 1, 8));
+      threads = warps * 32;
+      smem = static_cast<size_t>(warps * per_warp);
+      blocks = static_cast<int>(std::clamp<int64_t>((N + warps - 1) / warps, 1, 4 * sm_count(dev)));
+    });
+  });
   Tensor partial = Tensor::empty({2, blocks, C}, DType::F32, dev);
 
   dispatch_float(x.dtype(), op, "x", [&](auto tx) {
     dispatch_float(w.dtype(), op, "w", [&](auto tw) {
       using T = decltype(tx);
       using P = decltype(tw);
-      auto kernel = vec ? layernorm_backward_kernel<8, T, P> : layernorm_backward_kernel<1, T, P>;
-      if (smem > 48 * 1024)
-        TETRA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      kernel<<<blocks, warps * 32, static_cast<size_t>(smem), stream>>>(
-          static_cast<T*>(dx.data_ptr()), partial.data<float>(), static_cast<const T*>(dy.data_ptr()),
-          static_cast<const T*>(x.data_ptr()), static_cast<const P*>(w.data_ptr()), mean.data<float>(),
-          rstd.data<float>(), N, C, accumulate_dx);
+      T* pdx = static_cast<T*>(dx.data_ptr());
+      const T* pdy = static_cast<const T*>(dy.data_ptr());
+      const T* px = static_cast<const T*>(x.data_ptr());
+      const P* pw = static_cast<const P*>(w.data_ptr());
+      const T* pres = with_res ? static_cast<const T*>(dresidual->data_ptr()) : nullptr;
+      if (rows_path) {
+        auto kernel = row_kernel<PickBackward, kBackwardMaxVpt, T, P>(rows.vpt);
+        kernel<<<blocks, threads, smem, stream>>>(pdx, partial.data<float>(), pdy, px, pw, mean.data<float>(),
+                                                  rstd.data<float>(), pres, N, C, rows.team, accumulate_dx);
+      } else {
+        auto kernel = vec ? layernorm_backward_kernel<8, T, P> : layernorm_backward_kernel<1, T, P>;
+        if (smem > 48 * 1024)
+          TETRA_CUDA_CHECK(
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        kernel<<<blocks, threads, smem, stream>>>(pdx, partial.data<float>(), pdy, px, pw, mean.data<float>(),
+                                                  rstd.data<float>(), pres, N, C, accumulate_dx);
+      }
       TETRA_CUDA_CHECK_LAUNCH();
     });
   });
   // Weight gradients always accumulate: dw += Σ_block partial[0], db += Σ_block partial[1].
-  const Tensor dw_part = partial.slice_flat(0, {blocks, C});
-  column_sum(dw, dw_part, blocks, C, /*accumulate=*/true);
-  if (with_db) {
-    const Tensor db_part = partial.slice_flat(int64_t{blocks} * C, {blocks, C});
-    column_sum(db, db_part, blocks, C, /*accumulate=*/true);
-  }
+  dispatch_float(dw.dtype(), op, "dw", [&](auto tg) {
+    using TG = decltype(tg);
+    const dim3 grid(static_cast<unsigned>((C + 31) / 32), with_db ? 2u : 1u);
+    layernorm_weight_grad_kernel<TG><<<grid, dim3(32, kFoldRows), 0, stream>>>(
+        static_cast<TG*>(dw.data_ptr()), with_db ? static_cast<TG*>(db.data_ptr()) : nullptr, partial.data<float>(),
+        blocks, C);
+    TETRA_CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace tetra::cuda

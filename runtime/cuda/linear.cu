@@ -1,6 +1,7 @@
 // CUDA dense layer on cuBLASLt (runtime/cuda/cublaslt.h). Weights are [O, I] row-major, like
 // nn.Linear; x, y, dx, dy may carry leading dimensions ([B, T, F] is read as [N = B·T, F]).
 //   forward          y[N, O]  = act(x[N, I] · w[O, I]ᵀ + b[O])        (pre_act[N, O] = x·wᵀ + b)
+//                    y[N, O]  = x · wᵀ + b + residual[N, O]             (act None; y may be residual)
 //   backward input   dx[N, I] (+)= dy[N, O] · w[O, I]
 //   backward weight  dw[O, I] (+)= dy[N, O]ᵀ · x[N, I],   db[O] (+)= Σ_n dy[n, :]
 //
@@ -19,6 +20,8 @@
 //             db[O] = Σ over k of op(B) = one value per column of D → CUBLASLT_EPILOGUE_BGRADB.
 // accumulate: beta = 1 with C = D. BGRADB writes (never adds) the bias gradient, so with accumulate
 // it writes into a scratch vector that is then added to db.
+// residual: beta = 1 with C = the residual (its layout is D's: col-major [O, N], ld O); when y is
+// the residual itself, C = D (in place). The bias epilogue still applies: y = x·wᵀ + b + residual.
 //
 // Types: x/w (dy/w, dy/x) fp32 or bf16, the same; outputs of that type or fp32; b, pre_act, db of
 // the output's type. Compute fp32 (no TF32). Fused GELU (GELU_AUX_BIAS) is used for bf16 outputs;
@@ -81,10 +84,21 @@ void lt_matmul_plain(LtProblem p, Device dev, const char* op) {
                " GEMM with these types and alignments");
 }
 
+// The residual's memory is y's, exactly, or none of it: a partial overlap has no meaningful result.
+void check_residual_memory(const char* op, const Tensor& y, const Tensor& r) {
+  if (y.storage() != r.storage()) return;
+  const int64_t y0 = y.storage_offset_bytes(), r0 = r.storage_offset_bytes();
+  const int64_t y1 = y0 + static_cast<int64_t>(y.nbytes()), r1 = r0 + static_cast<int64_t>(r.nbytes());
+  if (y0 == r0 && y1 == r1) return;
+  if (y0 < r1 && r0 < y1)
+    TETRA_FAIL(Internal, op, ": residual ", r.describe(), " partly overlaps y ", y.describe(),
+               "; pass y itself as the residual (in place) or a separate tensor");
+}
+
 }  // namespace
 
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
-                    Tensor* pre_act) {
+                    Tensor* pre_act, const Tensor* residual) {
   const char* op = "linear_forward";
   check_weight(op, "w", w);
   const int64_t O = w.dim(0), I = w.dim(1);
@@ -107,12 +121,26 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
     check_dtype(op, "pre_act", *pre_act, y.dtype());
     check_shape(op, "pre_act", *pre_act, y_shape);
   }
+  const bool with_res = given(residual);
+  if (with_res) {
+    if (act != Activation::None)
+      TETRA_FAIL(Internal, op, ": a residual can only be added with Activation::None (y = x·wᵀ + b + residual)");
+    if (keep_pre) TETRA_FAIL(Internal, op, ": a residual cannot be combined with pre_act");
+    check_cuda_float(op, "residual", *residual);
+    check_dtype(op, "residual", *residual, y.dtype());
+    check_shape(op, "residual", *residual, y_shape);
+    check_residual_memory(op, y, *residual);
+  }
   if (N == 0 || O == 0) return;
   const Device dev = y.device();
   DeviceScope scope(dev);
-  if (I == 0) {  // an empty sum: y = act(b) or act(0)
+  if (I == 0) {  // an empty sum: y = act(b) or act(0), or b + residual
     Tensor& z = keep_pre ? *pre_act : y;
-    zero(z);
+    if (with_res) {
+      if (residual->data_ptr() != y.data_ptr()) copy(y, *residual);
+    } else {
+      zero(z);
+    }
     if (b.defined()) add_bias(z, b, N, O);
     if (act == Activation::Gelu) gelu_forward(y, z);
     else if (keep_pre) copy(y, z);
@@ -128,6 +156,10 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
   p.d_type = lt_type(y.dtype());
   p.a = w.data_ptr();
   p.b = x.data_ptr();
+  if (with_res) {
+    p.c = residual->data_ptr();  // y itself when in place
+    p.beta = 1.0f;
+  }
   cudaStream_t stream = stream_of(dev);
 
   // Fused GELU for bf16 outputs: y = gelu(z) straight from the GEMM, z = x·wᵀ + b into pre_act.
@@ -145,7 +177,8 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
     if (lt_matmul(f, dev, stream)) return;
   }
 
-  // z = x·wᵀ (+ b) into pre_act when kept (or when GELU needs it), else into y; then the activation.
+  // z = x·wᵀ (+ b) (+ residual) into pre_act when kept (or when GELU needs it), else into y; then the
+  // activation.
   Tensor& z = keep_pre ? *pre_act : y;
   p.d = z.data_ptr();
   bool bias_done = false;

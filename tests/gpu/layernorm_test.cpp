@@ -1,6 +1,9 @@
-// CUDA LayerNorm (one warp per row; deterministic dw/db through per-block partials) against the CPU
-// twin: GPT-2's C = 768, an odd C (scalar path), a wide C that needs opt-in shared memory, fp32
-// and bf16, with and without bias, dx overwritten or accumulated.
+// CUDA LayerNorm against the CPU twin: the row kernels (rows in registers / streamed through shared
+// memory, teams of 1 to 16 warps per row) at GPT-2 124M's [16384, 768], 1.3B's C = 2048 and the
+// widths where the team and vector counts change, with row counts that leave blocks partly idle;
+// the fallback kernels (C % 8 != 0, unaligned views, C beyond the row kernels); fp32 and bf16, bf16
+// activations with fp32 weights and gradients, with and without bias, dx overwritten, accumulated,
+// or dresidual + the LayerNorm's gradient (separately and in place); deterministic dw/db.
 #include <sstream>
 #include <string>
 
@@ -15,7 +18,10 @@ Tensor host_sum(const Tensor& a, const Tensor& b) {
   return s;
 }
 
-void check_layernorm(const Shape& x_shape, bool with_bias, uint64_t seed) {
+// The dtype of w, b and their gradients: the activations' dtype, or fp32 whatever the activations.
+enum class ParamType { SameAsX, F32 };
+
+void check_layernorm(const Shape& x_shape, bool with_bias, uint64_t seed, ParamType ptype = ParamType::SameAsX) {
   Rng rng(seed);
   const int64_t C = x_shape.back();
   const Shape rows(x_shape.begin(), x_shape.end() - 1);
@@ -37,13 +43,17 @@ void check_layernorm(const Shape& x_shape, bool with_bias, uint64_t seed) {
   Tensor db_arg = with_bias ? db : Tensor();
   ops::layernorm_backward(dx, dw, db_arg, dy, x, w, mean, rstd, false);
   const Tensor dx_acc = host_sum(dx, dx0);
+  const Tensor dres = representable(random_host(rng, x_shape, 0.5), rd);
+  const Tensor dx_res = host_sum(dx, dres);  // dx with dresidual
 
   for (DType dt : {DType::F32, DType::BF16}) {
+    const DType pt = ptype == ParamType::F32 ? DType::F32 : dt;
     std::ostringstream what;
-    what << "x " << shape_str(x_shape) << " " << dtype_name(dt) << (with_bias ? "" : " no bias");
+    what << "x " << shape_str(x_shape) << " " << dtype_name(dt) << ", w " << dtype_name(pt)
+         << (with_bias ? "" : " no bias");
     const double t = tol(dt);
-    Tensor gx = upload(x, dt), gw = upload(w, dt), gdy = upload(dy, dt);
-    Tensor gb = with_bias ? upload(b, dt) : Tensor();
+    Tensor gx = upload(x, dt), gw = upload(w, pt), gdy = upload(dy, dt);
+    Tensor gb = with_bias ? upload(b, pt) : Tensor();
     Tensor gy = poisoned(x_shape, dt), gmean = poisoned(rows, DType::F32), grstd = poisoned(rows, DType::F32);
     ops::layernorm_forward(gy, gmean, grstd, gx, gw, gb, eps);
     EXPECT_LE(rel_error(gy, y), t) << "forward y, " << what.str();
@@ -52,7 +62,7 @@ void check_layernorm(const Shape& x_shape, bool with_bias, uint64_t seed) {
 
     // Backward from the GPU's own statistics (they match the CPU's to fp32 precision).
     Tensor gdx = poisoned(x_shape, dt);
-    Tensor gdw = upload(dw0, dt), gdb = with_bias ? upload(db0, dt) : Tensor();
+    Tensor gdw = upload(dw0, pt), gdb = with_bias ? upload(db0, pt) : Tensor();
     ops::layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, gmean, grstd, false);
     EXPECT_LE(rel_error(gdx, dx), t) << "backward dx, " << what.str();
     EXPECT_LE(rel_error(gdw, dw), t) << "backward dw, " << what.str();
@@ -61,7 +71,7 @@ void check_layernorm(const Shape& x_shape, bool with_bias, uint64_t seed) {
     }
 
     Tensor gdx_acc = upload(dx0, dt);
-    Tensor gdw2 = upload(dw0, dt), gdb2 = with_bias ? upload(db0, dt) : Tensor();
+    Tensor gdw2 = upload(dw0, pt), gdb2 = with_bias ? upload(db0, pt) : Tensor();
     ops::layernorm_backward(gdx_acc, gdw2, gdb2, gdy, gx, gw, gmean, grstd, true);
     EXPECT_LE(rel_error(gdx_acc, dx_acc), t) << "backward dx accumulate, " << what.str();
 
@@ -69,15 +79,85 @@ void check_layernorm(const Shape& x_shape, bool with_bias, uint64_t seed) {
     Tensor gx2 = upload(x, dt);
     ops::layernorm_forward(gx2, gmean, grstd, gx2, gw, gb, eps);
     EXPECT_LE(rel_error(gx2, y), t) << "forward in place, " << what.str();
-    Tensor gdy2 = upload(dy, dt), gdw3 = upload(dw0, dt), gdb3 = with_bias ? upload(db0, dt) : Tensor();
+    Tensor gdy2 = upload(dy, dt), gdw3 = upload(dw0, pt), gdb3 = with_bias ? upload(db0, pt) : Tensor();
     ops::layernorm_backward(gdy2, gdw3, gdb3, gdy2, gx, gw, gmean, grstd, false);
     EXPECT_LE(rel_error(gdy2, dx), t) << "backward in place, " << what.str();
+
+    // dx = dresidual + the LayerNorm's gradient: into a separate dx, over dresidual, and over dy.
+    Tensor gdres = upload(dres, dt);
+    Tensor gdx_res = poisoned(x_shape, dt);
+    Tensor gdw4 = upload(dw0, pt), gdb4 = with_bias ? upload(db0, pt) : Tensor();
+    ops::layernorm_backward(gdx_res, gdw4, gdb4, gdy, gx, gw, gmean, grstd, false, &gdres);
+    EXPECT_LE(rel_error(gdx_res, dx_res), t) << "backward with dresidual, " << what.str();
+    EXPECT_EQ(rel_error(gdres, dres), 0.0) << "dresidual unchanged, " << what.str();
+    EXPECT_LE(rel_error(gdw4, dw), t) << "backward with dresidual dw, " << what.str();
+    if (with_bias) {
+      EXPECT_LE(rel_error(gdb4, db), t) << "backward with dresidual db, " << what.str();
+    }
+    Tensor over_res = upload(dres, dt), gdw5 = upload(dw0, pt), gdb5 = with_bias ? upload(db0, pt) : Tensor();
+    ops::layernorm_backward(over_res, gdw5, gdb5, gdy, gx, gw, gmean, grstd, false, &over_res);
+    EXPECT_LE(rel_error(over_res, dx_res), t) << "backward with dresidual, dx over dresidual, " << what.str();
+    Tensor over_dy = upload(dy, dt), gdw6 = upload(dw0, pt), gdb6 = with_bias ? upload(db0, pt) : Tensor();
+    ops::layernorm_backward(over_dy, gdw6, gdb6, over_dy, gx, gw, gmean, grstd, false, &gdres);
+    EXPECT_LE(rel_error(over_dy, dx_res), t) << "backward with dresidual, dx over dy, " << what.str();
   }
 }
 
+// The [N, C] tensors as views at an 8-byte offset into a buffer: not 16-byte aligned, so the row
+// kernels must step aside for the element-wise fallback.
+void check_unaligned(int64_t N, int64_t C, uint64_t seed) {
+  Rng rng(seed);
+  const DType dt = DType::BF16;
+  Tensor x = representable(random_host(rng, {N, C}, 2.0, 0.5), dt), dy = representable(random_host(rng, {N, C}), dt);
+  Tensor dres = representable(random_host(rng, {N, C}), dt);
+  Tensor w = representable(random_host(rng, {C}, 0.3, 1.0), dt), b = representable(random_host(rng, {C}, 0.2), dt);
+  Tensor y = Tensor::empty({N, C}, DType::F32), mean = Tensor::empty({N}, DType::F32), rstd = Tensor::empty({N}, DType::F32);
+  ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
+  Tensor dx = Tensor::empty({N, C}, DType::F32), dw = Tensor::zeros({C}, DType::F32), db = Tensor::zeros({C}, DType::F32);
+  ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false, &dres);
+
+  auto unaligned = [&](const Tensor& host) {  // 4 bf16 = 8 bytes in
+    Tensor buf = Tensor::zeros({N * C + 4}, DType::F32);
+    std::memcpy(buf.data<float>() + 4, host.data<float>(), host.nbytes());
+    return upload(buf, dt).slice_flat(4, {N, C});
+  };
+  Tensor gx = unaligned(x), gdy = unaligned(dy), gdres = unaligned(dres), gy = unaligned(x), gdx = unaligned(x);
+  poison(gy);
+  poison(gdx);
+  Tensor gw = upload(w, dt), gb = upload(b, dt), gmean = poisoned({N}, DType::F32), grstd = poisoned({N}, DType::F32);
+  ops::layernorm_forward(gy, gmean, grstd, gx, gw, gb, 1e-5f);
+  EXPECT_LE(rel_error(gy, y), kTolBF16) << "unaligned forward y";
+  Tensor gdw = Tensor::zeros({C}, DType::F32, gpu()), gdb = Tensor::zeros({C}, DType::F32, gpu());
+  ops::layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, gmean, grstd, false, &gdres);
+  EXPECT_LE(rel_error(gdx, dx), kTolBF16) << "unaligned backward dx";
+  EXPECT_LE(rel_error(gdw, dw), kTolBF16) << "unaligned backward dw";
+  EXPECT_LE(rel_error(gdb, db), kTolBF16) << "unaligned backward db";
+}
+
+// GPT-2 124M: one 16×1024-token micro-batch.
 TEST(GpuLayerNorm, Gpt2Width) {
   TETRA_REQUIRE_GPU();
-  check_layernorm({4, 1024, 768}, true, 1);
+  check_layernorm({16, 1024, 768}, true, 1);
+}
+
+// bf16 activations with fp32 weights and fp32 weight gradients.
+TEST(GpuLayerNorm, Bf16ActivationsFp32Weights) {
+  TETRA_REQUIRE_GPU();
+  check_layernorm({2048, 768}, true, 11, ParamType::F32);
+  check_layernorm({300, 2048}, false, 12, ParamType::F32);
+}
+
+// Where the row kernels change shape: vectors per thread (1 to 4) and warps per row (1 to 16),
+// with row counts that leave the last rows of blocks idle. 1600 = GPT-2 XL, 2048 = the 1.3B model.
+TEST(GpuLayerNorm, RowKernelWidths) {
+  TETRA_REQUIRE_GPU();
+  uint64_t seed = 20;
+  for (int64_t C : {8, 256, 512, 1024, 1536, 1600, 2048, 3072, 4096}) {
+    SCOPED_TRACE(testing::Message() << "C = " << C);
+    check_layernorm({37, C}, true, seed++);
+    check_layernorm({1001, C}, C % 512 == 0, seed++);
+  }
+  check_layernorm({1, 2048}, true, seed++);
 }
 
 TEST(GpuLayerNorm, OddWidthAndRows) {
@@ -90,7 +170,14 @@ TEST(GpuLayerNorm, OddWidthAndRows) {
 
 TEST(GpuLayerNorm, WideRowsNeedOptInSharedMemory) {
   TETRA_REQUIRE_GPU();
-  check_layernorm({64, 8192}, true, 6);
+  check_layernorm({64, 8192}, true, 6);   // teams of 8 (forward) and 11 (backward) warps
+  check_layernorm({19, 12288}, true, 8);  // the widest backward row kernel: 16 warps
+  check_layernorm({9, 16384}, false, 9);  // forward row kernel of 16 warps; backward fallback
+}
+
+TEST(GpuLayerNorm, UnalignedViewsTakeTheFallback) {
+  TETRA_REQUIRE_GPU();
+  check_unaligned(513, 768, 10);
 }
 
 // dw/db are reduced in a fixed order: two runs give the same bits.
@@ -112,6 +199,43 @@ TEST(GpuLayerNorm, BackwardIsDeterministic) {
   }
   EXPECT_EQ(std::memcmp(runs[0].data_ptr(), runs[2].data_ptr(), runs[0].nbytes()), 0);
   EXPECT_EQ(std::memcmp(runs[1].data_ptr(), runs[3].data_ptr(), runs[1].nbytes()), 0);
+}
+
+// The same with teams of several warps per row (shared-memory row sums) and dresidual.
+TEST(GpuLayerNorm, BackwardIsDeterministicWithTeams) {
+  TETRA_REQUIRE_GPU();
+  Rng rng(8);
+  const int64_t N = 3000, C = 2048;
+  Tensor x = upload(random_host(rng, {N, C}), DType::BF16), dy = upload(random_host(rng, {N, C}), DType::BF16);
+  Tensor dres = upload(random_host(rng, {N, C}), DType::BF16);
+  Tensor w = upload(random_host(rng, {C}), DType::BF16), b = upload(random_host(rng, {C}), DType::BF16);
+  Tensor y = Tensor::empty({N, C}, DType::BF16, gpu()), mean = Tensor::empty({N}, DType::F32, gpu()),
+         rstd = Tensor::empty({N}, DType::F32, gpu()), dx = Tensor::empty({N, C}, DType::BF16, gpu());
+  ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
+  std::vector<Tensor> runs;
+  for (int r = 0; r < 2; ++r) {
+    Tensor dw = Tensor::zeros({C}, DType::F32, gpu()), db = Tensor::zeros({C}, DType::F32, gpu());
+    ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false, &dres);
+    runs.push_back(download_raw(dw));
+    runs.push_back(download_raw(db));
+    runs.push_back(download_raw(dx));
+  }
+  for (int k = 0; k < 3; ++k)
+    EXPECT_EQ(std::memcmp(runs[k].data_ptr(), runs[k + 3].data_ptr(), runs[k].nbytes()), 0) << "output " << k;
+}
+
+TEST(GpuLayerNorm, RejectsBadResidualArguments) {
+  TETRA_REQUIRE_GPU();
+  const int64_t N = 4, C = 16;
+  Tensor x = Tensor::zeros({N, C}, DType::BF16, gpu()), dy = Tensor::zeros({N, C}, DType::BF16, gpu());
+  Tensor w = Tensor::zeros({C}, DType::BF16, gpu()), dw = Tensor::zeros({C}, DType::F32, gpu());
+  Tensor db = Tensor::zeros({C}, DType::F32, gpu()), dx = Tensor::zeros({N, C}, DType::BF16, gpu());
+  Tensor mean = Tensor::zeros({N}, DType::F32, gpu()), rstd = Tensor::zeros({N}, DType::F32, gpu());
+  Tensor dres = Tensor::zeros({N, C}, DType::BF16, gpu()), dres32 = Tensor::zeros({N, C}, DType::F32, gpu());
+  Tensor dres_short = Tensor::zeros({N, C - 8}, DType::BF16, gpu());
+  EXPECT_THROW(ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, true, &dres), Error);  // accumulate too
+  EXPECT_THROW(ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false, &dres32), Error);  // dtype
+  EXPECT_THROW(ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false, &dres_short), Error);  // shape
 }
 
 }  // namespace

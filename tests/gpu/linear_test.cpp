@@ -1,10 +1,15 @@
 // CUDA dense layer (cuBLASLt with fused bias / GELU / bias-gradient epilogues and their unfused
-// fallbacks) against the CPU twin, on GPT-2 124M shapes and on odd sizes, fp32 and bf16, with and
-// without accumulation, and with fp32 outputs from bf16 inputs.
+// fallbacks, the residual fused as cuBLASLt's C operand) against the CPU twin, on GPT-2 124M shapes
+// and on odd sizes, fp32 and bf16, with and without accumulation, with fp32 outputs from bf16
+// inputs; and the GEMM autotuner: it never writes the caller's outputs, and it stays out of CUDA
+// graph captures.
+#include <cuda_runtime.h>
+
 #include <cmath>
 #include <sstream>
 #include <string>
 
+#include "runtime/cuda/cublaslt.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tetra::gputest {
@@ -67,6 +72,14 @@ void check_case(const Case& c, uint64_t seed) {
     y_gelu_nobias = Tensor::empty(y_shape, DType::F32);
     ops::gelu_forward(y_gelu_nobias, pre_nobias);
   }
+  // The residual connection fused into the projection: y = x·wᵀ + b + residual.
+  Tensor res = rand_bf16(rng, y_shape, 1.0);
+  Tensor y_res = Tensor::empty(y_shape, DType::F32), y_res_nobias;
+  ops::linear_forward(y_res, x, w, b, Activation::None, nullptr, &res);
+  if (c.variants) {
+    y_res_nobias = Tensor::empty(y_shape, DType::F32);
+    ops::linear_forward(y_res_nobias, x, w, Tensor(), Activation::None, nullptr, &res);
+  }
 
   for (DType dt : {DType::F32, DType::BF16}) {
     Tensor gx = upload(x, dt), gw = upload(w, dt), gb = upload(b, dt), gdy = upload(dy, dt);
@@ -97,6 +110,23 @@ void check_case(const Case& c, uint64_t seed) {
         ops::linear_forward(yg0, gx, gw, Tensor(), Activation::Gelu, &p0);
         EXPECT_LE(rel_error(yg0, y_gelu_nobias), t) << label(c, dt, out, "forward + GELU, no bias, y");
         EXPECT_LE(rel_error(p0, pre_nobias), t) << label(c, dt, out, "forward + GELU, no bias, pre_act");
+      }
+
+      Tensor gres = upload(res, out);
+      Tensor yr = poisoned(y_shape, out);
+      ops::linear_forward(yr, gx, gw, gb_out, Activation::None, nullptr, &gres);
+      EXPECT_LE(rel_error(yr, y_res), t) << label(c, dt, out, "forward + bias + residual");
+      EXPECT_EQ(rel_error(gres, res), 0.0) << label(c, dt, out, "forward + bias + residual: residual unchanged");
+      Tensor y_alias = upload(res, out);  // y is the residual: C = D in cuBLASLt
+      ops::linear_forward(y_alias, gx, gw, gb_out, Activation::None, nullptr, &y_alias);
+      EXPECT_LE(rel_error(y_alias, y_res), t) << label(c, dt, out, "forward + bias + residual, in place");
+      if (c.variants) {
+        Tensor yr0 = poisoned(y_shape, out);
+        ops::linear_forward(yr0, gx, gw, Tensor(), Activation::None, nullptr, &gres);
+        EXPECT_LE(rel_error(yr0, y_res_nobias), t) << label(c, dt, out, "forward + residual, no bias");
+        Tensor y_alias0 = upload(res, out);
+        ops::linear_forward(y_alias0, gx, gw, Tensor(), Activation::None, nullptr, &y_alias0);
+        EXPECT_LE(rel_error(y_alias0, y_res_nobias), t) << label(c, dt, out, "forward + residual, no bias, in place");
       }
 
       Tensor gdx = poisoned(x_shape, out);
@@ -173,6 +203,122 @@ TEST(GpuLinear, UnalignedWeightView) {
   }
 }
 
+// Sets the GEMM tuning mode for a scope and restores the previous one.
+class TuningScope {
+ public:
+  explicit TuningScope(cuda::GemmTuning mode) : saved_(cuda::gemm_tuning()) { cuda::set_gemm_tuning(mode); }
+  ~TuningScope() { cuda::set_gemm_tuning(saved_); }
+
+ private:
+  cuda::GemmTuning saved_;
+};
+
+// Every call below is the first of its problem in this process (shapes used nowhere else), so it
+// is tuned inside the call: the tuning runs must not leave their sums in accumulated outputs, in
+// the residual, or in the GELU pre-activation. Once per mode: tuned, tuned with the report, and the
+// heuristic's choice.
+void check_tuning_leaves_outputs(int64_t N, int64_t I, int64_t O, uint64_t seed) {
+  Rng rng(seed);
+  Tensor x = rand_bf16(rng, {N, I}, 1.0), w = rand_bf16(rng, {O, I}, 1.0 / std::sqrt(static_cast<double>(I)));
+  Tensor b = rand_bf16(rng, {O}, 0.5), dy = rand_bf16(rng, {N, O}, 1.0), res = rand_bf16(rng, {N, O}, 1.0);
+  Tensor dx0 = rand_bf16(rng, {N, I}, 1.0), dw0 = rand_bf16(rng, {O, I}, 0.1), db0 = rand_bf16(rng, {O}, 1.0);
+  Tensor y_res = Tensor::empty({N, O}, DType::F32), pre = Tensor::empty({N, O}, DType::F32),
+         y_gelu = Tensor::empty({N, O}, DType::F32);
+  ops::linear_forward(y_res, x, w, b, Activation::None, nullptr, &res);
+  ops::linear_forward(y_gelu, x, w, b, Activation::Gelu, &pre);
+  Tensor dx = Tensor::empty({N, I}, DType::F32), dw = Tensor::empty({O, I}, DType::F32),
+         db = Tensor::empty({O}, DType::F32);
+  ops::linear_backward_input(dx, dy, w, false);
+  ops::linear_backward_weight(dw, &db, dy, x, false);
+  const Tensor dx_acc = host_sum(dx, dx0), dw_acc = host_sum(dw, dw0), db_acc = host_sum(db, db0);
+
+  const DType bf = DType::BF16;
+  Tensor gx = upload(x, bf), gw = upload(w, bf), gdy = upload(dy, bf);
+  Tensor gy = poisoned({N, O}, bf), gres = upload(res, bf);
+  ops::linear_forward(gy, gx, gw, upload(b, bf), Activation::None, nullptr, &gres);
+  EXPECT_LE(rel_error(gy, y_res), kTolBF16) << "residual into y";
+  EXPECT_EQ(rel_error(gres, res), 0.0) << "the residual must not change";
+  Tensor g_alias = upload(res, bf);
+  ops::linear_forward(g_alias, gx, gw, upload(b, bf), Activation::None, nullptr, &g_alias);
+  EXPECT_LE(rel_error(g_alias, y_res), kTolBF16) << "residual in place";
+  Tensor gyg = poisoned({N, O}, bf), gpre = poisoned({N, O}, bf);
+  ops::linear_forward(gyg, gx, gw, upload(b, bf), Activation::Gelu, &gpre);
+  EXPECT_LE(rel_error(gyg, y_gelu), kTolBF16) << "GELU y";
+  EXPECT_LE(rel_error(gpre, pre), kTolBF16) << "GELU pre_act";
+  Tensor gdx = upload(dx0, bf);
+  ops::linear_backward_input(gdx, gdy, gw, true);
+  EXPECT_LE(rel_error(gdx, dx_acc), kTolBF16) << "dx accumulated (bf16)";
+  Tensor gdw = upload(dw0, DType::F32), gdb = upload(db0, DType::F32);
+  ops::linear_backward_weight(gdw, &gdb, gdy, gx, true);
+  EXPECT_LE(rel_error(gdw, dw_acc), kTolBF16) << "dw accumulated (fp32 from bf16)";
+  EXPECT_LE(rel_error(gdb, db_acc), kTolBF16) << "db accumulated (fp32 from bf16)";
+  Tensor gdw16 = upload(dw0, bf), gdb16 = upload(db0, bf);
+  ops::linear_backward_weight(gdw16, &gdb16, gdy, gx, true);
+  EXPECT_LE(rel_error(gdw16, dw_acc), kTolBF16) << "dw accumulated (bf16)";
+  EXPECT_LE(rel_error(gdb16, db_acc), kTolBF16) << "db accumulated (bf16)";
+  // The same problems again (now cached): the same results.
+  Tensor gdw2 = upload(dw0, DType::F32), gdb2 = upload(db0, DType::F32);
+  ops::linear_backward_weight(gdw2, &gdb2, gdy, gx, true);
+  EXPECT_EQ(rel_error(download(gdw2), download(gdw)), 0.0) << "a cached problem repeats its bits";
+}
+
+TEST(GpuLinear, TuningNeverWritesTheCallersOutputs) {
+  TETRA_REQUIRE_GPU();
+  {
+    TuningScope on(cuda::GemmTuning::On);
+    check_tuning_leaves_outputs(1000, 320, 448, 401);
+  }
+  {
+    TuningScope verbose(cuda::GemmTuning::Verbose);
+    check_tuning_leaves_outputs(520, 192, 264, 402);
+  }
+  {
+    TuningScope off(cuda::GemmTuning::Off);
+    check_tuning_leaves_outputs(776, 136, 200, 403);
+  }
+}
+
+// A GEMM seen first while its stream is captured into a CUDA graph runs untuned (tuning would
+// synchronise the stream, which a capture forbids); the graph replays correctly, and the problem
+// is tuned at its next ordinary call.
+TEST(GpuLinear, GraphCaptureSkipsTuning) {
+  TETRA_REQUIRE_GPU();
+  TuningScope on(cuda::GemmTuning::On);
+  Rng rng(404);
+  const int64_t N = 600, I = 328, O = 232;  // a problem no other test uses
+  Tensor x = rand_bf16(rng, {N, I}, 1.0), w = rand_bf16(rng, {O, I}, 1.0 / std::sqrt(static_cast<double>(I)));
+  Tensor b = rand_bf16(rng, {O}, 0.5), res = rand_bf16(rng, {N, O}, 1.0);
+  Tensor ref = Tensor::empty({N, O}, DType::F32);
+  ops::linear_forward(ref, x, w, b, Activation::None, nullptr, &res);
+
+  Stream stream = Stream::create(gpu());
+  StreamGuard guard(stream);
+  Tensor gx = upload(x, DType::BF16), gw = upload(w, DType::BF16), gb = upload(b, DType::BF16);
+  Tensor gres = upload(res, DType::BF16), gy = poisoned({N, O}, DType::BF16);
+  {  // warm-up of this stream (its cuBLASLt workspace) with another problem, outside the capture
+    Tensor wx = upload(rand_bf16(rng, {16, I}, 1.0), DType::BF16), wy = poisoned({16, O}, DType::BF16);
+    ops::linear_forward(wy, wx, gw, gb);
+    stream.synchronize();
+  }
+  auto s = static_cast<cudaStream_t>(stream.handle());
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  ops::linear_forward(gy, gx, gw, gb, Activation::None, nullptr, &gres);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess) << "the capture was invalidated";
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  stream.synchronize();
+  EXPECT_LE(rel_error(gy, ref), kTolBF16) << "the captured GEMM";
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+
+  Tensor gy2 = poisoned({N, O}, DType::BF16);
+  ops::linear_forward(gy2, gx, gw, gb, Activation::None, nullptr, &gres);  // tuned now
+  stream.synchronize();
+  EXPECT_LE(rel_error(gy2, ref), kTolBF16) << "the same GEMM after the capture";
+}
+
 TEST(GpuLinear, RejectsBadArguments) {
   TETRA_REQUIRE_GPU();
   Tensor x = Tensor::empty({4, 8}, DType::F32, gpu());
@@ -181,6 +327,14 @@ TEST(GpuLinear, RejectsBadArguments) {
   EXPECT_THROW(ops::linear_forward(y, x, w, Tensor(), Activation::None), Error);  // x and w dtypes differ
   Tensor w32 = Tensor::empty({6, 7}, DType::F32, gpu());
   EXPECT_THROW(ops::linear_forward(y, x, w32, Tensor(), Activation::None), Error);  // I mismatch
+  Tensor wf = Tensor::empty({6, 8}, DType::F32, gpu()), res = Tensor::empty({4, 6}, DType::F32, gpu());
+  Tensor res16 = Tensor::empty({4, 6}, DType::BF16, gpu()), pre = Tensor::empty({4, 6}, DType::F32, gpu());
+  EXPECT_THROW(ops::linear_forward(y, x, wf, Tensor(), Activation::Gelu, nullptr, &res), Error);  // not None
+  EXPECT_THROW(ops::linear_forward(y, x, wf, Tensor(), Activation::None, &pre, &res), Error);     // with pre_act
+  EXPECT_THROW(ops::linear_forward(y, x, wf, Tensor(), Activation::None, nullptr, &res16), Error);  // dtype
+  Tensor buf = Tensor::empty({30}, DType::F32, gpu());
+  Tensor y_win = buf.slice_flat(0, {4, 6}), res_win = buf.slice_flat(2, {4, 6});
+  EXPECT_THROW(ops::linear_forward(y_win, x, wf, Tensor(), Activation::None, nullptr, &res_win), Error);  // overlap
 }
 
 }  // namespace

@@ -102,6 +102,32 @@ INSTANTIATE_TEST_SUITE_P(Ops, LinearGrad,
                                   (param_info.param.act == ops::Activation::Gelu ? "Gelu" : "Plain");
                          });
 
+// y = x·wᵀ + b + residual: dL/dresidual = dL/dy, and the other gradients are those of the plain layer.
+TEST(OpsGradcheck, LinearResidual) {
+  for (const bool bias : {true, false}) {
+    SCOPED_TRACE(bias ? "with bias" : "without bias");
+    Rng rng(17);
+    const int64_t I = 5, O = 4;
+    Tensor x = random_tensor(rng, {3, 2, I});
+    Tensor w = random_tensor(rng, {O, I}, 0.5);
+    Tensor b = bias ? random_tensor(rng, {O}, 0.5) : Tensor();
+    Tensor res = random_tensor(rng, {3, 2, O}, 2.0);
+    Tensor r = random_tensor(rng, {3, 2, O});
+    Tensor y = poisoned({3, 2, O});
+    auto loss = [&] {
+      ops::linear_forward(y, x, w, b, ops::Activation::None, nullptr, &res);
+      return weighted_sum(y, r);
+    };
+    Tensor dx = poisoned(x.shape()), dw = poisoned(w.shape()), db = poisoned({O});
+    ops::linear_backward_input(dx, r, w, false);
+    ops::linear_backward_weight(dw, bias ? &db : nullptr, r, x, false);
+    check_gradient("linear+residual dresidual", res, r, loss, rng);
+    check_gradient("linear+residual dx", x, dx, loss, rng);
+    check_gradient("linear+residual dw", w, dw, loss, rng);
+    if (bias) check_gradient("linear+residual db", b, db, loss, rng);
+  }
+}
+
 TEST(OpsGradcheck, Gelu) {
   Rng rng(12);
   Tensor x = random_tensor(rng, {4, 9}, 2.0);
@@ -135,6 +161,29 @@ TEST(OpsGradcheck, LayerNorm) {
   check_gradient("layernorm dx", x, dx, loss, rng);
   check_gradient("layernorm dw", w, dw, loss, rng);
   check_gradient("layernorm db", b, db, loss, rng);
+}
+
+// A pre-LN residual: out = x + LN(x). With dresidual = dL/dout, layernorm_backward gives all of dL/dx.
+TEST(OpsGradcheck, LayerNormWithResidual) {
+  Rng rng(18);
+  const int64_t C = 9;
+  Tensor x = random_tensor(rng, {4, C}, 1.5, -0.3);
+  Tensor w = random_tensor(rng, {C}, 0.3, 1.0);
+  Tensor b = random_tensor(rng, {C}, 0.3);
+  Tensor r = random_tensor(rng, {4, C});
+  Tensor y = poisoned(x.shape()), out = poisoned(x.shape()), mean = poisoned({4}), rstd = poisoned({4});
+  auto loss = [&] {
+    ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
+    ops::add(out, x, y);
+    return weighted_sum(out, r);
+  };
+  loss();
+  Tensor dx = poisoned(x.shape());
+  Tensor dw = Tensor::zeros({C}, DType::F32), db = Tensor::zeros({C}, DType::F32);
+  ops::layernorm_backward(dx, dw, db, r, x, w, mean, rstd, false, &r);
+  check_gradient("layernorm+residual dx", x, dx, loss, rng);
+  check_gradient("layernorm+residual dw", w, dw, loss, rng);
+  check_gradient("layernorm+residual db", b, db, loss, rng);
 }
 
 TEST(OpsGradcheck, Embedding) {

@@ -147,6 +147,86 @@ TEST(OpsContract, LinearPreActWithoutActivationEqualsOutput) {
     }
 }
 
+TEST(OpsContract, LinearResidualArgumentsAndAliasing) {
+  Rng rng(14);
+  Tensor x = random_tensor(rng, {4, 5}), w = random_tensor(rng, {3, 5}), b = random_tensor(rng, {3});
+  Tensor res = random_tensor(rng, {4, 3}), y = poisoned({4, 3}), pre = poisoned({4, 3});
+  expect_error([&] { ops::linear_forward(y, x, w, b, ops::Activation::Gelu, nullptr, &res); }, "linear_forward",
+               "Activation::None");
+  expect_error([&] { ops::linear_forward(y, x, w, b, ops::Activation::None, &pre, &res); }, "linear_forward",
+               "pre_act");
+  Tensor res_bad = random_tensor(rng, {4, 4});
+  expect_error([&] { ops::linear_forward(y, x, w, b, ops::Activation::None, nullptr, &res_bad); }, "linear_forward",
+               "residual must be [4, 3]");
+  // y and the residual as overlapping, different windows of one buffer.
+  Tensor buf = random_tensor(rng, {15});
+  Tensor y_win = buf.slice_flat(0, {4, 3}), res_win = buf.slice_flat(3, {4, 3});
+  expect_error([&] { ops::linear_forward(y_win, x, w, b, ops::Activation::None, nullptr, &res_win); },
+               "linear_forward", "partly overlaps");
+
+  // Separate output: y = x·wᵀ + b + residual, the residual untouched; in place: the same values.
+  const std::vector<double> res0 = to_doubles(res);
+  ops::linear_forward(y, x, w, b, ops::Activation::None, nullptr, &res);
+  EXPECT_EQ(rel_error(res, res0), 0.0);
+  for (int n = 0; n < 4; ++n)
+    for (int o = 0; o < 3; ++o) {
+      double want = res0[n * 3 + o] + b.data<float>()[o];
+      for (int i = 0; i < 5; ++i) want += static_cast<double>(x.data<float>()[n * 5 + i]) * w.data<float>()[o * 5 + i];
+      EXPECT_NEAR(y.data<float>()[n * 3 + o], want, 1e-5 * (1 + std::fabs(want)));
+    }
+  Tensor in_place = clone(res);
+  ops::linear_forward(in_place, x, w, b, ops::Activation::None, nullptr, &in_place);
+  EXPECT_EQ(rel_error(in_place, y), 0.0);
+  // An undefined residual tensor is no residual.
+  Tensor none, y_plain = poisoned({4, 3}), y_ref = poisoned({4, 3});
+  ops::linear_forward(y_plain, x, w, b, ops::Activation::None, nullptr, &none);
+  ops::linear_forward(y_ref, x, w, b);
+  EXPECT_EQ(rel_error(y_plain, y_ref), 0.0);
+  // No input features: y = b + residual.
+  Tensor x0 = random_tensor(rng, {4, 0}), w0 = random_tensor(rng, {3, 0}), y0 = poisoned({4, 3});
+  ops::linear_forward(y0, x0, w0, b, ops::Activation::None, nullptr, &res);
+  for (int n = 0; n < 4; ++n)
+    for (int o = 0; o < 3; ++o)
+      EXPECT_EQ(y0.data<float>()[n * 3 + o], static_cast<float>(res0[n * 3 + o]) + b.data<float>()[o]);
+}
+
+TEST(OpsContract, LayerNormResidualArgumentsAndAliasing) {
+  Rng rng(15);
+  Tensor x = random_tensor(rng, {5, 8}, 1.5, 0.3), w = random_tensor(rng, {8}, 0.2, 1.0), b = random_tensor(rng, {8});
+  Tensor y = poisoned({5, 8}), mean = poisoned({5}), rstd = poisoned({5});
+  ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
+  Tensor dy = random_tensor(rng, {5, 8}), dres = random_tensor(rng, {5, 8});
+  Tensor dw = Tensor::zeros({8}, DType::F32), db = Tensor::zeros({8}, DType::F32);
+  Tensor dx = poisoned({5, 8});
+  expect_error([&] { ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, true, &dres); }, "layernorm_backward",
+               "accumulate_dx");
+  Tensor dres_bad = random_tensor(rng, {5, 7});
+  expect_error([&] { ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false, &dres_bad); },
+               "layernorm_backward", "dresidual must be [5, 8]");
+
+  // dx = dresidual + the plain gradient, the same bits as copying dresidual and accumulating.
+  Tensor plain = poisoned({5, 8});
+  ops::layernorm_backward(plain, dw, db, dy, x, w, mean, rstd, false);
+  const std::vector<double> dres0 = to_doubles(dres);
+  Tensor dw1 = Tensor::zeros({8}, DType::F32), db1 = Tensor::zeros({8}, DType::F32);
+  ops::layernorm_backward(dx, dw1, db1, dy, x, w, mean, rstd, false, &dres);
+  EXPECT_LE(rel_error(dx, plus(to_doubles(plain), dres0)), 1e-7);
+  EXPECT_EQ(rel_error(dres, dres0), 0.0) << "dresidual must not change";
+  EXPECT_EQ(rel_error(dw1, dw), 0.0);
+  EXPECT_EQ(rel_error(db1, db), 0.0);
+  Tensor copied = clone(dres), dw2 = Tensor::zeros({8}, DType::F32), db2 = Tensor::zeros({8}, DType::F32);
+  ops::layernorm_backward(copied, dw2, db2, dy, x, w, mean, rstd, true);
+  EXPECT_EQ(rel_error(dx, copied), 0.0);
+  // dx may alias dresidual, and dy.
+  Tensor over_res = clone(dres), dw3 = Tensor::zeros({8}, DType::F32), db3 = Tensor::zeros({8}, DType::F32);
+  ops::layernorm_backward(over_res, dw3, db3, dy, x, w, mean, rstd, false, &over_res);
+  EXPECT_EQ(rel_error(over_res, dx), 0.0);
+  Tensor over_dy = clone(dy), dw4 = Tensor::zeros({8}, DType::F32), db4 = Tensor::zeros({8}, DType::F32);
+  ops::layernorm_backward(over_dy, dw4, db4, over_dy, x, w, mean, rstd, false, &dres);
+  EXPECT_EQ(rel_error(over_dy, dx), 0.0);
+  EXPECT_EQ(rel_error(dw4, dw), 0.0);
+}
+
 TEST(OpsContract, LayerNormAccumulates) {
   Rng rng(6);
   Tensor x = random_tensor(rng, {5, 8}, 1.5, 0.3), w = random_tensor(rng, {8}, 0.2, 1.0), b = random_tensor(rng, {8});

@@ -224,6 +224,25 @@ TEST(TorchReference, Linear) {
   }
 }
 
+// y = x·wᵀ + b + residual, into a separate output and in place over the residual.
+TEST(TorchReference, LinearResidual) {
+  const auto& ref = Reference::get();
+  const int64_t n = ref.n_cases("linear_residual");
+  ASSERT_EQ(n, 3);
+  for (int64_t k = 0; k < n; ++k) {
+    auto c = ref.at("linear_residual", k);
+    const bool bias = c->iattr("bias") != 0;
+    const Tensor x = c->f32("x"), w = c->f32("w"), b = bias ? c->f32("b") : Tensor(), res = c->f32("residual");
+    Tensor y = poisoned(res.shape());
+    ops::linear_forward(y, x, w, b, ops::Activation::None, nullptr, &res);
+    EXPECT_CLOSE(y, c->f64("y"), "y");
+    EXPECT_EQ(rel_error(res, c->f64("residual")), 0.0) << c->name() << ": the residual must not change";
+    Tensor in_place = clone(res);
+    ops::linear_forward(in_place, x, w, b, ops::Activation::None, nullptr, &in_place);
+    EXPECT_CLOSE(in_place, c->f64("y"), "y computed in place over the residual");
+  }
+}
+
 TEST(TorchReference, Gelu) {
   const auto& ref = Reference::get();
   for (int64_t k = 0; k < ref.n_cases("gelu"); ++k) {
@@ -260,6 +279,32 @@ TEST(TorchReference, LayerNorm) {
     const auto dx0 = to_doubles(dx2);
     ops::layernorm_backward(dx2, dw, db, dy, x, w, mean, rstd, true);
     EXPECT_CLOSE(dx2, plus(c->f64("dx"), dx0), "accumulated dx");
+  }
+}
+
+// dx = dresidual + the gradient through the LayerNorm, into a separate dx and in place over dresidual.
+TEST(TorchReference, LayerNormResidual) {
+  Rng rng(104);
+  const auto& ref = Reference::get();
+  const int64_t n = ref.n_cases("layernorm_residual");
+  ASSERT_EQ(n, 2);
+  for (int64_t k = 0; k < n; ++k) {
+    auto c = ref.at("layernorm_residual", k);
+    const Tensor x = c->f32("x"), w = c->f32("w"), b = c->f32("b"), dy = c->f32("dy"), dres = c->f32("dresidual");
+    const Shape rows = c->shape("mean");
+    Tensor y = poisoned(x.shape()), mean = poisoned(rows), rstd = poisoned(rows);
+    ops::layernorm_forward(y, mean, rstd, x, w, b, static_cast<float>(c->attr("eps")));
+    EXPECT_CLOSE(mean, c->f64("mean"), "mean");
+    EXPECT_CLOSE(rstd, c->f64("rstd"), "rstd");
+    Tensor dx = poisoned(x.shape()), dw = random_like(rng, w), db = random_like(rng, b);
+    const auto dw0 = to_doubles(dw), db0 = to_doubles(db);
+    ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false, &dres);
+    EXPECT_CLOSE(dx, c->f64("dx"), "dx");
+    EXPECT_CLOSE(dw, plus(c->f64("dw"), dw0), "dw");
+    EXPECT_CLOSE(db, plus(c->f64("db"), db0), "db");
+    Tensor in_place = clone(dres), dw2 = random_like(rng, w), db2 = random_like(rng, b);
+    ops::layernorm_backward(in_place, dw2, db2, dy, x, w, mean, rstd, false, &in_place);
+    EXPECT_CLOSE(in_place, c->f64("dx"), "dx computed in place over dresidual");
   }
 }
 

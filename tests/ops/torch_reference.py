@@ -81,6 +81,19 @@ def linear_cases(f, r):
                     dw=f64(w.grad), db=f64(b.grad) if bias else np.zeros(o))
 
 
+def linear_residual_cases(f, r):
+    """y = x·wᵀ + b + residual: a projection with the residual connection fused in."""
+    for n, i, o, bias in [(6, 5, 7, True), (33, 64, 48, True), (9, 16, 8, False)]:
+        x = r.randn(n, i)
+        w = r.randn(o, i, scale=1 / math.sqrt(i))
+        b = r.randn(o, scale=0.5)
+        res = r.randn(n, o, scale=2.0)
+        y = x @ w.t() + (b if bias else 0) + res
+        c = new_case(f, "linear_residual")
+        c.attrs.update(N=n, I=i, O=o, bias=int(bias))
+        put(c, x=fp32(x), w=fp32(w), b=fp32(b), residual=fp32(res), y=f64(y))
+
+
 def gelu_cases(f, r):
     for shape in [(4, 9), (3, 5, 17)]:
         x = r.randn(*shape, scale=2.5).requires_grad_()
@@ -106,6 +119,27 @@ def layernorm_cases(f, r):
         c = new_case(f, "layernorm")
         c.attrs.update(eps=eps)
         put(c, x=fp32(x), w=fp32(w), b=fp32(b), dy=fp32(dy), y=f64(y), mean=f64(mean), rstd=f64(rstd),
+            dx=f64(x.grad), dw=f64(w.grad), db=f64(b.grad))
+
+
+def layernorm_residual_cases(f, r):
+    """x feeds both a LayerNorm and another path whose gradient w.r.t. x is dresidual:
+    loss = Σ LN(x)·dy + Σ x·dresidual, so x.grad = dresidual + the gradient through the LayerNorm."""
+    for shape in [(5, 8), (3, 4, 40)]:
+        C = shape[-1]
+        eps = 1e-5
+        x = r.randn(*shape, scale=1.5, offset=-0.4).requires_grad_()
+        w = r.randn(C, scale=0.3, offset=1.0).requires_grad_()
+        b = r.randn(C, scale=0.2).requires_grad_()
+        dy = r.randn(*shape)
+        dres = r.randn(*shape, scale=0.7)
+        y = F.layer_norm(x, (C,), w, b, eps)
+        ((y * dy).sum() + (x * dres).sum()).backward()
+        mean = x.detach().mean(-1)
+        rstd = 1.0 / torch.sqrt(x.detach().var(-1, unbiased=False) + eps)
+        c = new_case(f, "layernorm_residual")
+        c.attrs.update(eps=eps)
+        put(c, x=fp32(x), w=fp32(w), b=fp32(b), dy=fp32(dy), dresidual=fp32(dres), mean=f64(mean), rstd=f64(rstd),
             dx=f64(x.grad), dw=f64(w.grad), db=f64(b.grad))
 
 
@@ -219,7 +253,8 @@ def main():
         f.attrs["seed"] = args.seed
         f.attrs["torch_version"] = str(torch.__version__).encode()
         for make in (linear_cases, gelu_cases, layernorm_cases, embedding_cases, attention_cases, cross_entropy_cases,
-                     adamw_cases, sum_squares_cases, elementwise_cases, copy_cases):
+                     adamw_cases, sum_squares_cases, elementwise_cases, copy_cases, linear_residual_cases,
+                     layernorm_residual_cases):
             make(f, r)
 
 
