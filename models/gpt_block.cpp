@@ -58,8 +58,7 @@ void GptBlock::run_attention_half(MicroBatchContext& ctx, Saved& s) {
   Tensor qkv3 = s.qkv.view({B, T, 3 * C}), att3 = s.att.view({B, T, C});
   ops::attention_forward(att3, s.lse, qkv3, cfg_.n_heads);
   s.x2 = ctx.activation({N, C});
-  attn_proj_.forward(s.x2, s.att);
-  ops::add(s.x2, s.x2, s.x);
+  attn_proj_.forward_residual(s.x2, s.att, s.x);
 }
 
 void GptBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y) {
@@ -71,10 +70,7 @@ void GptBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y) {
   s.fc_pre = ctx.activation({N, 4 * C});
   s.fc_act = ctx.activation({N, 4 * C});
   c_fc_.forward(s.fc_act, s.ln2, ops::Activation::Gelu, &s.fc_pre);
-  if (y) {
-    mlp_proj_.forward(*y, s.fc_act);
-    ops::add(*y, *y, s.x2);
-  }
+  if (y) mlp_proj_.forward_residual(*y, s.fc_act, s.x2);
 }
 
 Tensor GptBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
@@ -118,8 +114,7 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   Tensor d_ln2 = ctx.activation({N, C});
   c_fc_.backward_input(d_ln2, d_fc);
   Tensor dx2 = ctx.activation({N, C});
-  ops::copy(dx2, dy);  // residual branch
-  ln_2_.backward(dx2, d_ln2, s.x2, s.mean2, s.rstd2, /*accumulate_dx=*/true);
+  ln_2_.backward_residual(dx2, d_ln2, s.x2, s.mean2, s.rstd2, /*dresidual=*/dy);
 
   // Attention: x2 = x + c_proj(attn(c_attn(ln_1(x))))
   s.d_attn_out = dx2;
@@ -131,8 +126,7 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   Tensor d_ln1 = d_att;
   c_attn_.backward_input(d_ln1, s.d_qkv);
   Tensor dx = ctx.activation({N, C});
-  ops::copy(dx, dx2);
-  ln_1_.backward(dx, d_ln1, s.x, s.mean1, s.rstd1, /*accumulate_dx=*/true);
+  ln_1_.backward_residual(dx, d_ln1, s.x, s.mean1, s.rstd1, /*dresidual=*/dx2);
   // Forward tensors W does not need.
   s.x = s.x2 = s.qkv = s.lse = s.mean1 = s.rstd1 = s.mean2 = s.rstd2 = Tensor();
   return dx;

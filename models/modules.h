@@ -26,6 +26,11 @@ struct Linear {
                Tensor* pre_act = nullptr) const {
     ops::linear_forward(y, x, weight.value, has_bias ? bias.value : Tensor(), act, pre_act);
   }
+  // y = x·Wᵀ + b + residual: the residual connection fused into the GEMM.
+  void forward_residual(Tensor& y, const Tensor& x, const Tensor& residual) const {
+    ops::linear_forward(y, x, weight.value, has_bias ? bias.value : Tensor(), ops::Activation::None, nullptr,
+                        &residual);
+  }
   void backward_input(Tensor& dx, const Tensor& dy, bool accumulate = false) const {
     ops::linear_backward_input(dx, dy, weight.value, accumulate);
   }
@@ -48,6 +53,11 @@ struct LayerNorm {
   void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                 bool accumulate_dx) {
     ops::layernorm_backward(dx, weight.grad, bias.grad, dy, x, weight.value, mean, rstd, accumulate_dx);
+  }
+  // dx = dresidual + the gradient through the LayerNorm (x also feeds the residual stream).
+  void backward_residual(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& dresidual) {
+    ops::layernorm_backward(dx, weight.grad, bias.grad, dy, x, weight.value, mean, rstd, false, &dresidual);
   }
 };
 
