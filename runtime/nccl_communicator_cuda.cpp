@@ -106,6 +106,7 @@ ncclRedOp_t reduce_op(ReduceOp op) {
 
 struct NcclCommunicator::Impl {
   ncclComm_t comm = nullptr;
+  MPI_Comm mpi = MPI_COMM_NULL;  // a duplicate of the MPI communicator this one was built from (for split)
   Device device;
   int rank = 0, size = 1;
   std::shared_ptr<Communicator> host;
@@ -146,6 +147,11 @@ struct NcclCommunicator::Impl {
   }
 
   ~Impl() {
+    if (mpi != MPI_COMM_NULL) {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Comm_free(&mpi);
+    }
     if (!comm || aborted) return;
     int current = -1;
     if (cudaGetDevice(&current) == cudaSuccess && current != device.index) (void)cudaSetDevice(device.index);
@@ -251,6 +257,8 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, Device device, std::shared_ptr
     TETRA_FAIL(Comm, "NcclCommunicator: invalid MPI communicator for group ", name());
   im.rank = rank;
   im.size = size;
+  if (MPI_Comm_dup(comm, &im.mpi) != MPI_SUCCESS)
+    TETRA_FAIL(Comm, "NcclCommunicator: MPI_Comm_dup failed on group ", name());
 
   // Rank 0 makes the unique id; a failure there still broadcasts (zeros) so no rank hangs.
   ncclUniqueId id;
@@ -464,41 +472,29 @@ void NcclCommunicator::all_reduce_host(std::vector<double>& values, ReduceOp op)
   cuda::copy_bytes(values.data(), Device::cpu(), t.data_ptr(), dev, bytes, /*blocking=*/true);
 }
 
+// A split goes through MPI: the ranks split the MPI communicator this one was built from and the
+// new group bootstraps its own NCCL communicator from it (as the constructor does). ncclCommSplit
+// was tried first and returned no child handle when 2 ranks split into two 1-rank groups (NCCL
+// 2.28 on H200s, blocking and non-blocking alike; the cause was not established).
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   if (impl_->aborted)
     TETRA_FAIL(Comm, "NCCL split on group ", name(), ": the communicator was aborted after an earlier failure");
-  cuda::DeviceScope scope(impl_->device);
-  // The split itself runs blocking, so the new communicator is complete on return: in non-blocking
-  // mode NCCL 2.28 handed back no child handle when 2 ranks split into two 1-rank groups (H200s;
-  // the cause was not established). The split is therefore not bounded by timeout(). The child's
-  // collectives behave as the parent's (their Works poll events either way).
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 1;
-  ncclComm_t child = nullptr;
-  const std::string what = "split(color " + std::to_string(color) + ", key " + std::to_string(key) + ")";
-  ncclResult_t r = ncclCommSplit(impl_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
-  impl_->check(impl_->comm, r, what, name(), timeout());  // the parent takes part in the split
-  if (child) impl_->check(child, ncclSuccess, what, name(), timeout());  // and the child is ready
+  MPI_Comm child_mpi = MPI_COMM_NULL;
+  if (MPI_Comm_split(impl_->mpi, color < 0 ? MPI_UNDEFINED : color, key, &child_mpi) != MPI_SUCCESS)
+    TETRA_FAIL(Comm, "NCCL split(color ", color, ", key ", key, ") on group ", name(), ": MPI_Comm_split failed");
   // The host communicator splits the same way (collective over the same ranks, same order).
   std::shared_ptr<Communicator> host_child;
   if (impl_->host) host_child = impl_->host->split(color, key);
-  if (!child) return nullptr;
-
-  auto im = std::make_shared<Impl>();
-  im->comm = child;
-  im->device = impl_->device;
-  im->host = std::move(host_child);
-  im->events = std::make_shared<EventPool>(impl_->device);
-  im->stream = impl_->stream;
-  int rank = 0, size = 1;
-  if (ncclCommUserRank(child, &rank) != ncclSuccess || ncclCommCount(child, &size) != ncclSuccess) {
-    im->abort();
-    TETRA_FAIL(Comm, "NCCL ", what, " on group ", name(), ": could not query the new communicator");
+  if (child_mpi == MPI_COMM_NULL) return nullptr;
+  std::unique_ptr<NcclCommunicator> sub;
+  try {
+    sub = std::make_unique<NcclCommunicator>(child_mpi, impl_->device, std::move(host_child));
+  } catch (...) {
+    MPI_Comm_free(&child_mpi);
+    throw;
   }
-  im->rank = rank;
-  im->size = size;
-  im->barrier_buf = Tensor::zeros({1}, DType::I32, impl_->device);
-  auto sub = std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(im)));
+  MPI_Comm_free(&child_mpi);  // the new communicator keeps its own duplicate
+  sub->impl_->stream = impl_->stream;
   sub->set_name(name() + "/" + std::to_string(color));
   sub->set_timeout(timeout());
   return sub;
