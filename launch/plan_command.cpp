@@ -7,6 +7,7 @@
 
 #include "launch/commands.h"
 #include "launch/config.h"
+#include "launch/trainer.h"
 #include "launch/memory_plan.h"
 #include "models/gpt_model.h"
 #include "parallel/mesh.h"
@@ -35,13 +36,7 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
     std::printf("\n");
   }
 
-  GptConfig g;
-  g.arch = cfg.model.arch;
-  g.vocab_size = cfg.model.vocab_size;
-  g.max_seq_len = cfg.model.seq_len;
-  g.d_model = cfg.model.d_model;
-  g.n_layers = cfg.model.n_layers;
-  g.n_heads = cfg.model.n_heads;
+  GptConfig g = gpt_config_of(cfg);
   g.validate();
   // Memory from the exact flat layout of the model's parameters (no tensor is allocated: the
   // model's Params carry shapes only until a ParamSet is built).

@@ -21,13 +21,7 @@ AdamW::AdamW(ParamSet& params, const AdamWConfig& cfg) : params_(params), cfg_(c
 
 void AdamW::step(float lr, float grad_scale) {
   ++step_;
-  ops::AdamWHyper h;
-  h.lr = lr;
-  h.beta1 = cfg_.beta1;
-  h.beta2 = cfg_.beta2;
-  h.eps = cfg_.eps;
-  h.step = step_;
-  h.grad_scale = grad_scale;
+  const ops::AdamWHyper h = cfg_.hyper(lr, step_, grad_scale);
   // One multi-tensor update over every parameter (a few kernel launches on CUDA).
   std::vector<ops::AdamWSegment> segments;
   segments.reserve(params_.params().size());

@@ -1,6 +1,7 @@
 #include "parallel/zero_optimizer.h"
 
 #include "parallel/zero_memory.h"
+#include "runtime/multi_tensor.h"
 #include "runtime/ops.h"
 
 namespace tetra {
@@ -91,31 +92,25 @@ void ZeroOptimizer::issue_weight_gather(int u, std::vector<CommScheduler::Ticket
 
 void ZeroOptimizer::step(float lr, float grad_scale) {
   ++steps_;
-  const AdamWConfig& c = options_.adamw;
-  ops::AdamWHyper h;
-  h.lr = lr;
-  h.beta1 = c.beta1;
-  h.beta2 = c.beta2;
-  h.eps = c.eps;
-  h.step = steps_;
-  h.grad_scale = grad_scale;
+  const ops::AdamWHyper h = options_.adamw.hyper(lr, steps_, grad_scale);
   const ZeroLayout& layout = params_.layout();
   std::vector<CommScheduler::Ticket> tickets;
   for (size_t u = 0; u < segments_.size(); ++u) {
+    // One multi-tensor update per unit (a few launches), so the unit's gather can start after it.
+    std::vector<ops::AdamWSegment> update;
+    update.reserve(segments_[u].size());
     for (const ShardSegment& s : segments_[u]) {
       const Param* p = layout.params()[static_cast<size_t>(s.param)];
-      h.weight_decay = p->weight_decay ? c.weight_decay : 0.0f;
-      Tensor master = master_.slice_flat(s.shard_offset, {s.numel()});
-      Tensor grad = grad_shard_.slice_flat(s.shard_offset, {s.numel()});
-      Tensor m = exp_avg_.slice_flat(s.shard_offset, {s.numel()});
-      Tensor v = exp_avg_sq_.slice_flat(s.shard_offset, {s.numel()});
-      if (separate_master_) {
-        Tensor working = weight_shard_.slice_flat(s.shard_offset, {s.numel()});
-        ops::adamw_update(master, grad, m, v, h, &working);
-      } else {
-        ops::adamw_update(master, grad, m, v, h);
-      }
+      ops::AdamWSegment seg;
+      seg.master = master_.slice_flat(s.shard_offset, {s.numel()});
+      seg.grad = grad_shard_.slice_flat(s.shard_offset, {s.numel()});
+      seg.m = exp_avg_.slice_flat(s.shard_offset, {s.numel()});
+      seg.v = exp_avg_sq_.slice_flat(s.shard_offset, {s.numel()});
+      if (separate_master_) seg.working = weight_shard_.slice_flat(s.shard_offset, {s.numel()});
+      seg.weight_decay = p->weight_decay ? options_.adamw.weight_decay : 0.0f;
+      update.push_back(std::move(seg));
     }
+    if (!update.empty()) ops::adamw_update_multi(update, h);
     // Stages 1–2: the unit's new weights travel while the next unit updates.
     if (stage_ < 3) issue_weight_gather(static_cast<int>(u), tickets);
   }
