@@ -180,17 +180,30 @@ TEST(ZeroMemory, StagesMatchTheFormula) {
   }
 }
 
+// parallel.grad_dtype auto: bf16 gradients for bf16 training when they are sharded (stages 2–3)
+// or nothing accumulates (one micro-batch per step); fp32 where stages 0–1 sum micro-batches.
 TEST(ZeroMemory, GradientDtypeIsTheOptimizersChoice) {
   DistributedOptimizerOptions o;
-  for (int stage = 0; stage <= 3; ++stage) {
-    o.zero_stage = stage;
-    const ParamStorage cpu = param_storage_for(o, DType::F32, 4);
-    const ParamStorage gpu = param_storage_for(o, DType::BF16, 4);
-    EXPECT_EQ(cpu.grad_dtype, DType::F32);
-    EXPECT_EQ(gpu.grad_dtype, stage >= 2 ? DType::BF16 : DType::F32);
-    EXPECT_EQ(cpu.shards, stage == 0 ? 1 : 4);
-    EXPECT_EQ(cpu.full_grads, stage <= 1);
+  for (int accumulation : {1, 4}) {
+    o.accumulation_steps = accumulation;
+    for (int stage = 0; stage <= 3; ++stage) {
+      o.zero_stage = stage;
+      o.grad_dtype = "auto";
+      const ParamStorage cpu = param_storage_for(o, DType::F32, 4);
+      const ParamStorage gpu = param_storage_for(o, DType::BF16, 4);
+      EXPECT_EQ(cpu.grad_dtype, DType::F32);
+      EXPECT_EQ(gpu.grad_dtype, stage >= 2 || accumulation == 1 ? DType::BF16 : DType::F32)
+          << "stage " << stage << ", " << accumulation << " micro-batches";
+      EXPECT_EQ(cpu.shards, stage == 0 ? 1 : 4);
+      EXPECT_EQ(cpu.full_grads, stage <= 1);
+      o.grad_dtype = "fp32";
+      EXPECT_EQ(param_storage_for(o, DType::BF16, 4).grad_dtype, DType::F32);
+      o.grad_dtype = "bf16";
+      EXPECT_EQ(param_storage_for(o, DType::BF16, 4).grad_dtype, DType::BF16);
+      EXPECT_THROW(param_storage_for(o, DType::F32, 4), Error);  // bf16 gradients of fp32 weights
+    }
   }
+  o.grad_dtype = "auto";
   o.zero_stage = 4;
   EXPECT_THROW(param_storage_for(o, DType::F32, 2), Error);
 }
