@@ -8,19 +8,17 @@ the micro-batch split (rounding-level differences) drift apart by 1.7e-4 at a lo
 step 25, which no backend comparison could stay within; at 1e-3 they stay within 1e-7.
 
 usage: cpu_gpu_equivalence.py TETRA_BIN WORK_DIR"""
-import json, os, shutil, subprocess, sys
+import os, subprocess, sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from script_util import ENV, gpu_count, licence_dataset, step_losses
 
 tetra, work = sys.argv[1], sys.argv[2]
-if shutil.which("nvidia-smi") is None or subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode != 0:
+if gpu_count() == 0:
     print("no GPU visible: skipped")
     sys.exit(77)
-os.makedirs(work, exist_ok=True)
-env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-data = os.path.join(work, "train.h5")
-if not os.path.exists(data):
-    subprocess.run([tetra, "data", "prepare", "--tokenizer", "byte", "--out", data, "--input",
-                    "/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/Apache-2.0"],
-                   check=True, env=env, stdout=subprocess.DEVNULL)
+env = ENV
+data = licence_dataset(tetra, work)
 cfg = os.path.join(work, "cfg.yaml")
 with open(cfg, "w") as f:
     f.write(f"""run: {{name: base, output_dir: {work}/runs, seed: 5}}
@@ -37,9 +35,7 @@ def run(name, device, precision):
     if r.returncode != 0:
         print(r.stdout[-3000:], r.stderr[-3000:])
         sys.exit(f"FAIL: {name} exited {r.returncode}")
-    with open(os.path.join(work, "runs", name, "metrics.jsonl")) as f:
-        rows = [json.loads(l) for l in f]
-    return [r["loss"] for r in sorted(rows, key=lambda r: r["step"])]
+    return step_losses(os.path.join(work, "runs", name))
 
 cpu = run("cpu_fp32", "cpu", "fp32")
 g32 = run("gpu_fp32", "cuda", "fp32")

@@ -4,24 +4,19 @@ tolerance (per-step losses within 2e-2 relative over 30 steps, the same final tr
 gradient accumulation and clipping active. Exits 77 (skipped) with fewer than 2 GPUs.
 
 usage: zero_gpu_equivalence.py TETRA_BIN WORK_DIR"""
-import json, os, shutil, subprocess, sys
+import os, shutil, subprocess, sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from script_util import ENV, gpu_count, licence_dataset, step_losses
 
 tetra, work = sys.argv[1], sys.argv[2]
-gpus = 0
-if shutil.which("nvidia-smi"):
-    r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-    gpus = len([l for l in r.stdout.splitlines() if l.startswith("GPU")]) if r.returncode == 0 else 0
+gpus = gpu_count()
 if gpus < 2:
     print(f"{gpus} GPU(s) visible, 2 needed: skipped")
     sys.exit(77)
 shutil.rmtree(os.path.join(work, "runs"), ignore_errors=True)
-os.makedirs(work, exist_ok=True)
-env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", NCCL_NVLS_ENABLE="0")
-data = os.path.join(work, "train.h5")
-if not os.path.exists(data):
-    subprocess.run([tetra, "data", "prepare", "--tokenizer", "byte", "--out", data, "--input",
-                    "/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/Apache-2.0"],
-                   check=True, env=env, stdout=subprocess.DEVNULL)
+env = ENV
+data = licence_dataset(tetra, work)
 cfg = os.path.join(work, "cfg.yaml")
 with open(cfg, "w") as f:
     f.write(f"""run: {{name: base, output_dir: {work}/runs, seed: 3}}
@@ -39,9 +34,7 @@ def run(name, np_, stage):
     if r.returncode != 0:
         print(r.stdout[-3000:], r.stderr[-3000:])
         sys.exit(f"FAIL: {name} exited {r.returncode}")
-    with open(os.path.join(work, "runs", name, "metrics.jsonl")) as f:
-        rows = [json.loads(l) for l in f]
-    return [r["loss"] for r in sorted(rows, key=lambda r: r["step"])]
+    return step_losses(os.path.join(work, "runs", name))
 
 base = run("one_gpu", 1, 0)
 print(f"1 GPU: first {base[0]:.4f} last {base[-1]:.4f}")

@@ -5,18 +5,14 @@ same final weights. Runs `tetra train` under mpirun on the CPU backend.
 
 usage: dp_equivalence.py TETRA_BIN WORK_DIR [extra --set overrides for every run]
 """
-import json, os, subprocess, sys
+import os, subprocess, sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from script_util import ENV as env, licence_dataset, step_losses
 
 tetra, work = sys.argv[1], sys.argv[2]
 extra = sys.argv[3:]
-os.makedirs(work, exist_ok=True)
-env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OPENBLAS_NUM_THREADS="1")
-
-data = os.path.join(work, "train.h5")
-if not os.path.exists(data):
-    subprocess.run([tetra, "data", "prepare", "--tokenizer", "byte", "--out", data, "--input",
-                    "/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/Apache-2.0"],
-                   check=True, env=env, stdout=subprocess.DEVNULL)
+data = licence_dataset(tetra, work)
 cfg = os.path.join(work, "cfg.yaml")
 with open(cfg, "w") as f:
     f.write(f"""run: {{name: base, output_dir: {work}/runs, seed: 11}}
@@ -35,12 +31,7 @@ def run(name, np_, dp, micro):
     if r.returncode != 0:
         print(r.stdout, r.stderr)
         sys.exit(f"FAIL: {name} exited {r.returncode}")
-    losses = {}
-    with open(os.path.join(work, "runs", name, "metrics.jsonl")) as f:
-        for line in f:
-            j = json.loads(line)
-            losses[j["step"]] = j["loss"]
-    return [losses[s] for s in sorted(losses)]
+    return step_losses(os.path.join(work, "runs", name))
 
 variants = [("np1_mb8", 1, 1, 8), ("np1_mb2", 1, 1, 2), ("np2_mb4", 2, 2, 4), ("np2_mb1", 2, 2, 1),
             ("np4_mb2", 4, 4, 2), ("np4_mb1", 4, 4, 1)]
