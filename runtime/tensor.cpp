@@ -128,4 +128,14 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> ts) 
   }
 }
 
+void check_same_or_disjoint(const char* op, const char* what, const Tensor& out, const Tensor& in) {
+  if (out.storage() != in.storage()) return;
+  const int64_t o0 = out.storage_offset_bytes(), i0 = in.storage_offset_bytes();
+  const int64_t o1 = o0 + static_cast<int64_t>(out.nbytes()), i1 = i0 + static_cast<int64_t>(in.nbytes());
+  if (o0 == i0 && o1 == i1) return;
+  if (o0 < i1 && i0 < o1)
+    TETRA_FAIL(Internal, op, ": ", what, " ", in.describe(), " partly overlaps y ", out.describe(),
+               "; pass y itself as the ", what, " (in place) or a separate tensor");
+}
+
 }  // namespace tetra

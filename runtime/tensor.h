@@ -98,5 +98,8 @@ class Tensor {
 void check_shape(const char* op, const char* what, const Tensor& t, const Shape& want);
 void check_dtype(const char* op, const char* what, const Tensor& t, DType want);
 void check_same_device(const char* op, std::initializer_list<const Tensor*> ts);
+// An in-place argument must be `out` exactly or not share any of its memory: a partial overlap
+// has no meaningful result (e.g. linear_forward's residual).
+void check_same_or_disjoint(const char* op, const char* what, const Tensor& out, const Tensor& in);
 
 }  // namespace tetra

@@ -25,17 +25,6 @@ void check_weight(const char* op, const char* what, const Tensor& w) {
 // BLAS wants leading dimensions ≥ 1 even for empty matrices.
 int ld(int64_t n) { return static_cast<int>(std::max<int64_t>(n, 1)); }
 
-// The residual's memory is y's, exactly, or none of it: a partial overlap has no meaningful result.
-void check_residual_memory(const char* op, const Tensor& y, const Tensor& r) {
-  if (y.storage() != r.storage()) return;
-  const int64_t y0 = y.storage_offset_bytes(), r0 = r.storage_offset_bytes();
-  const int64_t y1 = y0 + static_cast<int64_t>(y.nbytes()), r1 = r0 + static_cast<int64_t>(r.nbytes());
-  if (y0 == r0 && y1 == r1) return;
-  if (y0 < r1 && r0 < y1)
-    TETRA_FAIL(Internal, op, ": residual ", r.describe(), " partly overlaps y ", y.describe(),
-               "; pass y itself as the residual (in place) or a separate tensor");
-}
-
 }  // namespace
 
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
@@ -65,7 +54,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
     if (keep_pre) TETRA_FAIL(Internal, op, ": a residual cannot be combined with pre_act");
     check_dtype(op, "residual", *residual, DType::F32);
     check_shape(op, "residual", *residual, y_shape);
-    check_residual_memory(op, y, *residual);
+    check_same_or_disjoint(op, "residual", y, *residual);
   }
   if (N == 0 || O == 0) return;
 

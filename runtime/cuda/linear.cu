@@ -84,17 +84,6 @@ void lt_matmul_plain(LtProblem p, Device dev, const char* op) {
                " GEMM with these types and alignments");
 }
 
-// The residual's memory is y's, exactly, or none of it: a partial overlap has no meaningful result.
-void check_residual_memory(const char* op, const Tensor& y, const Tensor& r) {
-  if (y.storage() != r.storage()) return;
-  const int64_t y0 = y.storage_offset_bytes(), r0 = r.storage_offset_bytes();
-  const int64_t y1 = y0 + static_cast<int64_t>(y.nbytes()), r1 = r0 + static_cast<int64_t>(r.nbytes());
-  if (y0 == r0 && y1 == r1) return;
-  if (y0 < r1 && r0 < y1)
-    TETRA_FAIL(Internal, op, ": residual ", r.describe(), " partly overlaps y ", y.describe(),
-               "; pass y itself as the residual (in place) or a separate tensor");
-}
-
 }  // namespace
 
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
@@ -129,7 +118,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
     check_cuda_float(op, "residual", *residual);
     check_dtype(op, "residual", *residual, y.dtype());
     check_shape(op, "residual", *residual, y_shape);
-    check_residual_memory(op, y, *residual);
+    check_same_or_disjoint(op, "residual", y, *residual);
   }
   if (N == 0 || O == 0) return;
   const Device dev = y.device();
