@@ -16,6 +16,7 @@
 #include "runtime/random.h"
 #include "runtime/stream.h"
 #include "runtime/tensor.h"
+#include "tests/ops/op_test_util.h"
 
 #define TETRA_REQUIRE_GPU() \
   if (!::tetra::cuda_available()) GTEST_SKIP() << "no GPU"
@@ -46,13 +47,8 @@ inline Tensor random_host(Rng& rng, const Shape& shape, double scale = 1.0, doub
   return t;
 }
 
-// int32 host tensor of values uniform in [lo, hi).
-inline Tensor random_ids(Rng& rng, const Shape& shape, int32_t lo, int32_t hi) {
-  Tensor t = Tensor::empty(shape, DType::I32);
-  int32_t* p = t.data<int32_t>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = lo + static_cast<int32_t>(rng.below(static_cast<uint64_t>(hi - lo)));
-  return t;
-}
+// int32 host tensor of values uniform in [lo, hi): the CPU op tests' own.
+using test::random_ids;
 
 // The host fp32 values a tensor of dtype `dt` can hold: bf16-rounded for bf16 (nearest even).
 inline Tensor representable(const Tensor& host_f32, DType dt) {
@@ -129,18 +125,10 @@ inline Tensor poisoned(const Shape& shape, DType dt) {
   return t;
 }
 
-// ‖out − ref‖ / ‖ref‖; +inf if any element of out is not finite or the sizes differ.
+// ‖out − ref‖ / ‖ref‖ as the CPU op tests measure it (+inf for non-finite values or unequal sizes).
 inline double rel_error(const std::vector<double>& out, const std::vector<double>& ref) {
-  if (out.size() != ref.size()) return std::numeric_limits<double>::infinity();
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!std::isfinite(out[i])) return std::numeric_limits<double>::infinity();
-    num += (out[i] - ref[i]) * (out[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+  return test::rel_error(out, ref);
 }
-
 // Device result against a host fp32 reference.
 inline double rel_error(const Tensor& dev, const Tensor& ref_host_f32) {
   return rel_error(download(dev), values(ref_host_f32));
