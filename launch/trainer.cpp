@@ -127,12 +127,12 @@ void Trainer::setup() {
     device_ = Device::cpu();
   }
   if (device_.is_cuda()) mesh_->create_device_communicators(device_);
-  // Measured on an H200 (docs/kernels.md NOTES): the GPT-2 124M step keeps the GPU busy from the
-  // first kernel to the last, so graph replay has no launch gaps to remove; not implemented.
-  if (cfg_.train.cuda_graphs)
+  // ZeRO-3 gathers each layer's weights into buffers that outlive a step's end; a captured step
+  // must free what it allocates (runtime/cuda_graph.h).
+  if (cfg_.train.cuda_graphs && cfg_.parallel.zero_stage == 3)
     TETRA_FAIL(Config, cfg_.origins.where("train.cuda_graphs"),
-               ": train.cuda_graphs: CUDA graph capture is not implemented (the measured steps have no launch "
-               "gaps to remove); set it to false");
+               ": train.cuda_graphs: not supported with parallel.zero_stage 3 (use stage 0, 1 or 2, or set "
+               "train.cuda_graphs: false)");
   act_dtype_ = cfg_.train.precision == "bf16" ? DType::BF16 : DType::F32;
   if (device_.is_cpu() && act_dtype_ != DType::F32)
     TETRA_FAIL(Config, "train.precision: bf16 needs train.device cuda (the CPU backend computes in fp32)");
@@ -223,12 +223,54 @@ void Trainer::setup() {
     tokens_seen_ = p->tokens_seen;
     skipped_steps_ = p->skipped_steps;
   }
+  // Device-side step state: the step control starts at the resumed position (runtime/step_control.h).
+  loss_sum_ = Tensor::zeros({1}, DType::F64, device_);
+  grad_sq_ = Tensor::zeros({1}, DType::F64, device_);
+  {
+    const int64_t steps = std::max(1, cfg_.train.steps);
+    Tensor lr = Tensor::empty({steps}, DType::F64, Device::cpu());
+    for (int64_t i = 0; i < steps; ++i) lr.data<double>()[i] = schedule_.at(i);
+    lr_table_ = Tensor::empty({steps}, DType::F64, device_);
+    ops::copy(lr_table_, lr);
+    Tensor c = Tensor::zeros({kStepControlSlots}, DType::F64, Device::cpu());
+    c.data<double>()[kCtlScheduleStep] = static_cast<double>(start_step_);
+    c.data<double>()[kCtlUpdates] = static_cast<double>(optimizer_->steps_taken());
+    control_ = Tensor::empty({kStepControlSlots}, DType::F64, device_);
+    ops::copy(control_, c);
+  }
+  control_cfg_.max_norm = cfg_.train.grad_clip;
+  control_cfg_.tokens = static_cast<double>(loader_->tokens_per_step());
+  control_cfg_.beta1 = oo.adamw.beta1;
+  control_cfg_.beta2 = oo.adamw.beta2;
+  control_cfg_.stop_on_nonfinite = cfg_.train.on_nonfinite == "stop";
+  readback_ = std::make_unique<HostReadback>(device_, kStepControlSlots);
+  opt_begin_ = std::make_unique<Event>(device_);
+  opt_end_ = std::make_unique<Event>(device_);
+  if (cfg_.train.cuda_graphs) {
+    // Two eager steps first: GEMM autotuning, attention plans and the memory pool settle there.
+    graph_ = std::make_unique<CudaGraph>(device_);
+    graph_from_step_ = start_step_ + 2;
+    for (int m = 0; m < loader_->accumulation_steps(); ++m) {
+      graph_ids_.push_back(Tensor::empty({cfg_.train.micro_batch, cfg_.train.seq_len}, DType::I32, device_));
+      graph_targets_.push_back(Tensor::empty({cfg_.train.micro_batch, cfg_.train.seq_len}, DType::I32, device_));
+    }
+  }
+  device_synchronize(device_);
+
   // The measured peak covers the steps; start-up (which may hold the full weights once) apart.
   startup_peak_bytes_ = static_cast<double>(peak_allocated_bytes(device_));
   reset_peak_allocated(device_);
 }
 
-void Trainer::forward_backward(const data::LoadedBatch& batch, bool last_micro, double* loss_sum) {
+void Trainer::clear_context() {
+  MicroBatchContext& ctx = *ctx_;
+  ctx.clear();
+  ctx.ids = Tensor();
+  ctx.targets = Tensor();
+  ctx.losses = Tensor();
+}
+
+void Trainer::forward_backward(const data::LoadedBatch& batch, bool last_micro) {
   MicroBatchContext& ctx = *ctx_;
   ctx.clear();
   ctx.training = true;
@@ -250,7 +292,7 @@ void Trainer::forward_backward(const data::LoadedBatch& batch, bool last_micro, 
     }
     optimizer_->after_forward(l->index());
   }
-  *loss_sum += ops::sum_to_host(ctx.losses);
+  ops::sum_accumulate(loss_sum_, ctx.losses);  // on the device: no host synchronisation
 
   Tensor dy;
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
@@ -268,42 +310,96 @@ void Trainer::forward_backward(const data::LoadedBatch& batch, bool last_micro, 
   }
 }
 
-Trainer::StepResult Trainer::train_step(int64_t step) {
-  StepResult r;
-  comm_->begin_step();
+bool Trainer::graph_step(int64_t step) const {
+  if (!graph_ || step < graph_from_step_) return false;
+  if (Tracer::instance().enabled()) return false;          // traced steps time each op: eager
+  if (faults_.poison_loss(step + 1, env_.rank)) return false;  // the host changes the loss: eager
+  return true;
+}
+
+void Trainer::enqueue_step(int64_t step, bool graph_inputs, StepResult& r) {
+  comm_->begin_step(graph_inputs);
   optimizer_->begin_step();
-  double loss_sum = 0;
+  ops::zero(loss_sum_);
   const int accum = loader_->accumulation_steps();
   for (int micro = 0; micro < accum; ++micro) {
-    double t0 = now_s();
-    data::LoadedBatch batch = loader_->batch(step, micro);
-    r.data_wait_s += now_s() - t0;
-    forward_backward(batch, micro == accum - 1, &loss_sum);
+    data::LoadedBatch batch;
+    if (graph_inputs) {
+      batch.inputs = graph_ids_[static_cast<size_t>(micro)];
+      batch.targets = graph_targets_[static_cast<size_t>(micro)];
+    } else {
+      double t0 = now_s();
+      batch = loader_->batch(step, micro);
+      r.data_wait_s += now_s() - t0;
+    }
+    forward_backward(batch, micro == accum - 1);
   }
   optimizer_->finish_gradients();
 
-  // The optimizer phase (loss and norm reductions, clipping, the update) timed on the compute
-  // stream: on a GPU the host reaches this point long before backward has finished.
-  Event opt_begin(device_), opt_end(device_);
-  opt_begin.record();
-  if (faults_.poison_loss(step + 1, env_.rank)) loss_sum = std::nan("");
-  // Loss: mean over every token of the global batch, whatever the dp and micro-batch split.
-  Communicator& dp = mesh_->comm(MeshAxis::DP);
-  r.loss = (dp.size() > 1 ? dp.all_reduce_scalar(loss_sum) : loss_sum) / static_cast<double>(loader_->tokens_per_step());
-  r.grad_norm = optimizer_->grad_norm();
-  r.lr = schedule_.at(step);
-  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
-    r.skipped = true;
-    ++skipped_steps_;
-    optimizer_->discard_gradients();
-    // Loss and norm are reduced over the ranks, so every rank takes the same decision.
-    r.stop_nonfinite = cfg_.train.on_nonfinite == "stop";
-  } else {
-    optimizer_->step(static_cast<float>(r.lr), clip_coefficient(r.grad_norm, cfg_.train.grad_clip));
+  // The optimizer phase (loss and norm reductions, the step control, the update), timed on the
+  // compute stream: the host reaches this point long before backward has finished.
+  const Stream compute = current_stream(device_);
+  opt_begin_->record_timing(compute);
+  if (!graph_inputs && faults_.poison_loss(step + 1, env_.rank)) {
+    Tensor nan = Tensor::empty({1}, DType::F64, Device::cpu());
+    nan.data<double>()[0] = std::nan("");
+    ops::copy(loss_sum_, nan);
   }
-  opt_end.record();
-  device_synchronize(device_);
-  r.optimizer_s = opt_end.elapsed_ms(opt_begin) / 1e3;
+  // Loss: the sum over every token of the global batch, whatever the dp and micro-batch split.
+  Communicator& dp = mesh_->device_comm(MeshAxis::DP);
+  if (dp.size() > 1) dp.all_reduce(loss_sum_, ReduceOp::Sum)->wait();
+  ops::zero(grad_sq_);
+  optimizer_->grad_norm_squared(grad_sq_);
+  // Every rank holds the same loss and norm, so every rank decides alike (clip, skip, stop).
+  ops::step_control(control_, loss_sum_, grad_sq_, lr_table_, control_cfg_);
+  optimizer_->step(control_);
+  opt_end_->record_timing(compute);
+  clear_context();  // a captured step frees what it allocated
+}
+
+Trainer::StepResult Trainer::train_step(int64_t step) {
+  StepResult r;
+  if (graph_step(step)) {
+    // The graph reads its micro-batches from fixed buffers: copy the loader's there first.
+    for (int micro = 0; micro < loader_->accumulation_steps(); ++micro) {
+      double t0 = now_s();
+      data::LoadedBatch batch = loader_->batch(step, micro);
+      r.data_wait_s += now_s() - t0;
+      ops::copy(graph_ids_[static_cast<size_t>(micro)], batch.inputs);
+      ops::copy(graph_targets_[static_cast<size_t>(micro)], batch.targets);
+    }
+    if (!graph_->captured()) {
+      graph_->begin_capture();
+      try {
+        enqueue_step(step, /*graph_inputs=*/true, r);
+      } catch (...) {
+        graph_->abort_capture();
+        throw;
+      }
+      graph_->end_capture();
+      if (is_rank0()) {
+        std::printf("tetra: step %lld captured as a CUDA graph of %zu nodes; later steps replay it\n",
+                    static_cast<long long>(step + 1), graph_->nodes());
+        std::fflush(stdout);
+      }
+    } else {
+      comm_->begin_replay();
+    }
+    graph_->replay();
+  } else {
+    enqueue_step(step, /*graph_inputs=*/false, r);
+  }
+  // The host waits here for the step's outcome, the one synchronisation of a step.
+  readback_->copy_from(control_);
+  const double* c = readback_->wait();
+  r.loss = c[kCtlLoss];
+  r.grad_norm = c[kCtlGradNorm];
+  r.lr = c[kCtlLr];
+  r.skipped = c[kCtlSkipped] != 0.0;
+  if (r.skipped) ++skipped_steps_;
+  r.stop_nonfinite = c[kCtlNonFinite] != 0.0 && cfg_.train.on_nonfinite == "stop";
+  optimizer_->set_steps_taken(static_cast<int64_t>(c[kCtlUpdates]));
+  r.optimizer_s = opt_end_->elapsed_ms(*opt_begin_) / 1e3;
   comm_->end_step();
   r.exposed_comm_s = comm_->exposed_ms() / 1e3;
   return r;

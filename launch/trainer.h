@@ -21,7 +21,9 @@
 #include "parallel/distributed_optimizer.h"
 #include "parallel/mesh.h"
 #include "parallel/param_set.h"
+#include "runtime/cuda_graph.h"
 #include "runtime/goodput_clock.h"
+#include "runtime/host_readback.h"
 #include "runtime/metrics_log.h"
 #include "runtime/mpi_communicator.h"
 
@@ -57,8 +59,15 @@ class Trainer {
     bool stop_nonfinite = false;  // skipped, and train.on_nonfinite is stop
   };
   StepResult train_step(int64_t step);
+  // The device work of one step, with no host synchronisation: zero gradients, forward and
+  // backward of every micro-batch (the loss summed on the device), gradient reduction, the step
+  // control (runtime/step_control.h) and the optimizer update. Micro-batch inputs come from the
+  // loader, or (graph_inputs) from the static buffers a captured graph reads.
+  void enqueue_step(int64_t step, bool graph_inputs, StepResult& r);
+  bool graph_step(int64_t step) const;  // replayed from (or captured into) the step graph
   double evaluate();
-  void forward_backward(const data::LoadedBatch& batch, bool last_micro, double* loss_sum);
+  void forward_backward(const data::LoadedBatch& batch, bool last_micro);
+  void clear_context();
   void log_step(int64_t step, const StepResult& r, double step_seconds, std::optional<double> val_loss);
   int run_steps();
   // After every step, on every rank: the stop signal any rank received (0: none); commits a
@@ -87,6 +96,16 @@ class Trainer {
   FaultPlan faults_;
   LrSchedule schedule_;
   std::unique_ptr<MicroBatchContext> ctx_;
+  // Device-side step state (runtime/step_control.h): the loss sum and Σ g² of the step, the control
+  // (schedule position, update count, decisions), the LR of every step, and the readback of the
+  // control to the host. The step graph and its static micro-batch inputs (train.cuda_graphs).
+  Tensor loss_sum_, grad_sq_, control_, lr_table_;
+  StepControlConfig control_cfg_;
+  std::unique_ptr<HostReadback> readback_;
+  std::unique_ptr<Event> opt_begin_, opt_end_;
+  std::unique_ptr<CudaGraph> graph_;
+  std::vector<Tensor> graph_ids_, graph_targets_;
+  int64_t graph_from_step_ = -1;  // the first step replayed from the graph (-1: graphs off)
   int64_t start_step_ = 0;  // steps already done (resume)
   int64_t tokens_seen_ = 0;
   int64_t skipped_steps_ = 0;

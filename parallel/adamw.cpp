@@ -21,7 +21,12 @@ AdamW::AdamW(ParamSet& params, const AdamWConfig& cfg) : params_(params), cfg_(c
 
 void AdamW::step(float lr, float grad_scale) {
   ++step_;
-  const ops::AdamWHyper h = cfg_.hyper(lr, step_, grad_scale);
+  update(cfg_.hyper(lr, step_, grad_scale), nullptr);
+}
+
+void AdamW::step(const Tensor& control) { update(cfg_.hyper(0.0f, 1, 1.0f), &control); }
+
+void AdamW::update(const ops::AdamWHyper& h, const Tensor* control) {
   // One multi-tensor update over every parameter (a few kernel launches on CUDA).
   std::vector<ops::AdamWSegment> segments;
   segments.reserve(params_.params().size());
@@ -35,7 +40,7 @@ void AdamW::step(float lr, float grad_scale) {
     s.weight_decay = p->weight_decay ? cfg_.weight_decay : 0.0f;
     segments.push_back(std::move(s));
   }
-  ops::adamw_update_multi(segments, h);
+  ops::adamw_update_multi(segments, h, control);
 }
 
 double gradient_norm(Tensor& flat_grads, Communicator* shard_group) {
@@ -44,6 +49,18 @@ double gradient_norm(Tensor& flat_grads, Communicator* shard_group) {
   double sq = ops::sum_to_host(acc);
   if (shard_group && shard_group->size() > 1) sq = shard_group->all_reduce_scalar(sq);
   return std::sqrt(sq);
+}
+
+void gradient_norm_squared(Tensor& acc, Tensor& flat_grads, Communicator* shard_group) {
+  if (!shard_group || shard_group->size() <= 1) {
+    ops::sum_squares(acc, flat_grads);
+    return;
+  }
+  // Each rank's share alone, summed over the group, then added: acc may hold a value already.
+  Tensor mine = Tensor::zeros({1}, DType::F64, flat_grads.device());
+  ops::sum_squares(mine, flat_grads);
+  shard_group->all_reduce(mine, ReduceOp::Sum)->wait();
+  ops::sum_accumulate(acc, mine);
 }
 
 float clip_coefficient(double norm, double max_norm) {

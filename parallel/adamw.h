@@ -30,6 +30,9 @@ class AdamW {
   AdamW(ParamSet& params, const AdamWConfig& cfg);
   // One update with learning rate `lr`; gradients are multiplied by grad_scale first (clipping).
   void step(float lr, float grad_scale);
+  // The update as the device control decides it (runtime/step_control.h); steps_taken() is not
+  // advanced here (the count is the control's).
+  void step(const Tensor& control);
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }
 
@@ -42,6 +45,7 @@ class AdamW {
   const AdamWConfig& config() const { return cfg_; }
 
  private:
+  void update(const ops::AdamWHyper& h, const Tensor* control);
   ParamSet& params_;
   AdamWConfig cfg_;
   Tensor master_, m_, v_;
@@ -52,6 +56,9 @@ class AdamW {
 // Global L2 norm of the flat gradients (padding is zero), as torch.nn.utils.clip_grad_norm_ sees
 // it; `shard_group` (may be null) sums the squares over ranks that hold disjoint shards.
 double gradient_norm(Tensor& flat_grads, Communicator* shard_group = nullptr);
+// The same, squared, into acc fp64 [1] (+=) on the device; the shard group's sum is a device
+// all-reduce on the current stream (no host synchronisation).
+void gradient_norm_squared(Tensor& acc, Tensor& flat_grads, Communicator* shard_group = nullptr);
 // clip_grad_norm_'s coefficient: min(1, max_norm / (norm + 1e-6)); max_norm ≤ 0 disables clipping.
 float clip_coefficient(double norm, double max_norm);
 

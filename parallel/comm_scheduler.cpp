@@ -25,14 +25,26 @@ CommScheduler::CommScheduler(Device device) : device_(device) {
 
 CommScheduler::~CommScheduler() = default;
 
-void CommScheduler::begin_step() {
-  records_.clear();
-  pending_.clear();
+void CommScheduler::StepRecords::clear() {
+  records.clear();
+  pending.clear();
+  step_start.reset();
+}
+
+void CommScheduler::begin_step(bool for_graph) {
+  active_ = for_graph ? &graph_ : &eager_;
+  active_->clear();
   host_start_ = host_ms();
   if (device_.is_cuda()) {
-    step_start_ = std::make_unique<Event>(device_);
-    step_start_->record(current_stream(device_));
+    active_->step_start = std::make_unique<Event>(device_);
+    active_->step_start->record_timing(current_stream(device_));
   }
+}
+
+void CommScheduler::begin_replay() {
+  TETRA_CHECK(graph_.step_start != nullptr, "CommScheduler::begin_replay before a step was captured");
+  active_ = &graph_;
+  host_start_ = host_ms();
 }
 
 CommScheduler::Ticket CommScheduler::issue(const std::string& name, int64_t bytes,
@@ -49,57 +61,58 @@ CommScheduler::Ticket CommScheduler::issue(const std::string& name, int64_t byte
     p->ready->block(comm_);
     StreamGuard on_comm(comm_);
     p->start = std::make_unique<Event>(device_);
-    p->start->record(comm_);
+    p->start->record_timing(comm_);
     p->work = launch();
     p->end = std::make_unique<Event>(device_);
-    p->end->record(comm_);
+    p->end->record_timing(comm_);
   } else {
     p->work = launch();
   }
   Ticket t;
-  t.index_ = records_.size();
-  records_.push_back(std::move(r));
-  pending_.push_back(std::move(p));
+  t.index_ = active_->records.size();
+  active_->records.push_back(std::move(r));
+  active_->pending.push_back(std::move(p));
   return t;
 }
 
 void CommScheduler::wait(Ticket& t) {
   if (t.waited_) return;
-  TETRA_CHECK(t.index_ < pending_.size(), "CommScheduler::wait on a ticket of an earlier step");
-  Pending& p = *pending_[t.index_];
+  TETRA_CHECK(t.index_ < active_->pending.size(), "CommScheduler::wait on a ticket of an earlier step");
+  Pending& p = *active_->pending[t.index_];
   if (device_.is_cuda()) {
     Stream compute = current_stream(device_);
     p.wait_begin = std::make_unique<Event>(device_);
-    p.wait_begin->record(compute);
+    p.wait_begin->record_timing(compute);
     p.work->wait();  // device-side: compute waits on the collective's event
     p.wait_end = std::make_unique<Event>(device_);
-    p.wait_end->record(compute);
+    p.wait_end->record_timing(compute);
   } else {
     double t0 = host_ms();
     p.work->wait();
-    records_[t.index_].waited_ms = host_ms() - t0;
+    active_->records[t.index_].waited_ms = host_ms() - t0;
   }
   t.waited_ = true;
 }
 
 const std::vector<CommScheduler::Record>& CommScheduler::end_step() {
-  if (device_.is_cuda() && step_start_) {
-    for (size_t i = 0; i < pending_.size(); ++i) {
-      Pending& p = *pending_[i];
-      Record& r = records_[i];
+  StepRecords& a = *active_;
+  if (device_.is_cuda() && a.step_start) {
+    for (size_t i = 0; i < a.pending.size(); ++i) {
+      Pending& p = *a.pending[i];
+      Record& r = a.records[i];
       if (p.start && p.end) {
-        r.start_ms = p.start->elapsed_ms(*step_start_);
-        r.end_ms = p.end->elapsed_ms(*step_start_);
+        r.start_ms = p.start->elapsed_ms(*a.step_start);
+        r.end_ms = p.end->elapsed_ms(*a.step_start);
       }
       if (p.wait_begin && p.wait_end) r.waited_ms = p.wait_end->elapsed_ms(*p.wait_begin);
     }
   }
-  return records_;
+  return a.records;
 }
 
 double CommScheduler::exposed_ms() const {
   double s = 0;
-  for (const Record& r : records_) s += r.waited_ms;
+  for (const Record& r : active_->records) s += r.waited_ms;
   return s;
 }
 

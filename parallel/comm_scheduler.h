@@ -33,8 +33,13 @@ class CommScheduler {
     bool waited_ = false;
   };
 
-  // Marks the start of a step: records are kept per step.
-  void begin_step();
+  // Marks the start of a step: records are kept per step. for_graph: the step is being captured
+  // into a CUDA graph; its events become graph nodes, kept (apart from eager steps' records) for
+  // every replay of that graph.
+  void begin_step(bool for_graph = false);
+  // A replay of the captured step begins: end_step() then reads the captured step's events, which
+  // the replay records again.
+  void begin_replay();
   // Runs `launch` (which starts one collective and returns its Work) on the communication stream,
   // ordered after all work issued so far on the compute stream.
   Ticket issue(const std::string& name, int64_t bytes, const std::function<std::unique_ptr<Work>()>& launch);
@@ -52,16 +57,21 @@ class CommScheduler {
   // Resolves the step's device timings (synchronises the streams) and returns the records.
   const std::vector<Record>& end_step();
   double exposed_ms() const;  // Σ waited_ms of the last end_step()
-  const std::vector<Record>& records() const { return records_; }
+  const std::vector<Record>& records() const { return active_->records; }
   const Stream& comm_stream() const { return comm_; }
 
  private:
   struct Pending;
+  struct StepRecords {
+    std::vector<Record> records;
+    std::vector<std::unique_ptr<Pending>> pending;
+    std::unique_ptr<Event> step_start;
+    void clear();
+  };
   Device device_;
   Stream comm_;
-  std::vector<Record> records_;
-  std::vector<std::unique_ptr<Pending>> pending_;
-  std::unique_ptr<Event> step_start_;
+  StepRecords eager_, graph_;
+  StepRecords* active_ = &eager_;
   double host_start_ = 0;
 };
 

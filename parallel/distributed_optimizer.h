@@ -7,8 +7,10 @@
 //   for each micro-batch: for each layer: before_forward(l) … after_forward(l)
 //                         in reverse:     before_backward(l) … after_backward(l, last_micro)
 //   finish_gradients()         every gradient reduction complete
-//   grad_norm()                global L2 norm of the (reduced) gradients, over all shards
+//   grad_norm_squared(acc)     acc += Σ g² of the (reduced) gradients over all shards, on the device
 //   step(lr, clip_scale)       AdamW update; working weights ready for the next forward
+//   or step(control)           the same, with lr, clipping and skipping decided on the device
+//                              (runtime/step_control.h): no host synchronisation in the step
 //
 // Checkpoints see the state as pieces of flattened full parameters (StatePiece), independent of
 // the mesh, so a checkpoint written at one dp size / stage loads at another.
@@ -51,6 +53,7 @@ class DistributedOptimizer {
  public:
   virtual ~DistributedOptimizer() = default;
   virtual int zero_stage() const = 0;
+  virtual Device device() const = 0;  // where the parameters and the optimizer state live
 
   virtual void begin_step() = 0;
   virtual void before_forward(int layer) {}
@@ -58,8 +61,15 @@ class DistributedOptimizer {
   virtual void before_backward(int layer) {}
   virtual void after_backward(int layer, bool last_micro) = 0;
   virtual void finish_gradients() = 0;
-  virtual double grad_norm() = 0;
+  // acc fp64 [1] on the run's device += the global Σ g² (every rank gets the same value); device-
+  // side, no host synchronisation. grad_norm() is its square root on the host (synchronises).
+  virtual void grad_norm_squared(Tensor& acc) = 0;
+  double grad_norm();
   virtual void step(float lr, float grad_scale) = 0;
+  // The update as step_control decided it (control: fp64 [kStepControlSlots] on the device, after
+  // ops::step_control). The update count lives in the control: after reading it back the caller
+  // mirrors it with set_steps_taken (checkpoints save steps_taken()).
+  virtual void step(const Tensor& control) = 0;
   // Throws the accumulated gradients away (a skipped step).
   virtual void discard_gradients() = 0;
 

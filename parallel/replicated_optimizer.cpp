@@ -20,9 +20,11 @@ void ReplicatedOptimizer::after_backward(int layer, bool last_micro) {
 
 void ReplicatedOptimizer::finish_gradients() { reducer_.finish(); }
 
-double ReplicatedOptimizer::grad_norm() { return gradient_norm(params_.flat_grads()); }
+void ReplicatedOptimizer::grad_norm_squared(Tensor& acc) { gradient_norm_squared(acc, params_.flat_grads()); }
 
 void ReplicatedOptimizer::step(float lr, float grad_scale) { adamw_.step(lr, grad_scale); }
+
+void ReplicatedOptimizer::step(const Tensor& control) { adamw_.step(control); }
 
 std::vector<StatePiece> ReplicatedOptimizer::all_pieces() {
   std::vector<StatePiece> out;

@@ -10,12 +10,14 @@ class ReplicatedOptimizer : public DistributedOptimizer {
  public:
   ReplicatedOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler,
                       const DistributedOptimizerOptions& options);
+  Device device() const override { return params_.device(); }
   int zero_stage() const override { return 0; }
   void begin_step() override;
   void after_backward(int layer, bool last_micro) override;
   void finish_gradients() override;
-  double grad_norm() override;
+  void grad_norm_squared(Tensor& acc) override;
   void step(float lr, float grad_scale) override;
+  void step(const Tensor& control) override;
   void discard_gradients() override { params_.zero_grads(); }
   int64_t steps_taken() const override { return adamw_.steps_taken(); }
   void set_steps_taken(int64_t s) override { adamw_.set_steps_taken(s); }

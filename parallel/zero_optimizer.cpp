@@ -74,7 +74,7 @@ void ZeroOptimizer::after_backward(int layer, bool last_micro) {
 
 void ZeroOptimizer::finish_gradients() { reducer_->finish(); }
 
-double ZeroOptimizer::grad_norm() { return gradient_norm(grad_shard_, &dp_); }
+void ZeroOptimizer::grad_norm_squared(Tensor& acc) { gradient_norm_squared(acc, grad_shard_, &dp_); }
 
 void ZeroOptimizer::discard_gradients() { reducer_->discard(); }
 
@@ -92,13 +92,18 @@ void ZeroOptimizer::issue_weight_gather(int u, std::vector<CommScheduler::Ticket
 
 void ZeroOptimizer::step(float lr, float grad_scale) {
   ++steps_;
-  const ops::AdamWHyper h = options_.adamw.hyper(lr, steps_, grad_scale);
+  update(options_.adamw.hyper(lr, steps_, grad_scale), nullptr);
+}
+
+void ZeroOptimizer::step(const Tensor& control) { update(options_.adamw.hyper(0.0f, 1, 1.0f), &control); }
+
+void ZeroOptimizer::update(const ops::AdamWHyper& h, const Tensor* control) {
   const ZeroLayout& layout = params_.layout();
   std::vector<CommScheduler::Ticket> tickets;
   for (size_t u = 0; u < segments_.size(); ++u) {
     // One multi-tensor update per unit (a few launches), so the unit's gather can start after it.
-    std::vector<ops::AdamWSegment> update;
-    update.reserve(segments_[u].size());
+    std::vector<ops::AdamWSegment> segs;
+    segs.reserve(segments_[u].size());
     for (const ShardSegment& s : segments_[u]) {
       const Param* p = layout.params()[static_cast<size_t>(s.param)];
       ops::AdamWSegment seg;
@@ -108,9 +113,9 @@ void ZeroOptimizer::step(float lr, float grad_scale) {
       seg.v = exp_avg_sq_.slice_flat(s.shard_offset, {s.numel()});
       if (separate_master_) seg.working = weight_shard_.slice_flat(s.shard_offset, {s.numel()});
       seg.weight_decay = p->weight_decay ? options_.adamw.weight_decay : 0.0f;
-      update.push_back(std::move(seg));
+      segs.push_back(std::move(seg));
     }
-    if (!update.empty()) ops::adamw_update_multi(update, h);
+    if (!segs.empty()) ops::adamw_update_multi(segs, h, control);
     // Stages 1–2: the unit's new weights travel while the next unit updates.
     if (stage_ < 3) issue_weight_gather(static_cast<int>(u), tickets);
   }

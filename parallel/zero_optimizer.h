@@ -31,6 +31,7 @@ class ZeroOptimizer : public DistributedOptimizer {
   ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, const DistributedOptimizerOptions& options);
   ~ZeroOptimizer() override;
 
+  Device device() const override { return params_.device(); }
   int zero_stage() const override { return stage_; }
   void begin_step() override;
   void before_forward(int layer) override;
@@ -38,8 +39,9 @@ class ZeroOptimizer : public DistributedOptimizer {
   void before_backward(int layer) override;
   void after_backward(int layer, bool last_micro) override;
   void finish_gradients() override;
-  double grad_norm() override;
+  void grad_norm_squared(Tensor& acc) override;
   void step(float lr, float grad_scale) override;
+  void step(const Tensor& control) override;
   void discard_gradients() override;
   int64_t steps_taken() const override { return steps_; }
   void set_steps_taken(int64_t s) override { steps_ = s; }
@@ -56,6 +58,7 @@ class ZeroOptimizer : public DistributedOptimizer {
   const ZeroGradReducer& reducer() const { return *reducer_; }
 
  private:
+  void update(const ops::AdamWHyper& h, const Tensor* control);
   // Stages 1–2: all-gathers of unit u's updated weight shard into the full working weights.
   void issue_weight_gather(int u, std::vector<CommScheduler::Ticket>& tickets);
   std::vector<StatePiece> shard_pieces();

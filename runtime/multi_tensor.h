@@ -20,10 +20,16 @@ struct AdamWSegment {
 // adamw_update on every segment with the shared hyper-parameters h (h.weight_decay is ignored: each
 // segment carries its own). All segments live on one device. Same result as calling adamw_update
 // on each segment in turn.
-void adamw_update_multi(const std::vector<AdamWSegment>& segments, const AdamWHyper& h);
+// With `control` (fp64 [kStepControlSlots] on the segments' device, runtime/step_control.h) the
+// step's values come from the device instead of h: nothing happens when the step is skipped, else
+// lr, the bias-correction count (updates) and the clipping scale are the control's, read by the
+// kernel, so the host need not know them (h gives betas and eps).
+void adamw_update_multi(const std::vector<AdamWSegment>& segments, const AdamWHyper& h,
+                        const Tensor* control = nullptr);
 
 }  // namespace tetra::ops
 
 namespace tetra::cpu {
-void adamw_update_multi(const std::vector<ops::AdamWSegment>& segments, const ops::AdamWHyper& h);
+void adamw_update_multi(const std::vector<ops::AdamWSegment>& segments, const ops::AdamWHyper& h,
+                        const Tensor* control);
 }  // namespace tetra::cpu

@@ -101,6 +101,15 @@ void sum_squares(Tensor& acc, const Tensor& x) {
   check_same_device("sum_squares", {&acc, &x});
   TETRA_DISPATCH(x.device(), sum_squares, acc, x);
 }
+void sum_accumulate(Tensor& acc, const Tensor& x) {
+  check_same_device("sum_accumulate", {&acc, &x});
+  TETRA_DISPATCH(x.device(), sum_accumulate, acc, x);
+}
 double sum_to_host(const Tensor& x) { TETRA_DISPATCH(x.device(), sum_to_host, x); }
+void step_control(Tensor& control, const Tensor& loss_sum, const Tensor& grad_sq, const Tensor& lr_table,
+                  const StepControlConfig& cfg) {
+  check_same_device("step_control", {&control, &loss_sum, &grad_sq, &lr_table});
+  TETRA_DISPATCH(control.device(), step_control, control, loss_sum, grad_sq, lr_table, cfg);
+}
 
 }  // namespace tetra::ops

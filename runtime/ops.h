@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 
+#include "runtime/step_control.h"
 #include "runtime/tensor.h"
 
 namespace tetra::ops {
@@ -92,9 +93,17 @@ void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, cons
                   Tensor* working = nullptr);
 
 // ---------- reductions ----------
-// acc[1] fp32 += Σ x² (x fp32 or bf16). acc lives on x's device.
+// acc[1] (fp32 or fp64) += Σ x² (x fp32 or bf16). acc lives on x's device.
 void sum_squares(Tensor& acc, const Tensor& x);
+// acc[1] fp64 += Σ x (x fp32, bf16 or fp64), on x's device without synchronising the host.
+void sum_accumulate(Tensor& acc, const Tensor& x);
 // Σ x over all elements, returned on the host (synchronises).
 double sum_to_host(const Tensor& x);
+
+// ---------- step control ----------
+// The end-of-step decisions on the device (runtime/step_control.h): control fp64 [kStepControlSlots]
+// is updated from loss_sum fp64 [1], grad_sq fp64 [1] and lr_table fp64 [steps], all on one device.
+void step_control(Tensor& control, const Tensor& loss_sum, const Tensor& grad_sq, const Tensor& lr_table,
+                  const StepControlConfig& cfg);
 
 }  // namespace tetra::ops

@@ -108,6 +108,24 @@ void Event::record(const Stream& s) {
 #endif
 }
 
+void Event::record_timing(const Stream& s) {
+#ifdef TETRA_WITH_CUDA
+  if (device_.is_cuda()) {
+    TETRA_CHECK(s.device() == device_, "event on ", device_.str(), " recorded on a stream of ", s.device().str());
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    TETRA_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(s.handle()), &status));
+    if (status == cudaStreamCaptureStatusActive) {
+      impl_->host_time = std::chrono::steady_clock::now();
+      recorded_ = true;
+      TETRA_CUDA_CHECK(
+          cudaEventRecordWithFlags(impl_->event, static_cast<cudaStream_t>(s.handle()), cudaEventRecordExternal));
+      return;
+    }
+  }
+#endif
+  record(s);
+}
+
 void Event::block(const Stream& s) const {
 #ifdef TETRA_WITH_CUDA
   if (device_.is_cuda() && recorded_)

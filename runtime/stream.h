@@ -44,6 +44,10 @@ class Event {
   explicit Event(Device device = Device::cpu());
   void record(const Stream& s);
   void record() { record(current_stream(device_)); }
+  // A record whose time is read later (elapsed_ms). While `s` is being captured into a CUDA graph
+  // it becomes an event-record node of the graph, so every replay records it again; a plain
+  // record() there only orders streams inside the capture.
+  void record_timing(const Stream& s);
   // Work issued to `s` after this call waits until the work recorded before this event is done.
   void block(const Stream& s) const;
   void synchronize() const;

@@ -1,5 +1,6 @@
 // CPU reductions, summed in double so that millions of small terms do not lose precision:
-// sum_squares (acc[1] fp32 += Σ x², for gradient-norm clipping) and sum_to_host (Σ x as a double).
+// sum_squares (acc[1] fp32 or fp64 += Σ x², for gradient-norm clipping), sum_accumulate (acc[1]
+// fp64 += Σ x, the step's loss sum) and sum_to_host (Σ x as a double).
 #include "runtime/cpu/cpu_ops.h"
 #include "runtime/cpu/kernel_util.h"
 
@@ -7,7 +8,7 @@ namespace tetra::cpu {
 
 void sum_squares(Tensor& acc, const Tensor& x) {
   const char* op = "sum_squares";
-  check_dtype(op, "acc", acc, DType::F32);
+  if (acc.dtype() != DType::F64) check_dtype(op, "acc", acc, DType::F32);
   check_shape(op, "acc", acc, {1});
   check_float(op, "x", x);
   const int64_t n = x.numel();
@@ -22,8 +23,20 @@ void sum_squares(Tensor& acc, const Tensor& x) {
       s += f * f;
     }
   }
-  float* a = acc.data<float>();
-  a[0] = static_cast<float>(static_cast<double>(a[0]) + s);
+  if (acc.dtype() == DType::F64) {
+    acc.data<double>()[0] += s;
+  } else {
+    float* a = acc.data<float>();
+    a[0] = static_cast<float>(static_cast<double>(a[0]) + s);
+  }
+}
+
+void sum_accumulate(Tensor& acc, const Tensor& x) {
+  const char* op = "sum_accumulate";
+  check_dtype(op, "acc", acc, DType::F64);
+  check_shape(op, "acc", acc, {1});
+  if (x.dtype() != DType::F64) check_float(op, "x", x);
+  acc.data<double>()[0] += sum_to_host(x);
 }
 
 double sum_to_host(const Tensor& x) {

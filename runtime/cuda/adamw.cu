@@ -35,7 +35,8 @@ struct SegmentArgs {
   float* v;
   void* working;     // null, fp32 or bf16 (working_kind)
   int64_t numel;
-  float decay;       // 1 - lr·weight_decay
+  float decay;       // 1 - lr·weight_decay (host-given lr)
+  float weight_decay;  // for the decay from a device control's lr
   uint8_t grad_bf16;
   uint8_t working_kind;
   uint8_t vec4;      // every pointer aligned for 4-element accesses
@@ -97,7 +98,11 @@ __device__ __forceinline__ void update_one(const SegmentArgs& s, int64_t i, cons
   else if (s.working_kind == kWorkF32) static_cast<float*>(s.working)[i] = p;
 }
 
-__global__ void __launch_bounds__(kThreads) adamw_multi_kernel(const __grid_constant__ BatchArgs batch, const HyperArgs h) {
+// control (may be null): fp64 [kStepControlSlots] (runtime/step_control.h); when given, the step's
+// lr, bias corrections and clipping scale are read from it, and a skipped step changes nothing.
+__global__ void __launch_bounds__(kThreads) adamw_multi_kernel(const __grid_constant__ BatchArgs batch,
+                                                               const HyperArgs hyper, const double* control) {
+  HyperArgs h = hyper;
   // The segment owning this block: the last s with first_block[s] ≤ blockIdx.x.
   const int b = blockIdx.x;
   int lo = 0, hi = batch.count - 1;
@@ -106,7 +111,15 @@ __global__ void __launch_bounds__(kThreads) adamw_multi_kernel(const __grid_cons
     if (batch.first_block[mid] <= b) lo = mid;
     else hi = mid - 1;
   }
-  const SegmentArgs& s = batch.seg[lo];
+  SegmentArgs s = batch.seg[lo];
+  if (control) {
+    if (control[kCtlSkipped] != 0.0) return;
+    h.step_size = static_cast<float>(control[kCtlStepSize]);
+    h.inv_bc2_sqrt = static_cast<float>(control[kCtlInvBc2Sqrt]);
+    h.grad_scale = static_cast<float>(control[kCtlGradScale]);
+    const float lr = static_cast<float>(control[kCtlLr]);
+    s.decay = static_cast<float>(1.0 - static_cast<double>(lr) * s.weight_decay);
+  }
   const int64_t start = static_cast<int64_t>(b - batch.first_block[lo]) * kChunk;
   const int64_t len = std::min<int64_t>(kChunk, s.numel - start);
   int64_t done = 0;
@@ -186,6 +199,7 @@ SegmentArgs make_segment(const ops::AdamWSegment& s, float lr, size_t index) {
   a.working = working ? s.working.data_ptr() : nullptr;
   a.numel = s.master.numel();
   a.decay = static_cast<float>(1.0 - static_cast<double>(lr) * s.weight_decay);
+  a.weight_decay = s.weight_decay;
   a.grad_bf16 = s.grad.dtype() == DType::BF16;
   a.working_kind = !working ? kWorkNone : (s.working.dtype() == DType::BF16 ? kWorkBF16 : kWorkF32);
   a.vec4 = aligned_for4(a.master, DType::F32) && aligned_for4(a.m, DType::F32) && aligned_for4(a.v, DType::F32) &&
@@ -195,9 +209,10 @@ SegmentArgs make_segment(const ops::AdamWSegment& s, float lr, size_t index) {
 
 }  // namespace
 
-void adamw_update_multi(const std::vector<ops::AdamWSegment>& segments, const AdamWHyper& h) {
+void adamw_update_multi(const std::vector<ops::AdamWSegment>& segments, const AdamWHyper& h, const Tensor* control) {
   if (segments.empty()) return;
   const HyperArgs hyper = make_hyper(h);
+  const double* ctl = control ? control->data<double>() : nullptr;
   const Device dev = segments.front().master.device();
   check_cuda_tensor("adamw_update", "master", segments.front().master);
   DeviceScope scope(dev);
@@ -208,7 +223,7 @@ void adamw_update_multi(const std::vector<ops::AdamWSegment>& segments, const Ad
   auto launch = [&] {
     if (batch.count == 0) return;
     batch.first_block[batch.count] = blocks;
-    adamw_multi_kernel<<<blocks, kThreads, 0, stream>>>(batch, hyper);
+    adamw_multi_kernel<<<blocks, kThreads, 0, stream>>>(batch, hyper, ctl);
     TETRA_CUDA_CHECK_LAUNCH();
     batch.count = 0;
     blocks = 0;

@@ -1,6 +1,7 @@
 // CUDA reductions. All are deterministic: each block sums a fixed share in a fixed order and a
 // second pass folds the block partials in block order, so a run reproduces its bits.
-//   sum_squares   acc[1] fp32 += Σ x²             x fp32 or bf16 [n]; fp32 partials
+//   sum_squares   acc[1] fp32/fp64 += Σ x²        x fp32 or bf16 [n]; fp32 partials
+//   sum_accumulate acc[1] fp64 += Σ x              x fp32/bf16/fp64 [n]; fp64 partials, no host sync
 //   sum_to_host   Σ x as a double on the host     x fp32/bf16/fp64/int32/int64 [n]; fp64 partials
 //   column_sum    out[C] (+)= Σ_r in[r, :]         in [R, C]; fp32 partials [P, C]
 #include <algorithm>
@@ -41,12 +42,13 @@ __global__ void sum_squares_partial_kernel(float* partial, const T* x, int64_t n
 }
 
 // acc[0] += Σ_b partial[b], b < count (one block; the fold of the partials is in double).
-__global__ void sum_squares_finish_kernel(float* acc, const float* partial, int count) {
+template <class A>
+__global__ void sum_squares_finish_kernel(A* acc, const float* partial, int count) {
   __shared__ double scratch[32];
   double t = 0.0;
   for (int b = threadIdx.x; b < count; b += blockDim.x) t += partial[b];
   t = block_sum(t, scratch);
-  if (threadIdx.x == 0) acc[0] = static_cast<float>(static_cast<double>(acc[0]) + t);
+  if (threadIdx.x == 0) acc[0] = static_cast<A>(static_cast<double>(acc[0]) + t);
 }
 
 // partial[b] = Σ x[i] over block b's grid-stride share, in double.
@@ -60,13 +62,13 @@ __global__ void sum_partial_kernel(double* partial, const T* x, int64_t n) {
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-// out[0] = Σ_b partial[b] (one block).
-__global__ void sum_finish_kernel(double* out, const double* partial, int count) {
+// out[0] = Σ_b partial[b] (one block), or out[0] += it with accumulate.
+__global__ void sum_finish_kernel(double* out, const double* partial, int count, bool accumulate = false) {
   __shared__ double scratch[32];
   double t = 0.0;
   for (int b = threadIdx.x; b < count; b += blockDim.x) t += partial[b];
   t = block_sum(t, scratch);
-  if (threadIdx.x == 0) out[0] = t;
+  if (threadIdx.x == 0) out[0] = accumulate ? out[0] + t : t;
 }
 
 // partial[p, c] = Σ in[r, c] over the rows r of row group p (r = p·8 + ty + k·P·8).
@@ -105,7 +107,7 @@ __global__ void column_finish_kernel(T* out, const float* partial, int P, int64_
 void sum_squares(Tensor& acc, const Tensor& x) {
   const char* op = "sum_squares";
   check_cuda_tensor(op, "acc", acc);
-  check_dtype(op, "acc", acc, DType::F32);
+  if (acc.dtype() != DType::F64) check_dtype(op, "acc", acc, DType::F32);
   check_shape(op, "acc", acc, {1});
   check_cuda_float(op, "x", x);
   const int64_t n = x.numel();
@@ -125,24 +127,27 @@ void sum_squares(Tensor& acc, const Tensor& x) {
     else
       sum_squares_partial_kernel<1, T><<<blocks, kReduceThreads, 0, stream>>>(partial.data<float>(), px, n);
     TETRA_CUDA_CHECK_LAUNCH();
-    sum_squares_finish_kernel<<<1, kReduceThreads, 0, stream>>>(acc.data<float>(), partial.data<float>(), blocks);
+    if (acc.dtype() == DType::F64)
+      sum_squares_finish_kernel<double><<<1, kReduceThreads, 0, stream>>>(acc.data<double>(), partial.data<float>(), blocks);
+    else
+      sum_squares_finish_kernel<float><<<1, kReduceThreads, 0, stream>>>(acc.data<float>(), partial.data<float>(), blocks);
     TETRA_CUDA_CHECK_LAUNCH();
   });
 }
 
-double sum_to_host(const Tensor& x) {
-  check_cuda_tensor("sum_to_host", "x", x);
+namespace {
+// out[0] = Σ x (or += with accumulate), on the device's current stream. partial: fp64 scratch of
+// at least partial_count(x.numel()) elements.
+int partial_count(int64_t n) {
+  return static_cast<int>(std::min<int64_t>(kMaxPartials, (n + kReduceThreads - 1) / kReduceThreads));
+}
+void sum_into(double* out, double* partial, const Tensor& x, bool accumulate, const char* op) {
   const int64_t n = x.numel();
-  if (n == 0) return 0.0;
-  const Device dev = x.device();
-  DeviceScope scope(dev);
-  cudaStream_t stream = stream_of(dev);
-  const int blocks = static_cast<int>(std::min<int64_t>(kMaxPartials, (n + kReduceThreads - 1) / kReduceThreads));
-  Tensor partial = Tensor::empty({blocks + 1}, DType::F64, dev);  // [0, blocks): partials; [blocks]: the sum
-  double* pp = partial.data<double>();
+  cudaStream_t stream = stream_of(x.device());
+  const int blocks = partial_count(n);
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    sum_partial_kernel<T><<<blocks, kReduceThreads, 0, stream>>>(pp, static_cast<const T*>(x.data_ptr()), n);
+    sum_partial_kernel<T><<<blocks, kReduceThreads, 0, stream>>>(partial, static_cast<const T*>(x.data_ptr()), n);
     TETRA_CUDA_CHECK_LAUNCH();
   };
   switch (x.dtype()) {
@@ -152,14 +157,39 @@ double sum_to_host(const Tensor& x) {
     case DType::I32: run(int32_t{}); break;
     case DType::I64: run(int64_t{}); break;
     default:
-      TETRA_FAIL(Internal, "sum_to_host: unsupported dtype of ", x.describe(),
-                 " (supported: fp32, bf16, fp64, int32, int64)");
+      TETRA_FAIL(Internal, op, ": unsupported dtype of ", x.describe(), " (supported: fp32, bf16, fp64, int32, int64)");
   }
-  sum_finish_kernel<<<1, kReduceThreads, 0, stream>>>(pp + blocks, pp, blocks);
+  sum_finish_kernel<<<1, kReduceThreads, 0, stream>>>(out, partial, blocks, accumulate);
   TETRA_CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+double sum_to_host(const Tensor& x) {
+  check_cuda_tensor("sum_to_host", "x", x);
+  const int64_t n = x.numel();
+  if (n == 0) return 0.0;
+  const Device dev = x.device();
+  DeviceScope scope(dev);
+  const int blocks = partial_count(n);
+  Tensor partial = Tensor::empty({blocks + 1}, DType::F64, dev);  // [0, blocks): partials; [blocks]: the sum
+  double* pp = partial.data<double>();
+  sum_into(pp + blocks, pp, x, /*accumulate=*/false, "sum_to_host");
   double result = 0.0;
   copy_bytes(&result, Device::cpu(), pp + blocks, dev, sizeof(double), /*blocking=*/true);
   return result;
+}
+
+void sum_accumulate(Tensor& acc, const Tensor& x) {
+  const char* op = "sum_accumulate";
+  check_cuda_tensor(op, "acc", acc);
+  check_dtype(op, "acc", acc, DType::F64);
+  check_shape(op, "acc", acc, {1});
+  check_cuda_tensor(op, "x", x);
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  DeviceScope scope(x.device());
+  Tensor partial = Tensor::empty({partial_count(n)}, DType::F64, x.device());
+  sum_into(acc.data<double>(), partial.data<double>(), x, /*accumulate=*/true, op);
 }
 
 void column_sum(Tensor& out, const Tensor& in, int64_t rows, int64_t cols, bool accumulate) {
