@@ -6,7 +6,8 @@
 //   pinned  pread (or HDF5 for files it must decode) into page-locked host memory, then an
 //           asynchronous copy to the device on the loader's copy stream and the same widening.
 //   posix   plain reads into pageable memory: the CPU backend's path (widened on the host), and a
-//           CUDA run's when asked for.
+//           CUDA run's when asked for (its copy to the device goes through the driver's own pinned
+//           buffer: one more host copy per byte than pinned, the reason it stays below pinned).
 // auto = gds where cuFile is present with its direct path and every file is raw-readable and the
 // device is CUDA, else pinned on CUDA, else posix.
 #pragma once

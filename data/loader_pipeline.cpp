@@ -1,5 +1,9 @@
 #include "data/loader_pipeline.h"
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -21,6 +25,33 @@ size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
 }  // namespace
 
+LoaderPipeline::HintFiles::~HintFiles() {
+  for (int f : fd)
+    if (f >= 0) ::close(f);
+}
+
+void LoaderPipeline::HintFiles::open(const Corpus& corpus) {
+  // Descriptors are numbered lowest-free first: one at or above (soft limit − 256) means these
+  // would eat the headroom the rest of the process needs (checkpoints, communicators). Then none.
+  struct rlimit rl {};
+  const bool limited = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
+  const int64_t ceiling = limited ? static_cast<int64_t>(rl.rlim_cur) - 256 : INT64_MAX;
+  fd.assign(corpus.shards().size(), -1);
+  bool any = false;
+  for (size_t i = 0; i < fd.size(); ++i) {
+    const Shard& sh = *corpus.shards()[i];
+    if (!sh.raw()) continue;
+    fd[i] = ::open(sh.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd[i] < 0 || fd[i] >= ceiling) {
+      for (int& f : fd)
+        if (f >= 0) ::close(f), f = -1;
+      return;  // read without hints
+    }
+    any = true;
+  }
+  on = any;
+}
+
 LoaderPipeline::LoaderPipeline(std::shared_ptr<Corpus> corpus, UnitPlan plan, const PipelineOptions& options)
     : corpus_(std::move(corpus)), plan_(std::move(plan)), o_(options) {
   TETRA_CHECK(corpus_ && plan_, "LoaderPipeline needs a corpus and a plan");
@@ -40,6 +71,7 @@ LoaderPipeline::LoaderPipeline(std::shared_ptr<Corpus> corpus, UnitPlan plan, co
     if (o_.path != IoPath::Gds) sh->open_descriptor();
   }
   width_ = o_.path == IoPath::Gds ? corpus_->shards().front()->width : (all_u16 ? 2 : 4);
+  if (o_.path != IoPath::Gds) hints_.open(*corpus_);  // gds reads with O_DIRECT: no page cache to warm
 
   // Staging for one unit: at worst every window is a run of its own; a gds run also carries up to
   // 4 KiB of alignment at each end (gds_file.h), a host run 16 bytes of padding.
@@ -242,6 +274,21 @@ void LoaderPipeline::fail_bad(const Slot& s, int64_t flat, uint32_t id) const {
   fail_bad_token(sh.path, id, row.offset + flat % (T + 1), sh.limit, sh.limit_from_model);
 }
 
+int64_t LoaderPipeline::hint_runs(const std::vector<Run>& runs) const {
+  // One run (a micro-batch in file order) is read at once anyway, and the kernel's own read-ahead
+  // follows a sequential stream; several runs are scattered windows, each a random read.
+  if (!hints_.on || runs.size() < 2) return 0;
+  int64_t n = 0;
+  for (const Run& run : runs) {
+    const Shard& sh = corpus_->shard(run.shard);
+    const int fd = hints_.fd[static_cast<size_t>(run.shard)];
+    if (fd < 0) continue;
+    // Advice only: a refusal changes nothing but the speed.
+    if (::posix_fadvise(fd, sh.raw_offset + run.offset * sh.width, run.tokens * sh.width, POSIX_FADV_WILLNEED) == 0) ++n;
+  }
+  return n;
+}
+
 void LoaderPipeline::fill_host(Slot& s, int index, const std::vector<Run>& runs) {
   unsigned char* staging = nullptr;
   StagedRow* rows = nullptr;
@@ -260,6 +307,7 @@ void LoaderPipeline::fill_host(Slot& s, int index, const std::vector<Run>& runs)
   size_t pos = 0;
   int64_t file_bytes = 0, token_bytes = 0;
   const double t0 = now_s();
+  const int64_t hinted = hint_runs(runs);
   for (const Run& run : runs) {
     const Shard& sh = corpus_->shard(run.shard);
     file_bytes += sh.read(run.offset, run.tokens, staging + pos, width_);
@@ -284,6 +332,7 @@ void LoaderPipeline::fill_host(Slot& s, int index, const std::vector<Run>& runs)
   stats_.file_bytes += file_bytes;
   stats_.token_bytes += token_bytes;
   stats_.reads += static_cast<int64_t>(runs.size());
+  stats_.hinted += hinted;
   stats_.read_s += read_s;
 }
 

@@ -9,6 +9,13 @@
 // is released when the trainer asks for the next unit (so a batch stays valid until then); readers
 // never run more than `prefetch` units ahead of the one in use. With prefetch = 0 a unit is read
 // when it is asked for. All buffers are allocated at construction: nothing per step.
+//
+// Host paths (pinned, posix) and the page cache: a unit of several runs (a shuffled micro-batch: one
+// run per window) announces all of them with posix_fadvise(POSIX_FADV_WILLNEED) before reading the
+// first, so the kernel has every window of the unit in flight at once instead of one per reader
+// thread; the reads then wait on I/O already under way. A hint changes no byte read. It needs a
+// descriptor of each raw file of its own (Shard keeps its one private); these are opened at
+// construction while they leave the open-file limit headroom, else the loader reads without hints.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -52,6 +59,7 @@ struct LoaderStats {
   int64_t file_bytes = 0;   // bytes read from files (gds: with the 4 KiB alignment)
   int64_t token_bytes = 0;  // bytes of the windows' tokens as stored (rows · (T + 1) · width)
   int64_t reads = 0;        // read calls: one per run of adjacent windows
+  int64_t hinted = 0;       // runs announced with POSIX_FADV_WILLNEED before the unit's reads
   double read_s = 0;        // seconds reader threads spent reading (summed over threads)
   double wait_s = 0;        // seconds get() blocked because its unit was not read yet
   int64_t waits = 0;        // get() calls that blocked
@@ -87,6 +95,8 @@ class LoaderPipeline {
   size_t staging_bytes() const { return staging_bytes_; }
   // gds: whether the device staging is registered with cuFile (direct DMA) or not (bounce buffers).
   std::string staging_note() const;
+  // Host paths: whether units of several runs are announced to the kernel (POSIX_FADV_WILLNEED).
+  bool read_hints() const { return hints_.on; }
 
  private:
   struct Run {
@@ -111,6 +121,19 @@ class LoaderPipeline {
   [[noreturn]] void fail_bad(const Slot& s, int64_t flat, uint32_t id) const;
   void restart_locked(std::unique_lock<std::mutex>& lk, int64_t unit);
 
+  // Descriptors used only for POSIX_FADV_WILLNEED (the page cache is the file's, whichever
+  // descriptor asks): one per raw shard, -1 for the others; closed with the pipeline.
+  struct HintFiles {
+    std::vector<int> fd;
+    bool on = false;
+    HintFiles() = default;
+    HintFiles(const HintFiles&) = delete;
+    HintFiles& operator=(const HintFiles&) = delete;
+    ~HintFiles();
+    void open(const Corpus& corpus);
+  };
+  int64_t hint_runs(const std::vector<Run>& runs) const;
+
   std::shared_ptr<Corpus> corpus_;
   UnitPlan plan_;
   PipelineOptions o_;
@@ -120,6 +143,7 @@ class LoaderPipeline {
   std::vector<Slot> slots_;
   std::unique_ptr<CudaStage> stage_;
   std::unique_ptr<GdsBufferRegistration> gds_registration_;
+  HintFiles hints_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_fill_;  // readers: a unit may be claimed, or stop

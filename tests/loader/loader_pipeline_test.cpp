@@ -5,6 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/resource.h>
+
 #include <chrono>
 #include <set>
 #include <thread>
@@ -115,6 +118,71 @@ TEST(LoaderPipeline, AdjacentWindowsAreReadWithOneCall) {
   }, o);
   for (int64_t u = 0; u < 10; ++u) strided.get(u);
   EXPECT_EQ(strided.stats().reads, 40);
+  // A unit of one run is read as is; the four runs of a strided unit are announced to the kernel
+  // (POSIX_FADV_WILLNEED) before they are read.
+  EXPECT_TRUE(sequential.read_hints());
+  EXPECT_EQ(sequential.stats().hinted, 0);
+  EXPECT_EQ(strided.stats().hinted, 40);
+}
+
+TEST(LoaderPipeline, ReadHintsGiveWayToALowOpenFileLimitAndNeverChangeTheTokens) {
+  ScratchDir dir;
+  const int64_t T = 8, mb = 4;
+  std::vector<TokenFile> files;
+  for (int i = 0; i < 3; ++i)
+    files.push_back(make_file(dir, "h" + std::to_string(i) + ".bin", Kind::Bin, T * 40 + 1, 10 + i));
+  CorpusOptions co;
+  co.train = DataSpec::single(dir.file("h*.bin"));
+  co.seq_len = T;
+  auto corpus = std::make_shared<Corpus>(co);
+  // Unit u: window 7u + 5j (mod 117) of the three shards: scattered, so every window is a run.
+  auto plan = [corpus](int64_t unit, RowRef* rows) {
+    for (int64_t j = 0; j < 4; ++j) rows[j] = corpus->train()[0].locate((unit * 7 + j * 5) % 117, 8);
+  };
+  PipelineOptions o;
+  o.micro_batch = mb;
+  o.seq_len = T;
+  o.threads = 2;
+  o.prefetch = 2;
+  auto read_units = [&](LoaderPipeline& p) {
+    std::vector<int32_t> all;
+    for (int64_t u = 0; u < 12; ++u) {
+      const LoaderPipeline::Batch b = p.get(u);
+      all.insert(all.end(), b.inputs.data<int32_t>(), b.inputs.data<int32_t>() + mb * T);
+      all.insert(all.end(), b.targets.data<int32_t>(), b.targets.data<int32_t>() + mb * T);
+    }
+    return all;
+  };
+  LoaderPipeline hinted(corpus, plan, o);
+  ASSERT_TRUE(hinted.read_hints());
+  const std::vector<int32_t> with_hints = read_units(hinted);
+  EXPECT_GE(hinted.stats().reads, 12 * mb);  // and the units read ahead
+  EXPECT_EQ(hinted.stats().hinted, hinted.stats().reads);
+  // The tokens are the files' own.
+  for (int64_t u = 0; u < 12; ++u)
+    for (int64_t j = 0; j < mb; ++j) {
+      const RowRef w = corpus->train()[0].locate((u * 7 + j * 5) % 117, T);
+      const std::vector<int32_t> want = direct_read(files[static_cast<size_t>(w.shard)].path, w.offset, T + 1);
+      const int32_t* in = with_hints.data() + u * 2 * mb * T + j * T;
+      ASSERT_EQ(std::vector<int32_t>(in, in + T), std::vector<int32_t>(want.begin(), want.end() - 1)) << u << " " << j;
+      ASSERT_EQ(std::vector<int32_t>(in + mb * T, in + mb * T + T), std::vector<int32_t>(want.begin() + 1, want.end()))
+          << u << " " << j;
+    }
+  // A soft open-file limit with less than 256 descriptors to spare: no hint descriptors, the same tokens.
+  struct rlimit saved {};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  int open_now = 0;
+  for (int fd = 0; fd < 4096; ++fd) open_now += ::fcntl(fd, F_GETFD) != -1;
+  struct rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(open_now + 100);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  {
+    LoaderPipeline plain(corpus, plan, o);
+    EXPECT_FALSE(plain.read_hints());
+    EXPECT_EQ(read_units(plain), with_hints);
+    EXPECT_EQ(plain.stats().hinted, 0);
+  }
+  setrlimit(RLIMIT_NOFILE, &saved);
 }
 
 TEST(LoaderPipeline, TheConsumerWaitsOnlyWhenTheDataIsLate) {
