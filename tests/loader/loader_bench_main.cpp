@@ -1,5 +1,7 @@
 // tetra_loader_bench: one run of the loader benchmark (data/loader_bench.h), as one JSON line.
 //   tetra_loader_bench --files a.bin "b_*.bin" --io pinned --device cuda --order shuffled
+//   tetra_loader_bench --random-read --files "b_*.bin" --seq-len 1024 --threads 8 --seconds 3
+//     (the disk's random O_DIRECT read rate at one window per request; no loader)
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -21,7 +23,28 @@ int main(int argc, char** argv) {
   app.add_option("--order", order, "shuffled (training order) or sequential")->default_val("shuffled");
   app.add_option("--max-gb", o.max_gb, "stop after this many GB of tokens; 0 = one epoch")->default_val(0);
   app.add_flag("--keep-page-cache", keep_cache, "do not drop the files' pages before the run");
+  bool random_read = false;
+  double seconds = 3;
+  app.add_flag("--random-read", random_read,
+               "measure the disk instead: random O_DIRECT reads of one window (rounded up to 4 KiB), "
+               "--threads at a time, for --seconds or --max-gb (default 1)");
+  app.add_option("--seconds", seconds, "--random-read: how long")->default_val(3);
   CLI11_PARSE(app, argc, argv);
+  if (random_read) {
+    tetra::data::RandomReadOptions r;
+    r.files = o.files;
+    r.seq_len = o.seq_len;
+    r.threads = o.threads;
+    r.seconds = seconds;
+    r.max_gb = o.max_gb > 0 ? o.max_gb : 1.0;
+    try {
+      std::cout << tetra::data::run_random_read_bench(r).dump() << std::endl;
+    } catch (const tetra::Error& e) {
+      std::cerr << "tetra_loader_bench: error: " << e.what() << std::endl;
+      return 1;
+    }
+    return 0;
+  }
   if (order != "shuffled" && order != "sequential") {
     std::cerr << "tetra_loader_bench: --order must be shuffled or sequential\n";
     return 2;
