@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include "launch/checkpoint_files.h"
 #include "launch/config_data.h"
@@ -243,12 +244,14 @@ void Trainer::setup() {
   control_cfg_.beta1 = oo.adamw.beta1;
   control_cfg_.beta2 = oo.adamw.beta2;
   control_cfg_.stop_on_nonfinite = cfg_.train.on_nonfinite == "stop";
-  readback_ = std::make_unique<HostReadback>(device_, kStepControlSlots);
-  opt_begin_ = std::make_unique<Event>(device_);
-  opt_end_ = std::make_unique<Event>(device_);
+  for (Slot& s : slots_) {
+    s.readback = std::make_unique<HostReadback>(device_, kStepControlSlots);
+    s.opt_begin = std::make_unique<Event>(device_);
+    s.opt_end = std::make_unique<Event>(device_);
+    if (cfg_.train.cuda_graphs) s.graph = std::make_unique<CudaGraph>(device_);
+  }
   if (cfg_.train.cuda_graphs) {
     // Two eager steps first: GEMM autotuning, attention plans and the memory pool settle there.
-    graph_ = std::make_unique<CudaGraph>(device_);
     graph_from_step_ = start_step_ + 2;
     for (int m = 0; m < loader_->accumulation_steps(); ++m) {
       graph_ids_.push_back(Tensor::empty({cfg_.train.micro_batch, cfg_.train.seq_len}, DType::I32, device_));
@@ -311,14 +314,15 @@ void Trainer::forward_backward(const data::LoadedBatch& batch, bool last_micro) 
 }
 
 bool Trainer::graph_step(int64_t step) const {
-  if (!graph_ || step < graph_from_step_) return false;
+  if (graph_from_step_ < 0 || step < graph_from_step_) return false;
   if (Tracer::instance().enabled()) return false;          // traced steps time each op: eager
   if (faults_.poison_loss(step + 1, env_.rank)) return false;  // the host changes the loss: eager
   return true;
 }
 
-void Trainer::enqueue_step(int64_t step, bool graph_inputs, StepResult& r) {
-  comm_->begin_step(graph_inputs);
+void Trainer::enqueue_step(int64_t step, bool graph_inputs, double* data_wait_s) {
+  Slot& slot = slots_[slot_of(step)];
+  comm_->begin_step(graph_inputs, slot_of(step));
   optimizer_->begin_step();
   ops::zero(loss_sum_);
   const int accum = loader_->accumulation_steps();
@@ -330,7 +334,7 @@ void Trainer::enqueue_step(int64_t step, bool graph_inputs, StepResult& r) {
     } else {
       double t0 = now_s();
       batch = loader_->batch(step, micro);
-      r.data_wait_s += now_s() - t0;
+      *data_wait_s += now_s() - t0;
     }
     forward_backward(batch, micro == accum - 1);
   }
@@ -339,7 +343,7 @@ void Trainer::enqueue_step(int64_t step, bool graph_inputs, StepResult& r) {
   // The optimizer phase (loss and norm reductions, the step control, the update), timed on the
   // compute stream: the host reaches this point long before backward has finished.
   const Stream compute = current_stream(device_);
-  opt_begin_->record_timing(compute);
+  slot.opt_begin->record_timing(compute);
   if (!graph_inputs && faults_.poison_loss(step + 1, env_.rank)) {
     Tensor nan = Tensor::empty({1}, DType::F64, Device::cpu());
     nan.data<double>()[0] = std::nan("");
@@ -353,45 +357,67 @@ void Trainer::enqueue_step(int64_t step, bool graph_inputs, StepResult& r) {
   // Every rank holds the same loss and norm, so every rank decides alike (clip, skip, stop).
   ops::step_control(control_, loss_sum_, grad_sq_, lr_table_, control_cfg_);
   optimizer_->step(control_);
-  opt_end_->record_timing(compute);
+  slot.opt_end->record_timing(compute);
   clear_context();  // a captured step frees what it allocated
 }
 
-Trainer::StepResult Trainer::train_step(int64_t step) {
-  StepResult r;
+Trainer::Launched Trainer::launch_step(int64_t step) {
+  Launched l;
+  l.step = step;
+  Slot& slot = slots_[slot_of(step)];
   if (graph_step(step)) {
-    // The graph reads its micro-batches from fixed buffers: copy the loader's there first.
+    // The graph reads its micro-batches from fixed buffers: copy the loader's there first (on
+    // the compute stream, so after the previous step's graph has read them).
     for (int micro = 0; micro < loader_->accumulation_steps(); ++micro) {
       double t0 = now_s();
       data::LoadedBatch batch = loader_->batch(step, micro);
-      r.data_wait_s += now_s() - t0;
+      l.data_wait_s += now_s() - t0;
       ops::copy(graph_ids_[static_cast<size_t>(micro)], batch.inputs);
       ops::copy(graph_targets_[static_cast<size_t>(micro)], batch.targets);
     }
-    if (!graph_->captured()) {
-      graph_->begin_capture();
+    if (!slot.graph->captured()) {
+      slot.graph->begin_capture();
       try {
-        enqueue_step(step, /*graph_inputs=*/true, r);
+        enqueue_step(step, /*graph_inputs=*/true, &l.data_wait_s);
       } catch (...) {
-        graph_->abort_capture();
+        slot.graph->abort_capture();
         throw;
       }
-      graph_->end_capture();
+      slot.graph->end_capture();
       if (is_rank0()) {
         std::printf("tetra: step %lld captured as a CUDA graph of %zu nodes; later steps replay it\n",
-                    static_cast<long long>(step + 1), graph_->nodes());
+                    static_cast<long long>(step + 1), slot.graph->nodes());
         std::fflush(stdout);
       }
     } else {
-      comm_->begin_replay();
+      comm_->begin_replay(slot_of(step));
     }
-    graph_->replay();
+    slot.graph->replay();
   } else {
-    enqueue_step(step, /*graph_inputs=*/false, r);
+    enqueue_step(step, /*graph_inputs=*/false, &l.data_wait_s);
   }
-  // The host waits here for the step's outcome, the one synchronisation of a step.
-  readback_->copy_from(control_);
-  const double* c = readback_->wait();
+  slot.readback->copy_from(control_);
+  return l;
+}
+
+const double* Trainer::wait_readback(int64_t step) {
+  HostReadback& rb = *slots_[slot_of(step)].readback;
+  const double timeout = cfg_.run.comm_timeout_s;
+  const double t0 = now_s();
+  while (!rb.ready()) {
+    if (timeout > 0 && now_s() - t0 > timeout)
+      TETRA_FAIL(Comm, "step ", step + 1, " did not finish on ", device_.str(), " within run.comm_timeout_s = ",
+                 timeout, " s: its collectives wait for a rank that stopped or failed (rank ", env_.rank, " of ",
+                 env_.world_size, " on ", env_.host, ")");
+    std::this_thread::yield();
+  }
+  return rb.wait();
+}
+
+Trainer::StepResult Trainer::finish_step(const Launched& l) {
+  StepResult r;
+  r.data_wait_s = l.data_wait_s;
+  const double* c = wait_readback(l.step);
   r.loss = c[kCtlLoss];
   r.grad_norm = c[kCtlGradNorm];
   r.lr = c[kCtlLr];
@@ -399,10 +425,34 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   if (r.skipped) ++skipped_steps_;
   r.stop_nonfinite = c[kCtlNonFinite] != 0.0 && cfg_.train.on_nonfinite == "stop";
   optimizer_->set_steps_taken(static_cast<int64_t>(c[kCtlUpdates]));
-  r.optimizer_s = opt_end_->elapsed_ms(*opt_begin_) / 1e3;
-  comm_->end_step();
+  Slot& slot = slots_[slot_of(l.step)];
+  r.optimizer_s = slot.opt_end->elapsed_ms(*slot.opt_begin) / 1e3;
+  comm_->end_step(slot_of(l.step));
   r.exposed_comm_s = comm_->exposed_ms() / 1e3;
   return r;
+}
+
+bool Trainer::eval_due(int64_t step) const {
+  return cfg_.train.eval_every > 0 && loader_->has_validation() &&
+         ((step + 1) % cfg_.train.eval_every == 0 || step + 1 == cfg_.train.steps);
+}
+
+bool Trainer::checkpoint_due(int64_t step) const {
+  const int64_t done = step + 1;
+  const int every = cfg_.checkpoint.every;
+  return every > 0 && (done % every == 0 || done == cfg_.train.steps);
+}
+
+// Step + 1 may start before step is finished unless something must happen in between on the host
+// with the state after step: an evaluation, a checkpoint, the last step, traced steps, a planned
+// fault. On the CPU there is nothing to gain.
+bool Trainer::may_run_ahead(int64_t step) const {
+  if (device_.is_cpu()) return false;  // CPU ops run as they are issued: nothing to overlap
+  if (step + 1 >= cfg_.train.steps || eval_due(step) || checkpoint_due(step)) return false;
+  if (cfg_.log.profile_steps > 0 && step + 1 >= cfg_.train.steps - cfg_.log.profile_steps) return false;
+  for (const FaultPlan::Fault& f : faults_.faults())
+    if (f.action != FaultPlan::Action::Nan && f.step == step + 1) return false;  // raised after step
+  return true;
 }
 
 double Trainer::evaluate() {
@@ -565,12 +615,25 @@ int Trainer::run_steps() {
   int stop = 0;            // the stop signal the ranks agreed on, 0 while none
   bool nonfinite = false;  // a non-finite step under train.on_nonfinite: stop
   int64_t step = start_step_;
+  std::optional<Launched> ahead;  // step + 1, launched before step was finished
+  double clock = 0, ledger_clock = 0;  // when the step being finished began (its predecessor ended)
   for (; step < cfg_.train.steps; ++step) {
-    double t_start = ledger_ ? ledger_->now() : 0;
-    trace_step_begin(step);
-    double t0 = now_s();
-    StepResult r = train_step(step);
-    double seconds = now_s() - t0;
+    Launched cur;
+    if (ahead) {
+      cur = *ahead;
+      ahead.reset();
+    } else {
+      ledger_clock = ledger_ ? ledger_->now() : 0;
+      trace_step_begin(step);
+      clock = now_s();
+      cur = launch_step(step);
+    }
+    if (stop == 0 && may_run_ahead(step)) ahead = launch_step(step + 1);
+    StepResult r = finish_step(cur);
+    const double t_start = ledger_clock;
+    const double seconds = now_s() - clock;
+    clock = now_s();
+    ledger_clock = ledger_ ? ledger_->now() : 0;
     trace_step_end(step, seconds);
     tokens_seen_ += loader_->tokens_per_step();
     losses_.push_back(r.loss);
@@ -586,8 +649,7 @@ int Trainer::run_steps() {
       t.loss = r.loss;
       ledger_->step(t);
     }
-    const bool eval_now = cfg_.train.eval_every > 0 && loader_->has_validation() &&
-                          ((step + 1) % cfg_.train.eval_every == 0 || step + 1 == cfg_.train.steps);
+    const bool eval_now = eval_due(step);
     std::optional<double> val_loss;
     if (eval_now) {
       double e0 = ledger_ ? ledger_->now() : 0;
@@ -597,14 +659,17 @@ int Trainer::run_steps() {
     if (is_rank0()) log_step(step, r, seconds, val_loss);
     if (r.stop_nonfinite) {
       nonfinite = true;
+      // The step launched ahead changed nothing (the device control halts every update after a
+      // non-finite step under on_nonfinite: stop); let it end before the state is saved.
+      if (ahead) (void)wait_readback(ahead->step);
       break;
     }
     faults_.after_step(step + 1, env_.rank);
-    stop = agree_after_step();
-    const int64_t done = step + 1;
-    const int every = cfg_.checkpoint.every;
-    if (stop != 0 || (every > 0 && (done % every == 0 || done == cfg_.train.steps)))
-      checkpointer_->save(progress(done));
+    const int agreed = agree_after_step();
+    if (stop == 0) stop = agreed;
+    // A stop signal takes effect after the step already launched ahead, if any.
+    if (ahead && stop != 0) continue;
+    if (stop != 0 || checkpoint_due(step)) checkpointer_->save(progress(step + 1));
     if (stop != 0) {
       ++step;
       break;

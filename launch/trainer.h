@@ -58,13 +58,27 @@ class Trainer {
     bool skipped = false;
     bool stop_nonfinite = false;  // skipped, and train.on_nonfinite is stop
   };
-  StepResult train_step(int64_t step);
+  // A step is launched (its device work enqueued, nothing waited for) and later finished (its
+  // outcome read back). While step s runs on the device the host may launch s + 1, so the device
+  // never idles between steps for the host's bookkeeping (may_run_ahead says when it may).
+  struct Launched {
+    int64_t step = 0;
+    double data_wait_s = 0;
+  };
+  Launched launch_step(int64_t step);
+  StepResult finish_step(const Launched& l);
+  bool may_run_ahead(int64_t step) const;  // step + 1 may be launched before step is finished
+  bool eval_due(int64_t step) const;
+  bool checkpoint_due(int64_t step) const;
+  // Waits for a launched step's outcome on the host, for at most run.comm_timeout_s (a peer that
+  // stopped leaves the collectives of the step waiting forever on the device).
+  const double* wait_readback(int64_t step);
   // The device work of one step, with no host synchronisation: zero gradients, forward and
   // backward of every micro-batch (the loss summed on the device), gradient reduction, the step
   // control (runtime/step_control.h) and the optimizer update. Micro-batch inputs come from the
   // loader, or (graph_inputs) from the static buffers a captured graph reads.
-  void enqueue_step(int64_t step, bool graph_inputs, StepResult& r);
-  bool graph_step(int64_t step) const;  // replayed from (or captured into) the step graph
+  void enqueue_step(int64_t step, bool graph_inputs, double* data_wait_s);
+  bool graph_step(int64_t step) const;  // replayed from (or captured into) a step graph
   double evaluate();
   void forward_backward(const data::LoadedBatch& batch, bool last_micro);
   void clear_context();
@@ -99,13 +113,19 @@ class Trainer {
   // Device-side step state (runtime/step_control.h): the loss sum and Σ g² of the step, the control
   // (schedule position, update count, decisions), the LR of every step, and the readback of the
   // control to the host. The step graph and its static micro-batch inputs (train.cuda_graphs).
+  // Per slot (step % 2, two steps in flight at most): the readback, the optimizer-phase timing
+  // events and the captured graph (each graph records its own events, so both can be in flight).
   Tensor loss_sum_, grad_sq_, control_, lr_table_;
   StepControlConfig control_cfg_;
-  std::unique_ptr<HostReadback> readback_;
-  std::unique_ptr<Event> opt_begin_, opt_end_;
-  std::unique_ptr<CudaGraph> graph_;
+  struct Slot {
+    std::unique_ptr<HostReadback> readback;
+    std::unique_ptr<Event> opt_begin, opt_end;
+    std::unique_ptr<CudaGraph> graph;
+  };
+  Slot slots_[2];
+  static int slot_of(int64_t step) { return static_cast<int>(step % 2); }
   std::vector<Tensor> graph_ids_, graph_targets_;
-  int64_t graph_from_step_ = -1;  // the first step replayed from the graph (-1: graphs off)
+  int64_t graph_from_step_ = -1;  // the first step run from a graph (-1: graphs off)
   int64_t start_step_ = 0;  // steps already done (resume)
   int64_t tokens_seen_ = 0;
   int64_t skipped_steps_ = 0;

@@ -16,6 +16,8 @@ struct CommScheduler::Pending {
   std::unique_ptr<Event> ready;                  // compute → comm: the inputs are ready
   std::unique_ptr<Event> start, end;             // on the comm stream, around the collective
   std::unique_ptr<Event> wait_begin, wait_end;   // on the compute stream, around the wait
+  std::unique_ptr<Event> finished;               // after `end`: compute waits on it, which also joins
+                                                 // the timing record into a captured graph
 };
 
 CommScheduler::CommScheduler(Device device) : device_(device) {
@@ -31,8 +33,10 @@ void CommScheduler::StepRecords::clear() {
   step_start.reset();
 }
 
-void CommScheduler::begin_step(bool for_graph) {
-  active_ = for_graph ? &graph_ : &eager_;
+void CommScheduler::begin_step(bool for_graph, int slot) {
+  TETRA_CHECK(slot >= 0 && slot < kSlots, "CommScheduler: slot ", slot);
+  active_ = for_graph ? &graph_[slot] : &eager_[slot];
+  replaying_[slot] = for_graph;
   active_->clear();
   host_start_ = host_ms();
   if (device_.is_cuda()) {
@@ -41,9 +45,11 @@ void CommScheduler::begin_step(bool for_graph) {
   }
 }
 
-void CommScheduler::begin_replay() {
-  TETRA_CHECK(graph_.step_start != nullptr, "CommScheduler::begin_replay before a step was captured");
-  active_ = &graph_;
+void CommScheduler::begin_replay(int slot) {
+  TETRA_CHECK(slot >= 0 && slot < kSlots, "CommScheduler: slot ", slot);
+  TETRA_CHECK(graph_[slot].step_start != nullptr, "CommScheduler::begin_replay before a step was captured");
+  active_ = &graph_[slot];
+  replaying_[slot] = true;
   host_start_ = host_ms();
 }
 
@@ -65,6 +71,8 @@ CommScheduler::Ticket CommScheduler::issue(const std::string& name, int64_t byte
     p->work = launch();
     p->end = std::make_unique<Event>(device_);
     p->end->record_timing(comm_);
+    p->finished = std::make_unique<Event>(device_);
+    p->finished->record(comm_);
   } else {
     p->work = launch();
   }
@@ -84,6 +92,7 @@ void CommScheduler::wait(Ticket& t) {
     p.wait_begin = std::make_unique<Event>(device_);
     p.wait_begin->record_timing(compute);
     p.work->wait();  // device-side: compute waits on the collective's event
+    p.finished->block(compute);
     p.wait_end = std::make_unique<Event>(device_);
     p.wait_end->record_timing(compute);
   } else {
@@ -94,7 +103,9 @@ void CommScheduler::wait(Ticket& t) {
   t.waited_ = true;
 }
 
-const std::vector<CommScheduler::Record>& CommScheduler::end_step() {
+const std::vector<CommScheduler::Record>& CommScheduler::end_step(int slot) {
+  TETRA_CHECK(slot >= 0 && slot < kSlots, "CommScheduler: slot ", slot);
+  active_ = replaying_[slot] ? &graph_[slot] : &eager_[slot];
   StepRecords& a = *active_;
   if (device_.is_cuda() && a.step_start) {
     for (size_t i = 0; i < a.pending.size(); ++i) {

@@ -33,13 +33,15 @@ class CommScheduler {
     bool waited_ = false;
   };
 
-  // Marks the start of a step: records are kept per step. for_graph: the step is being captured
-  // into a CUDA graph; its events become graph nodes, kept (apart from eager steps' records) for
-  // every replay of that graph.
-  void begin_step(bool for_graph = false);
-  // A replay of the captured step begins: end_step() then reads the captured step's events, which
-  // the replay records again.
-  void begin_replay();
+  // Marks the start of a step: records are kept per step, in one of kSlots slots, so that the
+  // next step may be issued before this one's records are read (end_step(slot)). for_graph: the
+  // step is being captured into a CUDA graph; its events become graph nodes, kept (apart from
+  // eager steps' records) for every replay of that graph.
+  static constexpr int kSlots = 2;
+  void begin_step(bool for_graph = false, int slot = 0);
+  // A replay of the graph captured in `slot` begins: end_step(slot) then reads the captured
+  // step's events, which the replay records again.
+  void begin_replay(int slot = 0);
   // Runs `launch` (which starts one collective and returns its Work) on the communication stream,
   // ordered after all work issued so far on the compute stream.
   Ticket issue(const std::string& name, int64_t bytes, const std::function<std::unique_ptr<Work>()>& launch);
@@ -54,8 +56,9 @@ class CommScheduler {
     double end_ms = -1;    // ... and when it finished
     double waited_ms = 0;  // time compute was blocked waiting for it (exposed communication)
   };
-  // Resolves the step's device timings (synchronises the streams) and returns the records.
-  const std::vector<Record>& end_step();
+  // Resolves the device timings of the step begun in `slot` (waits for its events) and returns
+  // its records; records() and exposed_ms() then refer to that step.
+  const std::vector<Record>& end_step(int slot = 0);
   double exposed_ms() const;  // Σ waited_ms of the last end_step()
   const std::vector<Record>& records() const { return active_->records; }
   const Stream& comm_stream() const { return comm_; }
@@ -70,8 +73,9 @@ class CommScheduler {
   };
   Device device_;
   Stream comm_;
-  StepRecords eager_, graph_;
-  StepRecords* active_ = &eager_;
+  StepRecords eager_[kSlots], graph_[kSlots];
+  bool replaying_[kSlots] = {false, false};  // the slot's last step is a graph replay
+  StepRecords* active_ = &eager_[0];
   double host_start_ = 0;
 };
 

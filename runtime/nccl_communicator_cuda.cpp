@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -276,6 +277,15 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, Device device, std::shared_ptr
   cuda::DeviceScope scope(device);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
+#if defined(NCCL_CTA_POLICY_EFFICIENCY)
+  // TETRA_NCCL_CTA_POLICY=efficiency: NCCL uses as few CTAs as give decent bandwidth, leaving SMs
+  // to the compute that collectives overlap with (docs/kernels.md NOTES measures it).
+  if (const char* policy = std::getenv("TETRA_NCCL_CTA_POLICY")) {
+    if (std::strcmp(policy, "efficiency") == 0) config.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY;
+    else if (std::strcmp(policy, "default") != 0)
+      TETRA_FAIL(Usage, "TETRA_NCCL_CTA_POLICY: '", policy, "' (valid: default, efficiency)");
+  }
+#endif
   const ncclResult_t r = ncclCommInitRankConfig(&im.comm, size, id, rank, &config);
   im.check(im.comm, r, "initialisation", name(), timeout());
   im.barrier_buf = Tensor::zeros({1}, DType::I32, device);

@@ -86,6 +86,7 @@ TEST(GpuStepControl, AdamWFromControlMatchesCpuAndSkips) {
   const int64_t n = 3 * 8192 + 7;
   Tensor master = random_host(rng, {n}, 0.05), grad = representable(random_host(rng, {n}, 0.01), DType::BF16);
   Tensor m = random_host(rng, {n}, 0.001), v = random_host(rng, {n}, 1e-5, 2e-5);
+  for (int64_t i = 0; i < n; ++i) v.data<float>()[i] = std::abs(v.data<float>()[i]) + 1e-7f;  // v ≥ 0
   StepControlConfig cfg;
   cfg.max_norm = 0.1;
   cfg.tokens = 1024;
