@@ -1,6 +1,8 @@
 #include "parallel/comm_scheduler.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
 namespace tetra {
 
@@ -21,8 +23,10 @@ struct CommScheduler::Pending {
 };
 
 CommScheduler::CommScheduler(Device device) : device_(device) {
-  // A higher-priority stream, so collectives start as soon as their inputs are ready.
-  if (device.is_cuda()) comm_ = Stream::create(device, -1);
+  // A higher-priority stream, so collectives start as soon as their inputs are ready
+  // (TETRA_COMM_STREAM_PRIORITY=0: the compute stream's priority, for comparison).
+  const char* prio = std::getenv("TETRA_COMM_STREAM_PRIORITY");
+  if (device.is_cuda()) comm_ = Stream::create(device, prio && std::string(prio) == "0" ? 0 : -1);
 }
 
 CommScheduler::~CommScheduler() = default;

@@ -7,7 +7,11 @@ namespace tetra {
 
 ReplicatedOptimizer::ReplicatedOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler,
                                          const DistributedOptimizerOptions& o)
-    : params_(params), dp_(dp), reducer_(params, dp, scheduler, o.bucket_bytes), adamw_(params, o.adamw) {}
+    : params_(params),
+      dp_(dp),
+      reducer_(params, dp, scheduler, o.bucket_bytes),
+      adamw_(params, o.adamw),
+      overlap_(o.overlap_grad_reduce) {}
 
 void ReplicatedOptimizer::begin_step() {
   params_.zero_grads();
@@ -15,7 +19,8 @@ void ReplicatedOptimizer::begin_step() {
 }
 
 void ReplicatedOptimizer::after_backward(int layer, bool last_micro) {
-  if (last_micro) reducer_.layer_done(layer);
+  // Without overlap every bucket is issued by finish_gradients(), after backward.
+  if (last_micro && overlap_) reducer_.layer_done(layer);
 }
 
 void ReplicatedOptimizer::finish_gradients() { reducer_.finish(); }

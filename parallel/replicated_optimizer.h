@@ -32,6 +32,7 @@ class ReplicatedOptimizer : public DistributedOptimizer {
   Communicator& dp_;
   GradReducer reducer_;
   AdamW adamw_;
+  bool overlap_;  // parallel.overlap_grad_reduce: reduce buckets during backward
 };
 
 }  // namespace tetra

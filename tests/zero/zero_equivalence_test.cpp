@@ -334,6 +334,7 @@ int main(int argc, char** argv) {
         variants.push_back({"stage3_prefetch2_accum4", 3, 1, 2});
         variants.push_back({"stage2_single_micro", 2, 4, 1});
         variants.push_back({"stage1_no_overlap", 1, mb, 1, false});
+        variants.push_back({"stage0_no_overlap", 0, mb, 1, false});
       }
       for (const Variant& v : variants) check_variant(*world, yaml, work, v, ref);
     } catch (const std::exception& e) {
