@@ -70,7 +70,7 @@ std::vector<Field> make_fields() {
       {KEY(train, eval_batches, Int), .lo = 1, .hi = kIntMax},
       {KEY(train, recompute, Choice), .choices = {"none", "mlp", "full"}},
       {KEY(train, on_nonfinite, Choice), .choices = {"skip", "stop"}},
-      {KEY(train, cuda_graphs, Bool)},
+      {KEY(train, cuda_graphs, Bool), .note = "replay steps as CUDA graphs from the third on (ZeRO 0-2; docs/kernels.md)"},
 
       // optimizer: AdamW and its learning-rate schedule.
       {KEY(optimizer, name, Choice), .choices = {"adamw"}},
