@@ -108,7 +108,17 @@ void sum_accumulate(Tensor& acc, const Tensor& x) {
 double sum_to_host(const Tensor& x) { TETRA_DISPATCH(x.device(), sum_to_host, x); }
 void step_control(Tensor& control, const Tensor& loss_sum, const Tensor& grad_sq, const Tensor& lr_table,
                   const StepControlConfig& cfg) {
-  check_same_device("step_control", {&control, &loss_sum, &grad_sq, &lr_table});
+  const char* op = "step_control";
+  check_same_device(op, {&control, &loss_sum, &grad_sq, &lr_table});
+  check_dtype(op, "control", control, DType::F64);
+  check_shape(op, "control", control, {kStepControlSlots});
+  check_dtype(op, "loss_sum", loss_sum, DType::F64);
+  check_shape(op, "loss_sum", loss_sum, {1});
+  check_dtype(op, "grad_sq", grad_sq, DType::F64);
+  check_shape(op, "grad_sq", grad_sq, {1});
+  check_dtype(op, "lr_table", lr_table, DType::F64);
+  if (lr_table.ndim() != 1 || lr_table.numel() < 1)
+    TETRA_FAIL(Internal, op, ": lr_table must be a non-empty vector, got ", lr_table.describe());
   TETRA_DISPATCH(control.device(), step_control, control, loss_sum, grad_sq, lr_table, cfg);
 }
 

@@ -3,6 +3,7 @@
 // on a non-finite step — and AdamW driven by a control equals AdamW driven by host scalars.
 #include <cmath>
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -77,6 +78,27 @@ TEST(StepControl, StopModeHaltsEveryLaterUpdateAndLrTableClamps) {
   ops::step_control(control, scalar64(1.0), scalar64(1.0), lrs, cfg);  // step 2 ≥ the table: its last entry
   EXPECT_EQ(control.data<double>()[kCtlLr], static_cast<double>(static_cast<float>(1e-3)));
   EXPECT_EQ(control.data<double>()[kCtlScheduleStep], 3.0);
+}
+
+TEST(StepControl, BadArgumentsAreNamed) {
+  Tensor control = Tensor::zeros({kStepControlSlots}, DType::F64);
+  Tensor short_control = Tensor::zeros({3}, DType::F64);
+  Tensor f32 = Tensor::zeros({1}, DType::F32);
+  StepControlConfig cfg;
+  auto expect = [](const std::function<void()>& fn, const std::string& what) {
+    try {
+      fn();
+      ADD_FAILURE() << "step_control accepted a bad " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("step_control"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect([&] { ops::step_control(short_control, scalar64(1), scalar64(1), lr_table(2), cfg); }, "control");
+  expect([&] { ops::step_control(control, f32, scalar64(1), lr_table(2), cfg); }, "loss_sum");
+  expect([&] { ops::step_control(control, scalar64(1), f32, lr_table(2), cfg); }, "grad_sq");
+  expect([&] { ops::step_control(control, scalar64(1), scalar64(1), Tensor::zeros({0}, DType::F64), cfg); },
+         "lr_table");
 }
 
 TEST(StepControl, NoClippingWhenMaxNormIsZero) {
