@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""CUDA graphs: train.cuda_graphs captures the third step and replays it; the losses equal the
-eager run's (the same kernels on the same inputs) on one GPU with gradient accumulation, clipping
+"""CUDA graphs: train.cuda_graphs captures the third and fourth steps (one graph per step parity,
+two steps being in flight) and replays them; the losses equal the eager run's (the same kernels on the same inputs) on one GPU with gradient accumulation, clipping
 and a poisoned (non-finite, skipped) step, which runs eagerly between replays; on two GPUs (if
 present) at ZeRO stages 0 and 2 the graphs' losses equal the eager two-GPU run's. Exits 77
 (skipped) without a GPU.
