@@ -58,6 +58,7 @@ struct TrainConfig {
   std::string recompute = "none";    // none | mlp | full
   std::string on_nonfinite = "skip"; // skip the update of a step with a non-finite loss or grad, or stop
   bool cuda_graphs = false;
+  std::string run_ahead = "auto";    // launch step s+1 before step s is read back: auto (on a GPU) | on | off
 };
 
 struct OptimizerConfig {

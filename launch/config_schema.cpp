@@ -70,6 +70,8 @@ std::vector<Field> make_fields() {
       {KEY(train, eval_batches, Int), .lo = 1, .hi = kIntMax},
       {KEY(train, recompute, Choice), .choices = {"none", "mlp", "full"}},
       {KEY(train, on_nonfinite, Choice), .choices = {"skip", "stop"}},
+      {KEY(train, run_ahead, Choice), .choices = {"auto", "on", "off"},
+       .note = "launch the next step before this one is read back; auto: on a GPU (docs/kernels.md)"},
       {KEY(train, cuda_graphs, Bool), .note = "replay steps as CUDA graphs from the third on (ZeRO 0-2; docs/kernels.md)"},
 
       // optimizer: AdamW and its learning-rate schedule.

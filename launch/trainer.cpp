@@ -445,9 +445,10 @@ bool Trainer::checkpoint_due(int64_t step) const {
 
 // Step + 1 may start before step is finished unless something must happen in between on the host
 // with the state after step: an evaluation, a checkpoint, the last step, traced steps, a planned
-// fault. On the CPU there is nothing to gain.
+// fault.
 bool Trainer::may_run_ahead(int64_t step) const {
-  if (device_.is_cpu()) return false;  // CPU ops run as they are issued: nothing to overlap
+  // train.run_ahead auto: on a GPU only (CPU ops run as they are issued: nothing to overlap).
+  if (cfg_.train.run_ahead == "off" || (cfg_.train.run_ahead == "auto" && device_.is_cpu())) return false;
   if (step + 1 >= cfg_.train.steps || eval_due(step) || checkpoint_due(step)) return false;
   if (cfg_.log.profile_steps > 0 && step + 1 >= cfg_.train.steps - cfg_.log.profile_steps) return false;
   for (const FaultPlan::Fault& f : faults_.faults())

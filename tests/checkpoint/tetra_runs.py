@@ -42,11 +42,14 @@ class Workspace:
                            check=True, env=self.env, stdout=subprocess.DEVNULL)
         self.runs = os.path.join(self.work, "runs")
         self.cfg = os.path.join(self.work, "cfg.yaml")
+        # TETRA_TEST_RUN_AHEAD=1: the CPU runs launch step s+1 before step s is read back, as GPU runs
+        # do, so the trainer's run-ahead paths (stops, non-finite steps, resumes) are tested here too.
+        run_ahead = ", run_ahead: on" if os.environ.get("TETRA_TEST_RUN_AHEAD") == "1" else ""
         with open(self.cfg, "w") as f:
             f.write(f"""run: {{name: base, output_dir: {self.runs}, seed: 11, comm_timeout_s: 60}}
 model: {{arch: gpt2, vocab_size: 256, seq_len: 32, d_model: 32, n_layers: 2, n_heads: 2}}
 parallel: {{dp: 0}}
-train: {{steps: {steps}, global_batch: 8, micro_batch: 2, device: cpu, precision: fp32, grad_clip: 1.0}}
+train: {{steps: {steps}, global_batch: 8, micro_batch: 2, device: cpu, precision: fp32, grad_clip: 1.0{run_ahead}}}
 optimizer: {{lr: 3.0e-3, betas: [0.9, 0.95], weight_decay: 0.1, warmup_steps: 2, schedule: cosine, min_lr: 1.0e-4}}
 data: {{train: {self.data}, shuffle: true}}
 checkpoint: {{every: {every}, keep: {keep}}}
