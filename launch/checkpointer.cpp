@@ -234,12 +234,7 @@ CheckpointMeta Checkpointer::make_meta(const Pending& p) const {
                {"shuffle", cfg_.data.shuffle},
                {"seed", cfg_.run.seed},
                {"data", cfg_.data.train}};
-  LrSchedule sched;
-  sched.kind = cfg_.optimizer.schedule;
-  sched.lr = cfg_.optimizer.lr;
-  sched.min_lr = cfg_.optimizer.min_lr;
-  sched.warmup_steps = cfg_.optimizer.warmup_steps;
-  sched.total_steps = cfg_.train.steps;
+  const LrSchedule sched = LrSchedule::of(cfg_);
   m.lr_schedule = {{"next_step", p.progress.step},
                    {"next_lr", sched.at(p.progress.step)},
                    {"kind", sched.kind},

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "launch/config.h"
+
 namespace tetra::launch {
 
 double LrSchedule::at(int64_t step) const {
@@ -13,6 +15,16 @@ double LrSchedule::at(int64_t step) const {
   double progress = std::clamp(static_cast<double>(step - warmup_steps) / static_cast<double>(decay_steps), 0.0, 1.0);
   double factor = kind == "linear" ? 1.0 - progress : 0.5 * (1.0 + std::cos(M_PI * progress));
   return min_lr + (lr - min_lr) * factor;
+}
+
+LrSchedule LrSchedule::of(const Config& cfg) {
+  LrSchedule s;
+  s.kind = cfg.optimizer.schedule;
+  s.lr = cfg.optimizer.lr;
+  s.min_lr = cfg.optimizer.min_lr;
+  s.warmup_steps = cfg.optimizer.warmup_steps;
+  s.total_steps = cfg.train.steps;
+  return s;
 }
 
 }  // namespace tetra::launch

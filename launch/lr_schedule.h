@@ -6,11 +6,15 @@
 
 namespace tetra::launch {
 
+struct Config;
+
 struct LrSchedule {
   std::string kind = "cosine";  // cosine | linear | constant
   double lr = 3e-4, min_lr = 0.0;
   int64_t warmup_steps = 0, total_steps = 1;
   double at(int64_t step) const;
+  // The schedule a config describes (optimizer.*, over train.steps).
+  static LrSchedule of(const Config& cfg);
 };
 
 }  // namespace tetra::launch

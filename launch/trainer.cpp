@@ -157,11 +157,6 @@ void Trainer::setup() {
   comm_ = std::make_unique<CommScheduler>(device_);
   optimizer_ = make_distributed_optimizer(params_, mesh_->device_comm(MeshAxis::DP), *comm_, oo);
 
-  schedule_.kind = cfg_.optimizer.schedule;
-  schedule_.lr = cfg_.optimizer.lr;
-  schedule_.min_lr = cfg_.optimizer.min_lr;
-  schedule_.warmup_steps = cfg_.optimizer.warmup_steps;
-  schedule_.total_steps = cfg_.train.steps;
 
   // Data.
   data::SamplerConfig sc;
@@ -228,9 +223,10 @@ void Trainer::setup() {
   loss_sum_ = Tensor::zeros({1}, DType::F64, device_);
   grad_sq_ = Tensor::zeros({1}, DType::F64, device_);
   {
+    const LrSchedule schedule = LrSchedule::of(cfg_);
     const int64_t steps = std::max(1, cfg_.train.steps);
     Tensor lr = Tensor::empty({steps}, DType::F64, Device::cpu());
-    for (int64_t i = 0; i < steps; ++i) lr.data<double>()[i] = schedule_.at(i);
+    for (int64_t i = 0; i < steps; ++i) lr.data<double>()[i] = schedule.at(i);
     lr_table_ = Tensor::empty({steps}, DType::F64, device_);
     ops::copy(lr_table_, lr);
     Tensor c = Tensor::zeros({kStepControlSlots}, DType::F64, Device::cpu());

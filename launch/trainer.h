@@ -108,7 +108,6 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;    // rank 0 only
   std::unique_ptr<Checkpointer> checkpointer_;
   FaultPlan faults_;
-  LrSchedule schedule_;
   std::unique_ptr<MicroBatchContext> ctx_;
   // Device-side step state (runtime/step_control.h): the loss sum and Σ g² of the step, the control
   // (schedule position, update count, decisions), the LR of every step, and the readback of the

@@ -43,14 +43,6 @@ void AdamW::update(const ops::AdamWHyper& h, const Tensor* control) {
   ops::adamw_update_multi(segments, h, control);
 }
 
-double gradient_norm(Tensor& flat_grads, Communicator* shard_group) {
-  Tensor acc = Tensor::zeros({1}, DType::F32, flat_grads.device());
-  ops::sum_squares(acc, flat_grads);
-  double sq = ops::sum_to_host(acc);
-  if (shard_group && shard_group->size() > 1) sq = shard_group->all_reduce_scalar(sq);
-  return std::sqrt(sq);
-}
-
 void gradient_norm_squared(Tensor& acc, Tensor& flat_grads, Communicator* shard_group) {
   if (!shard_group || shard_group->size() <= 1) {
     ops::sum_squares(acc, flat_grads);

@@ -53,11 +53,10 @@ class AdamW {
   int64_t step_ = 0;
 };
 
-// Global L2 norm of the flat gradients (padding is zero), as torch.nn.utils.clip_grad_norm_ sees
-// it; `shard_group` (may be null) sums the squares over ranks that hold disjoint shards.
-double gradient_norm(Tensor& flat_grads, Communicator* shard_group = nullptr);
-// The same, squared, into acc fp64 [1] (+=) on the device; the shard group's sum is a device
-// all-reduce on the current stream (no host synchronisation).
+// Σ g² of the flat gradients (padding is zero) into acc fp64 [1] (+=) on the device: the square of
+// the global L2 norm torch.nn.utils.clip_grad_norm_ sees. `shard_group` (may be null) sums it over
+// ranks that hold disjoint shards, with a device all-reduce on the current stream (no host
+// synchronisation).
 void gradient_norm_squared(Tensor& acc, Tensor& flat_grads, Communicator* shard_group = nullptr);
 // clip_grad_norm_'s coefficient: min(1, max_norm / (norm + 1e-6)); max_norm ≤ 0 disables clipping.
 float clip_coefficient(double norm, double max_norm);

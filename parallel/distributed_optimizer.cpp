@@ -1,10 +1,7 @@
 // The factory of DistributedOptimizer and the ParamSet storage each stage needs.
 #include "parallel/distributed_optimizer.h"
 
-#include <cmath>
-
 #include "parallel/replicated_optimizer.h"
-#include "runtime/ops.h"
 #include "parallel/zero_optimizer.h"
 
 namespace tetra {
@@ -37,16 +34,6 @@ std::unique_ptr<DistributedOptimizer> make_distributed_optimizer(ParamSet& param
   if (options.zero_stage >= 1 && options.zero_stage <= 3)
     return std::make_unique<ZeroOptimizer>(params, dp, scheduler, options);
   TETRA_FAIL(Config, "parallel.zero_stage: ", options.zero_stage, " (valid: 0, 1, 2, 3)");
-}
-
-}  // namespace tetra
-
-namespace tetra {
-
-double DistributedOptimizer::grad_norm() {
-  Tensor acc = Tensor::zeros({1}, DType::F64, device());
-  grad_norm_squared(acc);
-  return std::sqrt(ops::sum_to_host(acc));
 }
 
 }  // namespace tetra

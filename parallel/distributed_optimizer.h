@@ -62,16 +62,13 @@ class DistributedOptimizer {
   virtual void after_backward(int layer, bool last_micro) = 0;
   virtual void finish_gradients() = 0;
   // acc fp64 [1] on the run's device += the global Σ g² (every rank gets the same value); device-
-  // side, no host synchronisation. grad_norm() is its square root on the host (synchronises).
+  // side, no host synchronisation.
   virtual void grad_norm_squared(Tensor& acc) = 0;
-  double grad_norm();
   virtual void step(float lr, float grad_scale) = 0;
   // The update as step_control decided it (control: fp64 [kStepControlSlots] on the device, after
   // ops::step_control). The update count lives in the control: after reading it back the caller
   // mirrors it with set_steps_taken (checkpoints save steps_taken()).
   virtual void step(const Tensor& control) = 0;
-  // Throws the accumulated gradients away (a skipped step).
-  virtual void discard_gradients() = 0;
 
   virtual int64_t steps_taken() const = 0;
   virtual void set_steps_taken(int64_t s) = 0;

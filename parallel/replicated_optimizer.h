@@ -18,7 +18,6 @@ class ReplicatedOptimizer : public DistributedOptimizer {
   void grad_norm_squared(Tensor& acc) override;
   void step(float lr, float grad_scale) override;
   void step(const Tensor& control) override;
-  void discard_gradients() override { params_.zero_grads(); }
   int64_t steps_taken() const override { return adamw_.steps_taken(); }
   void set_steps_taken(int64_t s) override { adamw_.set_steps_taken(s); }
   std::vector<StatePiece> pieces_to_save() override;

@@ -117,11 +117,4 @@ void ZeroGradReducer::finish() {
   while (!in_flight_.empty()) wait_oldest();
 }
 
-void ZeroGradReducer::discard() {
-  while (!in_flight_.empty()) wait_oldest();
-  for (size_t u = 0; u < units_.size(); ++u) free_buffer(static_cast<int>(u));
-  ops::zero(grad_shard_);
-  if (stage_ == 1) params_.zero_grads();
-}
-
 }  // namespace tetra

@@ -37,8 +37,6 @@ class ZeroGradReducer {
   void after_backward(int layer, bool last_micro);
   // Issues the units still pending, waits for every reduce-scatter, frees the unit buffers.
   void finish();
-  // Drops the step's gradients (a skipped step): buffers freed, shard zeroed.
-  void discard();
 
   // Elements of full-size unit gradient buffers alive now / at most since construction (stages 2–3).
   int64_t live_unit_elements() const { return live_elems_; }

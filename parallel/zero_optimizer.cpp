@@ -76,7 +76,6 @@ void ZeroOptimizer::finish_gradients() { reducer_->finish(); }
 
 void ZeroOptimizer::grad_norm_squared(Tensor& acc) { gradient_norm_squared(acc, grad_shard_, &dp_); }
 
-void ZeroOptimizer::discard_gradients() { reducer_->discard(); }
 
 void ZeroOptimizer::issue_weight_gather(int u, std::vector<CommScheduler::Ticket>& tickets) {
   const ZeroUnit& zu = params_.layout().units()[static_cast<size_t>(u)];

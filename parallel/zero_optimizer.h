@@ -42,7 +42,6 @@ class ZeroOptimizer : public DistributedOptimizer {
   void grad_norm_squared(Tensor& acc) override;
   void step(float lr, float grad_scale) override;
   void step(const Tensor& control) override;
-  void discard_gradients() override;
   int64_t steps_taken() const override { return steps_; }
   void set_steps_taken(int64_t s) override { steps_ = s; }
   std::vector<StatePiece> pieces_to_save() override;
