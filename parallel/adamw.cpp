@@ -55,10 +55,4 @@ void gradient_norm_squared(Tensor& acc, Tensor& flat_grads, Communicator* shard_
   ops::sum_accumulate(acc, mine);
 }
 
-float clip_coefficient(double norm, double max_norm) {
-  if (max_norm <= 0 || !std::isfinite(norm)) return 1.0f;
-  double c = max_norm / (norm + 1e-6);
-  return static_cast<float>(c < 1.0 ? c : 1.0);
-}
-
 }  // namespace tetra

@@ -58,7 +58,5 @@ class AdamW {
 // ranks that hold disjoint shards, with a device all-reduce on the current stream (no host
 // synchronisation).
 void gradient_norm_squared(Tensor& acc, Tensor& flat_grads, Communicator* shard_group = nullptr);
-// clip_grad_norm_'s coefficient: min(1, max_norm / (norm + 1e-6)); max_norm ≤ 0 disables clipping.
-float clip_coefficient(double norm, double max_norm);
 
 }  // namespace tetra

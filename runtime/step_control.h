@@ -11,11 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define TETRA_HOST_DEVICE __host__ __device__
-#else
-#define TETRA_HOST_DEVICE
-#endif
+#include "runtime/adamw_scalars.h"
 
 namespace tetra {
 
@@ -55,16 +51,8 @@ TETRA_HOST_DEVICE inline void step_control_update(double* c, double loss_sum, do
   const bool skipped = nonfinite || halted;
   if (nonfinite && cfg.stop_on_nonfinite) halted = true;
   const double updates = c[kCtlUpdates] + (skipped ? 0.0 : 1.0);
-  // torch.nn.utils.clip_grad_norm_'s coefficient, in double, rounded to the float AdamW uses.
-  double clip = 1.0;
-  if (cfg.max_norm > 0 && std::isfinite(norm)) {
-    const double q = cfg.max_norm / (norm + 1e-6);
-    clip = q < 1.0 ? q : 1.0;
-  }
-  // Bias corrections in double, as PyTorch computes them in Python floats (t ≥ 1 when applied).
-  const double t = updates < 1.0 ? 1.0 : updates;
-  const double bc1 = 1.0 - std::pow(static_cast<double>(cfg.beta1), t);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(cfg.beta2), t);
+  // t ≥ 1 whenever the update is applied; a skipped step's scalars are never used.
+  const AdamWScalars s = adamw_scalars(lr, cfg.beta1, cfg.beta2, updates < 1.0 ? 1.0 : updates);
   c[kCtlScheduleStep] = static_cast<double>(step + 1);
   c[kCtlUpdates] = updates;
   c[kCtlHalted] = halted ? 1.0 : 0.0;
@@ -73,9 +61,9 @@ TETRA_HOST_DEVICE inline void step_control_update(double* c, double loss_sum, do
   c[kCtlLoss] = loss;
   c[kCtlGradNorm] = norm;
   c[kCtlLr] = static_cast<double>(lr);
-  c[kCtlGradScale] = static_cast<double>(static_cast<float>(clip));
-  c[kCtlStepSize] = static_cast<double>(static_cast<float>(static_cast<double>(lr) / bc1));
-  c[kCtlInvBc2Sqrt] = static_cast<double>(static_cast<float>(1.0 / std::sqrt(bc2)));
+  c[kCtlGradScale] = static_cast<double>(clip_coefficient(norm, cfg.max_norm));
+  c[kCtlStepSize] = static_cast<double>(s.step_size);
+  c[kCtlInvBc2Sqrt] = static_cast<double>(s.inv_bc2_sqrt);
 }
 
 }  // namespace tetra

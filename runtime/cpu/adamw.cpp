@@ -6,6 +6,7 @@
 // master, m, v fp32; grad fp32 or bf16; working (optional) fp32 or bf16 receives the new p. All one shape.
 #include <cmath>
 
+#include "runtime/adamw_scalars.h"
 #include "runtime/cpu/cpu_ops.h"
 #include "runtime/cpu/kernel_util.h"
 
@@ -30,11 +31,8 @@ void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, cons
   if (!(h.beta1 >= 0.0f && h.beta1 < 1.0f) || !(h.beta2 >= 0.0f && h.beta2 < 1.0f))
     TETRA_FAIL(Internal, op, ": betas must lie in [0, 1), got (", h.beta1, ", ", h.beta2, ")");
 
-  // Scalars in double, as PyTorch computes them in Python floats.
-  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
-  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
-  const float step_size = static_cast<float>(static_cast<double>(h.lr) / bias_correction1);
-  const float inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(bias_correction2));
+  const AdamWScalars s = adamw_scalars(h.lr, h.beta1, h.beta2, static_cast<double>(h.step));
+  const float step_size = s.step_size, inv_bc2_sqrt = s.inv_bc2_sqrt;
   const float decay = static_cast<float>(1.0 - static_cast<double>(h.lr) * h.weight_decay);
   const float b1 = h.beta1, b2 = h.beta2, c1 = 1.0f - h.beta1, c2 = 1.0f - h.beta2;
 

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/adamw_scalars.h"
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/kernel_common.cuh"
@@ -155,17 +156,15 @@ HyperArgs make_hyper(const AdamWHyper& h) {
   if (h.step < 1) TETRA_FAIL(Internal, "adamw_update: step must be ≥ 1 (1-based, for bias correction), got ", h.step);
   if (!(h.beta1 >= 0.0f && h.beta1 < 1.0f) || !(h.beta2 >= 0.0f && h.beta2 < 1.0f))
     TETRA_FAIL(Internal, "adamw_update: betas must lie in [0, 1), got (", h.beta1, ", ", h.beta2, ")");
-  // Scalars in double, as PyTorch computes them in Python floats.
-  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
+  const AdamWScalars s = adamw_scalars(h.lr, h.beta1, h.beta2, static_cast<double>(h.step));
   HyperArgs a;
   a.beta1 = h.beta1;
   a.beta2 = h.beta2;
   a.one_minus_beta1 = 1.0f - h.beta1;
   a.one_minus_beta2 = 1.0f - h.beta2;
   a.eps = h.eps;
-  a.step_size = static_cast<float>(static_cast<double>(h.lr) / bc1);
-  a.inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(bc2));
+  a.step_size = s.step_size;
+  a.inv_bc2_sqrt = s.inv_bc2_sqrt;
   a.grad_scale = h.grad_scale;
   return a;
 }
