@@ -21,17 +21,11 @@ struct CudaGraph::Impl {
 #endif
 };
 
-bool cuda_graphs_available() {
-#ifdef TETRA_WITH_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
-
 CudaGraph::CudaGraph(Device device) : device_(device), impl_(std::make_unique<Impl>()) {
   if (!device.is_cuda()) TETRA_FAIL(Device, "CUDA graphs need a CUDA device, got ", device.str());
-  if (!cuda_graphs_available()) TETRA_FAIL(Device, "CUDA graphs: tetra was built without CUDA");
+#ifndef TETRA_WITH_CUDA
+  TETRA_FAIL(Device, "CUDA graphs: tetra was built without CUDA");
+#endif
 }
 
 CudaGraph::~CudaGraph() {

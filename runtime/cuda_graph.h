@@ -28,7 +28,6 @@ class CudaGraph {
   // Ends a capture that is being abandoned (an error was thrown inside it), without throwing.
   void abort_capture() noexcept;
   bool captured() const;
-  bool capturing() const { return capturing_; }
   void replay();
   size_t nodes() const;
 
@@ -38,8 +37,5 @@ class CudaGraph {
   bool capturing_ = false;
   std::unique_ptr<Impl> impl_;
 };
-
-// True when tetra was built with CUDA (graphs need it).
-bool cuda_graphs_available();
 
 }  // namespace tetra

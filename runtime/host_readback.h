@@ -21,10 +21,8 @@ class HostReadback {
 
   // src: fp64 [count] on the device. The values of an earlier copy stay readable until this call.
   void copy_from(const Tensor& src);
-  bool pending() const { return pending_; }
   bool ready() const;           // the last copy has arrived (true when none is pending)
   const double* wait();         // blocks until the last copy has arrived; the values
-  const double* values() const { return host_; }
 
  private:
   Device device_;

@@ -183,37 +183,6 @@ void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
   TETRA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), describe(p));
 }
 
-// Split-K twins of the heuristic's first candidates, for problems whose output has fewer tiles than
-// the GPU has SMs but a long k: the weight gradients of a transformer block (m·n = d × 4d at most,
-// k = the tokens of a micro-batch) cover a 132-SM H200 with 18–72 tiles of 128×256. Splitting k
-// over 2–4 slices fills it; cuBLASLt adds the slices in its workspace. The tuner keeps a twin only
-// where it measures faster.
-void add_split_k_candidates(Plan& plan, const LtProblem& p, cublasLtHandle_t handle) {
-  constexpr int64_t kTileElems = 128 * 256;
-  constexpr int64_t kFewTiles = 132;
-  if (p.k < 2048 || p.m * p.n >= kFewTiles * kTileElems) return;
-  const size_t base = std::min<size_t>(plan.algos.size(), 4);
-  for (size_t i = 0; i < base; ++i) {
-    int32_t supported = 0;
-    size_t written = 0;
-    if (cublasLtMatmulAlgoCapGetAttribute(&plan.algos[i], CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &supported,
-                                          sizeof supported, &written) != CUBLAS_STATUS_SUCCESS ||
-        !supported)
-      continue;
-    for (uint32_t split : {2u, 3u, 4u}) {
-      cublasLtMatmulAlgo_t algo = plan.algos[i];
-      if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof split) !=
-          CUBLAS_STATUS_SUCCESS)
-        continue;
-      cublasLtMatmulHeuristicResult_t check = {};
-      if (cublasLtMatmulAlgoCheck(handle, plan.desc, plan.a, plan.b, plan.d, plan.d, &algo, &check) ==
-              CUBLAS_STATUS_SUCCESS &&
-          check.workspaceSize <= kWorkspaceBytes)
-        plan.algos.push_back(algo);
-    }
-  }
-}
-
 std::unique_ptr<Plan> make_plan(const LtProblem& p, const PlanKey& key, cublasLtHandle_t handle) {
   const std::string what = describe(p);
   auto plan = std::make_unique<Plan>();
@@ -279,7 +248,6 @@ std::unique_ptr<Plan> make_plan(const LtProblem& p, const PlanKey& key, cublasLt
   }
   TETRA_CUBLAS_CHECK(st, what);
   plan->supported = true;
-  add_split_k_candidates(*plan, p, handle);
   return plan;
 }
 
