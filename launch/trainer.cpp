@@ -628,8 +628,9 @@ int Trainer::run_steps() {
     if (stop == 0 && may_run_ahead(step)) ahead = launch_step(step + 1);
     StepResult r = finish_step(cur);
     const double t_start = ledger_clock;
-    const double seconds = now_s() - clock;
-    clock = now_s();
+    const double finished = now_s();
+    const double seconds = finished - clock;
+    clock = finished;
     ledger_clock = ledger_ ? ledger_->now() : 0;
     trace_step_end(step, seconds);
     tokens_seen_ += loader_->tokens_per_step();

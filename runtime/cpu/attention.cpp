@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "runtime/attention_shape.h"
 #include "runtime/cpu/cpu_ops.h"
 #include "runtime/cpu/kernel_util.h"
 
@@ -19,27 +20,10 @@ namespace tetra::cpu {
 
 namespace {
 
-struct AttnDims {
-  int64_t B, T, H, D;
-  int64_t qkv_stride() const { return 3 * H * D; }  // elements between tokens in qkv
-  int64_t out_stride() const { return H * D; }      // elements between tokens in out
-};
-
-AttnDims check_qkv(const char* op, const Tensor& qkv, int64_t n_heads) {
-  check_dtype(op, "qkv", qkv, DType::F32);
-  if (qkv.ndim() != 3) TETRA_FAIL(Internal, op, ": qkv must be [B, T, 3·H·D], got ", qkv.describe());
-  if (n_heads <= 0) TETRA_FAIL(Internal, op, ": n_heads must be > 0, got ", n_heads);
-  const int64_t width = qkv.dim(2);
-  if (width == 0 || width % (3 * n_heads) != 0)
-    TETRA_FAIL(Internal, op, ": qkv ", qkv.describe(), " has a last dimension of ", width,
-               ", which is not 3·H·D for H = ", n_heads, " heads");
-  return {qkv.dim(0), qkv.dim(1), n_heads, width / (3 * n_heads)};
-}
-
 int i32(int64_t v) { return static_cast<int>(v); }
 
 // S[T, T] = scale · Q · Kᵀ for one (b, h); Q and K point at row 0 with row stride ld.
-void scores(float* S, const float* Q, const float* K, const AttnDims& d, float scale) {
+void scores(float* S, const float* Q, const float* K, const AttentionDims& d, float scale) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i32(d.T), i32(d.T), i32(d.D), scale, Q, i32(d.qkv_stride()),
               K, i32(d.qkv_stride()), 0.0f, S, i32(d.T));
 }
@@ -48,11 +32,8 @@ void scores(float* S, const float* Q, const float* K, const AttnDims& d, float s
 
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads) {
   const char* op = "attention_forward";
-  const AttnDims d = check_qkv(op, qkv, n_heads);
-  check_dtype(op, "out", out, DType::F32);
-  check_shape(op, "out", out, {d.B, d.T, d.H * d.D});
-  check_dtype(op, "lse", lse, DType::F32);
-  check_shape(op, "lse", lse, {d.B, d.H, d.T});
+  check_dtype(op, "qkv", qkv, DType::F32);  // the CPU computes in fp32; the shapes as on every backend
+  const AttentionDims d = check_attention_forward_shapes(op, out, lse, qkv, n_heads);
   if (d.B == 0 || d.T == 0) return;
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
@@ -94,15 +75,8 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_he
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         int64_t n_heads) {
   const char* op = "attention_backward";
-  const AttnDims d = check_qkv(op, qkv, n_heads);
-  check_dtype(op, "dqkv", dqkv, DType::F32);
-  check_shape(op, "dqkv", dqkv, qkv.shape());
-  check_dtype(op, "dout", dout, DType::F32);
-  check_shape(op, "dout", dout, {d.B, d.T, d.H * d.D});
-  check_dtype(op, "out", out, DType::F32);
-  check_shape(op, "out", out, {d.B, d.T, d.H * d.D});
-  check_dtype(op, "lse", lse, DType::F32);
-  check_shape(op, "lse", lse, {d.B, d.H, d.T});
+  check_dtype(op, "qkv", qkv, DType::F32);
+  const AttentionDims d = check_attention_backward_shapes(op, dqkv, dout, qkv, out, lse, n_heads);
   if (d.B == 0 || d.T == 0) return;
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));

@@ -13,15 +13,15 @@
 #include <initializer_list>
 #include <string>
 
+#include "runtime/attention_shape.h"
 #include "runtime/tensor.h"
 
 namespace tetra::cuda {
 
-struct AttentionDims {
-  int64_t B, T, H, D;
-};
+using tetra::AttentionDims;
 
-// Argument checks shared by every implementation; errors name the op and the offending tensor.
+// Argument checks shared by every implementation: a CUDA fp32/bf16 qkv, then the shapes every
+// backend checks (runtime/attention_shape.h); errors name the op and the offending tensor.
 AttentionDims check_attention_forward(const char* op, const Tensor& out, const Tensor& lse, const Tensor& qkv,
                                       int64_t n_heads);
 AttentionDims check_attention_backward(const char* op, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,

@@ -40,46 +40,26 @@ void warn_fallback_once(const std::string& why) {
                why.c_str());
 }
 
-AttentionDims check_qkv(const char* op, const Tensor& qkv, int64_t n_heads) {
+// What CUDA alone requires of qkv; the shapes are runtime/attention_shape.h's.
+void check_cuda_qkv(const char* op, const Tensor& qkv) {
   if (!qkv.defined()) TETRA_FAIL(Internal, op, ": qkv is undefined");
   if (!qkv.device().is_cuda()) TETRA_FAIL(Internal, op, ": qkv ", qkv.describe(), " is not on a CUDA device");
   if (qkv.dtype() != DType::F32 && qkv.dtype() != DType::BF16)
     TETRA_FAIL(Internal, op, ": qkv must be fp32 or bf16, got ", qkv.describe());
-  if (qkv.ndim() != 3) TETRA_FAIL(Internal, op, ": qkv must be [B, T, 3·H·D], got ", qkv.describe());
-  if (n_heads <= 0) TETRA_FAIL(Internal, op, ": n_heads must be > 0, got ", n_heads);
-  const int64_t width = qkv.dim(2);
-  if (width == 0 || width % (3 * n_heads) != 0)
-    TETRA_FAIL(Internal, op, ": qkv ", qkv.describe(), " has a last dimension of ", width,
-               ", which is not 3·H·D for H = ", n_heads, " heads");
-  return {qkv.dim(0), qkv.dim(1), n_heads, width / (3 * n_heads)};
 }
 
 }  // namespace
 
 AttentionDims check_attention_forward(const char* op, const Tensor& out, const Tensor& lse, const Tensor& qkv,
                                       int64_t n_heads) {
-  const AttentionDims d = check_qkv(op, qkv, n_heads);
-  check_dtype(op, "out", out, qkv.dtype());
-  check_shape(op, "out", out, {d.B, d.T, d.H * d.D});
-  check_dtype(op, "lse", lse, DType::F32);
-  check_shape(op, "lse", lse, {d.B, d.H, d.T});
-  check_same_device(op, {&out, &lse, &qkv});
-  return d;
+  check_cuda_qkv(op, qkv);
+  return check_attention_forward_shapes(op, out, lse, qkv, n_heads);
 }
 
 AttentionDims check_attention_backward(const char* op, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                        const Tensor& out, const Tensor& lse, int64_t n_heads) {
-  const AttentionDims d = check_qkv(op, qkv, n_heads);
-  check_dtype(op, "dqkv", dqkv, qkv.dtype());
-  check_shape(op, "dqkv", dqkv, qkv.shape());
-  check_dtype(op, "dout", dout, qkv.dtype());
-  check_shape(op, "dout", dout, {d.B, d.T, d.H * d.D});
-  check_dtype(op, "out", out, qkv.dtype());
-  check_shape(op, "out", out, {d.B, d.T, d.H * d.D});
-  check_dtype(op, "lse", lse, DType::F32);
-  check_shape(op, "lse", lse, {d.B, d.H, d.T});
-  check_same_device(op, {&dqkv, &dout, &qkv, &out, &lse});
-  return d;
+  check_cuda_qkv(op, qkv);
+  return check_attention_backward_shapes(op, dqkv, dout, qkv, out, lse, n_heads);
 }
 
 const char* attention_impl_name(AttentionImpl impl) {
