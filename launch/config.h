@@ -59,7 +59,6 @@ struct TrainConfig {
   std::string on_nonfinite = "skip"; // skip the update of a step with a non-finite loss or grad, or stop
   bool cuda_graphs = false;
   std::string run_ahead = "auto";    // launch step s+1 before step s is read back: auto (on a GPU) | on | off
-  bool overlap_weight_grads = true;  // on a GPU: the W halves of backward on a second stream
 };
 
 struct OptimizerConfig {

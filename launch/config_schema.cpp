@@ -72,8 +72,6 @@ std::vector<Field> make_fields() {
       {KEY(train, on_nonfinite, Choice), .choices = {"skip", "stop"}},
       {KEY(train, run_ahead, Choice), .choices = {"auto", "on", "off"},
        .note = "launch the next step before this one is read back; auto: on a GPU (docs/kernels.md)"},
-      {KEY(train, overlap_weight_grads, Bool),
-       .note = "on a GPU, weight-gradient GEMMs on a second stream beside the input-gradient chain (docs/kernels.md)"},
       {KEY(train, cuda_graphs, Bool), .note = "replay steps as CUDA graphs from the third on (ZeRO 0-2; docs/kernels.md)"},
 
       // optimizer: AdamW and its learning-rate schedule.

@@ -246,15 +246,6 @@ void Trainer::setup() {
     s.opt_end = std::make_unique<Event>(device_);
     if (cfg_.train.cuda_graphs) s.graph = std::make_unique<CudaGraph>(device_);
   }
-  if (device_.is_cuda() && cfg_.train.overlap_weight_grads) {
-    wgrad_stream_ = Stream::create(device_);
-    for (Layer* l : model_->layers()) {
-      const size_t i = static_cast<size_t>(l->index());
-      if (wgrad_ready_.size() <= i) wgrad_ready_.resize(i + 1);
-      wgrad_ready_[i] = std::make_unique<Event>(device_);
-    }
-    wgrad_done_ = std::make_unique<Event>(device_);
-  }
   if (cfg_.train.cuda_graphs) {
     // Two eager steps first: GEMM autotuning, attention plans and the memory pool settle there.
     graph_from_step_ = start_step_ + 2;
@@ -310,31 +301,12 @@ void Trainer::forward_backward(const data::LoadedBatch& batch, bool last_micro) 
       TraceScope scope(tracing ? ("B " + l->name()).c_str() : "", "layer");
       dy = l->backward_input(ctx, dy);
     }
-    if (wgrad_stream_) {
-      // W on its own stream, after this layer's B: the weight-gradient GEMMs fill the GPU beside
-      // the next layers' B (memory-bound norms and activations, attention, GEMM tails). The
-      // layer's gradient bucket is issued from that stream, so it waits for W.
-      Event& ready = *wgrad_ready_[static_cast<size_t>(l->index())];
-      ready.record(current_stream(device_));
-      ready.block(*wgrad_stream_);
-      StreamGuard on_wgrad(*wgrad_stream_);
-      run_backward_weight(ctx, *l, last_micro, tracing);
-    } else {
-      run_backward_weight(ctx, *l, last_micro, tracing);
+    {
+      TraceScope scope(tracing ? ("W " + l->name()).c_str() : "", "layer");
+      l->backward_weight(ctx);
     }
+    optimizer_->after_backward(l->index(), last_micro);
   }
-  if (wgrad_stream_) {
-    wgrad_done_->record(*wgrad_stream_);
-    wgrad_done_->block(current_stream(device_));
-  }
-}
-
-void Trainer::run_backward_weight(MicroBatchContext& ctx, Layer& l, bool last_micro, bool tracing) {
-  {
-    TraceScope scope(tracing ? ("W " + l.name()).c_str() : "", "layer");
-    l.backward_weight(ctx);
-  }
-  optimizer_->after_backward(l.index(), last_micro);
 }
 
 bool Trainer::graph_step(int64_t step) const {

@@ -81,8 +81,6 @@ class Trainer {
   bool graph_step(int64_t step) const;  // replayed from (or captured into) a step graph
   double evaluate();
   void forward_backward(const data::LoadedBatch& batch, bool last_micro);
-  // The W half of `l`'s backward and the optimizer's after-backward hook (bucket issue).
-  void run_backward_weight(MicroBatchContext& ctx, Layer& l, bool last_micro, bool tracing);
   void clear_context();
   void log_step(int64_t step, const StepResult& r, double step_seconds, std::optional<double> val_loss);
   int run_steps();
@@ -126,11 +124,6 @@ class Trainer {
   Slot slots_[2];
   static int slot_of(int64_t step) { return static_cast<int>(step % 2); }
   std::vector<Tensor> graph_ids_, graph_targets_;
-  // train.overlap_weight_grads: the stream the W halves of backward run on, an event per layer
-  // that orders W after that layer's B, and the join back into the compute stream.
-  std::optional<Stream> wgrad_stream_;
-  std::vector<std::unique_ptr<Event>> wgrad_ready_;
-  std::unique_ptr<Event> wgrad_done_;
   int64_t graph_from_step_ = -1;  // the first step run from a graph (-1: graphs off)
   int64_t start_step_ = 0;  // steps already done (resume)
   int64_t tokens_seen_ = 0;
