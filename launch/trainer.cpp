@@ -454,6 +454,7 @@ bool Trainer::may_run_ahead(int64_t step) const {
 
 double Trainer::evaluate() {
   MicroBatchContext& ctx = *ctx_;
+  optimizer_->sync_weights();  // ZeRO 1–2 leave part of the last update to the next step's forward
   const int64_t batches = std::min<int64_t>(cfg_.train.eval_batches, loader_->num_eval_batches());
   const int accum = loader_->accumulation_steps();
   double loss_sum = 0;

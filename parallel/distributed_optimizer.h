@@ -8,7 +8,8 @@
 //                         in reverse:     before_backward(l) … after_backward(l, last_micro)
 //   finish_gradients()         every gradient reduction complete
 //   grad_norm_squared(acc)     acc += Σ g² of the (reduced) gradients over all shards, on the device
-//   step(lr, clip_scale)       AdamW update; working weights ready for the next forward
+//   step(lr, clip_scale)       AdamW update; working weights ready for the next step's forward
+//                              (sync_weights() makes them ready for anything else)
 //   or step(control)           the same, with lr, clipping and skipping decided on the device
 //                              (runtime/step_control.h): no host synchronisation in the step
 //
@@ -79,6 +80,10 @@ class DistributedOptimizer {
   virtual std::vector<StatePiece> pieces_to_load() = 0;
   // After pieces_to_load() were filled: rebuild working weights from the master copy.
   virtual void after_load() = 0;
+  // Makes the full working weights current for use outside a training step (evaluation), where
+  // an implementation leaves part of them to the next step's forward (ZeRO 1–2). Blocks the
+  // current stream, not the host.
+  virtual void sync_weights() {}
 
   virtual StateMemory memory() const = 0;
 };

@@ -1,5 +1,7 @@
 #include "parallel/zero_optimizer.h"
 
+#include <algorithm>
+
 #include "parallel/zero_memory.h"
 #include "runtime/multi_tensor.h"
 #include "runtime/ops.h"
@@ -44,6 +46,16 @@ ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& 
     params.release_values();
     gather_ = std::make_unique<ZeroParamGather>(params, dp, scheduler, weight_shard_, options.fsdp_prefetch);
   }
+  weight_gathers_.resize(layout.units().size());
+  weight_gather_pending_.assign(layout.units().size(), false);
+  if (!layout.units().empty()) {
+    first_layer_ = layout.units().front().layer;
+    for (const ZeroUnit& u : layout.units()) first_layer_ = std::min(first_layer_, u.layer);
+  }
+}
+
+bool ZeroOptimizer::gathered_with_update(int u) const {
+  return params_.layout().units()[static_cast<size_t>(u)].layer == first_layer_;
 }
 
 ZeroOptimizer::~ZeroOptimizer() = default;
@@ -52,10 +64,26 @@ void ZeroOptimizer::begin_step() {
   if (stage_ == 1) params_.zero_grads();
   if (gather_) gather_->release_all();  // whatever an evaluation left gathered
   reducer_->begin_step();
+  if (stage_ < 3) {
+    // The weights the last update left to this step: gathered while the forward runs, in the
+    // order it needs them (issued every step, so a captured step graph does it on every replay).
+    for (size_t u = 0; u < weight_gathers_.size(); ++u) {
+      if (gathered_with_update(static_cast<int>(u))) continue;
+      std::vector<CommScheduler::Ticket> t;
+      issue_weight_gather(static_cast<int>(u), t);
+      weight_gather_pending_[u] = !t.empty();
+      if (!t.empty()) weight_gathers_[u] = t.front();
+    }
+  }
 }
 
 void ZeroOptimizer::before_forward(int layer) {
   if (gather_) gather_->before(layer, /*backward=*/false);
+  for (int u : params_.layout().units_of_layer(layer)) {
+    if (!weight_gather_pending_[static_cast<size_t>(u)]) continue;
+    scheduler_.wait(weight_gathers_[static_cast<size_t>(u)]);
+    weight_gather_pending_[static_cast<size_t>(u)] = false;
+  }
 }
 
 void ZeroOptimizer::after_forward(int layer) {
@@ -72,7 +100,16 @@ void ZeroOptimizer::after_backward(int layer, bool last_micro) {
   if (gather_) gather_->after(layer, /*backward=*/true, last_micro);
 }
 
-void ZeroOptimizer::finish_gradients() { reducer_->finish(); }
+void ZeroOptimizer::finish_gradients() {
+  // A layer whose forward did not run this step still has its weights in flight: wait here, in
+  // the step that issued them.
+  for (size_t u = 0; u < weight_gathers_.size(); ++u)
+    if (weight_gather_pending_[u]) {
+      scheduler_.wait(weight_gathers_[u]);
+      weight_gather_pending_[u] = false;
+    }
+  reducer_->finish();
+}
 
 void ZeroOptimizer::grad_norm_squared(Tensor& acc) { gradient_norm_squared(acc, grad_shard_, &dp_); }
 
@@ -115,10 +152,27 @@ void ZeroOptimizer::update(const ops::AdamWHyper& h, const Tensor* control) {
       segs.push_back(std::move(seg));
     }
     if (!segs.empty()) ops::adamw_update_multi(segs, h, control);
-    // Stages 1–2: the unit's new weights travel while the next unit updates.
-    if (stage_ < 3) issue_weight_gather(static_cast<int>(u), tickets);
+    // Stages 1–2: the first layer's new weights travel while the other units update (units are
+    // in forward order, so they come first); the others wait for the next step (begin_step).
+    if (stage_ < 3 && gathered_with_update(static_cast<int>(u))) issue_weight_gather(static_cast<int>(u), tickets);
   }
   for (CommScheduler::Ticket& t : tickets) scheduler_.wait(t);
+}
+
+void ZeroOptimizer::sync_weights() {
+  if (stage_ == 3) return;  // stage 3 gathers before every use anyway
+  // Outside a step: straight on the current stream, not through the step's scheduler records.
+  for (size_t u = 0; u < weight_gathers_.size(); ++u) {
+    if (gathered_with_update(static_cast<int>(u))) continue;
+    const ZeroUnit& zu = params_.layout().units()[u];
+    Tensor in = weight_shard_.slice_flat(zu.shard_offset, {zu.shard});
+    Tensor out = params_.flat_values().slice_flat(zu.offset, {zu.padded});
+    if (dp_.size() == 1) {
+      ops::copy(out, in);
+    } else {
+      dp_.all_gather(out, in)->wait();
+    }
+  }
 }
 
 std::vector<StatePiece> ZeroOptimizer::shard_pieces() {

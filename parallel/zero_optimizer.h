@@ -7,7 +7,11 @@
 //                                 the working weights are fp32, a bf16 copy otherwise.
 //
 //   stage 1  full working weights and full gradients (ParamSet); per-layer reduce-scatter of the
-//            gradients into the shard, AdamW on the shard, per-layer all-gather of the weights.
+//            gradients into the shard, AdamW on the shard, per-layer all-gather of the weights:
+//            the first layer's units right after their update (overlapping the rest of AdamW),
+//            every other unit at the start of the next step, each waited for only by the forward
+//            of its layer (Megatron's overlapped parameter gather). Whatever reads the full
+//            weights outside a training step (evaluation) calls sync_weights() first.
 //   stage 2  + no full gradient buffer: per-layer buffers exist from the layer's backward to the
 //            end of its reduce-scatter (ZeroGradReducer).
 //   stage 3  + no full weights: each layer's weights are all-gathered before its forward and again
@@ -47,6 +51,7 @@ class ZeroOptimizer : public DistributedOptimizer {
   std::vector<StatePiece> pieces_to_save() override;
   std::vector<StatePiece> pieces_to_load() override;
   void after_load() override;
+  void sync_weights() override;
   StateMemory memory() const override;
 
   // For tests and tools.
@@ -60,6 +65,7 @@ class ZeroOptimizer : public DistributedOptimizer {
   void update(const ops::AdamWHyper& h, const Tensor* control);
   // Stages 1–2: all-gathers of unit u's updated weight shard into the full working weights.
   void issue_weight_gather(int u, std::vector<CommScheduler::Ticket>& tickets);
+  bool gathered_with_update(int u) const;  // u belongs to the first layer of the forward
   std::vector<StatePiece> shard_pieces();
 
   ParamSet& params_;
@@ -73,6 +79,10 @@ class ZeroOptimizer : public DistributedOptimizer {
   std::vector<std::vector<ShardSegment>> segments_;  // per unit: this rank's parameter pieces
   std::unique_ptr<ZeroGradReducer> reducer_;
   std::unique_ptr<ZeroParamGather> gather_;  // stage 3
+  // Stages 1–2: per unit, the all-gather this step's forward waits for (issued by begin_step).
+  std::vector<CommScheduler::Ticket> weight_gathers_;
+  std::vector<bool> weight_gather_pending_;
+  int first_layer_ = 0;  // the smallest layer index of any unit
   int64_t steps_ = 0;
 };
 
