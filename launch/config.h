@@ -40,7 +40,6 @@ struct ParallelConfig {
   int micro_batches = 0;             // per step and pipeline; 0 = global_batch / (dp·micro_batch)
   bool overlap_grad_reduce = true;
   double bucket_mb = 25;             // gradient bucket size for the reduce
-  int overlap_max_ctas = 0;          // NCCL thread blocks per overlapped gradient all-reduce (stage 0); 0 = NCCL's choice
   // dtype gradients are accumulated and reduced in: auto = bf16 when training in bf16, except at
   // stages 0–1 with several micro-batches per step (an fp32 buffer keeps their sum exact).
   std::string grad_dtype = "auto";

@@ -54,9 +54,6 @@ std::vector<Field> make_fields() {
        .note = "0 = train.global_batch / (dp·train.micro_batch)"},
       {KEY(parallel, overlap_grad_reduce, Bool)},
       {KEY(parallel, bucket_mb, Float), .lo = 0, .lo_open = true, .note = "megabytes"},
-      {KEY(parallel, overlap_max_ctas, Int), .lo = 0, .hi = 64,
-       .note = "stage 0 on GPUs: NCCL thread blocks per gradient all-reduce that overlaps backward (all buckets "
-               "but the last two, which run alone at full width); 0 = NCCL's choice (docs/kernels.md)"},
       {KEY(parallel, grad_dtype, Choice), .choices = {"auto", "fp32", "bf16"},
        .note = "gradient accumulation and reduction; auto: bf16 for bf16 training unless stage 0-1 accumulates"},
 

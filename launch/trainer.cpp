@@ -155,10 +155,7 @@ void Trainer::setup() {
     params_.initialize(static_cast<uint64_t>(cfg_.run.seed));
   }
   comm_ = std::make_unique<CommScheduler>(device_);
-  Communicator& dp_comm = mesh_->device_comm(MeshAxis::DP);
-  if (cfg_.parallel.overlap_max_ctas > 0 && cfg_.parallel.zero_stage == 0 && dp_comm.size() > 1)
-    overlap_dp_ = dp_comm.lean_copy(cfg_.parallel.overlap_max_ctas);
-  optimizer_ = make_distributed_optimizer(params_, dp_comm, *comm_, oo, overlap_dp_.get());
+  optimizer_ = make_distributed_optimizer(params_, mesh_->device_comm(MeshAxis::DP), *comm_, oo);
 
 
   // Data.

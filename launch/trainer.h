@@ -102,7 +102,6 @@ class Trainer {
   std::unique_ptr<Model> model_;
   ParamSet params_;
   std::unique_ptr<CommScheduler> comm_;
-  std::unique_ptr<Communicator> overlap_dp_;  // parallel.overlap_max_ctas: lean copy of the dp group
   std::unique_ptr<DistributedOptimizer> optimizer_;
   std::unique_ptr<data::DataLoader> loader_;
   std::unique_ptr<GoodputLedger> ledger_;  // rank 0 only

@@ -29,10 +29,8 @@ ParamStorage param_storage_for(const DistributedOptimizerOptions& options, DType
 
 std::unique_ptr<DistributedOptimizer> make_distributed_optimizer(ParamSet& params, Communicator& dp,
                                                                  CommScheduler& scheduler,
-                                                                 const DistributedOptimizerOptions& options,
-                                                                 Communicator* overlap_dp) {
-  if (options.zero_stage == 0)
-    return std::make_unique<ReplicatedOptimizer>(params, dp, scheduler, options, overlap_dp);
+                                                                 const DistributedOptimizerOptions& options) {
+  if (options.zero_stage == 0) return std::make_unique<ReplicatedOptimizer>(params, dp, scheduler, options);
   if (options.zero_stage >= 1 && options.zero_stage <= 3)
     return std::make_unique<ZeroOptimizer>(params, dp, scheduler, options);
   TETRA_FAIL(Config, "parallel.zero_stage: ", options.zero_stage, " (valid: 0, 1, 2, 3)");

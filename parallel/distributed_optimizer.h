@@ -115,11 +115,8 @@ ParamStorage param_storage_for(const DistributedOptimizerOptions& options, DType
 // (ZeroOptimizer): state sharded over `dp`, reduce-scatter / all-gather per layer. `params` must be
 // built as param_storage_for(options, …, dp.size()) says. Collectives go through `scheduler` (the
 // device's communication stream), which measures how long compute waits on them.
-// `overlap_dp` (optional, stage 0): the same ranks as `dp` with lean collectives
-// (Communicator::lean_copy), for the gradient buckets that overlap backward.
 std::unique_ptr<DistributedOptimizer> make_distributed_optimizer(ParamSet& params, Communicator& dp,
                                                                  CommScheduler& scheduler,
-                                                                 const DistributedOptimizerOptions& options,
-                                                                 Communicator* overlap_dp = nullptr);
+                                                                 const DistributedOptimizerOptions& options);
 
 }  // namespace tetra

@@ -6,9 +6,8 @@
 
 namespace tetra {
 
-GradReducer::GradReducer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, double bucket_bytes,
-                         Communicator* overlap_dp)
-    : params_(params), dp_(dp), overlap_dp_(overlap_dp), scheduler_(scheduler) {
+GradReducer::GradReducer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, double bucket_bytes)
+    : params_(params), dp_(dp), scheduler_(scheduler) {
   // Walk parameters from the last layer to the first; close a bucket once it holds enough bytes,
   // always at a layer boundary so a bucket never waits on half a layer.
   std::map<int, std::pair<int64_t, int64_t>> layer_range;  // layer → [min offset, max end)
@@ -66,12 +65,9 @@ void GradReducer::begin_step() {
 
 void GradReducer::issue(Bucket& b) {
   Tensor slice = params_.flat_grads().slice_flat(b.begin, {b.end - b.begin});
-  // Buckets are in issue order; every rank picks the same communicator for the same bucket.
-  const size_t index = static_cast<size_t>(&b - buckets_.data());
-  Communicator& comm = overlap_dp_ && index + 2 < buckets_.size() ? *overlap_dp_ : dp_;
   b.ticket = scheduler_.issue("all_reduce grads[" + std::to_string(b.begin) + ":" + std::to_string(b.end) + "]",
                               static_cast<int64_t>(slice.nbytes()),
-                              [&] { return comm.all_reduce(slice, ReduceOp::Sum); });
+                              [&] { return dp_.all_reduce(slice, ReduceOp::Sum); });
   b.issued = true;
 }
 

@@ -15,11 +15,7 @@ namespace tetra {
 
 class GradReducer {
  public:
-  // `overlap_dp` (optional): the same ranks as `dp`, with lean collectives (fewer SMs), for every
-  // bucket but the last two: those overlap the rest of backward, while the last two (the first
-  // layers and the tied embedding, done last) are waited for at once and want full speed.
-  GradReducer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, double bucket_bytes,
-              Communicator* overlap_dp = nullptr);
+  GradReducer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, double bucket_bytes);
 
   // Call once per step before the last micro-batch's backward.
   void begin_step();
@@ -42,7 +38,6 @@ class GradReducer {
   void issue(Bucket& b);
   ParamSet& params_;
   Communicator& dp_;
-  Communicator* overlap_dp_;
   CommScheduler& scheduler_;
   std::vector<Bucket> buckets_;
   std::vector<std::vector<int>> buckets_of_layer_;

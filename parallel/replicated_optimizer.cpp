@@ -6,10 +6,10 @@
 namespace tetra {
 
 ReplicatedOptimizer::ReplicatedOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler,
-                                         const DistributedOptimizerOptions& o, Communicator* overlap_dp)
+                                         const DistributedOptimizerOptions& o)
     : params_(params),
       dp_(dp),
-      reducer_(params, dp, scheduler, o.bucket_bytes, overlap_dp),
+      reducer_(params, dp, scheduler, o.bucket_bytes),
       adamw_(params, o.adamw),
       overlap_(o.overlap_grad_reduce) {}
 

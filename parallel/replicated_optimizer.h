@@ -9,7 +9,7 @@ namespace tetra {
 class ReplicatedOptimizer : public DistributedOptimizer {
  public:
   ReplicatedOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler,
-                      const DistributedOptimizerOptions& options, Communicator* overlap_dp = nullptr);
+                      const DistributedOptimizerOptions& options);
   Device device() const override { return params_.device(); }
   int zero_stage() const override { return 0; }
   void begin_step() override;

@@ -54,11 +54,6 @@ class Communicator {
 
   // A sub-group of the ranks with the same color, ordered by key (as MPI_Comm_split).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
-  // The same ranks, as a second communicator whose collectives each use at most `max_ctas` thread
-  // blocks (NCCL's ncclConfig_t::maxCTAs): for collectives that run beside compute, where fewer
-  // SMs taken matter more than speed. Collective over the group. Backends without such a knob
-  // return nullptr: use this communicator.
-  virtual std::unique_ptr<Communicator> lean_copy(int max_ctas) { return nullptr; }
 
   // Blocking all-reduce of host doubles (loss sums, token counts, norms), in fp64.
   virtual void all_reduce_host(std::vector<double>& values, ReduceOp op = ReduceOp::Sum);

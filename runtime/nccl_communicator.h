@@ -23,8 +23,7 @@ class NcclCommunicator : public Communicator {
  public:
   // Collective over every rank of `comm`; this rank's GPU is `device`. `host_comm` (may be null)
   // serves all_reduce_host; without it host values travel through the GPU. Its timeout() is inherited.
-  // max_ctas > 0 caps the thread blocks of each collective (ncclConfig_t::maxCTAs).
-  NcclCommunicator(MPI_Comm comm, Device device, std::shared_ptr<Communicator> host_comm, int max_ctas = 0);
+  NcclCommunicator(MPI_Comm comm, Device device, std::shared_ptr<Communicator> host_comm);
   ~NcclCommunicator() override;
 
   int rank() const override;
@@ -50,14 +49,12 @@ class NcclCommunicator : public Communicator {
   void barrier() override;
   // ncclCommSplit (and the host communicator's split); color < 0 leaves this rank out: nullptr.
   std::unique_ptr<Communicator> split(int color, int key) override;
-  std::unique_ptr<Communicator> lean_copy(int max_ctas) override;
   void all_reduce_host(std::vector<double>& values, ReduceOp op = ReduceOp::Sum) override;
 
   struct Impl;
 
  private:
   explicit NcclCommunicator(std::shared_ptr<Impl> impl);
-  std::unique_ptr<Communicator> split_with(int color, int key, int max_ctas, const std::string& suffix);
   std::shared_ptr<Impl> impl_;
 };
 

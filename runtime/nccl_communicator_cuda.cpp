@@ -242,8 +242,7 @@ ncclResult_t grouped(const std::function<ncclResult_t()>& calls) {
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MPI_Comm comm, Device device, std::shared_ptr<Communicator> host_comm,
-                                   int max_ctas)
+NcclCommunicator::NcclCommunicator(MPI_Comm comm, Device device, std::shared_ptr<Communicator> host_comm)
     : impl_(std::make_shared<Impl>()) {
   if (!device.is_cuda()) TETRA_FAIL(Comm, "NcclCommunicator needs a CUDA device, got ", device.str());
   Impl& im = *impl_;
@@ -287,10 +286,6 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, Device device, std::shared_ptr
       TETRA_FAIL(Usage, "TETRA_NCCL_CTA_POLICY: '", policy, "' (valid: default, efficiency)");
   }
 #endif
-  if (max_ctas > 0) {
-    config.maxCTAs = max_ctas;
-    config.minCTAs = 1;
-  }
   const ncclResult_t r = ncclCommInitRankConfig(&im.comm, size, id, rank, &config);
   im.check(im.comm, r, "initialisation", name(), timeout());
   im.barrier_buf = Tensor::zeros({1}, DType::I32, device);
@@ -492,16 +487,6 @@ void NcclCommunicator::all_reduce_host(std::vector<double>& values, ReduceOp op)
 // was tried first and returned no child handle when 2 ranks split into two 1-rank groups (NCCL
 // 2.28 on H200s, blocking and non-blocking alike; the cause was not established).
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
-  return split_with(color, key, 0, std::string("/").append(std::to_string(color)));
-}
-
-std::unique_ptr<Communicator> NcclCommunicator::lean_copy(int max_ctas) {
-  if (max_ctas < 1) TETRA_FAIL(Comm, "NCCL lean_copy of group ", name(), ": max_ctas must be ≥ 1, got ", max_ctas);
-  return split_with(0, rank(), max_ctas, std::string("/lean").append(std::to_string(max_ctas)));
-}
-
-std::unique_ptr<Communicator> NcclCommunicator::split_with(int color, int key, int max_ctas,
-                                                           const std::string& suffix) {
   if (impl_->aborted)
     TETRA_FAIL(Comm, "NCCL split on group ", name(), ": the communicator was aborted after an earlier failure");
   MPI_Comm child_mpi = MPI_COMM_NULL;
@@ -513,14 +498,14 @@ std::unique_ptr<Communicator> NcclCommunicator::split_with(int color, int key, i
   if (child_mpi == MPI_COMM_NULL) return nullptr;
   std::unique_ptr<NcclCommunicator> sub;
   try {
-    sub = std::make_unique<NcclCommunicator>(child_mpi, impl_->device, std::move(host_child), max_ctas);
+    sub = std::make_unique<NcclCommunicator>(child_mpi, impl_->device, std::move(host_child));
   } catch (...) {
     MPI_Comm_free(&child_mpi);
     throw;
   }
   MPI_Comm_free(&child_mpi);  // the new communicator keeps its own duplicate
   sub->impl_->stream = impl_->stream;
-  sub->set_name(name() + suffix);
+  sub->set_name(name() + "/" + std::to_string(color));
   sub->set_timeout(timeout());
   return sub;
 }
