@@ -47,7 +47,6 @@ ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& 
     gather_ = std::make_unique<ZeroParamGather>(params, dp, scheduler, weight_shard_, options.fsdp_prefetch);
   }
   weight_gathers_.resize(layout.units().size());
-  weight_gather_pending_.assign(layout.units().size(), false);
   if (!layout.units().empty()) {
     first_layer_ = layout.units().front().layer;
     for (const ZeroUnit& u : layout.units()) first_layer_ = std::min(first_layer_, u.layer);
@@ -67,23 +66,14 @@ void ZeroOptimizer::begin_step() {
   if (stage_ < 3) {
     // The weights the last update left to this step: gathered while the forward runs, in the
     // order it needs them (issued every step, so a captured step graph does it on every replay).
-    for (size_t u = 0; u < weight_gathers_.size(); ++u) {
-      if (gathered_with_update(static_cast<int>(u))) continue;
-      std::vector<CommScheduler::Ticket> t;
-      issue_weight_gather(static_cast<int>(u), t);
-      weight_gather_pending_[u] = !t.empty();
-      if (!t.empty()) weight_gathers_[u] = t.front();
-    }
+    for (size_t u = 0; u < weight_gathers_.size(); ++u)
+      if (!gathered_with_update(static_cast<int>(u))) weight_gathers_[u] = issue_weight_gather(static_cast<int>(u));
   }
 }
 
 void ZeroOptimizer::before_forward(int layer) {
   if (gather_) gather_->before(layer, /*backward=*/false);
-  for (int u : params_.layout().units_of_layer(layer)) {
-    if (!weight_gather_pending_[static_cast<size_t>(u)]) continue;
-    scheduler_.wait(weight_gathers_[static_cast<size_t>(u)]);
-    weight_gather_pending_[static_cast<size_t>(u)] = false;
-  }
+  for (int u : params_.layout().units_of_layer(layer)) wait_weight_gather(static_cast<size_t>(u));
 }
 
 void ZeroOptimizer::after_forward(int layer) {
@@ -103,27 +93,39 @@ void ZeroOptimizer::after_backward(int layer, bool last_micro) {
 void ZeroOptimizer::finish_gradients() {
   // A layer whose forward did not run this step still has its weights in flight: wait here, in
   // the step that issued them.
-  for (size_t u = 0; u < weight_gathers_.size(); ++u)
-    if (weight_gather_pending_[u]) {
-      scheduler_.wait(weight_gathers_[u]);
-      weight_gather_pending_[u] = false;
-    }
+  for (size_t u = 0; u < weight_gathers_.size(); ++u) wait_weight_gather(u);
   reducer_->finish();
 }
 
 void ZeroOptimizer::grad_norm_squared(Tensor& acc) { gradient_norm_squared(acc, grad_shard_, &dp_); }
 
 
-void ZeroOptimizer::issue_weight_gather(int u, std::vector<CommScheduler::Ticket>& tickets) {
+std::unique_ptr<Work> ZeroOptimizer::gather_weights(int u) {
   const ZeroUnit& zu = params_.layout().units()[static_cast<size_t>(u)];
   Tensor in = weight_shard_.slice_flat(zu.shard_offset, {zu.shard});
   Tensor out = params_.flat_values().slice_flat(zu.offset, {zu.padded});
   if (dp_.size() == 1) {
     ops::copy(out, in);
-    return;
+    return nullptr;
   }
-  tickets.push_back(scheduler_.issue("all_gather weights layer " + std::to_string(zu.layer),
-                                     static_cast<int64_t>(out.nbytes()), [&] { return dp_.all_gather(out, in); }));
+  return dp_.all_gather(out, in);
+}
+
+std::optional<CommScheduler::Ticket> ZeroOptimizer::issue_weight_gather(int u) {
+  if (dp_.size() == 1) {
+    gather_weights(u);
+    return std::nullopt;
+  }
+  const ZeroUnit& zu = params_.layout().units()[static_cast<size_t>(u)];
+  const auto bytes = static_cast<int64_t>(static_cast<size_t>(zu.padded) * dtype_size(params_.flat_values().dtype()));
+  return scheduler_.issue("all_gather weights layer " + std::to_string(zu.layer), bytes,
+                          [&] { return gather_weights(u); });
+}
+
+void ZeroOptimizer::wait_weight_gather(size_t u) {
+  if (!weight_gathers_[u]) return;
+  scheduler_.wait(*weight_gathers_[u]);
+  weight_gathers_[u].reset();
 }
 
 void ZeroOptimizer::step(float lr, float grad_scale) {
@@ -154,7 +156,8 @@ void ZeroOptimizer::update(const ops::AdamWHyper& h, const Tensor* control) {
     if (!segs.empty()) ops::adamw_update_multi(segs, h, control);
     // Stages 1–2: the first layer's new weights travel while the other units update (units are
     // in forward order, so they come first); the others wait for the next step (begin_step).
-    if (stage_ < 3 && gathered_with_update(static_cast<int>(u))) issue_weight_gather(static_cast<int>(u), tickets);
+    if (stage_ < 3 && gathered_with_update(static_cast<int>(u)))
+      if (auto t = issue_weight_gather(static_cast<int>(u))) tickets.push_back(*t);
   }
   for (CommScheduler::Ticket& t : tickets) scheduler_.wait(t);
 }
@@ -164,14 +167,7 @@ void ZeroOptimizer::sync_weights() {
   // Outside a step: straight on the current stream, not through the step's scheduler records.
   for (size_t u = 0; u < weight_gathers_.size(); ++u) {
     if (gathered_with_update(static_cast<int>(u))) continue;
-    const ZeroUnit& zu = params_.layout().units()[u];
-    Tensor in = weight_shard_.slice_flat(zu.shard_offset, {zu.shard});
-    Tensor out = params_.flat_values().slice_flat(zu.offset, {zu.padded});
-    if (dp_.size() == 1) {
-      ops::copy(out, in);
-    } else {
-      dp_.all_gather(out, in)->wait();
-    }
+    if (std::unique_ptr<Work> w = gather_weights(static_cast<int>(u))) w->wait();
   }
 }
 
@@ -202,7 +198,8 @@ void ZeroOptimizer::after_load() {
   if (separate_master_) ops::copy(weight_shard_, master_);
   if (stage_ < 3) {
     std::vector<CommScheduler::Ticket> tickets;
-    for (size_t u = 0; u < segments_.size(); ++u) issue_weight_gather(static_cast<int>(u), tickets);
+    for (size_t u = 0; u < segments_.size(); ++u)
+      if (auto t = issue_weight_gather(static_cast<int>(u))) tickets.push_back(*t);
     for (CommScheduler::Ticket& t : tickets) scheduler_.wait(t);
   } else {
     gather_->release_all();  // the next forward gathers the loaded weights

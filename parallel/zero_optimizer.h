@@ -22,6 +22,7 @@
 // parameter boundaries, so a checkpoint reshards to any stage and dp size on load.
 #pragma once
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "parallel/distributed_optimizer.h"
@@ -63,8 +64,11 @@ class ZeroOptimizer : public DistributedOptimizer {
 
  private:
   void update(const ops::AdamWHyper& h, const Tensor* control);
-  // Stages 1–2: all-gathers of unit u's updated weight shard into the full working weights.
-  void issue_weight_gather(int u, std::vector<CommScheduler::Ticket>& tickets);
+  // Stages 1–2: unit u's updated weight shard into the full working weights on the current
+  // stream (a copy at dp 1: nullptr), and the same through the scheduler (no ticket at dp 1).
+  std::unique_ptr<Work> gather_weights(int u);
+  std::optional<CommScheduler::Ticket> issue_weight_gather(int u);
+  void wait_weight_gather(size_t u);  // if this step issued one for u
   bool gathered_with_update(int u) const;  // u belongs to the first layer of the forward
   std::vector<StatePiece> shard_pieces();
 
@@ -80,8 +84,7 @@ class ZeroOptimizer : public DistributedOptimizer {
   std::unique_ptr<ZeroGradReducer> reducer_;
   std::unique_ptr<ZeroParamGather> gather_;  // stage 3
   // Stages 1–2: per unit, the all-gather this step's forward waits for (issued by begin_step).
-  std::vector<CommScheduler::Ticket> weight_gathers_;
-  std::vector<bool> weight_gather_pending_;
+  std::vector<std::optional<CommScheduler::Ticket>> weight_gathers_;
   int first_layer_ = 0;  // the smallest layer index of any unit
   int64_t steps_ = 0;
 };
