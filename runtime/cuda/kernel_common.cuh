@@ -29,25 +29,31 @@ __device__ __forceinline__ T from_f32(float x) {
   }
 }
 
+// ---------- 8 values of one or two 16-byte words as fp32 ----------
+__device__ __forceinline__ void unpack_bf16x8(const uint4& u, float (&f)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 t = __bfloat1622float2(h[j]);
+    f[2 * j] = t.x;
+    f[2 * j + 1] = t.y;
+  }
+}
+
+__device__ __forceinline__ void unpack_f32x8(const float4& a, const float4& b, float (&f)[8]) {
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+  f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
 // ---------- V-wide vector access ----------
 // load_vec<V>(p, out): out[j] = p[j] for j < V, as fp32. V = 8 requires p to be 16-byte aligned
 // (bf16: one 16-byte load; fp32: two); any other V is a plain element loop with no alignment need.
 template <int V, class T>
 __device__ __forceinline__ void load_vec(const T* p, float (&out)[V]) {
   if constexpr (V == 8 && std::is_same_v<T, bf16>) {
-    const int4 raw = *reinterpret_cast<const int4*>(p);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(h[j]);
-      out[2 * j] = f.x;
-      out[2 * j + 1] = f.y;
-    }
+    unpack_bf16x8(*reinterpret_cast<const uint4*>(p), out);
   } else if constexpr (V == 8 && std::is_same_v<T, float>) {
-    const float4 a = reinterpret_cast<const float4*>(p)[0];
-    const float4 b = reinterpret_cast<const float4*>(p)[1];
-    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
-    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+    unpack_f32x8(reinterpret_cast<const float4*>(p)[0], reinterpret_cast<const float4*>(p)[1], out);
   } else {
 #pragma unroll
     for (int j = 0; j < V; ++j) out[j] = to_f32(p[j]);

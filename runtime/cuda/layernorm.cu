@@ -68,15 +68,7 @@ template <>
 struct Pack8<bf16> {
   uint4 u;
   __device__ __forceinline__ void load(const bf16* p) { u = *reinterpret_cast<const uint4*>(p); }
-  __device__ __forceinline__ void unpack(float (&f)[8]) const {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 t = __bfloat1622float2(h[j]);
-      f[2 * j] = t.x;
-      f[2 * j + 1] = t.y;
-    }
-  }
+  __device__ __forceinline__ void unpack(float (&f)[8]) const { unpack_bf16x8(u, f); }
 };
 
 template <>
@@ -86,18 +78,12 @@ struct Pack8<float> {
     a = reinterpret_cast<const float4*>(p)[0];
     b = reinterpret_cast<const float4*>(p)[1];
   }
-  __device__ __forceinline__ void unpack(float (&f)[8]) const {
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
-    f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-  }
+  __device__ __forceinline__ void unpack(float (&f)[8]) const { unpack_f32x8(a, b, f); }
 };
 
 // 8 fp32 values from 16-byte-aligned shared memory.
 __device__ __forceinline__ void load_smem8(const float* p, float (&f)[8]) {
-  const float4 a = reinterpret_cast<const float4*>(p)[0];
-  const float4 b = reinterpret_cast<const float4*>(p)[1];
-  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
-  f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  unpack_f32x8(reinterpret_cast<const float4*>(p)[0], reinterpret_cast<const float4*>(p)[1], f);
 }
 
 // Σ v over the team of warps that owns a row (every thread of the team gets it). team == 1: the
@@ -208,18 +194,10 @@ __device__ __forceinline__ void stage_copy(uint4* s, int stride, const T* g) {
 template <class T>
 __device__ __forceinline__ void stage_read(const uint4* s, int stride, float (&f)[8]) {
   if constexpr (std::is_same_v<T, bf16>) {
-    const uint4 u = s[0];
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 t = __bfloat1622float2(h[j]);
-      f[2 * j] = t.x;
-      f[2 * j + 1] = t.y;
-    }
+    unpack_bf16x8(s[0], f);
   } else {
-    const uint4 a = s[0], b = s[stride];
-    f[0] = __uint_as_float(a.x), f[1] = __uint_as_float(a.y), f[2] = __uint_as_float(a.z), f[3] = __uint_as_float(a.w);
-    f[4] = __uint_as_float(b.x), f[5] = __uint_as_float(b.y), f[6] = __uint_as_float(b.z), f[7] = __uint_as_float(b.w);
+    const float4* q = reinterpret_cast<const float4*>(s);
+    unpack_f32x8(q[0], q[stride], f);
   }
 }
 
