@@ -11,6 +11,7 @@
 
 #include "parallel/param.h"
 #include "parallel/zero_layout.h"
+#include "runtime/communicator.h"
 
 namespace tetra {
 
@@ -19,9 +20,11 @@ class ParamSet {
   static constexpr int64_t kAlignElems = ZeroLayout::kAlignElems;
 
   // Lays out `params` (ZeroLayout over `shards` ranks) and allocates the flat value buffer, and the
-  // flat gradient buffer when `full_grads`, on `device`.
+  // flat gradient buffer when `full_grads`, on `device`. With `symmetric` (the data-parallel group)
+  // both come from its symmetric memory, so the collectives on them take the copy-free path
+  // (Communicator::symmetric_zeros; a collective call then).
   void build(std::vector<Param*> params, Device device, DType value_dtype, DType grad_dtype, int shards = 1,
-             bool full_grads = true);
+             bool full_grads = true, Communicator* symmetric = nullptr);
   // Fills every value from its init rule (normal(0, init_std) or constant), drawing the full
   // tensor from a seed derived from (seed, name) so any split or order gives the same weights.
   void initialize(uint64_t seed);
