@@ -528,12 +528,8 @@ Tensor NcclCommunicator::symmetric_zeros(const Shape& shape, DType dtype, Device
                ") failed: ", ncclGetErrorString(a), ". Set parallel.symmetric_memory: false to use ordinary memory.");
   ncclWindow_t window = nullptr;
   try {
-    // On a non-blocking communicator the registration finishes in the background even when the
-    // call returns ncclSuccess (NCCL 2.28): wait for the communicator's state either way, or the
-    // next call finds it still in progress (and `window` unset).
-    ncclResult_t r = ncclCommWindowRegister(im.comm, p, bytes, &window, NCCL_WIN_COLL_SYMMETRIC);
-    if (r == ncclSuccess) r = ncclInProgress;
-    im.check(im.comm, r, "symmetric window registration of " + std::to_string(bytes) + " bytes", name(), timeout());
+    im.check(im.comm, ncclCommWindowRegister(im.comm, p, bytes, &window, NCCL_WIN_COLL_SYMMETRIC),
+             "symmetric window registration of " + std::to_string(bytes) + " bytes", name(), timeout());
   } catch (...) {
     (void)ncclMemFree(p);
     throw;
