@@ -43,9 +43,6 @@ struct ParallelConfig {
   // dtype gradients are accumulated and reduced in: auto = bf16 when training in bf16, except at
   // stages 0–1 with several micro-batches per step (an fp32 buffer keeps their sum exact).
   std::string grad_dtype = "auto";
-  // CUDA, dp > 1, ZeRO 0-2: the flat weight and gradient buffers and the ZeRO shards live in NCCL
-  // symmetric memory, so their collectives run copy-free on fewer SMs (docs/kernels.md NOTES).
-  bool symmetric_memory = false;
 };
 
 struct TrainConfig {

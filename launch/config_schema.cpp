@@ -53,7 +53,6 @@ std::vector<Field> make_fields() {
       {KEY(parallel, micro_batches, Int), .lo = 0, .hi = kIntMax,
        .note = "0 = train.global_batch / (dp·train.micro_batch)"},
       {KEY(parallel, overlap_grad_reduce, Bool)},
-      {KEY(parallel, symmetric_memory, Bool), .note = "NCCL symmetric memory for the dp buffers (CUDA, ZeRO 0-2)"},
       {KEY(parallel, bucket_mb, Float), .lo = 0, .lo_open = true, .note = "megabytes"},
       {KEY(parallel, grad_dtype, Choice), .choices = {"auto", "fp32", "bf16"},
        .note = "gradient accumulation and reduction; auto: bf16 for bf16 training unless stage 0-1 accumulates"},

@@ -15,7 +15,6 @@ DistributedOptimizerOptions optimizer_options(const Config& cfg, int dp) {
   const int per_micro = std::max(1, dp * std::max(1, cfg.train.micro_batch));
   oo.accumulation_steps = std::max(1, cfg.train.global_batch / per_micro);
   oo.grad_dtype = cfg.parallel.grad_dtype;
-  oo.symmetric_memory = cfg.parallel.symmetric_memory && cfg.parallel.zero_stage <= 2;
   oo.adamw.beta1 = static_cast<float>(cfg.optimizer.betas[0]);
   oo.adamw.beta2 = static_cast<float>(cfg.optimizer.betas[1]);
   oo.adamw.eps = static_cast<float>(cfg.optimizer.eps);

@@ -145,9 +145,7 @@ void Trainer::setup() {
   model_ = std::move(gpt);
   const DistributedOptimizerOptions oo = optimizer_options(cfg_, shape.dp);
   const ParamStorage storage = param_storage_for(oo, act_dtype_, shape.dp);
-  Communicator* symmetric = oo.symmetric_memory ? &mesh_->device_comm(MeshAxis::DP) : nullptr;
-  params_.build(model_->params(), device_, act_dtype_, storage.grad_dtype, storage.shards, storage.full_grads,
-                symmetric);
+  params_.build(model_->params(), device_, act_dtype_, storage.grad_dtype, storage.shards, storage.full_grads);
   if (!cfg_.model.init_from.empty()) {
     auto unexpected = load_consolidated(cfg_.model.init_from, *model_);
     if (is_rank0() && !unexpected.empty())

@@ -95,7 +95,6 @@ struct DistributedOptimizerOptions {
   int fsdp_prefetch = 1;                     // stage 3: layers all-gathered ahead of the one computing
   int accumulation_steps = 1;                // micro-batches per step (memory bound of stages 2–3)
   std::string grad_dtype = "auto";           // auto | fp32 | bf16 (see param_storage_for)
-  bool symmetric_memory = false;             // ZeRO shards in the group's symmetric memory (symmetric_zeros)
   AdamWConfig adamw;
 };
 

@@ -10,19 +10,15 @@
 namespace tetra {
 
 void ParamSet::build(std::vector<Param*> params, Device device, DType value_dtype, DType grad_dtype, int shards,
-                     bool full_grads, Communicator* symmetric) {
+                     bool full_grads) {
   params_ = std::move(params);
   device_ = device;
   value_dtype_ = value_dtype;
   grad_dtype_ = grad_dtype;
   layout_ = ZeroLayout(params_, shards);
   for (size_t i = 0; i < layout_.params().size(); ++i) layout_.params()[i]->offset = layout_.offset_of(static_cast<int>(i));
-  auto zeros = [&](DType dtype) {
-    return symmetric ? symmetric->symmetric_zeros({layout_.total()}, dtype, device)
-                     : Tensor::zeros({layout_.total()}, dtype, device);
-  };
-  values_ = zeros(value_dtype);
-  grads_ = full_grads ? zeros(grad_dtype) : Tensor();
+  values_ = Tensor::zeros({layout_.total()}, value_dtype, device);
+  grads_ = full_grads ? Tensor::zeros({layout_.total()}, grad_dtype, device) : Tensor();
   for (Param* p : params_) {
     p->value = values_.slice_flat(p->offset, p->local_shape);
     p->grad = full_grads ? grads_.slice_flat(p->offset, p->local_shape) : Tensor();

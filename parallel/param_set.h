@@ -11,7 +11,6 @@
 
 #include "parallel/param.h"
 #include "parallel/zero_layout.h"
-#include "runtime/communicator.h"
 
 namespace tetra {
 
@@ -20,11 +19,9 @@ class ParamSet {
   static constexpr int64_t kAlignElems = ZeroLayout::kAlignElems;
 
   // Lays out `params` (ZeroLayout over `shards` ranks) and allocates the flat value buffer, and the
-  // flat gradient buffer when `full_grads`, on `device`. With `symmetric` (the data-parallel group)
-  // both come from its symmetric memory, so the collectives on them take the copy-free path
-  // (Communicator::symmetric_zeros; a collective call then).
+  // flat gradient buffer when `full_grads`, on `device`.
   void build(std::vector<Param*> params, Device device, DType value_dtype, DType grad_dtype, int shards = 1,
-             bool full_grads = true, Communicator* symmetric = nullptr);
+             bool full_grads = true);
   // Fills every value from its init rule (normal(0, init_std) or constant), drawing the full
   // tensor from a seed derived from (seed, name) so any split or order gives the same weights.
   void initialize(uint64_t seed);

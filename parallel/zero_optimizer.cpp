@@ -24,13 +24,8 @@ ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& 
   master_ = Tensor::zeros({S}, DType::F32, dev);
   exp_avg_ = Tensor::zeros({S}, DType::F32, dev);
   exp_avg_sq_ = Tensor::zeros({S}, DType::F32, dev);
-  // The reduce-scatter's output and the all-gather's input: in symmetric memory when asked, so those
-  // collectives (whose other side is the ParamSet's flat buffers) take the copy-free path.
-  auto shard_zeros = [&](DType dtype) {
-    return options.symmetric_memory ? dp.symmetric_zeros({S}, dtype, dev) : Tensor::zeros({S}, dtype, dev);
-  };
-  grad_shard_ = shard_zeros(params.grad_dtype());
-  weight_shard_ = separate_master_ ? shard_zeros(params.value_dtype()) : master_;
+  grad_shard_ = Tensor::zeros({S}, params.grad_dtype(), dev);
+  weight_shard_ = separate_master_ ? Tensor::zeros({S}, params.value_dtype(), dev) : master_;
   // Take this rank's shard of every unit from the (identically initialised or loaded) full weights.
   for (const ZeroUnit& u : layout.units()) {
     Tensor src = values.slice_flat(u.offset + rank_ * u.shard, {u.shard});

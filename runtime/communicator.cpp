@@ -12,10 +12,6 @@ void Communicator::all_reduce_host(std::vector<double>& values, ReduceOp op) {
   std::memcpy(values.data(), t.data_ptr(), t.nbytes());
 }
 
-Tensor Communicator::symmetric_zeros(const Shape& shape, DType dtype, Device device) {
-  return Tensor::zeros(shape, dtype, device);
-}
-
 double Communicator::all_reduce_scalar(double v, ReduceOp op) {
   std::vector<double> values{v};
   all_reduce_host(values, op);

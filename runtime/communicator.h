@@ -55,14 +55,6 @@ class Communicator {
   // A sub-group of the ranks with the same color, ordered by key (as MPI_Comm_split).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
-  // Zeroed memory shaped `shape` that this group's collectives reach directly in every rank's copy
-  // (NCCL: memory from ncclMemAlloc registered as a symmetric window, so collectives whose input
-  // and output both lie in such memory run copy-free kernels on fewer SMs, and all-gathers may run
-  // on the copy engines; docs/kernels.md NOTES). Collective: every rank calls it with the same shape
-  // in the same order, and the same offsets into it must be used on every rank. The tensor must
-  // not outlive the communicator. The default (MPI, or no such memory) is Tensor::zeros on `device`.
-  virtual Tensor symmetric_zeros(const Shape& shape, DType dtype, Device device);
-
   // Blocking all-reduce of host doubles (loss sums, token counts, norms), in fp64.
   virtual void all_reduce_host(std::vector<double>& values, ReduceOp op = ReduceOp::Sum);
   double all_reduce_scalar(double v, ReduceOp op = ReduceOp::Sum);

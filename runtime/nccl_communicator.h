@@ -50,10 +50,6 @@ class NcclCommunicator : public Communicator {
   // ncclCommSplit (and the host communicator's split); color < 0 leaves this rank out: nullptr.
   std::unique_ptr<Communicator> split(int color, int key) override;
   void all_reduce_host(std::vector<double>& values, ReduceOp op = ReduceOp::Sum) override;
-  // ncclMemAlloc'd memory registered as an NCCL_WIN_COLL_SYMMETRIC window of this communicator
-  // (`device` must be this communicator's). Where NCCL has no symmetric support (ranks not all
-  // linked peer to peer, several nodes) the memory is still valid and collectives take the usual path.
-  Tensor symmetric_zeros(const Shape& shape, DType dtype, Device device) override;
 
   struct Impl;
 

@@ -12,7 +12,6 @@
 #include <mutex>
 #include <numeric>
 #include <thread>
-#include <unordered_map>
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/device_context.h"
@@ -280,15 +279,11 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, Device device, std::shared_ptr
   config.blocking = 0;
 #if defined(NCCL_CTA_POLICY_EFFICIENCY)
   // TETRA_NCCL_CTA_POLICY=efficiency: NCCL uses as few CTAs as give decent bandwidth, leaving SMs
-  // to the compute that collectives overlap with; =zero: all-gathers between symmetric buffers
-  // (symmetric_zeros) run on the copy engines, on no SM at all (docs/kernels.md NOTES measures both).
+  // to the compute that collectives overlap with (docs/kernels.md NOTES measures it).
   if (const char* policy = std::getenv("TETRA_NCCL_CTA_POLICY")) {
     if (std::strcmp(policy, "efficiency") == 0) config.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY;
-#if defined(NCCL_CTA_POLICY_ZERO)
-    else if (std::strcmp(policy, "zero") == 0) config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
-#endif
     else if (std::strcmp(policy, "default") != 0)
-      TETRA_FAIL(Usage, "TETRA_NCCL_CTA_POLICY: '", policy, "' (valid: default, efficiency, zero)");
+      TETRA_FAIL(Usage, "TETRA_NCCL_CTA_POLICY: '", policy, "' (valid: default, efficiency)");
   }
 #endif
   const ncclResult_t r = ncclCommInitRankConfig(&im.comm, size, id, rank, &config);
@@ -468,80 +463,6 @@ void NcclCommunicator::barrier() {
     return ncclAllReduce(buf.data_ptr(), buf.data_ptr(), 1, ncclInt32, ncclSum, comm, s);
   });
   work->host_wait();
-}
-
-namespace {
-
-// Symmetric memory alive, by address: the window and the communicator that registered it, for the
-// Storage release (a plain function) to deregister and free.
-struct SymmetricBlock {
-  std::weak_ptr<NcclCommunicator::Impl> owner;
-  ncclWindow_t window = nullptr;
-};
-std::mutex g_symmetric_mu;
-std::unordered_map<void*, SymmetricBlock> g_symmetric_blocks;
-
-// Called from Storage destructors: never throws. Deregistration is local to the rank (no peer
-// takes part); a window whose communicator is already gone went with it.
-void release_symmetric(void* p, size_t bytes, Device device) {
-  SymmetricBlock block;
-  {
-    std::lock_guard<std::mutex> lock(g_symmetric_mu);
-    auto it = g_symmetric_blocks.find(p);
-    if (it == g_symmetric_blocks.end()) return;
-    block = it->second;
-    g_symmetric_blocks.erase(it);
-  }
-  int current = -1;
-  const bool switched =
-      cudaGetDevice(&current) == cudaSuccess && current != device.index && cudaSetDevice(device.index) == cudaSuccess;
-  // Work still reading the memory finishes first (this runs at teardown, never inside steps).
-  (void)cudaDeviceSynchronize();
-  const std::shared_ptr<NcclCommunicator::Impl> owner = block.owner.lock();
-  if (owner && owner->comm && !owner->aborted && block.window) (void)ncclCommWindowDeregister(owner->comm, block.window);
-  (void)ncclMemFree(p);
-  try {
-    cuda::count_external(device, -static_cast<std::ptrdiff_t>(bytes));
-  } catch (...) {
-  }
-  (void)cudaGetLastError();
-  if (switched) (void)cudaSetDevice(current);
-}
-
-}  // namespace
-
-Tensor NcclCommunicator::symmetric_zeros(const Shape& shape, DType dtype, Device device) {
-  Impl& im = *impl_;
-  if (!(device == im.device))
-    TETRA_FAIL(Comm, "symmetric_zeros on group ", name(), ": asked for memory on ", device.str(),
-               " but the communicator is on ", im.device.str());
-  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-  if (bytes == 0) return Tensor::zeros(shape, dtype, device);
-  if (im.aborted)
-    TETRA_FAIL(Comm, "symmetric_zeros on group ", name(), ": the communicator was aborted after an earlier failure");
-  im.timeout_s = timeout();
-  cuda::DeviceScope scope(device);
-  void* p = nullptr;
-  const ncclResult_t a = ncclMemAlloc(&p, bytes);
-  if (a != ncclSuccess || p == nullptr)
-    TETRA_FAIL(Comm, "ncclMemAlloc of ", bytes, " bytes of symmetric memory on ", device.str(), " (group ", name(),
-               ") failed: ", ncclGetErrorString(a), ". Set parallel.symmetric_memory: false to use ordinary memory.");
-  ncclWindow_t window = nullptr;
-  try {
-    im.check(im.comm, ncclCommWindowRegister(im.comm, p, bytes, &window, NCCL_WIN_COLL_SYMMETRIC),
-             "symmetric window registration of " + std::to_string(bytes) + " bytes", name(), timeout());
-  } catch (...) {
-    (void)ncclMemFree(p);
-    throw;
-  }
-  {
-    std::lock_guard<std::mutex> lock(g_symmetric_mu);
-    g_symmetric_blocks[p] = SymmetricBlock{impl_, window};
-  }
-  cuda::count_external(device, static_cast<std::ptrdiff_t>(bytes));
-  auto storage = std::make_shared<Storage>(p, bytes, device, &release_symmetric);
-  cuda::memset_zero(p, bytes, device);
-  return Tensor::over(std::move(storage), shape, dtype);
 }
 
 void NcclCommunicator::all_reduce_host(std::vector<double>& values, ReduceOp op) {

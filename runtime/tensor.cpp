@@ -41,18 +41,6 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return t;
 }
 
-Tensor Tensor::over(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
-  TETRA_CHECK(storage != nullptr, "Tensor::over: no storage");
-  Tensor t;
-  t.shape_ = shape;
-  t.numel_ = shape_numel(shape);
-  t.dtype_ = dtype;
-  TETRA_CHECK(t.nbytes() <= storage->bytes(), "Tensor::over: ", dtype_name(dtype), shape_str(shape), " needs ",
-              t.nbytes(), " bytes, the storage holds ", storage->bytes());
-  t.storage_ = std::move(storage);
-  return t;
-}
-
 Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape) {
   Tensor t = empty(shape, DType::F32);
   TETRA_CHECK(static_cast<int64_t>(values.size()) == t.numel(), "from_vector: ", values.size(),

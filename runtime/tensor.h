@@ -46,9 +46,6 @@ class Tensor {
 
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
-  // A tensor over the first numel(shape) elements of `storage` (memory an allocator other than
-  // allocate_storage made, e.g. a communicator's symmetric memory).
-  static Tensor over(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype);
   // Host tensor holding a copy of `values` (fp32), shaped `shape`.
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape);
   static Tensor from_vector(const std::vector<int32_t>& values, const Shape& shape);

@@ -13,9 +13,6 @@ void* allocate(size_t bytes, Device device);
 void release(void* ptr, size_t bytes, Device device);
 // Bytes currently allocated through the pool and the high-water mark, per device.
 size_t allocated_bytes(Device device);
-// Memory a library allocated for tetra outside the pool (NCCL symmetric windows) joins the counts:
-// +bytes when allocated, −bytes when freed.
-void count_external(Device device, std::ptrdiff_t bytes);
 size_t peak_allocated_bytes(Device device);
 void reset_peak(Device device);
 

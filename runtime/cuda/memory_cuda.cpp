@@ -43,13 +43,6 @@ PoolState& pool_state(Device device) {
   return s;
 }
 
-void count_allocation(PoolState& s, size_t bytes) {
-  const size_t now = s.allocated.fetch_add(bytes) + bytes;
-  size_t peak = s.peak.load();
-  while (now > peak && !s.peak.compare_exchange_weak(peak, now)) {
-  }
-}
-
 double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 }  // namespace
@@ -77,7 +70,10 @@ void* allocate(size_t bytes, Device device) {
                " MiB), the device has ", mib(free_b), " MiB free of ", mib(total_b),
                " MiB. Reduce train.micro_batch or the sequence length, or enable recomputation.");
   }
-  count_allocation(s, bytes);
+  const size_t now = s.allocated.fetch_add(bytes) + bytes;
+  size_t peak = s.peak.load();
+  while (now > peak && !s.peak.compare_exchange_weak(peak, now)) {
+  }
   return p;
 }
 
@@ -93,15 +89,6 @@ void release(void* ptr, size_t bytes, Device device) {
   } catch (...) {
     (void)cudaGetLastError();
   }
-}
-
-void count_external(Device device, std::ptrdiff_t bytes) {
-  PoolState& s = pool_state(device);
-  if (bytes < 0) {
-    s.allocated.fetch_sub(static_cast<size_t>(-bytes));
-    return;
-  }
-  count_allocation(s, static_cast<size_t>(bytes));
 }
 
 size_t allocated_bytes(Device device) { return pool_state(device).allocated.load(); }

@@ -69,7 +69,6 @@ TEST(Config, DefaultsAreFilledIn) {
   EXPECT_EQ(c.parallel.schedule, "1f1b");
   EXPECT_EQ(c.parallel.micro_batches, 0);
   EXPECT_TRUE(c.parallel.overlap_grad_reduce);
-  EXPECT_FALSE(c.parallel.symmetric_memory);
   EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 25);
   EXPECT_EQ(c.train.seq_len, 64);  // from model.seq_len
   EXPECT_EQ(c.train.precision, "auto");
@@ -221,7 +220,6 @@ TEST(Config, RoundTripThroughYaml) {
       "run.comm_timeout_s=0.1", "model.init_from=\"it's \\\"quoted\\\"\\ttab\"", "model.ln_eps=1e-6",
       "parallel.dp=1", "parallel.tp=2", "parallel.zero_stage=3", "parallel.fsdp_prefetch=2",
       "parallel.schedule=zb_h1", "parallel.overlap_grad_reduce=false", "parallel.bucket_mb=12.5",
-      "parallel.symmetric_memory=true",
       "train.seq_len=48", "train.precision=fp32", "train.device=cpu", "train.grad_clip=0", "train.eval_every=5",
       "train.eval_batches=3", "train.recompute=mlp", "train.on_nonfinite=stop", "optimizer.lr=0.1",
       "optimizer.betas=[0.85, 0.999]", "optimizer.eps=1.0e-12", "optimizer.weight_decay=0.01",

@@ -1,13 +1,11 @@
 // NCCL collectives across ranks (ctest runs this under mpirun -np 2): every collective of the
 // Communicator interface on integer-valued data, so results must be exact, in fp32, bf16 and int32;
-// the Work/stream contract on a separate communication stream; split; barrier; host reductions;
-// the same collectives between buffers in NCCL symmetric memory.
+// the Work/stream contract on a separate communication stream; split; barrier; host reductions.
 // Exits 0 with a message ("SKIPPED") unless every rank has a GPU of its own.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 
 #include "runtime/mpi_communicator.h"
@@ -226,67 +224,6 @@ TEST(Nccl, Split) {
     sub->all_reduce_host(hv, ReduceOp::Sum);
     EXPECT_EQ(hv[0], members);
   }
-}
-
-// Collectives between symmetric buffers (both sides in windows: NCCL's copy-free kernels, and the
-// copy-engine all-gather under CTA policy zero) give the same exact results as the ordinary path,
-// on slices at equal offsets; the memory is zeroed and counted while it lives.
-void check_symmetric_collectives(Communicator& c, const char* label) {
-  const int64_t n = 4099;  // per rank: odd, so slices start at unaligned element offsets
-  const double ranks_sum = S() * (S() + 1) / 2.0;
-  for (DType dt : {DType::F32, DType::BF16}) {
-    const size_t before = cuda::allocated_bytes(gpu());
-    {
-      Tensor flat = c.symmetric_zeros({3 * S() * n}, dt, gpu());
-      Tensor shard = c.symmetric_zeros({3 * n}, dt, gpu());
-      EXPECT_GE(cuda::allocated_bytes(gpu()), before + flat.nbytes() + shard.nbytes()) << label;
-      EXPECT_EQ(download_values(flat), std::vector<double>(static_cast<size_t>(flat.numel()), 0.0)) << label;
-      // All-reduce in place on a slice.
-      Tensor ar = flat.slice_flat(7, {S() * n});
-      std::vector<double> mine(static_cast<size_t>(S() * n)), want(mine.size());
-      for (size_t i = 0; i < mine.size(); ++i) {
-        mine[i] = (R() + 1) * static_cast<double>(i % 9 + 1);
-        want[i] = ranks_sum * static_cast<double>(i % 9 + 1);
-      }
-      ops::copy(ar, upload_values(mine, dt));
-      c.all_reduce(ar, ReduceOp::Sum)->wait();
-      EXPECT_EQ(download_values(ar), want) << label << " all_reduce " << dtype_name(dt);
-      // Reduce-scatter from a slice of the flat buffer into a slice of the shard buffer.
-      Tensor rs_in = flat.slice_flat(S() * n + 3, {S() * n});
-      Tensor rs_out = shard.slice_flat(n, {n});
-      std::vector<double> in(static_cast<size_t>(S() * n)), rs_want(static_cast<size_t>(n));
-      for (int j = 0; j < S(); ++j)
-        for (int64_t i = 0; i < n; ++i) in[static_cast<size_t>(j * n + i)] = (R() + 1) * (j + 1 + i % 5);
-      for (int64_t i = 0; i < n; ++i) rs_want[static_cast<size_t>(i)] = ranks_sum * (R() + 1 + i % 5);
-      ops::copy(rs_in, upload_values(in, dt));
-      c.reduce_scatter(rs_out, rs_in, ReduceOp::Sum)->wait();
-      EXPECT_EQ(download_values(rs_out), rs_want) << label << " reduce_scatter " << dtype_name(dt);
-      // All-gather from a slice of the shard buffer into a slice of the flat buffer.
-      Tensor ag_in = shard.slice_flat(2 * n, {n});
-      Tensor ag_out = flat.slice_flat(2 * S() * n, {S() * n});
-      std::vector<double> part(static_cast<size_t>(n)), ag_want(static_cast<size_t>(S() * n));
-      for (int64_t i = 0; i < n; ++i) part[static_cast<size_t>(i)] = R() * 50 + i % 50;
-      for (int r = 0; r < S(); ++r)
-        for (int64_t i = 0; i < n; ++i) ag_want[static_cast<size_t>(r * n + i)] = r * 50 + i % 50;
-      ops::copy(ag_in, upload_values(part, dt));
-      c.all_gather(ag_out, ag_in)->wait();
-      EXPECT_EQ(download_values(ag_out), ag_want) << label << " all_gather " << dtype_name(dt);
-    }
-    EXPECT_EQ(cuda::allocated_bytes(gpu()), before) << label << ": symmetric memory freed with its tensors";
-  }
-}
-
-TEST(Nccl, SymmetricMemory) {
-  check_symmetric_collectives(*g_nccl, "default CTA policy");
-  EXPECT_THROW(g_nccl->symmetric_zeros({16}, DType::F32, Device::cpu()), Error);
-}
-
-TEST(Nccl, SymmetricMemoryCopyEngineAllGather) {
-  setenv("TETRA_NCCL_CTA_POLICY", "zero", 1);
-  std::unique_ptr<Communicator> zero_cta = make_nccl_communicator(MPI_COMM_WORLD, gpu(), nullptr);
-  unsetenv("TETRA_NCCL_CTA_POLICY");
-  zero_cta->set_timeout(120);
-  check_symmetric_collectives(*zero_cta, "CTA policy zero");
 }
 
 TEST(Nccl, RejectsMismatchedArguments) {

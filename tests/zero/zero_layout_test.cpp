@@ -143,60 +143,6 @@ TEST(ZeroLayout, ParamSetViewsFollowTheLayout) {
   EXPECT_THROW(ps.initialize(7), Error);
 }
 
-// A communicator that only hands out "symmetric" memory (host zeros) and records what it gave.
-class RecordingSymmetricComm final : public Communicator {
- public:
-  std::vector<Tensor> given;
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  std::string backend() const override { return "recording"; }
-  Tensor symmetric_zeros(const Shape& shape, DType dtype, Device device) override {
-    given.push_back(Tensor::zeros(shape, dtype, device));
-    return given.back();
-  }
-  std::unique_ptr<Work> all_reduce(Tensor&, ReduceOp) override { return unused(); }
-  std::unique_ptr<Work> reduce_scatter(Tensor&, const Tensor&, ReduceOp) override { return unused(); }
-  std::unique_ptr<Work> all_gather(Tensor&, const Tensor&) override { return unused(); }
-  std::unique_ptr<Work> all_to_all(Tensor&, const Tensor&) override { return unused(); }
-  std::unique_ptr<Work> all_to_all_v(Tensor&, const std::vector<int64_t>&, const Tensor&,
-                                     const std::vector<int64_t>&) override {
-    return unused();
-  }
-  std::unique_ptr<Work> broadcast(Tensor&, int) override { return unused(); }
-  std::unique_ptr<Work> send(const Tensor&, int, int) override { return unused(); }
-  std::unique_ptr<Work> recv(Tensor&, int, int) override { return unused(); }
-  void barrier() override { unused(); }
-  std::unique_ptr<Communicator> split(int, int) override {
-    unused();
-    return nullptr;
-  }
-
- private:
-  static std::unique_ptr<Work> unused() { TETRA_FAIL(Internal, "RecordingSymmetricComm: no collectives here"); }
-};
-
-TEST(ZeroLayout, ParamSetTakesFlatBuffersFromSymmetricMemory) {
-  for (bool full_grads : {true, false}) {
-    OddModel m;
-    RecordingSymmetricComm comm;
-    ParamSet ps;
-    ps.build(m.params, Device::cpu(), DType::F32, DType::F32, /*shards=*/2, full_grads, &comm);
-    ASSERT_EQ(comm.given.size(), full_grads ? 2u : 1u);
-    EXPECT_EQ(ps.flat_values().data_ptr(), comm.given[0].data_ptr());
-    EXPECT_EQ(comm.given[0].numel(), ps.layout().total());
-    if (full_grads) {
-      EXPECT_EQ(ps.flat_grads().data_ptr(), comm.given[1].data_ptr());
-      EXPECT_EQ(static_cast<char*>(m.params[4]->grad.data_ptr()) - static_cast<char*>(comm.given[1].data_ptr()),
-                m.params[4]->offset * 4);
-    }
-  }
-  // Without a communicator nothing is asked of one, and the default symmetric_zeros is plain zeros.
-  OddModel m;
-  ParamSet ps;
-  ps.build(m.params, Device::cpu(), DType::F32, DType::F32);
-  EXPECT_TRUE(ps.flat_grads().defined());
-}
-
 TEST(ZeroMemory, StagesMatchTheFormula) {
   GptConfig g;  // GPT-2 124M shapes
   g.vocab_size = 50257;
