@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "data/cuda_stage.h"
+#include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_context.h"
 #include "runtime/stream.h"
@@ -45,13 +46,13 @@ CudaStage::CudaStage(const Options& o) : impl_(std::make_unique<Impl>()), slots_
   const size_t rows = n * static_cast<size_t>(o.micro_batch);
   TETRA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&m.dev_rows), rows * sizeof(StagedRow)));
   TETRA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&m.dev_bad), n * sizeof(unsigned long long)));
-  TETRA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&m.host_rows), rows * sizeof(StagedRow)));
-  TETRA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&m.host_bad), n * sizeof(unsigned long long)));
+  m.host_rows = static_cast<StagedRow*>(cuda::allocate_pinned(rows * sizeof(StagedRow)));
+  m.host_bad = static_cast<unsigned long long*>(cuda::allocate_pinned(n * sizeof(unsigned long long)));
   m.host_staging.assign(n, nullptr);
   if (o.host_staging)
     for (void*& p : m.host_staging) {
       if (o.pinned) {
-        TETRA_CUDA_CHECK(cudaMallocHost(&p, slot_bytes_));
+        p = cuda::allocate_pinned(slot_bytes_);
       } else {
         p = std::aligned_alloc(4096, slot_bytes_);
         if (!p) TETRA_FAIL(Device, "out of host memory allocating ", slot_bytes_, " bytes of loader staging");
@@ -76,12 +77,12 @@ CudaStage::~CudaStage() {
   for (void* p : m.host_staging) {
     if (!p) continue;
     if (m.o.pinned)
-      (void)cudaFreeHost(p);
+      cuda::release_pinned(p);
     else
       std::free(p);
   }
-  (void)cudaFreeHost(m.host_rows);
-  (void)cudaFreeHost(m.host_bad);
+  cuda::release_pinned(m.host_rows);
+  cuda::release_pinned(m.host_bad);
   (void)cudaFree(m.dev_rows);
   (void)cudaFree(m.dev_bad);
   (void)cudaFree(dev_staging_);

@@ -4,6 +4,7 @@
 
 #include "runtime/error.h"
 #ifdef TETRA_WITH_CUDA
+#include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #endif
 
@@ -14,7 +15,7 @@ HostReadback::HostReadback(Device device, int64_t count) : device_(device), coun
 #ifdef TETRA_WITH_CUDA
   if (device.is_cuda()) {
     const size_t bytes = static_cast<size_t>(count) * sizeof(double);
-    TETRA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_), bytes));
+    host_ = static_cast<double*>(cuda::allocate_pinned(bytes));
     std::memset(host_, 0, bytes);
     return;
   }
@@ -31,7 +32,7 @@ HostReadback::~HostReadback() {
       } catch (...) {
       }
     }
-    if (host_ && cudaFreeHost(host_) != cudaSuccess) (void)cudaGetLastError();
+    cuda::release_pinned(host_);
     return;
   }
 #endif
