@@ -8,6 +8,22 @@
 #include "data/loader_bench.h"
 #include "runtime/error.h"
 
+namespace {
+
+// Runs one benchmark and prints its JSON line: exit 0, or 1 with the error on stderr.
+template <class Run>
+int print_result(Run run) {
+  try {
+    std::cout << run().dump() << std::endl;
+  } catch (const tetra::Error& e) {
+    std::cerr << "tetra_loader_bench: error: " << e.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"read a token set in training order through one read path; print JSON"};
   tetra::data::LoaderBenchOptions o;
@@ -37,13 +53,7 @@ int main(int argc, char** argv) {
     r.threads = o.threads;
     r.seconds = seconds;
     r.max_gb = o.max_gb > 0 ? o.max_gb : 1.0;
-    try {
-      std::cout << tetra::data::run_random_read_bench(r).dump() << std::endl;
-    } catch (const tetra::Error& e) {
-      std::cerr << "tetra_loader_bench: error: " << e.what() << std::endl;
-      return 1;
-    }
-    return 0;
+    return print_result([&] { return tetra::data::run_random_read_bench(r); });
   }
   if (order != "shuffled" && order != "sequential") {
     std::cerr << "tetra_loader_bench: --order must be shuffled or sequential\n";
@@ -57,11 +67,5 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.device = device == "cpu" || (device == "auto" && !gpu) ? tetra::Device::cpu() : tetra::Device::cuda(0);
-  try {
-    std::cout << tetra::data::run_loader_bench(o).dump() << std::endl;
-  } catch (const tetra::Error& e) {
-    std::cerr << "tetra_loader_bench: error: " << e.what() << std::endl;
-    return 1;
-  }
-  return 0;
+  return print_result([&] { return tetra::data::run_loader_bench(o); });
 }
