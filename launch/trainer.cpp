@@ -157,7 +157,6 @@ void Trainer::setup() {
   comm_ = std::make_unique<CommScheduler>(device_);
   optimizer_ = make_distributed_optimizer(params_, mesh_->device_comm(MeshAxis::DP), *comm_, oo);
 
-
   // Data.
   data::SamplerConfig sc;
   sc.seq_len = cfg_.train.seq_len;

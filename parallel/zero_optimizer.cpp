@@ -99,7 +99,6 @@ void ZeroOptimizer::finish_gradients() {
 
 void ZeroOptimizer::grad_norm_squared(Tensor& acc) { gradient_norm_squared(acc, grad_shard_, &dp_); }
 
-
 std::unique_ptr<Work> ZeroOptimizer::gather_weights(int u) {
   const ZeroUnit& zu = params_.layout().units()[static_cast<size_t>(u)];
   Tensor in = weight_shard_.slice_flat(zu.shard_offset, {zu.shard});
