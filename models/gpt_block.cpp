@@ -107,8 +107,7 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   // MLP: y = x2 + c_proj(gelu(c_fc(ln_2(x2))))
   s.d_mlp_out = dy;
   Tensor d_fc = ctx.activation({N, 4 * C});
-  mlp_proj_.backward_input(d_fc, dy);
-  ops::gelu_backward(d_fc, d_fc, s.fc_pre);
+  mlp_proj_.backward_input_gelu(d_fc, dy, s.fc_pre);
   s.d_fc_pre = d_fc;
   s.fc_pre = Tensor();  // no longer needed; W uses fc_act and ln2
   Tensor d_ln2 = ctx.activation({N, C});

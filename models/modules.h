@@ -34,6 +34,10 @@ struct Linear {
   void backward_input(Tensor& dx, const Tensor& dy, bool accumulate = false) const {
     ops::linear_backward_input(dx, dy, weight.value, accumulate);
   }
+  // dx = (dy · W) ⊙ gelu'(gelu_pre), for a layer whose input was gelu(gelu_pre).
+  void backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& gelu_pre) const {
+    ops::linear_backward_input_gelu(dx, dy, weight.value, gelu_pre);
+  }
   // Gradients accumulate over micro-batches.
   void backward_weight(const Tensor& dy, const Tensor& x) {
     ops::linear_backward_weight(weight.grad, has_bias ? &bias.grad : nullptr, dy, x, /*accumulate=*/true);

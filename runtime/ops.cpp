@@ -49,6 +49,10 @@ void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool a
   check_same_device("linear_backward_input", {&dx, &dy, &w});
   TETRA_DISPATCH(dx.device(), linear_backward_input, dx, dy, w, accumulate);
 }
+void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gelu_pre) {
+  check_same_device("linear_backward_input_gelu", {&dx, &dy, &w, &gelu_pre});
+  TETRA_DISPATCH(dx.device(), linear_backward_input_gelu, dx, dy, w, gelu_pre);
+}
 void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate) {
   check_same_device("linear_backward_weight", {&dw, db, &dy, &x});
   TETRA_DISPATCH(dw.device(), linear_backward_weight, dw, db, dy, x, accumulate);

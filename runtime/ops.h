@@ -33,6 +33,10 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
                     Tensor* pre_act = nullptr, const Tensor* residual = nullptr);
 // dx[N, I] (+)= dy[N, O] · w[O, I]
 void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate = false);
+// dx[N, I] = (dy[N, O] · w[O, I]) ⊙ gelu'(gelu_pre[N, I]): the gradient reaching the pre-activation of
+// a GELU whose output fed this layer (an MLP's second projection), the GELU backward fused into the
+// GEMM (CUDA bf16: cuBLASLt's DGELU epilogue). dx may not alias gelu_pre.
+void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gelu_pre);
 // dw[O, I] (+)= dy[N, O]^T · x[N, I];  db[O] (+)= Σ_n dy[n, :]  (db may be null)
 void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate);
 

@@ -128,14 +128,26 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> ts) 
   }
 }
 
+namespace {
+bool share_memory(const Tensor& a, const Tensor& b) {
+  if (a.storage() != b.storage() || a.nbytes() == 0 || b.nbytes() == 0) return false;
+  const int64_t a0 = a.storage_offset_bytes(), b0 = b.storage_offset_bytes();
+  return a0 < b0 + static_cast<int64_t>(b.nbytes()) && b0 < a0 + static_cast<int64_t>(a.nbytes());
+}
+}  // namespace
+
 void check_same_or_disjoint(const char* op, const char* what, const Tensor& out, const Tensor& in) {
-  if (out.storage() != in.storage()) return;
-  const int64_t o0 = out.storage_offset_bytes(), i0 = in.storage_offset_bytes();
-  const int64_t o1 = o0 + static_cast<int64_t>(out.nbytes()), i1 = i0 + static_cast<int64_t>(in.nbytes());
-  if (o0 == i0 && o1 == i1) return;
-  if (o0 < i1 && i0 < o1)
+  if (out.storage() == in.storage() && out.storage_offset_bytes() == in.storage_offset_bytes() &&
+      out.nbytes() == in.nbytes())
+    return;
+  if (share_memory(out, in))
     TETRA_FAIL(Internal, op, ": ", what, " ", in.describe(), " partly overlaps y ", out.describe(),
                "; pass y itself as the ", what, " (in place) or a separate tensor");
+}
+
+void check_disjoint(const char* op, const char* what, const Tensor& out, const Tensor& in) {
+  if (share_memory(out, in))
+    TETRA_FAIL(Internal, op, ": ", what, " ", in.describe(), " shares memory with the output ", out.describe());
 }
 
 }  // namespace tetra

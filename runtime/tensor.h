@@ -101,5 +101,7 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> ts);
 // An in-place argument must be `out` exactly or not share any of its memory: a partial overlap
 // has no meaningful result (e.g. linear_forward's residual).
 void check_same_or_disjoint(const char* op, const char* what, const Tensor& out, const Tensor& in);
+// `in` must not share any memory with `out` (an input read after the output is written).
+void check_disjoint(const char* op, const char* what, const Tensor& out, const Tensor& in);
 
 }  // namespace tetra

@@ -15,6 +15,7 @@ void scale(Tensor& x, float s);
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
                     Tensor* pre_act, const Tensor* residual);
 void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate);
+void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gelu_pre);
 void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate);
 void gelu_forward(Tensor& y, const Tensor& x);
 void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x);

@@ -113,6 +113,21 @@ void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool a
               accumulate ? 1.0f : 0.0f, dx.data<float>(), ld(I));
 }
 
+void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gelu_pre) {
+  const char* op = "linear_backward_input_gelu";
+  check_weight(op, "w", w);
+  check_dtype(op, "dy", dy, DType::F32);
+  check_last_dim(op, "dy", dy, w.dim(0));
+  const Shape x_shape = with_last(leading_shape(dy), w.dim(1));
+  check_dtype(op, "dx", dx, DType::F32);
+  check_shape(op, "dx", dx, x_shape);
+  check_dtype(op, "gelu_pre", gelu_pre, DType::F32);
+  check_shape(op, "gelu_pre", gelu_pre, x_shape);
+  check_disjoint(op, "gelu_pre", dx, gelu_pre);
+  linear_backward_input(dx, dy, w, /*accumulate=*/false);
+  gelu_backward(dx, dx, gelu_pre);
+}
+
 void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate) {
   const char* op = "linear_backward_weight";
   check_weight(op, "dw", dw);

@@ -44,7 +44,7 @@ struct LtProblem {
   // BGRADB: bias gradient [n] (written). Same type as D.
   const void* bias = nullptr;
   // GELU_AUX(_BIAS): the pre-activation output [m, n], column-major with leading dimension aux_ld
-  // (a multiple of 8, ≥ m), same type as D.
+  // (a multiple of 8, ≥ m), same type as D. DGELU: the same layout, read (the forward's pre-activation).
   void* aux = nullptr;
   int64_t aux_ld = 0;
 };

@@ -3,6 +3,7 @@
 //   forward          y[N, O]  = act(x[N, I] · w[O, I]ᵀ + b[O])        (pre_act[N, O] = x·wᵀ + b)
 //                    y[N, O]  = x · wᵀ + b + residual[N, O]             (act None; y may be residual)
 //   backward input   dx[N, I] (+)= dy[N, O] · w[O, I]
+//                    dx[N, I]  = (dy · w) ⊙ gelu'(gelu_pre[N, I])      (DGELU epilogue, aux = gelu_pre)
 //   backward weight  dw[O, I] (+)= dy[N, O]ᵀ · x[N, I],   db[O] (+)= Σ_n dy[n, :]
 //
 // Row-major to column-major. cuBLASLt is column-major; a row-major [r, c] matrix with row stride c
@@ -17,9 +18,8 @@
 //   dw:       dwᵀ[I, O] = xᵀ · dy         A = x as col-major [I, N] (lda I), op N
 //                                         B = dy as col-major [O, N] (ldb O), op T → [N, O]
 //                                         D = dw as col-major [I, O] (ldd I); m = I, n = O, k = N
-//             db[O] = Σ over k of op(B) = one value per column of D → CUBLASLT_EPILOGUE_BGRADB.
-// accumulate: beta = 1 with C = D. BGRADB writes (never adds) the bias gradient, so with accumulate
-// it writes into a scratch vector that is then added to db.
+//             db[O] = Σ_n dy[n, :]: a column sum of dy (runtime/cuda/reduce.h), after the GEMM.
+// accumulate: beta = 1 with C = D.
 // residual: beta = 1 with C = the residual (its layout is D's: col-major [O, N], ld O); when y is
 // the residual itself, C = D (in place). The bias epilogue still applies: y = x·wᵀ + b + residual.
 //
@@ -217,6 +217,45 @@ void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool a
   lt_matmul_plain(p, dev, op);
 }
 
+void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gelu_pre) {
+  const char* op = "linear_backward_input_gelu";
+  check_weight(op, "w", w);
+  const int64_t O = w.dim(0), I = w.dim(1);
+  check_cuda_float(op, "dy", dy);
+  check_last_dim(op, "dy", dy, O);
+  check_dtype(op, "dy", dy, w.dtype());
+  const int64_t N = rows_of(dy);
+  check_cuda_float(op, "dx", dx);
+  check_shape(op, "dx", dx, with_last(leading_shape(dy), I));
+  check_output_type(op, "dx", dx, dy.dtype());
+  check_cuda_float(op, "gelu_pre", gelu_pre);
+  check_dtype(op, "gelu_pre", gelu_pre, dx.dtype());
+  check_shape(op, "gelu_pre", gelu_pre, dx.shape());
+  check_disjoint(op, "gelu_pre", dx, gelu_pre);
+  if (N == 0 || I == 0) return;
+  const Device dev = dx.device();
+  DeviceScope scope(dev);
+  // bf16: the GELU gradient applied in the GEMM's epilogue to the fp32 accumulator, reading gelu_pre
+  // as cuBLASLt's aux operand (col-major [I, N], ld I, a multiple of 8). fp32 takes GEMM + the
+  // GELU kernel (exact tanhf), as the forward does.
+  if (O > 0 && dx.dtype() == DType::BF16 && I % 8 == 0) {
+    LtProblem p;
+    p.m = I, p.n = N, p.k = O;
+    p.lda = I, p.ldb = O, p.ldd = I;
+    p.ab_type = lt_type(dy.dtype());
+    p.d_type = lt_type(dx.dtype());
+    p.a = w.data_ptr();
+    p.b = dy.data_ptr();
+    p.d = dx.data_ptr();
+    p.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    p.aux = gelu_pre.data_ptr();  // read, never written (DGELU)
+    p.aux_ld = I;
+    if (lt_matmul(p, dev, stream_of(dev))) return;
+  }
+  linear_backward_input(dx, dy, w, /*accumulate=*/false);
+  gelu_backward(dx, dx, gelu_pre);
+}
+
 void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate) {
   const char* op = "linear_backward_weight";
   check_cuda_float(op, "dw", dw);
@@ -261,21 +300,9 @@ void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tens
   p.b = dy.data_ptr();
   p.d = dw.data_ptr();
   p.beta = accumulate ? 1.0f : 0.0f;
-  cudaStream_t stream = stream_of(dev);
-
-  if (with_bias && db->dtype() == dw.dtype()) {
-    // Fused bias gradient: BGRADB writes Σ_n dy[n, :] (length n = O) in D's type.
-    Tensor scratch;
-    if (accumulate) scratch = Tensor::empty({O}, db->dtype(), dev);
-    LtProblem f = p;
-    f.epilogue = CUBLASLT_EPILOGUE_BGRADB;
-    f.bias = accumulate ? scratch.data_ptr() : db->data_ptr();
-    if (lt_matmul(f, dev, stream)) {
-      if (accumulate) add(*db, *db, scratch);
-      return;
-    }
-  }
   lt_matmul_plain(p, dev, op);
+  // The bias gradient by its own pass over dy, not cuBLASLt's BGRADB epilogue: on H200 that epilogue
+  // costs 15–40 µs more per GPT-2 124M weight-gradient GEMM than reading dy once more (docs/kernels.md v7).
   if (with_bias) column_sum(*db, dy, N, O, accumulate);
 }
 

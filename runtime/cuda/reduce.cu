@@ -3,7 +3,7 @@
 //   sum_squares   acc[1] fp32/fp64 += Σ x²        x fp32 or bf16 [n]; fp32 partials
 //   sum_accumulate acc[1] fp64 += Σ x              x fp32/bf16/fp64 [n]; fp64 partials, no host sync
 //   sum_to_host   Σ x as a double on the host     x fp32/bf16/fp64/int32/int64 [n]; fp64 partials
-//   column_sum    out[C] (+)= Σ_r in[r, :]         in [R, C]; fp32 partials [P, C]
+//   column_sum    out[C] (+)= Σ_r in[r, :]         in [R, C]; fp32 partials [P, C] (P ≤ 256 row groups)
 #include <algorithm>
 
 #include "runtime/cuda/cuda_backend.h"
@@ -91,14 +91,53 @@ __global__ void column_partial_kernel(float* partial, const T* in, int64_t R, in
   }
 }
 
-// out[c] = (accumulate ? out[c] : 0) + Σ_p partial[p, c], p < P in order.
+// The same with 16-byte loads: thread x of a [32, 8] block owns 8 adjacent columns (a warp reads 256
+// columns of a row at once), C % 8 == 0 and `in` 16-byte aligned; the 8 warps' sums are folded in
+// order through shared memory.
+template <class T>
+__global__ void column_partial_vec_kernel(float* partial, const T* in, int64_t R, int64_t C) {
+  __shared__ float s[8][256];
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x) * 8;
+  float acc[8] = {};
+  if (c < C)
+    for (int64_t r = static_cast<int64_t>(blockIdx.y) * 8 + threadIdx.y; r < R; r += static_cast<int64_t>(gridDim.y) * 8) {
+      float v[8];
+      load_vec<8>(in + r * C + c, v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] += v[j];
+    }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s[threadIdx.y][threadIdx.x * 8 + j] = acc[j];
+  __syncthreads();
+  // 256 threads, one column each: fold the 8 warps' values.
+  const int t = threadIdx.y * 32 + threadIdx.x;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * 256 + t;
+  if (col < C) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) sum += s[w][t];
+    partial[static_cast<int64_t>(blockIdx.y) * C + col] = sum;
+  }
+}
+
+// out[c] = (accumulate ? out[c] : 0) + Σ_p partial[p, c]. A [32, 8] block per 32 columns: warp y sums
+// partials p ≡ y (mod 8) in order, then the 8 warp sums are added in order (fixed, so deterministic).
 template <class T>
 __global__ void column_finish_kernel(T* out, const float* partial, int P, int64_t C, bool accumulate) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += stride) {
-    float t = 0.0f;
-    for (int p = 0; p < P; ++p) t += partial[static_cast<int64_t>(p) * C + c];
-    out[c] = from_f32<T>((accumulate ? to_f32(out[c]) : 0.0f) + t);
+  __shared__ float s[8][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float t = 0.0f;
+  if (c < C) {
+#pragma unroll 8
+    for (int p = threadIdx.y; p < P; p += 8) t += partial[static_cast<int64_t>(p) * C + c];
+  }
+  s[threadIdx.y][threadIdx.x] = t;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) sum += s[w][threadIdx.x];
+    out[c] = from_f32<T>((accumulate ? to_f32(out[c]) : 0.0f) + sum);
   }
 }
 
@@ -198,18 +237,24 @@ void column_sum(Tensor& out, const Tensor& in, int64_t rows, int64_t cols, bool 
   if (cols == 0) return;
   const Device dev = out.device();
   cudaStream_t stream = stream_of(dev);
-  const int P = static_cast<int>(std::clamp<int64_t>((rows + 63) / 64, 1, 128));
+  const bool vec = cols % 8 == 0 && aligned16(in.data_ptr());
+  const int64_t strips = vec ? (cols + 255) / 256 : (cols + 31) / 32;
+  // Row groups P: 8 blocks per SM over all strips (fewer are latency-bound: 2.5× slower at one per
+  // SM, docs/kernels.md v7), no more than the rows fill (8 per pass), at most 256.
+  const int64_t want = (static_cast<int64_t>(sm_count(dev)) * 8 + strips - 1) / strips;
+  const int P = static_cast<int>(std::clamp<int64_t>(std::min(want, (rows + 7) / 8), 1, 256));
   Tensor partial = Tensor::empty({P, cols}, DType::F32, dev);
-  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(P));
+  const dim3 grid(static_cast<unsigned>(strips), static_cast<unsigned>(P));
   dispatch_float(in.dtype(), "column_sum", "in", [&](auto ti) {
     using TI = decltype(ti);
-    column_partial_kernel<TI><<<grid, dim3(32, 8), 0, stream>>>(partial.data<float>(),
-                                                                 static_cast<const TI*>(in.data_ptr()), rows, cols);
+    const TI* pin = static_cast<const TI*>(in.data_ptr());
+    if (vec) column_partial_vec_kernel<TI><<<grid, dim3(32, 8), 0, stream>>>(partial.data<float>(), pin, rows, cols);
+    else column_partial_kernel<TI><<<grid, dim3(32, 8), 0, stream>>>(partial.data<float>(), pin, rows, cols);
     TETRA_CUDA_CHECK_LAUNCH();
   });
   dispatch_float(out.dtype(), "column_sum", "out", [&](auto to) {
     using TO = decltype(to);
-    column_finish_kernel<TO><<<grid_size(cols, kReduceThreads, dev), kReduceThreads, 0, stream>>>(
+    column_finish_kernel<TO><<<static_cast<unsigned>((cols + 31) / 32), dim3(32, 8), 0, stream>>>(
         static_cast<TO*>(out.data_ptr()), partial.data<float>(), P, cols, accumulate);
     TETRA_CUDA_CHECK_LAUNCH();
   });

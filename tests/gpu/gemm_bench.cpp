@@ -3,10 +3,10 @@
 // epilogue (bias, bias + GELU aux, bias + residual), backward input, backward weight with fp32
 // (accumulating, beta = 1) and bf16 outputs and the bias gradient — timed with cuBLASLt's heuristic
 // choice (TETRA_GEMM_TUNE=0) and autotuned. Then LayerNorm forward and backward at both widths,
-// with the bytes they move. Prints one JSON object per line (stdout), then a summary line per
+// with the bytes they move, and the bias-gradient column sum over its launch shapes. Prints one JSON object per line (stdout), then a summary line per
 // model: the step's GEMM time (all layers) heuristic vs tuned.
 //
-//   tetra_gemm_bench [--tokens N] [--reps R] [--model gpt2-124m|gpt-1.3b|all] [--only gemm|layernorm|all]
+//   tetra_gemm_bench [--tokens N] [--reps R] [--model gpt2-124m|gpt-1.3b|all] [--only gemm|layernorm|colsum|all]
 //                    [--verbose]      (--verbose: the tuner's own per-problem lines on stderr)
 #include <cuda_runtime.h>
 
@@ -22,6 +22,8 @@
 
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/device_context.h"
+#include "runtime/cuda/reduce.h"
 #include "runtime/device.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
@@ -171,12 +173,43 @@ void bench_linear(const Model& m, const std::string& layer, int64_t I, int64_t O
 
   Tensor dw32 = Tensor::zeros({O, I}, f32, gpu()), db32 = Tensor::zeros({O}, f32, gpu());
   Tensor* db32p = bias ? &db32 : nullptr;
-  report(m, layer, "backward_weight", bias ? "bgradb" : "none", "fp32", N, I, O, true,
+  report(m, layer, "backward_weight", bias ? "column_sum" : "none", "fp32", N, I, O, true,
          time_both([&] { ops::linear_backward_weight(dw32, db32p, dy, x, true); }, o), layers, totals);
   Tensor dw16 = Tensor::empty({O, I}, bf, gpu()), db16 = Tensor::empty({O}, bf, gpu());
   Tensor* db16p = bias ? &db16 : nullptr;
-  report(m, layer, "backward_weight", bias ? "bgradb" : "none", "bf16", N, I, O, false,
+  report(m, layer, "backward_weight", bias ? "column_sum" : "none", "bf16", N, I, O, false,
          time_both([&] { ops::linear_backward_weight(dw16, db16p, dy, x, false); }, o), 0, totals);
+  // bf16 gradients accumulated (beta = 1 into a zeroed buffer): what a single-micro-batch step runs.
+  report(m, layer, "backward_weight", bias ? "column_sum" : "none", "bf16", N, I, O, true,
+         time_both([&] { ops::linear_backward_weight(dw16, db16p, dy, x, true); }, o), 0, totals);
+  if (bias) {
+    // The bias gradient from cuBLASLt's BGRADB epilogue instead of a column sum (what tetra ran before).
+    cuda::LtProblem p;
+    p.trans_b = true;
+    p.m = I, p.n = O, p.k = N;
+    p.lda = I, p.ldb = O, p.ldd = I;
+    p.ab_type = CUDA_R_16BF, p.d_type = CUDA_R_16BF;
+    p.a = x.data_ptr(), p.b = dy.data_ptr(), p.d = dw16.data_ptr();
+    p.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    p.bias = db16.data_ptr();
+    bool ok = true;
+    const Result r = time_both([&] { ok = ok && cuda::lt_matmul(p, gpu(), cuda::stream_of(gpu())); }, o);
+    if (ok) report(m, layer, "backward_weight", "bgradb", "bf16", N, I, O, false, r, 0, totals);
+    report(m, layer, "backward_weight", "none", "bf16", N, I, O, false,
+           time_both([&] { ops::linear_backward_weight(dw16, nullptr, dy, x, false); }, o), 0, totals);
+  }
+  // mlp.c_proj's input gradient feeds the GELU: dpre = (dy·w) ⊙ gelu'(pre). Unfused: the GEMM, then
+  // the GELU backward kernel; fused: cuBLASLt's DGELU epilogue (linear_backward_input_gelu).
+  if (step_forward == "bias+residual" && I == 4 * m.d) {
+    Tensor pre = random_device({N, I}, bf, 1.0, seed + 5);
+    report(m, layer, "backward_input+gelu_backward", "none, then kernel", "bf16", N, I, O, false,
+           time_both([&] {
+             ops::linear_backward_input(dx, dy, w, false);
+             ops::gelu_backward(dx, dx, pre);
+           }, o), 0, totals);
+    report(m, layer, "backward_input_gelu", "dgelu", "bf16", N, I, O, false,
+           time_both([&] { ops::linear_backward_input_gelu(dx, dy, w, pre); }, o), 0, totals);
+  }
 }
 
 void bench_gemms(const Model& m, const Options& o) {
@@ -243,9 +276,21 @@ void bench_layernorm(const Model& m, const Options& o) {
   }
 }
 
+// The bias-gradient column sum out[C] += Σ_n dy[n, :] (bf16 in and out) at the widths of both models.
+void bench_column_sum(const Options& o) {
+  for (int64_t C : {int64_t{768}, int64_t{2304}, int64_t{3072}, int64_t{2048}, int64_t{6144}, int64_t{8192}}) {
+    const int64_t N = o.tokens;
+    Tensor dy = random_device({N, C}, DType::BF16, 1.0, static_cast<uint64_t>(C));
+    Tensor db = Tensor::zeros({C}, DType::BF16, gpu());
+    const double bytes = 2.0 * static_cast<double>(N * C);
+    const double ms = time_ms([&] { cuda::column_sum(db, dy, N, C, /*accumulate=*/true); }, o.reps);
+    print({{"bench", "column_sum"}, {"rows", N}, {"cols", C}, {"us", ms * 1e3}, {"GBps", bytes / (ms * 1e-3) / 1e9}});
+  }
+}
+
 int usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: %s [--tokens N] [--reps R] [--model gpt2-124m|gpt-1.3b|all] [--only gemm|layernorm|all] "
+               "usage: %s [--tokens N] [--reps R] [--model gpt2-124m|gpt-1.3b|all] [--only gemm|layernorm|colsum|all] "
                "[--verbose]\n",
                argv0);
   return 2;
@@ -278,7 +323,7 @@ int run(int argc, char** argv) {
       return usage(argv[0]);
     }
   }
-  if (o.tokens <= 0 || o.reps <= 0 || (o.only != "all" && o.only != "gemm" && o.only != "layernorm") ||
+  if (o.tokens <= 0 || o.reps <= 0 || (o.only != "all" && o.only != "gemm" && o.only != "layernorm" && o.only != "colsum") ||
       (o.model != "all" && o.model != "gpt2-124m" && o.model != "gpt-1.3b"))
     return usage(argv[0]);
   if (cuda::device_count() == 0) {
@@ -292,9 +337,10 @@ int run(int argc, char** argv) {
          {"reps", o.reps}});
   for (const Model& m : kModels) {
     if (o.model != "all" && o.model != m.name) continue;
-    if (o.only != "layernorm") bench_gemms(m, o);
-    if (o.only != "gemm") bench_layernorm(m, o);
+    if (o.only == "all" || o.only == "gemm") bench_gemms(m, o);
+    if (o.only == "all" || o.only == "layernorm") bench_layernorm(m, o);
   }
+  if (o.only == "all" || o.only == "colsum") bench_column_sum(o);
   return 0;
 }
 

@@ -1,5 +1,5 @@
-// CUDA dense layer (cuBLASLt with fused bias / GELU / bias-gradient epilogues and their unfused
-// fallbacks, the residual fused as cuBLASLt's C operand) against the CPU twin, on GPT-2 124M shapes
+// CUDA dense layer (cuBLASLt with fused bias / GELU / GELU-gradient epilogues and their unfused
+// fallbacks, the bias gradient as a column sum, the residual fused as cuBLASLt's C operand) against the CPU twin, on GPT-2 124M shapes
 // and on odd sizes, fp32 and bf16, with and without accumulation, with fp32 outputs from bf16
 // inputs; and the GEMM autotuner: it never writes the caller's outputs, and it stays out of CUDA
 // graph captures.
@@ -65,6 +65,9 @@ void check_case(const Case& c, uint64_t seed) {
   Tensor dw = Tensor::empty({c.O, c.I}, DType::F32), db = Tensor::empty({c.O}, DType::F32);
   ops::linear_backward_weight(dw, &db, dy, x, false);
   const Tensor dx_acc = host_sum(dx, dx0), dw_acc = host_sum(dw, dw0), db_acc = host_sum(db, db0);
+  // The input gradient through a GELU that produced x: dx ⊙ gelu'(x_pre).
+  Tensor x_pre = rand_bf16(rng, x_shape, 2.0), dx_gelu = Tensor::empty(x_shape, DType::F32);
+  ops::gelu_backward(dx_gelu, dx, x_pre);
   Tensor pre_nobias, y_gelu_nobias;
   if (c.variants) {
     pre_nobias = Tensor::empty(y_shape, DType::F32);
@@ -135,6 +138,11 @@ void check_case(const Case& c, uint64_t seed) {
       Tensor gdx_acc = upload(dx0, out);
       ops::linear_backward_input(gdx_acc, gdy, gw, true);
       EXPECT_LE(rel_error(gdx_acc, dx_acc), t) << label(c, dt, out, "backward input, accumulate");
+      if (out == dt) {  // gelu_pre has dx's dtype, and the inputs' (no mixed GELU backward)
+        Tensor gdxg = poisoned(x_shape, out);
+        ops::linear_backward_input_gelu(gdxg, gdy, gw, upload(x_pre, out));
+        EXPECT_LE(rel_error(gdxg, dx_gelu), t) << label(c, dt, out, "backward input through GELU");
+      }
 
       Tensor gdw = poisoned({c.O, c.I}, out), gdb = poisoned({c.O}, out);
       ops::linear_backward_weight(gdw, &gdb, gdy, gx, false);

@@ -1,7 +1,10 @@
-// CUDA reductions against the CPU twin: sum of squares (accumulating into acc[0], bit-reproducible)
-// and the sum to the host, over vectorised, odd and large sizes and every supported dtype.
+// CUDA reductions against the CPU twin: sum of squares (accumulating into acc[0], bit-reproducible),
+// the sum to the host, and column sums (the bias gradients), over vectorised, odd and large sizes
+// and every supported dtype.
 #include <cmath>
 
+#include "runtime/cuda/device_context.h"
+#include "runtime/cuda/reduce.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tetra::gputest {
@@ -48,6 +51,46 @@ TEST(GpuReduce, SumToHostEveryDtype) {
     }
     EXPECT_EQ(ops::sum_to_host(upload_raw(wide)), ops::sum_to_host(wide)) << "int64 n=" << n;
     EXPECT_NEAR(ops::sum_to_host(upload_raw(dbl)), ops::sum_to_host(dbl), 1e-9) << "fp64 n=" << n;
+  }
+}
+
+// out[c] (+)= Σ_r in[r, c] against sums in double: the 16-byte path (C % 8 == 0) with one and with
+// several row blocks per group (R > 256 · 64), the element path (odd C, or a view 2 bytes off
+// alignment), fp32 and bf16 on either side; and the same bits twice.
+TEST(GpuReduce, ColumnSum) {
+  TETRA_REQUIRE_GPU();
+  Rng rng(3);
+  const cuda::DeviceScope scope(gpu());
+  struct Case {
+    int64_t R, C, offset;  // offset: elements the input view starts into its buffer
+  };
+  for (const Case& k : {Case{1, 8, 0}, Case{37, 768, 0}, Case{4096, 2304, 0}, Case{40000, 264, 0},
+                        Case{16384, 768, 0}, Case{1000, 29, 0}, Case{300, 64, 1}}) {
+    Tensor flat = representable(random_host(rng, {k.offset + k.R * k.C}, 1.0, 0.1), DType::BF16);
+    Tensor init = representable(random_host(rng, {k.C}), DType::BF16);
+    std::vector<double> want(static_cast<size_t>(k.C), 0.0);
+    const float* pf = flat.data<float>() + k.offset;
+    for (int64_t r = 0; r < k.R; ++r)
+      for (int64_t c = 0; c < k.C; ++c) want[static_cast<size_t>(c)] += pf[r * k.C + c];
+    std::vector<double> want_acc = want;
+    for (int64_t c = 0; c < k.C; ++c) want_acc[static_cast<size_t>(c)] += init.data<float>()[c];
+    for (DType in_dt : {DType::F32, DType::BF16}) {
+      Tensor gflat = upload(flat, in_dt);
+      const Tensor gin = gflat.slice_flat(k.offset, {k.R, k.C});
+      for (DType out_dt : {DType::F32, DType::BF16}) {
+        const std::string what = "R=" + std::to_string(k.R) + " C=" + std::to_string(k.C) + " offset " +
+                                 std::to_string(k.offset) + " " + dtype_name(in_dt) + " -> " + dtype_name(out_dt);
+        Tensor out = poisoned({k.C}, out_dt);
+        cuda::column_sum(out, gin, k.R, k.C, /*accumulate=*/false);
+        EXPECT_LE(rel_error(download(out), want), tol(out_dt)) << what;
+        Tensor again = poisoned({k.C}, out_dt);
+        cuda::column_sum(again, gin, k.R, k.C, false);
+        EXPECT_EQ(download(again), download(out)) << what << ": not deterministic";
+        Tensor acc = upload(init, out_dt);
+        cuda::column_sum(acc, gin, k.R, k.C, /*accumulate=*/true);
+        EXPECT_LE(rel_error(download(acc), want_acc), tol(out_dt)) << what << ", accumulate";
+      }
+    }
   }
 }
 

@@ -39,6 +39,13 @@ TEST(OpsContract, WrongShapesNameTheOp) {
   expect_error([&] { ops::linear_forward(y, x_bad, w, b); }, "linear_forward", "x must be");
   expect_error([&] { ops::linear_backward_input(dx_bad, dy, w); }, "linear_backward_input", "dx must be [4, 5]");
   expect_error([&] { ops::linear_backward_weight(dw_bad, nullptr, dy, x, false); }, "linear_backward_weight");
+  Tensor pre = random_tensor(rng, {4, 5}), pre_bad = random_tensor(rng, {4, 4}), dx = poisoned({4, 5});
+  expect_error([&] { ops::linear_backward_input_gelu(dx_bad, dy, w, pre); }, "linear_backward_input_gelu",
+               "dx must be [4, 5]");
+  expect_error([&] { ops::linear_backward_input_gelu(dx, dy, w, pre_bad); }, "linear_backward_input_gelu",
+               "gelu_pre must be [4, 5]");
+  expect_error([&] { ops::linear_backward_input_gelu(pre, dy, w, pre); }, "linear_backward_input_gelu",
+               "shares memory with the output");
 
   Tensor g = poisoned({4, 4});
   expect_error([&] { ops::gelu_forward(g, x); }, "gelu_forward", "y must be [4, 5]");
