@@ -185,27 +185,24 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
   else if (keep_pre) copy(y, z);
 }
 
-void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate) {
-  const char* op = "linear_backward_input";
+namespace {
+
+// The checks both input-gradient ops share (dx[N, I] from dy[N, O] and w[O, I]); returns N.
+int64_t check_input_gradient(const char* op, const Tensor& dx, const Tensor& dy, const Tensor& w) {
   check_weight(op, "w", w);
-  const int64_t O = w.dim(0), I = w.dim(1);
   check_cuda_float(op, "dy", dy);
-  check_last_dim(op, "dy", dy, O);
+  check_last_dim(op, "dy", dy, w.dim(0));
   check_dtype(op, "dy", dy, w.dtype());
-  const int64_t N = rows_of(dy);
   check_cuda_float(op, "dx", dx);
-  check_shape(op, "dx", dx, with_last(leading_shape(dy), I));
+  check_shape(op, "dx", dx, with_last(leading_shape(dy), w.dim(1)));
   check_output_type(op, "dx", dx, dy.dtype());
-  if (N == 0 || I == 0) return;
-  const Device dev = dx.device();
-  DeviceScope scope(dev);
-  if (O == 0) {
-    if (!accumulate) zero(dx);
-    return;
-  }
+  return rows_of(dy);
+}
+
+// dxᵀ[I, N] = wᵀ · dyᵀ as cuBLASLt sees it (the mapping in the header comment).
+LtProblem input_gradient_problem(Tensor& dx, const Tensor& dy, const Tensor& w, int64_t N) {
+  const int64_t O = w.dim(0), I = w.dim(1);
   LtProblem p;
-  p.trans_a = false;
-  p.trans_b = false;
   p.m = I, p.n = N, p.k = O;
   p.lda = I, p.ldb = O, p.ldd = I;
   p.ab_type = lt_type(dy.dtype());
@@ -213,25 +210,34 @@ void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool a
   p.a = w.data_ptr();
   p.b = dy.data_ptr();
   p.d = dx.data_ptr();
+  return p;
+}
+
+}  // namespace
+
+void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate) {
+  const char* op = "linear_backward_input";
+  const int64_t N = check_input_gradient(op, dx, dy, w);
+  if (N == 0 || w.dim(1) == 0) return;
+  const Device dev = dx.device();
+  DeviceScope scope(dev);
+  if (w.dim(0) == 0) {
+    if (!accumulate) zero(dx);
+    return;
+  }
+  LtProblem p = input_gradient_problem(dx, dy, w, N);
   p.beta = accumulate ? 1.0f : 0.0f;
   lt_matmul_plain(p, dev, op);
 }
 
 void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gelu_pre) {
   const char* op = "linear_backward_input_gelu";
-  check_weight(op, "w", w);
-  const int64_t O = w.dim(0), I = w.dim(1);
-  check_cuda_float(op, "dy", dy);
-  check_last_dim(op, "dy", dy, O);
-  check_dtype(op, "dy", dy, w.dtype());
-  const int64_t N = rows_of(dy);
-  check_cuda_float(op, "dx", dx);
-  check_shape(op, "dx", dx, with_last(leading_shape(dy), I));
-  check_output_type(op, "dx", dx, dy.dtype());
+  const int64_t N = check_input_gradient(op, dx, dy, w);
   check_cuda_float(op, "gelu_pre", gelu_pre);
   check_dtype(op, "gelu_pre", gelu_pre, dx.dtype());
   check_shape(op, "gelu_pre", gelu_pre, dx.shape());
   check_disjoint(op, "gelu_pre", dx, gelu_pre);
+  const int64_t O = w.dim(0), I = w.dim(1);
   if (N == 0 || I == 0) return;
   const Device dev = dx.device();
   DeviceScope scope(dev);
@@ -239,14 +245,7 @@ void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, c
   // as cuBLASLt's aux operand (col-major [I, N], ld I, a multiple of 8). fp32 takes GEMM + the
   // GELU kernel (exact tanhf), as the forward does.
   if (O > 0 && dx.dtype() == DType::BF16 && I % 8 == 0) {
-    LtProblem p;
-    p.m = I, p.n = N, p.k = O;
-    p.lda = I, p.ldb = O, p.ldd = I;
-    p.ab_type = lt_type(dy.dtype());
-    p.d_type = lt_type(dx.dtype());
-    p.a = w.data_ptr();
-    p.b = dy.data_ptr();
-    p.d = dx.data_ptr();
+    LtProblem p = input_gradient_problem(dx, dy, w, N);
     p.epilogue = CUBLASLT_EPILOGUE_DGELU;
     p.aux = gelu_pre.data_ptr();  // read, never written (DGELU)
     p.aux_ld = I;

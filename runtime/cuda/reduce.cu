@@ -99,8 +99,9 @@ __global__ void column_partial_vec_kernel(float* partial, const T* in, int64_t R
   __shared__ float s[8][256];
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x) * 8;
   float acc[8] = {};
+  const int64_t row_step = static_cast<int64_t>(gridDim.y) * 8;
   if (c < C)
-    for (int64_t r = static_cast<int64_t>(blockIdx.y) * 8 + threadIdx.y; r < R; r += static_cast<int64_t>(gridDim.y) * 8) {
+    for (int64_t r = static_cast<int64_t>(blockIdx.y) * 8 + threadIdx.y; r < R; r += row_step) {
       float v[8];
       load_vec<8>(in + r * C + c, v);
 #pragma unroll

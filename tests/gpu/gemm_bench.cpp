@@ -1,13 +1,15 @@
 // GEMM micro-benchmark (a program, not a test): every dense-layer GEMM of a GPT-2 124M and a GPT
 // 1.3B (d = 2048) training step, through the op library as the model calls it — forward with its
-// epilogue (bias, bias + GELU aux, bias + residual), backward input, backward weight with fp32
-// (accumulating, beta = 1) and bf16 outputs and the bias gradient — timed with cuBLASLt's heuristic
-// choice (TETRA_GEMM_TUNE=0) and autotuned. Then LayerNorm forward and backward at both widths,
-// with the bytes they move, and the bias-gradient column sum over its launch shapes. Prints one JSON object per line (stdout), then a summary line per
-// model: the step's GEMM time (all layers) heuristic vs tuned.
+// epilogue (bias, bias + GELU aux, bias + residual), backward input (and through the GELU, fused),
+// backward weight with fp32 (accumulating, beta = 1) and bf16 outputs and the bias gradient — timed
+// with cuBLASLt's heuristic choice (TETRA_GEMM_TUNE=0) and autotuned. Then LayerNorm forward and
+// backward at both widths, with the bytes they move, and the bias-gradient column sum at six widths.
+// Prints one JSON object per line (stdout), then a summary line per model: the step's GEMM time (all
+// layers) heuristic vs tuned.
 //
-//   tetra_gemm_bench [--tokens N] [--reps R] [--model gpt2-124m|gpt-1.3b|all] [--only gemm|layernorm|colsum|all]
-//                    [--verbose]      (--verbose: the tuner's own per-problem lines on stderr)
+//   tetra_gemm_bench [--tokens N] [--reps R] [--model gpt2-124m|gpt-1.3b|all]
+//                    [--only gemm|layernorm|colsum|all] [--verbose]
+//   (--verbose: the tuner's own per-problem lines on stderr)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -323,7 +325,8 @@ int run(int argc, char** argv) {
       return usage(argv[0]);
     }
   }
-  if (o.tokens <= 0 || o.reps <= 0 || (o.only != "all" && o.only != "gemm" && o.only != "layernorm" && o.only != "colsum") ||
+  const bool only_ok = o.only == "all" || o.only == "gemm" || o.only == "layernorm" || o.only == "colsum";
+  if (o.tokens <= 0 || o.reps <= 0 || !only_ok ||
       (o.model != "all" && o.model != "gpt2-124m" && o.model != "gpt-1.3b"))
     return usage(argv[0]);
   if (cuda::device_count() == 0) {

@@ -1,8 +1,8 @@
 // CUDA dense layer (cuBLASLt with fused bias / GELU / GELU-gradient epilogues and their unfused
-// fallbacks, the bias gradient as a column sum, the residual fused as cuBLASLt's C operand) against the CPU twin, on GPT-2 124M shapes
-// and on odd sizes, fp32 and bf16, with and without accumulation, with fp32 outputs from bf16
-// inputs; and the GEMM autotuner: it never writes the caller's outputs, and it stays out of CUDA
-// graph captures.
+// fallbacks, the bias gradient as a column sum, the residual fused as cuBLASLt's C operand) against
+// the CPU twin, on GPT-2 124M shapes and on odd sizes, fp32 and bf16, with and without
+// accumulation, with fp32 outputs from bf16 inputs; and the GEMM autotuner: it never writes the
+// caller's outputs, and it stays out of CUDA graph captures.
 #include <cuda_runtime.h>
 
 #include <cmath>
