@@ -25,6 +25,16 @@ void check_weight(const char* op, const char* what, const Tensor& w) {
 // BLAS wants leading dimensions ≥ 1 even for empty matrices.
 int ld(int64_t n) { return static_cast<int>(std::max<int64_t>(n, 1)); }
 
+// The checks both input-gradient ops share (dx[N, I] from dy[N, O] and w[O, I]); returns N.
+int64_t check_input_gradient(const char* op, const Tensor& dx, const Tensor& dy, const Tensor& w) {
+  check_weight(op, "w", w);
+  check_dtype(op, "dy", dy, DType::F32);
+  check_last_dim(op, "dy", dy, w.dim(0));
+  check_dtype(op, "dx", dx, DType::F32);
+  check_shape(op, "dx", dx, with_last(leading_shape(dy), w.dim(1)));
+  return rows_of(dy);
+}
+
 }  // namespace
 
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
@@ -96,13 +106,8 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
 
 void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate) {
   const char* op = "linear_backward_input";
-  check_weight(op, "w", w);
+  const int64_t N = check_input_gradient(op, dx, dy, w);
   const int64_t O = w.dim(0), I = w.dim(1);
-  check_dtype(op, "dy", dy, DType::F32);
-  check_last_dim(op, "dy", dy, O);
-  const int64_t N = rows_of(dy);
-  check_dtype(op, "dx", dx, DType::F32);
-  check_shape(op, "dx", dx, with_last(leading_shape(dy), I));
   if (N == 0 || I == 0) return;
   if (O == 0) {
     if (!accumulate) std::fill_n(dx.data<float>(), N * I, 0.0f);
@@ -115,14 +120,9 @@ void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool a
 
 void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gelu_pre) {
   const char* op = "linear_backward_input_gelu";
-  check_weight(op, "w", w);
-  check_dtype(op, "dy", dy, DType::F32);
-  check_last_dim(op, "dy", dy, w.dim(0));
-  const Shape x_shape = with_last(leading_shape(dy), w.dim(1));
-  check_dtype(op, "dx", dx, DType::F32);
-  check_shape(op, "dx", dx, x_shape);
+  check_input_gradient(op, dx, dy, w);
   check_dtype(op, "gelu_pre", gelu_pre, DType::F32);
-  check_shape(op, "gelu_pre", gelu_pre, x_shape);
+  check_shape(op, "gelu_pre", gelu_pre, dx.shape());
   check_disjoint(op, "gelu_pre", dx, gelu_pre);
   linear_backward_input(dx, dy, w, /*accumulate=*/false);
   gelu_backward(dx, dx, gelu_pre);

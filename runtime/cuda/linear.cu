@@ -84,6 +84,32 @@ void lt_matmul_plain(LtProblem p, Device dev, const char* op) {
                " GEMM with these types and alignments");
 }
 
+// The checks both input-gradient ops share (dx[N, I] from dy[N, O] and w[O, I]); returns N.
+int64_t check_input_gradient(const char* op, const Tensor& dx, const Tensor& dy, const Tensor& w) {
+  check_weight(op, "w", w);
+  check_cuda_float(op, "dy", dy);
+  check_last_dim(op, "dy", dy, w.dim(0));
+  check_dtype(op, "dy", dy, w.dtype());
+  check_cuda_float(op, "dx", dx);
+  check_shape(op, "dx", dx, with_last(leading_shape(dy), w.dim(1)));
+  check_output_type(op, "dx", dx, dy.dtype());
+  return rows_of(dy);
+}
+
+// dxᵀ[I, N] = wᵀ · dyᵀ as cuBLASLt sees it (the mapping in the header comment).
+LtProblem input_gradient_problem(Tensor& dx, const Tensor& dy, const Tensor& w, int64_t N) {
+  const int64_t O = w.dim(0), I = w.dim(1);
+  LtProblem p;
+  p.m = I, p.n = N, p.k = O;
+  p.lda = I, p.ldb = O, p.ldd = I;
+  p.ab_type = lt_type(dy.dtype());
+  p.d_type = lt_type(dx.dtype());
+  p.a = w.data_ptr();
+  p.b = dy.data_ptr();
+  p.d = dx.data_ptr();
+  return p;
+}
+
 }  // namespace
 
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
@@ -184,36 +210,6 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
   if (act == Activation::Gelu) gelu_forward(y, z);  // elementwise: z may be y itself
   else if (keep_pre) copy(y, z);
 }
-
-namespace {
-
-// The checks both input-gradient ops share (dx[N, I] from dy[N, O] and w[O, I]); returns N.
-int64_t check_input_gradient(const char* op, const Tensor& dx, const Tensor& dy, const Tensor& w) {
-  check_weight(op, "w", w);
-  check_cuda_float(op, "dy", dy);
-  check_last_dim(op, "dy", dy, w.dim(0));
-  check_dtype(op, "dy", dy, w.dtype());
-  check_cuda_float(op, "dx", dx);
-  check_shape(op, "dx", dx, with_last(leading_shape(dy), w.dim(1)));
-  check_output_type(op, "dx", dx, dy.dtype());
-  return rows_of(dy);
-}
-
-// dxᵀ[I, N] = wᵀ · dyᵀ as cuBLASLt sees it (the mapping in the header comment).
-LtProblem input_gradient_problem(Tensor& dx, const Tensor& dy, const Tensor& w, int64_t N) {
-  const int64_t O = w.dim(0), I = w.dim(1);
-  LtProblem p;
-  p.m = I, p.n = N, p.k = O;
-  p.lda = I, p.ldb = O, p.ldd = I;
-  p.ab_type = lt_type(dy.dtype());
-  p.d_type = lt_type(dx.dtype());
-  p.a = w.data_ptr();
-  p.b = dy.data_ptr();
-  p.d = dx.data_ptr();
-  return p;
-}
-
-}  // namespace
 
 void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate) {
   const char* op = "linear_backward_input";
