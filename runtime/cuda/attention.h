@@ -40,9 +40,20 @@ std::string cudnn_attention_unsupported(const Tensor& qkv, int64_t n_heads,
 void attention_forward_cudnn(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads);
 void attention_backward_cudnn(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                               const Tensor& lse, int64_t n_heads);
-// How the cached plan for this call was chosen (heuristics mode, engine), e.g. for benchmarks;
-// builds the plan if it is not cached yet.
+// How the cached plan for this call was chosen (heuristics mode, engine, tuning), e.g. for
+// benchmarks; builds the plan if it is not cached yet.
 std::string cudnn_attention_plan_info(const Tensor& qkv, int64_t n_heads, bool backward);
+
+// Engine tuning of the cuDNN plans. The mode starts from the environment variable TETRA_ATTENTION_TUNE:
+//   unset, "0" or "off"  Off: the first engine config cuDNN's heuristics rank that finalizes;
+//   "1" or "on"          On: every finalizing config (up to 8) is timed on the first uncaptured call
+//                        of each shape and direction, on that call's own tensors, and the fastest is
+//                        kept (the first one unless another is at least 1% faster);
+//   "verbose"            On, and print each candidate's time to stderr.
+// Any other value fails at the first cuDNN attention call. Plans built before a change keep theirs.
+enum class AttentionTuning { Off, On, Verbose };
+AttentionTuning attention_tuning();
+void set_attention_tuning(AttentionTuning mode);
 
 // ---------- dispatch ----------
 enum class AttentionImpl { Cudnn, Reference };

@@ -11,12 +11,18 @@
 // [B, H, T, D] views of out[B, T, H·D]; Stats (= lse) is [B, H, T, 1] fp32.
 //
 // One plan per (device, B, T, H, D, direction), built on first use and cached with the workspace
-// layout it needs. Workspace memory: one buffer per (device, stream), grown to the largest plan run
-// on that stream and reused by every later call (never allocated per call).
+// layout it needs: cuDNN's first-ranked engine config, or with TETRA_ATTENTION_TUNE the fastest of
+// up to 8 configs, timed on the first uncaptured call (attention.h). Workspace memory: one buffer
+// per (device, stream), grown to the largest plan run on that stream and reused by every later call
+// (never allocated per call).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -158,7 +164,7 @@ std::string graph_name(const Layout& L, const char* direction) {
 }
 
 // Forward:  S = Q·Kᵀ → S·scale → causal mask → softmax (Stats = lse) → O = P·V
-cudnn_graph::Plan build_forward(cudnnHandle_t handle, const Layout& L) {
+std::vector<cudnn_graph::Plan> build_forward(cudnnHandle_t handle, const Layout& L, size_t max_plans) {
   GraphBuilder g(handle, graph_name(L, "forward"));
   TensorRef Q = g.device_tensor("Q", kQ, kBF16, L.head_dims(), L.qkv_strides());
   TensorRef Kt = g.device_tensor("K^T", kK, kBF16, L.head_t_dims(), L.qkv_t_strides());
@@ -179,7 +185,7 @@ cudnn_graph::Plan build_forward(cudnnHandle_t handle, const Layout& L) {
   TensorRef P = softmax_with_stats(g, L, S_masked, stats);
   // bmm2: O[B, H, T, D] = P · V
   g.matmul("bmm2_P_V", P, V, O);
-  return g.build_plan();
+  return g.build_plans(max_plans);
 }
 
 // Backward (FlashAttention-2 recurrence; P is recomputed from Stats):
@@ -188,7 +194,8 @@ cudnn_graph::Plan build_forward(cudnnHandle_t handle, const Layout& L) {
 //   dV = Pᵀ · dO
 //   dS = P ∘ (dO·Vᵀ − softmax_sum) · scale
 //   dK = dSᵀ · Q                                   dQ = dS · K (fp32 accumulator, then bf16)
-cudnn_graph::Plan build_backward(cudnnHandle_t handle, const Layout& L, const Quirks& q) {
+std::vector<cudnn_graph::Plan> build_backward(cudnnHandle_t handle, const Layout& L, const Quirks& q,
+                                              size_t max_plans) {
   GraphBuilder g(handle, graph_name(L, "backward"));
   TensorRef Q = g.device_tensor("Q", kQ, kBF16, L.head_dims(), L.qkv_strides());
   TensorRef Kt = g.device_tensor("K^T", kK, kBF16, L.head_t_dims(), L.qkv_t_strides());
@@ -262,7 +269,27 @@ cudnn_graph::Plan build_backward(cudnnHandle_t handle, const Layout& L, const Qu
   g.reshape("reshape_K", Kt, K);
   g.matmul("matmul_dS_K", dS, K, dQ_accum, m_q, nullptr, m_kv);
   g.pointwise("identity_dQ", CUDNN_POINTWISE_IDENTITY, kF32, dQ_accum, dQ);
-  return g.build_plan();
+  return g.build_plans(max_plans);
+}
+
+// ---------- tuning mode ----------
+
+constexpr size_t kTuneCandidates = 8;
+constexpr int kTuneRounds = 3;
+constexpr float kTuneRoundTargetMs = 1.0f;  // device time one candidate's round aims at
+constexpr int kTuneMaxReps = 20;
+constexpr float kTuneSwitchMargin = 0.99f;  // another config must be at least 1% faster than the first
+
+constexpr int kTuningUnset = -1;
+std::atomic<int> g_tuning{kTuningUnset};
+
+AttentionTuning tuning_from_env() {
+  const char* v = std::getenv("TETRA_ATTENTION_TUNE");
+  if (!v || !*v || std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0) return AttentionTuning::Off;
+  if (std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0) return AttentionTuning::On;
+  if (std::strcmp(v, "verbose") == 0) return AttentionTuning::Verbose;
+  TETRA_FAIL(Config, "TETRA_ATTENTION_TUNE='", v,
+             "' is not an attention tuning mode: use 0 (off, the default), 1 (on) or verbose");
 }
 
 // ---------- plan cache, handles, workspaces ----------
@@ -273,9 +300,13 @@ struct PlanKey {
   auto operator<=>(const PlanKey&) const = default;
 };
 
-// A built plan and the workspace it runs in: [dQ_accum | softmax_sum | cuDNN workspace].
+// The built plans (cuDNN's ranking; one unless tuning) and the workspace they run in:
+// [dQ_accum | softmax_sum | cuDNN workspace (the largest any candidate needs)].
 struct CachedPlan {
-  cudnn_graph::Plan plan;
+  std::vector<cudnn_graph::Plan> candidates;
+  int best = 0;        // the candidate every call runs
+  bool tuned = false;  // `best` is the measured choice (or tuning was given up)
+  const cudnn_graph::Plan& plan() const { return candidates[static_cast<size_t>(best)]; }
   Quirks quirks{};
   int64_t dq_accum_offset = 0, dq_accum_bytes = 0;
   int64_t softmax_sum_offset = 0;
@@ -322,8 +353,10 @@ CachedPlan& plan_for(DeviceState& st, Device dev, const AttentionDims& d, bool b
   const Layout L(d);
   auto cp = std::make_unique<CachedPlan>();
   cp->quirks = quirks_for(cudnn_graph::runtime_version(), d.T, backward);
+  const size_t max_plans = attention_tuning() == AttentionTuning::Off ? 1 : kTuneCandidates;
   try {
-    cp->plan = backward ? build_backward(st.handle, L, cp->quirks) : build_forward(st.handle, L);
+    cp->candidates = backward ? build_backward(st.handle, L, cp->quirks, max_plans)
+                              : build_forward(st.handle, L, max_plans);
   } catch (const Error& e) {
     TETRA_FAIL(Device, e.what(), "; TETRA_ATTENTION=reference runs the reference kernels instead");
   }
@@ -336,7 +369,9 @@ CachedPlan& plan_for(DeviceState& st, Device dev, const AttentionDims& d, bool b
     offset = align256(offset + d.B * d.H * d.T * static_cast<int64_t>(sizeof(float)));
   }
   cp->cudnn_offset = offset;
-  cp->total_bytes = offset + cp->plan.workspace_bytes;
+  int64_t cudnn_bytes = 0;
+  for (const cudnn_graph::Plan& p : cp->candidates) cudnn_bytes = std::max(cudnn_bytes, p.workspace_bytes);
+  cp->total_bytes = offset + cudnn_bytes;
   if (cp->quirks.padding_workaround) {
     // Every sequence is full length: seq_len_q = seq_len_kv = T for each batch row, as two int32 [B]
     // arrays, the second at a 16-byte aligned offset (seq_lens_kv_offset()).
@@ -364,7 +399,79 @@ void* workspace_for(DeviceState& st, Device dev, cudaStream_t stream, int64_t by
 
 char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
+// With st.mu held. Runs the call through `launch(plan)`; on the first uncaptured call of a plan with
+// several candidates (tuning on), first times each candidate on this call's tensors (every candidate
+// writes the call's full outputs, and the chosen one runs last, so the call's result is the chosen
+// plan's) and keeps the fastest.
+template <class Launch>
+void run_plan(CachedPlan& cp, cudaStream_t stream, const char* what, Launch&& launch) {
+  if (!cp.tuned && cp.candidates.size() > 1) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    TETRA_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture == cudaStreamCaptureStatusNone) {
+      cp.tuned = true;
+      const size_t n = cp.candidates.size();
+      for (const auto& p : cp.candidates) launch(p);  // warm-up: first launches compile and load kernels
+      std::vector<cudaEvent_t> ev(2 * n);
+      for (auto& e : ev) TETRA_CUDA_CHECK(cudaEventCreate(&e));
+      std::vector<float> best_ms(n, std::numeric_limits<float>::infinity());
+      try {
+        TETRA_CUDA_CHECK(cudaEventRecord(ev[0], stream));
+        launch(cp.candidates[0]);
+        TETRA_CUDA_CHECK(cudaEventRecord(ev[1], stream));
+        TETRA_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+        float once = 0.0f;
+        TETRA_CUDA_CHECK(cudaEventElapsedTime(&once, ev[0], ev[1]));
+        const int reps = std::clamp(static_cast<int>(kTuneRoundTargetMs / std::max(once, 1e-3f)), 1, kTuneMaxReps);
+        for (int round = 0; round < kTuneRounds; ++round) {
+          for (size_t i = 0; i < n; ++i) {
+            TETRA_CUDA_CHECK(cudaEventRecord(ev[2 * i], stream));
+            for (int r = 0; r < reps; ++r) launch(cp.candidates[i]);
+            TETRA_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
+          }
+          TETRA_CUDA_CHECK(cudaStreamSynchronize(stream));
+          for (size_t i = 0; i < n; ++i) {
+            float ms = 0.0f;
+            TETRA_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+            best_ms[i] = std::min(best_ms[i], ms / static_cast<float>(reps));
+          }
+        }
+      } catch (...) {
+        for (auto e : ev) (void)cudaEventDestroy(e);
+        throw;
+      }
+      for (auto e : ev) TETRA_CUDA_CHECK(cudaEventDestroy(e));
+      size_t best = 0;
+      for (size_t i = 1; i < n; ++i)
+        if (best_ms[i] < best_ms[best]) best = i;
+      if (best_ms[best] > kTuneSwitchMargin * best_ms[0]) best = 0;
+      cp.best = static_cast<int>(best);
+      if (attention_tuning() == AttentionTuning::Verbose) {
+        std::fprintf(stderr, "tetra: %s tuned over %zu engine configs:", what, n);
+        for (size_t i = 0; i < n; ++i)
+          std::fprintf(stderr, "\n  %s %.4f ms%s", cp.candidates[i].how.c_str(), static_cast<double>(best_ms[i]),
+                       i == best ? " (chosen)" : "");
+        std::fprintf(stderr, "\n");
+      }
+    }
+  }
+  launch(cp.plan());
+}
+
 }  // namespace
+
+AttentionTuning attention_tuning() {
+  int m = g_tuning.load(std::memory_order_relaxed);
+  if (m == kTuningUnset) {
+    const AttentionTuning from_env = tuning_from_env();  // throws on a bad value, every time it is asked
+    int expected = kTuningUnset;
+    g_tuning.compare_exchange_strong(expected, static_cast<int>(from_env));
+    m = g_tuning.load(std::memory_order_relaxed);
+  }
+  return static_cast<AttentionTuning>(m);
+}
+
+void set_attention_tuning(AttentionTuning mode) { g_tuning.store(static_cast<int>(mode), std::memory_order_relaxed); }
 
 // ---------- support ----------
 
@@ -415,7 +522,9 @@ void attention_forward_cudnn(Tensor& out, Tensor& lse, const Tensor& qkv, int64_
   const std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kAttnScale, kNegInf};
   const std::vector<void*> ptrs{q, q + hd, q + 2 * hd, out.data_ptr(), lse.data_ptr(), &attn_scale, &mask_value};
   TETRA_CUDNN_CHECK(cudnnSetStream(st.handle, stream));
-  cudnn_graph::execute(st.handle, cp.plan, uids, ptrs, ws ? ws + cp.cudnn_offset : nullptr, op);
+  run_plan(cp, stream, op, [&](const cudnn_graph::Plan& plan) {
+    cudnn_graph::execute(st.handle, plan, uids, ptrs, ws ? ws + cp.cudnn_offset : nullptr, op);
+  });
 }
 
 void attention_backward_cudnn(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
@@ -433,8 +542,6 @@ void attention_backward_cudnn(Tensor& dqkv, const Tensor& dout, const Tensor& qk
   std::lock_guard<std::mutex> lock(st.mu);
   CachedPlan& cp = plan_for(st, dev, d, true, stream);
   char* ws = static_cast<char*>(workspace_for(st, dev, stream, cp.total_bytes));
-  if (cp.quirks.memset_dq_accum)
-    TETRA_CUDA_CHECK(cudaMemsetAsync(ws + cp.dq_accum_offset, 0, static_cast<size_t>(cp.dq_accum_bytes), stream));
 
   float attn_scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   float mask_value = cp.quirks.neg_inf;
@@ -465,7 +572,11 @@ void attention_backward_cudnn(Tensor& dqkv, const Tensor& dout, const Tensor& qk
     ptrs.push_back(static_cast<char*>(cp.seq_lens) + seq_lens_kv_offset(d.B));
   }
   TETRA_CUDNN_CHECK(cudnnSetStream(st.handle, stream));
-  cudnn_graph::execute(st.handle, cp.plan, uids, ptrs, ws + cp.cudnn_offset, op);
+  run_plan(cp, stream, op, [&](const cudnn_graph::Plan& plan) {
+    if (cp.quirks.memset_dq_accum)
+      TETRA_CUDA_CHECK(cudaMemsetAsync(ws + cp.dq_accum_offset, 0, static_cast<size_t>(cp.dq_accum_bytes), stream));
+    cudnn_graph::execute(st.handle, plan, uids, ptrs, ws + cp.cudnn_offset, op);
+  });
 }
 
 std::string cudnn_attention_plan_info(const Tensor& qkv, int64_t n_heads, bool backward) {
@@ -478,7 +589,11 @@ std::string cudnn_attention_plan_info(const Tensor& qkv, int64_t n_heads, bool b
   DeviceState& st = device_state(dev);
   std::lock_guard<std::mutex> lock(st.mu);
   const CachedPlan& cp = plan_for(st, dev, d, backward, stream);
-  return detail::concat("cuDNN ", cudnn_graph::version_string(cudnn_graph::runtime_version()), ", ", cp.plan.how,
+  return detail::concat("cuDNN ", cudnn_graph::version_string(cudnn_graph::runtime_version()), ", ", cp.plan().how,
+                        cp.candidates.size() > 1
+                            ? detail::concat(cp.tuned ? ", tuned over " : ", not yet tuned over ", cp.candidates.size(),
+                                             " configs")
+                            : std::string(),
                         ", workspace ", cp.total_bytes, " bytes",
                         cp.quirks.padding_workaround ? ", padding-mask workaround" : "");
 }

@@ -1,7 +1,7 @@
 // A thin layer over cuDNN's backend (graph) API for the SDPA graphs of attention_cudnn_cuda.cpp:
 // owned descriptors, attribute setters that check every cudnnStatus_t and name what failed, one
 // builder call per node kind (tensor, pointwise, reduction, matmul, reshape), and plan selection
-// (heuristics mode A, then fallback; the first engine config that finalizes wins).
+// (the engine configs of heuristics mode A, then of the fallback mode, that finalize).
 // The layer knows nothing about attention; it mirrors how cuDNN's own frontend lowers its graphs.
 #pragma once
 #include <cudnn.h>
@@ -57,9 +57,10 @@ struct TensorRef {
   std::string name;
 };
 
-// A finalized execution plan and every descriptor it was built from (kept alive with it).
+// A finalized execution plan and every descriptor it was built from (kept alive with it; the plans
+// of one graph share the graph's descriptors).
 struct Plan {
-  std::vector<std::unique_ptr<Descriptor>> keep_alive;
+  std::vector<std::shared_ptr<Descriptor>> keep_alive;
   cudnnBackendDescriptor_t plan = nullptr;
   int64_t workspace_bytes = 0;
   std::string how;  // which heuristics mode and config index produced it, for reports
@@ -98,10 +99,11 @@ class GraphBuilder {
   // y = x seen through y's dims and strides (cuDNN's transpose-by-view).
   void reshape(const std::string& name, const TensorRef& x, const TensorRef& y);
 
-  // Finalizes the operation graph and returns the first execution plan that finalizes, trying the
-  // engine configs of heuristics mode A, then of the fallback mode. Throws, listing what each mode
-  // answered, when none does.
-  Plan build_plan();
+  // Finalizes the operation graph and returns up to `max_plans` execution plans, in the order cuDNN
+  // ranks them: the engine configs of heuristics mode A that finalize, then those of the fallback
+  // mode (an engine already taken from mode A is not repeated). Throws, listing what each mode
+  // answered, when none finalizes. The builder is spent afterwards.
+  std::vector<Plan> build_plans(size_t max_plans);
 
  private:
   Descriptor& own(cudnnBackendDescriptorType_t type, const std::string& label);
@@ -113,7 +115,7 @@ class GraphBuilder {
   cudnnHandle_t handle_;
   std::string name_;
   int64_t next_virtual_uid_ = 1000;
-  std::vector<std::unique_ptr<Descriptor>> owned_;
+  std::vector<std::shared_ptr<Descriptor>> owned_;
   std::vector<cudnnBackendDescriptor_t> ops_;
 };
 

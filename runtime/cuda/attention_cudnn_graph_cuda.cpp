@@ -8,6 +8,7 @@
 //   graph:     OPS, HANDLE → heuristics (OPERATION_GRAPH, MODE) → engine configs → plan (HANDLE, ENGINE_CONFIG)
 #include "runtime/cuda/attention_cudnn_graph.h"
 
+#include <algorithm>
 #include <sstream>
 #include <utility>
 
@@ -100,7 +101,7 @@ GraphBuilder::GraphBuilder(cudnnHandle_t handle, std::string graph_name)
     : handle_(handle), name_(std::move(graph_name)) {}
 
 Descriptor& GraphBuilder::own(cudnnBackendDescriptorType_t type, const std::string& label) {
-  owned_.push_back(std::make_unique<Descriptor>(type, name_ + ": " + label));
+  owned_.push_back(std::make_shared<Descriptor>(type, name_ + ": " + label));
   return *owned_.back();
 }
 
@@ -275,18 +276,24 @@ void GraphBuilder::reshape(const std::string& name, const TensorRef& x, const Te
 
 // ---------- plan selection ----------
 
-Plan GraphBuilder::build_plan() {
+std::vector<Plan> GraphBuilder::build_plans(size_t max_plans) {
   Descriptor& graph = own(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
   const int64_t n_ops = static_cast<int64_t>(ops_.size());
   TETRA_CUDNN_SET(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n_ops, ops_.data());
   TETRA_CUDNN_SET(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
   graph.finalize();
   const cudnnBackendDescriptor_t graph_desc = graph.get();
+  const std::vector<std::shared_ptr<Descriptor>> graph_owned = std::move(owned_);  // shared by every plan
+  owned_.clear();
+  ops_.clear();
 
+  std::vector<Plan> plans;
+  std::vector<int64_t> engines_taken;
   std::ostringstream report;  // what each heuristics mode answered, for the error below
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    if (plans.size() >= max_plans) break;
     const char* mode_name = heur_mode_name(mode);
-    auto heur = std::make_unique<Descriptor>(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
+    auto heur = std::make_shared<Descriptor>(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
                                              name_ + ": engine heuristics (" + mode_name + ")");
     TETRA_CUDNN_SET(*heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph_desc);
     TETRA_CUDNN_SET(*heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
@@ -302,19 +309,24 @@ Plan GraphBuilder::build_plan() {
       report << "\n  heuristics " << mode_name << ": no engine config";
       continue;
     }
-    std::vector<std::unique_ptr<Descriptor>> configs;
+    std::vector<std::shared_ptr<Descriptor>> configs;
     std::vector<cudnnBackendDescriptor_t> raw;
     for (int64_t i = 0; i < count; ++i) {
       const std::string label = detail::concat(name_, ": engine config ", i, " (", mode_name, ")");
-      configs.push_back(std::make_unique<Descriptor>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, label));
+      configs.push_back(std::make_shared<Descriptor>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, label));
       raw.push_back(configs.back()->get());
     }
     int64_t returned = 0;
     TETRA_CUDNN_CHECK(cudnnBackendGetAttribute(heur->get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned, raw.data()));
     std::string first_failure;
-    for (int64_t i = 0; i < returned && i < count; ++i) {
-      auto plan = std::make_unique<Descriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
+    int finalized = 0;
+    for (int64_t i = 0; i < returned && i < count && plans.size() < max_plans; ++i) {
+      const int64_t engine = engine_index(raw[i]);
+      if (mode == CUDNN_HEUR_MODE_FALLBACK && engine >= 0 &&
+          std::find(engines_taken.begin(), engines_taken.end(), engine) != engines_taken.end())
+        continue;
+      auto plan = std::make_shared<Descriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
                                                detail::concat(name_, ": execution plan of engine config ", i, " (",
                                                               mode_name, ")"));
       TETRA_CUDNN_SET(*plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
@@ -323,29 +335,31 @@ Plan GraphBuilder::build_plan() {
         if (first_failure.empty()) first_failure = status_text(st);
         continue;
       }
+      ++finalized;
+      if (mode == CUDNN_HEUR_MODE_A) engines_taken.push_back(engine);
       Plan out;
       int64_t n = 0;
       TETRA_CUDNN_CHECK(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                                  CUDNN_TYPE_INT64, 1, &n, &out.workspace_bytes));
       out.plan = plan->get();
-      out.how = detail::concat("heuristics ", mode_name, ", engine config ", i, " of ", returned, " (engine ",
-                               engine_index(raw[i]), ")");
-      out.keep_alive = std::move(owned_);
-      out.keep_alive.push_back(std::move(heur));
-      out.keep_alive.push_back(std::move(configs[i]));
+      out.how = detail::concat("heuristics ", mode_name, ", engine config ", i, " of ", returned, " (engine ", engine,
+                               ")");
+      out.keep_alive = graph_owned;
+      out.keep_alive.push_back(heur);
+      out.keep_alive.push_back(configs[i]);
       out.keep_alive.push_back(std::move(plan));
-      owned_.clear();
-      ops_.clear();
-      return out;
+      plans.push_back(std::move(out));
     }
     if (returned <= 0)
       report << "\n  heuristics " << mode_name << ": no engine config";
-    else
+    else if (finalized == 0)
       report << "\n  heuristics " << mode_name << ": " << returned << " engine config(s), none finalized (first: "
              << first_failure << ")";
   }
-  TETRA_FAIL(Device, name_, ": cuDNN ", version_string(runtime_version()),
-             " has no engine for this graph:", report.str());
+  if (plans.empty())
+    TETRA_FAIL(Device, name_, ": cuDNN ", version_string(runtime_version()), " has no engine for this graph:",
+               report.str());
+  return plans;
 }
 
 // ---------- execution ----------

@@ -4,7 +4,8 @@
 //    "ms_fwd": ..., "ms_bwd": ..., "tflops_fwd": ..., "tflops_bwd": ..., "plan_fwd": "...", ...}
 // FLOPs count the causal half of the matmuls: forward 2 matmuls = 2·B·H·T²·D, backward 5 matmuls
 // (S recomputed, dV, dP, dQ, dK) = 5·B·H·T²·D.
-// Usage: attention_bench [--iters N] [B T H D ...]   (default: the GPT-2 124M and 1.3B shapes)
+// Usage: attention_bench [--iters N] [--tune] [B T H D ...]   (default: the GPT-2 124M and 1.3B shapes)
+// --tune times every engine config cuDNN offers and keeps the fastest (TETRA_ATTENTION_TUNE=verbose).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -115,8 +116,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
       iters = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--tune") == 0) {
+      tetra::cuda::set_attention_tuning(tetra::cuda::AttentionTuning::Verbose);
     } else if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::printf("usage: attention_bench [--iters N] [B T H D ...]\n");
+      std::printf("usage: attention_bench [--iters N] [--tune] [B T H D ...]\n");
       return 0;
     } else {
       nums.push_back(std::atoll(argv[i]));

@@ -251,6 +251,31 @@ TEST(AttentionGpu, CudnnReusesPlanAndWorkspace) {
   EXPECT_EQ(cuda::allocated_bytes(kGpu), after_first) << "the cached plans allocate nothing per call";
 }
 
+// With engine tuning on, the first call of a shape times every engine config cuDNN offers on that
+// call's tensors; the call's outputs and every later call's are the chosen plan's, still within bf16
+// tolerance of the CPU.
+TEST(AttentionGpu, CudnnEngineTuningKeepsResults) {
+  if (!tetra::cuda_available()) GTEST_SKIP() << "no GPU";
+  struct TuningScope {
+    cuda::AttentionTuning saved = cuda::attention_tuning();
+    TuningScope() { cuda::set_attention_tuning(cuda::AttentionTuning::On); }
+    ~TuningScope() { cuda::set_attention_tuning(saved); }
+  } tuning;
+  const Dims s{2, 512, 6, 64};  // a shape no other test builds a plan for
+  const Inputs in = make_inputs(s, DType::BF16, 9);
+  const Result cpu = cpu_attention(in, s);
+  expect_close(gpu_attention(in, s, DType::BF16, cuda::attention_forward_cudnn, cuda::attention_backward_cudnn),
+               cpu, kTolBF16, "cuDNN bf16, tuning call " + s.str());
+  Tensor qkv = upload(in.qkv, DType::BF16);
+  for (bool backward : {false, true}) {
+    const std::string info = cuda::cudnn_attention_plan_info(qkv, s.H, backward);
+    std::cout << "  " << s.str() << (backward ? " backward: " : " forward: ") << info << "\n";
+    EXPECT_EQ(info.find("not yet tuned"), std::string::npos) << info;
+  }
+  expect_close(gpu_attention(in, s, DType::BF16, cuda::attention_forward_cudnn, cuda::attention_backward_cudnn),
+               cpu, kTolBF16, "cuDNN bf16, tuned plan " + s.str());
+}
+
 // ---------- dispatch and errors ----------
 
 TEST(AttentionGpu, EnvironmentSelectsImplementation) {
