@@ -1,6 +1,7 @@
 #include "models/gpt_block.h"
 
 #include <cmath>
+#include <utility>
 
 #include "runtime/ops.h"
 
@@ -18,6 +19,9 @@ struct GptBlock::Saved : Activations {
   Tensor fc_pre, fc_act;       // [N, 4C] before / after GELU
   // Gradients kept from B for W:
   Tensor d_mlp_out, d_fc_pre, d_attn_out, d_qkv;
+  // Their column sums where a LayerNorm backward already took them (fp32 [C]; d_mlp_out_sum comes
+  // from the layer above and may be undefined): the two projections' bias gradients.
+  Tensor d_mlp_out_sum, d_attn_out_sum;
 };
 
 GptBlock::GptBlock(const GptConfig& cfg, int block_index) : cfg_(cfg), block_(block_index) {
@@ -106,6 +110,7 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
 
   // MLP: y = x2 + c_proj(gelu(c_fc(ln_2(x2))))
   s.d_mlp_out = dy;
+  s.d_mlp_out_sum = ctx.take_grad_column_sum(dy);
   Tensor d_fc = ctx.activation({N, 4 * C});
   mlp_proj_.backward_input_gelu(d_fc, dy, s.fc_pre);
   s.d_fc_pre = d_fc;
@@ -113,7 +118,8 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   Tensor d_ln2 = ctx.activation({N, C});
   c_fc_.backward_input(d_ln2, d_fc);
   Tensor dx2 = ctx.activation({N, C});
-  ln_2_.backward_residual(dx2, d_ln2, s.x2, s.mean2, s.rstd2, /*dresidual=*/dy);
+  s.d_attn_out_sum = ctx.fp32({C});
+  ln_2_.backward_residual(dx2, d_ln2, s.x2, s.mean2, s.rstd2, /*dresidual=*/dy, &s.d_attn_out_sum);
 
   // Attention: x2 = x + c_proj(attn(c_attn(ln_1(x))))
   s.d_attn_out = dx2;
@@ -125,7 +131,9 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   Tensor d_ln1 = d_att;
   c_attn_.backward_input(d_ln1, s.d_qkv);
   Tensor dx = ctx.activation({N, C});
-  ln_1_.backward_residual(dx, d_ln1, s.x, s.mean1, s.rstd1, /*dresidual=*/dx2);
+  Tensor dx_sum = ctx.fp32({C});
+  ln_1_.backward_residual(dx, d_ln1, s.x, s.mean1, s.rstd1, /*dresidual=*/dx2, &dx_sum);
+  ctx.offer_grad_column_sum(dx, std::move(dx_sum));  // the block below: its mlp.c_proj bias gradient
   // Forward tensors W does not need.
   s.x = s.x2 = s.qkv = s.lse = s.mean1 = s.rstd1 = s.mean2 = s.rstd2 = Tensor();
   return dx;
@@ -133,9 +141,9 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
 
 void GptBlock::backward_weight(MicroBatchContext& ctx) {
   Saved& s = ctx.slot<Saved>(index_);
-  mlp_proj_.backward_weight(s.d_mlp_out, s.fc_act);
+  mlp_proj_.backward_weight(s.d_mlp_out, s.fc_act, s.d_mlp_out_sum);
   c_fc_.backward_weight(s.d_fc_pre, s.ln2);
-  attn_proj_.backward_weight(s.d_attn_out, s.att);
+  attn_proj_.backward_weight(s.d_attn_out, s.att, s.d_attn_out_sum);
   c_attn_.backward_weight(s.d_qkv, s.ln1);
   ctx.release(index_);
 }

@@ -1,5 +1,7 @@
 #include "models/gpt_head.h"
 
+#include <utility>
+
 #include "runtime/ops.h"
 
 namespace tetra {
@@ -49,7 +51,9 @@ Tensor GptHead::backward_input(MicroBatchContext& ctx, const Tensor&) {
   Tensor dlnf = ctx.activation({N, C});
   ops::linear_backward_input(dlnf, a.dlogits, wte_->value);
   Tensor dx = ctx.activation({N, C});
-  ln_f_.backward(dx, dlnf, a.x, a.mean, a.rstd, /*accumulate_dx=*/false);
+  Tensor dx_sum = ctx.fp32({C});
+  ln_f_.backward(dx, dlnf, a.x, a.mean, a.rstd, /*accumulate_dx=*/false, &dx_sum);
+  ctx.offer_grad_column_sum(dx, std::move(dx_sum));  // the last block: its mlp.c_proj bias gradient
   a.x = a.mean = a.rstd = Tensor();
   return dx;
 }

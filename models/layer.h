@@ -7,6 +7,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/param.h"
@@ -50,7 +51,27 @@ class MicroBatchContext {
   void release(int index) {
     if (static_cast<size_t>(index) < slots_.size()) slots_[index].reset();
   }
-  void clear() { slots_.clear(); }
+  void clear() {
+    slots_.clear();
+    offered_grad_ = OfferedSum{};
+  }
+
+  // The column sum over tokens (fp32 [C]) of the input gradient a backward_input returns, handed to
+  // the layer below with it. In a pre-LN model that gradient is the residual stream's, and its
+  // column sum is the bias gradient of the projection below that wrote into the stream, which the
+  // producer's LayerNorm backward sums while it writes the gradient. The consumer takes the sum only
+  // for that same tensor (memory, shape and dtype); otherwise (nothing offered, a gradient received
+  // from another pipeline stage) it gets an undefined tensor and sums the gradient itself.
+  void offer_grad_column_sum(const Tensor& grad, Tensor sum) {
+    offered_grad_ = {grad.data_ptr(), grad.shape(), grad.dtype(), std::move(sum)};
+  }
+  Tensor take_grad_column_sum(const Tensor& grad) {
+    OfferedSum o = std::move(offered_grad_);
+    offered_grad_ = OfferedSum{};
+    const bool same = o.sum.defined() && grad.defined() && o.data == grad.data_ptr() && o.shape == grad.shape() &&
+                      o.dtype == grad.dtype();
+    return same ? std::move(o.sum) : Tensor();
+  }
 
   // A new activation tensor of this context's dtype and device.
   Tensor activation(const Shape& shape) const { return Tensor::empty(shape, dtype_, device_); }
@@ -60,6 +81,12 @@ class MicroBatchContext {
   Device device_;
   DType dtype_;
   std::vector<std::unique_ptr<Activations>> slots_;
+  struct OfferedSum {
+    const void* data = nullptr;
+    Shape shape;
+    DType dtype = DType::F32;
+    Tensor sum;
+  } offered_grad_;
 };
 
 class Layer {

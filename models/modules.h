@@ -38,9 +38,11 @@ struct Linear {
   void backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& gelu_pre) const {
     ops::linear_backward_input_gelu(dx, dy, weight.value, gelu_pre);
   }
-  // Gradients accumulate over micro-batches.
-  void backward_weight(const Tensor& dy, const Tensor& x) {
-    ops::linear_backward_weight(weight.grad, has_bias ? &bias.grad : nullptr, dy, x, /*accumulate=*/true);
+  // Gradients accumulate over micro-batches. dy_sum (fp32 [out], may be undefined): Σ_n dy[n, :]
+  // if already known, which the bias gradient then takes instead of reading dy again.
+  void backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dy_sum = Tensor()) {
+    ops::linear_backward_weight(weight.grad, has_bias ? &bias.grad : nullptr, dy, x, /*accumulate=*/true,
+                                has_bias && dy_sum.defined() ? &dy_sum : nullptr);
   }
 };
 
@@ -53,15 +55,16 @@ struct LayerNorm {
   void forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) const {
     ops::layernorm_forward(y, mean, rstd, x, weight.value, bias.value, eps);
   }
-  // dx (+)= ...; the weight gradients accumulate.
+  // dx (+)= ...; the weight gradients accumulate. dx_sum (fp32 [C], optional) receives Σ_n dx[n, :].
   void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                bool accumulate_dx) {
-    ops::layernorm_backward(dx, weight.grad, bias.grad, dy, x, weight.value, mean, rstd, accumulate_dx);
+                bool accumulate_dx, Tensor* dx_sum = nullptr) {
+    ops::layernorm_backward(dx, weight.grad, bias.grad, dy, x, weight.value, mean, rstd, accumulate_dx, nullptr,
+                            dx_sum);
   }
   // dx = dresidual + the gradient through the LayerNorm (x also feeds the residual stream).
   void backward_residual(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& dresidual) {
-    ops::layernorm_backward(dx, weight.grad, bias.grad, dy, x, weight.value, mean, rstd, false, &dresidual);
+                         const Tensor& dresidual, Tensor* dx_sum = nullptr) {
+    ops::layernorm_backward(dx, weight.grad, bias.grad, dy, x, weight.value, mean, rstd, false, &dresidual, dx_sum);
   }
 };
 

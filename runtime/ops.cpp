@@ -53,9 +53,10 @@ void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, c
   check_same_device("linear_backward_input_gelu", {&dx, &dy, &w, &gelu_pre});
   TETRA_DISPATCH(dx.device(), linear_backward_input_gelu, dx, dy, w, gelu_pre);
 }
-void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate) {
-  check_same_device("linear_backward_weight", {&dw, db, &dy, &x});
-  TETRA_DISPATCH(dw.device(), linear_backward_weight, dw, db, dy, x, accumulate);
+void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate,
+                            const Tensor* dy_column_sum) {
+  check_same_device("linear_backward_weight", {&dw, db, &dy, &x, dy_column_sum});
+  TETRA_DISPATCH(dw.device(), linear_backward_weight, dw, db, dy, x, accumulate, dy_column_sum);
 }
 void gelu_forward(Tensor& y, const Tensor& x) {
   check_same_device("gelu_forward", {&y, &x});
@@ -71,9 +72,11 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
   TETRA_DISPATCH(y.device(), layernorm_forward, y, mean, rstd, x, w, b, eps);
 }
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual) {
-  check_same_device("layernorm_backward", {&dx, &dw, &db, &dy, &x, &w, &mean, &rstd, dresidual});
-  TETRA_DISPATCH(dx.device(), layernorm_backward, dx, dw, db, dy, x, w, mean, rstd, accumulate_dx, dresidual);
+                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual,
+                        Tensor* dx_column_sum) {
+  check_same_device("layernorm_backward", {&dx, &dw, &db, &dy, &x, &w, &mean, &rstd, dresidual, dx_column_sum});
+  TETRA_DISPATCH(dx.device(), layernorm_backward, dx, dw, db, dy, x, w, mean, rstd, accumulate_dx, dresidual,
+                 dx_column_sum);
 }
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len) {
   check_same_device("embedding_forward", {&y, &ids, &wte, &wpe});

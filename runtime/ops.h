@@ -38,7 +38,10 @@ void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool a
 // GEMM (CUDA bf16: cuBLASLt's DGELU epilogue). dx may not alias gelu_pre.
 void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gelu_pre);
 // dw[O, I] (+)= dy[N, O]^T · x[N, I];  db[O] (+)= Σ_n dy[n, :]  (db may be null)
-void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate);
+// dy_column_sum (fp32 [O], optional): Σ_n dy[n, :] already computed (layernorm_backward gives it for
+// the residual stream); db then takes it instead of reading dy again.
+void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate,
+                            const Tensor* dy_column_sum = nullptr);
 
 // GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
 void gelu_forward(Tensor& y, const Tensor& x);
@@ -54,9 +57,12 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
 // With dresidual [N, C] (dx's dtype; accumulate_dx must be false): dx = dresidual + (the gradient
 // through the LayerNorm), for the residual stream of a pre-LN block (x feeds both the LayerNorm and
 // the residual add). dx may alias dresidual, which saves copying dresidual into dx first.
+// dx_column_sum (fp32 [C], optional) receives Σ_n dx[n, :] over the values dx holds afterwards: in a
+// pre-LN model dx is the residual stream's gradient, whose column sum is the bias gradient of the
+// projection that wrote into the stream (CUDA: summed while dx is written, no second pass).
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& mean, const Tensor& rstd, bool accumulate_dx = false,
-                        const Tensor* dresidual = nullptr);
+                        const Tensor* dresidual = nullptr, Tensor* dx_column_sum = nullptr);
 
 // ---------- embeddings ----------
 // y[N, C] = wte[ids[n], :] + wpe[n mod T, :]   (ids int32 [N], N = B·T; wpe [≥T, C] may be undefined)

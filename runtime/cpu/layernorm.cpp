@@ -66,7 +66,8 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
 }
 
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual) {
+                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual,
+                        Tensor* dx_column_sum) {
   const char* op = "layernorm_backward";
   check_dtype(op, "w", w, DType::F32);
   if (w.ndim() != 1) TETRA_FAIL(Internal, op, ": w must be 1-D [C], got ", w.describe());
@@ -96,6 +97,11 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
     check_dtype(op, "dresidual", *dresidual, DType::F32);
     check_shape(op, "dresidual", *dresidual, x.shape());
   }
+  const bool with_sum = given(dx_column_sum);
+  if (with_sum) {
+    check_dtype(op, "dx_column_sum", *dx_column_sum, DType::F32);
+    check_shape(op, "dx_column_sum", *dx_column_sum, {C});
+  }
 
   const int64_t N = rows_of(x);
   const float* px = x.data<float>();
@@ -106,6 +112,7 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
   const float* prstd = rstd.data<float>();
   float* pdx = dx.data<float>();
   std::vector<double> dw_sum(static_cast<size_t>(C), 0.0), db_sum(static_cast<size_t>(C), 0.0);
+  std::vector<double> dx_sum(with_sum ? static_cast<size_t>(C) : 0, 0.0);
   const double inv_c = 1.0 / static_cast<double>(C);
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = px + n * C;
@@ -130,6 +137,7 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
       const double g = static_cast<double>(dyr[c]) * pw[c];
       const float v = static_cast<float>(r * (g - g_mean - xhat * gx_mean));
       dxr[c] = with_res ? resr[c] + v : (accumulate_dx ? dxr[c] + v : v);
+      if (with_sum) dx_sum[c] += dxr[c];
     }
   }
   float* pdw = dw.data<float>();
@@ -137,6 +145,10 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
   if (with_db) {
     float* pdb = db.data<float>();
     for (int64_t c = 0; c < C; ++c) pdb[c] = static_cast<float>(pdb[c] + db_sum[c]);
+  }
+  if (with_sum) {
+    float* ps = dx_column_sum->data<float>();
+    for (int64_t c = 0; c < C; ++c) ps[c] = static_cast<float>(dx_sum[c]);
   }
 }
 

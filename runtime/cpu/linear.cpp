@@ -128,7 +128,8 @@ void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, c
   gelu_backward(dx, dx, gelu_pre);
 }
 
-void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate) {
+void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate,
+                            const Tensor* dy_column_sum) {
   const char* op = "linear_backward_weight";
   check_weight(op, "dw", dw);
   const int64_t O = dw.dim(0), I = dw.dim(1);
@@ -142,6 +143,12 @@ void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tens
     check_dtype(op, "db", *db, DType::F32);
     check_shape(op, "db", *db, {O});
   }
+  const bool with_sum = given(dy_column_sum);
+  if (with_sum) {
+    if (!with_bias) TETRA_FAIL(Internal, op, ": dy_column_sum is given but there is no db to take it");
+    check_dtype(op, "dy_column_sum", *dy_column_sum, DType::F32);
+    check_shape(op, "dy_column_sum", *dy_column_sum, {O});
+  }
   if (O == 0) return;
 
   float* pdw = dw.data<float>();
@@ -154,7 +161,11 @@ void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tens
       std::fill_n(pdw, O * I, 0.0f);
     }
   }
-  if (with_bias) {
+  if (with_sum) {
+    float* pdb = db->data<float>();
+    const float* ps = dy_column_sum->data<float>();
+    for (int64_t o = 0; o < O; ++o) pdb[o] = accumulate ? pdb[o] + ps[o] : ps[o];
+  } else if (with_bias) {
     // Column sums of dy in double (N may be large), added to db or replacing it.
     float* pdb = db->data<float>();
     const float* pdy = dy.data<float>();

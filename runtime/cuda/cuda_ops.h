@@ -19,13 +19,15 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
                     Tensor* pre_act, const Tensor* residual);
 void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate);
 void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& gelu_pre);
-void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate);
+void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate,
+                            const Tensor* dy_column_sum);
 void gelu_forward(Tensor& y, const Tensor& x);
 void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
 void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
                        float eps);
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual);
+                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual,
+                        Tensor* dx_column_sum);
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len);
 void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len);
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads);

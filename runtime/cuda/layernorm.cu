@@ -41,6 +41,7 @@
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/kernel_common.cuh"
+#include "runtime/cuda/reduce.h"
 
 namespace tetra::cuda {
 
@@ -203,15 +204,19 @@ __device__ __forceinline__ void stage_read(const uint4* s, int stride, float (&f
 
 // dx for rows slot + k·slots·gridDim.x; the block's dw/db sums go to partial[0, blockIdx.x, :] and
 // partial[1, blockIdx.x, :]. dres (may be null) is added to dx; with accumulate, dx is added to.
+// With sum_dx, the block's column sums of dx (of the values stored, after rounding to T) go to
+// partial[2, blockIdx.x, :]: each slot adds its rows into its own fp32 [C] row of shared memory
+// (each thread to its own channels, so without atomics), folded in slot order at the end.
 // Each thread stages its own vectors of the next row (dy, x, and dres or dx when read) into
 // shared memory with cp.async while it computes the current row, double-buffered, and reads back
 // only what it copied itself (so no barrier is needed for the staging).
 // Dynamic shared memory: staging [2 stages][arrays][VPT][kChunks<T>][blockDim.x] × 16 bytes, then w
-// as fp32 [C], then, when slots > 1, the slot fold [2][C].
+// as fp32 [C], then, when slots > 1, the slot fold [2][C], then, with sum_dx, the dx sums [slots][C].
 template <int VPT, class T, class P>
 __global__ void __launch_bounds__(kRowThreads)
     layernorm_backward_rows_kernel(T* dx, float* partial, const T* dy, const T* x, const P* w, const float* mean,
-                                   const float* rstd, const T* dres, int64_t N, int C, int team, bool accumulate) {
+                                   const float* rstd, const T* dres, int64_t N, int C, int team, bool accumulate,
+                                   bool sum_dx) {
   extern __shared__ float4 smem_f4[];
   __shared__ float red[2][kMaxTeam];
   const int team_threads = team * 32;
@@ -225,6 +230,7 @@ __global__ void __launch_bounds__(kRowThreads)
   uint4* staging = reinterpret_cast<uint4*>(smem_f4);
   float* sw = reinterpret_cast<float*>(staging + 2 * stage_size);
   float* fold = sw + C;  // [2][C], when slots > 1
+  float* sdx = fold + (slots > 1 ? 2 * C : 0) + slot * C;  // this slot's dx sums [C], with sum_dx
   // This thread's first chunk of array a, vector j, in stage st.
   auto chunk = [&](int st, int a, int j) { return staging + st * stage_size + ((a * VPT + j) * kChunks<T>) * stride + threadIdx.x; };
   auto issue = [&](int64_t row, int st) {  // stage row `row` (nothing past the end); one commit group
@@ -254,6 +260,16 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int j = 0; j < VPT; ++j)
 #pragma unroll
     for (int k = 0; k < 8; ++k) dw_acc[j][k] = db_acc[j][k] = 0.0f;
+  if (sum_dx) {
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int vi = t + j * team_threads;
+      if (vi < nv) {
+        float4* d = reinterpret_cast<float4*>(sdx + vi * 8);
+        d[0] = d[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+  }
 
   int parity = 0, st = 0;
   float m_next = first < N ? mean[first] : 0.0f, s_next = first < N ? rstd[first] : 0.0f;
@@ -316,10 +332,47 @@ __global__ void __launch_bounds__(kRowThreads)
           out[k] += s * (dv[k] * wv[k] - g_mean - xh * gx_mean);
         }
         store_vec<8>(dxr + vi * 8, out);
+        if (sum_dx) {  // what was stored: rounded to T
+          float4* d = reinterpret_cast<float4*>(sdx + vi * 8);
+          float4 a = d[0], b = d[1];
+          a.x += to_f32(from_f32<T>(out[0]));
+          a.y += to_f32(from_f32<T>(out[1]));
+          a.z += to_f32(from_f32<T>(out[2]));
+          a.w += to_f32(from_f32<T>(out[3]));
+          b.x += to_f32(from_f32<T>(out[4]));
+          b.y += to_f32(from_f32<T>(out[5]));
+          b.z += to_f32(from_f32<T>(out[6]));
+          b.w += to_f32(from_f32<T>(out[7]));
+          d[0] = a;
+          d[1] = b;
+        }
       }
     }
   }
   __pipeline_wait_prior(0);  // the last group staged nothing, but leave no copy outstanding
+
+  // The block's dx sums: each thread wrote only its own channels of its slot's row; fold the
+  // slots in order (after a barrier when there are several).
+  if (sum_dx) {
+    float* out_dx = partial + (2 * static_cast<int64_t>(gridDim.x) + blockIdx.x) * C;
+    float* slot0 = sdx - slot * C;
+    if (slots == 1) {
+#pragma unroll
+      for (int j = 0; j < VPT; ++j) {
+        const int vi = t + j * team_threads;
+        if (vi < nv)
+#pragma unroll
+          for (int k = 0; k < 8; ++k) out_dx[vi * 8 + k] = slot0[vi * 8 + k];
+      }
+    } else {
+      __syncthreads();
+      for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float v = 0.0f;
+        for (int sl = 0; sl < slots; ++sl) v += slot0[sl * C + c];
+        out_dx[c] = v;
+      }
+    }
+  }
 
   // The block's dw/db: slots own the same channels; fold them in slot order.
   float* out_dw = partial + static_cast<int64_t>(blockIdx.x) * C;
@@ -362,10 +415,11 @@ __global__ void __launch_bounds__(kRowThreads)
 }
 
 // Dynamic shared memory of the backward row kernel (see its comment).
-size_t backward_rows_smem(int vpt, int threads, int slots, int C, size_t elem_size, bool third_array) {
+size_t backward_rows_smem(int vpt, int threads, int slots, int C, size_t elem_size, bool third_array,
+                          bool sum_dx) {
   const size_t chunks = elem_size / 2;
   const size_t staging = 2 * size_t(third_array ? 3 : 2) * vpt * chunks * threads * 16;
-  return staging + size_t(C) * sizeof(float) * (slots > 1 ? 3 : 1);
+  return staging + size_t(C) * sizeof(float) * ((slots > 1 ? 3 : 1) + (sum_dx ? slots : 0));
 }
 
 // How a row of C channels (C % 8 == 0) maps onto the row kernels: the fewest warps per row that
@@ -581,15 +635,18 @@ __global__ void layernorm_backward_kernel(T* dx, float* partial, const T* dy, co
 }
 
 // ---------------------------------------------------------------------------------------------
-// Weight gradients: dw[c] += Σ_b partial[0, b, c], db[c] += Σ_b partial[1, b, c], b in block order.
-// Grid (⌈C/32⌉, 1 or 2): blockIdx.y picks dw or db. Block (32, 16): 32 consecutive channels
+// Weight gradients: dw[c] += Σ_b partial[0, b, c], db[c] += Σ_b partial[1, b, c], b in block order,
+// and the column sums of dx: dx_sum[c] = Σ_b partial[2, b, c].
+// Grid (⌈C/32⌉, 1, 2 or 3): blockIdx.y picks dw, db or dx_sum (db may be null). Block (32, 16): 32 consecutive channels
 // (coalesced) × 16 lanes over the partial rows, folded in shared memory in lane order.
 // ---------------------------------------------------------------------------------------------
 constexpr int kFoldRows = 16;
 
 template <class TO>
-__global__ void layernorm_weight_grad_kernel(TO* dw, TO* db, const float* partial, int blocks, int C) {
+__global__ void layernorm_weight_grad_kernel(TO* dw, TO* db, float* dx_sum, const float* partial, int blocks,
+                                             int C) {
   __shared__ float s[kFoldRows][33];
+  if (blockIdx.y == 1 && !db) return;  // (a uniform exit: no barrier is skipped by part of the block)
   const int c = blockIdx.x * 32 + threadIdx.x;
   const float* src = partial + static_cast<int64_t>(blockIdx.y) * blocks * C;
   float acc = 0.0f;
@@ -601,8 +658,12 @@ __global__ void layernorm_weight_grad_kernel(TO* dw, TO* db, const float* partia
     float total = 0.0f;
 #pragma unroll
     for (int j = 0; j < kFoldRows; ++j) total += s[j][threadIdx.x];
-    TO* out = blockIdx.y == 0 ? dw : db;
-    out[c] = from_f32<TO>(to_f32(out[c]) + total);
+    if (blockIdx.y == 2) {
+      dx_sum[c] = total;  // written, not accumulated
+    } else {
+      TO* out = blockIdx.y == 0 ? dw : db;
+      out[c] = from_f32<TO>(to_f32(out[c]) + total);
+    }
   }
 }
 
@@ -689,7 +750,8 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
 }
 
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual) {
+                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual,
+                        Tensor* dx_column_sum) {
   const char* op = "layernorm_backward";
   check_params(op, w, Tensor());
   const int C = channels(op, w.dim(0));
@@ -719,8 +781,17 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
     check_dtype(op, "dresidual", *dresidual, dx.dtype());
     check_shape(op, "dresidual", *dresidual, x.shape());
   }
+  const bool with_sum = given(dx_column_sum);
+  if (with_sum) {
+    check_cuda_tensor(op, "dx_column_sum", *dx_column_sum);
+    check_dtype(op, "dx_column_sum", *dx_column_sum, DType::F32);
+    check_shape(op, "dx_column_sum", *dx_column_sum, {C});
+  }
   const int64_t N = rows_of(x);
-  if (N == 0) return;
+  if (N == 0) {
+    if (with_sum) zero(*dx_column_sum);
+    return;
+  }
   const Device dev = dx.device();
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
@@ -741,7 +812,8 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
       using P = decltype(tw);
       if (rows.vpt > 0 && aligned) {
         auto kernel = row_kernel<PickBackward, kBackwardMaxVpt, T, P>(rows.vpt);
-        smem = backward_rows_smem(rows.vpt, rows.threads, rows.slots, C, sizeof(T), with_res || accumulate_dx);
+        smem = backward_rows_smem(rows.vpt, rows.threads, rows.slots, C, sizeof(T), with_res || accumulate_dx,
+                                  with_sum);
         const int per_sm = static_cast<int64_t>(smem) <= optin ? prepare_launch(kernel, rows.threads, smem, dev) : 0;
         if (per_sm > 0) {
           rows_path = true;
@@ -762,7 +834,9 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
       blocks = static_cast<int>(std::clamp<int64_t>((N + warps - 1) / warps, 1, 4 * sm_count(dev)));
     });
   });
-  Tensor partial = Tensor::empty({2, blocks, C}, DType::F32, dev);
+  // The row kernel also sums dx (partial row 2); the fallback leaves that to a column sum of dx.
+  const bool fused_sum = with_sum && rows_path;
+  Tensor partial = Tensor::empty({fused_sum ? 3 : 2, blocks, C}, DType::F32, dev);
 
   dispatch_float(x.dtype(), op, "x", [&](auto tx) {
     dispatch_float(w.dtype(), op, "w", [&](auto tw) {
@@ -776,7 +850,8 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
       if (rows_path) {
         auto kernel = row_kernel<PickBackward, kBackwardMaxVpt, T, P>(rows.vpt);
         kernel<<<blocks, threads, smem, stream>>>(pdx, partial.data<float>(), pdy, px, pw, mean.data<float>(),
-                                                  rstd.data<float>(), pres, N, C, rows.team, accumulate_dx);
+                                                  rstd.data<float>(), pres, N, C, rows.team, accumulate_dx,
+                                                  fused_sum);
       } else {
         auto kernel = vec ? layernorm_backward_kernel<8, T, P> : layernorm_backward_kernel<1, T, P>;
         if (smem > 48 * 1024)
@@ -791,12 +866,13 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
   // Weight gradients always accumulate: dw += Σ_block partial[0], db += Σ_block partial[1].
   dispatch_float(dw.dtype(), op, "dw", [&](auto tg) {
     using TG = decltype(tg);
-    const dim3 grid(static_cast<unsigned>((C + 31) / 32), with_db ? 2u : 1u);
+    const dim3 grid(static_cast<unsigned>((C + 31) / 32), fused_sum ? 3u : (with_db ? 2u : 1u));
     layernorm_weight_grad_kernel<TG><<<grid, dim3(32, kFoldRows), 0, stream>>>(
-        static_cast<TG*>(dw.data_ptr()), with_db ? static_cast<TG*>(db.data_ptr()) : nullptr, partial.data<float>(),
-        blocks, C);
+        static_cast<TG*>(dw.data_ptr()), with_db ? static_cast<TG*>(db.data_ptr()) : nullptr,
+        fused_sum ? dx_column_sum->data<float>() : nullptr, partial.data<float>(), blocks, C);
     TETRA_CUDA_CHECK_LAUNCH();
   });
+  if (with_sum && !fused_sum) column_sum(*dx_column_sum, dx, N, C, /*accumulate=*/false);
 }
 
 }  // namespace tetra::cuda

@@ -4,7 +4,7 @@
 //                    y[N, O]  = x · wᵀ + b + residual[N, O]             (act None; y may be residual)
 //   backward input   dx[N, I] (+)= dy[N, O] · w[O, I]
 //                    dx[N, I]  = (dy · w) ⊙ gelu'(gelu_pre[N, I])      (DGELU epilogue, aux = gelu_pre)
-//   backward weight  dw[O, I] (+)= dy[N, O]ᵀ · x[N, I],   db[O] (+)= Σ_n dy[n, :]
+//   backward weight  dw[O, I] (+)= dy[N, O]ᵀ · x[N, I],   db[O] (+)= Σ_n dy[n, :] (or a given sum of it)
 //
 // Row-major to column-major. cuBLASLt is column-major; a row-major [r, c] matrix with row stride c
 // is, byte for byte, the column-major [c, r] matrix (its transpose) with leading dimension c. So:
@@ -251,7 +251,8 @@ void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, c
   gelu_backward(dx, dx, gelu_pre);
 }
 
-void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate) {
+void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate,
+                            const Tensor* dy_column_sum) {
   const char* op = "linear_backward_weight";
   check_cuda_float(op, "dw", dw);
   if (dw.ndim() != 2) TETRA_FAIL(Internal, op, ": dw must be 2-D [O, I], got ", dw.describe());
@@ -269,18 +270,29 @@ void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tens
     check_shape(op, "db", *db, {O});
     check_output_type(op, "db", *db, dy.dtype());
   }
+  const bool with_sum = given(dy_column_sum);
+  if (with_sum) {
+    if (!with_bias) TETRA_FAIL(Internal, op, ": dy_column_sum is given but there is no db to take it");
+    check_cuda_tensor(op, "dy_column_sum", *dy_column_sum);
+    check_dtype(op, "dy_column_sum", *dy_column_sum, DType::F32);
+    check_shape(op, "dy_column_sum", *dy_column_sum, {O});
+  }
   if (O == 0) return;
   const Device dev = dw.device();
   DeviceScope scope(dev);
+  // db (+)= Σ_n dy[n, :], from the given sum (one short fold) or by reading dy.
+  auto bias_gradient = [&] {
+    if (with_sum) column_sum(*db, *dy_column_sum, 1, O, accumulate);
+    else column_sum(*db, dy, N, O, accumulate);
+  };
   if (N == 0) {  // no rows: the gradients are empty sums
-    if (!accumulate) {
-      zero(dw);
-      if (with_bias) zero(*db);
-    }
+    if (!accumulate) zero(dw);
+    if (with_sum) bias_gradient();
+    else if (with_bias && !accumulate) zero(*db);
     return;
   }
   if (I == 0) {
-    if (with_bias) column_sum(*db, dy, N, O, accumulate);
+    if (with_bias) bias_gradient();
     return;
   }
 
@@ -298,7 +310,7 @@ void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tens
   lt_matmul_plain(p, dev, op);
   // The bias gradient by its own pass over dy, not cuBLASLt's BGRADB epilogue: on H200 that epilogue
   // costs 15–40 µs more per GPT-2 124M weight-gradient GEMM than reading dy once more (docs/kernels.md v7).
-  if (with_bias) column_sum(*db, dy, N, O, accumulate);
+  if (with_bias) bias_gradient();
 }
 
 }  // namespace tetra::cuda

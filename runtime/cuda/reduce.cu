@@ -18,6 +18,7 @@ namespace {
 
 constexpr int kReduceThreads = 256;
 constexpr int kMaxPartials = 1024;  // blocks of the first pass (and threads' share of the second)
+constexpr int64_t kDirectFoldRows = 64;  // column_sum of up to this many fp32 rows: the fold kernel alone
 
 __device__ __forceinline__ double to_f64(float x) { return x; }
 __device__ __forceinline__ double to_f64(bf16 x) { return __bfloat162float(x); }
@@ -238,6 +239,16 @@ void column_sum(Tensor& out, const Tensor& in, int64_t rows, int64_t cols, bool 
   if (cols == 0) return;
   const Device dev = out.device();
   cudaStream_t stream = stream_of(dev);
+  if (in.dtype() == DType::F32 && rows <= kDirectFoldRows) {
+    // A few fp32 rows (e.g. a column sum already taken elsewhere): they are the partials; one fold.
+    dispatch_float(out.dtype(), "column_sum", "out", [&](auto to) {
+      using TO = decltype(to);
+      column_finish_kernel<TO><<<static_cast<unsigned>((cols + 31) / 32), dim3(32, 8), 0, stream>>>(
+          static_cast<TO*>(out.data_ptr()), in.data<float>(), static_cast<int>(rows), cols, accumulate);
+      TETRA_CUDA_CHECK_LAUNCH();
+    });
+    return;
+  }
   const bool vec = cols % 8 == 0 && aligned16(in.data_ptr());
   const int64_t strips = vec ? (cols + 255) / 256 : (cols + 31) / 32;
   // Row groups P: 8 blocks per SM over all strips (fewer are latency-bound: 2.5× slower at one per

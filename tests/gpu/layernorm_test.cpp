@@ -3,7 +3,8 @@
 // widths where the team and vector counts change, with row counts that leave blocks partly idle;
 // the fallback kernels (C % 8 != 0, unaligned views, C beyond the row kernels); fp32 and bf16, bf16
 // activations with fp32 weights and gradients, with and without bias, dx overwritten, accumulated,
-// or dresidual + the LayerNorm's gradient (separately and in place); deterministic dw/db.
+// or dresidual + the LayerNorm's gradient (separately and in place); deterministic dw/db; the
+// column sums of dx (dx_column_sum) against the CPU's and against a sum of the GPU's own dx.
 #include <sstream>
 #include <string>
 
@@ -20,6 +21,23 @@ Tensor host_sum(const Tensor& a, const Tensor& b) {
 
 // The dtype of w, b and their gradients: the activations' dtype, or fp32 whatever the activations.
 enum class ParamType { SameAsX, F32 };
+
+// Σ_n t[n, :] of a device tensor viewed as [N, C], summed on the host in double.
+std::vector<double> column_sums(const Tensor& dev, int64_t C) {
+  const std::vector<double> v = download(dev);
+  std::vector<double> sums(static_cast<size_t>(C), 0.0);
+  for (size_t i = 0; i < v.size(); ++i) sums[i % static_cast<size_t>(C)] += v[i];
+  return sums;
+}
+
+// dx_column_sum must hold the column sums of the dx the same call wrote (the values as stored, summed
+// in another order: fp32 rounding apart) and match the CPU's to the dtype's tolerance.
+void expect_column_sum(const Tensor& gsum, const Tensor& gdx, const Tensor& cpu_sum, int64_t C, DType dt,
+                       const std::string& what) {
+  const std::vector<double> mine = download(gsum);
+  EXPECT_LE(rel_error(mine, column_sums(gdx, C)), 1e-5) << "dx_column_sum against the sum of dx, " << what;
+  EXPECT_LE(rel_error(mine, values(cpu_sum)), tol(dt)) << "dx_column_sum against the CPU, " << what;
+}
 
 void check_layernorm(const Shape& x_shape, bool with_bias, uint64_t seed, ParamType ptype = ParamType::SameAsX) {
   Rng rng(seed);
@@ -45,6 +63,14 @@ void check_layernorm(const Shape& x_shape, bool with_bias, uint64_t seed, ParamT
   const Tensor dx_acc = host_sum(dx, dx0);
   const Tensor dres = representable(random_host(rng, x_shape, 0.5), rd);
   const Tensor dx_res = host_sum(dx, dres);  // dx with dresidual
+  // The CPU's column sums of dx: plain, and with dresidual (the residual stream's gradient).
+  Tensor sum_plain = Tensor::empty({C}, DType::F32), sum_res = Tensor::empty({C}, DType::F32);
+  {
+    Tensor dx_scratch = Tensor::empty(x_shape, DType::F32), dw_scratch = Tensor::zeros({C}, DType::F32);
+    Tensor db_scratch = with_bias ? Tensor::zeros({C}, DType::F32) : Tensor();
+    ops::layernorm_backward(dx_scratch, dw_scratch, db_scratch, dy, x, w, mean, rstd, false, nullptr, &sum_plain);
+    ops::layernorm_backward(dx_scratch, dw_scratch, db_scratch, dy, x, w, mean, rstd, false, &dres, &sum_res);
+  }
 
   for (DType dt : {DType::F32, DType::BF16}) {
     const DType pt = ptype == ParamType::F32 ? DType::F32 : dt;
@@ -100,6 +126,22 @@ void check_layernorm(const Shape& x_shape, bool with_bias, uint64_t seed, ParamT
     Tensor over_dy = upload(dy, dt), gdw6 = upload(dw0, pt), gdb6 = with_bias ? upload(db0, pt) : Tensor();
     ops::layernorm_backward(over_dy, gdw6, gdb6, over_dy, gx, gw, gmean, grstd, false, &gdres);
     EXPECT_LE(rel_error(over_dy, dx_res), t) << "backward with dresidual, dx over dy, " << what.str();
+
+    // dx_column_sum (written over NaN, never accumulated): plain, and with dresidual in place.
+    Tensor gsum = poisoned({C}, DType::F32), gdx7 = poisoned(x_shape, dt);
+    Tensor gdw7 = upload(dw0, pt), gdb7 = with_bias ? upload(db0, pt) : Tensor();
+    ops::layernorm_backward(gdx7, gdw7, gdb7, gdy, gx, gw, gmean, grstd, false, nullptr, &gsum);
+    EXPECT_LE(rel_error(gdx7, dx), t) << "backward dx with its column sum, " << what.str();
+    EXPECT_LE(rel_error(gdw7, dw), t) << "backward dw with the column sum of dx, " << what.str();
+    if (with_bias) {
+      EXPECT_LE(rel_error(gdb7, db), t) << "backward db with the column sum of dx, " << what.str();
+    }
+    expect_column_sum(gsum, gdx7, sum_plain, C, dt, what.str());
+    Tensor over_res2 = upload(dres, dt), gdw8 = upload(dw0, pt), gdb8 = with_bias ? upload(db0, pt) : Tensor();
+    poison(gsum);
+    ops::layernorm_backward(over_res2, gdw8, gdb8, gdy, gx, gw, gmean, grstd, false, &over_res2, &gsum);
+    EXPECT_LE(rel_error(over_res2, dx_res), t) << "backward with dresidual and the column sum, " << what.str();
+    expect_column_sum(gsum, over_res2, sum_res, C, dt, what.str() + ", with dresidual");
   }
 }
 
@@ -128,8 +170,16 @@ void check_unaligned(int64_t N, int64_t C, uint64_t seed) {
   ops::layernorm_forward(gy, gmean, grstd, gx, gw, gb, 1e-5f);
   EXPECT_LE(rel_error(gy, y), kTolBF16) << "unaligned forward y";
   Tensor gdw = Tensor::zeros({C}, DType::F32, gpu()), gdb = Tensor::zeros({C}, DType::F32, gpu());
-  ops::layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, gmean, grstd, false, &gdres);
+  Tensor sum = Tensor::empty({C}, DType::F32);
+  {
+    Tensor dx2 = Tensor::empty({N, C}, DType::F32), dw2 = Tensor::zeros({C}, DType::F32);
+    Tensor db2 = Tensor::zeros({C}, DType::F32);
+    ops::layernorm_backward(dx2, dw2, db2, dy, x, w, mean, rstd, false, &dres, &sum);
+  }
+  Tensor gsum = poisoned({C}, DType::F32);
+  ops::layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, gmean, grstd, false, &gdres, &gsum);
   EXPECT_LE(rel_error(gdx, dx), kTolBF16) << "unaligned backward dx";
+  expect_column_sum(gsum, gdx, sum, C, dt, "unaligned");
   EXPECT_LE(rel_error(gdw, dw), kTolBF16) << "unaligned backward dw";
   EXPECT_LE(rel_error(gdb, db), kTolBF16) << "unaligned backward db";
 }

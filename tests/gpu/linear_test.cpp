@@ -1,8 +1,8 @@
 // CUDA dense layer (cuBLASLt with fused bias / GELU / GELU-gradient epilogues and their unfused
 // fallbacks, the bias gradient as a column sum, the residual fused as cuBLASLt's C operand) against
 // the CPU twin, on GPT-2 124M shapes and on odd sizes, fp32 and bf16, with and without
-// accumulation, with fp32 outputs from bf16 inputs; and the GEMM autotuner: it never writes the
-// caller's outputs, and it stays out of CUDA graph captures.
+// accumulation, with fp32 outputs from bf16 inputs, the bias gradient from a given column sum; and
+// the GEMM autotuner: it never writes the caller's outputs, and it stays out of CUDA graph captures.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -155,6 +155,17 @@ void check_case(const Case& c, uint64_t seed) {
       Tensor gdw_only = upload(dw0, out);
       ops::linear_backward_weight(gdw_only, nullptr, gdy, gx, true);
       EXPECT_LE(rel_error(gdw_only, dw_acc), t) << label(c, dt, out, "backward weight, accumulate, no db");
+      // db from a given column sum of dy (fp32, as a LayerNorm backward hands it over): db is the
+      // CPU's Σ dy (the sum given) or db0 + it, dw as before.
+      Tensor gsum = upload(db, DType::F32);
+      Tensor gdw_s = poisoned({c.O, c.I}, out), gdb_s = poisoned({c.O}, out);
+      ops::linear_backward_weight(gdw_s, &gdb_s, gdy, gx, false, &gsum);
+      EXPECT_LE(rel_error(gdw_s, dw), t) << label(c, dt, out, "backward weight with a given sum, dw");
+      EXPECT_LE(rel_error(gdb_s, db), t) << label(c, dt, out, "backward weight with a given sum, db");
+      Tensor gdw_sa = upload(dw0, out), gdb_sa = upload(db0, out);
+      ops::linear_backward_weight(gdw_sa, &gdb_sa, gdy, gx, true, &gsum);
+      EXPECT_LE(rel_error(gdw_sa, dw_acc), t) << label(c, dt, out, "backward weight with a given sum, accumulate, dw");
+      EXPECT_LE(rel_error(gdb_sa, db_acc), t) << label(c, dt, out, "backward weight with a given sum, accumulate, db");
     }
   }
 }

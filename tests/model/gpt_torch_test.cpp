@@ -184,3 +184,70 @@ TEST(GptRecompute, MlpAndFullGiveTheSameGradients) {
     for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_EQ(grads[m][i], grads[0][i]) << "mode " << m << " param " << i;
   }
 }
+
+// A LayerNorm backward hands the column sum of the gradient it returns to the layer below (its
+// projection's bias gradient); the context gives the sum only for that same tensor.
+TEST(MicroBatchContext, HandsAColumnSumOnlyToItsGradient) {
+  MicroBatchContext ctx(Device::cpu(), DType::F32);
+  Tensor grad = Tensor::zeros({4, 3}, DType::F32), other = Tensor::zeros({4, 3}, DType::F32);
+  Tensor sum = Tensor::zeros({3}, DType::F32);
+  ctx.offer_grad_column_sum(grad, sum);
+  EXPECT_FALSE(ctx.take_grad_column_sum(other).defined()) << "another tensor of the same shape";
+  EXPECT_FALSE(ctx.take_grad_column_sum(grad).defined()) << "a failed take drops the offer";
+  ctx.offer_grad_column_sum(grad, sum);
+  EXPECT_FALSE(ctx.take_grad_column_sum(grad.view({12})).defined()) << "the same memory seen as another shape";
+  ctx.offer_grad_column_sum(grad, sum);
+  Tensor taken = ctx.take_grad_column_sum(grad);
+  ASSERT_TRUE(taken.defined());
+  EXPECT_EQ(taken.data_ptr(), sum.data_ptr());
+  EXPECT_FALSE(ctx.take_grad_column_sum(grad).defined()) << "taken once";
+  ctx.offer_grad_column_sum(grad, sum);
+  ctx.clear();
+  EXPECT_FALSE(ctx.take_grad_column_sum(grad).defined()) << "cleared with the micro-batch";
+}
+
+// Every gradient is the same, bit for bit, when no layer receives a handed-over column sum (each
+// gradient passed down is a copy, as one received from another pipeline stage would be): the blocks
+// then sum their output gradients themselves.
+TEST(MicroBatchContext, GradientsWithoutTheHandedOverSumsAreTheSame) {
+  const fs::path dir = reference_dir();
+  Hdf5File tokens((dir / "tokens.h5").string(), Hdf5File::Mode::Read);
+  Tensor all = tokens.read("tokens", DType::I32);
+  const int64_t B = 4, T = 16;
+  std::vector<int32_t> ids(B * T), tgt(B * T);
+  for (int64_t i = 0; i < B * T; ++i) {
+    ids[i] = all.data<int32_t>()[i];
+    tgt[i] = all.data<int32_t>()[i + 1];
+  }
+  std::vector<std::vector<float>> grads[2];
+  for (int copy_grads = 0; copy_grads < 2; ++copy_grads) {
+    GptModel model(tiny_config());
+    ParamSet params;
+    params.build(model.params(), Device::cpu(), DType::F32, DType::F32);
+    load_consolidated((dir / "weights.h5").string(), model);
+    MicroBatchContext ctx(Device::cpu(), DType::F32);
+    ctx.batch = B;
+    ctx.seq_len = T;
+    ctx.ids = Tensor::from_vector(ids, {B, T});
+    ctx.targets = Tensor::from_vector(tgt, {B, T});
+    ctx.loss_grad_scale = 1.0f / static_cast<float>(B * T);
+    params.zero_grads();
+    auto layers = model.layers();
+    Tensor x = ctx.ids;
+    for (Layer* l : layers) x = l->forward(ctx, x);
+    Tensor dy;
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+      if (copy_grads && dy.defined()) {
+        Tensor copy = Tensor::empty(dy.shape(), dy.dtype());
+        ops::copy(copy, dy);
+        dy = copy;
+      }
+      dy = (*it)->backward_input(ctx, dy);
+      (*it)->backward_weight(ctx);
+    }
+    for (Param* p : model.params())
+      grads[copy_grads].emplace_back(p->grad.data<float>(), p->grad.data<float>() + p->grad.numel());
+  }
+  ASSERT_EQ(grads[1].size(), grads[0].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_EQ(grads[1][i], grads[0][i]) << "param " << i;
+}

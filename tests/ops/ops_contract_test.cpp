@@ -256,6 +256,58 @@ TEST(OpsContract, LayerNormAccumulates) {
   EXPECT_LE(rel_error(dw3, dw), 1e-7);
 }
 
+// The column sum of dx a LayerNorm backward can hand over, and a dense layer's bias gradient taken
+// from such a sum: the same values as summing dx / dy directly.
+TEST(OpsContract, ColumnSumHandOver) {
+  Rng rng(16);
+  const int64_t N = 6, C = 8, I = 5;
+  Tensor x = random_tensor(rng, {N, C}, 1.5, 0.3), w = random_tensor(rng, {C}, 0.2, 1.0), b = random_tensor(rng, {C});
+  Tensor y = poisoned({N, C}), mean = poisoned({N}), rstd = poisoned({N});
+  ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
+  Tensor dy = random_tensor(rng, {N, C}), dres = random_tensor(rng, {N, C});
+  for (const Tensor* residual : std::initializer_list<const Tensor*>{nullptr, &dres}) {
+    Tensor dx = poisoned({N, C}), sum = poisoned({C});
+    Tensor dw = Tensor::zeros({C}, DType::F32), db = Tensor::zeros({C}, DType::F32);
+    ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false, residual, &sum);
+    std::vector<double> want(static_cast<size_t>(C), 0.0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c) want[static_cast<size_t>(c)] += dx.data<float>()[n * C + c];
+    EXPECT_LE(rel_error(sum, want), 1e-6) << (residual ? "with dresidual" : "plain");
+    // dx and the weight gradients are those of a call without the sum.
+    Tensor dx2 = poisoned({N, C}), dw2 = Tensor::zeros({C}, DType::F32), db2 = Tensor::zeros({C}, DType::F32);
+    ops::layernorm_backward(dx2, dw2, db2, dy, x, w, mean, rstd, false, residual);
+    EXPECT_EQ(rel_error(dx2, to_doubles(dx)), 0.0);
+    EXPECT_EQ(rel_error(dw2, to_doubles(dw)), 0.0);
+    EXPECT_EQ(rel_error(db2, to_doubles(db)), 0.0);
+  }
+  Tensor sum_bad = poisoned({C + 1}), dx = poisoned({N, C});
+  Tensor dw = Tensor::zeros({C}, DType::F32), db = Tensor::zeros({C}, DType::F32);
+  expect_error([&] { ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false, nullptr, &sum_bad); },
+               "layernorm_backward", "dx_column_sum must be [8]");
+
+  // The dense layer whose output gradient is that dx: its bias gradient from the handed-over sum.
+  Tensor xin = random_tensor(rng, {N, I});
+  Tensor sum = poisoned({C});
+  ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false, &dres, &sum);
+  Tensor lw = poisoned({C, I}), lb = poisoned({C});
+  ops::linear_backward_weight(lw, &lb, dx, xin, false);
+  for (bool accumulate : {false, true}) {
+    Tensor lw2 = accumulate ? clone(lw) : poisoned({C, I}), lb2 = accumulate ? clone(lb) : poisoned({C});
+    const std::vector<double> lb0 = to_doubles(lb);
+    ops::linear_backward_weight(lw2, &lb2, dx, xin, accumulate, &sum);
+    std::vector<double> want = to_doubles(sum);
+    if (accumulate) want = plus(want, lb0);
+    EXPECT_LE(rel_error(lb2, want), 1e-6) << (accumulate ? "accumulate" : "overwrite");
+    EXPECT_LE(rel_error(lb2, accumulate ? plus(lb0, lb0) : lb0), 1e-6) << "the sum is Σ dy";
+  }
+  Tensor lw3 = poisoned({C, I});
+  expect_error([&] { ops::linear_backward_weight(lw3, nullptr, dx, xin, false, &sum); }, "linear_backward_weight",
+               "no db");
+  Tensor lb3 = poisoned({C});
+  expect_error([&] { ops::linear_backward_weight(lw3, &lb3, dx, xin, false, &sum_bad); }, "linear_backward_weight",
+               "dy_column_sum must be [8]");
+}
+
 TEST(OpsContract, EmbeddingWithoutPositionsAndAccumulating) {
   Rng rng(7);
   const int64_t T = 3, V = 4, C = 2;
