@@ -137,9 +137,13 @@ log: {every: 100}
   EXPECT_EQ(n, 10);
 }
 
-// Activation recomputation changes what is kept, never the result: the loss and every gradient
-// with train.recompute mlp and full equal those of none, bit for bit.
-TEST(GptRecompute, MlpAndFullGiveTheSameGradients) {
+namespace {
+
+// One forward and backward of the reference batch (4 windows of 16 tokens) through a fresh model
+// with the reference weights; returns every parameter gradient and sets *loss_sum. With
+// copy_grads, each gradient passed down to the next layer is a copy (a tensor no layer produced,
+// as one received from another pipeline stage would be).
+std::vector<std::vector<float>> reference_gradients(const GptConfig& cfg, bool copy_grads, double* loss_sum) {
   const fs::path dir = reference_dir();
   Hdf5File tokens((dir / "tokens.h5").string(), Hdf5File::Mode::Read);
   Tensor all = tokens.read("tokens", DType::I32);
@@ -149,34 +153,48 @@ TEST(GptRecompute, MlpAndFullGiveTheSameGradients) {
     ids[i] = all.data<int32_t>()[i];
     tgt[i] = all.data<int32_t>()[i + 1];
   }
+  GptModel model(cfg);
+  ParamSet params;
+  params.build(model.params(), Device::cpu(), DType::F32, DType::F32);
+  load_consolidated((dir / "weights.h5").string(), model);
+  MicroBatchContext ctx(Device::cpu(), DType::F32);
+  ctx.batch = B;
+  ctx.seq_len = T;
+  ctx.ids = Tensor::from_vector(ids, {B, T});
+  ctx.targets = Tensor::from_vector(tgt, {B, T});
+  ctx.loss_grad_scale = 1.0f / static_cast<float>(B * T);
+  params.zero_grads();
+  auto layers = model.layers();
+  Tensor x = ctx.ids;
+  for (Layer* l : layers) x = l->forward(ctx, x);
+  *loss_sum = ops::sum_to_host(ctx.losses);
+  Tensor dy;
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    if (copy_grads && dy.defined()) {
+      Tensor copy = Tensor::empty(dy.shape(), dy.dtype());
+      ops::copy(copy, dy);
+      dy = copy;
+    }
+    dy = (*it)->backward_input(ctx, dy);
+    (*it)->backward_weight(ctx);
+  }
+  std::vector<std::vector<float>> grads;
+  for (Param* p : model.params()) grads.emplace_back(p->grad.data<float>(), p->grad.data<float>() + p->grad.numel());
+  return grads;
+}
+
+}  // namespace
+
+// Activation recomputation changes what is kept, never the result: the loss and every gradient
+// with train.recompute mlp and full equal those of none, bit for bit.
+TEST(GptRecompute, MlpAndFullGiveTheSameGradients) {
   std::vector<std::vector<float>> grads[3];
   double losses[3];
   const Recompute modes[3] = {Recompute::None, Recompute::Mlp, Recompute::Full};
   for (int m = 0; m < 3; ++m) {
     GptConfig cfg = tiny_config();
     cfg.recompute = modes[m];
-    GptModel model(cfg);
-    ParamSet params;
-    params.build(model.params(), Device::cpu(), DType::F32, DType::F32);
-    load_consolidated((dir / "weights.h5").string(), model);
-    MicroBatchContext ctx(Device::cpu(), DType::F32);
-    ctx.batch = B;
-    ctx.seq_len = T;
-    ctx.ids = Tensor::from_vector(ids, {B, T});
-    ctx.targets = Tensor::from_vector(tgt, {B, T});
-    ctx.loss_grad_scale = 1.0f / static_cast<float>(B * T);
-    params.zero_grads();
-    auto layers = model.layers();
-    Tensor x = ctx.ids;
-    for (Layer* l : layers) x = l->forward(ctx, x);
-    losses[m] = ops::sum_to_host(ctx.losses);
-    Tensor dy;
-    for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-      dy = (*it)->backward_input(ctx, dy);
-      (*it)->backward_weight(ctx);
-    }
-    for (Param* p : model.params())
-      grads[m].emplace_back(p->grad.data<float>(), p->grad.data<float>() + p->grad.numel());
+    grads[m] = reference_gradients(cfg, /*copy_grads=*/false, &losses[m]);
   }
   for (int m = 1; m < 3; ++m) {
     EXPECT_EQ(losses[m], losses[0]) << "mode " << m;
@@ -210,44 +228,11 @@ TEST(MicroBatchContext, HandsAColumnSumOnlyToItsGradient) {
 // gradient passed down is a copy, as one received from another pipeline stage would be): the blocks
 // then sum their output gradients themselves.
 TEST(MicroBatchContext, GradientsWithoutTheHandedOverSumsAreTheSame) {
-  const fs::path dir = reference_dir();
-  Hdf5File tokens((dir / "tokens.h5").string(), Hdf5File::Mode::Read);
-  Tensor all = tokens.read("tokens", DType::I32);
-  const int64_t B = 4, T = 16;
-  std::vector<int32_t> ids(B * T), tgt(B * T);
-  for (int64_t i = 0; i < B * T; ++i) {
-    ids[i] = all.data<int32_t>()[i];
-    tgt[i] = all.data<int32_t>()[i + 1];
-  }
   std::vector<std::vector<float>> grads[2];
-  for (int copy_grads = 0; copy_grads < 2; ++copy_grads) {
-    GptModel model(tiny_config());
-    ParamSet params;
-    params.build(model.params(), Device::cpu(), DType::F32, DType::F32);
-    load_consolidated((dir / "weights.h5").string(), model);
-    MicroBatchContext ctx(Device::cpu(), DType::F32);
-    ctx.batch = B;
-    ctx.seq_len = T;
-    ctx.ids = Tensor::from_vector(ids, {B, T});
-    ctx.targets = Tensor::from_vector(tgt, {B, T});
-    ctx.loss_grad_scale = 1.0f / static_cast<float>(B * T);
-    params.zero_grads();
-    auto layers = model.layers();
-    Tensor x = ctx.ids;
-    for (Layer* l : layers) x = l->forward(ctx, x);
-    Tensor dy;
-    for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-      if (copy_grads && dy.defined()) {
-        Tensor copy = Tensor::empty(dy.shape(), dy.dtype());
-        ops::copy(copy, dy);
-        dy = copy;
-      }
-      dy = (*it)->backward_input(ctx, dy);
-      (*it)->backward_weight(ctx);
-    }
-    for (Param* p : model.params())
-      grads[copy_grads].emplace_back(p->grad.data<float>(), p->grad.data<float>() + p->grad.numel());
-  }
+  double losses[2];
+  for (int copy_grads = 0; copy_grads < 2; ++copy_grads)
+    grads[copy_grads] = reference_gradients(tiny_config(), copy_grads == 1, &losses[copy_grads]);
+  EXPECT_EQ(losses[1], losses[0]);
   ASSERT_EQ(grads[1].size(), grads[0].size());
   for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_EQ(grads[1][i], grads[0][i]) << "param " << i;
 }
