@@ -25,6 +25,8 @@
 // (shared memory) into partial[{dw, db}, block, C] (fp32 scratch from the stream-ordered pool, ≈ 1.6
 // MB for 264 blocks at C = 768), and one more kernel adds Σ_block partial, in block order, to dw
 // and db. Bytes per row: read x, dy (and dresidual or dx), write dx; the partials add ≈ 3%.
+// The optional column sums of dx (dx_column_sum, a projection's bias gradient in a pre-LN model) are
+// added per slot into an fp32 [C] row of shared memory as dx is written, and folded the same way.
 //
 // Fallback kernels (any C, any alignment): one warp per row, V = 8 or element by element, the row
 // re-read from L1/L2 for each pass; backward dw/db through per-warp shared-memory sums (2·C fp32
