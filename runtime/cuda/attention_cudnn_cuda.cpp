@@ -18,7 +18,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +31,7 @@
 
 #include "runtime/cuda/attention.h"
 #include "runtime/cuda/attention_cudnn_graph.h"
+#include "runtime/cuda/candidate_timing.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_context.h"
@@ -275,13 +275,9 @@ std::vector<cudnn_graph::Plan> build_backward(cudnnHandle_t handle, const Layout
 // ---------- tuning mode ----------
 
 constexpr size_t kTuneCandidates = 8;
-constexpr int kTuneRounds = 3;
-constexpr float kTuneRoundTargetMs = 1.0f;  // device time one candidate's round aims at
-constexpr int kTuneMaxReps = 20;
+// One warm-up launch each, 3 interleaved rounds of ≈ 1 ms (runtime/cuda/candidate_timing.h).
+constexpr CandidateTiming kTuneTiming{/*warmups=*/1, /*rounds=*/3, /*round_target_ms=*/1.0f, /*max_reps=*/20};
 constexpr float kTuneSwitchMargin = 0.99f;  // another config must be at least 1% faster than the first
-
-constexpr int kTuningUnset = -1;
-std::atomic<int> g_tuning{kTuningUnset};
 
 AttentionTuning tuning_from_env() {
   const char* v = std::getenv("TETRA_ATTENTION_TUNE");
@@ -291,6 +287,8 @@ AttentionTuning tuning_from_env() {
   TETRA_FAIL(Config, "TETRA_ATTENTION_TUNE='", v,
              "' is not an attention tuning mode: use 0 (off, the default), 1 (on) or verbose");
 }
+
+TuningMode<AttentionTuning> g_tuning{&tuning_from_env};
 
 // ---------- plan cache, handles, workspaces ----------
 
@@ -411,40 +409,12 @@ void run_plan(CachedPlan& cp, cudaStream_t stream, const char* what, Launch&& la
     if (capture == cudaStreamCaptureStatusNone) {
       cp.tuned = true;
       const size_t n = cp.candidates.size();
-      for (const auto& p : cp.candidates) launch(p);  // warm-up: first launches compile and load kernels
-      std::vector<cudaEvent_t> ev(2 * n);
-      for (auto& e : ev) TETRA_CUDA_CHECK(cudaEventCreate(&e));
-      std::vector<float> best_ms(n, std::numeric_limits<float>::infinity());
-      try {
-        TETRA_CUDA_CHECK(cudaEventRecord(ev[0], stream));
-        launch(cp.candidates[0]);
-        TETRA_CUDA_CHECK(cudaEventRecord(ev[1], stream));
-        TETRA_CUDA_CHECK(cudaEventSynchronize(ev[1]));
-        float once = 0.0f;
-        TETRA_CUDA_CHECK(cudaEventElapsedTime(&once, ev[0], ev[1]));
-        const int reps = std::clamp(static_cast<int>(kTuneRoundTargetMs / std::max(once, 1e-3f)), 1, kTuneMaxReps);
-        for (int round = 0; round < kTuneRounds; ++round) {
-          for (size_t i = 0; i < n; ++i) {
-            TETRA_CUDA_CHECK(cudaEventRecord(ev[2 * i], stream));
-            for (int r = 0; r < reps; ++r) launch(cp.candidates[i]);
-            TETRA_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
-          }
-          TETRA_CUDA_CHECK(cudaStreamSynchronize(stream));
-          for (size_t i = 0; i < n; ++i) {
-            float ms = 0.0f;
-            TETRA_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-            best_ms[i] = std::min(best_ms[i], ms / static_cast<float>(reps));
-          }
-        }
-      } catch (...) {
-        for (auto e : ev) (void)cudaEventDestroy(e);
-        throw;
-      }
-      for (auto e : ev) TETRA_CUDA_CHECK(cudaEventDestroy(e));
-      size_t best = 0;
-      for (size_t i = 1; i < n; ++i)
-        if (best_ms[i] < best_ms[best]) best = i;
-      if (best_ms[best] > kTuneSwitchMargin * best_ms[0]) best = 0;
+      const std::vector<float> best_ms =
+          time_candidates(static_cast<int>(n), stream, kTuneTiming, [&](int i) {
+            launch(cp.candidates[static_cast<size_t>(i)]);  // a failure throws
+            return true;
+          });
+      const size_t best = static_cast<size_t>(std::max(pick_candidate(best_ms, kTuneSwitchMargin), 0));
       cp.best = static_cast<int>(best);
       if (attention_tuning() == AttentionTuning::Verbose) {
         std::fprintf(stderr, "tetra: %s tuned over %zu engine configs:", what, n);
@@ -460,18 +430,9 @@ void run_plan(CachedPlan& cp, cudaStream_t stream, const char* what, Launch&& la
 
 }  // namespace
 
-AttentionTuning attention_tuning() {
-  int m = g_tuning.load(std::memory_order_relaxed);
-  if (m == kTuningUnset) {
-    const AttentionTuning from_env = tuning_from_env();  // throws on a bad value, every time it is asked
-    int expected = kTuningUnset;
-    g_tuning.compare_exchange_strong(expected, static_cast<int>(from_env));
-    m = g_tuning.load(std::memory_order_relaxed);
-  }
-  return static_cast<AttentionTuning>(m);
-}
+AttentionTuning attention_tuning() { return g_tuning.get(); }
 
-void set_attention_tuning(AttentionTuning mode) { g_tuning.store(static_cast<int>(mode), std::memory_order_relaxed); }
+void set_attention_tuning(AttentionTuning mode) { g_tuning.set(mode); }
 
 // ---------- support ----------
 

@@ -6,7 +6,7 @@
 #include "runtime/cuda/cublaslt.h"
 
 #include <algorithm>
-#include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/cuda/candidate_timing.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_context.h"
@@ -38,20 +39,14 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr int kMaxDevices = 64;
-// Tuning: how many of the heuristic's algorithms are timed, the rounds over all of them (each
-// candidate's time is its best round, and interleaving the rounds spreads clock drift over all
-// candidates), and the device time one candidate's round aims at (its launches are repeated up to it).
+// Tuning: how many of the heuristic's algorithms are timed, and how (runtime/cuda/candidate_timing.h:
+// 2 warm-up launches each, 3 interleaved rounds of ≈ 0.5 ms, the best round counts).
 constexpr int kCandidates = 16;
-constexpr int kRounds = 3;
-constexpr float kRoundTargetMs = 0.5f;
-constexpr int kMaxReps = 50;
+constexpr CandidateTiming kTiming{/*warmups=*/2, /*rounds=*/3, /*round_target_ms=*/0.5f, /*max_reps=*/50};
 // Another algorithm replaces the heuristic's first choice only when it is at least this much faster.
 constexpr float kSwitchMargin = 0.99f;
 
 // ---------- tuning mode ----------
-
-constexpr int kModeUnset = -1;
-std::atomic<int> g_mode{kModeUnset};
 
 GemmTuning mode_from_env() {
   const char* v = std::getenv("TETRA_GEMM_TUNE");
@@ -60,6 +55,8 @@ GemmTuning mode_from_env() {
   if (std::strcmp(v, "verbose") == 0) return GemmTuning::Verbose;
   TETRA_FAIL(Config, "TETRA_GEMM_TUNE='", v, "' is not a GEMM tuning mode: use 0 (off), 1 (on, the default) or verbose");
 }
+
+TuningMode<GemmTuning> g_mode{&mode_from_env};
 
 // ---------- plans ----------
 
@@ -268,23 +265,6 @@ class Scratch {
   Device device_;
 };
 
-class Events {
- public:
-  explicit Events(size_t n) : ev_(n, nullptr) {
-    for (auto& e : ev_) TETRA_CUDA_CHECK(cudaEventCreate(&e));
-  }
-  ~Events() {
-    for (auto e : ev_)
-      if (e) (void)cudaEventDestroy(e);
-  }
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-  cudaEvent_t operator[](size_t i) const { return ev_[i]; }
-
- private:
-  std::vector<cudaEvent_t> ev_;
-};
-
 // Times every candidate of `plan` on p's A and B with scratch outputs and sets plan.best. The
 // caller's D (and C, aux, bias gradient) are never written: D, and C when it is D, become a scratch
 // copy of D; a separate C is only read; written aux and bias-gradient buffers get scratch twins.
@@ -336,57 +316,15 @@ void tune(Plan& plan, const LtProblem& p, cublasLtHandle_t handle, void* workspa
 
   auto launch = [&](int i) {
     return cublasLtMatmul(handle, plan.desc, &p.alpha, p.a, plan.a, p.b, plan.b, &p.beta, c, plan.d, out, plan.d,
-                          &plan.algos[i], workspace, kWorkspaceBytes, stream);
+                          &plan.algos[i], workspace, kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
   };
-  // Warm-up (first launches load the kernels) and screening: an algorithm that fails is never chosen.
-  std::vector<char> ok(count, 1);
-  for (int i = 0; i < count; ++i)
-    for (int r = 0; r < 2 && ok[i]; ++r)
-      if (launch(i) != CUBLAS_STATUS_SUCCESS) ok[i] = 0;
-  int first_ok = -1;
-  for (int i = 0; i < count && first_ok < 0; ++i)
-    if (ok[i]) first_ok = i;
-  if (first_ok < 0) {
-    TETRA_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return;  // the call itself reports the failure
-  }
-
-  Events ev(2 * static_cast<size_t>(count));
-  // Repetitions per round, from one timed launch of the first working candidate.
-  TETRA_CUDA_CHECK(cudaEventRecord(ev[0], stream));
-  (void)launch(first_ok);
-  TETRA_CUDA_CHECK(cudaEventRecord(ev[1], stream));
-  TETRA_CUDA_CHECK(cudaEventSynchronize(ev[1]));
-  float once = 0.0f;
-  TETRA_CUDA_CHECK(cudaEventElapsedTime(&once, ev[0], ev[1]));
-  const int reps = std::clamp(static_cast<int>(kRoundTargetMs / std::max(once, 1e-3f)), 1, kMaxReps);
-
-  std::vector<float> best_ms(count, std::numeric_limits<float>::infinity());
-  for (int round = 0; round < kRounds; ++round) {
-    for (int i = 0; i < count; ++i) {
-      if (!ok[i]) continue;
-      TETRA_CUDA_CHECK(cudaEventRecord(ev[2 * i], stream));
-      for (int r = 0; r < reps && ok[i]; ++r)
-        if (launch(i) != CUBLAS_STATUS_SUCCESS) ok[i] = 0;
-      TETRA_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
-    }
-    TETRA_CUDA_CHECK(cudaStreamSynchronize(stream));
-    for (int i = 0; i < count; ++i) {
-      if (!ok[i]) continue;
-      float ms = 0.0f;
-      TETRA_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-      best_ms[i] = std::min(best_ms[i], ms / static_cast<float>(reps));
-    }
-  }
-  int best = -1;
-  for (int i = 0; i < count; ++i)
-    if (ok[i] && (best < 0 || best_ms[i] < best_ms[best])) best = i;
+  // An algorithm that fails to launch is never chosen; if none launches, the call reports it.
+  const std::vector<float> best_ms = time_candidates(count, stream, kTiming, launch);
+  const int best = pick_candidate(best_ms, kSwitchMargin);
   if (best < 0) return;
-  // Keep the heuristic's choice unless the winner is clearly faster (timing noise is ~1%).
-  if (ok[0] && best != 0 && best_ms[best] > kSwitchMargin * best_ms[0]) best = 0;
   plan.best = best;
   if (verbose) {
-    const float heuristic = ok[0] ? best_ms[0] : std::numeric_limits<float>::quiet_NaN();
+    const float heuristic = std::isfinite(best_ms[0]) ? best_ms[0] : std::numeric_limits<float>::quiet_NaN();
     std::fprintf(stderr,
                  "tetra: GEMM tuned m=%lld n=%lld k=%lld op%c%c %s->%s epilogue %s beta %g%s: heuristic %.4f ms, "
                  "best %.4f ms (candidate %d of %d, %.2fx)\n",
@@ -401,18 +339,9 @@ void tune(Plan& plan, const LtProblem& p, cublasLtHandle_t handle, void* workspa
 
 }  // namespace
 
-GemmTuning gemm_tuning() {
-  int m = g_mode.load(std::memory_order_relaxed);
-  if (m == kModeUnset) {
-    const GemmTuning from_env = mode_from_env();  // throws on a bad value, every time it is asked
-    int expected = kModeUnset;
-    g_mode.compare_exchange_strong(expected, static_cast<int>(from_env));
-    m = g_mode.load(std::memory_order_relaxed);
-  }
-  return static_cast<GemmTuning>(m);
-}
+GemmTuning gemm_tuning() { return g_mode.get(); }
 
-void set_gemm_tuning(GemmTuning mode) { g_mode.store(static_cast<int>(mode), std::memory_order_relaxed); }
+void set_gemm_tuning(GemmTuning mode) { g_mode.set(mode); }
 
 bool lt_matmul(const LtProblem& p, Device device, cudaStream_t stream) {
   if (!device.is_cuda() || device.index < 0 || device.index >= kMaxDevices)
