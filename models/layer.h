@@ -66,8 +66,7 @@ class MicroBatchContext {
     offered_grad_ = {grad.data_ptr(), grad.shape(), grad.dtype(), std::move(sum)};
   }
   Tensor take_grad_column_sum(const Tensor& grad) {
-    OfferedSum o = std::move(offered_grad_);
-    offered_grad_ = OfferedSum{};
+    OfferedSum o = std::exchange(offered_grad_, OfferedSum{});
     const bool same = o.sum.defined() && grad.defined() && o.data == grad.data_ptr() && o.shape == grad.shape() &&
                       o.dtype == grad.dtype();
     return same ? std::move(o.sum) : Tensor();

@@ -285,13 +285,8 @@ void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tens
     if (with_sum) column_sum(*db, *dy_column_sum, 1, O, accumulate);
     else column_sum(*db, dy, N, O, accumulate);
   };
-  if (N == 0) {  // no rows: the gradients are empty sums
-    if (!accumulate) zero(dw);
-    if (with_sum) bias_gradient();
-    else if (with_bias && !accumulate) zero(*db);
-    return;
-  }
-  if (I == 0) {
+  if (N == 0 || I == 0) {  // no GEMM: dw is an empty sum (N = 0) or empty (I = 0)
+    if (N == 0 && !accumulate) zero(dw);
     if (with_bias) bias_gradient();
     return;
   }
