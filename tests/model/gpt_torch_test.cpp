@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "models/consolidated.h"
@@ -51,48 +52,77 @@ double rel_err(const float* a, const double* b, int64_t n) {
   return std::sqrt(num / (den > 0 ? den : 1));
 }
 
-}  // namespace
+// One forward and backward of the reference batch (the first global batch: 4 windows of 17 tokens,
+// stride 16) through a fresh model with the reference weights. With copy_grads, each gradient passed
+// down to the next layer is a copy (a tensor no layer produced, as one received from another
+// pipeline stage would be).
+struct ReferenceRun {
+  std::unique_ptr<GptModel> model;
+  std::unique_ptr<ParamSet> params;  // owns the gradients the model's Params point into
+  double loss_sum = 0.0;             // Σ of the per-token losses
+  int64_t tokens = 0;
+};
 
-TEST(GptTorch, LossAndEveryGradientMatch) {
+ReferenceRun run_reference_batch(const GptConfig& cfg, bool copy_grads) {
   const fs::path dir = reference_dir();
-  GptModel model(tiny_config());
-  ParamSet params;
-  params.build(model.params(), Device::cpu(), DType::F32, DType::F32);
-  auto unexpected = load_consolidated((dir / "weights.h5").string(), model);
-  EXPECT_TRUE(unexpected.empty());
-
-  // The first global batch: 4 windows of 17 tokens, stride 16.
   Hdf5File tokens((dir / "tokens.h5").string(), Hdf5File::Mode::Read);
   Tensor all = tokens.read("tokens", DType::I32);
   const int64_t B = 4, T = 16;
   std::vector<int32_t> ids(B * T), tgt(B * T);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      ids[b * T + t] = all.data<int32_t>()[b * T + t];
-      tgt[b * T + t] = all.data<int32_t>()[b * T + t + 1];
-    }
+  for (int64_t i = 0; i < B * T; ++i) {
+    ids[i] = all.data<int32_t>()[i];
+    tgt[i] = all.data<int32_t>()[i + 1];
+  }
+  ReferenceRun run;
+  run.model = std::make_unique<GptModel>(cfg);
+  run.params = std::make_unique<ParamSet>();
+  run.params->build(run.model->params(), Device::cpu(), DType::F32, DType::F32);
+  auto unexpected = load_consolidated((dir / "weights.h5").string(), *run.model);
+  EXPECT_TRUE(unexpected.empty());
   MicroBatchContext ctx(Device::cpu(), DType::F32);
   ctx.batch = B;
   ctx.seq_len = T;
   ctx.ids = Tensor::from_vector(ids, {B, T});
   ctx.targets = Tensor::from_vector(tgt, {B, T});
   ctx.loss_grad_scale = 1.0f / static_cast<float>(B * T);
-  params.zero_grads();
+  run.params->zero_grads();
+  auto layers = run.model->layers();
   Tensor x = ctx.ids;
-  auto layers = model.layers();
   for (Layer* l : layers) x = l->forward(ctx, x);
-  double loss = ops::sum_to_host(ctx.losses) / static_cast<double>(B * T);
+  run.loss_sum = ops::sum_to_host(ctx.losses);
+  run.tokens = B * T;
   Tensor dy;
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    if (copy_grads && dy.defined()) {
+      Tensor copy = Tensor::empty(dy.shape(), dy.dtype());
+      ops::copy(copy, dy);
+      dy = copy;
+    }
     dy = (*it)->backward_input(ctx, dy);
     (*it)->backward_weight(ctx);
   }
+  return run;
+}
+
+// Every parameter gradient of a run, in the model's parameter order.
+std::vector<std::vector<float>> gradients_of(GptModel& model) {
+  std::vector<std::vector<float>> grads;
+  for (Param* p : model.params()) grads.emplace_back(p->grad.data<float>(), p->grad.data<float>() + p->grad.numel());
+  return grads;
+}
+
+}  // namespace
+
+TEST(GptTorch, LossAndEveryGradientMatch) {
+  const fs::path dir = reference_dir();
+  ReferenceRun run = run_reference_batch(tiny_config(), /*copy_grads=*/false);
+  double loss = run.loss_sum / static_cast<double>(run.tokens);
 
   Hdf5File ref((dir / "ref.h5").string(), Hdf5File::Mode::Read);
   double loss_ref = ref.read("loss0", DType::F64).data<double>()[0];
   EXPECT_NEAR(loss, loss_ref, 1e-5 * std::abs(loss_ref));
   int checked = 0;
-  for (Param* p : model.params()) {
+  for (Param* p : run.model->params()) {
     Tensor g = ref.read("grad/" + p->name, DType::F64);
     Tensor mine = p->grad;
     if (p->transposed_in_checkpoint) mine = transpose_host(p->grad);
@@ -137,54 +167,6 @@ log: {every: 100}
   EXPECT_EQ(n, 10);
 }
 
-namespace {
-
-// One forward and backward of the reference batch (4 windows of 16 tokens) through a fresh model
-// with the reference weights; returns every parameter gradient and sets *loss_sum. With
-// copy_grads, each gradient passed down to the next layer is a copy (a tensor no layer produced,
-// as one received from another pipeline stage would be).
-std::vector<std::vector<float>> reference_gradients(const GptConfig& cfg, bool copy_grads, double* loss_sum) {
-  const fs::path dir = reference_dir();
-  Hdf5File tokens((dir / "tokens.h5").string(), Hdf5File::Mode::Read);
-  Tensor all = tokens.read("tokens", DType::I32);
-  const int64_t B = 4, T = 16;
-  std::vector<int32_t> ids(B * T), tgt(B * T);
-  for (int64_t i = 0; i < B * T; ++i) {
-    ids[i] = all.data<int32_t>()[i];
-    tgt[i] = all.data<int32_t>()[i + 1];
-  }
-  GptModel model(cfg);
-  ParamSet params;
-  params.build(model.params(), Device::cpu(), DType::F32, DType::F32);
-  load_consolidated((dir / "weights.h5").string(), model);
-  MicroBatchContext ctx(Device::cpu(), DType::F32);
-  ctx.batch = B;
-  ctx.seq_len = T;
-  ctx.ids = Tensor::from_vector(ids, {B, T});
-  ctx.targets = Tensor::from_vector(tgt, {B, T});
-  ctx.loss_grad_scale = 1.0f / static_cast<float>(B * T);
-  params.zero_grads();
-  auto layers = model.layers();
-  Tensor x = ctx.ids;
-  for (Layer* l : layers) x = l->forward(ctx, x);
-  *loss_sum = ops::sum_to_host(ctx.losses);
-  Tensor dy;
-  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-    if (copy_grads && dy.defined()) {
-      Tensor copy = Tensor::empty(dy.shape(), dy.dtype());
-      ops::copy(copy, dy);
-      dy = copy;
-    }
-    dy = (*it)->backward_input(ctx, dy);
-    (*it)->backward_weight(ctx);
-  }
-  std::vector<std::vector<float>> grads;
-  for (Param* p : model.params()) grads.emplace_back(p->grad.data<float>(), p->grad.data<float>() + p->grad.numel());
-  return grads;
-}
-
-}  // namespace
-
 // Activation recomputation changes what is kept, never the result: the loss and every gradient
 // with train.recompute mlp and full equal those of none, bit for bit.
 TEST(GptRecompute, MlpAndFullGiveTheSameGradients) {
@@ -194,7 +176,9 @@ TEST(GptRecompute, MlpAndFullGiveTheSameGradients) {
   for (int m = 0; m < 3; ++m) {
     GptConfig cfg = tiny_config();
     cfg.recompute = modes[m];
-    grads[m] = reference_gradients(cfg, /*copy_grads=*/false, &losses[m]);
+    ReferenceRun run = run_reference_batch(cfg, /*copy_grads=*/false);
+    losses[m] = run.loss_sum;
+    grads[m] = gradients_of(*run.model);
   }
   for (int m = 1; m < 3; ++m) {
     EXPECT_EQ(losses[m], losses[0]) << "mode " << m;
@@ -230,8 +214,11 @@ TEST(MicroBatchContext, HandsAColumnSumOnlyToItsGradient) {
 TEST(MicroBatchContext, GradientsWithoutTheHandedOverSumsAreTheSame) {
   std::vector<std::vector<float>> grads[2];
   double losses[2];
-  for (int copy_grads = 0; copy_grads < 2; ++copy_grads)
-    grads[copy_grads] = reference_gradients(tiny_config(), copy_grads == 1, &losses[copy_grads]);
+  for (int copy_grads = 0; copy_grads < 2; ++copy_grads) {
+    ReferenceRun run = run_reference_batch(tiny_config(), copy_grads == 1);
+    losses[copy_grads] = run.loss_sum;
+    grads[copy_grads] = gradients_of(*run.model);
+  }
   EXPECT_EQ(losses[1], losses[0]);
   ASSERT_EQ(grads[1].size(), grads[0].size());
   for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_EQ(grads[1][i], grads[0][i]) << "param " << i;
