@@ -43,6 +43,9 @@ struct ParallelConfig {
   // dtype gradients are accumulated and reduced in: auto = bf16 when training in bf16, except at
   // stages 0–1 with several micro-batches per step (an fp32 buffer keeps their sum exact).
   std::string grad_dtype = "auto";
+  // Who moves stage 0's gradient all-reduce: nccl (kernels on the SMs), or copy_engine (the GPUs'
+  // copy engines through CUDA IPC; every dp rank on one host; runtime/peer_copy_communicator.h).
+  std::string grad_all_reduce = "nccl";
 };
 
 struct TrainConfig {

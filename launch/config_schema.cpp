@@ -56,6 +56,8 @@ std::vector<Field> make_fields() {
       {KEY(parallel, bucket_mb, Float), .lo = 0, .lo_open = true, .note = "megabytes"},
       {KEY(parallel, grad_dtype, Choice), .choices = {"auto", "fp32", "bf16"},
        .note = "gradient accumulation and reduction; auto: bf16 for bf16 training unless stage 0-1 accumulates"},
+      {KEY(parallel, grad_all_reduce, Choice), .choices = {"nccl", "copy_engine"},
+       .note = "stage 0: copy_engine moves gradients with the copy engines (one host)"},
 
       // train: the loop.
       {KEY(train, steps, Int), .required = true, .lo = 1, .hi = kIntMax},

@@ -171,6 +171,15 @@ void check_device(const Config& c) {
   if (t.device == "cpu" && c.data.io == "gds")
     fail(c, {"data.io", "train.device"},
          "gds reads straight into GPU memory, but train.device = cpu; use auto, pinned or posix");
+  if (c.parallel.grad_all_reduce == "copy_engine") {
+    if (t.device == "cpu")
+      fail(c, {"parallel.grad_all_reduce", "train.device"},
+           "copy_engine moves gradients between GPUs, but train.device = cpu; use nccl");
+    if (c.parallel.zero_stage != 0)
+      fail(c, {"parallel.grad_all_reduce", "parallel.zero_stage"},
+           "copy_engine serves stage 0's all-reduce only, but parallel.zero_stage = " + str(c.parallel.zero_stage) +
+               "; use nccl or stage 0");
+  }
 }
 
 // data.train / data.val read as data sources (launch/config_data.h) and their combinations.
@@ -258,6 +267,9 @@ Config resolve(const Config& cfg, int world_size, bool cuda_available) {
     if (r.data.io == "gds")
       fail(cfg, {"data.io", "train.device"},
            "gds, but train.device = auto found no GPU and runs on the CPU; use auto, pinned or posix");
+    if (r.parallel.grad_all_reduce == "copy_engine")
+      fail(cfg, {"parallel.grad_all_reduce", "train.device"},
+           "copy_engine, but train.device = auto found no GPU and runs on the CPU; use nccl");
   }
   validate(r, world_size);
   return r;

@@ -38,6 +38,12 @@ double gpt_activation_bytes(const Config& cfg) {
   return tokens * (L * block + head + backward);
 }
 
+// parallel.grad_all_reduce: copy_engine stages dp − 1 copies of the flat gradient buffer per rank.
+double copy_engine_staging_bytes(const Config& cfg, int dp, int64_t flat_numel, DType grad_dtype) {
+  if (cfg.parallel.grad_all_reduce != "copy_engine" || dp <= 1) return 0;
+  return static_cast<double>(dp - 1) * static_cast<double>(flat_numel) * static_cast<double>(dtype_size(grad_dtype));
+}
+
 MemoryPlan plan_memory(const Config& cfg, const std::vector<Param*>& params, int dp) {
   const DistributedOptimizerOptions oo = optimizer_options(cfg, dp);
   const DType working = cfg.train.precision == "bf16" ? DType::BF16 : DType::F32;
@@ -57,6 +63,9 @@ MemoryPlan plan_memory(const Config& cfg, const std::vector<Param*>& params, int
   plan.grad_dtype = dtype_name(storage.grad_dtype);
   plan.params = layout.param_numel();
   plan.state = zero_state_memory(layout, spec);
+  const double staging = copy_engine_staging_bytes(cfg, dp, layout.total(), storage.grad_dtype);
+  plan.state.communication += staging;
+  plan.state.persistent += staging;
   plan.activations = gpt_activation_bytes(cfg);
   return plan;
 }
@@ -69,6 +78,9 @@ MemoryPlan plan_memory(const Config& cfg, const DistributedOptimizer& optimizer,
   plan.grad_dtype = dtype_name(params.grad_dtype());
   plan.params = params.param_numel();
   plan.state = optimizer.memory();
+  const double staging = copy_engine_staging_bytes(cfg, dp, params.flat_numel(), params.grad_dtype());
+  plan.state.communication += staging;
+  plan.state.persistent += staging;
   plan.activations = gpt_activation_bytes(cfg);
   return plan;
 }

@@ -21,6 +21,9 @@
 #include "runtime/device_info.h"
 #include "runtime/memory.h"
 #include "runtime/ops.h"
+#ifdef TETRA_WITH_CUDA
+#include "runtime/peer_copy_communicator.h"
+#endif
 #include "runtime/stream.h"
 #include "runtime/trace.h"
 
@@ -155,7 +158,25 @@ void Trainer::setup() {
     params_.initialize(static_cast<uint64_t>(cfg_.run.seed));
   }
   comm_ = std::make_unique<CommScheduler>(device_);
-  optimizer_ = make_distributed_optimizer(params_, mesh_->device_comm(MeshAxis::DP), *comm_, oo);
+  Communicator* grad_comm = &mesh_->device_comm(MeshAxis::DP);
+  if (cfg_.parallel.grad_all_reduce == "copy_engine" && shape.dp > 1) {
+#ifdef TETRA_WITH_CUDA
+    const std::string why = PeerCopyCommunicator::unsupported_reason(mesh_->comm(MeshAxis::DP), device_);
+    if (!why.empty())
+      TETRA_FAIL(Config, cfg_.origins.where("parallel.grad_all_reduce"),
+                 ": parallel.grad_all_reduce: copy_engine needs every data-parallel rank on one host with peer "
+                 "access between their GPUs, but ",
+                 why, " (use nccl)");
+    auto peer = std::make_unique<PeerCopyCommunicator>(*grad_comm, mesh_->comm(MeshAxis::DP), device_,
+                                                       params_.flat_numel(), params_.grad_dtype());
+    params_.adopt_flat_grads(peer->buffer());
+    grad_comm_ = std::move(peer);
+    grad_comm = grad_comm_.get();
+#else
+    TETRA_FAIL(Config, "parallel.grad_all_reduce: copy_engine needs tetra built with CUDA");
+#endif
+  }
+  optimizer_ = make_distributed_optimizer(params_, *grad_comm, *comm_, oo);
 
   // Data.
   data::SamplerConfig sc;

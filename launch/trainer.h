@@ -102,6 +102,9 @@ class Trainer {
   std::unique_ptr<Model> model_;
   ParamSet params_;
   std::unique_ptr<CommScheduler> comm_;
+  // parallel.grad_all_reduce: copy_engine: the dp group's device communicator with the gradient
+  // buffer registered for the copy engines (wraps the mesh's; null otherwise).
+  std::unique_ptr<Communicator> grad_comm_;
   std::unique_ptr<DistributedOptimizer> optimizer_;
   std::unique_ptr<data::DataLoader> loader_;
   std::unique_ptr<GoodputLedger> ledger_;  // rank 0 only

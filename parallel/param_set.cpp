@@ -25,6 +25,17 @@ void ParamSet::build(std::vector<Param*> params, Device device, DType value_dtyp
   }
 }
 
+void ParamSet::adopt_flat_grads(Tensor grads) {
+  TETRA_CHECK(grads_.defined(), "adopt_flat_grads: this ParamSet has no flat gradient buffer");
+  TETRA_CHECK(grads.defined() && grads.numel() == grads_.numel() && grads.dtype() == grads_.dtype() &&
+                  grads.device() == grads_.device(),
+              "adopt_flat_grads: ", grads.defined() ? grads.describe() : std::string("undefined"),
+              " cannot replace ", grads_.describe());
+  ops::copy(grads, grads_);
+  grads_ = std::move(grads);
+  for (Param* p : params_) p->grad = grads_.slice_flat(p->offset, p->local_shape);
+}
+
 // Element i of a parameter is drawn from a counter-based stream (seed, name, i), so the values do
 // not depend on the order of parameters, on how a tensor is split, or on how many threads draw
 // them: a 10B-parameter model initialises in seconds on a many-core host.

@@ -26,6 +26,9 @@ class ParamSet {
   // tensor from a seed derived from (seed, name) so any split or order gives the same weights.
   void initialize(uint64_t seed);
   void zero_grads();
+  // Moves the flat gradient buffer into `grads` (same numel and dtype, on the same device: e.g.
+  // memory a communicator registered for its peers) and binds every Param::grad to it.
+  void adopt_flat_grads(Tensor grads);
   // Frees the full value buffer; every Param::value becomes undefined (stage 3 binds them again
   // to gathered layer buffers).
   void release_values();

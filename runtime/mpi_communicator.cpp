@@ -5,20 +5,10 @@
 #include <functional>
 #include <thread>
 
+#include "runtime/mpi_check.h"
 #include "runtime/ops.h"
 
 namespace tetra {
-
-#define TETRA_MPI_CHECK(call)                                                                       \
-  do {                                                                                              \
-    int tetra_rc_ = (call);                                                                         \
-    if (tetra_rc_ != MPI_SUCCESS) {                                                                 \
-      char tetra_msg_[MPI_MAX_ERROR_STRING];                                                        \
-      int tetra_len_ = 0;                                                                           \
-      MPI_Error_string(tetra_rc_, tetra_msg_, &tetra_len_);                                         \
-      TETRA_FAIL(Comm, #call " failed: ", std::string(tetra_msg_, static_cast<size_t>(tetra_len_))); \
-    }                                                                                               \
-  } while (0)
 
 void mpi_initialize(int* argc, char*** argv) {
   int initialized = 0;

@@ -32,6 +32,18 @@ std::shared_ptr<Storage> borrow_storage(void* data, size_t bytes, Device device)
   return std::make_shared<Storage>(data, bytes, device, nullptr);
 }
 
+Tensor Tensor::on_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
+  TETRA_CHECK(storage, "Tensor::on_storage: no storage");
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  TETRA_CHECK(t.nbytes() <= storage->bytes(), "Tensor::on_storage: ", dtype_name(dtype), shape_str(shape), " needs ",
+              t.nbytes(), " bytes, the storage holds ", storage->bytes());
+  t.storage_ = std::move(storage);
+  return t;
+}
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   Tensor t;
   t.shape_ = shape;

@@ -49,6 +49,9 @@ class Tensor {
   // Host tensor holding a copy of `values` (fp32), shaped `shape`.
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape);
   static Tensor from_vector(const std::vector<int32_t>& values, const Shape& shape);
+  // A tensor over the start of `storage` (which must hold its bytes), e.g. memory a communicator
+  // allocated itself.
+  static Tensor on_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }

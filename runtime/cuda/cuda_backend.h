@@ -11,6 +11,10 @@ namespace tetra::cuda {
 // pool that never returns memory to the driver, so steady-state steps make no cudaMalloc calls).
 void* allocate(size_t bytes, Device device);
 void release(void* ptr, size_t bytes, Device device);
+// Zeroed device memory from cudaMalloc, outside the pool, so that cudaIpcGetMemHandle can export it
+// to other processes (runtime/peer_copy_communicator.h); counted like the pool's.
+void* allocate_shareable(size_t bytes, Device device);
+void release_shareable(void* ptr, size_t bytes, Device device);
 // Bytes currently allocated through the pool and the high-water mark, per device.
 size_t allocated_bytes(Device device);
 size_t peak_allocated_bytes(Device device);

@@ -2,7 +2,8 @@
 // - a stream-ordered caching allocator: cudaMallocFromPoolAsync / cudaFreeAsync on the device's
 //   default memory pool, whose release threshold is raised to UINT64_MAX so freed blocks stay in
 //   the pool and are handed out again; after the first step no allocation reaches the driver;
-// - allocated / peak byte counters per device;
+// - allocated / peak byte counters per device (which also count the plain cudaMalloc blocks that
+//   peers map through CUDA IPC, which pool memory cannot be);
 // - pinned host memory, memset and byte copies on the current stream of the device involved.
 //
 // Stream semantics (as PyTorch's caching allocator): a block is allocated and freed on the current
@@ -45,6 +46,13 @@ PoolState& pool_state(Device device) {
 
 double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
+void count_allocation(PoolState& s, size_t bytes) {
+  const size_t now = s.allocated.fetch_add(bytes) + bytes;
+  size_t peak = s.peak.load();
+  while (now > peak && !s.peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
 }  // namespace
 
 void* allocate(size_t bytes, Device device) {
@@ -70,11 +78,36 @@ void* allocate(size_t bytes, Device device) {
                " MiB), the device has ", mib(free_b), " MiB free of ", mib(total_b),
                " MiB. Reduce train.micro_batch or the sequence length, or enable recomputation.");
   }
-  const size_t now = s.allocated.fetch_add(bytes) + bytes;
-  size_t peak = s.peak.load();
-  while (now > peak && !s.peak.compare_exchange_weak(peak, now)) {
-  }
+  count_allocation(s, bytes);
   return p;
+}
+
+void* allocate_shareable(size_t bytes, Device device) {
+  if (bytes == 0) return nullptr;
+  PoolState& s = pool_state(device);
+  DeviceScope scope(device);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    TETRA_FAIL(Device, "out of memory on ", device.str(), ": could not allocate ", mib(bytes),
+               " MiB of peer-shareable memory (", cudaGetErrorName(e), "); tetra holds ", mib(s.allocated.load()),
+               " MiB");
+  }
+  TETRA_CUDA_CHECK(cudaMemset(p, 0, bytes));
+  count_allocation(s, bytes);
+  return p;
+}
+
+void release_shareable(void* ptr, size_t bytes, Device device) {
+  if (!ptr) return;
+  try {
+    pool_state(device).allocated.fetch_sub(bytes);
+    DeviceScope scope(device);
+    if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();
+  } catch (...) {
+    (void)cudaGetLastError();
+  }
 }
 
 // Called from Storage destructors: never throws. Errors while the process shuts down (the CUDA

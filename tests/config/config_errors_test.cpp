@@ -138,6 +138,11 @@ std::vector<BadCase> bad_cases() {
        {"train.global_batch=12"}, 3, {"parallel.pp: dualpipe needs an even number of pipeline ranks, got 3"}},
       {"bf16_on_cpu", edit("  micro_batch: 2", "  micro_batch: 2\n  device: cpu\n  precision: bf16"), {}, 2,
        {"cfg.yaml:16: train.precision: bf16 with train.device = cpu; the CPU backend computes in fp32"}},
+      {"copy_engine_on_cpu", edit("  micro_batch: 2", "  micro_batch: 2\n  device: cpu"),
+       {"parallel.grad_all_reduce=copy_engine"}, 2,
+       {"--set parallel.grad_all_reduce: copy_engine moves gradients between GPUs, but train.device = cpu; use nccl"}},
+      {"copy_engine_with_zero", kBase, {"parallel.grad_all_reduce=copy_engine", "parallel.zero_stage=1"}, 2,
+       {"--set parallel.grad_all_reduce: copy_engine serves stage 0's all-reduce only, but parallel.zero_stage = 1"}},
       {"llama_not_yet", "model:\n  arch: llama\n" + edit("model:", ""), {}, 2,
        {"cfg.yaml:2: model.arch: llama is not supported yet (use gpt2)"}},
   };

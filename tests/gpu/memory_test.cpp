@@ -1,7 +1,12 @@
 // The CUDA memory layer: the stream-ordered caching pool (counters, zero-size, no driver
-// allocation once warm), pinned host memory, memset and byte copies.
+// allocation once warm), peer-shareable blocks, pinned host memory, memset and byte copies.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <vector>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_context.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tetra::gputest {
@@ -25,6 +30,27 @@ TEST(GpuMemory, ZeroBytesIsNull) {
   cuda::release_pinned(nullptr);
   Tensor empty = Tensor::empty({0, 7}, DType::F32, gpu());
   EXPECT_EQ(empty.numel(), 0);
+}
+
+// Peer-shareable blocks (plain cudaMalloc, exportable through CUDA IPC): zeroed, exportable, and
+// in the same counters as the pool's.
+TEST(GpuMemory, ShareableBlocksAreZeroedExportableAndCounted) {
+  TETRA_REQUIRE_GPU();
+  cuda::DeviceScope scope(gpu());
+  TETRA_CUDA_CHECK(cudaDeviceSynchronize());
+  const size_t base = cuda::allocated_bytes(gpu());
+  const size_t bytes = (1 << 20) + 12;
+  void* p = cuda::allocate_shareable(bytes, gpu());
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(cuda::allocated_bytes(gpu()), base + bytes);
+  EXPECT_GE(cuda::peak_allocated_bytes(gpu()), base + bytes);
+  std::vector<unsigned char> host(bytes, 0xff);
+  TETRA_CUDA_CHECK(cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(std::count(host.begin(), host.end(), 0), static_cast<long>(bytes));
+  cudaIpcMemHandle_t handle;
+  EXPECT_EQ(cudaIpcGetMemHandle(&handle, p), cudaSuccess);
+  cuda::release_shareable(p, bytes, gpu());
+  EXPECT_EQ(cuda::allocated_bytes(gpu()), base);
 }
 
 TEST(GpuMemory, CountersTrackAllocations) {

@@ -1,9 +1,10 @@
 // CUDA reductions against the CPU twin: sum of squares (accumulating into acc[0], bit-reproducible),
-// the sum to the host, and column sums (the bias gradients), over vectorised, odd and large sizes
-// and every supported dtype.
+// the sum to the host, column sums (the bias gradients), and the copy-engine all-reduce's n-way
+// sum, over vectorised, odd and large sizes and every supported dtype.
 #include <cmath>
 
 #include "runtime/cuda/device_context.h"
+#include "runtime/cuda/peer_sum.h"
 #include "runtime/cuda/reduce.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -91,6 +92,41 @@ TEST(GpuReduce, ColumnSum) {
         Tensor acc = upload(init, out_dt);
         cuda::column_sum(acc, gin, k.R, k.C, /*accumulate=*/true);
         EXPECT_LE(rel_error(download(acc), want_acc), tol(out_dt)) << what << ", accumulate";
+      }
+    }
+  }
+}
+
+// peer_sum (the owner's sum in the copy-engine all-reduce) against its CPU twin: 1 to 8 sources,
+// vector and scalar paths (unaligned starts, odd counts), the destination aliasing source 0 as it
+// does in the all-reduce; results must be bit-identical (fp32 accumulation in rank order).
+TEST(GpuPeerSum, MatchesCpuTwin) {
+  TETRA_REQUIRE_GPU();
+  Rng rng(7);
+  for (DType dt : {DType::BF16, DType::F32}) {
+    for (int ranks : {1, 2, 3, 8}) {
+      for (auto [n, skew] : {std::pair<int64_t, int64_t>{1, 0}, {1001, 0}, {8 * 4099, 0}, {8 * 4099, 3}, {(1 << 20) + 5, 1}}) {
+        std::vector<Tensor> dev;
+        std::vector<std::vector<float>> host;
+        std::vector<float> before;  // source 0's elements ahead of the range
+        for (int r = 0; r < ranks; ++r) {
+          Tensor h = representable(random_host(rng, {n + skew}), dt);
+          if (r == 0) before.assign(h.data<float>(), h.data<float>() + skew);
+          host.emplace_back(h.data<float>() + skew, h.data<float>() + skew + n);
+          dev.push_back(upload(h, dt));
+        }
+        const size_t es = dtype_size(dt);
+        std::vector<const void*> src;
+        for (Tensor& t : dev) src.push_back(static_cast<const char*>(t.data_ptr()) + skew * static_cast<int64_t>(es));
+        void* dst = const_cast<void*>(src[0]);
+        cuda::peer_sum(dst, src, n, dt, cuda::stream_of(gpu()));
+        const std::vector<float> want = cuda::peer_sum_reference(host, dt);
+        const std::vector<double> got = download(dev[0]);
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < n; ++i) wrong += got[static_cast<size_t>(i + skew)] != static_cast<double>(want[static_cast<size_t>(i)]);
+        EXPECT_EQ(wrong, 0) << dtype_name(dt) << " ranks=" << ranks << " n=" << n << " skew=" << skew;
+        for (int64_t i = 0; i < skew; ++i)  // elements before the range are untouched
+          EXPECT_EQ(got[static_cast<size_t>(i)], static_cast<double>(before[static_cast<size_t>(i)]));
       }
     }
   }
