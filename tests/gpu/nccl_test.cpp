@@ -11,6 +11,7 @@
 #include "runtime/mpi_communicator.h"
 #include "runtime/nccl_communicator.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/mpi_gpu_test_main.h"
 
 namespace tetra::gputest {
 namespace {
@@ -241,46 +242,19 @@ TEST(Nccl, RejectsMismatchedArguments) {
 
 int main(int argc, char** argv) {
   using namespace tetra;
-  mpi_initialize(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-  int local_rank = 0, local_size = 1;
-  MPI_Comm_rank(local, &local_rank);
-  MPI_Comm_size(local, &local_size);
-  MPI_Comm_free(&local);
-  const int gpus = cuda_device_count();
-  int ok = size >= 2 && gpus >= local_size ? 1 : 0, all_ok = 0;
-  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!all_ok) {
-    if (rank == 0)
-      std::printf("SKIPPED: the NCCL tests need >= 2 ranks with a GPU each (%d ranks; %d GPUs for %d ranks on this host)\n",
-                  size, gpus, local_size);
-    mpi_finalize();
-    return 0;
-  }
-  gputest::test_gpu() = Device::cuda(local_rank);
-  cuda::set_device(gputest::gpu());
-  int rc = 1;
-  try {
-    gputest::g_mpi = std::shared_ptr<Communicator>(MpiCommunicator::world().release());
-    gputest::g_mpi->set_timeout(120);
-    gputest::g_nccl = make_nccl_communicator(MPI_COMM_WORLD, gputest::gpu(), nullptr);
-    gputest::g_nccl->set_timeout(120);
-    gputest::g_nccl_with_host = make_nccl_communicator(MPI_COMM_WORLD, gputest::gpu(), gputest::g_mpi);
-    rc = RUN_ALL_TESTS();
-    gputest::g_nccl.reset();
-    gputest::g_nccl_with_host.reset();
-    gputest::g_mpi.reset();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-    mpi_abort(1);
-  }
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  mpi_finalize();
-  return worst;
+  using namespace tetra::gputest;
+  return run_mpi_gpu_tests(
+      argc, argv, "the NCCL tests", /*one_host=*/false,
+      [] {
+        g_mpi = std::shared_ptr<Communicator>(MpiCommunicator::world().release());
+        g_mpi->set_timeout(120);
+        g_nccl = make_nccl_communicator(MPI_COMM_WORLD, gpu(), nullptr);
+        g_nccl->set_timeout(120);
+        g_nccl_with_host = make_nccl_communicator(MPI_COMM_WORLD, gpu(), g_mpi);
+      },
+      [] {
+        g_nccl.reset();
+        g_nccl_with_host.reset();
+        g_mpi.reset();
+      });
 }

@@ -2,7 +2,7 @@
 // 2): sums of slices of the registered buffer, bf16 and fp32, against the CPU twin of the owner's
 // sum (bit-identical); slices at unaligned offsets, shorter than a chunk, several in a row on a
 // communication stream without host synchronisation, and replayed from a CUDA graph with new data;
-// everything else goes to NCCL. Exits 0 with "SKIPPED" unless every rank has a GPU of its own.
+// everything else, and ranges past the flag slots, goes to NCCL. Exits 0 with "SKIPPED" unless every rank has a GPU of its own.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -18,6 +18,7 @@
 #include "runtime/peer_copy_communicator.h"
 #include "runtime/stream.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/mpi_gpu_test_main.h"
 
 namespace tetra::gputest {
 namespace {
@@ -130,6 +131,23 @@ TEST(PeerCopy, EverythingElseGoesToNccl) {
   EXPECT_EQ(pc.copy_engine_all_reduces(), 0);
 }
 
+// Each distinct range has its own flags; past the 1024th, ranges go to NCCL (every rank sees the
+// same ranges in the same order, so all ranks switch together). Single elements: one rank's chunk
+// is empty.
+TEST(PeerCopy, RangesPastTheFlagSlotsGoToNccl) {
+  const int64_t n = 2048;
+  PeerCopyCommunicator pc(*g_nccl, *g_mpi, gpu(), n, DType::F32);
+  std::vector<Range> ranges;
+  for (int64_t i = 0; i < 1030; ++i) ranges.push_back({i, 1});
+  fill(pc.buffer(), values_of(pc.rank(), 0, n, DType::F32));
+  for (const Range& g : ranges) {
+    Tensor slice = pc.buffer().slice_flat(g.begin, {g.count});
+    pc.all_reduce(slice)->wait();
+  }
+  EXPECT_EQ(mismatches(pc.buffer(), expected(pc.rank(), pc.size(), 0, n, DType::F32, ranges)), 0);
+  EXPECT_EQ(pc.copy_engine_all_reduces(), 1024);
+}
+
 TEST(PeerCopy, RefusesWhatItCannotRegister) {
   EXPECT_THROW(PeerCopyCommunicator(*g_nccl, *g_mpi, gpu(), 16, DType::I32), Error);
   EXPECT_THROW(PeerCopyCommunicator(*g_nccl, *g_mpi, gpu(), 0, DType::BF16), Error);
@@ -142,45 +160,17 @@ TEST(PeerCopy, RefusesWhatItCannotRegister) {
 
 int main(int argc, char** argv) {
   using namespace tetra;
-  mpi_initialize(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-  int local_rank = 0, local_size = 1;
-  MPI_Comm_rank(local, &local_rank);
-  MPI_Comm_size(local, &local_size);
-  MPI_Comm_free(&local);
-  const int gpus = cuda_device_count();
-  int ok = size >= 2 && local_size == size && gpus >= local_size ? 1 : 0, all_ok = 0;
-  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!all_ok) {
-    if (rank == 0)
-      std::printf("SKIPPED: the copy-engine tests need >= 2 ranks on one host with a GPU each (%d ranks, %d on "
-                  "this host, %d GPUs)\n",
-                  size, local_size, gpus);
-    mpi_finalize();
-    return 0;
-  }
-  gputest::test_gpu() = Device::cuda(local_rank);
-  cuda::set_device(gputest::gpu());
-  int rc = 1;
-  try {
-    gputest::g_mpi = std::shared_ptr<Communicator>(MpiCommunicator::world().release());
-    gputest::g_mpi->set_timeout(120);
-    gputest::g_nccl = make_nccl_communicator(MPI_COMM_WORLD, gputest::gpu(), gputest::g_mpi);
-    gputest::g_nccl->set_timeout(120);
-    rc = RUN_ALL_TESTS();
-    gputest::g_nccl.reset();
-    gputest::g_mpi.reset();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-    mpi_abort(1);
-  }
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  mpi_finalize();
-  return worst;
+  using namespace tetra::gputest;
+  return run_mpi_gpu_tests(
+      argc, argv, "the copy-engine tests", /*one_host=*/true,
+      [] {
+        g_mpi = std::shared_ptr<Communicator>(MpiCommunicator::world().release());
+        g_mpi->set_timeout(120);
+        g_nccl = make_nccl_communicator(MPI_COMM_WORLD, gpu(), g_mpi);
+        g_nccl->set_timeout(120);
+      },
+      [] {
+        g_nccl.reset();
+        g_mpi.reset();
+      });
 }
