@@ -225,6 +225,10 @@ void Trainer::setup() {
                 cfg_.train.steps, static_cast<long long>(loader_->tokens_per_step()), cfg_.train.global_batch,
                 cfg_.train.seq_len, cfg_.train.micro_batch, loader_->accumulation_steps());
     std::printf("tetra: run directory %s\n", run_dir_.c_str());
+    if (shape.dp > 1)
+      std::printf("tetra: data parallel over %d ranks: ZeRO stage %d, %s gradients reduced by %s\n", shape.dp,
+                  cfg_.parallel.zero_stage, dtype_name(params_.grad_dtype()),
+                  grad_comm_ ? "the copy engines (CUDA IPC)" : mesh_->device_comm(MeshAxis::DP).backend().c_str());
     for (const std::string& line : loader_->describe()) std::printf("tetra: %s\n", line.c_str());
     print_memory_plan(stdout, plan_memory(cfg_, *optimizer_, params_, shape.dp), "tetra: ");
     std::fflush(stdout);

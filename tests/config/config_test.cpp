@@ -6,6 +6,7 @@
 
 #include "launch/config.h"
 #include "launch/config_schema.h"
+#include "launch/memory_plan.h"
 #include "runtime/error.h"
 #include "tests/config/config_test_util.h"
 
@@ -415,6 +416,31 @@ TEST(ShippedConfigs, Gpt2At1And2Ranks) {
   }
   EXPECT_THROW(resolve(c, 1, false), Error);  // asks for cuda
   EXPECT_NO_THROW(validate(load_config(kConfigs + "gpt2-124m.yaml", {"train.global_batch=128"}), 8));
+}
+
+// parallel.grad_all_reduce: copy_engine stages (dp − 1) copies of the flat gradient buffer per
+// rank; the memory plan counts them as communication and as persistent state.
+TEST(MemoryPlan, CopyEngineStagingIsCounted) {
+  testing::TempDir dir;
+  std::vector<Param> owned(2);
+  owned[0].name = "w";
+  owned[0].full_shape = owned[0].local_shape = {64, 32};
+  owned[1].name = "b";
+  owned[1].full_shape = owned[1].local_shape = {64};
+  owned[1].layer_index = 1;
+  std::vector<Param*> params{&owned[0], &owned[1]};
+  const std::string path = dir.write("cfg.yaml", kBase);
+  // One micro-batch per step on each of 2 ranks: bf16 gradients (2 bytes).
+  Config nccl = load_config(path, {"train.precision=bf16", "train.global_batch=4"});
+  Config ce =
+      load_config(path, {"train.precision=bf16", "train.global_batch=4", "parallel.grad_all_reduce=copy_engine"});
+  const MemoryPlan a = plan_memory(nccl, params, 2);
+  const MemoryPlan b = plan_memory(ce, params, 2);
+  const double flat = static_cast<double>(ZeroLayout(params, 1).total());
+  EXPECT_GE(flat, 64.0 * 33.0);
+  EXPECT_EQ(b.state.communication - a.state.communication, flat * 2.0);  // one peer, bf16 gradients
+  EXPECT_EQ(b.state.persistent - a.state.persistent, flat * 2.0);
+  EXPECT_EQ(plan_memory(ce, params, 1).state.communication, plan_memory(nccl, params, 1).state.communication);
 }
 
 }  // namespace
