@@ -38,11 +38,19 @@ double gpt_activation_bytes(const Config& cfg) {
   return tokens * (L * block + head + backward);
 }
 
-// parallel.grad_all_reduce: copy_engine stages dp − 1 copies of the flat gradient buffer per rank.
-double copy_engine_staging_bytes(const Config& cfg, int dp, int64_t flat_numel, DType grad_dtype) {
-  if (cfg.parallel.grad_all_reduce != "copy_engine" || dp <= 1) return 0;
-  return static_cast<double>(dp - 1) * static_cast<double>(flat_numel) * static_cast<double>(dtype_size(grad_dtype));
+namespace {
+
+// parallel.grad_all_reduce: copy_engine stages dp − 1 copies of the flat gradient buffer per rank,
+// communication buffers that live for the whole run.
+void add_copy_engine_staging(StateMemory& state, const Config& cfg, int dp, int64_t flat_numel, DType grad_dtype) {
+  if (cfg.parallel.grad_all_reduce != "copy_engine" || dp <= 1) return;
+  const double bytes =
+      static_cast<double>(dp - 1) * static_cast<double>(flat_numel) * static_cast<double>(dtype_size(grad_dtype));
+  state.communication += bytes;
+  state.persistent += bytes;
 }
+
+}  // namespace
 
 MemoryPlan plan_memory(const Config& cfg, const std::vector<Param*>& params, int dp) {
   const DistributedOptimizerOptions oo = optimizer_options(cfg, dp);
@@ -63,9 +71,7 @@ MemoryPlan plan_memory(const Config& cfg, const std::vector<Param*>& params, int
   plan.grad_dtype = dtype_name(storage.grad_dtype);
   plan.params = layout.param_numel();
   plan.state = zero_state_memory(layout, spec);
-  const double staging = copy_engine_staging_bytes(cfg, dp, layout.total(), storage.grad_dtype);
-  plan.state.communication += staging;
-  plan.state.persistent += staging;
+  add_copy_engine_staging(plan.state, cfg, dp, layout.total(), storage.grad_dtype);
   plan.activations = gpt_activation_bytes(cfg);
   return plan;
 }
@@ -78,9 +84,7 @@ MemoryPlan plan_memory(const Config& cfg, const DistributedOptimizer& optimizer,
   plan.grad_dtype = dtype_name(params.grad_dtype());
   plan.params = params.param_numel();
   plan.state = optimizer.memory();
-  const double staging = copy_engine_staging_bytes(cfg, dp, params.flat_numel(), params.grad_dtype());
-  plan.state.communication += staging;
-  plan.state.persistent += staging;
+  add_copy_engine_staging(plan.state, cfg, dp, params.flat_numel(), params.grad_dtype());
   plan.activations = gpt_activation_bytes(cfg);
   return plan;
 }
