@@ -6,9 +6,8 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
-#include <array>
-#include <map>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "runtime/cuda/cuda_backend.h"
@@ -51,7 +50,6 @@ std::vector<T> all_gather_records(MPI_Comm comm, const T& mine, int size) {
 struct IpcRecord {
   cudaIpcMemHandle_t buffer, staging, flags;
 };
-
 
 }  // namespace
 
