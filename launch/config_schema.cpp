@@ -2,6 +2,7 @@
 #include "launch/config_schema.h"
 
 #include "launch/config_data.h"
+#include "models/model_family.h"
 
 #include <algorithm>
 #include <array>
@@ -30,7 +31,7 @@ std::vector<Field> make_fields() {
       {KEY(run, comm_timeout_s, Float), .lo = 0, .lo_open = true, .note = "seconds"},
 
       // model: the network.
-      {KEY(model, arch, Choice), .choices = {"gpt2", "llama"}},
+      {KEY(model, arch, Choice), .choices = model_family_names(), .note = "the model family (docs/models.md)"},
       {KEY(model, vocab_size, Int), .required = true, .lo = 1, .hi = kIntMax,
        .note = "e.g. 256 for byte-level text, 50304 for GPT-2"},
       {KEY(model, seq_len, Int), .required = true, .lo = 1, .hi = kIntMax,
@@ -38,7 +39,8 @@ std::vector<Field> make_fields() {
       {KEY(model, d_model, Int), .required = true, .lo = 1, .hi = kIntMax, .note = "e.g. 768"},
       {KEY(model, n_layers, Int), .required = true, .lo = 1, .hi = kIntMax, .note = "e.g. 12"},
       {KEY(model, n_heads, Int), .required = true, .lo = 1, .hi = kIntMax, .note = "e.g. 12"},
-      {KEY(model, init_from, String), .note = "a consolidated HDF5 checkpoint; empty = random init"},
+      {KEY(model, init_from, String),
+       .note = "a consolidated HDF5 checkpoint or a Hugging Face model folder; empty = random init"},
       {KEY(model, ln_eps, Float), .lo = 0, .lo_open = true},
 
       // parallel: the mesh and how communication overlaps compute.

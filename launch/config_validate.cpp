@@ -1,12 +1,14 @@
 // Config checks against the job, before any work: every value in range, then the combinations
 // (mesh vs world, model vs mesh, batches, pipeline schedule, optimizer, device). Each error names
 // the keys involved with their lines, and says what would be valid.
+#include <algorithm>
 #include <filesystem>
 #include <numeric>
 
 #include "launch/config.h"
 #include "launch/config_data.h"
 #include "launch/config_schema.h"
+#include "launch/model_config.h"
 #include "runtime/error.h"
 
 namespace tetra::launch {
@@ -42,11 +44,35 @@ void check_values(const Config& c) {
     std::string wrong = schema::check_value(f, c);
     if (!wrong.empty()) fail(c, {f.path()}, wrong + " (" + schema::valid_text(f) + ")");
   }
-  if (c.model.arch != "gpt2")
-    fail(c, {"model.arch"}, c.model.arch + " is not supported yet (use gpt2)");
   const std::string& name = c.run.name;
   if (name == "." || name == ".." || name.find('/') != std::string::npos)
     fail(c, {"run.name"}, "\"" + name + "\" is not a single directory name (e.g. tiny; the run goes to run.output_dir/run.name)");
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// model.* keys that the family of model.arch does not read (another family's n_kv_heads with
+// gpt2, ...): an error when the user wrote them, or when a Config built in code moved them off
+// their default, so that no setting is silently ignored.
+void check_model_keys(const Config& c) {
+  const ModelFamily& family = model_family_of(c);
+  const std::vector<std::string> takes = family.config_keys();
+  const Config defaults;
+  for (const schema::Field& f : schema::fields()) {
+    if (std::string(f.section) != "model" || contains(common_model_keys(), f.key) || contains(takes, f.key)) continue;
+    if (!c.origins.given(f.path()) && schema::value_text(f, c) == schema::value_text(f, defaults)) continue;
+    std::string others;
+    for (const std::string& arch : model_family_names())
+      if (contains(model_family(arch).config_keys(), f.key)) others += (others.empty() ? "" : ", ") + arch;
+    std::string own;
+    for (const std::string& k : takes) own += (own.empty() ? "" : ", ") + k;
+    fail(c, {f.path(), "model.arch"},
+         "not read by " + c.model.arch + " models" + (others.empty() ? "" : " (a key of " + others + ")") +
+             "; remove it" + (others.empty() ? "" : ", or set model.arch to " + others) +
+             (own.empty() ? "" : " (" + c.model.arch + " takes, besides the common keys: " + own + ")"));
+  }
 }
 
 void check_mesh(const Config& c, int world) {
@@ -78,22 +104,11 @@ void check_model_split(const Config& c, int dp) {
     fail(c, {"parallel.ep", "parallel.dp"},
          "ep = " + str(p.ep) + " does not divide dp = " + str(dp) +
              " (the expert group is carved out of the data-parallel group); use ep among " + divisors(dp));
-  if (m.n_heads % p.tp != 0)
-    fail(c, {"model.n_heads", "parallel.tp"},
-         str(m.n_heads) + " heads do not split over parallel.tp = " + str(p.tp) + " ranks; use tp among " +
-             divisors(m.n_heads) + ", or a multiple of " + str(p.tp) + " heads");
-  if (m.d_model % m.n_heads != 0) {
-    int lo = m.d_model / m.n_heads * m.n_heads, hi = lo + m.n_heads;
-    fail(c, {"model.d_model", "model.n_heads"},
-         str(m.d_model) + " is not divisible by model.n_heads = " + str(m.n_heads) + " (every head has d_model/n_heads "
-         "channels); use a multiple of " + str(m.n_heads) + (lo > 0 ? ", e.g. " + str(lo) + " or " + str(hi) : ", e.g. " + str(hi)));
-  }
-  if (m.vocab_size % p.tp != 0) {
-    int padded = (m.vocab_size + p.tp - 1) / p.tp * p.tp;
-    fail(c, {"model.vocab_size", "parallel.tp"},
-         str(m.vocab_size) + " does not split over parallel.tp = " + str(p.tp) +
-             " ranks (the embedding and output layer are split by vocabulary); pad it to a multiple of " + str(p.tp) +
-             ", e.g. " + str(padded));
+  // The family's own shape checks, against the tensor-parallel split too (heads, vocabulary).
+  try {
+    model_family_of(c).validate(model_args(c), p.tp);
+  } catch (const ModelArgsError& e) {
+    fail(c, e.keys(), e.detail());
   }
   int stages = pipeline_stages(p);
   if (m.n_layers % stages != 0) {
@@ -199,6 +214,7 @@ void check_data(const Config& c) {
 void validate(const Config& cfg, int world_size) {
   if (world_size < 1) TETRA_FAIL(Usage, "the job has ", world_size, " ranks; a job needs at least one");
   check_values(cfg);
+  check_model_keys(cfg);
   check_mesh(cfg, world_size);
   int dp = data_parallel_size(cfg.parallel, world_size);
   check_model_split(cfg, dp);
@@ -236,7 +252,9 @@ void validate_for_training(const Config& cfg) {
   need_data("data.train", cfg.data.train);
   need_data("data.val", cfg.data.val);
   if (!cfg.model.init_from.empty())
-    need_file("model.init_from", cfg.model.init_from, "make one with `tetra ckpt consolidate`, or fix the path");
+    need_file("model.init_from", cfg.model.init_from,
+              "give a consolidated HDF5 file or a Hugging Face model folder (make one with `tetra ckpt consolidate`), "
+              "or fix the path");
   const std::string& r = cfg.checkpoint.resume;
   if (r != "none" && r != "auto")
     need_file("checkpoint.resume", r, "use none, auto (the newest checkpoint of the run) or a step_N directory");

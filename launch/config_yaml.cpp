@@ -1,11 +1,26 @@
 // The resolved config as YAML (RUN_DIR/config.yaml): every key of the schema, in schema order,
-// so that load_config reads it back to an equal Config.
+// so that load_config reads it back to an equal Config. Model keys the family of model.arch does
+// not take are left out (validate() keeps them at their defaults).
+#include <algorithm>
 #include <sstream>
 
 #include "launch/config.h"
 #include "launch/config_schema.h"
+#include "models/model_family.h"
 
 namespace tetra::launch {
+
+namespace {
+bool family_takes(const Config& cfg, const schema::Field& f) {
+  if (std::string(f.section) != "model") return true;
+  const std::vector<std::string>& common = common_model_keys();
+  if (std::find(common.begin(), common.end(), f.key) != common.end()) return true;
+  const std::vector<std::string> names = model_family_names();
+  if (std::find(names.begin(), names.end(), cfg.model.arch) == names.end()) return true;  // not a family: all
+  const std::vector<std::string> keys = model_family(cfg.model.arch).config_keys();
+  return std::find(keys.begin(), keys.end(), f.key) != keys.end();
+}
+}  // namespace
 
 std::string to_yaml(const Config& cfg) {
   std::ostringstream os;
@@ -16,6 +31,7 @@ std::string to_yaml(const Config& cfg) {
       section = f.section;
       os << (os.tellp() > 0 ? "\n" : "") << section << ":\n";
     }
+    if (!family_takes(cfg, f)) continue;
     os << "  " << f.key << ": " << schema::value_text(f, cfg) << "\n";
   }
   return os.str();

@@ -36,10 +36,17 @@ int main(int argc, char** argv) {
 
   auto* ckpt = app.add_subcommand("ckpt", "checkpoint tools");
   ckpt->require_subcommand(1);
-  std::string ckpt_dir, ckpt_out;
-  auto* consolidate = ckpt->add_subcommand("consolidate", "merge a sharded checkpoint into one HDF5 file");
+  std::string ckpt_dir, ckpt_out, ckpt_format = "hdf5", ckpt_dtype = "fp32";
+  auto* consolidate = ckpt->add_subcommand(
+      "consolidate", "merge a sharded checkpoint into one HDF5 file or a Hugging Face model folder");
   consolidate->add_option("dir", ckpt_dir, "RUN_DIR/checkpoints/step_N")->required();
-  consolidate->add_option("--out", ckpt_out, "output HDF5 file")->required();
+  consolidate->add_option("--out", ckpt_out, "output HDF5 file (--format hdf5) or folder (--format hf)")->required();
+  consolidate->add_option("--format", ckpt_format, "hdf5 (one file) or hf (config.json + model.safetensors)")
+      ->check(CLI::IsMember({"hdf5", "hf"}))
+      ->default_val("hdf5");
+  consolidate->add_option("--dtype", ckpt_dtype, "fp32 or bf16 (bf16: --format hf only)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->default_val("fp32");
 
   std::string run_dir;
   auto* report = app.add_subcommand("report", "print the goodput report of a run (finished or not)");
@@ -63,7 +70,7 @@ int main(int argc, char** argv) {
       tetra::data::inspect_dataset(inspect_path, std::cout);
       return 0;
     }
-    if (*consolidate) return tetra::launch::consolidate_command(ckpt_dir, ckpt_out);
+    if (*consolidate) return tetra::launch::consolidate_command(ckpt_dir, ckpt_out, ckpt_format, ckpt_dtype);
     if (*report) return tetra::launch::report_command(run_dir);
   } catch (const tetra::Error& e) {
     std::fflush(stdout);

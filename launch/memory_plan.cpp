@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "launch/model_config.h"
 #include "parallel/zero_memory.h"
 
 namespace tetra::launch {
@@ -22,20 +23,8 @@ DistributedOptimizerOptions optimizer_options(const Config& cfg, int dp) {
   return oo;
 }
 
-double gpt_activation_bytes(const Config& cfg) {
-  const double a = cfg.train.precision == "bf16" ? 2.0 : 4.0;
-  const double C = cfg.model.d_model, H = cfg.model.n_heads, V = cfg.model.vocab_size, L = cfg.model.n_layers;
-  const double tokens = static_cast<double>(cfg.train.micro_batch) * static_cast<double>(cfg.train.seq_len);
-  // Per token and block: x, ln1, att, x2, ln2 [C]; qkv [3C]; fc_pre, fc_act [4C] each; fp32 mean
-  // and rstd of both LayerNorms; fp32 lse per head.
-  double block = 16.0 * C * a + 16.0 + 4.0 * H;
-  if (cfg.train.recompute == "mlp") block -= 8.0 * C * a;
-  if (cfg.train.recompute == "full") block = C * a;
-  // Head: its input and ln_f [C], fp32 statistics and loss, and the [V] logits gradient.
-  const double head = 2.0 * C * a + 12.0 + V * a;
-  // One block's backward working set: d_fc [4C], d_ln2, dx2, dx [C], d_qkv [3C].
-  const double backward = 10.0 * C * a;
-  return tokens * (L * block + head + backward);
+double activation_bytes(const Config& cfg) {
+  return model_family_of(cfg).activation_bytes(model_args(cfg), activation_shape(cfg));
 }
 
 namespace {
@@ -72,7 +61,7 @@ MemoryPlan plan_memory(const Config& cfg, const std::vector<Param*>& params, int
   plan.params = layout.param_numel();
   plan.state = zero_state_memory(layout, spec);
   add_copy_engine_staging(plan.state, cfg, dp, layout.total(), storage.grad_dtype);
-  plan.activations = gpt_activation_bytes(cfg);
+  plan.activations = activation_bytes(cfg);
   return plan;
 }
 
@@ -85,7 +74,7 @@ MemoryPlan plan_memory(const Config& cfg, const DistributedOptimizer& optimizer,
   plan.params = params.param_numel();
   plan.state = optimizer.memory();
   add_copy_engine_staging(plan.state, cfg, dp, params.flat_numel(), params.grad_dtype());
-  plan.activations = gpt_activation_bytes(cfg);
+  plan.activations = activation_bytes(cfg);
   return plan;
 }
 

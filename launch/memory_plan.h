@@ -1,6 +1,6 @@
 // What one device of a training job holds in memory, by category (ARCHITECTURE.md §4): the
 // training state from the ZeRO layout of the model's parameters (parallel/zero_memory.h — exact,
-// padding included), the activations of one micro-batch (an estimate from the model's shapes),
+// padding included), the activations of one micro-batch (the model family's estimate),
 // and the communication buffers. `tetra plan` prints it without devices; the trainer prints the
 // same at start-up (rank 0) and, at the end, the measured peak beside it.
 #pragma once
@@ -16,11 +16,10 @@ namespace tetra::launch {
 // The optimizer options a resolved config asks for (stage, buckets, prefetch, AdamW, micro-batches).
 DistributedOptimizerOptions optimizer_options(const Config& cfg, int dp);
 
-// Bytes of activations a GPT model keeps for one micro-batch in training: what each block saves
-// for backward (x, ln_1, qkv, attn, x2, ln_2, the two [T, 4C] MLP tensors at the working dtype;
-// LayerNorm statistics and the attention log-sum-exp in fp32, less what train.recompute drops),
-// the head's [T, V] logits gradient, plus the working set of one block's backward.
-double gpt_activation_bytes(const Config& cfg);
+// Bytes of activations the model keeps for one micro-batch in training, as its family counts them
+// (ModelFamily::activation_bytes: what every layer saves for backward under train.recompute, plus
+// the working set of one layer's backward).
+double activation_bytes(const Config& cfg);
 
 struct MemoryPlan {
   int zero_stage = 0, dp = 1;

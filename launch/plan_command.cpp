@@ -7,9 +7,8 @@
 
 #include "launch/commands.h"
 #include "launch/config.h"
-#include "launch/trainer.h"
 #include "launch/memory_plan.h"
-#include "models/gpt_model.h"
+#include "launch/model_config.h"
 #include "parallel/mesh.h"
 
 namespace tetra::launch {
@@ -36,14 +35,17 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
     std::printf("\n");
   }
 
-  GptConfig g = gpt_config_of(cfg);
-  g.validate();
   // Memory from the exact flat layout of the model's parameters (no tensor is allocated: the
   // model's Params carry shapes only until a ParamSet is built).
-  GptModel model(g);
-  std::vector<Param*> params = model.params();
-  std::printf("model: %s, %.1fM parameters, %.3g FLOP/token\n", g.arch.c_str(), static_cast<double>(g.num_params()) / 1e6,
-              g.flops_per_token(cfg.train.seq_len));
+  const ModelFamily& family = model_family_of(cfg);
+  const ModelArgs args = model_args(cfg);
+  std::unique_ptr<Model> model = family.build(args);
+  std::vector<Param*> params = model->params();
+  const ParamCount count = family.param_count(args);
+  std::printf("model: %s\n", family.describe(args).c_str());
+  std::printf("  %.1fM parameters", static_cast<double>(count.total) / 1e6);
+  if (count.active != count.total) std::printf(" (%.1fM active per token)", static_cast<double>(count.active) / 1e6);
+  std::printf(", %.3g FLOP/token at context %d\n", family.flops_per_token(args, cfg.train.seq_len), cfg.train.seq_len);
   const MemoryPlan plan = plan_memory(cfg, params, shape.dp);
   print_memory_plan(stdout, plan);
   std::printf("  (activations: micro-batch %d × %d tokens, recompute %s; communication and per-layer gradient\n"

@@ -16,8 +16,8 @@
 #include "launch/goodput_report.h"
 #include "launch/signals.h"
 #include "launch/memory_plan.h"
-#include "models/consolidated.h"
-#include "models/gpt_model.h"
+#include "launch/model_config.h"
+#include "models/weight_source.h"
 #include "runtime/device_info.h"
 #include "runtime/memory.h"
 #include "runtime/ops.h"
@@ -60,19 +60,6 @@ std::string format_rate(double tokens_per_s) {
 }
 
 }  // namespace
-
-GptConfig gpt_config_of(const Config& cfg) {
-  GptConfig g;
-  g.arch = cfg.model.arch;
-  g.vocab_size = cfg.model.vocab_size;
-  g.max_seq_len = cfg.model.seq_len;
-  g.d_model = cfg.model.d_model;
-  g.n_layers = cfg.model.n_layers;
-  g.n_heads = cfg.model.n_heads;
-  g.ln_eps = static_cast<float>(cfg.model.ln_eps);
-  g.recompute = recompute_from_name(cfg.train.recompute);
-  return g;
-}
 
 Trainer::Trainer(const Config& cfg, const LaunchEnvironment& env, MpiCommunicator& world)
     : cfg_(cfg), env_(env), world_(world) {
@@ -144,16 +131,20 @@ void Trainer::setup() {
   // Model and parameters: fp32 or bf16 working weights; the optimizer decides the layout (ZeRO
   // shards), the gradient dtype and which full buffers exist (parallel/distributed_optimizer.h).
   // Every rank materialises the full weights once here; stage 3 keeps only its shard of them.
-  auto gpt = std::make_unique<GptModel>(gpt_config_of(cfg_));
-  model_ = std::move(gpt);
+  model_ = model_family_of(cfg_).build(model_args(cfg_));
   const DistributedOptimizerOptions oo = optimizer_options(cfg_, shape.dp);
   const ParamStorage storage = param_storage_for(oo, act_dtype_, shape.dp);
   params_.build(model_->params(), device_, act_dtype_, storage.grad_dtype, storage.shards, storage.full_grads);
   if (!cfg_.model.init_from.empty()) {
-    auto unexpected = load_consolidated(cfg_.model.init_from, *model_);
-    if (is_rank0() && !unexpected.empty())
-      std::cerr << "tetra: warning: " << cfg_.model.init_from << " holds " << unexpected.size()
-                << " tensors the model does not use (first: " << unexpected.front() << ")\n";
+    // A consolidated HDF5 file or a Hugging Face folder (models/weight_source.h).
+    const LoadReport loaded = load_weights(*open_weights(cfg_.model.init_from), *model_);
+    if (is_rank0()) {
+      if (!loaded.unexpected.empty())
+        std::cerr << "tetra: warning: " << cfg_.model.init_from << " holds " << loaded.unexpected.size()
+                  << " tensors the model does not use (first: " << loaded.unexpected.front() << ")\n";
+      for (const std::string& note : loaded.notes)
+        std::cerr << "tetra: note: " << cfg_.model.init_from << ": " << note << "\n";
+    }
   } else {
     params_.initialize(static_cast<uint64_t>(cfg_.run.seed));
   }

@@ -16,7 +16,6 @@
 #include "launch/environment.h"
 #include "launch/fault_injection.h"
 #include "launch/lr_schedule.h"
-#include "models/gpt_config.h"
 #include "models/model.h"
 #include "parallel/distributed_optimizer.h"
 #include "parallel/mesh.h"
@@ -28,9 +27,6 @@
 #include "runtime/mpi_communicator.h"
 
 namespace tetra::launch {
-
-// The model shape a config describes (also used to rebuild a model from a checkpoint's config).
-GptConfig gpt_config_of(const Config& cfg);
 
 class Trainer {
  public:

@@ -1,58 +1,41 @@
 #include "models/consolidated.h"
 
-#include <algorithm>
-#include <cmath>
 #include <filesystem>
-#include <unordered_set>
 
 #include "runtime/hdf5_file.h"
-#include "runtime/ops.h"
 
 namespace tetra {
 
-Tensor transpose_host(const Tensor& m) {
-  TETRA_CHECK(m.ndim() == 2 && m.dtype() == DType::F32 && m.device().is_cpu(), "transpose_host: ", m.describe());
-  const int64_t R = m.dim(0), C = m.dim(1);
-  Tensor t = Tensor::empty({C, R}, DType::F32);
-  const float* src = m.data<float>();
-  float* dst = t.data<float>();
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) dst[c * R + r] = src[r * C + c];
-  return t;
-}
-
 namespace {
-Shape checkpoint_shape(const Param& p) {
-  if (p.transposed_in_checkpoint) return {p.full_shape[1], p.full_shape[0]};
-  return p.full_shape;
-}
+
+class Hdf5Source : public WeightSource {
+ public:
+  explicit Hdf5Source(const std::string& path) : file_(path, Hdf5File::Mode::Read) {}
+  std::string path() const override { return file_.path(); }
+  std::vector<std::string> names() const override { return file_.dataset_names(); }
+  bool has(const std::string& name) const override { return file_.has(name); }
+  Shape shape(const std::string& name) const override { return file_.shape(name); }
+  Tensor read_f32(const std::string& name) const override { return file_.read(name, DType::F32); }
+  std::optional<double> attribute(const std::string& name) const override {
+    if (!file_.has_attr(name)) return std::nullopt;
+    return file_.attr_double(name);
+  }
+  std::optional<std::string> arch() const override {
+    if (!file_.has_attr("arch")) return std::nullopt;
+    return file_.attr_string("arch");
+  }
+
+ private:
+  Hdf5File file_;
+};
+
 }  // namespace
 
+std::unique_ptr<WeightSource> open_consolidated(const std::string& path) { return std::make_unique<Hdf5Source>(path); }
+
 std::vector<std::string> load_consolidated(const std::string& path, Model& model) {
-  Hdf5File file(path, Hdf5File::Mode::Read);
-  std::unordered_set<std::string> known;
-  for (Param* p : model.params()) {
-    known.insert(p->name);
-    TETRA_CHECK(p->local_shape == p->full_shape, "load_consolidated into a split parameter (", p->name, ")");
-    if (!file.has(p->name))
-      TETRA_FAIL(Checkpoint, path, ": missing tensor '", p->name, "' (a ", model.arch(), " checkpoint needs it)");
-    Shape want = checkpoint_shape(*p);
-    Shape got = file.shape(p->name);
-    if (got != want)
-      TETRA_FAIL(Checkpoint, path, ": tensor '", p->name, "' has shape ", shape_str(got), " but the model needs ",
-                 shape_str(want), " (check model.vocab_size / d_model / n_layers / seq_len against the checkpoint)");
-    Tensor host = file.read(p->name, DType::F32);
-    if (p->transposed_in_checkpoint) host = transpose_host(host);
-    const float* v = host.data<float>();
-    for (int64_t i = 0; i < host.numel(); ++i)
-      if (!std::isfinite(v[i])) TETRA_FAIL(Checkpoint, path, ": tensor '", p->name, "' holds a non-finite value");
-    ops::copy(p->value, host.view(p->local_shape));
-  }
-  for (const std::string& n : model.ignorable_checkpoint_names()) known.insert(n);
-  std::vector<std::string> unexpected;
-  for (const std::string& n : file.dataset_names())
-    if (!known.count(n)) unexpected.push_back(n);
-  return unexpected;
+  Hdf5Source src(path);
+  return load_weights(src, model).unexpected;
 }
 
 void write_consolidated(const std::string& path, Model& model, const std::vector<Tensor>& values) {
@@ -66,10 +49,15 @@ void write_consolidated(const std::string& path, Model& model, const std::vector
       const Tensor& v = values[i];
       TETRA_CHECK(v.device().is_cpu() && v.dtype() == DType::F32 && v.shape() == params[i]->full_shape,
                   "write_consolidated: ", params[i]->name, " given ", v.describe());
-      file.write(params[i]->name, params[i]->transposed_in_checkpoint ? transpose_host(v) : v);
+      for (const StoredTensor& t : stored_tensors(*params[i])) file.write(t.name, to_stored(t, v));
     }
     file.set_attr("arch", model.arch());
-    for (auto& [k, val] : model.config_attributes()) file.set_attr(k, val);
+    for (const ModelAttribute& a : model.config_attributes()) {
+      if (a.kind == ModelAttribute::Kind::Float)
+        file.set_attr(a.name, a.value);
+      else
+        file.set_attr(a.name, static_cast<int64_t>(a.value));
+    }
     file.flush();
   }
   std::error_code ec;

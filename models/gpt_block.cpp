@@ -32,6 +32,9 @@ GptBlock::GptBlock(const GptConfig& cfg, int block_index) : cfg_(cfg), block_(bl
   const int layer = block_index + 1;  // layer 0 is the embedding
   ln_1_.init(p + ".ln_1", C, cfg.ln_eps, layer);
   c_attn_.init(p + ".attn.c_attn", 3 * C, C, true, 0.02f, true, layer);
+  // q | k | v, fused and stored fused (as Hugging Face does); tensor parallelism splits each per head.
+  const int64_t D = cfg.head_dim();
+  for (Param* w : {&c_attn_.weight, &c_attn_.bias}) w->parts = {{"", 0, C, D}, {"", C, C, D}, {"", 2 * C, C, D}};
   attn_proj_.init(p + ".attn.c_proj", C, C, true, resid_std, true, layer);
   ln_2_.init(p + ".ln_2", C, cfg.ln_eps, layer);
   c_fc_.init(p + ".mlp.c_fc", 4 * C, C, true, 0.02f, true, layer);

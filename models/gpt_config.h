@@ -5,6 +5,7 @@
 #include <string>
 
 #include "models/layer.h"
+#include "models/model_args.h"
 
 namespace tetra {
 
@@ -23,7 +24,10 @@ struct GptConfig {
   int64_t num_params() const;
   // Model FLOPs per token for training at context seq_len: 6·N + 12·L·d·T (ARCHITECTURE.md §7).
   double flops_per_token(int64_t seq_len) const;
-  void validate() const;  // shapes that cannot work (d_model % n_heads, ...) → Config error
+  void validate() const;  // shapes that cannot work (d_model % n_heads, ...) → ModelArgsError
+
+  static GptConfig from(const ModelArgs& args);
+  ModelArgs args() const;
 };
 
 }  // namespace tetra

@@ -2,27 +2,6 @@
 
 namespace tetra {
 
-int64_t GptConfig::num_params() const {
-  const int64_t C = d_model, L = n_layers;
-  const int64_t per_block = 2 * C /*ln_1*/ + 3 * C * C + 3 * C /*c_attn*/ + C * C + C /*attn c_proj*/ +
-                            2 * C /*ln_2*/ + 4 * C * C + 4 * C /*c_fc*/ + 4 * C * C + C /*mlp c_proj*/;
-  return vocab_size * C + max_seq_len * C + L * per_block + 2 * C;
-}
-
-double GptConfig::flops_per_token(int64_t seq_len) const {
-  return 6.0 * static_cast<double>(num_params()) +
-         12.0 * static_cast<double>(n_layers) * static_cast<double>(d_model) * static_cast<double>(seq_len);
-}
-
-void GptConfig::validate() const {
-  if (arch != "gpt2") TETRA_FAIL(Config, "model.arch: '", arch, "' is not supported yet (valid: gpt2)");
-  if (vocab_size < 2) TETRA_FAIL(Config, "model.vocab_size must be ≥ 2, got ", vocab_size);
-  if (d_model < 1 || n_layers < 1 || n_heads < 1 || max_seq_len < 1)
-    TETRA_FAIL(Config, "model: d_model, n_layers, n_heads and seq_len must be positive");
-  if (d_model % n_heads != 0)
-    TETRA_FAIL(Config, "model.d_model (", d_model, ") must be divisible by model.n_heads (", n_heads, ")");
-}
-
 GptModel::GptModel(const GptConfig& cfg) : cfg_(cfg) {
   cfg_.validate();
   wte_.name = "transformer.wte.weight";
@@ -49,10 +28,36 @@ std::vector<Layer*> GptModel::layers() {
   return out;
 }
 
-std::vector<std::pair<std::string, int64_t>> GptModel::config_attributes() const {
+std::vector<ModelAttribute> GptModel::config_attributes() const {
   // Hugging Face GPT2Config names.
-  return {{"vocab_size", cfg_.vocab_size}, {"n_positions", cfg_.max_seq_len}, {"n_embd", cfg_.d_model},
-          {"n_layer", cfg_.n_layers},       {"n_head", cfg_.n_heads}};
+  using K = ModelAttribute::Kind;
+  auto d = [](int64_t v) { return static_cast<double>(v); };
+  return {{"vocab_size", K::Int, d(cfg_.vocab_size), "model.vocab_size"},
+          {"n_positions", K::Int, d(cfg_.max_seq_len), "model.seq_len"},
+          {"n_embd", K::Int, d(cfg_.d_model), "model.d_model"},
+          {"n_layer", K::Int, d(cfg_.n_layers), "model.n_layers"},
+          {"n_head", K::Int, d(cfg_.n_heads), "model.n_heads"},
+          {"layer_norm_epsilon", K::Float, decimal_of(cfg_.ln_eps), "model.ln_eps"}};
+}
+
+nlohmann::json GptModel::hf_config() const {
+  nlohmann::json j;
+  j["architectures"] = {"GPT2LMHeadModel"};
+  j["model_type"] = "gpt2";
+  for (const ModelAttribute& a : config_attributes()) {
+    if (a.kind == ModelAttribute::Kind::Int)
+      j[a.name] = static_cast<int64_t>(a.value);
+    else
+      j[a.name] = a.value;
+  }
+  j["n_ctx"] = cfg_.max_seq_len;
+  j["activation_function"] = "gelu_new";
+  j["resid_pdrop"] = 0.0;
+  j["embd_pdrop"] = 0.0;
+  j["attn_pdrop"] = 0.0;
+  j["scale_attn_weights"] = true;
+  j["tie_word_embeddings"] = true;
+  return j;
 }
 
 std::vector<std::string> GptModel::ignorable_checkpoint_names() const {

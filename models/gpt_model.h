@@ -17,7 +17,8 @@ class GptModel : public Model {
   std::vector<Layer*> layers() override;
   int64_t num_params() const override { return cfg_.num_params(); }
   double flops_per_token(int64_t seq_len) const override { return cfg_.flops_per_token(seq_len); }
-  std::vector<std::pair<std::string, int64_t>> config_attributes() const override;
+  std::vector<ModelAttribute> config_attributes() const override;
+  nlohmann::json hf_config() const override;
   std::vector<std::string> ignorable_checkpoint_names() const override;
   const GptConfig& config() const { return cfg_; }
 

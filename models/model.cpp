@@ -1,8 +1,17 @@
 #include "models/model.h"
 
+#include <charconv>
+#include <cstdlib>
 #include <unordered_set>
 
 namespace tetra {
+
+double decimal_of(float f) {
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf - 1, f);
+  *r.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
 
 std::vector<Param*> Model::params() {
   std::vector<Param*> out;

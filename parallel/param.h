@@ -17,6 +17,19 @@ enum class ParamSplit {
   Expert,      // owned by one expert-parallel rank
 };
 
+// A row range of a fused parameter (dim 0 of its full shape), e.g. the q, k and v of a fused
+// [(H + 2·Hkv)·D, C] projection. Tensor parallelism splits each part separately, in whole units
+// (a head's D rows), so every rank holds matching heads of every part. Named parts are stored as
+// tensors of their own in consolidated checkpoints and Hugging Face files (Llama's q_proj, k_proj,
+// v_proj); unnamed ones only describe the split, and the fused tensor is stored whole (GPT-2's
+// c_attn, which Hugging Face keeps fused too).
+struct ParamPart {
+  std::string name;       // e.g. "model.layers.0.self_attn.k_proj.weight"; "" = not stored apart
+  int64_t row_begin = 0;  // first row in the fused tensor
+  int64_t rows = 0;
+  int64_t unit_rows = 1;  // rows that stay together when split (a head: D)
+};
+
 struct Param {
   std::string name;         // e.g. "transformer.h.0.attn.c_attn.weight"
   Shape full_shape;         // tetra layout, unsplit ([out, in] for linear weights)
@@ -25,6 +38,10 @@ struct Param {
   bool weight_decay = true;  // PyTorch convention here: tensors of 2+ dims decay, biases/norms don't
   // The consolidated (PyTorch) layout is the transpose of tetra's (GPT-2 Conv1D stores [in, out]).
   bool transposed_in_checkpoint = false;
+  // Fused parameters: the parts, in row order, covering every row once (all named or none).
+  // Per-rank checkpoints keep the fused tensor under `name`; consolidated ones store named parts.
+  std::vector<ParamPart> parts;
+  bool stored_in_parts() const { return !parts.empty() && !parts.front().name.empty(); }
   // Which layer (FSDP unit / gradient bucket boundary) the parameter belongs to.
   int layer_index = 0;
   // Other layers that also read this parameter (tied weights: GPT-2's LM head reads wte, owned by

@@ -23,7 +23,7 @@
 #include "launch/signals.h"
 #include "launch/trainer.h"
 #include "models/consolidated.h"
-#include "models/gpt_model.h"
+#include "launch/model_config.h"
 #include "parallel/param_set.h"
 
 namespace tetra::launch {
@@ -331,7 +331,8 @@ Config tiny_config() {
 
 TEST(Consolidate, RoundTripThroughInitFrom) {
   const Config cfg = tiny_config();
-  GptModel model(gpt_config_of(cfg));
+  std::unique_ptr<Model> built = model_family_of(cfg).build(model_args(cfg));
+  Model& model = *built;
   std::vector<FullParam> params;
   std::vector<std::vector<std::tuple<int, int64_t, int64_t>>> layout(3);
   float base = 0.001f;
@@ -351,7 +352,8 @@ TEST(Consolidate, RoundTripThroughInitFrom) {
   ASSERT_EQ(consolidate_command(dir, out), 0);
   EXPECT_FALSE(fs::exists(out + ".tmp"));
 
-  GptModel loaded(gpt_config_of(cfg));
+  std::unique_ptr<Model> loaded_model = model_family_of(cfg).build(model_args(cfg));
+  Model& loaded = *loaded_model;
   ParamSet set;
   set.build(loaded.params(), Device::cpu(), DType::F32, DType::F32);
   EXPECT_TRUE(load_consolidated(out, loaded).empty());

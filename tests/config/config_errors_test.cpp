@@ -143,8 +143,8 @@ std::vector<BadCase> bad_cases() {
        {"--set parallel.grad_all_reduce: copy_engine moves gradients between GPUs, but train.device = cpu; use nccl"}},
       {"copy_engine_with_zero", kBase, {"parallel.grad_all_reduce=copy_engine", "parallel.zero_stage=1"}, 2,
        {"--set parallel.grad_all_reduce: copy_engine serves stage 0's all-reduce only, but parallel.zero_stage = 1"}},
-      {"llama_not_yet", "model:\n  arch: llama\n" + edit("model:", ""), {}, 2,
-       {"cfg.yaml:2: model.arch: llama is not supported yet (use gpt2)"}},
+      {"unknown_arch", "model:\n  arch: mamba\n" + edit("model:", ""), {}, 2,
+       {"cfg.yaml:2: model.arch: mamba is not a valid choice", "(one of: gpt2"}},
   };
 }
 

@@ -1,0 +1,29 @@
+#include "launch/model_config.h"
+
+namespace tetra::launch {
+
+ModelArgs model_args(const Config& cfg) {
+  const ModelConfig& m = cfg.model;
+  ModelArgs a;
+  a.arch = m.arch;
+  a.vocab_size = m.vocab_size;
+  a.seq_len = m.seq_len;
+  a.d_model = m.d_model;
+  a.n_layers = m.n_layers;
+  a.n_heads = m.n_heads;
+  a.ln_eps = m.ln_eps;
+  a.recompute = recompute_from_name(cfg.train.recompute);
+  return a;
+}
+
+const ModelFamily& model_family_of(const Config& cfg) { return model_family(cfg.model.arch); }
+
+ActivationShape activation_shape(const Config& cfg) {
+  ActivationShape s;
+  s.micro_batch = cfg.train.micro_batch;
+  s.seq_len = cfg.train.seq_len;
+  s.value_bytes = cfg.train.precision == "bf16" ? 2 : 4;
+  return s;
+}
+
+}  // namespace tetra::launch

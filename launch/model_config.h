@@ -1,0 +1,17 @@
+// The model a config describes, in models/'s terms: launch/ converts its Config once and from then
+// on talks to the family (models/model_family.h) only, never to a family by name.
+#pragma once
+#include "launch/config.h"
+#include "models/model_family.h"
+
+namespace tetra::launch {
+
+// model.* (and train.recompute) as ModelArgs.
+ModelArgs model_args(const Config& cfg);
+// The family of model.arch.
+const ModelFamily& model_family_of(const Config& cfg);
+// One micro-batch of training: train.micro_batch × train.seq_len at the working dtype's width
+// (train.precision bf16: 2 bytes, else 4).
+ActivationShape activation_shape(const Config& cfg);
+
+}  // namespace tetra::launch

@@ -1,0 +1,51 @@
+#include "models/gpt_config.h"
+
+#include "models/model_family.h"
+
+namespace tetra {
+
+int64_t GptConfig::num_params() const {
+  const int64_t C = d_model, L = n_layers;
+  const int64_t per_block = 2 * C /*ln_1*/ + 3 * C * C + 3 * C /*c_attn*/ + C * C + C /*attn c_proj*/ +
+                            2 * C /*ln_2*/ + 4 * C * C + 4 * C /*c_fc*/ + 4 * C * C + C /*mlp c_proj*/;
+  return vocab_size * C + max_seq_len * C + L * per_block + 2 * C;
+}
+
+double GptConfig::flops_per_token(int64_t seq_len) const {
+  return 6.0 * static_cast<double>(num_params()) +
+         12.0 * static_cast<double>(n_layers) * static_cast<double>(d_model) * static_cast<double>(seq_len);
+}
+
+void GptConfig::validate() const {
+  if (arch != "gpt2") throw ModelArgsError({"model.arch"}, "'" + arch + "' is not gpt2 (a GPT-2 model was asked for)");
+  validate_common_shape(args(), 1);
+}
+
+GptConfig GptConfig::from(const ModelArgs& a) {
+  GptConfig g;
+  g.arch = a.arch;
+  g.vocab_size = a.vocab_size;
+  g.max_seq_len = a.seq_len;
+  g.d_model = a.d_model;
+  g.n_layers = a.n_layers;
+  g.n_heads = a.n_heads;
+  g.ln_eps = static_cast<float>(a.ln_eps);
+  g.recompute = a.recompute;
+  return g;
+}
+
+ModelArgs GptConfig::args() const {
+  ModelArgs a;
+  a.arch = arch;
+  a.vocab_size = vocab_size;
+  a.seq_len = max_seq_len;
+  a.d_model = d_model;
+  a.n_layers = n_layers;
+  a.n_heads = n_heads;
+  a.ln_eps = ln_eps;
+  a.tie_embeddings = true;
+  a.recompute = recompute;
+  return a;
+}
+
+}  // namespace tetra

@@ -1,0 +1,113 @@
+#include "models/gpt_family.h"
+
+#include <cstdio>
+
+#include "models/gpt_model.h"
+
+namespace tetra {
+
+namespace {
+
+class GptFamily : public ModelFamily {
+ public:
+  std::string arch() const override { return "gpt2"; }
+  std::string description() const override {
+    return "GPT-2: learned positions, pre-LayerNorm blocks, GELU-tanh MLP of 4·d_model, biases, tied embedding";
+  }
+  std::vector<std::string> config_keys() const override { return {"ln_eps"}; }
+
+  void validate(const ModelArgs& args, int tp) const override {
+    if (args.arch != arch()) throw ModelArgsError({"model.arch"}, "'" + args.arch + "' is not gpt2");
+    validate_common_shape(args, tp);
+  }
+
+  std::unique_ptr<Model> build(const ModelArgs& args) const override {
+    validate(args, 1);
+    return std::make_unique<GptModel>(GptConfig::from(args));
+  }
+
+  ParamCount param_count(const ModelArgs& args) const override {
+    const int64_t n = GptConfig::from(args).num_params();
+    return {n, n};
+  }
+
+  double flops_per_token(const ModelArgs& args, int64_t seq_len) const override {
+    return GptConfig::from(args).flops_per_token(seq_len);
+  }
+
+  // Per token and block, what a block keeps (models/gpt_block.cpp, Saved): x, ln_1, att, x2, ln_2
+  // [C]; qkv [3C]; the MLP's fc_pre and fc_act [4C] each, at the working dtype; the fp32 mean and
+  // rstd of both LayerNorms (16 B) and the fp32 log-sum-exp per head. The head keeps its input and
+  // ln_f [C], fp32 statistics and loss (12 B) and the [V] logits gradient.
+  std::vector<LayerCost> layer_costs(const ModelArgs& args, const ActivationShape& shape) const override {
+    const double a = static_cast<double>(shape.value_bytes);
+    const double C = static_cast<double>(args.d_model), H = static_cast<double>(args.n_heads);
+    const double V = static_cast<double>(args.vocab_size), T = static_cast<double>(shape.seq_len);
+    const double tokens = static_cast<double>(shape.micro_batch) * T;
+    double block = 16.0 * C * a + 16.0 + 4.0 * H;
+    if (args.recompute == Recompute::Mlp) block -= 8.0 * C * a;
+    if (args.recompute == Recompute::Full) block = C * a;
+    const int64_t c = args.d_model;
+    std::vector<LayerCost> out;
+    out.push_back({"embedding", (args.vocab_size + args.seq_len) * c, 0.0, 0.0});
+    for (int64_t i = 0; i < args.n_layers; ++i)
+      out.push_back({"h." + std::to_string(i), 12 * c * c + 13 * c, 2.0 * 12.0 * C * C + 4.0 * C * T, tokens * block});
+    out.push_back({"head", 2 * c, 2.0 * V * C, tokens * (2.0 * C * a + 12.0 + V * a)});
+    return out;
+  }
+
+  // One block's backward: d_fc [4C], d_ln2, dx2, dx [C], d_qkv [3C] per token.
+  double backward_working_bytes(const ModelArgs& args, const ActivationShape& shape) const override {
+    const double tokens = static_cast<double>(shape.micro_batch) * static_cast<double>(shape.seq_len);
+    return tokens * 10.0 * static_cast<double>(args.d_model) * static_cast<double>(shape.value_bytes);
+  }
+
+  // Megatron-LM's GPT split with sequence parallelism: c_attn and c_fc column-parallel (c_attn per
+  // head of each of q, k, v), the two c_proj row-parallel into a sequence-sharded residual stream;
+  // the tied wte split by vocabulary for the lookup and the LM head alike.
+  TensorParallelPlan tensor_parallel_plan(const ModelArgs& args) const override {
+    TensorParallelPlan plan;
+    auto add = [&](const std::string& name, TpStyle s) { plan.params.push_back({name, s}); };
+    add("transformer.wte.weight", TpStyle::VocabParallelEmbedding);
+    add("transformer.wpe.weight", TpStyle::SequenceParallel);
+    plan.layers.push_back({"embedding", TpLayout::Replicated, TpLayout::SequenceShard});
+    for (int64_t i = 0; i < args.n_layers; ++i) {
+      const std::string p = "transformer.h." + std::to_string(i) + ".";
+      for (const char* ln : {"ln_1", "ln_2"}) {
+        add(p + ln + ".weight", TpStyle::SequenceParallel);
+        add(p + ln + ".bias", TpStyle::SequenceParallel);
+      }
+      for (const char* col : {"attn.c_attn", "mlp.c_fc"}) {
+        add(p + col + ".weight", TpStyle::ColumnParallel);
+        add(p + col + ".bias", TpStyle::ColumnParallel);
+      }
+      for (const char* row : {"attn.c_proj", "mlp.c_proj"}) {
+        add(p + row + ".weight", TpStyle::RowParallel);
+        add(p + row + ".bias", TpStyle::SequenceParallel);
+      }
+      plan.layers.push_back({"h." + std::to_string(i), TpLayout::SequenceShard, TpLayout::SequenceShard});
+    }
+    add("transformer.ln_f.weight", TpStyle::SequenceParallel);
+    add("transformer.ln_f.bias", TpStyle::SequenceParallel);
+    plan.layers.push_back({"head", TpLayout::SequenceShard, TpLayout::VocabShard});
+    return plan;
+  }
+
+  std::string describe(const ModelArgs& args) const override {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "gpt2: %lld layers, d_model %lld, %lld heads, vocabulary %lld, context %lld",
+                  static_cast<long long>(args.n_layers), static_cast<long long>(args.d_model),
+                  static_cast<long long>(args.n_heads), static_cast<long long>(args.vocab_size),
+                  static_cast<long long>(args.seq_len));
+    return buf;
+  }
+};
+
+}  // namespace
+
+const ModelFamily& gpt_family() {
+  static const GptFamily family;
+  return family;
+}
+
+}  // namespace tetra

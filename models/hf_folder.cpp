@@ -1,0 +1,146 @@
+#include "models/hf_folder.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "models/stored_tensors.h"
+#include "runtime/safetensors.h"
+
+namespace tetra {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json read_json(const fs::path& file, const std::string& what) {
+  std::ifstream in(file);
+  if (!in) TETRA_FAIL(Checkpoint, file.string(), ": cannot read ", what, ": ", std::strerror(errno));
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    TETRA_FAIL(Checkpoint, file.string(), ": ", what, " is not valid JSON (", e.what(), ")");
+  }
+}
+
+class HfFolderSource : public WeightSource {
+ public:
+  explicit HfFolderSource(const std::string& dir) : dir_(dir) {
+    const fs::path d(dir);
+    std::error_code ec;
+    if (!fs::exists(d / "config.json", ec))
+      TETRA_FAIL(Checkpoint, dir, ": not a Hugging Face model folder (no config.json)");
+    config_ = read_json(d / "config.json", "config.json");
+    if (!config_.is_object()) TETRA_FAIL(Checkpoint, (d / "config.json").string(), ": not a JSON object");
+    const fs::path single = d / "model.safetensors", index = d / "model.safetensors.index.json";
+    if (fs::exists(index, ec)) {
+      const nlohmann::json j = read_json(index, "the shard index");
+      if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+        TETRA_FAIL(Checkpoint, index.string(), ": no weight_map object (tensor name → shard file)");
+      std::map<std::string, size_t> shard_of_file;
+      for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+        if (!it.value().is_string())
+          TETRA_FAIL(Checkpoint, index.string(), ": weight_map.", it.key(), " is not a file name");
+        const std::string file = it.value().get<std::string>();
+        if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+          TETRA_FAIL(Checkpoint, index.string(), ": weight_map.", it.key(), " names '", file,
+                     "', not a file of the folder");
+        auto s = shard_of_file.find(file);
+        if (s == shard_of_file.end()) {
+          if (!fs::exists(d / file, ec))
+            TETRA_FAIL(Checkpoint, index.string(), ": shard ", file, " (of tensor ", it.key(), ") does not exist");
+          s = shard_of_file.emplace(file, shards_.size()).first;
+          shards_.push_back(std::make_unique<safetensors::Reader>((d / file).string()));
+        }
+        if (!shards_[s->second]->find(it.key()))
+          TETRA_FAIL(Checkpoint, index.string(), ": tensor ", it.key(), " is not in its shard ", file);
+        where_[it.key()] = s->second;
+      }
+    } else if (fs::exists(single, ec)) {
+      shards_.push_back(std::make_unique<safetensors::Reader>(single.string()));
+      for (const safetensors::TensorInfo& t : shards_[0]->tensors()) where_[t.name] = 0;
+    } else {
+      TETRA_FAIL(Checkpoint, dir, ": no model.safetensors or model.safetensors.index.json (tetra reads the "
+                                  "safetensors format only)");
+    }
+  }
+
+  std::string path() const override { return dir_; }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& [name, shard] : where_) out.push_back(name);
+    return out;
+  }
+  bool has(const std::string& name) const override { return where_.count(name) > 0; }
+  Shape shape(const std::string& name) const override { return info(name).shape; }
+  Tensor read_f32(const std::string& name) const override { return reader(name).read_f32(name); }
+  std::optional<double> attribute(const std::string& name) const override {
+    auto it = config_.find(name);
+    if (it == config_.end()) return std::nullopt;
+    if (it->is_boolean()) return it->get<bool>() ? 1.0 : 0.0;
+    if (it->is_number()) return it->get<double>();
+    return std::nullopt;
+  }
+  std::optional<nlohmann::json> config_field(const std::string& name) const override {
+    auto it = config_.find(name);
+    if (it == config_.end()) return std::nullopt;
+    return *it;
+  }
+  std::optional<std::string> arch() const override {
+    auto it = config_.find("model_type");
+    if (it == config_.end() || !it->is_string()) return std::nullopt;
+    return it->get<std::string>();
+  }
+
+ private:
+  const safetensors::Reader& reader(const std::string& name) const {
+    auto it = where_.find(name);
+    if (it == where_.end()) TETRA_FAIL(Checkpoint, dir_, ": no tensor '", name, "'");
+    return *shards_[it->second];
+  }
+  const safetensors::TensorInfo& info(const std::string& name) const { return *reader(name).find(name); }
+
+  std::string dir_;
+  nlohmann::json config_;
+  std::vector<std::unique_ptr<safetensors::Reader>> shards_;
+  std::map<std::string, size_t> where_;  // tensor → shard
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> open_hf_folder(const std::string& dir) { return std::make_unique<HfFolderSource>(dir); }
+
+void write_hf_folder(const std::string& dir, Model& model, const std::vector<Tensor>& values, DType dtype) {
+  TETRA_CHECK(dtype == DType::F32 || dtype == DType::BF16, "write_hf_folder: dtype ", dtype_name(dtype));
+  std::vector<Param*> params = model.params();
+  TETRA_CHECK(values.size() == params.size(), "write_hf_folder: ", values.size(), " tensors for ", params.size(),
+              " parameters");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) TETRA_FAIL(Checkpoint, "cannot create the folder ", dir, ": ", ec.message());
+  std::vector<safetensors::NamedTensor> tensors;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& v = values[i];
+    TETRA_CHECK(v.device().is_cpu() && v.dtype() == DType::F32 && v.shape() == params[i]->full_shape,
+                "write_hf_folder: ", params[i]->name, " given ", v.describe());
+    for (const StoredTensor& t : stored_tensors(*params[i])) tensors.push_back({t.name, to_stored(t, v)});
+  }
+  const fs::path d(dir);
+  safetensors::write((d / "model.safetensors").string(), tensors, dtype, {{"format", "pt"}});
+  nlohmann::json config = model.hf_config();
+  config["torch_dtype"] = dtype == DType::BF16 ? "bfloat16" : "float32";
+  const std::string tmp = (d / "config.json.tmp").string();
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << config.dump(2) << "\n";
+    out.flush();
+    if (!out) TETRA_FAIL(Checkpoint, "cannot write ", tmp, ": ", std::strerror(errno));
+  }
+  fs::rename(tmp, d / "config.json", ec);
+  if (ec) TETRA_FAIL(Checkpoint, "cannot rename ", tmp, ": ", ec.message());
+}
+
+}  // namespace tetra

@@ -1,0 +1,57 @@
+// ModelArgs: the network a config describes, as models/ sees it (launch/ converts its Config into
+// one; models/ cannot see launch/). One flat struct for every family: each family reads the fields
+// it takes (ModelFamily::config_keys) and ignores the rest. Field names are the `model.*` config
+// keys, so errors can name the key to fix.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/layer.h"
+#include "runtime/error.h"
+
+namespace tetra {
+
+struct ModelArgs {
+  std::string arch = "gpt2";  // model.arch: the family
+  int64_t vocab_size = 0;
+  int64_t seq_len = 0;        // model.seq_len: the longest context (GPT-2: rows of the position table)
+  int64_t d_model = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;     // key/value heads; 0 = n_heads (plain multi-head attention)
+  int64_t ffn_dim = 0;        // MLP hidden width; 0 = the family's default
+  double ln_eps = 1e-5;       // LayerNorm epsilon (GPT-2)
+  double norm_eps = 1e-5;     // RMSNorm epsilon (Llama)
+  double rope_theta = 10000;  // rotary embedding base (Llama)
+  bool tie_embeddings = false;  // output layer shares the token embedding (Llama; GPT-2 always ties)
+  Recompute recompute = Recompute::None;  // train.recompute, applied to every block
+};
+
+// What one micro-batch of training looks like, for activation memory: sequences × tokens at the
+// working dtype's width, under the recompute mode of ModelArgs.
+struct ActivationShape {
+  int64_t micro_batch = 1;
+  int64_t seq_len = 0;
+  int64_t value_bytes = 4;  // 4 (fp32 on the CPU) or 2 (bf16 on CUDA)
+};
+
+// A model shape a family cannot build, or cannot split over the mesh: the config keys involved
+// (`model.n_kv_heads`, ...; the first is the one to fix) and what is wrong and what would be valid.
+// launch/ turns it into "FILE:LINE: KEY: WHAT [OTHER at FILE:LINE]"; what() alone reads
+// "KEY: WHAT" for callers outside launch/.
+class ModelArgsError : public Error {
+ public:
+  ModelArgsError(std::vector<std::string> keys, const std::string& what)
+      : Error(ErrorKind::Config, (keys.empty() ? std::string() : keys.front() + ": ") + what),
+        keys_(std::move(keys)),
+        detail_(what) {}
+  const std::vector<std::string>& keys() const { return keys_; }
+  const std::string& detail() const { return detail_; }
+
+ private:
+  std::vector<std::string> keys_;
+  std::string detail_;
+};
+
+}  // namespace tetra

@@ -1,0 +1,103 @@
+#include "models/tensor_parallel_plan.h"
+
+#include <map>
+
+namespace tetra {
+
+const char* tp_style_name(TpStyle s) {
+  switch (s) {
+    case TpStyle::Replicated: return "replicated";
+    case TpStyle::ColumnParallel: return "column-parallel";
+    case TpStyle::RowParallel: return "row-parallel";
+    case TpStyle::VocabParallelEmbedding: return "vocab-parallel embedding";
+    case TpStyle::VocabParallelOutput: return "vocab-parallel output";
+    case TpStyle::SequenceParallel: return "sequence-parallel";
+  }
+  return "?";
+}
+
+const char* tp_layout_name(TpLayout l) {
+  switch (l) {
+    case TpLayout::Replicated: return "replicated";
+    case TpLayout::SequenceShard: return "sequence-sharded";
+    case TpLayout::VocabShard: return "vocab-sharded";
+  }
+  return "?";
+}
+
+int TpParamPlan::split_dim() const {
+  switch (style) {
+    case TpStyle::ColumnParallel:
+    case TpStyle::VocabParallelEmbedding:
+    case TpStyle::VocabParallelOutput: return 0;
+    case TpStyle::RowParallel: return 1;
+    case TpStyle::Replicated:
+    case TpStyle::SequenceParallel: return -1;
+  }
+  return -1;
+}
+
+const TpParamPlan* TensorParallelPlan::find(const std::string& param) const {
+  for (const TpParamPlan& p : params)
+    if (p.param == param) return &p;
+  return nullptr;
+}
+
+std::vector<std::string> tensor_parallel_plan_problems(const TensorParallelPlan& plan, Model& model, int tp) {
+  std::vector<std::string> out;
+  std::map<std::string, int> entries;
+  for (const TpParamPlan& p : plan.params) ++entries[p.param];
+  for (Param* p : model.params()) {
+    auto it = entries.find(p->name);
+    if (it == entries.end()) {
+      out.push_back(p->name + ": no entry in the plan");
+      continue;
+    }
+    if (it->second > 1) out.push_back(p->name + ": " + std::to_string(it->second) + " entries in the plan");
+    entries.erase(it);
+    if (!p->parts.empty()) {
+      int64_t next = 0;
+      for (const ParamPart& part : p->parts) {
+        if (part.row_begin != next) out.push_back(p->name + ": its parts do not cover its rows in order");
+        next = part.row_begin + part.rows;
+      }
+      if (next != p->full_shape[0]) out.push_back(p->name + ": its parts cover " + std::to_string(next) + " of " +
+                                                  std::to_string(p->full_shape[0]) + " rows");
+    }
+    const TpParamPlan& e = *plan.find(p->name);
+    const int dim = e.split_dim();
+    if (dim < 0) continue;
+    if (dim >= static_cast<int>(p->full_shape.size())) {
+      out.push_back(p->name + ": " + tp_style_name(e.style) + " splits dim " + std::to_string(dim) + " of a " +
+                    std::to_string(p->full_shape.size()) + "-d tensor");
+      continue;
+    }
+    if (!p->parts.empty() && dim == 0) {
+      for (size_t i = 0; i < p->parts.size(); ++i) {
+        const ParamPart& part = p->parts[i];
+        const int64_t unit = part.unit_rows > 0 ? part.unit_rows : 1;
+        if (part.rows % unit != 0 || (part.rows / unit) % tp != 0)
+          out.push_back(p->name + ": part " + std::to_string(i) + " (" + (part.name.empty() ? "unnamed" : part.name) +
+                        ") has " + std::to_string(part.rows) + " rows in units of " + std::to_string(unit) +
+                        ", which do not split over tp = " + std::to_string(tp));
+      }
+    } else if (p->full_shape[static_cast<size_t>(dim)] % tp != 0) {
+      out.push_back(p->name + ": dim " + std::to_string(dim) + " of " + shape_str(p->full_shape) +
+                    " is not divisible by tp = " + std::to_string(tp));
+    }
+  }
+  for (const auto& [name, n] : entries) out.push_back(name + ": in the plan but not a parameter of the model");
+  std::vector<Layer*> layers = model.layers();
+  if (plan.layers.size() != layers.size()) {
+    out.push_back("the plan has " + std::to_string(plan.layers.size()) + " layers, the model " +
+                  std::to_string(layers.size()));
+  } else {
+    for (size_t i = 0; i < layers.size(); ++i)
+      if (plan.layers[i].layer != layers[i]->name())
+        out.push_back("layer " + std::to_string(i) + " is " + layers[i]->name() + ", the plan says " +
+                      plan.layers[i].layer);
+  }
+  return out;
+}
+
+}  // namespace tetra

@@ -1,0 +1,69 @@
+// The tensor-parallel plan of a model, as data (torchtitan's parallelize plan, Megatron-Core's
+// layer specs): how every parameter splits over the tp group and how activations enter and leave
+// every layer. A family writes it for a given shape (ModelFamily::tensor_parallel_plan); the
+// tensor-parallel strategy applies it from outside (ARCHITECTURE.md §3, §9). Nothing here runs.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+
+namespace tetra {
+
+enum class TpStyle {
+  // A full copy on every tp rank that sees the whole (replicated) activation, so its gradient is
+  // complete on every rank (not used by the sequence-parallel plans below; a plan without
+  // sequence parallelism gives norms and row-parallel biases this style).
+  Replicated,
+  // [out, in] split along out (dim 0): a replicated (all-gathered) input, out/tp output features
+  // per rank. A bias splits with it. A fused Param splits each of its parts (Param::parts)
+  // separately: q, k, v per head, gate and up per half, so each rank holds whole heads.
+  ColumnParallel,
+  // [out, in] split along in (dim 1): each rank reads its in/tp input features and writes partial
+  // sums, reduced over tp (all-reduce, or reduce-scatter into a sequence-parallel residual stream).
+  RowParallel,
+  // The token embedding [V, C] split along V: each rank looks up the ids in its rows (zeros
+  // elsewhere) and the outputs are summed over tp (reduce-scatter along the sequence).
+  VocabParallelEmbedding,
+  // The output layer [V, C] split along V: logits sharded by vocabulary, the cross-entropy computed
+  // across the shards (loss parallel), no [N, V] tensor gathered.
+  VocabParallelOutput,
+  // Replicated weights that act on a sequence-sharded activation (sequence parallelism): norm
+  // weights, the bias of a row-parallel projection (added after the reduce-scatter), GPT-2's
+  // position table. Each rank's gradient covers its tokens only: summed over tp as well as dp.
+  SequenceParallel,
+};
+const char* tp_style_name(TpStyle s);
+
+// How an activation tensor lies over the tp group between layers.
+enum class TpLayout {
+  Replicated,      // every rank holds all of it
+  SequenceShard,   // split along tokens (sequence parallelism): [N/tp, C] per rank
+  VocabShard,      // the logits, split along the vocabulary
+};
+const char* tp_layout_name(TpLayout l);
+
+struct TpParamPlan {
+  std::string param;  // Param::name (tetra's name; a fused Param's parts split with it)
+  TpStyle style = TpStyle::Replicated;
+  // The dimension split over tp: 0 or 1 (−1: not split). A Param with parts splits dim 0 per part.
+  int split_dim() const;
+};
+
+struct TpLayerPlan {
+  std::string layer;  // Layer::name()
+  TpLayout input = TpLayout::SequenceShard, output = TpLayout::SequenceShard;
+};
+
+struct TensorParallelPlan {
+  std::vector<TpParamPlan> params;  // one entry per parameter of the model
+  std::vector<TpLayerPlan> layers;  // one entry per layer, in model order
+  const TpParamPlan* find(const std::string& param) const;  // nullptr when absent
+};
+
+// What is wrong with `plan` for `model` split over `tp` ranks, one line each (empty: nothing): a
+// parameter without an entry or with two, an entry for no parameter, a split dimension (or a part's
+// whole units) that tp does not divide, a layer missing or out of order.
+std::vector<std::string> tensor_parallel_plan_problems(const TensorParallelPlan& plan, Model& model, int tp);
+
+}  // namespace tetra

@@ -1,0 +1,179 @@
+// The model-family registry (models/model_family.h): every family's spec agrees with the model it
+// builds — parameter count, per-layer costs in model order, FLOPs, activation bytes — and its
+// tensor-parallel plan covers every parameter exactly once; shape errors name the config key.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "models/model_family.h"
+#include "models/stored_tensors.h"
+
+using namespace tetra;
+
+namespace {
+
+// Small shapes of every registered family (tp 2 divides heads and vocabulary).
+std::vector<ModelArgs> sample_args() {
+  std::vector<ModelArgs> out;
+  ModelArgs g;
+  g.arch = "gpt2";
+  g.vocab_size = 96;
+  g.seq_len = 16;
+  g.d_model = 32;
+  g.n_layers = 3;
+  g.n_heads = 4;
+  out.push_back(g);
+  return out;
+}
+
+std::string label(const ModelArgs& a) {
+  return a.arch + " L" + std::to_string(a.n_layers) + " kv" + std::to_string(a.n_kv_heads) +
+         (a.tie_embeddings ? " tied" : "");
+}
+
+}  // namespace
+
+TEST(ModelFamily, RegistryKnowsEveryFamilyAndRejectsOthers) {
+  const std::vector<std::string> names = model_family_names();
+  ASSERT_FALSE(names.empty());
+  EXPECT_EQ(names.front(), "gpt2");
+  for (const std::string& n : names) EXPECT_EQ(model_family(n).arch(), n);
+  try {
+    model_family("mamba");
+    FAIL() << "no error";
+  } catch (const ModelArgsError& e) {
+    ASSERT_EQ(e.keys().size(), 1u);
+    EXPECT_EQ(e.keys()[0], "model.arch");
+    EXPECT_NE(std::string(e.what()).find("'mamba' is not a model family (valid: gpt2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelFamily, SpecAgreesWithTheModelItBuilds) {
+  for (const ModelArgs& args : sample_args()) {
+    SCOPED_TRACE(label(args));
+    const ModelFamily& f = model_family(args.arch);
+    std::unique_ptr<Model> model = f.build(args);
+    EXPECT_EQ(model->arch(), args.arch);
+    std::vector<Param*> params = model->params();
+    std::set<std::string> names;
+    int64_t numel = 0;
+    std::map<int, int64_t> owned;  // layer index → elements of the params it owns
+    for (Param* p : params) {
+      EXPECT_TRUE(names.insert(p->name).second) << "two parameters named " << p->name;
+      numel += p->numel();
+      owned[p->layer_index] += p->numel();
+    }
+    const ParamCount count = f.param_count(args);
+    EXPECT_EQ(count.total, numel);
+    EXPECT_EQ(count.active, numel);  // dense families
+    EXPECT_EQ(model->num_params(), numel);
+    for (int64_t T : {int64_t{8}, args.seq_len}) EXPECT_DOUBLE_EQ(f.flops_per_token(args, T), model->flops_per_token(T));
+
+    ActivationShape shape;
+    shape.micro_batch = 2;
+    shape.seq_len = args.seq_len;
+    const std::vector<LayerCost> costs = f.layer_costs(args, shape);
+    std::vector<Layer*> layers = model->layers();
+    ASSERT_EQ(costs.size(), layers.size());
+    double act = f.backward_working_bytes(args, shape);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      EXPECT_EQ(costs[i].name, layers[i]->name()) << "layer " << i;
+      EXPECT_EQ(costs[i].params, owned[layers[i]->index()]) << costs[i].name;
+      EXPECT_GE(costs[i].forward_flops, 0.0);
+      EXPECT_GE(costs[i].activation_bytes, 0.0);
+      act += costs[i].activation_bytes;
+    }
+    EXPECT_GT(costs[1].forward_flops, 0.0);
+    EXPECT_GT(costs.back().forward_flops, 0.0) << "the output layer multiplies";
+    EXPECT_DOUBLE_EQ(f.activation_bytes(args, shape), act);
+    // Three times the forward FLOPs of the matrix products and attention is the model FLOPs up to
+    // the parameters no product uses (norms, biases, positions, the embedding lookup).
+    double fwd = 0;
+    for (const LayerCost& c : costs) fwd += c.forward_flops;
+    EXPECT_LE(3.0 * fwd, f.flops_per_token(args, args.seq_len) * 1.0000001);
+    EXPECT_GE(3.0 * fwd, f.flops_per_token(args, args.seq_len) * 0.5);
+
+    // Stored tensors: every name once; the whole model is stored.
+    std::set<std::string> stored;
+    int64_t stored_numel = 0;
+    for (Param* p : params)
+      for (const StoredTensor& t : stored_tensors(*p)) {
+        EXPECT_TRUE(stored.insert(t.name).second) << "stored twice: " << t.name;
+        stored_numel += shape_numel(t.shape);
+      }
+    EXPECT_EQ(stored_numel, numel);
+  }
+}
+
+TEST(ModelFamily, TensorParallelPlanCoversEveryParameterOnce) {
+  for (const ModelArgs& args : sample_args()) {
+    SCOPED_TRACE(label(args));
+    const ModelFamily& f = model_family(args.arch);
+    std::unique_ptr<Model> model = f.build(args);
+    const TensorParallelPlan plan = f.tensor_parallel_plan(args);
+    for (int tp : {1, 2}) {
+      std::vector<std::string> problems = tensor_parallel_plan_problems(plan, *model, tp);
+      std::string all;
+      for (const std::string& p : problems) all += p + "\n";
+      EXPECT_TRUE(problems.empty()) << "tp " << tp << ":\n" << all;
+    }
+    // The check can fail: a plan missing an entry, with one twice, or naming no parameter.
+    TensorParallelPlan broken = plan;
+    const std::string first = broken.params.front().param;
+    broken.params.erase(broken.params.begin());
+    broken.params.push_back(broken.params.back());
+    broken.params.push_back({"no.such.weight", TpStyle::Replicated});
+    const std::vector<std::string> problems = tensor_parallel_plan_problems(broken, *model, 1);
+    ASSERT_EQ(problems.size(), 3u);
+    EXPECT_EQ(problems[0], first + ": no entry in the plan");
+    // A split that does not divide: tp = 3 does not divide the sample's heads or vocabulary.
+    EXPECT_FALSE(tensor_parallel_plan_problems(plan, *model, 3).empty());
+  }
+}
+
+TEST(ModelFamily, ShapeErrorsNameTheKey) {
+  ModelArgs a = sample_args().front();
+  auto keys_of = [](const ModelArgs& args, int tp) {
+    try {
+      model_family(args.arch).validate(args, tp);
+    } catch (const ModelArgsError& e) {
+      return e.keys();
+    }
+    return std::vector<std::string>{};
+  };
+  EXPECT_TRUE(keys_of(a, 1).empty());
+  ModelArgs b = a;
+  b.d_model = 30;
+  EXPECT_EQ(keys_of(b, 1), (std::vector<std::string>{"model.d_model", "model.n_heads"}));
+  EXPECT_EQ(keys_of(a, 3), (std::vector<std::string>{"model.n_heads", "parallel.tp"}));
+  b = a;
+  b.vocab_size = 97;
+  EXPECT_EQ(keys_of(b, 2), (std::vector<std::string>{"model.vocab_size", "parallel.tp"}));
+}
+
+// GPT-2's numbers as launch/ computed them before the registry: 6·N + 12·L·d·T, and the activation
+// estimate of each block, the head and one block's backward.
+TEST(GptFamily, NumbersAsBefore) {
+  ModelArgs a;
+  a.arch = "gpt2";
+  a.vocab_size = 50304;
+  a.seq_len = 1024;
+  a.d_model = 768;
+  a.n_layers = 12;
+  a.n_heads = 12;
+  const ModelFamily& f = model_family("gpt2");
+  EXPECT_EQ(f.param_count(a).total, 124475904);
+  EXPECT_DOUBLE_EQ(f.flops_per_token(a, 1024), 6.0 * 124475904 + 12.0 * 12 * 768 * 1024);
+  for (Recompute r : {Recompute::None, Recompute::Mlp, Recompute::Full})
+    for (int64_t bytes : {int64_t{2}, int64_t{4}}) {
+      a.recompute = r;
+      ActivationShape s{16, 1024, bytes};
+      const double C = 768, H = 12, V = 50304, L = 12, tokens = 16 * 1024, ab = static_cast<double>(bytes);
+      double block = 16.0 * C * ab + 16.0 + 4.0 * H;
+      if (r == Recompute::Mlp) block -= 8.0 * C * ab;
+      if (r == Recompute::Full) block = C * ab;
+      const double want = tokens * (L * block + (2.0 * C * ab + 12.0 + V * ab) + 10.0 * C * ab);
+      EXPECT_DOUBLE_EQ(f.activation_bytes(a, s), want);
+    }
+}
