@@ -6,21 +6,25 @@ namespace tetra {
 
 namespace {
 
-AttentionDims check_qkv(const char* op, const Tensor& qkv, int64_t n_heads) {
-  if (qkv.ndim() != 3) TETRA_FAIL(Internal, op, ": qkv must be [B, T, 3·H·D], got ", qkv.describe());
+AttentionDims check_qkv(const char* op, const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads) {
+  if (qkv.ndim() != 3) TETRA_FAIL(Internal, op, ": qkv must be [B, T, (H + 2·Hkv)·D], got ", qkv.describe());
   if (n_heads <= 0) TETRA_FAIL(Internal, op, ": n_heads must be > 0, got ", n_heads);
-  const int64_t width = qkv.dim(2);
-  if (width == 0 || width % (3 * n_heads) != 0)
+  if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
+    TETRA_FAIL(Internal, op, ": n_kv_heads = ", n_kv_heads, " must divide n_heads = ", n_heads,
+               " (n_kv_heads = n_heads is plain multi-head attention)");
+  const int64_t width = qkv.dim(2), heads = n_heads + 2 * n_kv_heads;
+  if (width == 0 || width % heads != 0)
     TETRA_FAIL(Internal, op, ": qkv ", qkv.describe(), " has a last dimension of ", width,
-               ", which is not 3·H·D for H = ", n_heads, " heads");
-  return {qkv.dim(0), qkv.dim(1), n_heads, width / (3 * n_heads)};
+               ", which is not (H + 2·Hkv)·D for H = ", n_heads, " query heads and Hkv = ", n_kv_heads,
+               " key/value heads");
+  return {qkv.dim(0), qkv.dim(1), n_heads, n_kv_heads, width / heads};
 }
 
 }  // namespace
 
 AttentionDims check_attention_forward_shapes(const char* op, const Tensor& out, const Tensor& lse,
-                                             const Tensor& qkv, int64_t n_heads) {
-  const AttentionDims d = check_qkv(op, qkv, n_heads);
+                                             const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads) {
+  const AttentionDims d = check_qkv(op, qkv, n_heads, n_kv_heads);
   check_dtype(op, "out", out, qkv.dtype());
   check_shape(op, "out", out, {d.B, d.T, d.H * d.D});
   check_dtype(op, "lse", lse, DType::F32);
@@ -31,8 +35,8 @@ AttentionDims check_attention_forward_shapes(const char* op, const Tensor& out, 
 
 AttentionDims check_attention_backward_shapes(const char* op, const Tensor& dqkv, const Tensor& dout,
                                               const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                                              int64_t n_heads) {
-  const AttentionDims d = check_qkv(op, qkv, n_heads);
+                                              int64_t n_heads, int64_t n_kv_heads) {
+  const AttentionDims d = check_qkv(op, qkv, n_heads, n_kv_heads);
   check_dtype(op, "dqkv", dqkv, qkv.dtype());
   check_shape(op, "dqkv", dqkv, qkv.shape());
   check_dtype(op, "dout", dout, qkv.dtype());

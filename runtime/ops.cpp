@@ -78,6 +78,29 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
   TETRA_DISPATCH(dx.device(), layernorm_backward, dx, dw, db, dy, x, w, mean, rstd, accumulate_dx, dresidual,
                  dx_column_sum);
 }
+void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
+  check_same_device("rmsnorm_forward", {&y, &rstd, &x, &w});
+  TETRA_DISPATCH(y.device(), rmsnorm_forward, y, rstd, x, w, eps);
+}
+void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                      bool accumulate_dx, const Tensor* dresidual) {
+  check_same_device("rmsnorm_backward", {&dx, &dw, &dy, &x, &w, &rstd, dresidual});
+  TETRA_DISPATCH(dx.device(), rmsnorm_backward, dx, dw, dy, x, w, rstd, accumulate_dx, dresidual);
+}
+void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta) {
+  TETRA_DISPATCH(qkv.device(), rope_forward, qkv, n_heads, n_kv_heads, theta);
+}
+void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, float theta) {
+  TETRA_DISPATCH(dqkv.device(), rope_backward, dqkv, n_heads, n_kv_heads, theta);
+}
+void swiglu_forward(Tensor& h, const Tensor& gate_up) {
+  check_same_device("swiglu_forward", {&h, &gate_up});
+  TETRA_DISPATCH(h.device(), swiglu_forward, h, gate_up);
+}
+void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up) {
+  check_same_device("swiglu_backward", {&d_gate_up, &dh, &gate_up});
+  TETRA_DISPATCH(d_gate_up.device(), swiglu_backward, d_gate_up, dh, gate_up);
+}
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len) {
   check_same_device("embedding_forward", {&y, &ids, &wte, &wpe});
   TETRA_DISPATCH(y.device(), embedding_forward, y, ids, wte, wpe, seq_len);
@@ -86,14 +109,14 @@ void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tens
   check_same_device("embedding_backward", {&dwte, dwpe, &dy, &ids});
   TETRA_DISPATCH(dwte.device(), embedding_backward, dwte, dwpe, dy, ids, seq_len);
 }
-void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads) {
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads) {
   check_same_device("attention_forward", {&out, &lse, &qkv});
-  TETRA_DISPATCH(out.device(), attention_forward, out, lse, qkv, n_heads);
+  TETRA_DISPATCH(out.device(), attention_forward, out, lse, qkv, n_heads, n_kv_heads);
 }
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                        int64_t n_heads) {
+                        int64_t n_heads, int64_t n_kv_heads) {
   check_same_device("attention_backward", {&dqkv, &dout, &qkv, &out, &lse});
-  TETRA_DISPATCH(dqkv.device(), attention_backward, dqkv, dout, qkv, out, lse, n_heads);
+  TETRA_DISPATCH(dqkv.device(), attention_backward, dqkv, dout, qkv, out, lse, n_heads, n_kv_heads);
 }
 void softmax_cross_entropy(Tensor& losses, Tensor* dlogits, const Tensor& logits, const Tensor& targets,
                            float grad_scale) {

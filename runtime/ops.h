@@ -1,8 +1,9 @@
 // The op library: every op the models need, forward and backward, for both backends.
 // Each op dispatches on the device of its tensors: CPU (fp32, clear loops, OpenBLAS GEMM) or CUDA
 // (bf16 storage, fp32 accumulation). Outputs are passed in, preallocated, so no op allocates in
-// the step loop. Shapes below: N = tokens (B·T), C = channels, V = vocabulary, H = heads,
-// D = head dim, O/I = output/input features. "accumulate" means out += result instead of out = result.
+// the step loop. Shapes below: N = tokens (B·T), C = channels, V = vocabulary, H = query heads,
+// Hkv = key/value heads (H % Hkv == 0), D = head dim, F = MLP hidden width, O/I = output/input
+// features. "accumulate" means out += result instead of out = result.
 #pragma once
 #include <cstdint>
 
@@ -64,6 +65,33 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
                         const Tensor& mean, const Tensor& rstd, bool accumulate_dx = false,
                         const Tensor* dresidual = nullptr, Tensor* dx_column_sum = nullptr);
 
+// RMSNorm (Hugging Face LlamaRMSNorm): y[N, C] = x · rstd · w, rstd[N] fp32 = 1/√(mean_c(x²) + eps).
+// y may alias x.
+void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps);
+// dx[N, C] (+)= the gradient through the norm; dw[C] += Σ_n dy·x·rstd (always accumulates).
+// With dresidual [N, C] (dx's dtype; accumulate_dx false): dx = dresidual + (gradient through the
+// norm), for a pre-norm residual stream; dx may alias dresidual or dy. Same contract as layernorm_backward.
+void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                      bool accumulate_dx = false, const Tensor* dresidual = nullptr);
+
+// ---------- rotary position embedding ----------
+// In place on the q and k heads of a fused qkv [B, T, (H + 2·Hkv)·D] (per token: q heads, then k
+// heads, then v heads, each head D contiguous values; v untouched). Hugging Face Llama's rotate-half
+// convention: for i < D/2 and the angle a = t·inv_freq[i] at position t (0 … T−1 within the sequence),
+// inv_freq[i] = 1 / theta^(2i/D) (fp32, as transformers computes it):
+//   x'[i] = x[i]·cos a − x[i + D/2]·sin a;   x'[i + D/2] = x[i + D/2]·cos a + x[i]·sin a.
+// Angles in fp32 on every backend (the same fp32 angle everywhere; sin/cos to fp32 rounding). D even.
+void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta);
+// The transpose (inverse rotation) applied in place to dq and dk of dqkv (same layout); dv untouched.
+void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, float theta);
+
+// ---------- SwiGLU ----------
+// On a fused gate/up projection gu[N, 2F] = [gate | up] (gate in columns 0 … F−1):
+// h[N, F] = silu(gate) · up, silu(g) = g·sigmoid(g). h may not alias gate_up.
+void swiglu_forward(Tensor& h, const Tensor& gate_up);
+// d_gate_up[N, 2F] from dh[N, F] and the saved gate_up; d_gate_up may alias neither.
+void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up);
+
 // ---------- embeddings ----------
 // y[N, C] = wte[ids[n], :] + wpe[n mod T, :]   (ids int32 [N], N = B·T; wpe [≥T, C] may be undefined)
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len);
@@ -71,13 +99,24 @@ void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Te
 void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len);
 
 // ---------- attention ----------
-// Causal multi-head self-attention. qkv[B, T, 3·H·D] holds q | k | v, each [H, D] per token.
+// Causal self-attention with grouped-query heads. qkv[B, T, (H + 2·Hkv)·D] holds per token the H query
+// heads, then the Hkv key heads, then the Hkv value heads, each D contiguous values; query head h reads
+// key/value head h / (H / Hkv). Hkv = H is plain multi-head attention (qkv [B, T, 3·H·D]).
 // out[B, T, H·D]; lse[B, H, T] fp32 = log Σ exp(scaled scores) per query (for backward).
-// scale = 1/√D.
-void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads);
-// dqkv[B, T, 3·H·D] = gradient w.r.t. qkv, from dout[B, T, H·D].
+// scale = 1/√D. No backend repeats K/V in memory.
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads);
+// dqkv (qkv's shape) = gradient w.r.t. qkv, from dout[B, T, H·D]; dk, dv summed over the query heads
+// of each group.
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                        int64_t n_heads);
+                        int64_t n_heads, int64_t n_kv_heads);
+// Plain multi-head attention (n_kv_heads = n_heads).
+inline void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads) {
+  attention_forward(out, lse, qkv, n_heads, n_heads);
+}
+inline void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                               const Tensor& lse, int64_t n_heads) {
+  attention_backward(dqkv, dout, qkv, out, lse, n_heads, n_heads);
+}
 
 // ---------- loss ----------
 // Fused softmax cross-entropy. logits[N, V], targets int32[N] (target < 0: ignored, loss 0).

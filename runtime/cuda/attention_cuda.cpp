@@ -51,46 +51,47 @@ void check_cuda_qkv(const char* op, const Tensor& qkv) {
 }  // namespace
 
 AttentionDims check_attention_forward(const char* op, const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                                      int64_t n_heads) {
+                                      int64_t n_heads, int64_t n_kv_heads) {
   check_cuda_qkv(op, qkv);
-  return check_attention_forward_shapes(op, out, lse, qkv, n_heads);
+  return check_attention_forward_shapes(op, out, lse, qkv, n_heads, n_kv_heads);
 }
 
 AttentionDims check_attention_backward(const char* op, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                       const Tensor& out, const Tensor& lse, int64_t n_heads) {
+                                       const Tensor& out, const Tensor& lse, int64_t n_heads, int64_t n_kv_heads) {
   check_cuda_qkv(op, qkv);
-  return check_attention_backward_shapes(op, dqkv, dout, qkv, out, lse, n_heads);
+  return check_attention_backward_shapes(op, dqkv, dout, qkv, out, lse, n_heads, n_kv_heads);
 }
 
 const char* attention_impl_name(AttentionImpl impl) {
   return impl == AttentionImpl::Cudnn ? "cudnn" : "reference";
 }
 
-AttentionImpl attention_impl_for(const Tensor& qkv, int64_t n_heads, std::initializer_list<const Tensor*> operands) {
+AttentionImpl attention_impl_for(const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads,
+                                 std::initializer_list<const Tensor*> operands) {
   const Mode mode = mode_from_env();
   if (qkv.dtype() != DType::BF16 || mode == Mode::Reference) return AttentionImpl::Reference;
   if (mode == Mode::Cudnn) return AttentionImpl::Cudnn;  // unsupported calls fail there, with the reason
-  const std::string why = cudnn_attention_unsupported(qkv, n_heads, operands);
+  const std::string why = cudnn_attention_unsupported(qkv, n_heads, n_kv_heads, operands);
   if (why.empty()) return AttentionImpl::Cudnn;
   warn_fallback_once(why);
   return AttentionImpl::Reference;
 }
 
-void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads) {
-  check_attention_forward("attention_forward", out, lse, qkv, n_heads);
-  if (attention_impl_for(qkv, n_heads, {&out, &lse}) == AttentionImpl::Cudnn)
-    attention_forward_cudnn(out, lse, qkv, n_heads);
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads) {
+  check_attention_forward("attention_forward", out, lse, qkv, n_heads, n_kv_heads);
+  if (attention_impl_for(qkv, n_heads, n_kv_heads, {&out, &lse}) == AttentionImpl::Cudnn)
+    attention_forward_cudnn(out, lse, qkv, n_heads, n_kv_heads);
   else
-    attention_forward_reference(out, lse, qkv, n_heads);
+    attention_forward_reference(out, lse, qkv, n_heads, n_kv_heads);
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                        int64_t n_heads) {
-  check_attention_backward("attention_backward", dqkv, dout, qkv, out, lse, n_heads);
-  if (attention_impl_for(qkv, n_heads, {&dqkv, &dout, &out, &lse}) == AttentionImpl::Cudnn)
-    attention_backward_cudnn(dqkv, dout, qkv, out, lse, n_heads);
+                        int64_t n_heads, int64_t n_kv_heads) {
+  check_attention_backward("attention_backward", dqkv, dout, qkv, out, lse, n_heads, n_kv_heads);
+  if (attention_impl_for(qkv, n_heads, n_kv_heads, {&dqkv, &dout, &out, &lse}) == AttentionImpl::Cudnn)
+    attention_backward_cudnn(dqkv, dout, qkv, out, lse, n_heads, n_kv_heads);
   else
-    attention_backward_reference(dqkv, dout, qkv, out, lse, n_heads);
+    attention_backward_reference(dqkv, dout, qkv, out, lse, n_heads, n_kv_heads);
 }
 
 }  // namespace tetra::cuda

@@ -1,7 +1,8 @@
 // Reference causal attention kernels: plain CUDA, fp32 math on fp32 or bf16 tensors, deterministic
 // (no atomics). Used for fp32 tensors, for bf16 where cuDNN cannot run, and to check cuDNN against.
-// Layout: qkv[B, T, 3·H·D] = q | k | v, each [H, D] per token; out, dout [B, T, H·D]; lse [B, H, T].
-// With s = 1/√D and j ≤ i (causal):
+// Layout: qkv[B, T, (H + 2·Hkv)·D] = H q heads | Hkv k heads | Hkv v heads per token, each D values;
+// out, dout [B, T, H·D]; lse [B, H, T]. Query head h reads key/value head h / G, G = H / Hkv (grouped-
+// query attention; G = 1 is plain multi-head). With s = 1/√D and j ≤ i (causal):
 //   forward   lse_i = log Σ_j exp(s·q_i·k_j)      out_i = Σ_j exp(s·q_i·k_j − lse_i)·v_j
 //   backward  P_ij = exp(s·q_i·k_j − lse_i)      Δ_i = Σ_d dout_i ∘ out_i
 //             dS_ij = P_ij·(dout_i·v_j − Δ_i)     dq_i = s·Σ_j dS_ij·k_j
@@ -11,7 +12,9 @@
 // in tiles of 32 rows. Dot products run lane ↔ tile row (each lane one full dot product of length D);
 // accumulations run lane ↔ feature d (each lane D/32 features, tile values broadcast by shuffles).
 // The forward keeps an online softmax (running max and sum) per query; the backward recomputes P
-// from lse and is split in a dq kernel and a dk/dv kernel so that nothing is accumulated atomically.
+// from lse and is split in a dq kernel and a dk/dv kernel so that nothing is accumulated atomically:
+// a dk/dv block owns 16 keys of one key/value head and streams the queries of each of its G heads in
+// turn, summing dk and dv over the group in registers.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -73,12 +76,12 @@ __device__ void load_rows(float* dst, int ld, const T* src, int64_t src_stride, 
 }
 
 // ---------- forward ----------
-// grid (⌈T/16⌉, H, B), 128 threads. Shared: Qs[16][DP] (s·q, own queries), Ks[32][DP+1] (key tile,
+// grid (⌈T/16⌉, H, B), 128 threads; block (·, h, b) reads key/value head h / (H / Hkv). Shared: Qs[16][DP] (s·q, own queries), Ks[32][DP+1] (key tile,
 // padded so lane j reading row j is conflict-free), Vs[32][DP] (value tile, read along d).
 template <class T, int NR>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ qkv, int n_tok,
-                             int H, int D, float scale) {
+                             int H, int Hkv, int D, float scale) {
   constexpr int DP = 32 * NR;
   extern __shared__ float smem[];
   float* Qs = smem;
@@ -87,10 +90,11 @@ __global__ void __launch_bounds__(kThreads)
 
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kOwnRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row3 = 3LL * H * D;
-  const T* q_base = qkv + static_cast<int64_t>(b) * n_tok * row3 + static_cast<int64_t>(h) * D;
-  const T* k_base = q_base + static_cast<int64_t>(H) * D;
-  const T* v_base = k_base + static_cast<int64_t>(H) * D;
+  const int64_t row3 = static_cast<int64_t>(H + 2 * Hkv) * D;
+  const T* tok0 = qkv + static_cast<int64_t>(b) * n_tok * row3;
+  const T* q_base = tok0 + static_cast<int64_t>(h) * D;
+  const T* k_base = tok0 + static_cast<int64_t>(H + h / (H / Hkv)) * D;
+  const T* v_base = k_base + static_cast<int64_t>(Hkv) * D;
 
   load_rows(Qs, DP, q_base, row3, q0, kOwnRows, n_tok, D, DP, scale);
 
@@ -168,13 +172,13 @@ __global__ void attention_delta_kernel(float* __restrict__ delta, const T* __res
 }
 
 // ---------- backward: dq ----------
-// grid (⌈T/16⌉, H, B), 128 threads; own rows are queries. Shared: Qs[16][DP] (s·q), dOs[16][DP],
+// grid (⌈T/16⌉, H, B), 128 threads; own rows are queries of head h, keys of head h / (H / Hkv). Shared: Qs[16][DP] (s·q), dOs[16][DP],
 // Ks[32][DP+1], Vs[32][DP+1] (key/value tiles, padded for lane ↔ row dot products).
 template <class T, int NR>
 __global__ void __launch_bounds__(kThreads)
     attention_backward_dq_kernel(T* __restrict__ dqkv, const T* __restrict__ dout, const T* __restrict__ qkv,
                                  const float* __restrict__ lse, const float* __restrict__ delta, int n_tok, int H,
-                                 int D, float scale) {
+                                 int Hkv, int D, float scale) {
   constexpr int DP = 32 * NR;
   extern __shared__ float smem[];
   float* Qs = smem;
@@ -184,10 +188,11 @@ __global__ void __launch_bounds__(kThreads)
 
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kOwnRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row3 = 3LL * H * D, row1 = static_cast<int64_t>(H) * D;
-  const T* q_base = qkv + static_cast<int64_t>(b) * n_tok * row3 + static_cast<int64_t>(h) * D;
-  const T* k_base = q_base + row1;
-  const T* v_base = k_base + row1;
+  const int64_t row3 = static_cast<int64_t>(H + 2 * Hkv) * D, row1 = static_cast<int64_t>(H) * D;
+  const T* tok0 = qkv + static_cast<int64_t>(b) * n_tok * row3;
+  const T* q_base = tok0 + static_cast<int64_t>(h) * D;
+  const T* k_base = tok0 + static_cast<int64_t>(H + h / (H / Hkv)) * D;
+  const T* v_base = k_base + static_cast<int64_t>(Hkv) * D;
   const T* do_base = dout + static_cast<int64_t>(b) * n_tok * row1 + static_cast<int64_t>(h) * D;
   const float* lse_bh = lse + (static_cast<int64_t>(b) * H + h) * n_tok;
   const float* delta_bh = delta + (static_cast<int64_t>(b) * H + h) * n_tok;
@@ -245,14 +250,15 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---------- backward: dk, dv ----------
-// grid (⌈T/16⌉, H, B), 128 threads; own rows are keys. Shared: Ks[16][DP], Vs[16][DP] (own keys and
+// grid (⌈T/16⌉, Hkv, B), 128 threads; own rows are keys of key/value head g, summed over the query heads
+// g·G … g·G + G − 1 (G = H / Hkv) one after the other. Shared: Ks[16][DP], Vs[16][DP] (own keys and
 // values), Qs[32][DP+1] (s·q tile), dOs[32][DP+1] (dout tile), lse_t[32], delta_t[32].
 // dk_j = Σ_i dS_ij·(s·q_i) already carries the scale through the pre-scaled q.
 template <class T, int NR>
 __global__ void __launch_bounds__(kThreads)
     attention_backward_dkdv_kernel(T* __restrict__ dqkv, const T* __restrict__ dout, const T* __restrict__ qkv,
                                    const float* __restrict__ lse, const float* __restrict__ delta, int n_tok, int H,
-                                   int D, float scale) {
+                                   int Hkv, int D, float scale) {
   constexpr int DP = 32 * NR;
   extern __shared__ float smem[];
   float* Ks = smem;
@@ -262,15 +268,12 @@ __global__ void __launch_bounds__(kThreads)
   float* lse_t = dOs + kTile * (DP + 1);
   float* delta_t = lse_t + kTile;
 
-  const int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * kOwnRows;
+  const int b = blockIdx.z, g = blockIdx.y, k0 = blockIdx.x * kOwnRows, G = H / Hkv;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row3 = 3LL * H * D, row1 = static_cast<int64_t>(H) * D;
-  const T* q_base = qkv + static_cast<int64_t>(b) * n_tok * row3 + static_cast<int64_t>(h) * D;
-  const T* k_base = q_base + row1;
-  const T* v_base = k_base + row1;
-  const T* do_base = dout + static_cast<int64_t>(b) * n_tok * row1 + static_cast<int64_t>(h) * D;
-  const float* lse_bh = lse + (static_cast<int64_t>(b) * H + h) * n_tok;
-  const float* delta_bh = delta + (static_cast<int64_t>(b) * H + h) * n_tok;
+  const int64_t row3 = static_cast<int64_t>(H + 2 * Hkv) * D, row1 = static_cast<int64_t>(H) * D;
+  const T* tok0 = qkv + static_cast<int64_t>(b) * n_tok * row3;
+  const T* k_base = tok0 + static_cast<int64_t>(H + g) * D;
+  const T* v_base = k_base + static_cast<int64_t>(Hkv) * D;
 
   load_rows(Ks, DP, k_base, row3, k0, kOwnRows, n_tok, D, DP, 1.f);
   load_rows(Vs, DP, v_base, row3, k0, kOwnRows, n_tok, D, DP, 1.f);
@@ -281,37 +284,45 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int r = 0; r < NR; ++r) dk[rr][r] = dv[rr][r] = 0.f;
 
-  // Queries i ≥ k0 see these keys; start at the tile that holds k0.
-  for (int i0 = (k0 / kTile) * kTile; i0 < n_tok; i0 += kTile) {
-    __syncthreads();
-    load_rows(Qs, DP + 1, q_base, row3, i0, kTile, n_tok, D, DP, scale);
-    load_rows(dOs, DP + 1, do_base, row1, i0, kTile, n_tok, D, DP, 1.f);
-    if (threadIdx.x < kTile) {
-      const int i = i0 + threadIdx.x;
-      lse_t[threadIdx.x] = i < n_tok ? lse_bh[i] : 0.f;
-      delta_t[threadIdx.x] = i < n_tok ? delta_bh[i] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-      const int kj = warp * kRowsPerWarp + rr, j = k0 + kj;
-      if (j >= n_tok || i0 + kTile - 1 < j) continue;  // warp-uniform: no query of this tile sees key j
-      const int i = i0 + lane;
-      float p = 0.f, ds = 0.f;
-      if (i >= j && i < n_tok) {
-        const float s = dot(Qs + lane * (DP + 1), Ks + kj * DP, D);
-        const float dp = dot(dOs + lane * (DP + 1), Vs + kj * DP, D);
-        p = expf(s - lse_t[lane]);
-        ds = p * (dp - delta_t[lane]);
+  // The query heads of this group, one after the other; queries i ≥ k0 see these keys, so each head
+  // starts at the tile that holds k0 (the loops are uniform across the block: barriers inside).
+  const int first_tile = (k0 / kTile) * kTile;
+  for (int h = g * G; h < (g + 1) * G; ++h) {
+    const T* q_base = tok0 + static_cast<int64_t>(h) * D;
+    const T* do_base = dout + static_cast<int64_t>(b) * n_tok * row1 + static_cast<int64_t>(h) * D;
+    const float* lse_bh = lse + (static_cast<int64_t>(b) * H + h) * n_tok;
+    const float* delta_bh = delta + (static_cast<int64_t>(b) * H + h) * n_tok;
+    for (int i0 = first_tile; i0 < n_tok; i0 += kTile) {
+      __syncthreads();
+      load_rows(Qs, DP + 1, q_base, row3, i0, kTile, n_tok, D, DP, scale);
+      load_rows(dOs, DP + 1, do_base, row1, i0, kTile, n_tok, D, DP, 1.f);
+      if (threadIdx.x < kTile) {
+        const int i = i0 + threadIdx.x;
+        lse_t[threadIdx.x] = i < n_tok ? lse_bh[i] : 0.f;
+        delta_t[threadIdx.x] = i < n_tok ? delta_bh[i] : 0.f;
       }
-      const int first = max(0, j - i0), last = min(kTile, n_tok - i0);
-      for (int ii = first; ii < last; ++ii) {
-        const float pi = __shfl_sync(kFull, p, ii);
-        const float dsi = __shfl_sync(kFull, ds, ii);
+      __syncthreads();
 #pragma unroll
-        for (int r = 0; r < NR; ++r) {
-          dv[rr][r] = fmaf(pi, dOs[ii * (DP + 1) + lane + 32 * r], dv[rr][r]);
-          dk[rr][r] = fmaf(dsi, Qs[ii * (DP + 1) + lane + 32 * r], dk[rr][r]);
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+        const int kj = warp * kRowsPerWarp + rr, j = k0 + kj;
+        if (j >= n_tok || i0 + kTile - 1 < j) continue;  // warp-uniform: no query of this tile sees key j
+        const int i = i0 + lane;
+        float p = 0.f, ds = 0.f;
+        if (i >= j && i < n_tok) {
+          const float s = dot(Qs + lane * (DP + 1), Ks + kj * DP, D);
+          const float dp = dot(dOs + lane * (DP + 1), Vs + kj * DP, D);
+          p = expf(s - lse_t[lane]);
+          ds = p * (dp - delta_t[lane]);
+        }
+        const int first = max(0, j - i0), last = min(kTile, n_tok - i0);
+        for (int ii = first; ii < last; ++ii) {
+          const float pi = __shfl_sync(kFull, p, ii);
+          const float dsi = __shfl_sync(kFull, ds, ii);
+#pragma unroll
+          for (int r = 0; r < NR; ++r) {
+            dv[rr][r] = fmaf(pi, dOs[ii * (DP + 1) + lane + 32 * r], dv[rr][r]);
+            dk[rr][r] = fmaf(dsi, Qs[ii * (DP + 1) + lane + 32 * r], dk[rr][r]);
+          }
         }
       }
     }
@@ -321,8 +332,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     const int j = k0 + warp * kRowsPerWarp + rr;
     if (j >= n_tok) continue;
-    T* dk_row = dqkv + (static_cast<int64_t>(b) * n_tok + j) * row3 + row1 + static_cast<int64_t>(h) * D;
-    T* dv_row = dk_row + row1;
+    T* dk_row = dqkv + (static_cast<int64_t>(b) * n_tok + j) * row3 + static_cast<int64_t>(H + g) * D;
+    T* dv_row = dk_row + static_cast<int64_t>(Hkv) * D;
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
       const int d = lane + 32 * r;
@@ -354,8 +365,9 @@ struct Launch {
   AttentionDims d;
   Device device;
   cudaStream_t stream;
-  dim3 grid() const {
-    return dim3(static_cast<unsigned>((d.T + kOwnRows - 1) / kOwnRows), static_cast<unsigned>(d.H),
+  // One block per 16 rows of one (query or key/value) head: `heads` = H or Hkv.
+  dim3 grid(int64_t heads) const {
+    return dim3(static_cast<unsigned>((d.T + kOwnRows - 1) / kOwnRows), static_cast<unsigned>(heads),
                 static_cast<unsigned>(d.B));
   }
   float scale() const { return 1.0f / std::sqrt(static_cast<float>(d.D)); }
@@ -365,16 +377,18 @@ template <class T, int NR>
 void forward_launch(const Launch& L, Tensor& out, Tensor& lse, const Tensor& qkv) {
   const size_t smem = forward_smem(32 * NR);
   allow_smem(attention_forward_kernel<T, NR>, smem, L.device, L.d.D);
-  attention_forward_kernel<T, NR><<<L.grid(), kThreads, smem, L.stream>>>(
+  attention_forward_kernel<T, NR><<<L.grid(L.d.H), kThreads, smem, L.stream>>>(
       static_cast<T*>(out.data_ptr()), lse.data<float>(), static_cast<const T*>(qkv.data_ptr()),
-      static_cast<int>(L.d.T), static_cast<int>(L.d.H), static_cast<int>(L.d.D), L.scale());
+      static_cast<int>(L.d.T), static_cast<int>(L.d.H), static_cast<int>(L.d.Hkv), static_cast<int>(L.d.D),
+      L.scale());
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
 template <class T, int NR>
 void backward_launch(const Launch& L, Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                      const Tensor& lse, float* delta) {
-  const int n_tok = static_cast<int>(L.d.T), H = static_cast<int>(L.d.H), D = static_cast<int>(L.d.D);
+  const int n_tok = static_cast<int>(L.d.T), H = static_cast<int>(L.d.H), Hkv = static_cast<int>(L.d.Hkv),
+            D = static_cast<int>(L.d.D);
   const int64_t rows = L.d.B * L.d.T * L.d.H;
   attention_delta_kernel<T><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kThreads, 0, L.stream>>>(
       delta, static_cast<const T*>(dout.data_ptr()), static_cast<const T*>(out.data_ptr()),
@@ -389,10 +403,10 @@ void backward_launch(const Launch& L, Tensor& dqkv, const Tensor& dout, const Te
   allow_smem(attention_backward_dq_kernel<T, NR>, smem_dq, L.device, L.d.D);
   allow_smem(attention_backward_dkdv_kernel<T, NR>, smem_dkdv, L.device, L.d.D);
   attention_backward_dq_kernel<T, NR>
-      <<<L.grid(), kThreads, smem_dq, L.stream>>>(dq, g, x, l, delta, n_tok, H, D, L.scale());
+      <<<L.grid(H), kThreads, smem_dq, L.stream>>>(dq, g, x, l, delta, n_tok, H, Hkv, D, L.scale());
   TETRA_CUDA_CHECK_LAUNCH();
   attention_backward_dkdv_kernel<T, NR>
-      <<<L.grid(), kThreads, smem_dkdv, L.stream>>>(dq, g, x, l, delta, n_tok, H, D, L.scale());
+      <<<L.grid(Hkv), kThreads, smem_dkdv, L.stream>>>(dq, g, x, l, delta, n_tok, H, Hkv, D, L.scale());
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
@@ -437,9 +451,9 @@ Launch prepare(const char* op, const AttentionDims& d, const Tensor& qkv) {
 
 }  // namespace
 
-void attention_forward_reference(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads) {
+void attention_forward_reference(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads) {
   const char* op = "attention_forward (reference)";
-  const AttentionDims d = check_attention_forward(op, out, lse, qkv, n_heads);
+  const AttentionDims d = check_attention_forward(op, out, lse, qkv, n_heads, n_kv_heads);
   if (d.B == 0 || d.T == 0) return;
   const DeviceScope scope(qkv.device());
   const Launch L = prepare(op, d, qkv);
@@ -447,9 +461,9 @@ void attention_forward_reference(Tensor& out, Tensor& lse, const Tensor& qkv, in
 }
 
 void attention_backward_reference(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                  const Tensor& lse, int64_t n_heads) {
+                                  const Tensor& lse, int64_t n_heads, int64_t n_kv_heads) {
   const char* op = "attention_backward (reference)";
-  const AttentionDims d = check_attention_backward(op, dqkv, dout, qkv, out, lse, n_heads);
+  const AttentionDims d = check_attention_backward(op, dqkv, dout, qkv, out, lse, n_heads, n_kv_heads);
   if (d.B == 0 || d.T == 0) return;
   const DeviceScope scope(qkv.device());
   const Launch L = prepare(op, d, qkv);

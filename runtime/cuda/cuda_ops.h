@@ -28,11 +28,18 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual,
                         Tensor* dx_column_sum);
+void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps);
+void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                      bool accumulate_dx, const Tensor* dresidual);
+void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta);
+void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, float theta);
+void swiglu_forward(Tensor& h, const Tensor& gate_up);
+void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up);
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len);
 void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len);
-void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads);
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads);
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                        int64_t n_heads);
+                        int64_t n_heads, int64_t n_kv_heads);
 void softmax_cross_entropy(Tensor& losses, Tensor* dlogits, const Tensor& logits, const Tensor& targets,
                            float grad_scale);
 void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,

@@ -205,6 +205,97 @@ TEST(OpsGradcheck, LayerNormWithResidual) {
   check_gradient("layernorm+residual db", b, db, loss, rng);
 }
 
+TEST(OpsGradcheck, RmsNorm) {
+  Rng rng(19);
+  const int64_t C = 10;
+  Tensor x = random_tensor(rng, {2, 3, C}, 1.5, 0.4);
+  Tensor w = random_tensor(rng, {C}, 0.3, 1.0);
+  Tensor r = random_tensor(rng, {2, 3, C});
+  Tensor y = poisoned(x.shape()), rstd = poisoned({2, 3});
+  auto loss = [&] {
+    ops::rmsnorm_forward(y, rstd, x, w, 1e-5f);
+    return weighted_sum(y, r);
+  };
+  loss();
+  Tensor dx = poisoned(x.shape()), dw = Tensor::zeros({C}, DType::F32);
+  ops::rmsnorm_backward(dx, dw, r, x, w, rstd, false);
+  check_gradient("rmsnorm dx", x, dx, loss, rng);
+  check_gradient("rmsnorm dw", w, dw, loss, rng);
+}
+
+// A pre-norm residual: out = x + RMSNorm(x). With dresidual = dL/dout, rmsnorm_backward gives all of dL/dx.
+TEST(OpsGradcheck, RmsNormWithResidual) {
+  Rng rng(20);
+  const int64_t C = 9;
+  Tensor x = random_tensor(rng, {4, C}, 1.5, -0.3);
+  Tensor w = random_tensor(rng, {C}, 0.3, 1.0);
+  Tensor r = random_tensor(rng, {4, C});
+  Tensor y = poisoned(x.shape()), out = poisoned(x.shape()), rstd = poisoned({4});
+  auto loss = [&] {
+    ops::rmsnorm_forward(y, rstd, x, w, 1e-6f);
+    ops::add(out, x, y);
+    return weighted_sum(out, r);
+  };
+  loss();
+  Tensor dx = poisoned(x.shape()), dw = Tensor::zeros({C}, DType::F32);
+  ops::rmsnorm_backward(dx, dw, r, x, w, rstd, false, &r);
+  check_gradient("rmsnorm+residual dx", x, dx, loss, rng);
+  check_gradient("rmsnorm+residual dw", w, dw, loss, rng);
+}
+
+// L = Σ rope(qkv)·r: rope_backward applied to r is dL/dqkv (v passes straight through).
+TEST(OpsGradcheck, Rope) {
+  Rng rng(21);
+  const int64_t B = 2, T = 5, H = 4, Hkv = 2, D = 6;
+  const float theta = 10000.0f;
+  Tensor qkv = random_tensor(rng, {B, T, (H + 2 * Hkv) * D});
+  Tensor r = random_tensor(rng, qkv.shape());
+  Tensor y = poisoned(qkv.shape());
+  auto loss = [&] {
+    ops::copy(y, qkv);
+    ops::rope_forward(y, H, Hkv, theta);
+    return weighted_sum(y, r);
+  };
+  Tensor dqkv = clone(r);
+  ops::rope_backward(dqkv, H, Hkv, theta);
+  check_gradient("rope dqkv", qkv, dqkv, loss, rng, 1e-2, 2e-3, 240);
+}
+
+TEST(OpsGradcheck, SwiGlu) {
+  Rng rng(22);
+  const int64_t F = 7;
+  Tensor gu = random_tensor(rng, {2, 3, 2 * F}, 2.0);
+  Tensor r = random_tensor(rng, {2, 3, F});
+  Tensor h = poisoned({2, 3, F});
+  auto loss = [&] {
+    ops::swiglu_forward(h, gu);
+    return weighted_sum(h, r);
+  };
+  Tensor dgu = poisoned(gu.shape());
+  ops::swiglu_backward(dgu, r, gu);
+  check_gradient("swiglu d_gate_up", gu, dgu, loss, rng);
+}
+
+// Grouped-query heads: multi-query (Hkv = 1) and groups of 2 and 3 query heads.
+TEST(OpsGradcheck, GroupedQueryAttention) {
+  for (auto [B, T, H, Hkv, D] : {std::array<int64_t, 5>{2, 5, 4, 1, 3}, std::array<int64_t, 5>{1, 7, 4, 2, 2},
+                                 std::array<int64_t, 5>{1, 6, 6, 2, 4}}) {
+    SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " H=" << H << " Hkv=" << Hkv << " D=" << D);
+    Rng rng(23 + T);
+    Tensor qkv = random_tensor(rng, {B, T, (H + 2 * Hkv) * D});
+    Tensor r = random_tensor(rng, {B, T, H * D});
+    Tensor out = poisoned({B, T, H * D}), lse = poisoned({B, H, T});
+    auto loss = [&] {
+      ops::attention_forward(out, lse, qkv, H, Hkv);
+      return weighted_sum(out, r);
+    };
+    loss();
+    Tensor dqkv = poisoned(qkv.shape());
+    ops::attention_backward(dqkv, r, qkv, out, lse, H, Hkv);
+    check_gradient("gqa attention dqkv", qkv, dqkv, loss, rng, 1e-2, 2e-3, 200);
+  }
+}
+
 TEST(OpsGradcheck, Embedding) {
   Rng rng(14);
   const int64_t B = 3, T = 4, V = 5, C = 3;

@@ -417,6 +417,157 @@ TEST(OpsContract, AttentionSingleTokenAttendsToItself) {
     }
 }
 
+TEST(OpsContract, LlamaOpArgumentErrors) {
+  Rng rng(21);
+  Tensor x = random_tensor(rng, {4, 8}), w = random_tensor(rng, {8}), rstd = poisoned({4}), y = poisoned({4, 8});
+  Tensor w_bad = random_tensor(rng, {7}), rstd_bad = poisoned({8}), y_bad = poisoned({4, 7});
+  expect_error([&] { ops::rmsnorm_forward(y, rstd, x, w_bad, 1e-5f); }, "rmsnorm_forward", "x must be [..., 7]");
+  expect_error([&] { ops::rmsnorm_forward(y, rstd_bad, x, w, 1e-5f); }, "rmsnorm_forward", "rstd must be [4]");
+  expect_error([&] { ops::rmsnorm_forward(y_bad, rstd, x, w, 1e-5f); }, "rmsnorm_forward", "y must be [4, 8]");
+  expect_error([&] { ops::rmsnorm_forward(y, rstd, x, w, -1.0f); }, "rmsnorm_forward", "eps");
+  ops::rmsnorm_forward(y, rstd, x, w, 1e-5f);
+  Tensor dx = poisoned({4, 8}), dw = Tensor::zeros({8}, DType::F32), dw_bad = Tensor::zeros({9}, DType::F32);
+  expect_error([&] { ops::rmsnorm_backward(dx, dw_bad, x, x, w, rstd); }, "rmsnorm_backward", "dw must be [8]");
+  Tensor dres = random_tensor(rng, {4, 8}), dres_bad = random_tensor(rng, {4, 9});
+  expect_error([&] { ops::rmsnorm_backward(dx, dw, x, x, w, rstd, true, &dres); }, "rmsnorm_backward",
+               "accumulate_dx");
+  expect_error([&] { ops::rmsnorm_backward(dx, dw, x, x, w, rstd, false, &dres_bad); }, "rmsnorm_backward",
+               "dresidual must be [4, 8]");
+
+  // qkv [B, T, (H + 2·Hkv)·D] with H = 4, Hkv = 2, D = 4: width 32.
+  Tensor qkv = random_tensor(rng, {2, 3, 32});
+  expect_error([&] { ops::rope_forward(qkv, 4, 3, 1e4f); }, "rope_forward", "must divide n_heads = 4");
+  expect_error([&] { ops::rope_forward(qkv, 4, 1, 1e4f); }, "rope_forward", "Hkv = 1");
+  expect_error([&] { ops::rope_forward(qkv, 4, 2, 0.5f); }, "rope_forward", "theta");
+  Tensor odd = random_tensor(rng, {2, 3, 24});  // H = 4, Hkv = 2: D = 3
+  expect_error([&] { ops::rope_backward(odd, 4, 2, 1e4f); }, "rope_backward", "D = 3 must be even");
+  Tensor flat = random_tensor(rng, {6, 32});
+  expect_error([&] { ops::rope_forward(flat, 4, 2, 1e4f); }, "rope_forward", "[B, T, (H + 2·Hkv)·D]");
+  Tensor qkv_bf16 = poisoned({2, 3, 32}, DType::BF16);
+  expect_error([&] { ops::rope_forward(qkv_bf16, 4, 2, 1e4f); }, "rope_forward", "fp32");
+
+  Tensor gu = random_tensor(rng, {3, 10}), h = poisoned({3, 5}), h_bad = poisoned({3, 10});
+  expect_error([&] { ops::swiglu_forward(h_bad, gu); }, "swiglu_forward", "h must be [3, 5]");
+  Tensor gu_odd = random_tensor(rng, {3, 9});
+  expect_error([&] { ops::swiglu_forward(h, gu_odd); }, "swiglu_forward", "[..., 2F]");
+  Tensor dgu = poisoned({3, 10}), dh = random_tensor(rng, {3, 5}), dh_bad = random_tensor(rng, {3, 4});
+  expect_error([&] { ops::swiglu_backward(dgu, dh_bad, gu); }, "swiglu_backward", "dh must be [3, 5]");
+  expect_error([&] { ops::swiglu_backward(gu, dh, gu); }, "swiglu_backward", "shares memory");
+
+  Tensor out = poisoned({2, 3, 16}), lse = poisoned({2, 4, 3}), lse_kv = poisoned({2, 2, 3});
+  expect_error([&] { ops::attention_forward(out, lse_kv, qkv, 4, 2); }, "attention_forward", "lse must be [2, 4, 3]");
+  expect_error([&] { ops::attention_forward(out, lse, qkv, 4, 3); }, "attention_forward", "must divide n_heads = 4");
+  expect_error([&] { ops::attention_forward(out, lse, qkv, 4, 4); }, "attention_forward", "Hkv = 4");
+  Tensor dqkv_bad = poisoned({2, 3, 48});
+  expect_error([&] { ops::attention_backward(dqkv_bad, out, qkv, out, lse, 4, 2); }, "attention_backward",
+               "dqkv must be [2, 3, 32]");
+}
+
+TEST(OpsContract, RmsNormResidualAndAliasing) {
+  Rng rng(22);
+  Tensor x = random_tensor(rng, {5, 8}, 1.5, 0.3), w = random_tensor(rng, {8}, 0.2, 1.0);
+  Tensor y = poisoned({5, 8}), rstd = poisoned({5});
+  ops::rmsnorm_forward(y, rstd, x, w, 1e-5f);
+  // y may alias x.
+  Tensor in_place = clone(x), rstd2 = poisoned({5});
+  ops::rmsnorm_forward(in_place, rstd2, in_place, w, 1e-5f);
+  EXPECT_EQ(rel_error(in_place, y), 0.0);
+  EXPECT_EQ(rel_error(rstd2, rstd), 0.0);
+  Tensor dy = random_tensor(rng, {5, 8}), dres = random_tensor(rng, {5, 8});
+  Tensor plain = poisoned({5, 8}), dw = Tensor::zeros({8}, DType::F32);
+  ops::rmsnorm_backward(plain, dw, dy, x, w, rstd, false);
+  // dx = dresidual + the plain gradient, the same bits as copying dresidual and accumulating.
+  Tensor dx = poisoned({5, 8}), dw1 = Tensor::zeros({8}, DType::F32);
+  const std::vector<double> dres0 = to_doubles(dres);
+  ops::rmsnorm_backward(dx, dw1, dy, x, w, rstd, false, &dres);
+  EXPECT_LE(rel_error(dx, plus(to_doubles(plain), dres0)), 1e-7);
+  EXPECT_EQ(rel_error(dres, dres0), 0.0) << "dresidual must not change";
+  EXPECT_EQ(rel_error(dw1, dw), 0.0);
+  Tensor copied = clone(dres), dw2 = Tensor::zeros({8}, DType::F32);
+  ops::rmsnorm_backward(copied, dw2, dy, x, w, rstd, true);
+  EXPECT_EQ(rel_error(dx, copied), 0.0);
+  // dx may alias dresidual, and dy; dw accumulates over what was there.
+  Tensor over_res = clone(dres), dw3 = Tensor::zeros({8}, DType::F32);
+  ops::rmsnorm_backward(over_res, dw3, dy, x, w, rstd, false, &over_res);
+  EXPECT_EQ(rel_error(over_res, dx), 0.0);
+  Tensor over_dy = clone(dy), dw4 = random_tensor(rng, {8});
+  const auto dw40 = to_doubles(dw4);
+  ops::rmsnorm_backward(over_dy, dw4, over_dy, x, w, rstd, false, &dres);
+  EXPECT_EQ(rel_error(over_dy, dx), 0.0);
+  EXPECT_LE(rel_error(dw4, plus(to_doubles(dw), dw40)), 1e-7);
+}
+
+// RoPE rotates q and k only, leaves position 0 and every v bit-identical, and its backward (the
+// transpose of a rotation) undoes the forward.
+TEST(OpsContract, RopeTouchesOnlyQkAndInverts) {
+  Rng rng(23);
+  const int64_t B = 2, T = 9, H = 6, Hkv = 2, D = 8, W = (H + 2 * Hkv) * D;
+  Tensor qkv = random_tensor(rng, {B, T, W});
+  const std::vector<double> before = to_doubles(qkv);
+  Tensor rotated = clone(qkv);
+  ops::rope_forward(rotated, H, Hkv, 500000.0f);
+  const std::vector<double> after = to_doubles(rotated);
+  int64_t moved = 0;
+  for (int64_t bt = 0; bt < B * T; ++bt)
+    for (int64_t c = 0; c < W; ++c) {
+      const size_t i = static_cast<size_t>(bt * W + c);
+      const bool v_part = c >= (H + Hkv) * D, first_position = bt % T == 0;
+      if (v_part || first_position) {
+        ASSERT_EQ(after[i], before[i]) << "token " << bt << " channel " << c << " must not change";
+      } else if (after[i] != before[i]) {
+        ++moved;
+      }
+    }
+  EXPECT_GT(moved, (B * (T - 1) * (H + Hkv) * D) / 2) << "q and k past position 0 must rotate";
+  // The rotation keeps each pair's length, and the backward applied to the forward gives x back.
+  ops::rope_backward(rotated, H, Hkv, 500000.0f);
+  EXPECT_LE(rel_error(rotated, before), 1e-6);
+}
+
+// Grouped-query attention equals multi-head attention on K/V heads repeated to H (transformers'
+// repeat_kv), whose dK/dV summed over each group are the grouped gradients.
+TEST(OpsContract, GroupedQueryAttentionEqualsRepeatedHeads) {
+  Rng rng(24);
+  const int64_t B = 2, T = 11, H = 6, Hkv = 2, D = 4, G = H / Hkv;
+  Tensor qkv = random_tensor(rng, {B, T, (H + 2 * Hkv) * D});
+  Tensor wide = Tensor::empty({B, T, 3 * H * D}, DType::F32);
+  const float* src = qkv.data<float>();
+  float* dst = wide.data<float>();
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    const float* s = src + bt * (H + 2 * Hkv) * D;
+    float* d = dst + bt * 3 * H * D;
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t e = 0; e < D; ++e) {
+        d[h * D + e] = s[h * D + e];
+        d[(H + h) * D + e] = s[(H + h / G) * D + e];
+        d[(2 * H + h) * D + e] = s[(H + Hkv + h / G) * D + e];
+      }
+  }
+  Tensor out = poisoned({B, T, H * D}), lse = poisoned({B, H, T});
+  Tensor out_w = poisoned({B, T, H * D}), lse_w = poisoned({B, H, T});
+  ops::attention_forward(out, lse, qkv, H, Hkv);
+  ops::attention_forward(out_w, lse_w, wide, H);
+  EXPECT_LE(rel_error(out, out_w), 1e-6);
+  EXPECT_LE(rel_error(lse, lse_w), 1e-6);
+  Tensor dout = random_tensor(rng, {B, T, H * D});
+  Tensor dqkv = poisoned(qkv.shape()), dwide = poisoned(wide.shape());
+  ops::attention_backward(dqkv, dout, qkv, out, lse, H, Hkv);
+  ops::attention_backward(dwide, dout, wide, out_w, lse_w, H);
+  std::vector<double> expect(static_cast<size_t>(qkv.numel()), 0.0);
+  const float* g = dwide.data<float>();
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    double* e = expect.data() + bt * (H + 2 * Hkv) * D;
+    const float* w = g + bt * 3 * H * D;
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t k = 0; k < D; ++k) {
+        e[h * D + k] = w[h * D + k];
+        e[(H + h / G) * D + k] += w[(H + h) * D + k];
+        e[(H + Hkv + h / G) * D + k] += w[(2 * H + h) * D + k];
+      }
+  }
+  EXPECT_LE(rel_error(dqkv, expect), 1e-6);
+}
+
 TEST(OpsContract, CopyRoundsToNearestEven) {
   auto bits_of = [](float f) {
     uint32_t u;

@@ -345,6 +345,90 @@ TEST(TorchReference, Attention) {
   }
 }
 
+// Hugging Face's LlamaRMSNorm; the residual case also runs in place over dresidual.
+TEST(TorchReference, RmsNorm) {
+  Rng rng(105);
+  const auto& ref = Reference::get();
+  const int64_t n = ref.n_cases("rmsnorm");
+  ASSERT_EQ(n, 3);
+  for (int64_t k = 0; k < n; ++k) {
+    auto c = ref.at("rmsnorm", k);
+    const bool residual = c->iattr("residual") != 0;
+    const Tensor x = c->f32("x"), w = c->f32("w"), dy = c->f32("dy"), dres = c->f32("dresidual");
+    Tensor y = poisoned(x.shape()), rstd = poisoned(c->shape("rstd"));
+    ops::rmsnorm_forward(y, rstd, x, w, static_cast<float>(c->attr("eps")));
+    EXPECT_CLOSE(y, c->f64("y"), "y");
+    EXPECT_CLOSE(rstd, c->f64("rstd"), "rstd");
+    Tensor dx = poisoned(x.shape()), dw = random_like(rng, w);  // dw accumulates
+    const auto dw0 = to_doubles(dw);
+    ops::rmsnorm_backward(dx, dw, dy, x, w, rstd, false, residual ? &dres : nullptr);
+    EXPECT_CLOSE(dx, c->f64("dx"), "dx");
+    EXPECT_CLOSE(dw, plus(c->f64("dw"), dw0), "dw");
+    if (residual) {
+      Tensor in_place = clone(dres), dw2 = random_like(rng, w);
+      ops::rmsnorm_backward(in_place, dw2, dy, x, w, rstd, false, &in_place);
+      EXPECT_CLOSE(in_place, c->f64("dx"), "dx computed in place over dresidual");
+    } else {
+      Tensor dx2 = random_like(rng, dx);
+      const auto dx0 = to_doubles(dx2);
+      ops::rmsnorm_backward(dx2, dw, dy, x, w, rstd, true);
+      EXPECT_CLOSE(dx2, plus(c->f64("dx"), dx0), "accumulated dx");
+    }
+  }
+}
+
+// transformers' rotate-half RoPE on the q and k heads of a fused qkv (v untouched), and its gradient.
+TEST(TorchReference, Rope) {
+  const auto& ref = Reference::get();
+  const int64_t n = ref.n_cases("rope");
+  ASSERT_EQ(n, 4);
+  for (int64_t k = 0; k < n; ++k) {
+    auto c = ref.at("rope", k);
+    const int64_t H = c->iattr("H"), Hkv = c->iattr("Hkv");
+    const float theta = static_cast<float>(c->attr("theta"));
+    Tensor qkv = c->f32("qkv"), dy = c->f32("dy");
+    ops::rope_forward(qkv, H, Hkv, theta);
+    EXPECT_CLOSE(qkv, c->f64("y"), "rotated qkv");
+    ops::rope_backward(dy, H, Hkv, theta);
+    EXPECT_CLOSE(dy, c->f64("dqkv"), "dqkv");
+  }
+}
+
+TEST(TorchReference, SwiGlu) {
+  const auto& ref = Reference::get();
+  const int64_t n = ref.n_cases("swiglu");
+  ASSERT_EQ(n, 2);
+  for (int64_t k = 0; k < n; ++k) {
+    auto c = ref.at("swiglu", k);
+    const Tensor gu = c->f32("gate_up"), dh = c->f32("dh");
+    Tensor h = poisoned(dh.shape()), dgu = poisoned(gu.shape());
+    ops::swiglu_forward(h, gu);
+    EXPECT_CLOSE(h, c->f64("h"), "h");
+    ops::swiglu_backward(dgu, dh, gu);
+    EXPECT_CLOSE(dgu, c->f64("d_gate_up"), "d_gate_up");
+  }
+}
+
+// Grouped-query attention (n_kv_heads ∈ {1, H/4, H/2, H}) against transformers' repeat_kv formulation.
+TEST(TorchReference, GroupedQueryAttention) {
+  const auto& ref = Reference::get();
+  const int64_t n = ref.n_cases("gqa_attention");
+  ASSERT_EQ(n, 5);
+  for (int64_t k = 0; k < n; ++k) {
+    auto c = ref.at("gqa_attention", k);
+    const int64_t B = c->iattr("B"), T = c->iattr("T"), H = c->iattr("H"), Hkv = c->iattr("Hkv"),
+                  D = c->iattr("D");
+    const Tensor qkv = c->f32("qkv"), dout = c->f32("dout");
+    Tensor out = poisoned({B, T, H * D}), lse = poisoned({B, H, T});
+    ops::attention_forward(out, lse, qkv, H, Hkv);
+    EXPECT_CLOSE(out, c->f64("out"), "out");
+    EXPECT_CLOSE(lse, c->f64("lse"), "lse");
+    Tensor dqkv = poisoned(qkv.shape());
+    ops::attention_backward(dqkv, dout, qkv, out, lse, H, Hkv);
+    EXPECT_CLOSE(dqkv, c->f64("dqkv"), "dqkv");
+  }
+}
+
 TEST(TorchReference, CrossEntropy) {
   const auto& ref = Reference::get();
   for (int64_t k = 0; k < ref.n_cases("cross_entropy"); ++k) {

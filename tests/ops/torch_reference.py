@@ -242,6 +242,86 @@ def copy_cases(f, r):
     put(c, fp32_in=x, bf16_out=bf16_bits(torch.from_numpy(x)), bf16_in=bits, fp32_out=xb.numpy())
 
 
+def rmsnorm_cases(f, r):
+    """Hugging Face's LlamaRMSNorm in float64: y = w·x/√(mean(x²) + eps). The second case has a
+    dresidual: x also feeds another path whose gradient w.r.t. x is dresidual (a pre-norm residual)."""
+    for shape, eps, residual in [((5, 8), 1e-5, False), ((2, 8, 96), 1e-6, False), ((3, 4, 40), 1e-5, True)]:
+        C = shape[-1]
+        x = r.randn(*shape, scale=1.5, offset=0.3).requires_grad_()
+        w = r.randn(C, scale=0.3, offset=1.0).requires_grad_()
+        dy = r.randn(*shape)
+        dres = r.randn(*shape, scale=0.7)
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        y = w * (x * rstd)
+        loss = (y * dy).sum() + ((x * dres).sum() if residual else 0)
+        loss.backward()
+        c = new_case(f, "rmsnorm")
+        c.attrs.update(eps=eps, residual=int(residual))
+        put(c, x=fp32(x), w=fp32(w), dy=fp32(dy), dresidual=fp32(dres), y=f64(y), rstd=f64(rstd.squeeze(-1)),
+            dx=f64(x.grad), dw=f64(w.grad))
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope_cases(f, r):
+    """transformers' LlamaRotaryEmbedding + apply_rotary_pos_emb on the q and k heads of a fused
+    qkv [B, T, (H + 2·Hkv)·D]: inv_freq and the angles t·inv_freq in fp32 as transformers computes them,
+    then cos, sin and the rotation in float64. The backward is autograd's gradient through it."""
+    for B, T, H, Hkv, D, theta in [(2, 7, 4, 2, 8, 10000.0), (1, 16, 3, 1, 16, 500000.0), (2, 5, 2, 2, 4, 10000.0),
+                                   (1, 40, 2, 1, 64, 500000.0)]:
+        inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))  # fp32
+        angles = torch.arange(T, dtype=torch.int64).float()[:, None] * inv_freq[None, :]  # fp32 [T, D/2]
+        emb = torch.cat((angles, angles), dim=-1).double()  # [T, D]
+        cos, sin = emb.cos(), emb.sin()
+        qkv = r.randn(B, T, (H + 2 * Hkv) * D, scale=1.2).requires_grad_()
+        dy = r.randn(B, T, (H + 2 * Hkv) * D)
+        heads = qkv.view(B, T, H + 2 * Hkv, D)
+        qk, v = heads[:, :, :H + Hkv], heads[:, :, H + Hkv:]
+        qk_rot = qk * cos[None, :, None, :] + rotate_half(qk) * sin[None, :, None, :]
+        y = torch.cat((qk_rot, v), dim=2).reshape(B, T, -1)
+        y.backward(dy)
+        c = new_case(f, "rope")
+        c.attrs.update(B=B, T=T, H=H, Hkv=Hkv, D=D, theta=theta)
+        put(c, qkv=fp32(qkv), dy=fp32(dy), y=f64(y), dqkv=f64(qkv.grad))
+
+
+def swiglu_cases(f, r):
+    """h = silu(gate)·up on gu = [gate | up] (Llama's MLP between its projections)."""
+    for shape in [(5, 12), (3, 4, 40)]:
+        gu = r.randn(*shape, scale=2.0).requires_grad_()
+        F_ = shape[-1] // 2
+        dh = r.randn(*shape[:-1], F_)
+        h = F.silu(gu[..., :F_]) * gu[..., F_:]
+        h.backward(dh)
+        c = new_case(f, "swiglu")
+        put(c, gate_up=fp32(gu), dh=fp32(dh), h=f64(h), d_gate_up=f64(gu.grad))
+
+
+def gqa_attention_cases(f, r):
+    """Causal attention with grouped-query heads: qkv [B, T, (H + 2·Hkv)·D], query head h reads
+    key/value head h // (H / Hkv) (transformers' repeat_kv)."""
+    for B, T, H, Hkv, D in [(2, 7, 4, 2, 8), (1, 16, 4, 1, 4), (2, 9, 6, 3, 8), (1, 33, 8, 8, 16),
+                            (1, 24, 8, 2, 16)]:
+        qkv = r.randn(B, T, (H + 2 * Hkv) * D, scale=1.5).requires_grad_()
+        dout = r.randn(B, T, H * D)
+        heads = qkv.view(B, T, H + 2 * Hkv, D).permute(0, 2, 1, 3)  # [B, heads, T, D]
+        q, k, v = heads[:, :H], heads[:, H:H + Hkv], heads[:, H + Hkv:]
+        k = k.repeat_interleave(H // Hkv, dim=1)
+        v = v.repeat_interleave(H // Hkv, dim=1)
+        s = q @ k.transpose(-1, -2) / math.sqrt(D)
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        s = s.masked_fill(mask, float("-inf"))
+        lse = torch.logsumexp(s, -1)  # [B, H, T]
+        out = (torch.softmax(s, -1) @ v).permute(0, 2, 1, 3).reshape(B, T, H * D)
+        out.backward(dout)
+        c = new_case(f, "gqa_attention")
+        c.attrs.update(B=B, T=T, H=H, Hkv=Hkv, D=D)
+        put(c, qkv=fp32(qkv), dout=fp32(dout), out=f64(out), lse=f64(lse), dqkv=f64(qkv.grad))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, required=True)
@@ -254,7 +334,7 @@ def main():
         f.attrs["torch_version"] = str(torch.__version__).encode()
         for make in (linear_cases, gelu_cases, layernorm_cases, embedding_cases, attention_cases, cross_entropy_cases,
                      adamw_cases, sum_squares_cases, elementwise_cases, copy_cases, linear_residual_cases,
-                     layernorm_residual_cases):
+                     layernorm_residual_cases, rmsnorm_cases, rope_cases, swiglu_cases, gqa_attention_cases):
             make(f, r)
 
 
