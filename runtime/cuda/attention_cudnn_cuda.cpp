@@ -4,13 +4,18 @@
 // cuDNN 9.x (composite form: matmul → scale → causal mask → softmax with stats → matmul, and its
 // backward), with the same virtual-tensor types and the same version workarounds.
 //
-// Q, K, V are strided views into qkv[B, T, 3·H·D]: three device pointers into one buffer (K and V
-// offset by H·D and 2·H·D elements), dims [B, H, T, D], strides [T·3HD, D, 3HD, 1]. cuDNN's matmul
-// takes Kᵀ, so K is described as dims [B, H, D, T] with the last two strides swapped (and Vᵀ the same
-// in the backward). dQ, dK, dV are written into dqkv through the same views. O and dO are
-// [B, H, T, D] views of out[B, T, H·D]; Stats (= lse) is [B, H, T, 1] fp32.
+// Q, K, V are strided views into qkv[B, T, W], W = (H + 2·Hkv)·D: three device pointers into one
+// buffer (K and V offset by H·D and (H + Hkv)·D elements), Q dims [B, H, T, D], K and V dims
+// [B, Hkv, T, D], strides [T·W, D, W, 1]. cuDNN's matmul takes Kᵀ, so K is described as dims
+// [B, Hkv, D, T] with the last two strides swapped (and Vᵀ the same in the backward). dQ, dK, dV are
+// written into dqkv through the same views. O and dO are [B, H, T, D] views of out[B, T, H·D]; Stats
+// (= lse) is [B, H, T, 1] fp32.
+// Grouped-query heads (Hkv < H) as cuDNN's frontend lowers them: the matmuls with K and V broadcast
+// each key/value head over its H / Hkv query heads (no repeated K/V in memory), and the backward's dK
+// and dV come from virtual per-query-head [B, H, T, D] products reduced (summed) over each group. With
+// Hkv = H the graphs are exactly the multi-head ones (GPT-2's plans and numerics).
 //
-// One plan per (device, B, T, H, D, direction), built on first use and cached with the workspace
+// One plan per (device, B, T, H, Hkv, D, direction), built on first use and cached with the workspace
 // layout it needs: cuDNN's first-ranked engine config, or with TETRA_ATTENTION_TUNE the fastest of
 // up to 8 configs, timed on the first uncaptured call (attention.h). Workspace memory: one buffer
 // per (device, stream), grown to the largest plan run on that stream and reused by every later call
@@ -57,18 +62,23 @@ enum Uid : int64_t {
   kSeqLenQ, kSeqLenKV,                              // int32 [B] = T (backward padding workaround)
 };
 
-// Dims and strides of every tensor of both graphs, from (B, T, H, D).
+// Dims and strides of every tensor of both graphs, from (B, T, H, Hkv, D).
 struct Layout {
-  int64_t B, T, H, D;
-  explicit Layout(const AttentionDims& d) : B(d.B), T(d.T), H(d.H), D(d.D) {}
-  int64_t qkv_row() const { return 3 * H * D; }  // elements between tokens in qkv
-  int64_t out_row() const { return H * D; }      // elements between tokens in out
-  // Q, K, V (and dQ, dK, dV): [B, H, T, D] views into qkv / dqkv
+  int64_t B, T, H, Hkv, D;
+  explicit Layout(const AttentionDims& d) : B(d.B), T(d.T), H(d.H), Hkv(d.Hkv), D(d.D) {}
+  bool grouped() const { return Hkv != H; }
+  int64_t qkv_row() const { return (H + 2 * Hkv) * D; }  // elements between tokens in qkv
+  int64_t out_row() const { return H * D; }              // elements between tokens in out
+  // Q (and dQ): [B, H, T, D] views into qkv / dqkv
   Dims head_dims() const { return {B, H, T, D}; }
   Dims qkv_strides() const { return {T * qkv_row(), D, qkv_row(), 1}; }
-  // Kᵀ, Vᵀ: [B, H, D, T], the same memory with the last two strides swapped
-  Dims head_t_dims() const { return {B, H, D, T}; }
+  // K, V (and dK, dV): [B, Hkv, T, D] views into qkv / dqkv, with Q's strides
+  Dims kv_dims() const { return {B, Hkv, T, D}; }
+  // Kᵀ, Vᵀ: [B, Hkv, D, T], the same memory with the last two strides swapped
+  Dims kv_t_dims() const { return {B, Hkv, D, T}; }
   Dims qkv_t_strides() const { return {T * qkv_row(), D, 1, qkv_row()}; }
+  // dK, dV per query head before the sum over each group (grouped only; virtual): packed [B, H, T, D]
+  Dims full_head_strides() const { return {H * T * D, T * D, D, 1}; }
   // O, dO: [B, H, T, D] views into out / dout
   Dims out_strides() const { return {T * out_row(), D, out_row(), 1}; }
   // Stats, row max/sum, softmax_sum: [B, H, T, 1]
@@ -160,15 +170,16 @@ TensorRef softmax_with_stats(GraphBuilder& g, const Layout& L, const TensorRef& 
 // ---------- the two graphs ----------
 
 std::string graph_name(const Layout& L, const char* direction) {
-  return detail::concat("cuDNN SDPA ", direction, " [B=", L.B, ", T=", L.T, ", H=", L.H, ", D=", L.D, ", bf16]");
+  return detail::concat("cuDNN SDPA ", direction, " [B=", L.B, ", T=", L.T, ", H=", L.H,
+                        L.grouped() ? detail::concat(", Hkv=", L.Hkv) : std::string(), ", D=", L.D, ", bf16]");
 }
 
 // Forward:  S = Q·Kᵀ → S·scale → causal mask → softmax (Stats = lse) → O = P·V
 std::vector<cudnn_graph::Plan> build_forward(cudnnHandle_t handle, const Layout& L, size_t max_plans) {
   GraphBuilder g(handle, graph_name(L, "forward"));
   TensorRef Q = g.device_tensor("Q", kQ, kBF16, L.head_dims(), L.qkv_strides());
-  TensorRef Kt = g.device_tensor("K^T", kK, kBF16, L.head_t_dims(), L.qkv_t_strides());
-  TensorRef V = g.device_tensor("V", kV, kBF16, L.head_dims(), L.qkv_strides());
+  TensorRef Kt = g.device_tensor("K^T", kK, kBF16, L.kv_t_dims(), L.qkv_t_strides());
+  TensorRef V = g.device_tensor("V", kV, kBF16, L.kv_dims(), L.qkv_strides());
   TensorRef O = g.device_tensor("O", kO, kBF16, L.head_dims(), L.out_strides());
   TensorRef stats = g.device_tensor("Stats", kStats, kF32, L.row_dims(), L.row_strides());
   TensorRef scale = g.scalar("attn_scale", kAttnScale);
@@ -194,18 +205,19 @@ std::vector<cudnn_graph::Plan> build_forward(cudnnHandle_t handle, const Layout&
 //   dV = Pᵀ · dO
 //   dS = P ∘ (dO·Vᵀ − softmax_sum) · scale
 //   dK = dSᵀ · Q                                   dQ = dS · K (fp32 accumulator, then bf16)
+// Grouped (Hkv < H): dV and dK are the per-query-head products above, summed over each group.
 std::vector<cudnn_graph::Plan> build_backward(cudnnHandle_t handle, const Layout& L, const Quirks& q,
                                               size_t max_plans) {
   GraphBuilder g(handle, graph_name(L, "backward"));
   TensorRef Q = g.device_tensor("Q", kQ, kBF16, L.head_dims(), L.qkv_strides());
-  TensorRef Kt = g.device_tensor("K^T", kK, kBF16, L.head_t_dims(), L.qkv_t_strides());
-  TensorRef Vt = g.device_tensor("V^T", kV, kBF16, L.head_t_dims(), L.qkv_t_strides());
+  TensorRef Kt = g.device_tensor("K^T", kK, kBF16, L.kv_t_dims(), L.qkv_t_strides());
+  TensorRef Vt = g.device_tensor("V^T", kV, kBF16, L.kv_t_dims(), L.qkv_t_strides());
   TensorRef O = g.device_tensor("O", kO, kBF16, L.head_dims(), L.out_strides());
   TensorRef dO = g.device_tensor("dO", kDO, kBF16, L.head_dims(), L.out_strides());
   TensorRef stats = g.device_tensor("Stats", kStats, kF32, L.row_dims(), L.row_strides());
   TensorRef dQ = g.device_tensor("dQ", kDQ, kBF16, L.head_dims(), L.qkv_strides());
-  TensorRef dK = g.device_tensor("dK", kDK, kBF16, L.head_dims(), L.qkv_strides());
-  TensorRef dV = g.device_tensor("dV", kDV, kBF16, L.head_dims(), L.qkv_strides());
+  TensorRef dK = g.device_tensor("dK", kDK, kBF16, L.kv_dims(), L.qkv_strides());
+  TensorRef dV = g.device_tensor("dV", kDV, kBF16, L.kv_dims(), L.qkv_strides());
   TensorRef scale = g.scalar("attn_scale", kAttnScale);
   TensorRef mask_value = g.scalar("mask_value", kNegInf);
   TensorRef one = g.scalar("one", kOne);
@@ -244,10 +256,16 @@ std::vector<cudnn_graph::Plan> build_backward(cudnnHandle_t handle, const Layout
   TensorRef P = like(g, "P", kF32, S);
   g.pointwise("exp_S", CUDNN_POINTWISE_EXP, kF32, S_cur, P);
 
-  // dV[B, H, T, D] = Pᵀ · dO
+  // dV[B, Hkv, T, D] = Pᵀ · dO (grouped: per query head, then summed over each group)
   TensorRef Pt = g.virtual_tensor("P^T", kBF16, L.score_dims(), L.score_t_strides());
   g.reshape("reshape_P", P, Pt);
-  g.matmul("matmul_PT_dO", Pt, dO, dV, m_kv, nullptr, m_q);
+  if (L.grouped()) {
+    TensorRef dV_full = g.virtual_tensor("dV_full_heads", kBF16, L.head_dims(), L.full_head_strides());
+    g.matmul("matmul_PT_dO", Pt, dO, dV_full, m_kv, nullptr, m_q);
+    g.reduction("reduce_dV_heads", CUDNN_REDUCE_TENSOR_ADD, dV_full, dV);
+  } else {
+    g.matmul("matmul_PT_dO", Pt, dO, dV, m_kv, nullptr, m_q);
+  }
 
   // dS = P ∘ (dO·Vᵀ − softmax_sum) · scale
   TensorRef dP = g.virtual_tensor("dP", kF32, L.score_dims(), L.score_strides());
@@ -259,13 +277,19 @@ std::vector<cudnn_graph::Plan> build_backward(cudnnHandle_t handle, const Layout
   TensorRef dS = like(g, "dS", kF32, dP);
   g.pointwise("mul_dS_attn_scale", CUDNN_POINTWISE_MUL, kF32, dS_unscaled, scale, dS);
 
-  // dK[B, H, T, D] = dSᵀ · Q
+  // dK[B, Hkv, T, D] = dSᵀ · Q (grouped: per query head, then summed over each group)
   TensorRef dSt = g.virtual_tensor("dS^T", kBF16, L.score_dims(), L.score_t_strides());
   g.reshape("reshape_dS", dS, dSt);
-  g.matmul("matmul_dST_Q", dSt, Q, dK, m_kv, nullptr, m_q);
+  if (L.grouped()) {
+    TensorRef dK_full = g.virtual_tensor("dK_full_heads", kBF16, L.head_dims(), L.full_head_strides());
+    g.matmul("matmul_dST_Q", dSt, Q, dK_full, m_kv, nullptr, m_q);
+    g.reduction("reduce_dK_heads", CUDNN_REDUCE_TENSOR_ADD, dK_full, dK);
+  } else {
+    g.matmul("matmul_dST_Q", dSt, Q, dK, m_kv, nullptr, m_q);
+  }
 
   // dQ[B, H, T, D] = dS · K, accumulated in fp32 then converted
-  TensorRef K = g.virtual_tensor("K", kF32, L.head_dims(), L.qkv_strides());
+  TensorRef K = g.virtual_tensor("K", kF32, L.kv_dims(), L.qkv_strides());
   g.reshape("reshape_K", Kt, K);
   g.matmul("matmul_dS_K", dS, K, dQ_accum, m_q, nullptr, m_kv);
   g.pointwise("identity_dQ", CUDNN_POINTWISE_IDENTITY, kF32, dQ_accum, dQ);
@@ -293,7 +317,7 @@ TuningMode<AttentionTuning> g_tuning{&tuning_from_env};
 // ---------- plan cache, handles, workspaces ----------
 
 struct PlanKey {
-  int64_t B, T, H, D;
+  int64_t B, T, H, Hkv, D;
   bool backward;
   auto operator<=>(const PlanKey&) const = default;
 };
@@ -344,7 +368,7 @@ size_t seq_lens_kv_offset(int64_t B) { return (static_cast<size_t>(B) * sizeof(i
 // With st.mu held.
 CachedPlan& plan_for(DeviceState& st, Device dev, const AttentionDims& d, bool backward, cudaStream_t stream) {
   if (!st.handle) TETRA_CUDNN_CHECK(cudnnCreate(&st.handle));
-  const PlanKey key{d.B, d.T, d.H, d.D, backward};
+  const PlanKey key{d.B, d.T, d.H, d.Hkv, d.D, backward};
   auto it = st.plans.find(key);
   if (it != st.plans.end()) return *it->second;
 
@@ -436,12 +460,14 @@ void set_attention_tuning(AttentionTuning mode) { g_tuning.set(mode); }
 
 // ---------- support ----------
 
-std::string cudnn_attention_unsupported(const Tensor& qkv, int64_t n_heads,
+std::string cudnn_attention_unsupported(const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads,
                                         std::initializer_list<const Tensor*> operands) {
   if (qkv.dtype() != DType::BF16) return detail::concat("it takes bf16 tensors, got ", dtype_name(qkv.dtype()));
   if (!qkv.device().is_cuda()) return "qkv is not on a CUDA device";
-  if (qkv.ndim() != 3 || n_heads <= 0 || qkv.dim(2) % (3 * n_heads) != 0) return "qkv is not [B, T, 3·H·D]";
-  const int64_t T = qkv.dim(1), D = qkv.dim(2) / (3 * n_heads);
+  if (qkv.ndim() != 3 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 ||
+      qkv.dim(2) % (n_heads + 2 * n_kv_heads) != 0)
+    return "qkv is not [B, T, (H + 2·Hkv)·D] with Hkv dividing H";
+  const int64_t T = qkv.dim(1), D = qkv.dim(2) / (n_heads + 2 * n_kv_heads);
   const int64_t v = cudnn_graph::runtime_version();
   if (v < 90000) return "it needs cuDNN 9.0 or newer, found " + cudnn_graph::version_string(v);
   if (v == 91000 || v == 91001)
@@ -461,11 +487,11 @@ std::string cudnn_attention_unsupported(const Tensor& qkv, int64_t n_heads,
 
 // ---------- forward / backward ----------
 
-void attention_forward_cudnn(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads) {
+void attention_forward_cudnn(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads) {
   const char* op = "attention_forward (cuDNN SDPA)";
-  const AttentionDims d = check_attention_forward(op, out, lse, qkv, n_heads);
+  const AttentionDims d = check_attention_forward(op, out, lse, qkv, n_heads, n_kv_heads);
   if (d.B == 0 || d.T == 0) return;
-  if (std::string why = cudnn_attention_unsupported(qkv, n_heads, {&out, &lse}); !why.empty())
+  if (std::string why = cudnn_attention_unsupported(qkv, n_heads, n_kv_heads, {&out, &lse}); !why.empty())
     TETRA_FAIL(Device, op, ": cuDNN fused attention cannot run: ", why, " (", qkv.describe(),
                "); TETRA_ATTENTION=reference uses the reference kernels");
   const Device dev = qkv.device();
@@ -478,10 +504,11 @@ void attention_forward_cudnn(Tensor& out, Tensor& lse, const Tensor& qkv, int64_
 
   float attn_scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   float mask_value = cp.quirks.neg_inf;
-  const int64_t hd = d.H * d.D * static_cast<int64_t>(sizeof(uint16_t));  // bytes from q to k to v
+  const int64_t k_off = d.k_offset() * static_cast<int64_t>(sizeof(uint16_t));  // bytes from q to k
+  const int64_t v_off = d.v_offset() * static_cast<int64_t>(sizeof(uint16_t));  // bytes from q to v
   char* q = bytes_of(qkv);
   const std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kAttnScale, kNegInf};
-  const std::vector<void*> ptrs{q, q + hd, q + 2 * hd, out.data_ptr(), lse.data_ptr(), &attn_scale, &mask_value};
+  const std::vector<void*> ptrs{q, q + k_off, q + v_off, out.data_ptr(), lse.data_ptr(), &attn_scale, &mask_value};
   TETRA_CUDNN_CHECK(cudnnSetStream(st.handle, stream));
   run_plan(cp, stream, op, [&](const cudnn_graph::Plan& plan) {
     cudnn_graph::execute(st.handle, plan, uids, ptrs, ws ? ws + cp.cudnn_offset : nullptr, op);
@@ -489,11 +516,12 @@ void attention_forward_cudnn(Tensor& out, Tensor& lse, const Tensor& qkv, int64_
 }
 
 void attention_backward_cudnn(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                              const Tensor& lse, int64_t n_heads) {
+                              const Tensor& lse, int64_t n_heads, int64_t n_kv_heads) {
   const char* op = "attention_backward (cuDNN SDPA)";
-  const AttentionDims d = check_attention_backward(op, dqkv, dout, qkv, out, lse, n_heads);
+  const AttentionDims d = check_attention_backward(op, dqkv, dout, qkv, out, lse, n_heads, n_kv_heads);
   if (d.B == 0 || d.T == 0) return;
-  if (std::string why = cudnn_attention_unsupported(qkv, n_heads, {&dqkv, &dout, &out, &lse}); !why.empty())
+  if (std::string why = cudnn_attention_unsupported(qkv, n_heads, n_kv_heads, {&dqkv, &dout, &out, &lse});
+      !why.empty())
     TETRA_FAIL(Device, op, ": cuDNN fused attention cannot run: ", why, " (", qkv.describe(),
                "); TETRA_ATTENTION=reference uses the reference kernels");
   const Device dev = qkv.device();
@@ -507,20 +535,21 @@ void attention_backward_cudnn(Tensor& dqkv, const Tensor& dout, const Tensor& qk
   float attn_scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   float mask_value = cp.quirks.neg_inf;
   float one = 1.0f;
-  const int64_t hd = d.H * d.D * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t k_off = d.k_offset() * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t v_off = d.v_offset() * static_cast<int64_t>(sizeof(uint16_t));
   char* q = bytes_of(qkv);
   char* dq = bytes_of(dqkv);
   std::vector<int64_t> uids{kQ,  kK,  kV,         kO,      kDO,  kStats,      kDQ,     kDK,
                             kDV, kAttnScale, kNegInf, kOne, kSoftmaxSum, kDQAccum};
   std::vector<void*> ptrs{q,
-                          q + hd,
-                          q + 2 * hd,
+                          q + k_off,
+                          q + v_off,
                           out.data_ptr(),
                           dout.data_ptr(),
                           lse.data_ptr(),
                           dq,
-                          dq + hd,
-                          dq + 2 * hd,
+                          dq + k_off,
+                          dq + v_off,
                           &attn_scale,
                           &mask_value,
                           &one,
@@ -540,10 +569,10 @@ void attention_backward_cudnn(Tensor& dqkv, const Tensor& dout, const Tensor& qk
   });
 }
 
-std::string cudnn_attention_plan_info(const Tensor& qkv, int64_t n_heads, bool backward) {
-  if (std::string why = cudnn_attention_unsupported(qkv, n_heads, {}); !why.empty())
+std::string cudnn_attention_plan_info(const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, bool backward) {
+  if (std::string why = cudnn_attention_unsupported(qkv, n_heads, n_kv_heads, {}); !why.empty())
     return "unsupported: " + why;
-  const AttentionDims d{qkv.dim(0), qkv.dim(1), n_heads, qkv.dim(2) / (3 * n_heads)};
+  const AttentionDims d{qkv.dim(0), qkv.dim(1), n_heads, n_kv_heads, qkv.dim(2) / (n_heads + 2 * n_kv_heads)};
   const Device dev = qkv.device();
   const DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);

@@ -5,9 +5,11 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "runtime/cuda/cuda_backend.h"
@@ -132,6 +134,37 @@ inline double rel_error(const std::vector<double>& out, const std::vector<double
 // Device result against a host fp32 reference.
 inline double rel_error(const Tensor& dev, const Tensor& ref_host_f32) {
   return rel_error(download(dev), values(ref_host_f32));
+}
+
+// The worst element: max_i |out_i − ref_i| / (|ref_i| + rms(ref)), relative where an element is large
+// and on the reference's own scale where it is near zero (+inf for non-finite values or unequal sizes).
+inline double worst_element_error(const std::vector<double>& out, const std::vector<double>& ref) {
+  if (out.size() != ref.size()) return std::numeric_limits<double>::infinity();
+  double ss = 0.0;
+  for (double r : ref) ss += r * r;
+  const double rms = ref.empty() ? 0.0 : std::sqrt(ss / static_cast<double>(ref.size()));
+  double worst = 0.0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(out[i])) return std::numeric_limits<double>::infinity();
+    const double den = std::fabs(ref[i]) + rms, diff = std::fabs(out[i] - ref[i]);
+    worst = std::max(worst, den > 0.0 ? diff / den : diff);
+  }
+  return worst;
+}
+// Tolerances on the worst element (bf16: a few units in the last place of bf16's 8-bit mantissa).
+constexpr double kWorstF32 = 1e-4;
+constexpr double kWorstBF16 = 4e-2;
+inline double worst_tol(DType t) { return t == DType::BF16 ? kWorstBF16 : kWorstF32; }
+
+// Both measures against the CPU twin within dtype `dt`'s tolerances.
+inline void expect_close(const std::vector<double>& out, const std::vector<double>& ref, DType dt,
+                         const std::string& what) {
+  const double norm = rel_error(out, ref), worst = worst_element_error(out, ref);
+  EXPECT_LE(norm, tol(dt)) << what << ": norm-wise relative error";
+  EXPECT_LE(worst, worst_tol(dt)) << what << ": worst element";
+}
+inline void expect_close(const Tensor& dev, const Tensor& ref_host_f32, DType dt, const std::string& what) {
+  expect_close(download(dev), values(ref_host_f32), dt, what);
 }
 
 inline const char* name(DType t) { return dtype_name(t); }

@@ -1,12 +1,16 @@
 // Causal attention on the GPU against the CPU ops (tetra::cpu::attention_forward/backward, fp32):
 // the reference kernels (fp32 and bf16) and cuDNN's fused attention (bf16), forward (out, lse) and
-// backward (dqkv), on random inputs (never zeros) with every output poisoned with NaN first.
-// bf16 cases hand the CPU the same bf16-rounded inputs. Errors are norm-relative ‖gpu − cpu‖/‖cpu‖:
-// at most 1e-5 for fp32, 2e-2 for bf16.
+// backward (dqkv), multi-head and grouped-query (H / Hkv = 1, 4, 32), on random inputs (never zeros)
+// with every output poisoned with NaN first. bf16 cases hand the CPU the same bf16-rounded inputs.
+// Errors: norm-relative ‖gpu − cpu‖/‖cpu‖ at most 1e-5 for fp32, 2e-2 for bf16; and the worst element
+// max |gpu − cpu| / (|cpu| + rms(cpu)) at most 1e-4 for fp32, 8e-2 for bf16.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <iostream>
 #include <optional>
 #include <stdexcept>
@@ -27,6 +31,8 @@ namespace {
 const Device kGpu = Device::cuda(0);
 constexpr double kTolF32 = 1e-5;
 constexpr double kTolBF16 = 2e-2;
+constexpr double kWorstF32 = 1e-4;
+constexpr double kWorstBF16 = 8e-2;
 
 cudaStream_t gpu_stream() { return static_cast<cudaStream_t>(current_stream(kGpu).handle()); }
 
@@ -34,11 +40,14 @@ void cuda_ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
+// Hkv = 0 stands for Hkv = H (multi-head).
 struct Dims {
-  int64_t B, T, H, D;
+  int64_t B, T, H, D, Hkv = 0;
+  int64_t kv() const { return Hkv > 0 ? Hkv : H; }
+  int64_t width() const { return (H + 2 * kv()) * D; }  // qkv's last dimension
   std::string str() const {
     return "[B=" + std::to_string(B) + ", T=" + std::to_string(T) + ", H=" + std::to_string(H) +
-           ", D=" + std::to_string(D) + "]";
+           (kv() != H ? ", Hkv=" + std::to_string(kv()) : std::string()) + ", D=" + std::to_string(D) + "]";
   }
 };
 
@@ -85,13 +94,13 @@ std::vector<double> download(const Tensor& t) {
 // All-ones bytes: NaN in fp32 and in bf16. On the compute stream, so it is ordered before the op.
 void poison(Tensor& t) { cuda_ok(cudaMemsetAsync(t.data_ptr(), 0xff, t.nbytes(), gpu_stream()), "poison"); }
 
-// Random inputs already rounded to what `dtype` holds: qkv[B, T, 3·H·D], dout[B, T, H·D].
+// Random inputs already rounded to what `dtype` holds: qkv[B, T, (H + 2·Hkv)·D], dout[B, T, H·D].
 struct Inputs {
   Tensor qkv, dout;
 };
 Inputs make_inputs(const Dims& s, DType dtype, uint64_t seed) {
   Rng rng(seed);
-  Tensor qkv = test::random_tensor(rng, {s.B, s.T, 3 * s.H * s.D});
+  Tensor qkv = test::random_tensor(rng, {s.B, s.T, s.width()});
   Tensor dout = test::random_tensor(rng, {s.B, s.T, s.H * s.D});
   return {rounded(qkv, dtype), rounded(dout, dtype)};
 }
@@ -104,13 +113,13 @@ Result cpu_attention(const Inputs& in, const Dims& s) {
   Tensor out = Tensor::empty({s.B, s.T, s.H * s.D}, DType::F32);
   Tensor lse = Tensor::empty({s.B, s.H, s.T}, DType::F32);
   Tensor dqkv = Tensor::empty(in.qkv.shape(), DType::F32);
-  cpu::attention_forward(out, lse, in.qkv, s.H);
-  cpu::attention_backward(dqkv, in.dout, in.qkv, out, lse, s.H);
+  cpu::attention_forward(out, lse, in.qkv, s.H, s.kv());
+  cpu::attention_backward(dqkv, in.dout, in.qkv, out, lse, s.H, s.kv());
   return {test::to_doubles(out), test::to_doubles(lse), test::to_doubles(dqkv)};
 }
 
-using ForwardFn = void (*)(Tensor&, Tensor&, const Tensor&, int64_t);
-using BackwardFn = void (*)(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t);
+using ForwardFn = void (*)(Tensor&, Tensor&, const Tensor&, int64_t, int64_t);
+using BackwardFn = void (*)(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t);
 
 // Forward then backward on the GPU; the backward consumes the GPU forward's out and lse.
 Result gpu_attention(const Inputs& in, const Dims& s, DType dtype, ForwardFn forward, BackwardFn backward) {
@@ -121,19 +130,43 @@ Result gpu_attention(const Inputs& in, const Dims& s, DType dtype, ForwardFn for
   poison(out);
   poison(lse);
   poison(dqkv);
-  forward(out, lse, qkv, s.H);
-  backward(dqkv, dout, qkv, out, lse, s.H);
+  forward(out, lse, qkv, s.H, s.kv());
+  backward(dqkv, dout, qkv, out, lse, s.H, s.kv());
   return {download(out), download(lse), download(dqkv)};
 }
 
+// max_i |out_i − ref_i| / (|ref_i| + rms(ref)): relative for large elements, on the reference's
+// scale near zero; +inf for a non-finite element or unequal sizes.
+double worst_element(const std::vector<double>& out, const std::vector<double>& ref) {
+  if (out.size() != ref.size()) return std::numeric_limits<double>::infinity();
+  double ss = 0.0;
+  for (double r : ref) ss += r * r;
+  const double rms = ref.empty() ? 0.0 : std::sqrt(ss / static_cast<double>(ref.size()));
+  double worst = 0.0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(out[i])) return std::numeric_limits<double>::infinity();
+    const double den = std::fabs(ref[i]) + rms;
+    worst = std::max(worst, den > 0.0 ? std::fabs(out[i] - ref[i]) / den : std::fabs(out[i] - ref[i]));
+  }
+  return worst;
+}
+
 void expect_close(const Result& gpu, const Result& cpu, double tol, const std::string& what) {
+  const double worst_tol = tol == kTolF32 ? kWorstF32 : kWorstBF16;
   const double e_out = test::rel_error(gpu.out, cpu.out);
   const double e_lse = test::rel_error(gpu.lse, cpu.lse);
   const double e_dqkv = test::rel_error(gpu.dqkv, cpu.dqkv);
-  std::cout << "  " << what << ": rel error out " << e_out << ", lse " << e_lse << ", dqkv " << e_dqkv << "\n";
+  const double w_out = worst_element(gpu.out, cpu.out);
+  const double w_lse = worst_element(gpu.lse, cpu.lse);
+  const double w_dqkv = worst_element(gpu.dqkv, cpu.dqkv);
+  std::cout << "  " << what << ": rel error out " << e_out << ", lse " << e_lse << ", dqkv " << e_dqkv
+            << "; worst element out " << w_out << ", lse " << w_lse << ", dqkv " << w_dqkv << "\n";
   EXPECT_LE(e_out, tol) << what << ": out";
   EXPECT_LE(e_lse, tol) << what << ": lse";
   EXPECT_LE(e_dqkv, tol) << what << ": dqkv";
+  EXPECT_LE(w_out, worst_tol) << what << ": worst element of out";
+  EXPECT_LE(w_lse, worst_tol) << what << ": worst element of lse";
+  EXPECT_LE(w_dqkv, worst_tol) << what << ": worst element of dqkv";
 }
 
 // Sets (or with nullopt unsets) an environment variable for the scope.
@@ -160,13 +193,14 @@ class ScopedEnv {
 
 // cuDNN must take bf16 tensors of this shape on the test GPU (checked on real device tensors).
 void expect_cudnn_supported(const Dims& s) {
-  Tensor qkv = Tensor::empty({s.B, s.T, 3 * s.H * s.D}, DType::BF16, kGpu);
-  const std::string why = cuda::cudnn_attention_unsupported(qkv, s.H, {});
+  Tensor qkv = Tensor::empty({s.B, s.T, s.width()}, DType::BF16, kGpu);
+  const std::string why = cuda::cudnn_attention_unsupported(qkv, s.H, s.kv(), {});
   ASSERT_EQ(why, "") << "cuDNN fused attention cannot run " << s.str();
   ScopedEnv env("TETRA_ATTENTION", std::nullopt);
-  EXPECT_EQ(cuda::attention_impl_for(qkv, s.H, {}), cuda::AttentionImpl::Cudnn);
-  std::cout << "  " << s.str() << " forward: " << cuda::cudnn_attention_plan_info(qkv, s.H, false) << "\n"
-            << "  " << s.str() << " backward: " << cuda::cudnn_attention_plan_info(qkv, s.H, true) << "\n";
+  EXPECT_EQ(cuda::attention_impl_for(qkv, s.H, s.kv(), {}), cuda::AttentionImpl::Cudnn);
+  std::cout << "  " << s.str() << " forward: " << cuda::cudnn_attention_plan_info(qkv, s.H, s.kv(), false) << "\n"
+            << "  " << s.str() << " backward: " << cuda::cudnn_attention_plan_info(qkv, s.H, s.kv(), true)
+            << "\n";
 }
 
 void run_cudnn_case(const Dims& s, uint64_t seed) {
@@ -241,8 +275,8 @@ TEST(AttentionGpu, CudnnReusesPlanAndWorkspace) {
   Tensor lse = Tensor::empty({s.B, s.H, s.T}, DType::F32, kGpu);
   Tensor dqkv = Tensor::empty(qkv.shape(), DType::BF16, kGpu);
   auto step = [&] {
-    cuda::attention_forward_cudnn(out, lse, qkv, s.H);
-    cuda::attention_backward_cudnn(dqkv, dout, qkv, out, lse, s.H);
+    cuda::attention_forward_cudnn(out, lse, qkv, s.H, s.H);
+    cuda::attention_backward_cudnn(dqkv, dout, qkv, out, lse, s.H, s.H);
     cuda_ok(cudaStreamSynchronize(gpu_stream()), "step");
   };
   step();  // builds both plans and the workspace
@@ -268,12 +302,91 @@ TEST(AttentionGpu, CudnnEngineTuningKeepsResults) {
                cpu, kTolBF16, "cuDNN bf16, tuning call " + s.str());
   Tensor qkv = upload(in.qkv, DType::BF16);
   for (bool backward : {false, true}) {
-    const std::string info = cuda::cudnn_attention_plan_info(qkv, s.H, backward);
+    const std::string info = cuda::cudnn_attention_plan_info(qkv, s.H, s.H, backward);
     std::cout << "  " << s.str() << (backward ? " backward: " : " forward: ") << info << "\n";
     EXPECT_EQ(info.find("not yet tuned"), std::string::npos) << info;
   }
   expect_close(gpu_attention(in, s, DType::BF16, cuda::attention_forward_cudnn, cuda::attention_backward_cudnn),
                cpu, kTolBF16, "cuDNN bf16, tuned plan " + s.str());
+}
+
+// ---------- grouped-query attention (Llama: H / Hkv = 4; multi-query: Hkv = 1) ----------
+
+TEST(AttentionGpu, GroupedQueryReferenceFp32MatchesCpu) {
+  if (!tetra::cuda_available()) GTEST_SKIP() << "no GPU";
+  // Group sizes 4, 32 (one key/value head), 3 and 2; sequence lengths off the tiles; head dims in
+  // several buckets.
+  for (const Dims& s : {Dims{2, 100, 8, 64, 2}, Dims{1, 77, 32, 16, 1}, Dims{2, 33, 6, 8, 2},
+                        Dims{1, 130, 4, 128, 2}, Dims{1, 1, 4, 16, 1}}) {
+    const Inputs in = make_inputs(s, DType::F32, 11);
+    expect_close(gpu_attention(in, s, DType::F32, cuda::attention_forward_reference,
+                               cuda::attention_backward_reference),
+                 cpu_attention(in, s), kTolF32, "reference fp32 " + s.str());
+  }
+}
+
+TEST(AttentionGpu, GroupedQueryReferenceBf16MatchesCpu) {
+  if (!tetra::cuda_available()) GTEST_SKIP() << "no GPU";
+  for (const Dims& s : {Dims{2, 100, 8, 64, 2}, Dims{1, 64, 32, 64, 1}}) {
+    const Inputs in = make_inputs(s, DType::BF16, 12);
+    expect_close(gpu_attention(in, s, DType::BF16, cuda::attention_forward_reference,
+                               cuda::attention_backward_reference),
+                 cpu_attention(in, s), kTolBF16, "reference bf16 " + s.str());
+  }
+}
+
+// cuDNN with Hkv < H: group sizes 1 (the multi-head plan), 4 and 32 at 32 heads of 64.
+TEST(AttentionGpu, CudnnGroupedQueryRatios) {
+  if (!tetra::cuda_available()) GTEST_SKIP() << "no GPU";
+  run_cudnn_case({2, 256, 32, 64, 32}, 13);
+  run_cudnn_case({2, 256, 32, 64, 8}, 14);
+  run_cudnn_case({2, 256, 32, 64, 1}, 15);
+  run_cudnn_case({2, 100, 8, 64, 2}, 16);  // T off the 64/128 tiles
+}
+
+// Llama 3.2 1B's attention at its training length: 32 query heads, 8 key/value heads of 64, T = 4096
+// (one sequence: the CPU twin takes a few seconds).
+TEST(AttentionGpu, CudnnLlama1bShape) {
+  if (!tetra::cuda_available()) GTEST_SKIP() << "no GPU";
+  run_cudnn_case({1, 4096, 32, 64, 8}, 17);
+}
+
+// GQA equals multi-head attention over K/V heads repeated to H, on the GPU as on the CPU: cuDNN's
+// grouped plan against its own multi-head plan on the repeated tensor (dK, dV summed over groups).
+TEST(AttentionGpu, CudnnGroupedEqualsRepeatedHeads) {
+  if (!tetra::cuda_available()) GTEST_SKIP() << "no GPU";
+  const Dims g{2, 512, 16, 64, 4}, m{2, 512, 16, 64};
+  const int64_t G = g.H / g.kv();
+  const Inputs in = make_inputs(g, DType::BF16, 18);
+  Inputs wide{Tensor::empty({g.B, g.T, m.width()}, DType::F32), in.dout};
+  const float* src = in.qkv.data<float>();
+  float* dst = wide.qkv.data<float>();
+  for (int64_t bt = 0; bt < g.B * g.T; ++bt)
+    for (int64_t h = 0; h < g.H; ++h)
+      for (int64_t e = 0; e < g.D; ++e) {
+        const float* s = src + bt * g.width();
+        float* d = dst + bt * m.width();
+        d[h * g.D + e] = s[h * g.D + e];
+        d[(g.H + h) * g.D + e] = s[(g.H + h / G) * g.D + e];
+        d[(2 * g.H + h) * g.D + e] = s[(g.H + g.kv() + h / G) * g.D + e];
+      }
+  const Result grouped =
+      gpu_attention(in, g, DType::BF16, cuda::attention_forward_cudnn, cuda::attention_backward_cudnn);
+  const Result repeated =
+      gpu_attention(wide, m, DType::BF16, cuda::attention_forward_cudnn, cuda::attention_backward_cudnn);
+  EXPECT_LE(test::rel_error(grouped.out, repeated.out), 1e-2);
+  EXPECT_LE(test::rel_error(grouped.lse, repeated.lse), 1e-3);
+  std::vector<double> summed(grouped.dqkv.size(), 0.0);
+  for (int64_t bt = 0; bt < g.B * g.T; ++bt)
+    for (int64_t h = 0; h < g.H; ++h)
+      for (int64_t e = 0; e < g.D; ++e) {
+        const double* w = repeated.dqkv.data() + bt * m.width();
+        double* o = summed.data() + bt * g.width();
+        o[h * g.D + e] = w[h * g.D + e];
+        o[(g.H + h / G) * g.D + e] += w[(g.H + h) * g.D + e];
+        o[(g.H + g.kv() + h / G) * g.D + e] += w[(2 * g.H + h) * g.D + e];
+      }
+  EXPECT_LE(test::rel_error(grouped.dqkv, summed), 2e-2);
 }
 
 // ---------- dispatch and errors ----------
@@ -286,7 +399,7 @@ TEST(AttentionGpu, EnvironmentSelectsImplementation) {
   Tensor qkv32 = upload(in.qkv, DType::F32);
   {
     ScopedEnv env("TETRA_ATTENTION", "reference");
-    EXPECT_EQ(cuda::attention_impl_for(qkv, s.H, {}), cuda::AttentionImpl::Reference);
+    EXPECT_EQ(cuda::attention_impl_for(qkv, s.H, s.H, {}), cuda::AttentionImpl::Reference);
     // Forced to the reference, the op API gives the reference kernels' results bit for bit.
     const Result via_ops = gpu_attention(in, s, DType::BF16, ops::attention_forward, ops::attention_backward);
     const Result direct = gpu_attention(in, s, DType::BF16, cuda::attention_forward_reference,
@@ -297,13 +410,13 @@ TEST(AttentionGpu, EnvironmentSelectsImplementation) {
   }
   {
     ScopedEnv env("TETRA_ATTENTION", "cudnn");
-    EXPECT_EQ(cuda::attention_impl_for(qkv, s.H, {}), cuda::AttentionImpl::Cudnn);
-    EXPECT_EQ(cuda::attention_impl_for(qkv32, s.H, {}), cuda::AttentionImpl::Reference);
+    EXPECT_EQ(cuda::attention_impl_for(qkv, s.H, s.H, {}), cuda::AttentionImpl::Cudnn);
+    EXPECT_EQ(cuda::attention_impl_for(qkv32, s.H, s.H, {}), cuda::AttentionImpl::Reference);
   }
   {
     ScopedEnv env("TETRA_ATTENTION", "fastest");
     try {
-      cuda::attention_impl_for(qkv, s.H, {});
+      cuda::attention_impl_for(qkv, s.H, s.H, {});
       ADD_FAILURE() << "TETRA_ATTENTION=fastest was accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("TETRA_ATTENTION=fastest"), std::string::npos) << e.what();
@@ -324,15 +437,16 @@ TEST(AttentionGpu, RejectsBadArguments) {
   Tensor qkv = Tensor::empty({2, 8, 3 * 2 * 16}, DType::BF16, kGpu);
   Tensor out = Tensor::empty({2, 8, 2 * 16}, DType::BF16, kGpu);
   Tensor lse_bad = Tensor::empty({2, 8, 2}, DType::F32, kGpu);
-  expect_error([&] { cuda::attention_forward(out, lse_bad, qkv, 2); }, "lse must be [2, 2, 8]");
-  expect_error([&] { cuda::attention_forward_cudnn(out, lse_bad, qkv, 2); }, "lse must be [2, 2, 8]");
-  expect_error([&] { cuda::attention_forward_reference(out, lse_bad, qkv, 2); }, "lse must be [2, 2, 8]");
-  expect_error([&] { cuda::attention_forward(out, lse_bad, qkv, 5); }, "H = 5");
+  expect_error([&] { cuda::attention_forward(out, lse_bad, qkv, 2, 2); }, "lse must be [2, 2, 8]");
+  expect_error([&] { cuda::attention_forward_cudnn(out, lse_bad, qkv, 2, 2); }, "lse must be [2, 2, 8]");
+  expect_error([&] { cuda::attention_forward_reference(out, lse_bad, qkv, 2, 2); }, "lse must be [2, 2, 8]");
+  expect_error([&] { cuda::attention_forward(out, lse_bad, qkv, 5, 5); }, "H = 5");
+  expect_error([&] { cuda::attention_forward(out, lse_bad, qkv, 2, 3); }, "must divide n_heads = 2");
   Tensor qkv32 = Tensor::empty({2, 8, 3 * 2 * 16}, DType::F32, kGpu);
   Tensor out32 = Tensor::empty({2, 8, 2 * 16}, DType::F32, kGpu);
   Tensor lse = Tensor::empty({2, 2, 8}, DType::F32, kGpu);
-  expect_error([&] { cuda::attention_forward_cudnn(out32, lse, qkv32, 2); }, "takes bf16 tensors");
-  expect_error([&] { cuda::attention_forward(out, lse, qkv32, 2); }, "out must be fp32");
+  expect_error([&] { cuda::attention_forward_cudnn(out32, lse, qkv32, 2, 2); }, "takes bf16 tensors");
+  expect_error([&] { cuda::attention_forward(out, lse, qkv32, 2, 2); }, "out must be fp32");
 }
 
 }  // namespace

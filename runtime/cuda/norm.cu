@@ -1,8 +1,12 @@
-// CUDA LayerNorm over the last dimension (torch.nn.functional.layer_norm):
-//   forward   mean = Σx/C,  rstd = 1/√(Σ(x - mean)²/C + eps),  y = (x - mean)·rstd·w + b
-//   backward  x̂ = (x - mean)·rstd,  g = dy·w
-//             dx (+)= rstd·(g - mean_C(g) - x̂·mean_C(g·x̂)),  dw += Σ_rows dy·x̂,  db += Σ_rows dy
-//             with dresidual: dx = dresidual + rstd·(...)  (the residual stream's gradient, fused)
+// CUDA LayerNorm (torch.nn.functional.layer_norm) and RMSNorm (Hugging Face's LlamaRMSNorm) over the
+// last dimension. RMSNorm is LayerNorm without the mean and the bias, so both run the same kernels,
+// instantiated per Norm kind (the RMSNorm instantiation drops the mean's row sum, the bias and db):
+//   LayerNorm forward   mean = Σx/C,  rstd = 1/√(Σ(x - mean)²/C + eps),  y = (x - mean)·rstd·w + b
+//             backward  x̂ = (x - mean)·rstd,  g = dy·w
+//                       dx (+)= rstd·(g - mean_C(g) - x̂·mean_C(g·x̂)),  dw += Σ_rows dy·x̂,  db += Σ_rows dy
+//   RMSNorm   forward   rstd = 1/√(Σx²/C + eps),  y = x·rstd·w
+//             backward  x̂ = x·rstd,  g = dy·w,  dx (+)= rstd·(g - x̂·mean_C(g·x̂)),  dw += Σ_rows dy·x̂
+//   with dresidual: dx = dresidual + rstd·(...)  (the residual stream's gradient, fused)
 // Shapes: x, y, dx, dy, dresidual [N, C] (any leading dimensions, one dtype T); w, b [C] (dtype P,
 // b optional); mean, rstd [N] fp32; dw, db [C] (one dtype, db optional).
 //
@@ -32,6 +36,8 @@
 // re-read from L1/L2 for each pass; backward dw/db through per-warp shared-memory sums (2·C fp32
 // per warp plus one pad float per 8) folded into the same partials. Their shared memory bounds C
 // at about (opt-in shared memory) / 9 bytes: 25K channels on an H100/H200.
+// In the RMSNorm instantiations mean and b are null and nothing is written for db (its partials have
+// one row, dw's).
 #include <cuda_pipeline_primitives.h>
 
 #include <algorithm>
@@ -48,6 +54,8 @@
 namespace tetra::cuda {
 
 namespace {
+
+enum class Norm { Layer, Rms };
 
 // ---------------------------------------------------------------------------------------------
 // Row kernels
@@ -109,10 +117,10 @@ __device__ __forceinline__ float team_sum(float v, int team, float (*red)[kMaxTe
 
 // y, mean, rstd for rows slot + k·slots·gridDim.x (k = 0, 1, ...), blockIdx.x·slots first.
 // Dynamic shared memory: w, b as fp32 [2][C].
-template <int VPT, class T, class P>
+template <Norm K, int VPT, class T, class P>
 __global__ void __launch_bounds__(kRowThreads)
-    layernorm_forward_rows_kernel(T* y, float* mean, float* rstd, const T* x, const P* w, const P* b, int64_t N,
-                                  int C, float eps, int team) {
+    norm_forward_rows_kernel(T* y, float* mean, float* rstd, const T* x, const P* w, const P* b, int64_t N, int C,
+                             float eps, int team) {
   extern __shared__ float4 smem_f4[];
   float* sw = reinterpret_cast<float*>(smem_f4);
   float* sb = sw + C;
@@ -123,7 +131,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int nv = C / 8;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     sw[c] = to_f32(w[c]);
-    sb[c] = b ? to_f32(b[c]) : 0.0f;
+    if constexpr (K == Norm::Layer) sb[c] = b ? to_f32(b[c]) : 0.0f;
   }
   __syncthreads();
 
@@ -147,7 +155,8 @@ __global__ void __launch_bounds__(kRowThreads)
         for (int k = 0; k < 8; ++k) sum += v[j][k];
       }
     }
-    const float m = team_sum(sum, team, red, parity) * inv_c;
+    float m = 0.0f;  // RMSNorm: no mean
+    if constexpr (K == Norm::Layer) m = team_sum(sum, team, red, parity) * inv_c;
     float sq = 0.0f;
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
@@ -164,16 +173,22 @@ __global__ void __launch_bounds__(kRowThreads)
     for (int j = 0; j < VPT; ++j) {
       const int vi = t + j * team_threads;
       if (vi < nv) {
-        float wv[8], bv[8], out[8];
+        float wv[8], out[8];
         load_smem8(sw + vi * 8, wv);
-        load_smem8(sb + vi * 8, bv);
+        if constexpr (K == Norm::Layer) {
+          float bv[8];
+          load_smem8(sb + vi * 8, bv);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) out[k] = (v[j][k] - m) * s * wv[k] + bv[k];
+          for (int k = 0; k < 8; ++k) out[k] = (v[j][k] - m) * s * wv[k] + bv[k];
+        } else {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) out[k] = v[j][k] * s * wv[k];
+        }
         store_vec<8>(yr + vi * 8, out);  // y may alias x: this thread read these elements above
       }
     }
     if (t == 0) {
-      mean[row] = m;
+      if constexpr (K == Norm::Layer) mean[row] = m;
       rstd[row] = s;
     }
   }
@@ -214,11 +229,11 @@ __device__ __forceinline__ void stage_read(const uint4* s, int stride, float (&f
 // only what it copied itself (so no barrier is needed for the staging).
 // Dynamic shared memory: staging [2 stages][arrays][VPT][kChunks<T>][blockDim.x] × 16 bytes, then w
 // as fp32 [C], then, when slots > 1, the slot fold [2][C], then, with sum_dx, the dx sums [slots][C].
-template <int VPT, class T, class P>
+template <Norm K, int VPT, class T, class P>
 __global__ void __launch_bounds__(kRowThreads)
-    layernorm_backward_rows_kernel(T* dx, float* partial, const T* dy, const T* x, const P* w, const float* mean,
-                                   const float* rstd, const T* dres, int64_t N, int C, int team, bool accumulate,
-                                   bool sum_dx) {
+    norm_backward_rows_kernel(T* dx, float* partial, const T* dy, const T* x, const P* w, const float* mean,
+                              const float* rstd, const T* dres, int64_t N, int C, int team, bool accumulate,
+                              bool sum_dx) {
   extern __shared__ float4 smem_f4[];
   __shared__ float red[2][kMaxTeam];
   const int team_threads = team * 32;
@@ -274,7 +289,8 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 
   int parity = 0, st = 0;
-  float m_next = first < N ? mean[first] : 0.0f, s_next = first < N ? rstd[first] : 0.0f;
+  constexpr bool kMean = K == Norm::Layer;  // RMSNorm: mean is null, m = 0
+  float m_next = kMean && first < N ? mean[first] : 0.0f, s_next = first < N ? rstd[first] : 0.0f;
   const float inv_c = 1.0f / static_cast<float>(C);
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * slots; base < N; base += step, st ^= 1) {
     // The same trip count for the whole block (team_sum has barriers).
@@ -283,7 +299,7 @@ __global__ void __launch_bounds__(kRowThreads)
     const float m = m_next, s = s_next;
     issue(row + step, st ^ 1);  // the next row streams in while this one is computed
     if (row + step < N) {
-      m_next = mean[row + step];
+      if constexpr (kMean) m_next = mean[row + step];
       s_next = rstd[row + step];
     }
     __pipeline_wait_prior(1);  // this row's group has landed
@@ -305,11 +321,12 @@ __global__ void __launch_bounds__(kRowThreads)
           g_sum += g;
           gx_sum += g * xh;
           dw_acc[j][k] += dv[k] * xh;
-          db_acc[j][k] += dv[k];
+          if constexpr (kMean) db_acc[j][k] += dv[k];
         }
       }
     }
-    const float g_mean = team_sum(g_sum, team, red, parity) * inv_c;
+    float g_mean = 0.0f;  // RMSNorm: the mean's term is absent
+    if constexpr (kMean) g_mean = team_sum(g_sum, team, red, parity) * inv_c;
     const float gx_mean = team_sum(gx_sum, team, red, parity) * inv_c;
     if (!active) continue;  // no barrier follows in this iteration
     // Pass 2: dx. dx may alias dy or dres: all three were staged before dx is written.
@@ -378,7 +395,7 @@ __global__ void __launch_bounds__(kRowThreads)
 
   // The block's dw/db: slots own the same channels; fold them in slot order.
   float* out_dw = partial + static_cast<int64_t>(blockIdx.x) * C;
-  float* out_db = partial + (static_cast<int64_t>(gridDim.x) + blockIdx.x) * C;
+  float* out_db = partial + (static_cast<int64_t>(gridDim.x) + blockIdx.x) * C;  // LayerNorm only
   if (slots == 1) {
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
@@ -387,7 +404,7 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
           out_dw[vi * 8 + k] = dw_acc[j][k];
-          out_db[vi * 8 + k] = db_acc[j][k];
+          if constexpr (kMean) out_db[vi * 8 + k] = db_acc[j][k];
         }
       }
     }
@@ -403,7 +420,7 @@ __global__ void __launch_bounds__(kRowThreads)
           for (int k = 0; k < 8; ++k) {
             const int c = vi * 8 + k;
             fold[c] = sl == 0 ? dw_acc[j][k] : fold[c] + dw_acc[j][k];
-            fold[C + c] = sl == 0 ? db_acc[j][k] : fold[C + c] + db_acc[j][k];
+            if constexpr (kMean) fold[C + c] = sl == 0 ? db_acc[j][k] : fold[C + c] + db_acc[j][k];
           }
         }
       }
@@ -412,7 +429,7 @@ __global__ void __launch_bounds__(kRowThreads)
   }
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     out_dw[c] = fold[c];
-    out_db[c] = fold[C + c];
+    if constexpr (kMean) out_db[c] = fold[C + c];
   }
 }
 
@@ -468,25 +485,25 @@ int prepare_launch(K kernel, int threads, size_t smem, Device dev) {
 }
 
 // The row kernel instantiation for a VPT chosen at run time (1 ≤ vpt ≤ MaxVpt ≤ 4).
-template <template <int, class, class> class Pick, int MaxVpt, class T, class P>
+template <template <Norm, int, class, class> class Pick, Norm K, int MaxVpt, class T, class P>
 auto row_kernel(int vpt) {
   static_assert(MaxVpt == 3 || MaxVpt == 4);
   if constexpr (MaxVpt == 4) {
-    if (vpt == 4) return Pick<4, T, P>::get();
+    if (vpt == 4) return Pick<K, 4, T, P>::get();
   }
   switch (vpt) {
-    case 1: return Pick<1, T, P>::get();
-    case 2: return Pick<2, T, P>::get();
-    default: return Pick<3, T, P>::get();
+    case 1: return Pick<K, 1, T, P>::get();
+    case 2: return Pick<K, 2, T, P>::get();
+    default: return Pick<K, 3, T, P>::get();
   }
 }
-template <int VPT, class T, class P>
+template <Norm K, int VPT, class T, class P>
 struct PickForward {
-  static auto get() { return layernorm_forward_rows_kernel<VPT, T, P>; }
+  static auto get() { return norm_forward_rows_kernel<K, VPT, T, P>; }
 };
-template <int VPT, class T, class P>
+template <Norm K, int VPT, class T, class P>
 struct PickBackward {
-  static auto get() { return layernorm_backward_rows_kernel<VPT, T, P>; }
+  static auto get() { return norm_backward_rows_kernel<K, VPT, T, P>; }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -495,23 +512,26 @@ struct PickBackward {
 
 constexpr int kForwardWarps = 8;
 
-template <int V, class T, class P>
-__global__ void layernorm_forward_kernel(T* y, float* mean, float* rstd, const T* x, const P* w, const P* b,
-                                         int64_t N, int C, float eps) {
+template <Norm K, int V, class T, class P>
+__global__ void norm_forward_kernel(T* y, float* mean, float* rstd, const T* x, const P* w, const P* b, int64_t N,
+                                    int C, float eps) {
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= N) return;  // the whole warp leaves together
   const T* xr = x + row * C;
   T* yr = y + row * C;
 
-  float sum = 0.0f;
-  for (int i = lane * V; i < C; i += 32 * V) {
-    float v[V];
-    load_vec<V>(xr + i, v);
+  float m = 0.0f;  // RMSNorm: no mean
+  if constexpr (K == Norm::Layer) {
+    float sum = 0.0f;
+    for (int i = lane * V; i < C; i += 32 * V) {
+      float v[V];
+      load_vec<V>(xr + i, v);
 #pragma unroll
-    for (int j = 0; j < V; ++j) sum += v[j];
+      for (int j = 0; j < V; ++j) sum += v[j];
+    }
+    m = warp_sum(sum) / C;
   }
-  const float m = warp_sum(sum) / C;
 
   float sq = 0.0f;
   for (int i = lane * V; i < C; i += 32 * V) {
@@ -526,18 +546,23 @@ __global__ void layernorm_forward_kernel(T* y, float* mean, float* rstd, const T
     float v[V], wv[V], bv[V], out[V];
     load_vec<V>(xr + i, v);
     load_vec<V>(w + i, wv);
-    if (b) {
+    if (K == Norm::Layer && b) {
       load_vec<V>(b + i, bv);
     } else {
 #pragma unroll
       for (int j = 0; j < V; ++j) bv[j] = 0.0f;
     }
+    if constexpr (K == Norm::Layer) {
 #pragma unroll
-    for (int j = 0; j < V; ++j) out[j] = (v[j] - m) * s * wv[j] + bv[j];
+      for (int j = 0; j < V; ++j) out[j] = (v[j] - m) * s * wv[j] + bv[j];
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) out[j] = v[j] * s * wv[j];
+    }
     store_vec<V>(yr + i, out);  // y may alias x: this lane read these elements just above
   }
   if (lane == 0) {
-    mean[row] = m;
+    if constexpr (K == Norm::Layer) mean[row] = m;
     rstd[row] = s;
   }
 }
@@ -557,10 +582,10 @@ __device__ __host__ __forceinline__ int padded_width(int C) {
 // dx for rows blockIdx.x·warps + warp + k·gridDim.x·warps; the block's dw/db sums go to
 // partial[0, blockIdx.x, :] and partial[1, blockIdx.x, :]. dres (may be null) is added to dx.
 // Dynamic shared memory: warps × [2][padded_width(C)] fp32.
-template <int V, class T, class P>
-__global__ void layernorm_backward_kernel(T* dx, float* partial, const T* dy, const T* x, const P* w,
-                                          const float* mean, const float* rstd, const T* dres, int64_t N, int C,
-                                          bool accumulate) {
+template <Norm K, int V, class T, class P>
+__global__ void norm_backward_kernel(T* dx, float* partial, const T* dy, const T* x, const P* w, const float* mean,
+                                     const float* rstd, const T* dres, int64_t N, int C, bool accumulate) {
+  constexpr bool kMean = K == Norm::Layer;  // RMSNorm: mean is null, m = 0, no db
   extern __shared__ float smem[];
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int width = padded_width<V>(C);
@@ -576,7 +601,7 @@ __global__ void layernorm_backward_kernel(T* dx, float* partial, const T* dy, co
     const T* dyr = dy + row * C;
     const T* xr = x + row * C;
     T* dxr = dx + row * C;
-    const float m = mean[row], s = rstd[row];
+    const float m = kMean ? mean[row] : 0.0f, s = rstd[row];
 
     // Pass 1: Σ g and Σ g·x̂ over the row; this warp's dw/db sums.
     float g_sum = 0.0f, gx_sum = 0.0f;
@@ -592,10 +617,10 @@ __global__ void layernorm_backward_kernel(T* dx, float* partial, const T* dy, co
         g_sum += g;
         gx_sum += g * xh;
         sdw[smem_index<V>(i + j)] += dv[j] * xh;
-        sdb[smem_index<V>(i + j)] += dv[j];
+        if constexpr (kMean) sdb[smem_index<V>(i + j)] += dv[j];
       }
     }
-    const float g_mean = warp_sum(g_sum) / C;
+    const float g_mean = kMean ? warp_sum(g_sum) / C : 0.0f;
     const float gx_mean = warp_sum(gx_sum) / C;
 
     // Pass 2: dx. dx may alias dy or dres: each element is re-read by the lane that then writes it.
@@ -632,7 +657,7 @@ __global__ void layernorm_backward_kernel(T* dx, float* partial, const T* dy, co
       sb += smem[static_cast<int64_t>(k) * 2 * width + width + at];
     }
     out_dw[c] = sw;
-    out_db[c] = sb;
+    if constexpr (kMean) out_db[c] = sb;
   }
 }
 
@@ -697,20 +722,11 @@ int channels(const char* op, int64_t C) {
   return static_cast<int>(C);
 }
 
-}  // namespace
-
-void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
-                       float eps) {
-  const char* op = "layernorm_forward";
-  check_params(op, w, b);
-  const int C = channels(op, w.dim(0));
-  check_cuda_float(op, "x", x);
-  check_last_dim(op, "x", x, C);
-  check_cuda_float(op, "y", y);
-  check_dtype(op, "y", y, x.dtype());
-  check_shape(op, "y", y, x.shape());
-  check_stats(op, mean, rstd, x);
-  if (!(eps >= 0.0f)) TETRA_FAIL(Internal, op, ": eps must be ≥ 0, got ", eps);
+// Runs norm K's forward on checked arguments (mean and b: null / undefined for RMSNorm).
+template <Norm K>
+void norm_forward(const char* op, Tensor& y, float* mean, Tensor& rstd, const Tensor& x, const Tensor& w,
+                  const Tensor& b, float eps) {
+  const int C = static_cast<int>(w.dim(0));
   const int64_t N = rows_of(x);
   if (N == 0) return;
   const Device dev = y.device();
@@ -729,66 +745,35 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
       const P* pw = static_cast<const P*>(w.data_ptr());
       const P* pb = b.defined() ? static_cast<const P*>(b.data_ptr()) : nullptr;
       if (rows_path) {
-        auto kernel = row_kernel<PickForward, kForwardMaxVpt, T, P>(rows.vpt);
+        auto kernel = row_kernel<PickForward, K, kForwardMaxVpt, T, P>(rows.vpt);
         const size_t smem = size_t{2} * C * sizeof(float);
         const int per_sm =
             static_cast<int64_t>(smem) <= max_shared_optin(dev) ? prepare_launch(kernel, rows.threads, smem, dev) : 0;
         if (per_sm > 0) {
           const int64_t wanted = (N + rows.slots - 1) / rows.slots;
           const int blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{per_sm} * sm_count(dev)));
-          kernel<<<blocks, rows.threads, smem, stream>>>(py, mean.data<float>(), rstd.data<float>(), px, pw, pb, N, C,
-                                                         eps, rows.team);
+          kernel<<<blocks, rows.threads, smem, stream>>>(py, mean, rstd.data<float>(), px, pw, pb, N, C, eps,
+                                                         rows.team);
           TETRA_CUDA_CHECK_LAUNCH();
           return;
         }
       }
       const int blocks = static_cast<int>((N + kForwardWarps - 1) / kForwardWarps);
-      auto kernel = vec ? layernorm_forward_kernel<8, T, P> : layernorm_forward_kernel<1, T, P>;
-      kernel<<<blocks, kForwardWarps * 32, 0, stream>>>(py, mean.data<float>(), rstd.data<float>(), px, pw, pb, N, C,
-                                                        eps);
+      auto kernel = vec ? norm_forward_kernel<K, 8, T, P> : norm_forward_kernel<K, 1, T, P>;
+      kernel<<<blocks, kForwardWarps * 32, 0, stream>>>(py, mean, rstd.data<float>(), px, pw, pb, N, C, eps);
       TETRA_CUDA_CHECK_LAUNCH();
     });
   });
 }
 
-void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
-                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual,
-                        Tensor* dx_column_sum) {
-  const char* op = "layernorm_backward";
-  check_params(op, w, Tensor());
-  const int C = channels(op, w.dim(0));
-  check_cuda_float(op, "x", x);
-  check_last_dim(op, "x", x, C);
-  check_cuda_float(op, "dy", dy);
-  check_dtype(op, "dy", dy, x.dtype());
-  check_shape(op, "dy", dy, x.shape());
-  check_cuda_float(op, "dx", dx);
-  check_dtype(op, "dx", dx, x.dtype());
-  check_shape(op, "dx", dx, x.shape());
-  check_cuda_float(op, "dw", dw);
-  check_shape(op, "dw", dw, {C});
-  const bool with_db = db.defined();  // a LayerNorm without bias passes an undefined db
-  if (with_db) {
-    check_cuda_float(op, "db", db);
-    check_dtype(op, "db", db, dw.dtype());
-    check_shape(op, "db", db, {C});
-  }
-  check_stats(op, mean, rstd, x);
-  const bool with_res = given(dresidual);
-  if (with_res) {
-    if (accumulate_dx)
-      TETRA_FAIL(Internal, op, ": accumulate_dx must be false with a dresidual (dx = dresidual + the LayerNorm's "
-                 "gradient; to add to dx, pass dx itself as dresidual)");
-    check_cuda_float(op, "dresidual", *dresidual);
-    check_dtype(op, "dresidual", *dresidual, dx.dtype());
-    check_shape(op, "dresidual", *dresidual, x.shape());
-  }
-  const bool with_sum = given(dx_column_sum);
-  if (with_sum) {
-    check_cuda_tensor(op, "dx_column_sum", *dx_column_sum);
-    check_dtype(op, "dx_column_sum", *dx_column_sum, DType::F32);
-    check_shape(op, "dx_column_sum", *dx_column_sum, {C});
-  }
+// Runs norm K's backward on checked arguments (mean: null, db undefined, dx_column_sum null for
+// RMSNorm). Weight gradients always accumulate: dw += Σ_block partial[0], db += Σ_block partial[1].
+template <Norm K>
+void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
+                   const Tensor& w, const float* mean, const Tensor& rstd, bool accumulate_dx,
+                   const Tensor* dresidual, Tensor* dx_column_sum) {
+  const int C = static_cast<int>(w.dim(0));
+  const bool with_db = db.defined(), with_res = given(dresidual), with_sum = given(dx_column_sum);
   const int64_t N = rows_of(x);
   if (N == 0) {
     if (with_sum) zero(*dx_column_sum);
@@ -804,7 +789,7 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
   const bool vec = C % 8 == 0 && aligned && aligned16(w.data_ptr());
   const int64_t optin = max_shared_optin(dev);
 
-  // Picks the kernel and its launch shape; the partials are [2, blocks, C].
+  // Picks the kernel and its launch shape; the partials are [rows, blocks, C].
   int blocks = 0, threads = 0;
   size_t smem = 0;
   bool rows_path = false;
@@ -813,7 +798,7 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
       using T = decltype(tx);
       using P = decltype(tw);
       if (rows.vpt > 0 && aligned) {
-        auto kernel = row_kernel<PickBackward, kBackwardMaxVpt, T, P>(rows.vpt);
+        auto kernel = row_kernel<PickBackward, K, kBackwardMaxVpt, T, P>(rows.vpt);
         smem = backward_rows_smem(rows.vpt, rows.threads, rows.slots, C, sizeof(T), with_res || accumulate_dx,
                                   with_sum);
         const int per_sm = static_cast<int64_t>(smem) <= optin ? prepare_launch(kernel, rows.threads, smem, dev) : 0;
@@ -837,8 +822,10 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
     });
   });
   // The row kernel also sums dx (partial row 2); the fallback leaves that to a column sum of dx.
+  // RMSNorm has dw's row alone.
   const bool fused_sum = with_sum && rows_path;
-  Tensor partial = Tensor::empty({fused_sum ? 3 : 2, blocks, C}, DType::F32, dev);
+  const int partial_rows = K == Norm::Rms ? 1 : (fused_sum ? 3 : 2);
+  Tensor partial = Tensor::empty({partial_rows, blocks, C}, DType::F32, dev);
 
   dispatch_float(x.dtype(), op, "x", [&](auto tx) {
     dispatch_float(w.dtype(), op, "w", [&](auto tw) {
@@ -850,22 +837,20 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
       const P* pw = static_cast<const P*>(w.data_ptr());
       const T* pres = with_res ? static_cast<const T*>(dresidual->data_ptr()) : nullptr;
       if (rows_path) {
-        auto kernel = row_kernel<PickBackward, kBackwardMaxVpt, T, P>(rows.vpt);
-        kernel<<<blocks, threads, smem, stream>>>(pdx, partial.data<float>(), pdy, px, pw, mean.data<float>(),
-                                                  rstd.data<float>(), pres, N, C, rows.team, accumulate_dx,
-                                                  fused_sum);
+        auto kernel = row_kernel<PickBackward, K, kBackwardMaxVpt, T, P>(rows.vpt);
+        kernel<<<blocks, threads, smem, stream>>>(pdx, partial.data<float>(), pdy, px, pw, mean, rstd.data<float>(),
+                                                  pres, N, C, rows.team, accumulate_dx, fused_sum);
       } else {
-        auto kernel = vec ? layernorm_backward_kernel<8, T, P> : layernorm_backward_kernel<1, T, P>;
+        auto kernel = vec ? norm_backward_kernel<K, 8, T, P> : norm_backward_kernel<K, 1, T, P>;
         if (smem > 48 * 1024)
           TETRA_CUDA_CHECK(
               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        kernel<<<blocks, threads, smem, stream>>>(pdx, partial.data<float>(), pdy, px, pw, mean.data<float>(),
-                                                  rstd.data<float>(), pres, N, C, accumulate_dx);
+        kernel<<<blocks, threads, smem, stream>>>(pdx, partial.data<float>(), pdy, px, pw, mean, rstd.data<float>(),
+                                                  pres, N, C, accumulate_dx);
       }
       TETRA_CUDA_CHECK_LAUNCH();
     });
   });
-  // Weight gradients always accumulate: dw += Σ_block partial[0], db += Σ_block partial[1].
   dispatch_float(dw.dtype(), op, "dw", [&](auto tg) {
     using TG = decltype(tg);
     const dim3 grid(static_cast<unsigned>((C + 31) / 32), fused_sum ? 3u : (with_db ? 2u : 1u));
@@ -875,6 +860,99 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
     TETRA_CUDA_CHECK_LAUNCH();
   });
   if (with_sum && !fused_sum) column_sum(*dx_column_sum, dx, N, C, /*accumulate=*/false);
+}
+
+// The checks of dx, dy, dresidual and dw both backwards share.
+void check_backward_args(const char* op, const char* norm, const Tensor& dx, const Tensor& dw, const Tensor& dy,
+                         const Tensor& x, int C, bool accumulate_dx, const Tensor* dresidual) {
+  check_cuda_float(op, "x", x);
+  check_last_dim(op, "x", x, C);
+  check_cuda_float(op, "dy", dy);
+  check_dtype(op, "dy", dy, x.dtype());
+  check_shape(op, "dy", dy, x.shape());
+  check_cuda_float(op, "dx", dx);
+  check_dtype(op, "dx", dx, x.dtype());
+  check_shape(op, "dx", dx, x.shape());
+  check_cuda_float(op, "dw", dw);
+  check_shape(op, "dw", dw, {C});
+  if (given(dresidual)) {
+    if (accumulate_dx)
+      TETRA_FAIL(Internal, op, ": accumulate_dx must be false with a dresidual (dx = dresidual + the ", norm,
+                 "'s gradient; to add to dx, pass dx itself as dresidual)");
+    check_cuda_float(op, "dresidual", *dresidual);
+    check_dtype(op, "dresidual", *dresidual, dx.dtype());
+    check_shape(op, "dresidual", *dresidual, x.shape());
+  }
+}
+
+void check_rstd(const char* op, const Tensor& rstd, const Tensor& x) {
+  check_cuda_tensor(op, "rstd", rstd);
+  check_dtype(op, "rstd", rstd, DType::F32);
+  check_shape(op, "rstd", rstd, leading_shape(x));
+}
+
+}  // namespace
+
+void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
+                       float eps) {
+  const char* op = "layernorm_forward";
+  check_params(op, w, b);
+  const int C = channels(op, w.dim(0));
+  check_cuda_float(op, "x", x);
+  check_last_dim(op, "x", x, C);
+  check_cuda_float(op, "y", y);
+  check_dtype(op, "y", y, x.dtype());
+  check_shape(op, "y", y, x.shape());
+  check_stats(op, mean, rstd, x);
+  if (!(eps >= 0.0f)) TETRA_FAIL(Internal, op, ": eps must be ≥ 0, got ", eps);
+  norm_forward<Norm::Layer>(op, y, mean.data<float>(), rstd, x, w, b, eps);
+}
+
+void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
+                        const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual,
+                        Tensor* dx_column_sum) {
+  const char* op = "layernorm_backward";
+  check_params(op, w, Tensor());
+  const int C = channels(op, w.dim(0));
+  check_backward_args(op, "LayerNorm", dx, dw, dy, x, C, accumulate_dx, dresidual);
+  if (db.defined()) {  // a LayerNorm without bias passes an undefined db
+    check_cuda_float(op, "db", db);
+    check_dtype(op, "db", db, dw.dtype());
+    check_shape(op, "db", db, {C});
+  }
+  check_stats(op, mean, rstd, x);
+  if (given(dx_column_sum)) {
+    check_cuda_tensor(op, "dx_column_sum", *dx_column_sum);
+    check_dtype(op, "dx_column_sum", *dx_column_sum, DType::F32);
+    check_shape(op, "dx_column_sum", *dx_column_sum, {C});
+  }
+  norm_backward<Norm::Layer>(op, dx, dw, db, dy, x, w, mean.data<float>(), rstd, accumulate_dx, dresidual,
+                             dx_column_sum);
+}
+
+void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
+  const char* op = "rmsnorm_forward";
+  check_params(op, w, Tensor());
+  const int C = channels(op, w.dim(0));
+  check_cuda_float(op, "x", x);
+  check_last_dim(op, "x", x, C);
+  check_cuda_float(op, "y", y);
+  check_dtype(op, "y", y, x.dtype());
+  check_shape(op, "y", y, x.shape());
+  check_rstd(op, rstd, x);
+  if (!(eps >= 0.0f)) TETRA_FAIL(Internal, op, ": eps must be ≥ 0, got ", eps);
+  norm_forward<Norm::Rms>(op, y, nullptr, rstd, x, w, Tensor(), eps);
+}
+
+void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                      bool accumulate_dx, const Tensor* dresidual) {
+  const char* op = "rmsnorm_backward";
+  check_params(op, w, Tensor());
+  const int C = channels(op, w.dim(0));
+  check_backward_args(op, "RMSNorm", dx, dw, dy, x, C, accumulate_dx, dresidual);
+  check_rstd(op, rstd, x);
+  Tensor no_db;
+  norm_backward<Norm::Rms>(op, dx, dw, no_db, dy, x, w, nullptr, rstd, accumulate_dx, dresidual, nullptr);
 }
 
 }  // namespace tetra::cuda
