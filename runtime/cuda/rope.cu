@@ -22,7 +22,8 @@ namespace {
 constexpr int kHeadsPerThread = 8;
 constexpr int kRopeThreads = 256;
 
-// The inverse frequencies as a by-value kernel argument (captured with the launch in a CUDA graph).
+// The inverse frequencies as a by-value kernel argument (captured with the launch in a CUDA graph),
+// __grid_constant__ so that indexing it reads the parameter bank instead of a per-thread copy.
 struct InvFreq {
   float f[kRopeMaxHeadDim / 2];
 };
@@ -30,7 +31,8 @@ struct InvFreq {
 // rows = B·T tokens; width = (H + 2·Hkv)·D; rotated = H + Hkv heads; sign = +1 forward, −1 backward.
 template <int V, class T>
 __global__ void __launch_bounds__(kRopeThreads)
-    rope_kernel(T* qkv, int64_t rows, int T_len, int width, int rotated, int D, InvFreq inv, float sign) {
+    rope_kernel(T* qkv, int64_t rows, int T_len, int width, int rotated, int D, const __grid_constant__ InvFreq inv,
+                float sign) {
   const int half = D / 2;
   const int chunks = half / V;                                        // thread slots per head's pairs
   const int groups = (rotated + kHeadsPerThread - 1) / kHeadsPerThread;  // head groups per token
