@@ -89,9 +89,11 @@ class GraphBuilder {
   // y = index of each element of x along `axis` (CUDNN_POINTWISE_GEN_INDEX).
   void gen_index(const std::string& name, int64_t axis, cudnnDataType_t math_prec, const TensorRef& x,
                  const TensorRef& y);
-  // y = reduce(x) over the dimensions where y has extent 1 (fp32 accumulation).
+  // y = reduce(x) over the dimensions where y has extent 1, or, where y's extent divides x's, over
+  // groups of consecutive slices (grouped-query attention's dK, dV); fp32 accumulation.
   void reduction(const std::string& name, cudnnReduceTensorOp_t op, const TensorRef& x, const TensorRef& y);
-  // c[.., M, N] = a[.., M, K] · b[.., K, N] (fp32 accumulation); optional per-batch M/N/K overrides
+  // c[.., M, N] = a[.., M, K] · b[.., K, N] (fp32 accumulation); b's second dimension may divide c's
+  // (broadcast over groups, as grouped-query attention's K and V); optional per-batch M/N/K overrides
   // (int32 device tensors) bound the rows/columns that take part.
   void matmul(const std::string& name, const TensorRef& a, const TensorRef& b, const TensorRef& c,
               const TensorRef* m_override = nullptr, const TensorRef* n_override = nullptr,

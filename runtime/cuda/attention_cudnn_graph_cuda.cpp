@@ -239,10 +239,12 @@ void GraphBuilder::reduction(const std::string& name, cudnnReduceTensorOp_t redu
 
 void GraphBuilder::matmul(const std::string& name, const TensorRef& a, const TensorRef& b, const TensorRef& c,
                           const TensorRef* m_override, const TensorRef* n_override, const TensorRef* k_override) {
-  // c[.., M, N] = a[.., M, K] · b[.., K, N]: the shapes must agree before cuDNN sees them.
-  TETRA_CHECK(a.dims[0] == c.dims[0] && a.dims[1] == c.dims[1] && b.dims[0] == c.dims[0] &&
-                  b.dims[1] == c.dims[1] && a.dims[2] == c.dims[2] && b.dims[3] == c.dims[3] &&
-                  a.dims[3] == b.dims[2],
+  // c[.., M, N] = a[.., M, K] · b[.., K, N]: the shapes must agree before cuDNN sees them. b's second
+  // dimension may be a divisor of c's: each of its slices serves c.dims[1] / b.dims[1] consecutive
+  // slices of c (grouped-query attention's key/value heads).
+  const bool b_heads_fit = b.dims[1] == c.dims[1] || (b.dims[1] > 0 && c.dims[1] % b.dims[1] == 0);
+  TETRA_CHECK(a.dims[0] == c.dims[0] && a.dims[1] == c.dims[1] && b.dims[0] == c.dims[0] && b_heads_fit &&
+                  a.dims[2] == c.dims[2] && b.dims[3] == c.dims[3] && a.dims[3] == b.dims[2],
               name_, ": matmul '", name, "': ", a.name, " ", dims_str(a.dims), " · ", b.name, " ", dims_str(b.dims),
               " → ", c.name, " ", dims_str(c.dims), " do not fit");
   Descriptor& md = own(CUDNN_BACKEND_MATMUL_DESCRIPTOR, "matmul descriptor of '" + name + "'");
