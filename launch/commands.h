@@ -7,7 +7,15 @@
 namespace tetra::launch {
 
 int train_command(const std::string& config_path, const std::vector<std::string>& overrides);
-int plan_command(const std::string& config_path, const std::vector<std::string>& overrides, int world);
+// `tetra plan`: the ranks planned for, and which form of the pipeline to print (docs/pipeline.md).
+struct PlanOptions {
+  int world = 1;
+  bool print_schedule = false;  // one JSON line per pipeline rank: {"rank": r, "ops": [...]}
+  bool json = false;            // one JSON object whose "pipeline" holds the simulated step
+  std::string costs;            // F=…,B=…,W=…,FB=…,P2P=… ("" = from the model's FLOPs)
+  std::string trace;            // write the simulated timeline here as a Chrome trace
+};
+int plan_command(const std::string& config_path, const std::vector<std::string>& overrides, const PlanOptions& options);
 // format: hdf5 (one consolidated file) or hf (a Hugging Face folder); dtype: fp32, or bf16 for hf.
 int consolidate_command(const std::string& checkpoint_dir, const std::string& out_path,
                         const std::string& format = "hdf5", const std::string& dtype = "fp32");

@@ -38,6 +38,8 @@ struct ParallelConfig {
   int fsdp_prefetch = 1;             // layers whose parameters are all-gathered ahead (stage 3)
   std::string schedule = "1f1b";     // gpipe | 1f1b | interleaved_1f1b | zb_h1 | dualpipe | dualpipev
   int micro_batches = 0;             // per step and pipeline; 0 = global_batch / (dp·micro_batch)
+  // model.n_layers per pipeline stage, in stage order; empty = divided by cost (parallel/stage_split.h).
+  std::vector<int> stage_layers;
   bool overlap_grad_reduce = true;
   double bucket_mb = 25;             // gradient bucket size for the reduce
   // dtype gradients are accumulated and reduced in: auto = bf16 when training in bf16, except at

@@ -158,6 +158,22 @@ std::string parse_value(const Field& f, const YAML::Node& n, Config& c) {
         if (std::string e = parse_double_node(n[i], a[i]); !e.empty()) return (i ? "second value: " : "first value: ") + e;
       return "";
     }
+    case Type::IntList: {
+      if (!n.IsSequence()) return "expected a list of integers such as [4, 4], got " + shown(n);
+      auto& v = *static_cast<std::vector<int>*>(p);
+      v.clear();
+      for (size_t i = 0; i < n.size(); ++i) {
+        const std::string at = "entry " + std::to_string(i) + ": ";
+        if (std::string e = need_plain_scalar(n[i], "an integer"); !e.empty()) return at + e;
+        std::int64_t x = 0;
+        bool overflow = false;
+        if (!parse_int64(n[i].Scalar(), x, overflow) || x > std::numeric_limits<int>::max() ||
+            x < std::numeric_limits<int>::min())
+          return at + shown(n[i]) + " is not an integer" + (overflow ? " of a usable size" : "");
+        v.push_back(static_cast<int>(x));
+      }
+      return "";
+    }
   }
   return "";
 }

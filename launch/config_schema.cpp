@@ -54,6 +54,8 @@ std::vector<Field> make_fields() {
        .choices = {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "dualpipe", "dualpipev"}},
       {KEY(parallel, micro_batches, Int), .lo = 0, .hi = kIntMax,
        .note = "0 = train.global_batch / (dp·train.micro_batch)"},
+      {KEY(parallel, stage_layers, IntList), .lo = 1, .hi = kIntMax,
+       .note = "model.n_layers per pipeline stage, e.g. [7, 8, 8, 5]; [] = split by cost"},
       {KEY(parallel, overlap_grad_reduce, Bool)},
       {KEY(parallel, bucket_mb, Float), .lo = 0, .lo_open = true, .note = "megabytes"},
       {KEY(parallel, grad_dtype, Choice), .choices = {"auto", "fp32", "bf16"},
@@ -199,6 +201,7 @@ std::string valid_text(const Field& f) {
       }
       break;
     }
+    case Type::IntList: s = "a list of integers ≥ " + num(f.lo); break;
     case Type::Bool: s = "true or false"; break;
     case Type::String: s = f.nonempty ? "a non-empty string" : "a string"; break;
     case Type::Choice: s = "one of: " + join(f.choices, ", "); break;
@@ -226,6 +229,15 @@ std::string value_text(const Field& f, const Config& c) {
       s += format_double(a[1]);
       return s + "]";
     }
+    case Type::IntList: {
+      const auto& v = *static_cast<const std::vector<int>*>(p);
+      std::string s = "[";
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (i) s += ", ";
+        s += std::to_string(v[i]);
+      }
+      return s + "]";
+    }
   }
   return "";
 }
@@ -251,6 +263,12 @@ std::string check_value(const Field& f, const Config& c) {
       for (int i = 0; i < 2; ++i)
         if (!std::isfinite(a[i]) || !in_range(f, a[i]))
           return range_fail(f, a[i], std::string(i ? "the second value " : "the first value ") + format_double(a[i]));
+      return "";
+    }
+    case Type::IntList: {
+      const auto& v = *static_cast<const std::vector<int>*>(p);
+      for (size_t i = 0; i < v.size(); ++i)
+        if (!in_range(f, v[i])) return range_fail(f, v[i], "entry " + std::to_string(i) + " = " + std::to_string(v[i]));
       return "";
     }
     case Type::Bool: return "";

@@ -11,7 +11,8 @@
 namespace tetra::launch::schema {
 
 // DataSources: data.train / data.val — a path, glob, list or blend, stored as text (config_data.h).
-enum class Type { Int, Int64, Float, Bool, String, Choice, FloatPair, DataSources };
+// IntList: a list of integers (std::vector<int>), each in [lo, hi]; [] when not set.
+enum class Type { Int, Int64, Float, Bool, String, Choice, FloatPair, IntList, DataSources };
 
 struct Field {
   const char* section;

@@ -9,6 +9,8 @@
 #include "launch/config_data.h"
 #include "launch/config_schema.h"
 #include "launch/model_config.h"
+#include "parallel/schedule_generators.h"
+#include "parallel/stage_split.h"
 #include "runtime/error.h"
 
 namespace tetra::launch {
@@ -110,14 +112,21 @@ void check_model_split(const Config& c, int dp) {
   } catch (const ModelArgsError& e) {
     fail(c, e.keys(), e.detail());
   }
+  // Stages hold contiguous layers, at least one each; how many each holds comes from their cost
+  // (the embedding counted with the first, the output layer with the last) or parallel.stage_layers.
   int stages = pipeline_stages(p);
-  if (m.n_layers % stages != 0) {
-    std::string into = pipeline_chunks_per_rank(p.schedule) > 1 && p.pp > 1
-                           ? str(stages) + " pipeline stages (parallel.pp = " + str(p.pp) + " ranks × 2 chunks each for schedule " + p.schedule + ")"
-                           : str(stages) + " pipeline stages of parallel.pp";
+  std::string into = pipeline_chunks_per_rank(p.schedule) > 1 && p.pp > 1
+                         ? str(stages) + " pipeline stages (parallel.pp = " + str(p.pp) + " ranks × 2 chunks each for schedule " + p.schedule + ")"
+                         : str(stages) + " pipeline stages of parallel.pp";
+  if (m.n_layers < stages)
     fail(c, {"model.n_layers", "parallel.pp", "parallel.schedule"},
-         str(m.n_layers) + " layers do not split evenly into " + into + "; use a multiple of " + str(stages) +
-             " layers, or a pp that divides the layers");
+         str(m.n_layers) + (m.n_layers == 1 ? " layer cannot fill " : " layers cannot fill ") + into + ", which need at least one layer each; use at least " +
+             str(stages) + " layers or a smaller pp");
+  if (!p.stage_layers.empty()) {
+    std::string wrong = stage_layers_problem(p.stage_layers, m.n_layers, stages);
+    if (!wrong.empty())
+      fail(c, {"parallel.stage_layers", "model.n_layers", "parallel.pp", "parallel.schedule"},
+           wrong + " (" + into + "; or leave it out to split by cost)");
   }
 }
 
@@ -138,22 +147,14 @@ void check_batches(const Config& c, int dp) {
     fail(c, {"parallel.micro_batches", "train.global_batch", "train.micro_batch"},
          str(p.micro_batches) + " but train.global_batch / (dp·train.micro_batch) = " + str(t.global_batch) + " / (" +
              str(dp) + "·" + str(t.micro_batch) + ") = " + str(m) + "; set it to " + str(m) + " or 0 (derived)");
-  if (p.pp > 1) {
-    const std::string& s = p.schedule;
-    std::string mb = str(m) + " micro-batches per step (global_batch / (dp·micro_batch))";
-    std::vector<std::string> keys = {"parallel.schedule", "train.global_batch", "train.micro_batch", "parallel.pp"};
-    if ((s == "dualpipe" || s == "dualpipev") && m < 2 * p.pp)
-      fail(c, keys, s + " with pp = " + str(p.pp) + " needs at least 2·pp = " + str(2 * p.pp) + " micro-batches, got " +
-                        mb + "; raise train.global_batch or lower train.micro_batch");
-    if (s == "dualpipe" && p.pp % 2 != 0)
-      fail(c, {"parallel.pp", "parallel.schedule"},
-           "dualpipe needs an even number of pipeline ranks, got " + str(p.pp) + "; use an even pp or schedule dualpipev");
-    if (s == "dualpipe" && m % 2 != 0)
-      fail(c, keys, "dualpipe feeds half the micro-batches from each end and needs an even number, got " + mb);
-    if (s == "interleaved_1f1b" && m % p.pp != 0)
-      fail(c, keys, "interleaved_1f1b needs a multiple of pp = " + str(p.pp) + " micro-batches, got " + mb);
-    if (s == "zb_h1" && m < p.pp)
-      fail(c, keys, "zb_h1 needs at least pp = " + str(p.pp) + " micro-batches, got " + mb);
+  // What each schedule needs of pp and the micro-batch count (parallel/schedule_generators.h).
+  const std::string needs = schedule_requirement(p.schedule, p.pp, m);
+  if (!needs.empty()) {
+    if (p.schedule == "dualpipe" && p.pp % 2 != 0)
+      fail(c, {"parallel.pp", "parallel.schedule"}, needs + "; use an even pp or schedule dualpipev");
+    fail(c, {"parallel.schedule", "train.global_batch", "train.micro_batch", "parallel.pp"},
+         needs + " micro-batches per step (global_batch / (dp·micro_batch)); change train.global_batch or "
+         "train.micro_batch, or choose another parallel.schedule");
   }
   if (t.seq_len > c.model.seq_len)
     fail(c, {"train.seq_len", "model.seq_len"},

@@ -17,11 +17,18 @@ int main(int argc, char** argv) {
   train->add_option("config", config_path, "experiment config (YAML)")->required();
   train->add_option("--set", overrides, "override a config key: --set train.steps=100 (repeatable)");
 
-  int world = 1;
+  tetra::launch::PlanOptions plan_options;
   auto* plan = app.add_subcommand("plan", "print the mesh, groups, per-GPU memory and pipeline bubble; no GPUs needed");
   plan->add_option("config", config_path, "experiment config (YAML)")->required();
-  plan->add_option("--world", world, "number of ranks to plan for")->required()->check(CLI::PositiveNumber);
+  plan->add_option("--world", plan_options.world, "number of ranks to plan for")->required()->check(CLI::PositiveNumber);
   plan->add_option("--set", overrides, "override a config key (repeatable)");
+  plan->add_flag("--print-schedule", plan_options.print_schedule,
+                 "print each pipeline rank's instructions, one JSON line per rank");
+  plan->add_flag("--json", plan_options.json, "print the simulated pipeline step as one JSON object");
+  plan->add_option("--costs", plan_options.costs,
+                   "per stage and micro-batch: F=1,B=2,W=1,FB=2.5,P2P=0 (a list per stage joined by ':'); "
+                   "default from the model's FLOPs");
+  plan->add_option("--trace", plan_options.trace, "write the simulated timeline as a Chrome trace (Perfetto)");
 
   auto* data = app.add_subcommand("data", "prepare and inspect token datasets");
   data->require_subcommand(1);
@@ -61,7 +68,7 @@ int main(int argc, char** argv) {
 
   try {
     if (*train) return tetra::launch::train_command(config_path, overrides);
-    if (*plan) return tetra::launch::plan_command(config_path, overrides, world);
+    if (*plan) return tetra::launch::plan_command(config_path, overrides, plan_options);
     if (*prepare) {
       tetra::data::prepare_dataset(prep, std::cout);
       return 0;

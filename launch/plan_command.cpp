@@ -1,25 +1,103 @@
 // `tetra plan CONFIG --world N`: the mesh, every rank's groups, per-device memory by category and
-// the pipeline bubble, computed from the config alone (no GPU, no data). The memory is exact for
-// the training state (the ZeRO layout of the model's parameters, padding included) and an estimate
-// for the activations.
+// the pipeline — its stage split, every pipeline rank's schedule and the simulated step — computed
+// from the config alone (no GPU, no data). The memory is exact for the training state (the ZeRO
+// layout of the parameters a pipeline rank holds, padding included) and an estimate for the
+// activations (one micro-batch's per stage, times the schedule's peak). --print-schedule and
+// --json print machine-readable forms of the pipeline instead (docs/pipeline.md).
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <set>
 
 #include "launch/commands.h"
 #include "launch/config.h"
 #include "launch/memory_plan.h"
 #include "launch/model_config.h"
+#include "launch/pipeline_plan.h"
 #include "parallel/mesh.h"
+#include "runtime/error.h"
 
 namespace tetra::launch {
 
-int plan_command(const std::string& config_path, const std::vector<std::string>& overrides, int world) {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// The parameters pipeline rank `rank` holds: those of its layers, tied ones (GPT-2's wte, read by
+// the embedding and the LM head) on every rank that uses them.
+std::vector<Param*> rank_params(const std::vector<Param*>& all, const std::vector<int>& layers) {
+  const std::set<int> held(layers.begin(), layers.end());
+  std::vector<Param*> out;
+  for (Param* p : all) {
+    bool used = held.count(p->layer_index) > 0;
+    for (int t : p->tied_layers) used = used || held.count(t) > 0;
+    if (used) out.push_back(p);
+  }
+  return out;
+}
+
+std::string stage_list(const PipelineLayout& l, int rank) {
+  std::string s;
+  for (int c = 0; c < l.chunks(); ++c) s += (c ? "," : "") + std::to_string(l.stage_of(rank, c));
+  return s;
+}
+
+std::string int_list(const std::vector<int>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// Keys in the order the docs give them (nlohmann::json would sort them).
+nlohmann::ordered_json pipeline_json(const Config& cfg, const PipelinePlan& p) {
+  const PipelineSimulation& sim = p.sim;
+  return {{"schedule", cfg.parallel.schedule},
+          {"pp", cfg.parallel.pp},
+          {"stages", p.schedule.layout.stages()},
+          {"stage_layers", p.stage_layers},
+          {"micro_batches", cfg.parallel.micro_batches},
+          {"costs", p.costs.to_string()},
+          {"costs_from", p.costs_from_model ? "model_flops" : "given"},
+          {"makespan", sim.makespan},
+          {"bubble", sim.bubble},
+          {"bubble_fraction", sim.bubble_fraction},
+          {"busy", sim.busy},
+          {"peak_activations", sim.peak_activations},
+          {"peak_activation_bytes", p.peak_activation_bytes}};
+}
+
+}  // namespace
+
+int plan_command(const std::string& config_path, const std::vector<std::string>& overrides, const PlanOptions& o) {
+  if (o.print_schedule && o.json) TETRA_FAIL(Usage, "tetra plan: --print-schedule and --json print different things; choose one");
+  const int world = o.world;
   Config cfg = resolve(load_config(config_path, overrides), world, /*cuda_available=*/true);
   MeshShape shape;
   shape.dp = data_parallel_size(cfg.parallel, world);
   shape.tp = cfg.parallel.tp;
   shape.pp = cfg.parallel.pp;
   shape.ep = cfg.parallel.ep;
+  const PipelinePlan pipe = plan_pipeline(cfg, o.costs);
+  if (!o.trace.empty()) {
+    std::ofstream out(o.trace);
+    out << chrome_trace(pipe.schedule, pipe.sim).dump() << "\n";
+    if (!out) TETRA_FAIL(Usage, "--trace ", o.trace, ": cannot write the file");
+  }
+
+  if (o.print_schedule) {
+    for (int r = 0; r < shape.pp; ++r)
+      std::printf("%s\n", nlohmann::ordered_json{{"rank", r}, {"ops", pipe.schedule.compute_ops(r)}}.dump().c_str());
+    return 0;
+  }
+  if (o.json) {
+    nlohmann::ordered_json j = {{"world", world},
+                        {"mesh", {{"pp", shape.pp}, {"dp", shape.dp}, {"tp", shape.tp}, {"ep", shape.ep}}},
+                        {"pipeline", pipeline_json(cfg, pipe)}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+
   std::printf("mesh: world %d = pp %d × dp %d × tp %d (ep %d inside dp)\n", world, shape.pp, shape.dp, shape.tp,
               shape.ep);
   for (int r = 0; r < world; ++r) {
@@ -27,43 +105,81 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
     const MeshCoords& c = mesh.coords();
     std::printf("rank %d: pp %d dp %d tp %d ep %d | ", r, c.pp, c.dp, c.tp, c.ep);
     for (MeshAxis a : {MeshAxis::TP, MeshAxis::DP, MeshAxis::PP, MeshAxis::EP, MeshAxis::ExpertDP}) {
-      auto g = mesh.group(a, r);
+      auto grp = mesh.group(a, r);
       std::printf("%s [", axis_name(a));
-      for (size_t i = 0; i < g.size(); ++i) std::printf("%s%d", i ? "," : "", g[i]);
+      for (size_t i = 0; i < grp.size(); ++i) std::printf("%s%d", i ? "," : "", grp[i]);
       std::printf("] ");
     }
     std::printf("\n");
   }
 
-  // Memory from the exact flat layout of the model's parameters (no tensor is allocated: the
-  // model's Params carry shapes only until a ParamSet is built).
+  // Memory from the exact flat layout of the parameters each pipeline rank holds (no tensor is
+  // allocated: the model's Params carry shapes only until a ParamSet is built); activations from
+  // the schedule's peak of one micro-batch's per stage, plus one layer's backward working set.
   const ModelFamily& family = model_family_of(cfg);
   const ModelArgs args = model_args(cfg);
   std::unique_ptr<Model> model = family.build(args);
-  std::vector<Param*> params = model->params();
+  const std::vector<Param*> all = model->params();
   const ParamCount count = family.param_count(args);
   std::printf("model: %s\n", family.describe(args).c_str());
   std::printf("  %.1fM parameters", static_cast<double>(count.total) / 1e6);
   if (count.active != count.total) std::printf(" (%.1fM active per token)", static_cast<double>(count.active) / 1e6);
   std::printf(", %.3g FLOP/token at context %d\n", family.flops_per_token(args, cfg.train.seq_len), cfg.train.seq_len);
-  const MemoryPlan plan = plan_memory(cfg, params, shape.dp);
-  print_memory_plan(stdout, plan);
-  std::printf("  (activations: micro-batch %d × %d tokens, recompute %s; communication and per-layer gradient\n"
-              "   buffers are bounds at fsdp_prefetch %d, %d micro-batch(es) per step; docs/zero.md)\n",
-              cfg.train.micro_batch, cfg.train.seq_len, cfg.train.recompute.c_str(), cfg.parallel.fsdp_prefetch,
+  const double working = family.backward_working_bytes(args, activation_shape(cfg));
+  std::vector<MemoryPlan> per_rank;
+  for (int r = 0; r < shape.pp; ++r) {
+    MemoryPlan m = plan_memory(cfg, rank_params(all, pipeline_rank_layers(pipe, r)), shape.dp);
+    m.activations = pipe.peak_activation_bytes[static_cast<size_t>(r)] + working;
+    per_rank.push_back(m);
+  }
+  const auto largest = std::max_element(per_rank.begin(), per_rank.end(),
+                                        [](const MemoryPlan& a, const MemoryPlan& b) { return a.total() < b.total(); });
+  const int big = static_cast<int>(largest - per_rank.begin());
+  const std::vector<Param*> big_params = rank_params(all, pipeline_rank_layers(pipe, big));
+  if (shape.pp > 1) std::printf("  (memory of pipeline rank %d, the largest; every rank below under pipeline)\n", big);
+  print_memory_plan(stdout, *largest);
+  std::printf("  (activations: micro-batch %d × %d tokens, recompute %s, %d held at the peak; communication and per-layer\n"
+              "   gradient buffers are bounds at fsdp_prefetch %d, %d micro-batch(es) per step; docs/zero.md)\n",
+              cfg.train.micro_batch, cfg.train.seq_len, cfg.train.recompute.c_str(),
+              pipe.sim.peak_activations[static_cast<size_t>(big)], cfg.parallel.fsdp_prefetch,
               optimizer_options(cfg, shape.dp).accumulation_steps);
   // Every stage side by side, so the effect of parallel.zero_stage is visible at a glance.
   std::printf("  by zero_stage (GiB)   parameters  gradients  optimizer  activations  communication    total\n");
   for (int stage = 0; stage <= 3; ++stage) {
     Config c = cfg;
     c.parallel.zero_stage = stage;
-    const MemoryPlan p = plan_memory(c, params, shape.dp);
-    const double gib = 1024.0 * 1024.0 * 1024.0;
+    MemoryPlan p = plan_memory(c, big_params, shape.dp);
+    p.activations = largest->activations;
     std::printf("  %s stage %d        %10.3f %10.3f %10.3f %12.3f %14.3f %8.3f\n", stage == cfg.parallel.zero_stage ? "*" : " ",
-                stage, p.state.weights / gib, p.state.gradients / gib, p.state.optimizer / gib, p.activations / gib,
-                p.state.communication / gib, p.total() / gib);
+                stage, p.state.weights / kGiB, p.state.gradients / kGiB, p.state.optimizer / kGiB, p.activations / kGiB,
+                p.state.communication / kGiB, p.total() / kGiB);
   }
-  std::printf("pipeline: pp %d, schedule %s, bubble %.1f%%\n", shape.pp, cfg.parallel.schedule.c_str(), 0.0);
+
+  const PipelineSimulation& sim = pipe.sim;
+  if (shape.pp == 1) {
+    std::printf("pipeline: pp 1, one stage, %d micro-batches per step: no bubble (0.0%%)\n", cfg.parallel.micro_batches);
+    return 0;
+  }
+  std::printf("pipeline: pp %d, schedule %s, %d stages of %s layers (%s), %d micro-batches per step\n", shape.pp,
+              cfg.parallel.schedule.c_str(), pipe.schedule.layout.stages(), int_list(pipe.stage_layers).c_str(),
+              pipe.split_by_cost ? "split by forward FLOPs, embedding and output layer counted"
+                                 : "parallel.stage_layers",
+              cfg.parallel.micro_batches);
+  std::printf("  simulated step: makespan %.4g, bubble %.4g (%.1f%%); costs per stage and micro-batch %s\n", sim.makespan,
+              sim.bubble, 100.0 * sim.bubble_fraction, pipe.costs.to_string().c_str());
+  std::printf("  (%s; docs/pipeline.md)\n", pipe.costs_from_model
+                                                ? "from the model's FLOPs, in units of its forward / pp; --costs sets them"
+                                                : "as given by --costs");
+  std::printf("  rank  stages    compute     idle  peak act.  activations GiB  state GiB  total GiB\n");
+  for (int r = 0; r < shape.pp; ++r) {
+    const MemoryPlan& m = per_rank[static_cast<size_t>(r)];
+    std::printf("  %4d  %-8s %8.4g %8.4g %10d %16.3f %10.3f %10.3f\n", r, stage_list(pipe.schedule.layout, r).c_str(),
+                sim.busy[static_cast<size_t>(r)], sim.makespan - sim.busy[static_cast<size_t>(r)],
+                sim.peak_activations[static_cast<size_t>(r)], m.activations / kGiB, m.state.total() / kGiB,
+                m.total() / kGiB);
+  }
+  if (!o.trace.empty()) std::printf("  simulated timeline: %s (Chrome trace; open it in Perfetto)\n", o.trace.c_str());
+  std::printf("  note: simulated only; tetra train does not run pp > 1 yet\n");
   return 0;
 }
 

@@ -220,7 +220,7 @@ TEST(Config, RoundTripThroughYaml) {
       "run.name=\"null\"", "run.output_dir=\"out dir/with: colon #hash\"", "run.seed=987654321012",
       "run.comm_timeout_s=0.1", "model.init_from=\"it's \\\"quoted\\\"\\ttab\"", "model.ln_eps=1e-6",
       "parallel.dp=1", "parallel.tp=2", "parallel.zero_stage=3", "parallel.fsdp_prefetch=2",
-      "parallel.schedule=zb_h1", "parallel.overlap_grad_reduce=false", "parallel.bucket_mb=12.5",
+      "parallel.schedule=zb_h1", "parallel.stage_layers=[3, 1]", "parallel.overlap_grad_reduce=false", "parallel.bucket_mb=12.5",
       "train.seq_len=48", "train.precision=fp32", "train.device=cpu", "train.grad_clip=0", "train.eval_every=5",
       "train.eval_batches=3", "train.recompute=mlp", "train.on_nonfinite=stop", "optimizer.lr=0.1",
       "optimizer.betas=[0.85, 0.999]", "optimizer.eps=1.0e-12", "optimizer.weight_decay=0.01",
@@ -232,6 +232,7 @@ TEST(Config, RoundTripThroughYaml) {
   EXPECT_EQ(c.run.name, "null");
   EXPECT_EQ(c.model.init_from, "it's \"quoted\"\ttab");
   EXPECT_EQ(c.data.val, "true");
+  EXPECT_EQ(c.parallel.stage_layers, (std::vector<int>{3, 1}));
   std::string yaml = to_yaml(c);
   Config back = load_config(dir.write("resolved.yaml", yaml));
   EXPECT_TRUE(back == c) << yaml;
@@ -267,6 +268,7 @@ TEST(Config, EqualityComparesEveryKey) {
       case schema::Type::Choice:
       case schema::Type::DataSources: *static_cast<std::string*>(p) += "x"; break;
       case schema::Type::FloatPair: (*static_cast<std::array<double, 2>*>(p))[1] += 0.01; break;
+      case schema::Type::IntList: static_cast<std::vector<int>*>(p)->push_back(3); break;
     }
     EXPECT_FALSE(a == b) << f.path();
   }
