@@ -108,7 +108,9 @@ TEST(GpuRmsNorm, RowKernelWidths) {
 TEST(GpuRmsNorm, OddWidthAndRows) {
   TETRA_REQUIRE_GPU();
   check_rmsnorm({37, 45}, 2);
-  check_rmsnorm({1, 1}, 3);
+  // One row of odd width. Not C = 1: there dx = w·dy·rstd·eps/(x² + eps), an fp32 cancellation of
+  // 1 − x²·rstd² whose relative error (~6e-3 on the device, measured) says nothing about the kernel.
+  check_rmsnorm({1, 3}, 3);
   check_rmsnorm({5, 3, 100}, 4);  // C % 8 != 0 with leading dimensions
 }
 

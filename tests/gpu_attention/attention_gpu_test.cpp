@@ -33,6 +33,12 @@ constexpr double kTolF32 = 1e-5;
 constexpr double kTolBF16 = 2e-2;
 constexpr double kWorstF32 = 1e-4;
 constexpr double kWorstBF16 = 8e-2;
+// The worst element of a bf16 dqkv from a flash-style backward: P and dS are rounded to bf16 before
+// the dQ/dK/dV GEMMs and each gradient sums T terms (dK, dV also over a query-head group), so over
+// millions of elements the tail reaches several bf16 units of the element's scale. Measured with
+// cuDNN 9.14 on an H200 (2026-12-01): 0.094 at [B 4, T 1024, H 12, D 64], 0.169 at [B 1, T 4096,
+// H 32, Hkv 8, D 64], with norm-wise errors of 2.4e-3 and 2.8e-3 (the norm bound stays 2e-2).
+constexpr double kWorstBF16Dqkv = 0.25;
 
 cudaStream_t gpu_stream() { return static_cast<cudaStream_t>(current_stream(kGpu).handle()); }
 
@@ -166,7 +172,8 @@ void expect_close(const Result& gpu, const Result& cpu, double tol, const std::s
   EXPECT_LE(e_dqkv, tol) << what << ": dqkv";
   EXPECT_LE(w_out, worst_tol) << what << ": worst element of out";
   EXPECT_LE(w_lse, worst_tol) << what << ": worst element of lse";
-  EXPECT_LE(w_dqkv, worst_tol) << what << ": worst element of dqkv";
+  const double worst_tol_dqkv = tol == kTolF32 ? kWorstF32 : kWorstBF16Dqkv;
+  EXPECT_LE(w_dqkv, worst_tol_dqkv) << what << ": worst element of dqkv";
 }
 
 // Sets (or with nullopt unsets) an environment variable for the scope.
