@@ -19,14 +19,20 @@ struct RunConfig {
 };
 
 struct ModelConfig {
-  std::string arch = "gpt2";         // gpt2 | llama (llama is in the schema, not implemented yet)
+  std::string arch = "gpt2";         // a model family (models/model_family.h): gpt2 | llama
   int vocab_size = 0;                // required
   int seq_len = 0;                   // required: the longest context, the positional table size
   int d_model = 0;                   // required
   int n_layers = 0;                  // required
   int n_heads = 0;                   // required
-  std::string init_from;             // a consolidated HDF5 checkpoint to start from; "" = random init
-  double ln_eps = 1e-5;
+  std::string init_from;             // a consolidated HDF5 checkpoint or Hugging Face folder; "" = random init
+  double ln_eps = 1e-5;              // gpt2: LayerNorm epsilon
+  // llama (docs/models.md):
+  int n_kv_heads = 0;                // key/value heads (grouped-query attention); 0 = n_heads
+  int ffn_dim = 0;                   // SwiGLU hidden width; 0 = 8·d_model/3 rounded up to a multiple of 256
+  double norm_eps = 1e-5;            // RMSNorm epsilon
+  double rope_theta = 10000;         // rotary embedding base (Llama 3: 500000)
+  bool tie_embeddings = false;       // the output layer is the token embedding
 };
 
 struct ParallelConfig {

@@ -12,6 +12,11 @@ ModelArgs model_args(const Config& cfg) {
   a.n_layers = m.n_layers;
   a.n_heads = m.n_heads;
   a.ln_eps = m.ln_eps;
+  a.n_kv_heads = m.n_kv_heads;
+  a.ffn_dim = m.ffn_dim;
+  a.norm_eps = m.norm_eps;
+  a.rope_theta = m.rope_theta;
+  a.tie_embeddings = m.tie_embeddings;
   a.recompute = recompute_from_name(cfg.train.recompute);
   return a;
 }

@@ -1,6 +1,7 @@
 #include "models/model_family.h"
 
 #include "models/gpt_family.h"
+#include "models/llama_family.h"
 
 namespace tetra {
 
@@ -8,7 +9,7 @@ namespace {
 
 // The registry: one line per family, in the order `model.arch` lists them.
 const std::vector<const ModelFamily*>& families() {
-  static const std::vector<const ModelFamily*> all = {&gpt_family()};
+  static const std::vector<const ModelFamily*> all = {&gpt_family(), &llama_family()};
   return all;
 }
 

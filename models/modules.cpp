@@ -47,4 +47,11 @@ void LayerNorm::collect(std::vector<Param*>& out) {
   out.push_back(&bias);
 }
 
+void RMSNorm::init(const std::string& name, int64_t channels, float epsilon, int layer) {
+  eps = epsilon;
+  weight = make_param(name + ".weight", {channels}, layer);
+  weight.init_constant = true;
+  weight.init_value = 1.0f;
+}
+
 }  // namespace tetra

@@ -1,5 +1,6 @@
-// Building blocks shared by the model layers: a dense projection and a LayerNorm, each owning its
-// Params and calling the op library. They hold no activations (those live in the layer's slot).
+// Building blocks shared by the model layers: a dense projection, a LayerNorm and an RMSNorm, each
+// owning its Params and calling the op library. They hold no activations (those live in the
+// layer's slot).
 #pragma once
 #include <string>
 #include <vector>
@@ -65,6 +66,24 @@ struct LayerNorm {
   void backward_residual(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                          const Tensor& dresidual, Tensor* dx_sum = nullptr) {
     ops::layernorm_backward(dx, weight.grad, bias.grad, dy, x, weight.value, mean, rstd, false, &dresidual, dx_sum);
+  }
+};
+
+// Hugging Face LlamaRMSNorm: y = x · rstd · w, no bias.
+struct RMSNorm {
+  Param weight;
+  float eps = 1e-5f;
+
+  void init(const std::string& name, int64_t channels, float epsilon, int layer);
+  void collect(std::vector<Param*>& out) { out.push_back(&weight); }
+  void forward(Tensor& y, Tensor& rstd, const Tensor& x) const { ops::rmsnorm_forward(y, rstd, x, weight.value, eps); }
+  // dx = dresidual + the gradient through the norm (x also feeds the residual stream); the weight
+  // gradient accumulates.
+  void backward_residual(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& dresidual) {
+    ops::rmsnorm_backward(dx, weight.grad, dy, x, weight.value, rstd, false, &dresidual);
+  }
+  void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& rstd) {
+    ops::rmsnorm_backward(dx, weight.grad, dy, x, weight.value, rstd, false, nullptr);
   }
 };
 

@@ -229,6 +229,7 @@ std::string Hdf5File::attr_string(const std::string& name, const std::string& ob
     char* buf = nullptr;
     Handle mt{H5Tcopy(H5T_C_S1), H5Tclose};
     H5Tset_size(mt.id, H5T_VARIABLE);
+    H5Tset_cset(mt.id, H5Tget_cset(t.id));  // h5py writes UTF-8; HDF5 converts no charsets
     H5_CHECK(H5Aread(a.id, mt.id, &buf), "cannot read attribute '", name, "'");
     std::string s = buf ? buf : "";
     H5free_memory(buf);

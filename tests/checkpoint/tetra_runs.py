@@ -29,8 +29,10 @@ class Workspace:
     """A work directory with train.h5 and cfg.yaml (a 2-layer, 32-wide GPT-2; 8 sequences of 32
     tokens per step; every config key can be overridden per run with --set)."""
 
-    def __init__(self, tetra, work, steps=12, every=4, keep=0, extra_cfg=""):
+    def __init__(self, tetra, work, steps=12, every=4, keep=0, extra_cfg="", base_sets=()):
+        """base_sets: --set overrides of every run (e.g. another model family)."""
         self.tetra, self.work = tetra, os.path.abspath(work)
+        self.base_sets = list(base_sets)
         os.makedirs(self.work, exist_ok=True)
         self.env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                         OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
@@ -61,7 +63,7 @@ log: {{every: 100}}
 
     def command(self, name, np_=2, sets=(), mpirun=True):
         args = [self.tetra, "train", self.cfg, "--set", f"run.name={name}"]
-        for s in sets:
+        for s in self.base_sets + list(sets):
             args += ["--set", s]
         return (MPIRUN + ["-np", str(np_)] + args) if mpirun else args
 

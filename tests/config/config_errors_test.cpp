@@ -154,7 +154,23 @@ std::vector<BadCase> bad_cases() {
       {"copy_engine_with_zero", kBase, {"parallel.grad_all_reduce=copy_engine", "parallel.zero_stage=1"}, 2,
        {"--set parallel.grad_all_reduce: copy_engine serves stage 0's all-reduce only, but parallel.zero_stage = 1"}},
       {"unknown_arch", "model:\n  arch: mamba\n" + edit("model:", ""), {}, 2,
-       {"cfg.yaml:2: model.arch: mamba is not a valid choice", "(one of: gpt2"}},
+       {"cfg.yaml:2: model.arch: mamba is not a valid choice", "(one of: gpt2, llama"}},
+      // --- model families: keys of another family, impossible Llama shapes ---------------------
+      {"llama_key_with_gpt2", edit("  n_heads: 4", "  n_heads: 4\n  rope_theta: 500000"), {}, 2,
+       {"cfg.yaml:7: model.rope_theta: not read by gpt2 models (a key of llama); remove it, or set model.arch to "
+        "llama (gpt2 takes, besides the common keys: ln_eps)"}},
+      {"llama_key_by_override", kBase, {"model.n_kv_heads=2"}, 2,
+       {"--set model.n_kv_heads: not read by gpt2 models (a key of llama)"}},
+      {"gpt2_key_with_llama", edit("  n_heads: 4", "  n_heads: 4\n  ln_eps: 1.0e-6", edit("model:", "model:\n  arch: llama")), {}, 2,
+       {"cfg.yaml:8: model.ln_eps: not read by llama models (a key of gpt2); remove it, or set model.arch to gpt2 "
+        "(llama takes, besides the common keys: n_kv_heads, ffn_dim, norm_eps, rope_theta, tie_embeddings)"}},
+      {"kv_heads_not_dividing", edit("model:", "model:\n  arch: llama\n  n_kv_heads: 3"), {}, 2,
+       {"cfg.yaml:3: model.n_kv_heads: 3 key/value heads do not divide model.n_heads = 4", "use one of 1, 2, 4",
+        "[model.n_heads at ", "cfg.yaml:8]"}},
+      {"kv_heads_vs_tp", edit("model:", "model:\n  arch: llama\n  n_kv_heads: 1", edit("  dp: 2", "  dp: 1", edit("  tp: 1", "  tp: 2"))), {}, 2,
+       {"cfg.yaml:3: model.n_kv_heads: 1 key/value heads do not split over parallel.tp = 2 ranks", "[parallel.tp at "}},
+      {"odd_head_dim", edit("  d_model: 64", "  d_model: 60", edit("model:", "model:\n  arch: llama")), {}, 2,
+       {"cfg.yaml:5: model.d_model: 60 / model.n_heads = 15 channels per head, an odd number", "e.g. d_model 64"}},
   };
 }
 

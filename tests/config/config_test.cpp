@@ -2,6 +2,8 @@
 // shipped configs/ files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <functional>
 
 #include "launch/config.h"
@@ -241,9 +243,14 @@ TEST(Config, RoundTripThroughYaml) {
   EXPECT_EQ(back.run.seed, 987654321012);
   EXPECT_DOUBLE_EQ(back.optimizer.betas[1], 0.999);
 
-  // Every key of the schema is in the YAML, each on its own line.
-  for (const auto& f : schema::fields())
-    EXPECT_NE(yaml.find(std::string("\n  ") + f.key + ": "), std::string::npos) << f.path();
+  // Every key of the schema is in the YAML, each on its own line, except the model keys of
+  // other families (gpt2 here: the llama keys).
+  const std::vector<std::string> llama_only = {"n_kv_heads", "ffn_dim", "norm_eps", "rope_theta", "tie_embeddings"};
+  for (const auto& f : schema::fields()) {
+    const bool other_family = std::string(f.section) == "model" &&
+                              std::find(llama_only.begin(), llama_only.end(), f.key) != llama_only.end();
+    EXPECT_EQ(yaml.find(std::string("\n  ") + f.key + ": ") != std::string::npos, !other_family) << f.path();
+  }
 
   // The resolved config of a plain file round-trips too, derived dp included.
   Config r = resolve(load_config(dir.write("plain.yaml", edit("  dp: 2", "  dp: 0"))), 2, false);
@@ -251,6 +258,29 @@ TEST(Config, RoundTripThroughYaml) {
   EXPECT_TRUE(r_back == r);
   EXPECT_EQ(r_back.parallel.dp, 2);
   EXPECT_EQ(r_back.train.device, "cpu");
+}
+
+// A Llama config: its own keys round-trip, GPT-2's ln_eps is left out of its YAML.
+TEST(Config, LlamaKeysRoundTrip) {
+  testing::TempDir dir;
+  Config c = load_config(dir.write("cfg.yaml", kBase),
+                         {"model.arch=llama", "model.n_kv_heads=2", "model.ffn_dim=96", "model.norm_eps=1e-6",
+                          "model.rope_theta=500000", "model.tie_embeddings=true"});
+  EXPECT_NO_THROW(validate(c, 2));
+  EXPECT_EQ(c.model.n_kv_heads, 2);
+  EXPECT_EQ(c.model.ffn_dim, 96);
+  EXPECT_DOUBLE_EQ(c.model.norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c.model.rope_theta, 500000);
+  EXPECT_TRUE(c.model.tie_embeddings);
+  const std::string yaml = to_yaml(c);
+  EXPECT_NE(yaml.find("\n  n_kv_heads: 2\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("\n  rope_theta: 5e+05\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("\n  tie_embeddings: true\n"), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("ln_eps"), std::string::npos) << yaml;
+  Config back = load_config(dir.write("resolved.yaml", yaml));
+  EXPECT_TRUE(back == c) << yaml;
+  EXPECT_NO_THROW(validate(back, 2));
+  EXPECT_EQ(to_yaml(back), yaml);
 }
 
 TEST(Config, EqualityComparesEveryKey) {
@@ -392,6 +422,37 @@ TEST(ShippedConfigs, TinyLoadsAndValidatesAtWorld2) {
   EXPECT_EQ(r.train.precision, "fp32");
   EXPECT_THROW(validate(c, 1), Error);  // dp 2 is fixed: tiny wants two ranks
   EXPECT_NO_THROW(validate(load_config(kConfigs + "tiny.yaml", {"parallel.dp=1"}), 1));
+}
+
+TEST(ShippedConfigs, LlamaConfigs) {
+  Config tiny = load_config(kConfigs + "tiny-llama.yaml");
+  EXPECT_NO_THROW(validate(tiny, 2));
+  EXPECT_EQ(tiny.model.arch, "llama");
+  EXPECT_EQ(tiny.model.n_kv_heads, 2);
+  EXPECT_EQ(resolve(tiny, 2, false).train.precision, "fp32");
+
+  Config c = load_config(kConfigs + "llama-1b.yaml");
+  EXPECT_EQ(c.model.arch, "llama");
+  EXPECT_EQ(c.model.n_layers, 16);
+  EXPECT_EQ(c.model.d_model, 2048);
+  EXPECT_EQ(c.model.n_heads, 32);
+  EXPECT_EQ(c.model.n_kv_heads, 8);
+  EXPECT_EQ(c.model.ffn_dim, 8192);
+  EXPECT_EQ(c.model.vocab_size, 128256);
+  EXPECT_DOUBLE_EQ(c.model.rope_theta, 500000);
+  EXPECT_FALSE(c.model.tie_embeddings);
+  EXPECT_EQ(c.model.seq_len, 4096);
+  EXPECT_EQ(c.train.micro_batch, 4);
+  EXPECT_EQ(c.train.precision, "bf16");
+  EXPECT_EQ(c.train.device, "cuda");
+  for (int world : {1, 2}) {
+    Config w = load_config(kConfigs + "llama-1b.yaml", {"train.global_batch=" + std::to_string(4 * world)});
+    EXPECT_NO_THROW(resolve(w, world, true)) << world;
+  }
+  // Tensor parallelism over 8 ranks splits its 8 key/value heads; 16 would not.
+  EXPECT_NO_THROW(validate(load_config(kConfigs + "llama-1b.yaml", {"parallel.tp=8", "train.global_batch=4"}), 8));
+  EXPECT_THROW(validate(load_config(kConfigs + "llama-1b.yaml", {"parallel.tp=16", "train.global_batch=4"}), 16),
+               Error);
 }
 
 TEST(ShippedConfigs, Gpt2At1And2Ranks) {

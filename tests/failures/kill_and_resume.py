@@ -5,7 +5,7 @@ and optimizer state, bit for bit (fp32 on the CPU). The goodput report of the cr
 run counts the steps done after the last checkpoint as lost and shows the restart. A run with
 checkpoint.async: true reproduces the synchronous one bit for bit too.
 
-usage: kill_and_resume.py TETRA_BIN WORK_DIR"""
+usage: kill_and_resume.py TETRA_BIN WORK_DIR [--set overrides of every run, e.g. another model family]"""
 import json
 import os
 import sys
@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tetra_runs import Workspace, check, checkpoint_steps, compare_states, ledger, losses  # noqa: E402
 
 tetra, work = sys.argv[1], sys.argv[2]
-ws = Workspace(tetra, work, steps=12, every=4)
+ws = Workspace(tetra, work, steps=12, every=4, base_sets=sys.argv[3:])
 
 ws.train("base")
 base_losses = losses(ws.run_dir("base"))

@@ -7,13 +7,14 @@ The learning rate is one at which this run is stable: at 2e-3 two CPU runs that 
 the micro-batch split (rounding-level differences) drift apart by 1.7e-4 at a loss spike near
 step 25, which no backend comparison could stay within; at 1e-3 they stay within 1e-7.
 
-usage: cpu_gpu_equivalence.py TETRA_BIN WORK_DIR"""
+usage: cpu_gpu_equivalence.py TETRA_BIN WORK_DIR [--set overrides of every run, e.g. another model family]"""
 import os, subprocess, sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from script_util import ENV, gpu_count, licence_dataset, step_losses
 
 tetra, work = sys.argv[1], sys.argv[2]
+extra = [a for o in sys.argv[3:] for a in ("--set", o)]
 if gpu_count() == 0:
     print("no GPU visible: skipped")
     sys.exit(77)
@@ -31,7 +32,7 @@ log: {{every: 100}}
 
 def run(name, device, precision):
     r = subprocess.run([tetra, "train", cfg, "--set", f"run.name={name}", "--set", f"train.device={device}",
-                        "--set", f"train.precision={precision}"], env=env, capture_output=True, text=True)
+                        "--set", f"train.precision={precision}"] + extra, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         print(r.stdout[-3000:], r.stderr[-3000:])
         sys.exit(f"FAIL: {name} exited {r.returncode}")

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "models/model_family.h"
 #include "models/stored_tensors.h"
@@ -24,6 +25,16 @@ std::vector<ModelArgs> sample_args() {
   g.n_layers = 3;
   g.n_heads = 4;
   out.push_back(g);
+  // Llama: grouped-query attention with 1, 2 and all 4 key/value heads, tied and untied, an
+  // explicit and the default MLP width.
+  for (auto [kv, tied, ffn] : std::vector<std::tuple<int64_t, bool, int64_t>>{{1, false, 48}, {2, true, 0}, {4, false, 64}}) {
+    ModelArgs l = g;
+    l.arch = "llama";
+    l.n_kv_heads = kv;
+    l.tie_embeddings = tied;
+    l.ffn_dim = ffn;
+    out.push_back(l);
+  }
   return out;
 }
 
@@ -37,7 +48,7 @@ std::string label(const ModelArgs& a) {
 TEST(ModelFamily, RegistryKnowsEveryFamilyAndRejectsOthers) {
   const std::vector<std::string> names = model_family_names();
   ASSERT_FALSE(names.empty());
-  EXPECT_EQ(names.front(), "gpt2");
+  EXPECT_EQ(names, (std::vector<std::string>{"gpt2", "llama"}));
   for (const std::string& n : names) EXPECT_EQ(model_family(n).arch(), n);
   try {
     model_family("mamba");
@@ -45,7 +56,7 @@ TEST(ModelFamily, RegistryKnowsEveryFamilyAndRejectsOthers) {
   } catch (const ModelArgsError& e) {
     ASSERT_EQ(e.keys().size(), 1u);
     EXPECT_EQ(e.keys()[0], "model.arch");
-    EXPECT_NE(std::string(e.what()).find("'mamba' is not a model family (valid: gpt2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'mamba' is not a model family (valid: gpt2, llama)"), std::string::npos) << e.what();
   }
 }
 
@@ -112,11 +123,19 @@ TEST(ModelFamily, TensorParallelPlanCoversEveryParameterOnce) {
     const ModelFamily& f = model_family(args.arch);
     std::unique_ptr<Model> model = f.build(args);
     const TensorParallelPlan plan = f.tensor_parallel_plan(args);
-    for (int tp : {1, 2}) {
+    // The plan splits exactly where the family's validate() says the shape splits.
+    for (int tp : {1, 2, 3, 4}) {
+      bool splits = true;
+      try {
+        f.validate(args, tp);
+      } catch (const ModelArgsError&) {
+        splits = false;
+      }
       std::vector<std::string> problems = tensor_parallel_plan_problems(plan, *model, tp);
       std::string all;
       for (const std::string& p : problems) all += p + "\n";
-      EXPECT_TRUE(problems.empty()) << "tp " << tp << ":\n" << all;
+      EXPECT_EQ(problems.empty(), splits) << "tp " << tp << ":\n" << all;
+      if (tp <= 2 && args.n_kv_heads != 1) EXPECT_TRUE(splits) << "tp " << tp;
     }
     // The check can fail: a plan missing an entry, with one twice, or naming no parameter.
     TensorParallelPlan broken = plan;
@@ -127,8 +146,6 @@ TEST(ModelFamily, TensorParallelPlanCoversEveryParameterOnce) {
     const std::vector<std::string> problems = tensor_parallel_plan_problems(broken, *model, 1);
     ASSERT_EQ(problems.size(), 3u);
     EXPECT_EQ(problems[0], first + ": no entry in the plan");
-    // A split that does not divide: tp = 3 does not divide the sample's heads or vocabulary.
-    EXPECT_FALSE(tensor_parallel_plan_problems(plan, *model, 3).empty());
   }
 }
 
@@ -176,4 +193,53 @@ TEST(GptFamily, NumbersAsBefore) {
       const double want = tokens * (L * block + (2.0 * C * ab + 12.0 + V * ab) + 10.0 * C * ab);
       EXPECT_DOUBLE_EQ(f.activation_bytes(a, s), want);
     }
+}
+
+// Llama's numbers: the parameters of Llama 3.2 1B with an untied output layer, torchtitan's FLOPs,
+// Meta's default MLP width, and the errors of impossible grouped-query shapes.
+TEST(LlamaFamily, NumbersAndShapeErrors) {
+  ModelArgs a;
+  a.arch = "llama";
+  a.vocab_size = 128256;
+  a.seq_len = 4096;
+  a.d_model = 2048;
+  a.n_layers = 16;
+  a.n_heads = 32;
+  a.n_kv_heads = 8;
+  a.ffn_dim = 8192;
+  a.rope_theta = 500000;
+  const ModelFamily& f = model_family("llama");
+  // Llama 3.2 1B has 1,235,814,400 parameters with its tied embedding; untied adds V·d.
+  const int64_t untied = 1235814400 + 128256 * 2048;
+  EXPECT_EQ(f.param_count(a).total, untied);
+  EXPECT_DOUBLE_EQ(f.flops_per_token(a, 4096), 6.0 * (untied - 128256.0 * 2048) + 12.0 * 16 * 2048 * 4096);
+  a.tie_embeddings = true;
+  EXPECT_EQ(f.param_count(a).total, 1235814400);
+  // A tied output layer still multiplies: the same model FLOPs.
+  EXPECT_DOUBLE_EQ(f.flops_per_token(a, 4096), 6.0 * (untied - 128256.0 * 2048) + 12.0 * 16 * 2048 * 4096);
+  a.ffn_dim = 0;
+  EXPECT_EQ(f.build(a)->params()[5]->full_shape[0], 2 * 5632) << "2/3 of 4·2048 up to a multiple of 256";
+
+  auto keys_of = [&](ModelArgs b, int tp) {
+    try {
+      f.validate(b, tp);
+    } catch (const ModelArgsError& e) {
+      return e.keys();
+    }
+    return std::vector<std::string>{};
+  };
+  ModelArgs b = a;
+  b.n_kv_heads = 5;
+  EXPECT_EQ(keys_of(b, 1), (std::vector<std::string>{"model.n_kv_heads", "model.n_heads"}));
+  b.n_kv_heads = 2;
+  EXPECT_EQ(keys_of(b, 4), (std::vector<std::string>{"model.n_kv_heads", "parallel.tp"}));
+  EXPECT_TRUE(keys_of(b, 2).empty());
+  b = a;
+  b.n_heads = 16;
+  b.d_model = 16 * 33;
+  b.n_kv_heads = 4;
+  EXPECT_EQ(keys_of(b, 1), (std::vector<std::string>{"model.d_model", "model.n_heads"})) << "odd head dim";
+  b = a;
+  b.ffn_dim = 8190;
+  EXPECT_EQ(keys_of(b, 4), (std::vector<std::string>{"model.ffn_dim", "parallel.tp"}));
 }

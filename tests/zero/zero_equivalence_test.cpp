@@ -7,7 +7,7 @@
 // layer through the hooks); that the ranks' checkpoint pieces cover each parameter exactly once;
 // and that the gradient and gathered-weight buffers stayed within the bounds the memory plan uses.
 //
-// usage: mpirun -np N zero_equivalence_test WORK_DIR
+// usage: mpirun -np N zero_equivalence_test WORK_DIR [gpt2|llama]
 #include <mpi.h>
 
 #include <algorithm>
@@ -60,10 +60,13 @@ constexpr double kNoiseDrivenTol = 1e-4;
 bool noise_driven(const std::string& name) { return name.find("attn.c_attn.bias") != std::string::npos; }
 constexpr double kClip = 0.5;
 
-std::string config_yaml(const std::string& work, const std::string& data) {
+std::string config_yaml(const std::string& work, const std::string& data, const std::string& arch) {
   std::ostringstream os;
   os << "run: {name: base, output_dir: " << work << "/runs, seed: 11}\n"
-     << "model: {arch: gpt2, vocab_size: 256, seq_len: 32, d_model: 32, n_layers: 2, n_heads: 2}\n"
+     << (arch == "llama"
+             ? "model: {arch: llama, vocab_size: 256, seq_len: 32, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, "
+               "ffn_dim: 64}\n"
+             : "model: {arch: gpt2, vocab_size: 256, seq_len: 32, d_model: 32, n_layers: 2, n_heads: 2}\n")
      << "train: {steps: 10, global_batch: 8, micro_batch: 8, device: cpu, precision: fp32, grad_clip: " << kClip
      << ", eval_every: 5, eval_batches: 1}\n"
      << "optimizer: {lr: 3.0e-3, betas: [0.9, 0.95], weight_decay: 0.1, warmup_steps: 2, schedule: cosine, "
@@ -285,9 +288,10 @@ int main(int argc, char** argv) {
     g_rank = world->rank();
     const int W = world->size();
     if (argc < 2) {
-      std::fprintf(stderr, "usage: zero_equivalence_test WORK_DIR\n");
+      std::fprintf(stderr, "usage: zero_equivalence_test WORK_DIR [gpt2|llama]\n");
       return 2;
     }
+    const std::string arch = argc > 2 ? argv[2] : "gpt2";
     const std::string work = fs::absolute(argv[1]).string();
     const std::string data = work + "/train.h5";
     try {
@@ -302,7 +306,7 @@ int main(int argc, char** argv) {
         }
       }
       world->barrier();
-      const std::string yaml = config_yaml(work, data);
+      const std::string yaml = config_yaml(work, data, arch);
 
       // The reference: one process, all 8 sequences in one micro-batch (each rank computes it alone).
       Run ref;

@@ -1,0 +1,119 @@
+#include "models/llama_family.h"
+
+#include <cstdio>
+
+#include "models/llama_model.h"
+
+namespace tetra {
+
+namespace {
+
+class LlamaFamily : public ModelFamily {
+ public:
+  std::string arch() const override { return "llama"; }
+  std::string description() const override {
+    return "Llama: RMSNorm, rotary embedding, grouped-query attention, SwiGLU MLP, no biases, output layer "
+           "tied or not";
+  }
+  std::vector<std::string> config_keys() const override {
+    return {"n_kv_heads", "ffn_dim", "norm_eps", "rope_theta", "tie_embeddings"};
+  }
+
+  void validate(const ModelArgs& args, int tp) const override {
+    if (args.arch != arch()) throw ModelArgsError({"model.arch"}, "'" + args.arch + "' is not llama");
+    LlamaConfig::from(args).validate(tp);
+  }
+
+  std::unique_ptr<Model> build(const ModelArgs& args) const override {
+    validate(args, 1);
+    return std::make_unique<LlamaModel>(LlamaConfig::from(args));
+  }
+
+  ParamCount param_count(const ModelArgs& args) const override {
+    const int64_t n = LlamaConfig::from(args).num_params();
+    return {n, n};
+  }
+
+  double flops_per_token(const ModelArgs& args, int64_t seq_len) const override {
+    return LlamaConfig::from(args).flops_per_token(seq_len);
+  }
+
+  // Per token and block, what a block keeps (models/llama_block.cpp, Saved): x, h1, att, x2, h2
+  // [C]; qkv [(H + 2·Hkv)·D]; gate_up [2F] and act [F], at the working dtype; the fp32 rstd of
+  // both norms (8 B) and the fp32 log-sum-exp per head. The head keeps its input and the normed
+  // input [C], fp32 rstd and loss (8 B) and the [V] logits gradient.
+  std::vector<LayerCost> layer_costs(const ModelArgs& args, const ActivationShape& shape) const override {
+    const LlamaConfig c = LlamaConfig::from(args);
+    const double a = static_cast<double>(shape.value_bytes);
+    const double C = static_cast<double>(c.d_model), H = static_cast<double>(c.n_heads);
+    const double Q = static_cast<double>(c.qkv_rows()), F = static_cast<double>(c.ffn());
+    const double V = static_cast<double>(c.vocab_size), T = static_cast<double>(shape.seq_len);
+    const double tokens = static_cast<double>(shape.micro_batch) * T;
+    double block = (5.0 * C + Q + 3.0 * F) * a + 8.0 + 4.0 * H;
+    if (c.recompute == Recompute::Mlp) block -= 3.0 * F * a;
+    if (c.recompute == Recompute::Full) block = C * a;
+    const double block_flops = 2.0 * static_cast<double>(c.block_params() - 2 * c.d_model) + 4.0 * C * T;
+    std::vector<LayerCost> out;
+    out.push_back({"embedding", c.vocab_size * c.d_model, 0.0, 0.0});
+    for (int64_t i = 0; i < c.n_layers; ++i)
+      out.push_back({"layers." + std::to_string(i), c.block_params(), block_flops, tokens * block});
+    out.push_back({"head", c.d_model + (c.tie_embeddings ? 0 : c.vocab_size * c.d_model), 2.0 * V * C,
+                   tokens * ((2.0 * C + V) * a + 8.0)});
+    return out;
+  }
+
+  // One block's backward: d_act [F], d_gate_up [2F], d_h2, dx2, dx [C], d_qkv [(H + 2·Hkv)·D].
+  double backward_working_bytes(const ModelArgs& args, const ActivationShape& shape) const override {
+    const LlamaConfig c = LlamaConfig::from(args);
+    const double tokens = static_cast<double>(shape.micro_batch) * static_cast<double>(shape.seq_len);
+    return tokens * static_cast<double>(shape.value_bytes) *
+           static_cast<double>(3 * c.ffn() + 3 * c.d_model + c.qkv_rows());
+  }
+
+  // torchtitan's Llama plan with sequence parallelism: the embedding split by vocabulary, norms on
+  // sequence shards, qkv and gate_up column-parallel (per head of q, k and v; per half of gate and
+  // up), o_proj and down_proj row-parallel, the output layer split by vocabulary (loss parallel).
+  TensorParallelPlan tensor_parallel_plan(const ModelArgs& args) const override {
+    TensorParallelPlan plan;
+    auto add = [&](const std::string& name, TpStyle s) { plan.params.push_back({name, s}); };
+    add("model.embed_tokens.weight", TpStyle::VocabParallelEmbedding);
+    plan.layers.push_back({"embedding", TpLayout::Replicated, TpLayout::SequenceShard});
+    for (int64_t i = 0; i < args.n_layers; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      add(p + "input_layernorm.weight", TpStyle::SequenceParallel);
+      add(p + "self_attn.qkv_proj.weight", TpStyle::ColumnParallel);
+      add(p + "self_attn.o_proj.weight", TpStyle::RowParallel);
+      add(p + "post_attention_layernorm.weight", TpStyle::SequenceParallel);
+      add(p + "mlp.gate_up_proj.weight", TpStyle::ColumnParallel);
+      add(p + "mlp.down_proj.weight", TpStyle::RowParallel);
+      plan.layers.push_back({"layers." + std::to_string(i), TpLayout::SequenceShard, TpLayout::SequenceShard});
+    }
+    add("model.norm.weight", TpStyle::SequenceParallel);
+    if (!args.tie_embeddings) add("lm_head.weight", TpStyle::VocabParallelOutput);
+    plan.layers.push_back({"head", TpLayout::SequenceShard, TpLayout::VocabShard});
+    return plan;
+  }
+
+  std::string describe(const ModelArgs& args) const override {
+    const LlamaConfig c = LlamaConfig::from(args);
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "llama: %lld layers, d_model %lld, %lld heads (%lld key/value), ffn %lld, vocabulary %lld, "
+                  "rope_theta %g, %s output layer, context %lld",
+                  static_cast<long long>(c.n_layers), static_cast<long long>(c.d_model),
+                  static_cast<long long>(c.n_heads), static_cast<long long>(c.kv_heads()),
+                  static_cast<long long>(c.ffn()), static_cast<long long>(c.vocab_size),
+                  static_cast<double>(c.rope_theta), c.tie_embeddings ? "tied" : "untied",
+                  static_cast<long long>(c.max_seq_len));
+    return buf;
+  }
+};
+
+}  // namespace
+
+const ModelFamily& llama_family() {
+  static const LlamaFamily family;
+  return family;
+}
+
+}  // namespace tetra

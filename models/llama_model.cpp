@@ -1,0 +1,81 @@
+#include "models/llama_model.h"
+
+namespace tetra {
+
+LlamaModel::LlamaModel(const LlamaConfig& cfg) : cfg_(cfg) {
+  cfg_.validate();
+  embed_tokens_.name = "model.embed_tokens.weight";
+  embed_tokens_.full_shape = embed_tokens_.local_shape = {cfg.vocab_size, cfg.d_model};
+  embed_tokens_.init_std = 0.02f;
+  embed_tokens_.layer_index = 0;
+  embedding_ = std::make_unique<LlamaEmbedding>(cfg_, &embed_tokens_);
+  embedding_->set_index(0);
+  for (int i = 0; i < cfg.n_layers; ++i) {
+    blocks_.push_back(std::make_unique<LlamaBlock>(cfg_, i));
+    blocks_.back()->set_index(i + 1);
+    blocks_.back()->set_recompute(cfg.recompute);
+  }
+  const int head_index = static_cast<int>(cfg.n_layers) + 1;
+  if (cfg.tie_embeddings) embed_tokens_.tied_layers = {head_index};  // the output layer reads it
+  head_ = std::make_unique<LlamaHead>(cfg_, cfg.tie_embeddings ? &embed_tokens_ : nullptr, head_index);
+  head_->set_index(head_index);
+}
+
+std::vector<Layer*> LlamaModel::layers() {
+  std::vector<Layer*> out{embedding_.get()};
+  for (auto& b : blocks_) out.push_back(b.get());
+  out.push_back(head_.get());
+  return out;
+}
+
+std::vector<ModelAttribute> LlamaModel::config_attributes() const {
+  // Hugging Face LlamaConfig names.
+  using K = ModelAttribute::Kind;
+  auto d = [](int64_t v) { return static_cast<double>(v); };
+  return {{"vocab_size", K::Int, d(cfg_.vocab_size), "model.vocab_size"},
+          {"hidden_size", K::Int, d(cfg_.d_model), "model.d_model"},
+          {"num_hidden_layers", K::Int, d(cfg_.n_layers), "model.n_layers"},
+          {"num_attention_heads", K::Int, d(cfg_.n_heads), "model.n_heads"},
+          {"num_key_value_heads", K::Int, d(cfg_.kv_heads()), "model.n_kv_heads"},
+          {"head_dim", K::Int, d(cfg_.head_dim()), "model.d_model"},
+          {"intermediate_size", K::Int, d(cfg_.ffn()), "model.ffn_dim"},
+          {"tie_word_embeddings", K::Bool, cfg_.tie_embeddings ? 1.0 : 0.0, "model.tie_embeddings"},
+          {"rope_theta", K::Float, decimal_of(cfg_.rope_theta), "model.rope_theta"},
+          {"rms_norm_eps", K::Float, decimal_of(cfg_.norm_eps), "model.norm_eps"}};
+}
+
+nlohmann::json LlamaModel::hf_config() const {
+  nlohmann::json j;
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  for (const ModelAttribute& a : config_attributes()) {
+    if (a.kind == ModelAttribute::Kind::Int)
+      j[a.name] = static_cast<int64_t>(a.value);
+    else if (a.kind == ModelAttribute::Kind::Bool)
+      j[a.name] = a.value != 0;
+    else
+      j[a.name] = a.value;
+  }
+  j["max_position_embeddings"] = cfg_.max_seq_len;
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["initializer_range"] = 0.02;
+  j["pretraining_tp"] = 1;
+  j["rope_scaling"] = nullptr;  // plain RoPE: a file that sets it is loaded with a note
+  j["use_cache"] = true;
+  return j;
+}
+
+std::vector<std::string> LlamaModel::ignorable_checkpoint_names() const {
+  // A tied model may still carry lm_head.weight (a copy of the embedding); older Hugging Face
+  // checkpoints store the rotary inverse frequencies as a buffer.
+  std::vector<std::string> names;
+  if (cfg_.tie_embeddings) names.push_back("lm_head.weight");
+  for (int i = 0; i < cfg_.n_layers; ++i)
+    names.push_back("model.layers." + std::to_string(i) + ".self_attn.rotary_emb.inv_freq");
+  return names;
+}
+
+}  // namespace tetra
