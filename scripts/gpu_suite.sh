@@ -3,6 +3,8 @@
 # throughput benchmarks beside the PyTorch peer. Logs and JSON go to OUT_DIR (default runs/gpu).
 #   scripts/gpu_suite.sh [OUT_DIR] [tests|bench|all]
 #   PEER=path/to/torch_gpt.py scripts/gpu_suite.sh out all
+# Exits non-zero when the build fails, when any GPU test fails (a skipped test is listed, not a
+# failure), or when the benchmark fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/gpu}
@@ -18,12 +20,17 @@ fi
 cmake --build build -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
+status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
   ctest --test-dir build -L gpu --output-on-failure -j 1 --timeout 600 > "$out/gpu_tests.log" 2>&1
-  echo "gpu tests: rc $? ($(grep -E 'tests passed|tests failed' "$out/gpu_tests.log"))"
-  grep -E "^\s*[0-9]+/[0-9]+ Test.*(Failed|\*\*\*)" "$out/gpu_tests.log" | head -20
+  rc=$?
+  echo "gpu tests: rc $rc ($(grep -E 'tests passed|tests failed' "$out/gpu_tests.log"))"
+  grep -E "^\s*[0-9]+/[0-9]+ Test.*(Failed|\*\*\*|Skipped)" "$out/gpu_tests.log" | head -40
+  [ "$rc" -eq 0 ] || status=1
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   BENCH_DIR="$out/bench" scripts/bench/gpt_throughput.sh 124m 40 | tee "$out/bench_124m.jsonl"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "benchmark failed"; status=1; }
 fi
 echo "total: $(( $(date +%s) - t0 )) s"
+exit $status

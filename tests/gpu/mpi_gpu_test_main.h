@@ -1,8 +1,8 @@
 // main() of a GPU test that runs one process per rank under mpirun: MPI and GoogleTest start,
 // each rank takes the GPU of its rank on the host, `setup` builds the communicators, the tests
-// run, `teardown` frees them, and the worst rank's result is the exit code. Skips (exit 0, with
-// "SKIPPED: `what` ...") unless there are >= 2 ranks and every rank has a GPU of its own (and,
-// with one_host, all ranks share this host).
+// run, `teardown` frees them, and the worst rank's result is the exit code. Skips (exit
+// kSkipExitCode, ctest's SKIP_RETURN_CODE, with "SKIPPED: `what` ...") unless there are >= 2 ranks
+// and every rank has a GPU of its own (and, with one_host, all ranks share this host).
 #pragma once
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -15,6 +15,10 @@
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tetra::gputest {
+
+// Every rank exits with it when the test cannot run here; mpirun passes it on and ctest reports
+// the test Skipped (SKIP_RETURN_CODE 77 in tests/gpu/CMakeLists.txt), never Passed.
+inline constexpr int kSkipExitCode = 77;
 
 inline int run_mpi_gpu_tests(int argc, char** argv, const char* what, bool one_host,
                              const std::function<void()>& setup, const std::function<void()>& teardown) {
@@ -37,7 +41,7 @@ inline int run_mpi_gpu_tests(int argc, char** argv, const char* what, bool one_h
       std::printf("SKIPPED: %s need >= 2 ranks with a GPU each%s (%d ranks, %d on this host with %d GPUs)\n", what,
                   one_host ? ", on one host" : "", size, local_size, gpus);
     mpi_finalize();
-    return 0;
+    return kSkipExitCode;
   }
   test_gpu() = Device::cuda(local_rank);
   cuda::set_device(gpu());

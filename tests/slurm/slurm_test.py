@@ -8,8 +8,9 @@ from Debian, configured by slurm_cluster.sh in WORK_DIR), then
   - scripts/slurm/train.sbatch (the documented batch script) runs as a job; SIGUSR1 (the time-limit
     warning) reaches one rank after step 5, tetra checkpoints and exits 75, the script requeues the
     job, and the requeued job resumes and finishes with the same losses;
-and stops the daemons it started. Exits 77 (ctest SKIP_RETURN_CODE) where no cluster can run:
-not root, packages missing, a daemon that does not come up (the reason is printed).
+and stops the daemons it started. Exits 77 (ctest SKIP_RETURN_CODE) only where no cluster can
+run: not root, or the packages missing. As root with SLURM installed, daemons that do not come up
+are a failure (exit 1) that prints why and where the logs are.
 
 usage: slurm_test.py TETRA_BIN WORK_DIR"""
 import json
@@ -44,7 +45,8 @@ if start.returncode == SKIP:
     sys.exit(SKIP)
 if start.returncode != 0:
     print(start.stdout, start.stderr)
-    fail(f"slurm_cluster.sh start exited {start.returncode}")
+    fail(f"the SLURM cluster did not come up (slurm_cluster.sh start exited {start.returncode}): "
+         f"{start.stderr.strip().splitlines()[-1] if start.stderr.strip() else 'no message'}; logs in {cluster}/log")
 conf = re.search(r"SLURM_CONF=(\S+)", start.stdout).group(1)
 print(f"cluster up: {conf}", flush=True)
 
