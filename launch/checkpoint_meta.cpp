@@ -55,9 +55,7 @@ int64_t int_field(const json& j, const char* key, const std::string& where) {
   return v.get<int64_t>();
 }
 
-}  // namespace
-
-CheckpointMeta meta_from_json(const json& j, const std::string& where) {
+CheckpointMeta parse_meta(const json& j, const std::string& where) {
   CheckpointMeta m;
   if (!j.is_object() || j.value("format", "") != "tetra-checkpoint") bad(where, "\"format\" is not \"tetra-checkpoint\"");
   m.version = static_cast<int>(int_field(j, "version", where));
@@ -112,6 +110,16 @@ CheckpointMeta meta_from_json(const json& j, const std::string& where) {
     bad(where, "lists " + std::to_string(m.files.size()) + " rank files for a world of " +
                    std::to_string(m.world_size) + " ranks");
   return m;
+}
+
+}  // namespace
+
+CheckpointMeta meta_from_json(const json& j, const std::string& where) {
+  try {
+    return parse_meta(j, where);
+  } catch (const json::exception& e) {  // a field of the wrong type (a string where a number belongs, ...)
+    bad(where, std::string("a field has the wrong type or value: ") + e.what());
+  }
 }
 
 CheckpointMeta read_meta(const std::string& step_dir) {

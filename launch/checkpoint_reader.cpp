@@ -15,6 +15,14 @@ namespace fs = std::filesystem;
 
 CheckpointReader::CheckpointReader(const std::string& step_dir) : dir_(step_dir), meta_(read_meta(step_dir)) {
   const std::string where = (fs::path(dir_) / kMetaFile).string();
+  // A step_N directory holds the state after step N: one copied or renamed by hand would resume
+  // at the wrong position.
+  fs::path dir_path = fs::path(dir_).lexically_normal();
+  if (dir_path.filename().empty()) dir_path = dir_path.parent_path();  // "step_4/"
+  const std::optional<int64_t> named = parse_step_dir(dir_path.filename().string());
+  if (named && *named != meta_.step)
+    TETRA_FAIL(Checkpoint, where, ": holds the state after step ", meta_.step, ", but its directory is named ",
+               step_dir_name(*named), " (copied or renamed by hand?)");
   for (size_t i = 0; i < meta_.params.size(); ++i) param_index_[meta_.params[i].name] = i;
   for (size_t f = 0; f < meta_.files.size(); ++f) {
     for (const SavedPiece& s : meta_.files[f].pieces) {

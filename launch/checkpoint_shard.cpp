@@ -10,7 +10,8 @@ std::string piece_group(const std::string& name, int64_t begin, int64_t end) {
   return name + "[" + std::to_string(begin) + ":" + std::to_string(end) + "]";
 }
 
-void write_shard(const std::string& path, const ShardHeader& h, const std::vector<StatePiece>& pieces) {
+void write_shard(const std::string& path, const ShardHeader& h, const std::vector<StatePiece>& pieces,
+                 const std::function<void()>& halfway) {
   Hdf5File file(path, Hdf5File::Mode::Create);
   file.set_attr("format", std::string("tetra-checkpoint-shard"));
   file.set_attr("version", int64_t{1});
@@ -21,7 +22,14 @@ void write_shard(const std::string& path, const ShardHeader& h, const std::vecto
   file.set_attr("tp_rank", int64_t{h.tp_rank});
   file.set_attr("pp_rank", int64_t{h.pp_rank});
   file.set_attr("zero_stage", int64_t{h.zero_stage});
-  for (const StatePiece& p : pieces) {
+  const size_t half = pieces.size() / 2;
+  for (size_t i = 0; i <= pieces.size(); ++i) {
+    if (i == half && halfway) {
+      file.flush();  // what was written so far reaches the file, as a crash would leave it
+      halfway();
+    }
+    if (i == pieces.size()) break;
+    const StatePiece& p = pieces[i];
     const int64_t n = p.end - p.begin;
     for (const Tensor* t : {&p.master, &p.exp_avg, &p.exp_avg_sq})
       TETRA_CHECK(t->defined() && t->device().is_cpu() && t->dtype() == DType::F32 && t->numel() == n,

@@ -5,6 +5,7 @@
 // Root attributes say who wrote it: format, version, step, rank, world_size, dp/tp/pp coordinates,
 // zero_stage. meta.json indexes the pieces of every file, so readers open only the files they need.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,9 @@ struct ShardHeader {
 std::string piece_group(const std::string& name, int64_t begin, int64_t end);
 
 // Writes the pieces (host fp32 tensors of end − begin elements) to a new file at `path`, flushed
-// and closed; the caller fsyncs and checksums it.
-void write_shard(const std::string& path, const ShardHeader& header, const std::vector<StatePiece>& pieces);
+// and closed; the caller fsyncs and checksums it. `halfway`, when set, is called once half of the
+// pieces are written (at the start when there are none): where fault drills cut a write short.
+void write_shard(const std::string& path, const ShardHeader& header, const std::vector<StatePiece>& pieces,
+                 const std::function<void()>& halfway = nullptr);
 
 }  // namespace tetra::launch

@@ -12,7 +12,9 @@
 #include "launch/checkpoint_files.h"
 #include "launch/checkpoint_reader.h"
 #include "launch/checkpoint_shard.h"
+#include "launch/config_schema.h"
 #include "launch/lr_schedule.h"
+#include "launch/rank_agreement.h"
 
 namespace tetra::launch {
 
@@ -129,10 +131,11 @@ void Checkpointer::save(const TrainingProgress& progress) {
   }
   std::vector<double> ok{dir_error.empty() ? 1.0 : 0.0};
   world_.all_reduce_host(ok, ReduceOp::Min);
-  if (ok[0] != 1.0)
-    TETRA_FAIL(Checkpoint, "cannot create ", p->tmp_dir,
-               is_rank0() ? ": " + dir_error : std::string(" (rank 0 reports why)"),
-               "; check that run.output_dir is writable and not full");
+  if (ok[0] != 1.0)  // every rank knows it: the job ends cleanly, rank 0 says why
+    fail_on_every_rank(ErrorKind::Checkpoint,
+                       "cannot create " + p->tmp_dir +
+                           (is_rank0() ? ": " + dir_error : std::string(" (rank 0 reports why)")) +
+                           "; check that run.output_dir is writable and not full");
 
   std::vector<StatePiece> pieces = optimizer_.pieces_to_save();
   bool host_fp32 = true;
@@ -161,7 +164,9 @@ void Checkpointer::save(const TrainingProgress& progress) {
 void Checkpointer::write_file(Pending& pending) {
   Pending* p = &pending;
   try {
-    write_shard(p->file, p->header, p->host);
+    std::function<void()> halfway;
+    if (faults_) halfway = [&] { faults_->inside_save(p->progress.step, world_.rank()); };
+    write_shard(p->file, p->header, p->host, halfway);
     fsync_path(p->file);
     p->digest = digest_file(p->file);
     p->ok = true;
@@ -233,7 +238,8 @@ CheckpointMeta Checkpointer::make_meta(const Pending& p) const {
                {"seq_len", cfg_.train.seq_len},
                {"shuffle", cfg_.data.shuffle},
                {"seed", cfg_.run.seed},
-               {"data", cfg_.data.train}};
+               {"data", cfg_.data.train},
+               {"data_fingerprint", data_fingerprint_}};
   const LrSchedule sched = LrSchedule::of(cfg_);
   m.lr_schedule = {{"next_step", p.progress.step},
                    {"next_lr", sched.at(p.progress.step)},
@@ -268,11 +274,13 @@ void Checkpointer::commit() {
   for (int r = 0; r < world; ++r)
     if (v[static_cast<size_t>(3 * r)] != 1.0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
   if (!failed.empty()) {
-    const std::string mine = p.ok ? std::string(" (each prints its error)") : ": " + p.error;
+    const std::string first = first_problem(world_, p.ok ? std::string() : p.error);
     const std::string tmp = p.tmp_dir;
     pending_.reset();
-    TETRA_FAIL(Checkpoint, "checkpoint ", name, ": rank(s) ", failed, " could not write their file", mine, "; ", tmp,
-               " stays incomplete and resume will ignore it (check free space and permissions of ", dir_, ")");
+    fail_on_every_rank(ErrorKind::Checkpoint,
+                       "checkpoint " + name + ": rank(s) " + failed + " could not write their file (" + first + "); " +
+                           tmp + " stays incomplete and resume will ignore it (check free space and permissions of " +
+                           dir_ + ")");
   }
   if (!index_) index_ = gather_index(p.saved);
   std::vector<RankFileInfo> files = *index_;
@@ -295,8 +303,8 @@ void Checkpointer::commit() {
   world_.all_reduce_host(ok, ReduceOp::Min);
   if (ok[0] != 1.0) {
     pending_.reset();
-    TETRA_FAIL(Checkpoint, "checkpoint ", name, ": rank 0 could not commit it",
-               is_rank0() ? ": " + error : std::string(" (rank 0 prints why)"));
+    fail_on_every_rank(ErrorKind::Checkpoint, "checkpoint " + name + ": rank 0 could not commit it" +
+                                                  (is_rank0() ? ": " + error : std::string(" (rank 0 prints why)")));
   }
 
   const double c1 = now();
@@ -387,6 +395,82 @@ void Checkpointer::set_aside(const std::string& path, const std::string& why) {
     std::printf("tetra: set %s aside as %s (%s)\n", path.c_str(), target.c_str(), why.c_str());
 }
 
+// The checkpoint must hold this model — the same parameters, and the same model.* keys, since a
+// change that keeps every shape (heads, norm epsilon, an architecture variant) would load weights
+// that mean something else — and, unless checkpoint.allow_data_change, be read on the same data.
+// Other differences that make the resumed run differ from an uninterrupted one are warnings.
+void Checkpointer::check_resumable(const CheckpointReader& chosen) const {
+  const CheckpointMeta& meta = chosen.meta();
+  const std::string where = "checkpoint.resume: " + chosen.dir();
+  for (const ParamInfo& p : params_) {
+    const ParamInfo* q = chosen.param(p.name);
+    if (!q)
+      TETRA_FAIL(Config, where, " has no parameter '", p.name,
+                 "': it holds another model (compare model.* with the config in its meta.json; to start over use "
+                 "checkpoint.resume: none or another run.name)");
+    if (q->full_shape != p.full_shape)
+      TETRA_FAIL(Config, where, ": '", p.name, "' is ", shape_str(q->full_shape), " there but ",
+                 shape_str(p.full_shape), " in this model (model.* changed since it was written?)");
+  }
+  if (meta.params.size() != params_.size())
+    TETRA_FAIL(Config, where, " holds ", meta.params.size(), " parameters, this model ", params_.size(),
+               " (model.n_layers changed since it was written?)");
+
+  Config old;
+  try {
+    old = parse_config(meta.config_yaml, chosen.dir() + "/meta.json");
+  } catch (const Error& e) {
+    if (is_rank0())
+      std::cout << "tetra: warning: cannot compare the checkpoint's config with this one (only its parameter names "
+                   "and shapes were checked): "
+                << e.what() << "\n";
+    return;
+  }
+  // Every key of the model section, whatever the family defines (config_schema.h), but
+  // model.init_from: the weights come from the checkpoint.
+  std::string changed;
+  for (const schema::Field& f : schema::fields()) {
+    if (std::string(f.section) != "model" || f.path() == "model.init_from") continue;
+    const std::string was = schema::value_text(f, old), is = schema::value_text(f, cfg_);
+    if (was != is) changed += (changed.empty() ? "" : ", ") + f.path() + " " + was + " then, " + is + " now";
+  }
+  if (!changed.empty())
+    TETRA_FAIL(Config, where, " was written by another model: ", changed,
+               ". Its parameter shapes fit, but the weights would mean something else; set these keys back, or "
+               "start a new run (checkpoint.resume: none, or another run.name)");
+
+  const std::string then = meta.sampler.is_object() ? meta.sampler.value("data_fingerprint", "") : "";
+  if (!then.empty() && !data_fingerprint_.empty() && then != data_fingerprint_) {
+    const std::string what = "the training data changed since step " + std::to_string(meta.step) +
+                             " was saved: corpus fingerprint " + then + " then, " + data_fingerprint_ +
+                             " now (data.train: shards added, removed, renamed or resized, other weights, or another "
+                             "train.seq_len), so the resumed run reads other tokens than the original would have";
+    if (!cfg_.checkpoint.allow_data_change)
+      TETRA_FAIL(Config, where, ": ", what,
+                 "; restore the data, or set checkpoint.allow_data_change: true to continue on the new data");
+    if (is_rank0()) std::cout << "tetra: warning: " << what << " (checkpoint.allow_data_change is true)\n";
+  }
+
+  if (!is_rank0()) return;
+  // What would make the resumed run differ from an uninterrupted one.
+  auto differs = [&](const std::string& key, const auto& was, const auto& now_value) {
+    if (was == now_value) return;
+    std::ostringstream os;
+    os << "tetra: warning: " << key << " was " << was << " when step " << meta.step << " was saved, now " << now_value
+       << ": the resumed run will not continue exactly as the original would have\n";
+    std::cout << os.str();
+  };
+  differs("run.seed", old.run.seed, cfg_.run.seed);
+  differs("train.global_batch", old.train.global_batch, cfg_.train.global_batch);
+  differs("train.seq_len", old.train.seq_len, cfg_.train.seq_len);
+  differs("data.train", old.data.train, cfg_.data.train);
+  differs("data.shuffle", old.data.shuffle, cfg_.data.shuffle);
+  differs("optimizer.lr", old.optimizer.lr, cfg_.optimizer.lr);
+  differs("optimizer.schedule", old.optimizer.schedule, cfg_.optimizer.schedule);
+  differs("optimizer.warmup_steps", old.optimizer.warmup_steps, cfg_.optimizer.warmup_steps);
+  differs("train.steps", old.train.steps, cfg_.train.steps);
+}
+
 std::optional<TrainingProgress> Checkpointer::resume() {
   const std::string& mode = cfg_.checkpoint.resume;
   if (mode == "none") return std::nullopt;
@@ -418,7 +502,7 @@ std::optional<TrainingProgress> Checkpointer::resume() {
       reader = std::make_unique<CheckpointReader>(path);
       // Each rank checksums every world-th file, so a big checkpoint is read once, in parallel.
       problem = reader->verify(world_.rank(), world_.size());
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // tetra::Error, or anything a damaged file provokes
       problem = e.what();
     }
     std::vector<double> ok{problem.empty() ? 1.0 : 0.0};
@@ -429,11 +513,15 @@ std::optional<TrainingProgress> Checkpointer::resume() {
     }
     const std::string why = first_problem(world_, problem);
     if (!automatic)
-      TETRA_FAIL(Config, "checkpoint.resume: ", path, " cannot be loaded: ", why,
-                 " (use checkpoint.resume: auto for the newest usable checkpoint, or another step_N)");
+      fail_on_every_rank(ErrorKind::Config, "checkpoint.resume: " + path + " cannot be loaded: " + why +
+                                                " (use checkpoint.resume: auto for the newest usable checkpoint, or "
+                                                "another step_N)");
     if (is_rank0()) std::printf("tetra: ignoring %s: %s\n", path.c_str(), why.c_str());
     rejected.emplace_back(path, why);
   }
+  // Whether it is this run's model and data is checked before anything is renamed, so that a
+  // mistaken resume changes nothing on disk.
+  if (chosen) agree(world_, [&] { check_resumable(*chosen); });
   if (is_rank0()) {
     for (const auto& [path, why] : rejected) set_aside(path, "not usable");
     // Rolling back to an earlier checkpoint of this run: later ones belong to the abandoned
@@ -449,50 +537,15 @@ std::optional<TrainingProgress> Checkpointer::resume() {
     return std::nullopt;
   }
 
-  // The checkpoint must hold exactly this model's parameters.
   const CheckpointMeta& meta = chosen->meta();
-  for (const ParamInfo& p : params_) {
-    const ParamInfo* q = chosen->param(p.name);
-    if (!q)
-      TETRA_FAIL(Config, "checkpoint.resume: ", chosen->dir(), " has no parameter '", p.name,
-                 "': it holds another model (compare model.* with the config in its meta.json; to start over use "
-                 "checkpoint.resume: none or another run.name)");
-    if (q->full_shape != p.full_shape)
-      TETRA_FAIL(Config, "checkpoint.resume: ", chosen->dir(), ": '", p.name, "' is ", shape_str(q->full_shape),
-                 " there but ", shape_str(p.full_shape), " in this model (model.* changed since it was written?)");
-  }
-  if (meta.params.size() != params_.size())
-    TETRA_FAIL(Config, "checkpoint.resume: ", chosen->dir(), " holds ", meta.params.size(), " parameters, this model ",
-               params_.size(), " (model.n_layers changed since it was written?)");
-
   std::vector<StatePiece> pieces = optimizer_.pieces_to_load();
-  for (StatePiece& piece : pieces) chosen->fill(piece);
+  agree(world_, [&] {
+    for (StatePiece& piece : pieces) chosen->fill(piece);
+  });
   optimizer_.after_load();
   optimizer_.set_steps_taken(meta.optimizer_steps);
 
   if (is_rank0()) {
-    // What would make the resumed run differ from an uninterrupted one.
-    try {
-      Config old = parse_config(meta.config_yaml, chosen->dir() + "/meta.json");
-      auto differs = [&](const std::string& key, const auto& was, const auto& now_value) {
-        if (was == now_value) return;
-        std::ostringstream os;
-        os << "tetra: warning: " << key << " was " << was << " when step " << meta.step << " was saved, now "
-           << now_value << ": the resumed run will not continue exactly as the original would have\n";
-        std::cout << os.str();
-      };
-      differs("run.seed", old.run.seed, cfg_.run.seed);
-      differs("train.global_batch", old.train.global_batch, cfg_.train.global_batch);
-      differs("train.seq_len", old.train.seq_len, cfg_.train.seq_len);
-      differs("data.train", old.data.train, cfg_.data.train);
-      differs("data.shuffle", old.data.shuffle, cfg_.data.shuffle);
-      differs("optimizer.lr", old.optimizer.lr, cfg_.optimizer.lr);
-      differs("optimizer.schedule", old.optimizer.schedule, cfg_.optimizer.schedule);
-      differs("optimizer.warmup_steps", old.optimizer.warmup_steps, cfg_.optimizer.warmup_steps);
-      differs("train.steps", old.train.steps, cfg_.train.steps);
-    } catch (const Error& e) {
-      std::cout << "tetra: warning: cannot compare the checkpoint's config with this one: " << e.what() << "\n";
-    }
     const MeshShape& s = mesh_.shape();
     const bool reshard = meta.world_size != world_.size() || meta.dp != s.dp || meta.tp != s.tp || meta.pp != s.pp ||
                          meta.zero_stage != optimizer_.zero_stage();

@@ -23,11 +23,14 @@
 #include "launch/checkpoint_meta.h"
 #include "launch/checkpoint_snapshot.h"
 #include "launch/config.h"
+#include "launch/fault_injection.h"
 #include "parallel/distributed_optimizer.h"
 #include "parallel/mesh.h"
 #include "runtime/goodput_clock.h"
 
 namespace tetra::launch {
+
+class CheckpointReader;
 
 // Where training stands: the state is the one after `step` steps.
 struct TrainingProgress {
@@ -68,6 +71,10 @@ class Checkpointer {
   void finish();
 
   std::optional<int64_t> last_committed_step() const { return last_committed_; }
+  // TETRA_FAULT drills that act inside a save (launch/fault_injection.h); not owned.
+  void set_faults(const FaultPlan* faults) { faults_ = faults; }
+  // The training corpus' fingerprint (data/corpus.h): saved in meta.json, compared at resume.
+  void set_data_fingerprint(const std::string& fingerprint) { data_fingerprint_ = fingerprint; }
 
  private:
   struct Pending;
@@ -77,6 +84,10 @@ class Checkpointer {
   void commit_on_rank0(Pending& p, const std::vector<RankFileInfo>& files);
   void apply_retention();
   void set_aside(const std::string& path, const std::string& why);
+  // Throws a Config error when `chosen` holds another model (parameter names and shapes, every
+  // model.* key) or was trained on other data (unless checkpoint.allow_data_change); warns about
+  // other config changes that make the resumed run differ from an uninterrupted one.
+  void check_resumable(const CheckpointReader& chosen) const;
   bool is_rank0() const { return world_.rank() == 0; }
   double now() const;
 
@@ -91,6 +102,8 @@ class Checkpointer {
   std::unique_ptr<Pending> pending_;
   std::optional<std::vector<RankFileInfo>> index_;  // every rank's pieces: fixed for a run
   std::optional<int64_t> last_committed_;
+  std::string data_fingerprint_;
+  const FaultPlan* faults_ = nullptr;
 };
 
 }  // namespace tetra::launch

@@ -100,6 +100,7 @@ struct CheckpointConfig {
   int keep = 2;                      // newest checkpoints kept; 0 = keep all
   std::string resume = "none";       // none | auto (newest in RUN_DIR/checkpoints) | a step_N path
   bool async = false;                // write in the background after the blocking copy
+  bool allow_data_change = false;    // resume on training data other than the checkpoint's (fingerprint)
 };
 
 struct LogConfig {

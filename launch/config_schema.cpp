@@ -113,6 +113,8 @@ std::vector<Field> make_fields() {
       {KEY(checkpoint, resume, String), .nonempty = true,
        .note = "none, auto, or a checkpoint directory RUN_DIR/checkpoints/step_N"},
       {KEY(checkpoint, async, Bool)},
+      {KEY(checkpoint, allow_data_change, Bool),
+       .note = "resume although the training data's fingerprint differs from the checkpoint's"},
 
       // log: what is printed and profiled.
       {KEY(log, every, Int), .lo = 1, .hi = kIntMax},

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <string>
 
 #include "runtime/error.h"
 
@@ -12,8 +13,15 @@ namespace tetra::launch {
 namespace {
 
 const char* kSyntax =
-    "TETRA_FAULT holds comma-separated ACTION@STEP[:rank=R] with ACTION one of kill, stop, term, usr1, nan "
-    "(e.g. kill@7:rank=1)";
+    "TETRA_FAULT holds comma-separated ACTION@STEP[:rank=R] with ACTION one of kill, stop, term, usr1, nan, "
+    "nan_grad, stop_in_step, kill_in_save, save_error (e.g. kill@7:rank=1)";
+
+void raise_now(int rank, int signal, const char* name, const std::string& when) {
+  std::fprintf(stderr, "tetra: TETRA_FAULT: rank %d raises %s on itself %s\n", rank, name, when.c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::raise(signal);
+}
 
 int64_t parse_int(const std::string& text, const std::string& fault) {
   size_t used = 0;
@@ -44,6 +52,10 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
     else if (action == "term") f.action = Action::Term;
     else if (action == "usr1") f.action = Action::Usr1;
     else if (action == "nan") f.action = Action::Nan;
+    else if (action == "nan_grad") f.action = Action::NanGrad;
+    else if (action == "stop_in_step") f.action = Action::StopInStep;
+    else if (action == "kill_in_save") f.action = Action::KillInSave;
+    else if (action == "save_error") f.action = Action::SaveError;
     else TETRA_FAIL(Usage, "TETRA_FAULT: '", item, "': unknown action '", action, "'; ", kSyntax);
     std::string rest = item.substr(at + 1);
     const size_t colon = rest.find(':');
@@ -66,21 +78,46 @@ FaultPlan FaultPlan::from_environment() {
 
 void FaultPlan::after_step(int64_t step, int rank) const {
   for (const Fault& f : faults_) {
-    if (f.step != step || f.rank != rank || f.action == Action::Nan) continue;
+    if (f.step != step || f.rank != rank || f.action > Action::Usr1 || f.action == Action::Nan) continue;
     const char* names[] = {"SIGKILL", "SIGSTOP", "SIGTERM", "SIGUSR1"};
     const int signals[] = {SIGKILL, SIGSTOP, SIGTERM, SIGUSR1};
     const int k = static_cast<int>(f.action);
-    std::fprintf(stderr, "tetra: TETRA_FAULT: rank %d raises %s on itself after step %lld\n", rank, names[k],
-                 static_cast<long long>(step));
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::raise(signals[k]);
+    raise_now(rank, signals[k], names[k], "after step " + std::to_string(step));
   }
 }
 
 bool FaultPlan::poison_loss(int64_t step, int rank) const {
   for (const Fault& f : faults_)
     if (f.action == Action::Nan && f.step == step && f.rank == rank) return true;
+  return false;
+}
+
+bool FaultPlan::poison_grad(int64_t step, int rank) const {
+  for (const Fault& f : faults_)
+    if (f.action == Action::NanGrad && f.step == step && f.rank == rank) return true;
+  return false;
+}
+
+void FaultPlan::inside_step(int64_t step, int rank) const {
+  for (const Fault& f : faults_)
+    if (f.action == Action::StopInStep && f.step == step && f.rank == rank)
+      raise_now(rank, SIGSTOP, "SIGSTOP", "inside step " + std::to_string(step) + ", after its first forward");
+}
+
+void FaultPlan::inside_save(int64_t step, int rank) const {
+  for (const Fault& f : faults_) {
+    if (f.step != step || f.rank != rank) continue;
+    if (f.action == Action::KillInSave)
+      raise_now(rank, SIGKILL, "SIGKILL", "while writing its file of the checkpoint of step " + std::to_string(step));
+    if (f.action == Action::SaveError)
+      TETRA_FAIL(Checkpoint, "TETRA_FAULT save_error@", step, ": rank ", rank,
+                 "'s write of its checkpoint file fails as on a full disk (No space left on device)");
+  }
+}
+
+bool FaultPlan::acts_at(int64_t step) const {
+  for (const Fault& f : faults_)
+    if (f.step == step && f.action != Action::Nan && f.action != Action::NanGrad) return true;
   return false;
 }
 

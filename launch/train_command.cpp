@@ -5,12 +5,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "launch/commands.h"
 #include "launch/config.h"
 #include "launch/environment.h"
 #include "launch/hang_report.h"
+#include "launch/rank_agreement.h"
 #include "launch/signals.h"
 #include "launch/trainer.h"
 #include "runtime/device.h"
@@ -35,20 +37,44 @@ int train_command(const std::string& config_path, const std::vector<std::string>
   std::string run_dir;
   double comm_timeout_s = 0;
   std::vector<RankIdentity> ranks;
+  // Outside the try: an error that aborts the job does so with the trainer alive, so no destructor
+  // waits on device work that a hung peer will never let finish.
+  std::unique_ptr<Trainer> trainer;
+  auto error_line = [&](int origin, const std::string& what) {
+    return "tetra: error" + (world->size() > 1 ? " (rank " + std::to_string(origin) + ")" : std::string()) + ": " +
+           what + "\n";
+  };
   try {
-    LaunchEnvironment env = discover_environment(rank, world->size());
-    // Every rank parses and validates the same config, so they agree on the error without talking.
-    Config cfg = resolve(load_config(config_path, overrides), env.world_size, cuda_available());
-    validate_for_training(cfg);
+    LaunchEnvironment env;
+    Config cfg;
+    // Every rank parses and validates the same config; what only some ranks can see (a file on
+    // one node, a GPU) is agreed on before the first collective that would wait for them.
+    agree(*world, [&] {
+      env = discover_environment(rank, world->size());
+      cfg = resolve(load_config(config_path, overrides), env.world_size, cuda_available());
+      validate_for_training(cfg);
+    });
     run_dir = (std::filesystem::path(cfg.run.output_dir) / cfg.run.name).string();
     comm_timeout_s = cfg.run.comm_timeout_s;
     ranks = exchange_identities(*world);  // who is who, should one of them stop answering
-    Trainer trainer(cfg, env, *world);
-    code = trainer.run();
+    trainer = std::make_unique<Trainer>(cfg, env, *world);
+    code = trainer->run();
+  } catch (const AgreedError& e) {
+    // Every rank holds this error at the same point (launch/rank_agreement.h): rank 0 reports it
+    // and all leave together, after rank 0 has written (a launcher may kill the job as soon as
+    // one rank exits non-zero).
+    code = exit_code_for(e.kind());
+    if (rank == 0) {
+      std::fflush(stdout);
+      std::cerr << error_line(e.origin_rank(), e.what()) << std::flush;
+    }
+    try {
+      if (world->size() > 1) world->barrier();
+    } catch (const std::exception&) {
+    }
   } catch (const Error& e) {
-    // Errors every rank meets alike (config, usage) are reported by rank 0 and end the job cleanly;
-    // anything else may have hit one rank only, so it aborts the whole job instead of hanging it.
-    const bool uniform = e.kind() == ErrorKind::Config || e.kind() == ErrorKind::Usage;
+    // This rank's alone, as far as it knows (a peer may be waiting in a collective): report it
+    // and abort the whole job instead of hanging it.
     code = exit_code_for(e.kind());
     std::string verdict;
     bool reporter = false;
@@ -60,26 +86,22 @@ int train_command(const std::string& config_path, const std::vector<std::string>
       reporter = d.reporter;
     }
     // Whole lines in one write each: ranks print at the same moment.
-    std::string lines;
-    if (rank == 0 || !uniform)
-      lines = "tetra: error" + (world->size() > 1 ? " (rank " + std::to_string(rank) + ")" : std::string()) + ": " +
-              e.what() + "\n";
+    std::string lines = error_line(rank, e.what());
     if (reporter && !verdict.empty()) lines += "tetra: " + verdict + "\n";
     std::fflush(stdout);
     std::cerr << lines << std::flush;
-    if (!uniform && world->size() > 1) {
+    if (world->size() > 1) {
       // The reporter aborts first; the others leave it time to print.
       if (e.kind() == ErrorKind::Comm && !reporter) std::this_thread::sleep_for(std::chrono::seconds(3));
       mpi_abort(code);
     }
   } catch (const std::exception& e) {  // not a tetra::Error (bad_alloc, filesystem_error, ...)
     std::fflush(stdout);
-    std::cerr << "tetra: error" + (world->size() > 1 ? " (rank " + std::to_string(rank) + ")" : std::string()) +
-                     ": " + e.what() + "\n"
-              << std::flush;
+    std::cerr << error_line(rank, e.what()) << std::flush;
     code = exit_code::kError;
     if (world->size() > 1) mpi_abort(code);
   }
+  trainer.reset();
   world.reset();
   mpi_finalize();
   return code;

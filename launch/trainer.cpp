@@ -14,6 +14,7 @@
 #include "launch/checkpoint_files.h"
 #include "launch/config_data.h"
 #include "launch/goodput_report.h"
+#include "launch/rank_agreement.h"
 #include "launch/signals.h"
 #include "launch/memory_plan.h"
 #include "launch/model_config.h"
@@ -84,70 +85,120 @@ void Trainer::archive_previous_run() {
               dest.c_str());
 }
 
+// Rank 0's run directory, ledger and metrics log (the other ranks write none of them).
+void Trainer::prepare_run_dir() {
+  std::error_code ec;
+  fs::create_directories(run_dir_, ec);
+  if (ec) {
+    const std::string where = cfg_.origins.where("run.output_dir");
+    TETRA_FAIL(Config, where, where == "--set run.output_dir" ? "" : ": run.output_dir",
+               ": cannot create the run directory ", run_dir_, " (run.output_dir/run.name): ", ec.message(),
+               "; choose a directory this job can write to, or fix its permissions");
+  }
+  if (cfg_.checkpoint.resume == "none") archive_previous_run();
+  ledger_ = std::make_unique<GoodputLedger>(GoodputLedger::path_in(run_dir_));
+  ledger_->attempt_start(env_.process_start_unix, env_.world_size, env_.host);
+  const fs::path config_copy = fs::path(run_dir_) / "config.yaml";
+  std::ofstream out(config_copy);
+  out << to_yaml(cfg_);
+  out.flush();
+  if (!out) TETRA_FAIL(Data, "cannot write ", config_copy.string(), "; check free space and permissions of ", run_dir_);
+  metrics_ = std::make_unique<MetricsLog>(MetricsLog::path_in(run_dir_), ledger_->attempt());
+}
+
+// Rank 0: the run's facts into the ledger, and the start-up lines.
+void Trainer::print_startup(const MeshShape& shape) {
+  RunInfo info;
+  info.flops_per_token = model_->flops_per_token(cfg_.train.seq_len);
+  info.peak_flops_per_device = cfg_.log.peak_tflops > 0 ? cfg_.log.peak_tflops * 1e12
+                                                        : peak_flops(device_, act_dtype_, env_.local_size);
+  info.devices = env_.world_size;
+  info.tokens_per_step = loader_->tokens_per_step();
+  info.precision = dtype_name(act_dtype_);
+  info.device_kind = device_name(device_);
+  info.data_io = std::string(data::io_path_name(loader_->io().path)) +
+                 (loader_->io().compat_mode ? " (cuFile compatibility mode)" : "");
+  info.data_io_reason = loader_->io().reason;
+  ledger_->run_info(info);
+  std::printf("tetra: %s | %s, %lld params | world %d (dp %d tp %d pp %d) on %s (%s) | %s\n", cfg_.run.name.c_str(),
+              model_->arch().c_str(), static_cast<long long>(model_->num_params()), env_.world_size, shape.dp,
+              shape.tp, shape.pp, device_.str().c_str(), dtype_name(act_dtype_), env_.launcher.c_str());
+  std::printf("tetra: %d steps × %lld tokens (global batch %d × seq %d, micro-batch %d, %d accumulation steps)\n",
+              cfg_.train.steps, static_cast<long long>(loader_->tokens_per_step()), cfg_.train.global_batch,
+              cfg_.train.seq_len, cfg_.train.micro_batch, loader_->accumulation_steps());
+  std::printf("tetra: run directory %s\n", run_dir_.c_str());
+  if (shape.dp > 1)
+    std::printf("tetra: data parallel over %d ranks: ZeRO stage %d, %s gradients reduced by %s\n", shape.dp,
+                cfg_.parallel.zero_stage, dtype_name(params_.grad_dtype()),
+                grad_comm_ ? "the copy engines (CUDA IPC)" : mesh_->device_comm(MeshAxis::DP).backend().c_str());
+  for (const std::string& line : loader_->describe()) std::printf("tetra: %s\n", line.c_str());
+  print_memory_plan(stdout, plan_memory(cfg_, *optimizer_, params_, shape.dp), "tetra: ");
+  std::fflush(stdout);
+}
+
 void Trainer::setup() {
   run_dir_ = (fs::path(cfg_.run.output_dir) / cfg_.run.name).string();
   world_.set_timeout(cfg_.run.comm_timeout_s);
-  if (is_rank0()) {
-    std::error_code ec;
-    fs::create_directories(run_dir_, ec);
-    if (ec) TETRA_FAIL(Config, "run.output_dir: cannot create ", run_dir_, ": ", ec.message());
-    if (cfg_.checkpoint.resume == "none") archive_previous_run();
-    ledger_ = std::make_unique<GoodputLedger>(GoodputLedger::path_in(run_dir_));
-    ledger_->attempt_start(env_.process_start_unix, env_.world_size, env_.host);
-    std::ofstream(fs::path(run_dir_) / "config.yaml") << to_yaml(cfg_);
-    metrics_ = std::make_unique<MetricsLog>(MetricsLog::path_in(run_dir_), ledger_->attempt());
-  }
-
-  // Mesh and communicators.
   MeshShape shape;
   shape.dp = data_parallel_size(cfg_.parallel, env_.world_size);
   shape.tp = cfg_.parallel.tp;
   shape.pp = cfg_.parallel.pp;
   shape.ep = cfg_.parallel.ep;
-  if (shape.tp != 1 || shape.pp != 1)
-    TETRA_FAIL(Config, "parallel.tp and parallel.pp > 1 are not implemented yet in the trainer (tp=", shape.tp,
-               ", pp=", shape.pp, ")");
+
+  // What can fail on some ranks only — rank 0's run directory, this rank's device — is agreed on
+  // before the first collective, so that no rank is left waiting in it (launch/rank_agreement.h).
+  agree(world_, [&] {
+    if (shape.tp != 1 || shape.pp != 1 || shape.ep != 1)
+      TETRA_FAIL(Config, "parallel.tp, parallel.pp and parallel.ep > 1 are not implemented yet in the trainer (tp=",
+                 shape.tp, ", pp=", shape.pp, ", ep=", shape.ep, "; use 1)");
+    // ZeRO-3 gathers each layer's weights into buffers that outlive a step's end; a captured step
+    // must free what it allocates (runtime/cuda_graph.h).
+    if (cfg_.train.cuda_graphs && cfg_.parallel.zero_stage == 3)
+      TETRA_FAIL(Config, cfg_.origins.where("train.cuda_graphs"),
+                 ": train.cuda_graphs: not supported with parallel.zero_stage 3 (use stage 0, 1 or 2, or set "
+                 "train.cuda_graphs: false)");
+    // Device and precision.
+    if (cfg_.train.device == "cuda") {
+      int n = cuda_device_count();
+      device_ = Device::cuda(env_.local_rank % (n > 0 ? n : 1));
+    } else {
+      device_ = Device::cpu();
+    }
+    act_dtype_ = cfg_.train.precision == "bf16" ? DType::BF16 : DType::F32;
+    if (device_.is_cpu() && act_dtype_ != DType::F32)
+      TETRA_FAIL(Config, "train.precision: bf16 needs train.device cuda (the CPU backend computes in fp32)");
+    faults_ = FaultPlan::from_environment();
+    if (is_rank0()) prepare_run_dir();
+  });
+
+  // Mesh and communicators.
   mesh_ = std::make_unique<Mesh>(shape, env_.rank);
   mesh_->create_communicators(world_);
-
-  // Device and precision.
-  if (cfg_.train.device == "cuda") {
-    int n = cuda_device_count();
-    device_ = Device::cuda(env_.local_rank % (n > 0 ? n : 1));
-  } else {
-    device_ = Device::cpu();
-  }
   if (device_.is_cuda()) mesh_->create_device_communicators(device_);
-  // ZeRO-3 gathers each layer's weights into buffers that outlive a step's end; a captured step
-  // must free what it allocates (runtime/cuda_graph.h).
-  if (cfg_.train.cuda_graphs && cfg_.parallel.zero_stage == 3)
-    TETRA_FAIL(Config, cfg_.origins.where("train.cuda_graphs"),
-               ": train.cuda_graphs: not supported with parallel.zero_stage 3 (use stage 0, 1 or 2, or set "
-               "train.cuda_graphs: false)");
-  act_dtype_ = cfg_.train.precision == "bf16" ? DType::BF16 : DType::F32;
-  if (device_.is_cpu() && act_dtype_ != DType::F32)
-    TETRA_FAIL(Config, "train.precision: bf16 needs train.device cuda (the CPU backend computes in fp32)");
 
   // Model and parameters: fp32 or bf16 working weights; the optimizer decides the layout (ZeRO
   // shards), the gradient dtype and which full buffers exist (parallel/distributed_optimizer.h).
   // Every rank materialises the full weights once here; stage 3 keeps only its shard of them.
-  model_ = model_family_of(cfg_).build(model_args(cfg_));
+  // Agreed: an allocation or a model.init_from file can fail on one rank.
   const DistributedOptimizerOptions oo = optimizer_options(cfg_, shape.dp);
-  const ParamStorage storage = param_storage_for(oo, act_dtype_, shape.dp);
-  params_.build(model_->params(), device_, act_dtype_, storage.grad_dtype, storage.shards, storage.full_grads);
-  if (!cfg_.model.init_from.empty()) {
-    // A consolidated HDF5 file or a Hugging Face folder (models/weight_source.h).
-    const LoadReport loaded = load_weights(*open_weights(cfg_.model.init_from), *model_);
-    if (is_rank0()) {
-      if (!loaded.unexpected.empty())
-        std::cerr << "tetra: warning: " << cfg_.model.init_from << " holds " << loaded.unexpected.size()
-                  << " tensors the model does not use (first: " << loaded.unexpected.front() << ")\n";
-      for (const std::string& note : loaded.notes)
-        std::cerr << "tetra: note: " << cfg_.model.init_from << ": " << note << "\n";
+  agree(world_, [&] {
+    model_ = model_family_of(cfg_).build(model_args(cfg_));
+    const ParamStorage storage = param_storage_for(oo, act_dtype_, shape.dp);
+    params_.build(model_->params(), device_, act_dtype_, storage.grad_dtype, storage.shards, storage.full_grads);
+    if (!cfg_.model.init_from.empty()) {
+      // A consolidated HDF5 file or a Hugging Face folder (models/weight_source.h).
+      const LoadReport loaded = load_weights(*open_weights(cfg_.model.init_from), *model_);
+      if (is_rank0()) {
+        if (!loaded.unexpected.empty())
+          std::cerr << "tetra: warning: " << cfg_.model.init_from << " holds " << loaded.unexpected.size()
+                    << " tensors the model does not use (first: " << loaded.unexpected.front() << ")\n";
+        for (const std::string& note : loaded.notes)
+          std::cerr << "tetra: note: " << cfg_.model.init_from << ": " << note << "\n";
+      }
+    } else {
+      params_.initialize(static_cast<uint64_t>(cfg_.run.seed));
     }
-  } else {
-    params_.initialize(static_cast<uint64_t>(cfg_.run.seed));
-  }
+  });
   comm_ = std::make_unique<CommScheduler>(device_);
   Communicator* grad_comm = &mesh_->device_comm(MeshAxis::DP);
   if (cfg_.parallel.grad_all_reduce == "copy_engine" && shape.dp > 1) {
@@ -191,44 +242,19 @@ void Trainer::setup() {
   lo.threads = cfg_.data.loader_threads;
   lo.prefetch = cfg_.data.prefetch;
   lo.eval_batches = cfg_.train.eval_batches;
-  loader_ = std::make_unique<data::DataLoader>(lo);
-  loader_->start(start_step_);
-
-  ctx_ = std::make_unique<MicroBatchContext>(device_, act_dtype_);
-
-  if (is_rank0()) {
-    RunInfo info;
-    info.flops_per_token = model_->flops_per_token(cfg_.train.seq_len);
-    info.peak_flops_per_device = cfg_.log.peak_tflops > 0 ? cfg_.log.peak_tflops * 1e12
-                                                          : peak_flops(device_, act_dtype_, env_.local_size);
-    info.devices = env_.world_size;
-    info.tokens_per_step = loader_->tokens_per_step();
-    info.precision = dtype_name(act_dtype_);
-    info.device_kind = device_name(device_);
-    info.data_io = std::string(data::io_path_name(loader_->io().path)) +
-                   (loader_->io().compat_mode ? " (cuFile compatibility mode)" : "");
-    info.data_io_reason = loader_->io().reason;
-    ledger_->run_info(info);
-    std::printf("tetra: %s | %s, %lld params | world %d (dp %d tp %d pp %d) on %s (%s) | %s\n", cfg_.run.name.c_str(),
-                model_->arch().c_str(), static_cast<long long>(model_->num_params()), env_.world_size, shape.dp,
-                shape.tp, shape.pp, device_.str().c_str(), dtype_name(act_dtype_), env_.launcher.c_str());
-    std::printf("tetra: %d steps × %lld tokens (global batch %d × seq %d, micro-batch %d, %d accumulation steps)\n",
-                cfg_.train.steps, static_cast<long long>(loader_->tokens_per_step()), cfg_.train.global_batch,
-                cfg_.train.seq_len, cfg_.train.micro_batch, loader_->accumulation_steps());
-    std::printf("tetra: run directory %s\n", run_dir_.c_str());
-    if (shape.dp > 1)
-      std::printf("tetra: data parallel over %d ranks: ZeRO stage %d, %s gradients reduced by %s\n", shape.dp,
-                  cfg_.parallel.zero_stage, dtype_name(params_.grad_dtype()),
-                  grad_comm_ ? "the copy engines (CUDA IPC)" : mesh_->device_comm(MeshAxis::DP).backend().c_str());
-    for (const std::string& line : loader_->describe()) std::printf("tetra: %s\n", line.c_str());
-    print_memory_plan(stdout, plan_memory(cfg_, *optimizer_, params_, shape.dp), "tetra: ");
-    std::fflush(stdout);
-  }
+  // Agreed: this rank's data files (another node may not see them) and rank 0's ledger.
+  agree(world_, [&] {
+    loader_ = std::make_unique<data::DataLoader>(lo);
+    loader_->start(start_step_);
+    ctx_ = std::make_unique<MicroBatchContext>(device_, act_dtype_);
+    if (is_rank0()) print_startup(shape);
+  });
 
   // Checkpoints: resume replaces the initial weights and optimizer state, and sets the position.
-  faults_ = FaultPlan::from_environment();
   checkpointer_ =
       std::make_unique<Checkpointer>(cfg_, run_dir_, world_, *mesh_, *optimizer_, model_->params(), ledger_.get());
+  checkpointer_->set_data_fingerprint(loader_->corpus().fingerprint());
+  checkpointer_->set_faults(&faults_);
   if (std::optional<TrainingProgress> p = checkpointer_->resume()) {
     start_step_ = p->step;
     tokens_seen_ = p->tokens_seen;
@@ -320,6 +346,7 @@ void Trainer::forward_backward(const data::LoadedBatch& batch, bool last_micro) 
       TraceScope scope(tracing ? ("W " + l->name()).c_str() : "", "layer");
       l->backward_weight(ctx);
     }
+    if (poison_grad_) poison_gradient(*l);
     optimizer_->after_backward(l->index(), last_micro);
   }
 }
@@ -327,12 +354,28 @@ void Trainer::forward_backward(const data::LoadedBatch& batch, bool last_micro) 
 bool Trainer::graph_step(int64_t step) const {
   if (graph_from_step_ < 0 || step < graph_from_step_) return false;
   if (Tracer::instance().enabled()) return false;          // traced steps time each op: eager
-  if (faults_.poison_loss(step + 1, env_.rank)) return false;  // the host changes the loss: eager
+  // The host changes the loss or a gradient: eager.
+  if (faults_.poison_loss(step + 1, env_.rank) || faults_.poison_grad(step + 1, env_.rank)) return false;
   return true;
+}
+
+// TETRA_FAULT nan_grad: one element of the first parameter of layer `l` (the first layer in
+// backward that has one) becomes NaN before its gradient is reduced, so every rank sees it.
+void Trainer::poison_gradient(const Layer& l) {
+  for (Param* p : model_->params()) {
+    if (p->layer_index != l.index() || !p->grad.defined() || p->grad.numel() == 0) continue;
+    Tensor one = p->grad.slice_flat(0, {1});
+    ops::fill(one, std::nanf(""));
+    poison_grad_ = false;
+    std::fprintf(stderr, "tetra: TETRA_FAULT: rank %d makes a gradient element of %s NaN\n", env_.rank,
+                 p->name.c_str());
+    return;
+  }
 }
 
 void Trainer::enqueue_step(int64_t step, bool graph_inputs, double* data_wait_s) {
   Slot& slot = slots_[slot_of(step)];
+  faults_.inside_step(step + 1, env_.rank);
   comm_->begin_step(graph_inputs, slot_of(step));
   optimizer_->begin_step();
   ops::zero(loss_sum_);
@@ -347,6 +390,7 @@ void Trainer::enqueue_step(int64_t step, bool graph_inputs, double* data_wait_s)
       batch = loader_->batch(step, micro);
       *data_wait_s += now_s() - t0;
     }
+    poison_grad_ = !graph_inputs && micro == accum - 1 && faults_.poison_grad(step + 1, env_.rank);
     forward_backward(batch, micro == accum - 1);
   }
   optimizer_->finish_gradients();
@@ -462,9 +506,7 @@ bool Trainer::may_run_ahead(int64_t step) const {
   if (cfg_.train.run_ahead == "off" || (cfg_.train.run_ahead == "auto" && device_.is_cpu())) return false;
   if (step + 1 >= cfg_.train.steps || eval_due(step) || checkpoint_due(step)) return false;
   if (cfg_.log.profile_steps > 0 && step + 1 >= cfg_.train.steps - cfg_.log.profile_steps) return false;
-  for (const FaultPlan::Fault& f : faults_.faults())
-    if (f.action != FaultPlan::Action::Nan && f.step == step + 1) return false;  // raised after step
-  return true;
+  return !faults_.acts_at(step + 1);  // a drill acts inside or after this step on the host
 }
 
 double Trainer::evaluate() {
@@ -530,10 +572,21 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds, s
 
 int Trainer::run() {
   loader_->start(start_step_);  // a resumed run reads ahead from its step (no-op when already there)
+  // Whatever ends the attempt with an error, rank 0's ledger says so first (if it still can).
+  auto record = [&](int code) {
+    try {
+      if (ledger_ && !ledger_->ended()) ledger_->attempt_end("error", code);
+    } catch (const std::exception& e) {
+      std::cerr << "tetra: warning: could not record the end of the attempt: " << e.what() << "\n";
+    }
+  };
   try {
     return run_steps();
   } catch (const Error& e) {
-    if (ledger_ && !ledger_->ended()) ledger_->attempt_end("error", exit_code_for(e.kind()));
+    record(exit_code_for(e.kind()));
+    throw;
+  } catch (const std::exception&) {
+    record(exit_code::kError);
     throw;
   }
 }

@@ -44,6 +44,8 @@ class Trainer {
 
  private:
   void setup();
+  void prepare_run_dir();                       // rank 0: the run directory, ledger, metrics log
+  void print_startup(const MeshShape& shape);   // rank 0: run_info in the ledger, start-up lines
   void trace_step_begin(int64_t step);
   void trace_step_end(int64_t step, double seconds);
   void write_trace();
@@ -77,6 +79,7 @@ class Trainer {
   bool graph_step(int64_t step) const;  // replayed from (or captured into) a step graph
   double evaluate();
   void forward_backward(const data::LoadedBatch& batch, bool last_micro);
+  void poison_gradient(const Layer& l);  // TETRA_FAULT nan_grad
   void clear_context();
   void log_step(int64_t step, const StepResult& r, double step_seconds, std::optional<double> val_loss);
   int run_steps();
@@ -107,6 +110,7 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;    // rank 0 only
   std::unique_ptr<Checkpointer> checkpointer_;
   FaultPlan faults_;
+  bool poison_grad_ = false;  // a nan_grad drill acts in this micro-batch's backward
   std::unique_ptr<MicroBatchContext> ctx_;
   // Device-side step state (runtime/step_control.h): the loss sum and Σ g² of the step, the control
   // (schedule position, update count, decisions), the LR of every step, and the readback of the

@@ -4,7 +4,9 @@ reduced over the ranks, so all of them see it). train.on_nonfinite: skip — the
 is skipped on every rank, counted, marked in metrics.jsonl, and training goes on (exit 0).
 train.on_nonfinite: stop — the state before the step is checkpointed, the message says what to
 do, attempt_end is "nonfinite" and the exit code 3; a resume from that checkpoint continues
-exactly as a run that never met the NaN.
+exactly as a run that never met the NaN. A non-finite gradient with a finite loss (TETRA_FAULT
+nan_grad: one element of one parameter's gradient on one rank, before the reduction) is caught by
+the gradient norm alike: skipped with its finite loss logged, or stopped.
 
 usage: nonfinite.py TETRA_BIN WORK_DIR"""
 import os
@@ -38,4 +40,19 @@ ws.train("stop", sets=["train.on_nonfinite=stop", "checkpoint.resume=auto"])
 ws.train("clean")
 check(losses(run) == losses(ws.run_dir("clean")),
       "stop: resumed without the fault, the run equals one that never met it, step for step")
+# A NaN in one gradient element of rank 1, the loss finite (ZeRO-2: the gradient is reduce-scattered).
+for stage in (0, 2):
+    name = f"grad_skip{stage}"
+    _, err, _ = ws.train(name, sets=[f"parallel.zero_stage={stage}"], fault="nan_grad@3:rank=1")
+    check("rank 1 makes a gradient element of" in err, f"nan_grad stage {stage}: the drill poisoned a gradient")
+    m = metrics(ws.run_dir(name))
+    check(m[3].get("skipped") is True and m[3]["loss"] is not None and m[3]["grad_norm"] is None,
+          f"nan_grad stage {stage}: step 3 skipped, its loss finite, its gradient norm not")
+    meta, _ = state_of(os.path.join(ws.run_dir(name), "checkpoints", "step_8"))
+    check(meta["skipped_steps"] == 1 and meta["optimizer_steps"] == 7, f"nan_grad stage {stage}: 1 skipped, 7 updates")
+out, _, _ = ws.train("grad_stop", sets=["train.on_nonfinite=stop"], fault="nan_grad@6:rank=1", expect=EXIT_NONFINITE)
+run = ws.run_dir("grad_stop")
+check("step 6 had a non-finite loss or gradient norm" in out and checkpoint_steps(run) == [4, 5],
+      "nan_grad stop: exit 3, step_5 holds the state before step 6")
+check(metrics(run)[6]["loss"] is not None, "nan_grad stop: step 6's loss was finite")
 print("PASS")
