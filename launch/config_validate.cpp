@@ -2,6 +2,8 @@
 // (mesh vs world, model vs mesh, batches, pipeline schedule, optimizer, device). Each error names
 // the keys involved with their lines, and says what would be valid.
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <numeric>
 
@@ -166,6 +168,50 @@ void check_batches(const Config& c, int dp) {
          "out part of the training data), or train.eval_every to 0");
 }
 
+// Products of sizes, in doubles (exact enough to compare with the limit, and never overflowing): a
+// tensor must have fewer than 2^60 elements (its fp32 bytes then fit an int64), so that no size
+// computed later in integers overflows. A model this large never
+// fits a device (launch/memory_plan.h stops it before allocating); this catches the sizes whose
+// arithmetic would itself be undefined behaviour, with the keys to change.
+void check_sizes(const Config& c) {
+  using Big = double;
+  const Big kMaxElements = std::ldexp(1.0, 60);
+  const ModelConfig& m = c.model;
+  const TrainConfig& t = c.train;
+  struct Product {
+    const char* what;
+    Big elements;
+    std::vector<std::string> keys;
+  };
+  const Big V = m.vocab_size, T = m.seq_len, C = m.d_model, L = m.n_layers, B = t.micro_batch, G = t.global_batch;
+  const Big S = t.seq_len > 0 ? t.seq_len : m.seq_len;
+  const std::vector<Product> products = {
+      {"the token embedding (vocab_size·d_model)", V * C, {"model.vocab_size", "model.d_model"}},
+      {"the position embedding (seq_len·d_model)", T * C, {"model.seq_len", "model.d_model"}},
+      {"an MLP weight (4·d_model·d_model)", 4 * C * C, {"model.d_model"}},
+      {"an MLP weight (ffn_dim·d_model)", static_cast<Big>(m.ffn_dim) * C, {"model.ffn_dim", "model.d_model"}},
+      {"the parameters of all layers (12·n_layers·d_model²)", 12 * L * C * C, {"model.n_layers", "model.d_model"}},
+      {"a micro-batch's MLP activation (micro_batch·seq_len·4·d_model)", 4 * B * S * C,
+       {"train.micro_batch", "train.seq_len", "model.d_model"}},
+      {"a micro-batch's logits (micro_batch·seq_len·vocab_size)", B * S * V,
+       {"train.micro_batch", "train.seq_len", "model.vocab_size"}},
+      {"a step's tokens (global_batch·seq_len)", G * S, {"train.global_batch", "train.seq_len"}},
+  };
+  for (const Product& p : products) {
+    if (p.elements < kMaxElements) continue;
+    std::string values;
+    for (const std::string& k : p.keys) {
+      const schema::Field* f = schema::find(k.substr(0, k.find('.')), k.substr(k.find('.') + 1));
+      values += (values.empty() ? "" : ", ") + k + " = " + (f ? schema::value_text(*f, c) : std::string("?"));
+    }
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3g", p.elements);
+    fail(c, p.keys,
+         "makes " + std::string(p.what) + " " + count +
+             " elements, more than the 2^60 a tensor may hold (" + values + "); use smaller sizes");
+  }
+}
+
 void check_optimizer(const Config& c) {
   const OptimizerConfig& o = c.optimizer;
   if (o.warmup_steps > c.train.steps)
@@ -218,6 +264,7 @@ void validate(const Config& cfg, int world_size) {
   check_model_keys(cfg);
   check_mesh(cfg, world_size);
   int dp = data_parallel_size(cfg.parallel, world_size);
+  check_sizes(cfg);  // before any code multiplies the sizes
   check_model_split(cfg, dp);
   check_batches(cfg, dp);
   check_optimizer(cfg);

@@ -14,7 +14,7 @@ namespace {
 
 const char* kSyntax =
     "TETRA_FAULT holds comma-separated ACTION@STEP[:rank=R] with ACTION one of kill, stop, term, usr1, nan, "
-    "nan_grad, stop_in_step, kill_in_save, save_error (e.g. kill@7:rank=1)";
+    "nan_grad, stop_in_step, kill_in_save, save_error, data_stall (e.g. kill@7:rank=1)";
 
 void raise_now(int rank, int signal, const char* name, const std::string& when) {
   std::fprintf(stderr, "tetra: TETRA_FAULT: rank %d raises %s on itself %s\n", rank, name, when.c_str());
@@ -56,6 +56,7 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
     else if (action == "stop_in_step") f.action = Action::StopInStep;
     else if (action == "kill_in_save") f.action = Action::KillInSave;
     else if (action == "save_error") f.action = Action::SaveError;
+    else if (action == "data_stall") f.action = Action::DataStall;
     else TETRA_FAIL(Usage, "TETRA_FAULT: '", item, "': unknown action '", action, "'; ", kSyntax);
     std::string rest = item.substr(at + 1);
     const size_t colon = rest.find(':');
@@ -115,10 +116,18 @@ void FaultPlan::inside_save(int64_t step, int rank) const {
   }
 }
 
-bool FaultPlan::acts_at(int64_t step) const {
-  for (const Fault& f : faults_)
-    if (f.step == step && f.action != Action::Nan && f.action != Action::NanGrad) return true;
+bool FaultPlan::blocks_run_ahead(int64_t step) const {
+  for (const Fault& f : faults_) {
+    const bool after = f.action <= Action::Usr1 || f.action == Action::KillInSave || f.action == Action::SaveError;
+    if ((after && f.step == step) || (f.action == Action::StopInStep && f.step == step + 1)) return true;
+  }
   return false;
+}
+
+double FaultPlan::data_stall(int64_t step, int rank) const {
+  for (const Fault& f : faults_)
+    if (f.action == Action::DataStall && f.step == step && f.rank == rank) return 0.5;
+  return 0.0;
 }
 
 }  // namespace tetra::launch

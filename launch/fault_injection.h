@@ -12,6 +12,7 @@
 //   kill_in_save  raise SIGKILL on itself in the middle of writing its file of the checkpoint of
 //                 step STEP (with checkpoint.async, on the writer thread while training goes on)
 //   save_error    its write of the checkpoint of step STEP fails, as on a full disk
+//   data_stall    waits 0.5 s for its first micro-batch of step STEP (slow storage on one node)
 // Unset, it costs nothing. A malformed value is a Usage error before any work.
 #pragma once
 #include <cstdint>
@@ -22,7 +23,7 @@ namespace tetra::launch {
 
 class FaultPlan {
  public:
-  enum class Action { Kill, Stop, Term, Usr1, Nan, NanGrad, StopInStep, KillInSave, SaveError };
+  enum class Action { Kill, Stop, Term, Usr1, Nan, NanGrad, StopInStep, KillInSave, SaveError, DataStall };
   struct Fault {
     Action action;
     int64_t step;
@@ -48,9 +49,11 @@ class FaultPlan {
   // Raises SIGKILL when `rank` is to die while writing the checkpoint of `step` (called half-way
   // through the write), or throws (a Checkpoint error) when that write is to fail.
   void inside_save(int64_t step, int rank) const;
-  // True when some fault acts inside or after `step` on the host (the trainer then finishes the
-  // step before it launches the next one).
-  bool acts_at(int64_t step) const;
+  // True when a fault acts on the host after `step` or inside step + 1: the trainer then finishes
+  // `step` (and agrees on it) before it launches the next one.
+  bool blocks_run_ahead(int64_t step) const;
+  // Seconds `rank` waits for its data in `step` (a stall drill), 0 for none.
+  double data_stall(int64_t step, int rank) const;
 
  private:
   std::vector<Fault> faults_;

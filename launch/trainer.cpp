@@ -1,6 +1,7 @@
 #include "launch/trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <ctime>
@@ -106,6 +107,44 @@ void Trainer::prepare_run_dir() {
   metrics_ = std::make_unique<MetricsLog>(MetricsLog::path_in(run_dir_), ledger_->attempt());
 }
 
+// A run whose memory plan (launch/memory_plan.h) exceeds the device stops here, before it allocates
+// anything, with the plan and the keys that change it. On the CPU the ranks of a host share its
+// physical memory, so the plan of every local rank together is compared with it.
+void Trainer::check_memory_fits(int dp) const {
+  // The model's parameters carry shapes only until a ParamSet is built: nothing is allocated here.
+  const std::unique_ptr<Model> shapes = model_family_of(cfg_).build(model_args(cfg_));
+  const MemoryPlan plan = plan_memory(cfg_, shapes->params(), dp);
+  const double capacity = static_cast<double>(device_capacity_bytes(device_));
+  const double sharing = device_.is_cpu() ? std::max(1, env_.local_size) : 1;
+  if (capacity <= 0 || plan.total() * sharing <= capacity) return;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  auto at = [&](const char* key) {
+    const std::string where = cfg_.origins.where(key);
+    return std::string(key) + (where.rfind("--set", 0) == 0 || where.find(':') != std::string::npos
+                                   ? " (" + where + ")" : std::string());
+  };
+  char head[256];
+  std::snprintf(head, sizeof head, "the memory plan needs %.2f GiB per rank%s, but %s has %.2f GiB", plan.total() / gib,
+                device_.is_cpu() ? (" × " + std::to_string(env_.local_size) + " ranks on this host").c_str() : "",
+                device_.is_cpu() ? "the host" : device_.str().c_str(), capacity / gib);
+  char parts[256];
+  std::snprintf(parts, sizeof parts,
+                "parameters %.2f, gradients %.2f, optimizer state %.2f, activations %.2f (one micro-batch), "
+                "communication %.2f GiB",
+                plan.state.weights / gib, plan.state.gradients / gib, plan.state.optimizer / gib,
+                plan.activations / gib, plan.state.communication / gib);
+  const bool state_bound = plan.state.total() >= plan.activations;
+  std::string keys = state_bound ? at("parallel.zero_stage") + " (now " + std::to_string(cfg_.parallel.zero_stage) +
+                                       "; 3 shards weights, gradients and optimizer state over dp), more ranks (dp " +
+                                       std::to_string(dp) + "), or a smaller model (" + at("model.d_model") + ", " +
+                                       at("model.n_layers") + ", " + at("model.vocab_size") + ")"
+                                 : at("train.micro_batch") + " (now " + std::to_string(cfg_.train.micro_batch) + "), " +
+                                       at("train.recompute") + " (now " + cfg_.train.recompute + "), or " +
+                                       at("train.seq_len");
+  TETRA_FAIL(Config, head, ": ", parts, " (`tetra plan` prints it). Change ", keys,
+             "; the run stopped before allocating anything");
+}
+
 // Rank 0: the run's facts into the ledger, and the start-up lines.
 void Trainer::print_startup(const MeshShape& shape) {
   RunInfo info;
@@ -167,6 +206,7 @@ void Trainer::setup() {
     act_dtype_ = cfg_.train.precision == "bf16" ? DType::BF16 : DType::F32;
     if (device_.is_cpu() && act_dtype_ != DType::F32)
       TETRA_FAIL(Config, "train.precision: bf16 needs train.device cuda (the CPU backend computes in fp32)");
+    check_memory_fits(shape.dp);
     faults_ = FaultPlan::from_environment();
     if (is_rank0()) prepare_run_dir();
   });
@@ -373,6 +413,12 @@ void Trainer::poison_gradient(const Layer& l) {
   }
 }
 
+// TETRA_FAULT data_stall: this rank waits for its data as behind slow storage.
+void Trainer::stall_for_drill(int64_t step) const {
+  const double s = faults_.data_stall(step + 1, env_.rank);
+  if (s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(s));
+}
+
 void Trainer::enqueue_step(int64_t step, bool graph_inputs, double* data_wait_s) {
   Slot& slot = slots_[slot_of(step)];
   faults_.inside_step(step + 1, env_.rank);
@@ -387,6 +433,7 @@ void Trainer::enqueue_step(int64_t step, bool graph_inputs, double* data_wait_s)
       batch.targets = graph_targets_[static_cast<size_t>(micro)];
     } else {
       double t0 = now_s();
+      if (micro == 0) stall_for_drill(step);
       batch = loader_->batch(step, micro);
       *data_wait_s += now_s() - t0;
     }
@@ -425,6 +472,7 @@ Trainer::Launched Trainer::launch_step(int64_t step) {
     // the compute stream, so after the previous step's graph has read them).
     for (int micro = 0; micro < loader_->accumulation_steps(); ++micro) {
       double t0 = now_s();
+      if (micro == 0) stall_for_drill(step);
       data::LoadedBatch batch = loader_->batch(step, micro);
       l.data_wait_s += now_s() - t0;
       ops::copy(graph_ids_[static_cast<size_t>(micro)], batch.inputs);
@@ -460,10 +508,17 @@ const double* Trainer::wait_readback(int64_t step) {
   const double timeout = cfg_.run.comm_timeout_s;
   const double t0 = now_s();
   while (!rb.ready()) {
-    if (timeout > 0 && now_s() - t0 > timeout)
+    if (timeout > 0 && now_s() - t0 > timeout) {
+      // Name what the device waits for: the first of the step's collectives that has not completed.
+      const Communicator& dp = mesh_->device_comm(MeshAxis::DP);
+      const std::string stuck = comm_->first_unfinished(slot_of(step));
+      const std::string group =
+          " on group " + dp.name() + " (rank " + std::to_string(dp.rank()) + " of " + std::to_string(dp.size()) + ")";
       TETRA_FAIL(Comm, "step ", step + 1, " did not finish on ", device_.str(), " within run.comm_timeout_s = ",
-                 timeout, " s: its collectives wait for a rank that stopped or failed (rank ", env_.rank, " of ",
-                 env_.world_size, " on ", env_.host, ")");
+                 timeout, " s: ", stuck.empty() ? "its collectives" + group : stuck + group + " has not completed",
+                 ", waiting for a rank that stopped or failed (this is rank ", env_.rank, " of ", env_.world_size,
+                 " on ", env_.host, ")");
+    }
     std::this_thread::yield();
   }
   return rb.wait();
@@ -506,7 +561,7 @@ bool Trainer::may_run_ahead(int64_t step) const {
   if (cfg_.train.run_ahead == "off" || (cfg_.train.run_ahead == "auto" && device_.is_cpu())) return false;
   if (step + 1 >= cfg_.train.steps || eval_due(step) || checkpoint_due(step)) return false;
   if (cfg_.log.profile_steps > 0 && step + 1 >= cfg_.train.steps - cfg_.log.profile_steps) return false;
-  return !faults_.acts_at(step + 1);  // a drill acts inside or after this step on the host
+  return !faults_.blocks_run_ahead(step + 1);  // a drill acts after this step, or inside the next
 }
 
 double Trainer::evaluate() {
@@ -696,6 +751,17 @@ int Trainer::run_steps() {
     }
     if (stop == 0 && may_run_ahead(step)) ahead = launch_step(step + 1);
     StepResult r = finish_step(cur);
+    // The step-level rows of the ledger come from every rank: the mean of each category over the
+    // ranks, so that they still add up within the step (docs/goodput.md). Taken before anything
+    // after the step can stop a rank, so every rank takes part.
+    if (world_.size() > 1) {
+      std::vector<double> b{r.exposed_comm_s, r.optimizer_s, r.data_wait_s};
+      world_.all_reduce_host(b, ReduceOp::Sum);
+      const double n = static_cast<double>(world_.size());
+      r.exposed_comm_s = b[0] / n;
+      r.optimizer_s = b[1] / n;
+      r.data_wait_s = b[2] / n;
+    }
     const double t_start = ledger_clock;
     const double finished = now_s();
     const double seconds = finished - clock;

@@ -45,6 +45,7 @@ class Trainer {
  private:
   void setup();
   void prepare_run_dir();                       // rank 0: the run directory, ledger, metrics log
+  void check_memory_fits(int dp) const;         // the memory plan against the device, before allocating
   void print_startup(const MeshShape& shape);   // rank 0: run_info in the ledger, start-up lines
   void trace_step_begin(int64_t step);
   void trace_step_end(int64_t step, double seconds);
@@ -80,6 +81,7 @@ class Trainer {
   double evaluate();
   void forward_backward(const data::LoadedBatch& batch, bool last_micro);
   void poison_gradient(const Layer& l);  // TETRA_FAULT nan_grad
+  void stall_for_drill(int64_t step) const;  // TETRA_FAULT data_stall
   void clear_context();
   void log_step(int64_t step, const StepResult& r, double step_seconds, std::optional<double> val_loss);
   int run_steps();

@@ -125,6 +125,14 @@ const std::vector<CommScheduler::Record>& CommScheduler::end_step(int slot) {
   return a.records;
 }
 
+std::string CommScheduler::first_unfinished(int slot) const {
+  TETRA_CHECK(slot >= 0 && slot < kSlots, "CommScheduler: slot ", slot);
+  const StepRecords& a = replaying_[slot] ? graph_[slot] : eager_[slot];
+  for (size_t i = 0; i < a.pending.size(); ++i)
+    if (a.pending[i]->end && !a.pending[i]->end->query()) return a.records[i].name;
+  return "";
+}
+
 double CommScheduler::exposed_ms() const {
   double s = 0;
   for (const Record& r : active_->records) s += r.waited_ms;

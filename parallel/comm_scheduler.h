@@ -60,6 +60,10 @@ class CommScheduler {
   // its records; records() and exposed_ms() then refer to that step.
   const std::vector<Record>& end_step(int slot = 0);
   double exposed_ms() const;  // Σ waited_ms of the last end_step()
+  // The first collective of the step begun in `slot` whose device work has not completed (its end
+  // event has not fired), or "" when none has stalled (or on the CPU, where a wait that does not
+  // complete throws naming its collective): what a step that does not finish is waiting for.
+  std::string first_unfinished(int slot = 0) const;
   const std::vector<Record>& records() const { return active_->records; }
   const Stream& comm_stream() const { return comm_; }
 

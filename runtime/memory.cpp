@@ -1,6 +1,8 @@
 // Storage allocation and zero-filled tensors for both backends.
 #include "runtime/memory.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -74,6 +76,15 @@ size_t peak_allocated_bytes(Device device) {
   if (device.is_cuda()) return cuda::peak_allocated_bytes(device);
 #endif
   return device.is_cpu() ? g_host_peak.load() : 0;
+}
+
+size_t device_capacity_bytes(Device device) {
+#ifdef TETRA_WITH_CUDA
+  if (device.is_cuda()) return cuda::capacity_bytes(device);
+#endif
+  if (!device.is_cpu()) return 0;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
 }
 
 void reset_peak_allocated(Device device) {

@@ -13,5 +13,8 @@ size_t allocated_bytes(Device device);
 size_t peak_allocated_bytes(Device device);
 // The peak restarts from what is allocated now (e.g. after start-up, to measure the steps).
 void reset_peak_allocated(Device device);
+// The memory of the device, in bytes: a GPU's total (cudaMemGetInfo), the host's physical memory
+// for the CPU (shared by every rank on the host). 0 when it cannot be read.
+size_t device_capacity_bytes(Device device);
 
 }  // namespace tetra

@@ -19,6 +19,8 @@ void release_shareable(void* ptr, size_t bytes, Device device);
 size_t allocated_bytes(Device device);
 size_t peak_allocated_bytes(Device device);
 void reset_peak(Device device);
+// The device's total memory (cudaMemGetInfo); 0 when it cannot be read.
+size_t capacity_bytes(Device device);
 
 // Page-locked host memory for fast asynchronous copies.
 void* allocate_pinned(size_t bytes);

@@ -126,6 +126,16 @@ void release(void* ptr, size_t bytes, Device device) {
 
 size_t allocated_bytes(Device device) { return pool_state(device).allocated.load(); }
 size_t peak_allocated_bytes(Device device) { return pool_state(device).peak.load(); }
+
+size_t capacity_bytes(Device device) {
+  DeviceScope scope(device);
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return total_b;
+}
 void reset_peak(Device device) {
   PoolState& s = pool_state(device);
   s.peak.store(s.allocated.load());

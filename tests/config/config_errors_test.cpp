@@ -171,6 +171,15 @@ std::vector<BadCase> bad_cases() {
        {"cfg.yaml:3: model.n_kv_heads: 1 key/value heads do not split over parallel.tp = 2 ranks", "[parallel.tp at "}},
       {"odd_head_dim", edit("  d_model: 64", "  d_model: 60", edit("model:", "model:\n  arch: llama")), {}, 2,
        {"cfg.yaml:5: model.d_model: 60 / model.n_heads = 15 channels per head, an odd number", "e.g. d_model 64"}},
+      // --- sizes whose products overflow (a d_model near 2^31) --------------------------------
+      {"d_model_near_2_31", edit("  d_model: 64", "  d_model: 2147483644"), {}, 2,
+       {"cfg.yaml:4: model.d_model: makes an MLP weight (4·d_model·d_model) 1.84e+19 elements, more than the "
+        "2^60 a tensor may hold (model.d_model = 2147483644); use smaller sizes"}},
+      {"logits_overflow", edit("  vocab_size: 256", "  vocab_size: 2147483646"),
+       {"train.micro_batch=1000000000", "train.global_batch=2000000000"}, 2,
+       {"--set train.micro_batch: makes a micro-batch's logits (micro_batch·seq_len·vocab_size)",
+        "train.micro_batch = 1000000000, train.seq_len = 64, model.vocab_size = 2147483646",
+        "[model.vocab_size at ", "cfg.yaml:2]"}},
   };
 }
 

@@ -45,4 +45,24 @@ for np_, victim in ((2, 1), (4, 2)):
     if victim != 0:
         check(ends and ends[-1]["reason"] == "error" and ends[-1]["exit_code"] == EXIT_COMM_TIMEOUT,
               f"np {np_}: rank 0 recorded attempt_end error ({EXIT_COMM_TIMEOUT})")
+
+# Stopped inside a step (after the previous step's agreement): the peer times out in that step's
+# gradient all-reduce, on the data-parallel group, and names it (tests/gpu_e2e/hung_nccl.py is the
+# same drill on two GPUs, where the wait is inside NCCL).
+out, err, rc = ws.train("hang_in_step", 2, sets=[f"run.comm_timeout_s={TIMEOUT_S}"], fault="stop_in_step@4:rank=1",
+                        expect=None, timeout=90)
+print(err[-2000:])
+check(rc == EXIT_COMM_TIMEOUT, f"stop_in_step: exit {rc}")
+check(re.search(r"all_reduce on group dp\[0,1\] \(rank 0 of 2\) did not complete within %d s" % TIMEOUT_S, err),
+      "stop_in_step: the error names the gradient all-reduce and the data-parallel group")
+m = re.search(r"rank (\d+) \(pid (\d+) on [^)]+\) did not reach the timeout", err)
+check(m is not None and int(m.group(1)) == 1, "stop_in_step: rank 1 is named as the unresponsive peer")
+pid = int(m.group(2))
+for _ in range(100):
+    if not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z":
+        break
+    time.sleep(0.1)
+else:
+    os.kill(pid, 9)
+    check(False, "stop_in_step: the stopped rank was killed with the job")
 print("PASS")

@@ -58,11 +58,11 @@ TEST(GpuAdamW, SingleTensorEveryDtypeMix) {
         const DType wdt = work == 2 ? DType::BF16 : DType::F32;
         Tensor gw = poisoned({n}, wdt);
         ops::adamw_update(gp, gg, gm, gv, h, work == 0 ? nullptr : &gw);
-        EXPECT_LE(rel_error(gp, p), kTolF32) << "master, " << what.str();
-        EXPECT_LE(rel_error(gm, m), kTolF32) << "m, " << what.str();
-        EXPECT_LE(rel_error(gv, v), kTolF32) << "v, " << what.str();
+        EXPECT_LE(close_error(gp, p), kTolF32) << "master, " << what.str();
+        EXPECT_LE(close_error(gm, m), kTolF32) << "m, " << what.str();
+        EXPECT_LE(close_error(gv, v), kTolF32) << "v, " << what.str();
         if (work != 0) {
-          EXPECT_LE(rel_error(gw, p), tol(wdt)) << "working, " << what.str();
+          EXPECT_LE(close_error(gw, p), tol(wdt)) << "working, " << what.str();
         }
       }
     }
@@ -111,11 +111,11 @@ TEST(GpuAdamW, MultiTensorManySegments) {
   ops::adamw_update_multi(gpu_segs, h);
   for (int i = 0; i < count; ++i) {
     if (cpu_segs[i].master.numel() == 0) continue;
-    EXPECT_LE(rel_error(gpu_segs[i].master, cpu_segs[i].master), kTolF32) << "segment " << i << " master";
-    EXPECT_LE(rel_error(gpu_segs[i].m, cpu_segs[i].m), kTolF32) << "segment " << i << " m";
-    EXPECT_LE(rel_error(gpu_segs[i].v, cpu_segs[i].v), kTolF32) << "segment " << i << " v";
+    EXPECT_LE(close_error(gpu_segs[i].master, cpu_segs[i].master), kTolF32) << "segment " << i << " master";
+    EXPECT_LE(close_error(gpu_segs[i].m, cpu_segs[i].m), kTolF32) << "segment " << i << " m";
+    EXPECT_LE(close_error(gpu_segs[i].v, cpu_segs[i].v), kTolF32) << "segment " << i << " v";
     if (gpu_segs[i].working.defined()) {
-      EXPECT_LE(rel_error(gpu_segs[i].working, cpu_segs[i].master), tol(working_dtype[i]))
+      EXPECT_LE(close_error(gpu_segs[i].working, cpu_segs[i].master), tol(working_dtype[i]))
           << "segment " << i << " working";
     }
   }

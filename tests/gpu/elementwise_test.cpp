@@ -51,7 +51,7 @@ TEST(GpuElementwise, AddEveryDtypeMix) {
         for (DType ty : kFloatTypes) {
           Tensor y = poisoned(a.shape(), ty);
           ops::add(y, da, db);
-          EXPECT_LE(rel_error(y, ref), tol(ty)) << name(ty) << " = " << name(ta) << " + " << name(tb) << ", n=" << n;
+          EXPECT_LE(close_error(y, ref), tol(ty)) << name(ty) << " = " << name(ta) << " + " << name(tb) << ", n=" << n;
         }
       }
     }
@@ -62,7 +62,7 @@ TEST(GpuElementwise, AddEveryDtypeMix) {
       ops::add(ref, ra, rb);
       Tensor da = upload(ra, dt), db = upload(rb, dt);
       ops::add(da, da, db);
-      EXPECT_LE(rel_error(da, ref), tol(dt)) << "in place, " << name(dt);
+      EXPECT_LE(close_error(da, ref), tol(dt)) << "in place, " << name(dt);
     }
   }
 }
@@ -78,7 +78,7 @@ TEST(GpuElementwise, AddMisalignedView) {
   Tensor y = poisoned({4097}, DType::F32);
   Tensor yv = y.slice_flat(1, {4096});  // 4-byte aligned only: the scalar path
   ops::add(yv, da.slice_flat(1, {4096}), db.slice_flat(1, {4096}));
-  EXPECT_LE(rel_error(yv, ref), kTolF32);
+  EXPECT_LE(close_error(yv, ref), kTolF32);
 }
 
 TEST(GpuElementwise, Scale) {
@@ -93,7 +93,7 @@ TEST(GpuElementwise, Scale) {
       ops::scale(ref, 0.37f);
       Tensor d = upload(rx, dt);
       ops::scale(d, 0.37f);
-      EXPECT_LE(rel_error(d, ref), tol(dt)) << name(dt) << " n=" << n;
+      EXPECT_LE(close_error(d, ref), tol(dt)) << name(dt) << " n=" << n;
     }
   }
 }
@@ -127,15 +127,15 @@ TEST(GpuCopy, ConversionsMatchHostRounding) {
 
     Tensor wide = poisoned({n}, DType::F32);
     ops::copy(wide, g16);  // D2D bf16 -> fp32 (exact)
-    EXPECT_EQ(rel_error(download(wide), values(representable(x, DType::BF16))), 0.0);
+    EXPECT_EQ(close_error(download(wide), values(representable(x, DType::BF16))), 0.0);
 
     Tensor host_wide = Tensor::empty({n}, DType::F32);
     ops::copy(host_wide, g16);  // D2H bf16 -> fp32
-    EXPECT_EQ(rel_error(values(host_wide), values(representable(x, DType::BF16))), 0.0);
+    EXPECT_EQ(close_error(values(host_wide), values(representable(x, DType::BF16))), 0.0);
 
     Tensor from_host16 = poisoned({n}, DType::F32);
     ops::copy(from_host16, expect_bf16);  // H2D bf16 -> fp32
-    EXPECT_EQ(rel_error(download(from_host16), values(representable(x, DType::BF16))), 0.0);
+    EXPECT_EQ(close_error(download(from_host16), values(representable(x, DType::BF16))), 0.0);
   }
 }
 
@@ -170,14 +170,14 @@ TEST(GpuGelu, ForwardBackwardAgainstCpu) {
       Tensor y = poisoned({n}, dt), dx = poisoned({n}, dt);
       ops::gelu_forward(y, gx);
       ops::gelu_backward(dx, gdy, gx);
-      EXPECT_LE(rel_error(y, y_ref), tol(dt)) << "forward " << name(dt) << " n=" << n;
-      EXPECT_LE(rel_error(dx, dx_ref), tol(dt)) << "backward " << name(dt) << " n=" << n;
+      EXPECT_LE(close_error(y, y_ref), tol(dt)) << "forward " << name(dt) << " n=" << n;
+      EXPECT_LE(close_error(dx, dx_ref), tol(dt)) << "backward " << name(dt) << " n=" << n;
 
       ops::gelu_backward(gdy, gdy, gx);  // dx aliases dy
-      EXPECT_LE(rel_error(gdy, dx_ref), tol(dt)) << "backward in place " << name(dt);
+      EXPECT_LE(close_error(gdy, dx_ref), tol(dt)) << "backward in place " << name(dt);
       Tensor y32 = poisoned({n}, DType::F32);
       ops::gelu_forward(y32, gx);  // mixed: bf16 in, fp32 out
-      EXPECT_LE(rel_error(y32, y_ref), kTolF32) << "forward into fp32 from " << name(dt);
+      EXPECT_LE(close_error(y32, y_ref), kTolF32) << "forward into fp32 from " << name(dt);
     }
   }
 }

@@ -1,6 +1,7 @@
 // Shared helpers of the GPU tests: the skip guard, random host inputs (never zeros), bf16 rounding
 // of host references, host <-> device transfers that convert on the host (so the device copy kernel
-// is not trusted by the other tests), NaN poisoning of device outputs, and norm-relative errors.
+// is not trusted by the other tests), NaN poisoning of device outputs, and the error bound that
+// covers the norm-wise error and the worst element.
 // The CPU twin (runtime/cpu, fp32) is the reference; bf16 inputs are rounded identically for it.
 #pragma once
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -165,6 +167,29 @@ inline void expect_close(const std::vector<double>& out, const std::vector<doubl
 }
 inline void expect_close(const Tensor& dev, const Tensor& ref_host_f32, DType dt, const std::string& what) {
   expect_close(download(dev), values(ref_host_f32), dt, what);
+}
+
+// Both measures of a device result against its reference, for the tests that state one tolerance:
+// `EXPECT_LE(close_error(out, ref), tol)` holds when the norm-wise error is within `tol` and the
+// worst element within the worst-element tolerance that goes with it (kWorstBF16 for kTolBF16,
+// kWorstF32 for kTolF32, scaled with `tol`); `EXPECT_EQ(close_error(out, ref), 0.0)` asks for
+// identical values. A failure prints both measures.
+struct Closeness {
+  double norm = 0, worst = 0;
+};
+inline double worst_bound(double tol) {
+  return tol >= kTolBF16 ? kWorstBF16 * (tol / kTolBF16) : kWorstF32 * (tol / kTolF32);
+}
+inline bool operator<=(const Closeness& c, double tol) { return c.norm <= tol && c.worst <= worst_bound(tol); }
+inline bool operator==(const Closeness& c, double v) { return c.norm == v && c.worst == v; }
+inline std::ostream& operator<<(std::ostream& os, const Closeness& c) {
+  return os << "norm-wise " << c.norm << ", worst element " << c.worst;
+}
+inline Closeness close_error(const std::vector<double>& out, const std::vector<double>& ref) {
+  return {rel_error(out, ref), worst_element_error(out, ref)};
+}
+inline Closeness close_error(const Tensor& dev, const Tensor& ref_host_f32) {
+  return close_error(download(dev), values(ref_host_f32));
 }
 
 inline const char* name(DType t) { return dtype_name(t); }

@@ -35,8 +35,8 @@ std::vector<double> column_sums(const Tensor& dev, int64_t C) {
 void expect_column_sum(const Tensor& gsum, const Tensor& gdx, const Tensor& cpu_sum, int64_t C, DType dt,
                        const std::string& what) {
   const std::vector<double> mine = download(gsum);
-  EXPECT_LE(rel_error(mine, column_sums(gdx, C)), 1e-5) << "dx_column_sum against the sum of dx, " << what;
-  EXPECT_LE(rel_error(mine, values(cpu_sum)), tol(dt)) << "dx_column_sum against the CPU, " << what;
+  EXPECT_LE(close_error(mine, column_sums(gdx, C)), 1e-5) << "dx_column_sum against the sum of dx, " << what;
+  EXPECT_LE(close_error(mine, values(cpu_sum)), tol(dt)) << "dx_column_sum against the CPU, " << what;
 }
 
 void check_layernorm(const Shape& x_shape, bool with_bias, uint64_t seed, ParamType ptype = ParamType::SameAsX) {
@@ -82,65 +82,65 @@ void check_layernorm(const Shape& x_shape, bool with_bias, uint64_t seed, ParamT
     Tensor gb = with_bias ? upload(b, pt) : Tensor();
     Tensor gy = poisoned(x_shape, dt), gmean = poisoned(rows, DType::F32), grstd = poisoned(rows, DType::F32);
     ops::layernorm_forward(gy, gmean, grstd, gx, gw, gb, eps);
-    EXPECT_LE(rel_error(gy, y), t) << "forward y, " << what.str();
-    EXPECT_LE(rel_error(gmean, mean), kTolF32) << "forward mean, " << what.str();
-    EXPECT_LE(rel_error(grstd, rstd), kTolF32) << "forward rstd, " << what.str();
+    EXPECT_LE(close_error(gy, y), t) << "forward y, " << what.str();
+    EXPECT_LE(close_error(gmean, mean), kTolF32) << "forward mean, " << what.str();
+    EXPECT_LE(close_error(grstd, rstd), kTolF32) << "forward rstd, " << what.str();
 
     // Backward from the GPU's own statistics (they match the CPU's to fp32 precision).
     Tensor gdx = poisoned(x_shape, dt);
     Tensor gdw = upload(dw0, pt), gdb = with_bias ? upload(db0, pt) : Tensor();
     ops::layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, gmean, grstd, false);
-    EXPECT_LE(rel_error(gdx, dx), t) << "backward dx, " << what.str();
-    EXPECT_LE(rel_error(gdw, dw), t) << "backward dw, " << what.str();
+    EXPECT_LE(close_error(gdx, dx), t) << "backward dx, " << what.str();
+    EXPECT_LE(close_error(gdw, dw), t) << "backward dw, " << what.str();
     if (with_bias) {
-      EXPECT_LE(rel_error(gdb, db), t) << "backward db, " << what.str();
+      EXPECT_LE(close_error(gdb, db), t) << "backward db, " << what.str();
     }
 
     Tensor gdx_acc = upload(dx0, dt);
     Tensor gdw2 = upload(dw0, pt), gdb2 = with_bias ? upload(db0, pt) : Tensor();
     ops::layernorm_backward(gdx_acc, gdw2, gdb2, gdy, gx, gw, gmean, grstd, true);
-    EXPECT_LE(rel_error(gdx_acc, dx_acc), t) << "backward dx accumulate, " << what.str();
+    EXPECT_LE(close_error(gdx_acc, dx_acc), t) << "backward dx accumulate, " << what.str();
 
     // In place: y over x, dx over dy.
     Tensor gx2 = upload(x, dt);
     ops::layernorm_forward(gx2, gmean, grstd, gx2, gw, gb, eps);
-    EXPECT_LE(rel_error(gx2, y), t) << "forward in place, " << what.str();
+    EXPECT_LE(close_error(gx2, y), t) << "forward in place, " << what.str();
     Tensor gdy2 = upload(dy, dt), gdw3 = upload(dw0, pt), gdb3 = with_bias ? upload(db0, pt) : Tensor();
     ops::layernorm_backward(gdy2, gdw3, gdb3, gdy2, gx, gw, gmean, grstd, false);
-    EXPECT_LE(rel_error(gdy2, dx), t) << "backward in place, " << what.str();
+    EXPECT_LE(close_error(gdy2, dx), t) << "backward in place, " << what.str();
 
     // dx = dresidual + the LayerNorm's gradient: into a separate dx, over dresidual, and over dy.
     Tensor gdres = upload(dres, dt);
     Tensor gdx_res = poisoned(x_shape, dt);
     Tensor gdw4 = upload(dw0, pt), gdb4 = with_bias ? upload(db0, pt) : Tensor();
     ops::layernorm_backward(gdx_res, gdw4, gdb4, gdy, gx, gw, gmean, grstd, false, &gdres);
-    EXPECT_LE(rel_error(gdx_res, dx_res), t) << "backward with dresidual, " << what.str();
-    EXPECT_EQ(rel_error(gdres, dres), 0.0) << "dresidual unchanged, " << what.str();
-    EXPECT_LE(rel_error(gdw4, dw), t) << "backward with dresidual dw, " << what.str();
+    EXPECT_LE(close_error(gdx_res, dx_res), t) << "backward with dresidual, " << what.str();
+    EXPECT_EQ(close_error(gdres, dres), 0.0) << "dresidual unchanged, " << what.str();
+    EXPECT_LE(close_error(gdw4, dw), t) << "backward with dresidual dw, " << what.str();
     if (with_bias) {
-      EXPECT_LE(rel_error(gdb4, db), t) << "backward with dresidual db, " << what.str();
+      EXPECT_LE(close_error(gdb4, db), t) << "backward with dresidual db, " << what.str();
     }
     Tensor over_res = upload(dres, dt), gdw5 = upload(dw0, pt), gdb5 = with_bias ? upload(db0, pt) : Tensor();
     ops::layernorm_backward(over_res, gdw5, gdb5, gdy, gx, gw, gmean, grstd, false, &over_res);
-    EXPECT_LE(rel_error(over_res, dx_res), t) << "backward with dresidual, dx over dresidual, " << what.str();
+    EXPECT_LE(close_error(over_res, dx_res), t) << "backward with dresidual, dx over dresidual, " << what.str();
     Tensor over_dy = upload(dy, dt), gdw6 = upload(dw0, pt), gdb6 = with_bias ? upload(db0, pt) : Tensor();
     ops::layernorm_backward(over_dy, gdw6, gdb6, over_dy, gx, gw, gmean, grstd, false, &gdres);
-    EXPECT_LE(rel_error(over_dy, dx_res), t) << "backward with dresidual, dx over dy, " << what.str();
+    EXPECT_LE(close_error(over_dy, dx_res), t) << "backward with dresidual, dx over dy, " << what.str();
 
     // dx_column_sum (written over NaN, never accumulated): plain, and with dresidual in place.
     Tensor gsum = poisoned({C}, DType::F32), gdx7 = poisoned(x_shape, dt);
     Tensor gdw7 = upload(dw0, pt), gdb7 = with_bias ? upload(db0, pt) : Tensor();
     ops::layernorm_backward(gdx7, gdw7, gdb7, gdy, gx, gw, gmean, grstd, false, nullptr, &gsum);
-    EXPECT_LE(rel_error(gdx7, dx), t) << "backward dx with its column sum, " << what.str();
-    EXPECT_LE(rel_error(gdw7, dw), t) << "backward dw with the column sum of dx, " << what.str();
+    EXPECT_LE(close_error(gdx7, dx), t) << "backward dx with its column sum, " << what.str();
+    EXPECT_LE(close_error(gdw7, dw), t) << "backward dw with the column sum of dx, " << what.str();
     if (with_bias) {
-      EXPECT_LE(rel_error(gdb7, db), t) << "backward db with the column sum of dx, " << what.str();
+      EXPECT_LE(close_error(gdb7, db), t) << "backward db with the column sum of dx, " << what.str();
     }
     expect_column_sum(gsum, gdx7, sum_plain, C, dt, what.str());
     Tensor over_res2 = upload(dres, dt), gdw8 = upload(dw0, pt), gdb8 = with_bias ? upload(db0, pt) : Tensor();
     poison(gsum);
     ops::layernorm_backward(over_res2, gdw8, gdb8, gdy, gx, gw, gmean, grstd, false, &over_res2, &gsum);
-    EXPECT_LE(rel_error(over_res2, dx_res), t) << "backward with dresidual and the column sum, " << what.str();
+    EXPECT_LE(close_error(over_res2, dx_res), t) << "backward with dresidual and the column sum, " << what.str();
     expect_column_sum(gsum, over_res2, sum_res, C, dt, what.str() + ", with dresidual");
   }
 }
@@ -168,7 +168,7 @@ void check_unaligned(int64_t N, int64_t C, uint64_t seed) {
   poison(gdx);
   Tensor gw = upload(w, dt), gb = upload(b, dt), gmean = poisoned({N}, DType::F32), grstd = poisoned({N}, DType::F32);
   ops::layernorm_forward(gy, gmean, grstd, gx, gw, gb, 1e-5f);
-  EXPECT_LE(rel_error(gy, y), kTolBF16) << "unaligned forward y";
+  EXPECT_LE(close_error(gy, y), kTolBF16) << "unaligned forward y";
   Tensor gdw = Tensor::zeros({C}, DType::F32, gpu()), gdb = Tensor::zeros({C}, DType::F32, gpu());
   Tensor sum = Tensor::empty({C}, DType::F32);
   {
@@ -178,10 +178,10 @@ void check_unaligned(int64_t N, int64_t C, uint64_t seed) {
   }
   Tensor gsum = poisoned({C}, DType::F32);
   ops::layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, gmean, grstd, false, &gdres, &gsum);
-  EXPECT_LE(rel_error(gdx, dx), kTolBF16) << "unaligned backward dx";
+  EXPECT_LE(close_error(gdx, dx), kTolBF16) << "unaligned backward dx";
   expect_column_sum(gsum, gdx, sum, C, dt, "unaligned");
-  EXPECT_LE(rel_error(gdw, dw), kTolBF16) << "unaligned backward dw";
-  EXPECT_LE(rel_error(gdb, db), kTolBF16) << "unaligned backward db";
+  EXPECT_LE(close_error(gdw, dw), kTolBF16) << "unaligned backward dw";
+  EXPECT_LE(close_error(gdb, db), kTolBF16) << "unaligned backward db";
 }
 
 // GPT-2 124M: one 16×1024-token micro-batch.

@@ -94,78 +94,78 @@ void check_case(const Case& c, uint64_t seed) {
 
       Tensor y = poisoned(y_shape, out);
       ops::linear_forward(y, gx, gw, gb_out, Activation::None);
-      EXPECT_LE(rel_error(y, pre), t) << label(c, dt, out, "forward + bias");
+      EXPECT_LE(close_error(y, pre), t) << label(c, dt, out, "forward + bias");
 
       Tensor yg = poisoned(y_shape, out), p = poisoned(y_shape, out);
       ops::linear_forward(yg, gx, gw, gb_out, Activation::Gelu, &p);
-      EXPECT_LE(rel_error(yg, y_gelu), t) << label(c, dt, out, "forward + bias + GELU, y");
-      EXPECT_LE(rel_error(p, pre), t) << label(c, dt, out, "forward + bias + GELU, pre_act");
+      EXPECT_LE(close_error(yg, y_gelu), t) << label(c, dt, out, "forward + bias + GELU, y");
+      EXPECT_LE(close_error(p, pre), t) << label(c, dt, out, "forward + bias + GELU, pre_act");
 
       Tensor yg2 = poisoned(y_shape, out);
       ops::linear_forward(yg2, gx, gw, gb_out, Activation::Gelu);
-      EXPECT_LE(rel_error(yg2, y_gelu), t) << label(c, dt, out, "forward + bias + GELU, no pre_act");
+      EXPECT_LE(close_error(yg2, y_gelu), t) << label(c, dt, out, "forward + bias + GELU, no pre_act");
 
       if (c.variants) {
         Tensor y0 = poisoned(y_shape, out);
         ops::linear_forward(y0, gx, gw, Tensor(), Activation::None);
-        EXPECT_LE(rel_error(y0, pre_nobias), t) << label(c, dt, out, "forward, no bias");
+        EXPECT_LE(close_error(y0, pre_nobias), t) << label(c, dt, out, "forward, no bias");
         Tensor yg0 = poisoned(y_shape, out), p0 = poisoned(y_shape, out);
         ops::linear_forward(yg0, gx, gw, Tensor(), Activation::Gelu, &p0);
-        EXPECT_LE(rel_error(yg0, y_gelu_nobias), t) << label(c, dt, out, "forward + GELU, no bias, y");
-        EXPECT_LE(rel_error(p0, pre_nobias), t) << label(c, dt, out, "forward + GELU, no bias, pre_act");
+        EXPECT_LE(close_error(yg0, y_gelu_nobias), t) << label(c, dt, out, "forward + GELU, no bias, y");
+        EXPECT_LE(close_error(p0, pre_nobias), t) << label(c, dt, out, "forward + GELU, no bias, pre_act");
       }
 
       Tensor gres = upload(res, out);
       Tensor yr = poisoned(y_shape, out);
       ops::linear_forward(yr, gx, gw, gb_out, Activation::None, nullptr, &gres);
-      EXPECT_LE(rel_error(yr, y_res), t) << label(c, dt, out, "forward + bias + residual");
-      EXPECT_EQ(rel_error(gres, res), 0.0) << label(c, dt, out, "forward + bias + residual: residual unchanged");
+      EXPECT_LE(close_error(yr, y_res), t) << label(c, dt, out, "forward + bias + residual");
+      EXPECT_EQ(close_error(gres, res), 0.0) << label(c, dt, out, "forward + bias + residual: residual unchanged");
       Tensor y_alias = upload(res, out);  // y is the residual: C = D in cuBLASLt
       ops::linear_forward(y_alias, gx, gw, gb_out, Activation::None, nullptr, &y_alias);
-      EXPECT_LE(rel_error(y_alias, y_res), t) << label(c, dt, out, "forward + bias + residual, in place");
+      EXPECT_LE(close_error(y_alias, y_res), t) << label(c, dt, out, "forward + bias + residual, in place");
       if (c.variants) {
         Tensor yr0 = poisoned(y_shape, out);
         ops::linear_forward(yr0, gx, gw, Tensor(), Activation::None, nullptr, &gres);
-        EXPECT_LE(rel_error(yr0, y_res_nobias), t) << label(c, dt, out, "forward + residual, no bias");
+        EXPECT_LE(close_error(yr0, y_res_nobias), t) << label(c, dt, out, "forward + residual, no bias");
         Tensor y_alias0 = upload(res, out);
         ops::linear_forward(y_alias0, gx, gw, Tensor(), Activation::None, nullptr, &y_alias0);
-        EXPECT_LE(rel_error(y_alias0, y_res_nobias), t) << label(c, dt, out, "forward + residual, no bias, in place");
+        EXPECT_LE(close_error(y_alias0, y_res_nobias), t) << label(c, dt, out, "forward + residual, no bias, in place");
       }
 
       Tensor gdx = poisoned(x_shape, out);
       ops::linear_backward_input(gdx, gdy, gw, false);
-      EXPECT_LE(rel_error(gdx, dx), t) << label(c, dt, out, "backward input");
+      EXPECT_LE(close_error(gdx, dx), t) << label(c, dt, out, "backward input");
       Tensor gdx_acc = upload(dx0, out);
       ops::linear_backward_input(gdx_acc, gdy, gw, true);
-      EXPECT_LE(rel_error(gdx_acc, dx_acc), t) << label(c, dt, out, "backward input, accumulate");
+      EXPECT_LE(close_error(gdx_acc, dx_acc), t) << label(c, dt, out, "backward input, accumulate");
       if (out == dt) {  // gelu_pre has dx's dtype, and the inputs' (no mixed GELU backward)
         Tensor gdxg = poisoned(x_shape, out);
         ops::linear_backward_input_gelu(gdxg, gdy, gw, upload(x_pre, out));
-        EXPECT_LE(rel_error(gdxg, dx_gelu), t) << label(c, dt, out, "backward input through GELU");
+        EXPECT_LE(close_error(gdxg, dx_gelu), t) << label(c, dt, out, "backward input through GELU");
       }
 
       Tensor gdw = poisoned({c.O, c.I}, out), gdb = poisoned({c.O}, out);
       ops::linear_backward_weight(gdw, &gdb, gdy, gx, false);
-      EXPECT_LE(rel_error(gdw, dw), t) << label(c, dt, out, "backward weight, dw");
-      EXPECT_LE(rel_error(gdb, db), t) << label(c, dt, out, "backward weight, db");
+      EXPECT_LE(close_error(gdw, dw), t) << label(c, dt, out, "backward weight, dw");
+      EXPECT_LE(close_error(gdb, db), t) << label(c, dt, out, "backward weight, db");
       Tensor gdw_acc = upload(dw0, out), gdb_acc = upload(db0, out);
       ops::linear_backward_weight(gdw_acc, &gdb_acc, gdy, gx, true);
-      EXPECT_LE(rel_error(gdw_acc, dw_acc), t) << label(c, dt, out, "backward weight, accumulate, dw");
-      EXPECT_LE(rel_error(gdb_acc, db_acc), t) << label(c, dt, out, "backward weight, accumulate, db");
+      EXPECT_LE(close_error(gdw_acc, dw_acc), t) << label(c, dt, out, "backward weight, accumulate, dw");
+      EXPECT_LE(close_error(gdb_acc, db_acc), t) << label(c, dt, out, "backward weight, accumulate, db");
       Tensor gdw_only = upload(dw0, out);
       ops::linear_backward_weight(gdw_only, nullptr, gdy, gx, true);
-      EXPECT_LE(rel_error(gdw_only, dw_acc), t) << label(c, dt, out, "backward weight, accumulate, no db");
+      EXPECT_LE(close_error(gdw_only, dw_acc), t) << label(c, dt, out, "backward weight, accumulate, no db");
       // db from a given column sum of dy (fp32, as a LayerNorm backward hands it over): db is the
       // CPU's Σ dy (the sum given) or db0 + it, dw as before.
       Tensor gsum = upload(db, DType::F32);
       Tensor gdw_s = poisoned({c.O, c.I}, out), gdb_s = poisoned({c.O}, out);
       ops::linear_backward_weight(gdw_s, &gdb_s, gdy, gx, false, &gsum);
-      EXPECT_LE(rel_error(gdw_s, dw), t) << label(c, dt, out, "backward weight with a given sum, dw");
-      EXPECT_LE(rel_error(gdb_s, db), t) << label(c, dt, out, "backward weight with a given sum, db");
+      EXPECT_LE(close_error(gdw_s, dw), t) << label(c, dt, out, "backward weight with a given sum, dw");
+      EXPECT_LE(close_error(gdb_s, db), t) << label(c, dt, out, "backward weight with a given sum, db");
       Tensor gdw_sa = upload(dw0, out), gdb_sa = upload(db0, out);
       ops::linear_backward_weight(gdw_sa, &gdb_sa, gdy, gx, true, &gsum);
-      EXPECT_LE(rel_error(gdw_sa, dw_acc), t) << label(c, dt, out, "backward weight with a given sum, accumulate, dw");
-      EXPECT_LE(rel_error(gdb_sa, db_acc), t) << label(c, dt, out, "backward weight with a given sum, accumulate, db");
+      EXPECT_LE(close_error(gdw_sa, dw_acc), t) << label(c, dt, out, "backward weight with a given sum, accumulate, dw");
+      EXPECT_LE(close_error(gdb_sa, db_acc), t) << label(c, dt, out, "backward weight with a given sum, accumulate, db");
     }
   }
 }
@@ -218,7 +218,7 @@ TEST(GpuLinear, UnalignedWeightView) {
     Tensor gw = gflat.slice_flat(1, {O, I});
     Tensor y = poisoned({N, O}, dt);
     ops::linear_forward(y, upload(x, dt), gw, Tensor(), Activation::None);
-    EXPECT_LE(rel_error(y, ref), tol(dt)) << dtype_name(dt);
+    EXPECT_LE(close_error(y, ref), tol(dt)) << dtype_name(dt);
   }
 }
 
@@ -255,30 +255,30 @@ void check_tuning_leaves_outputs(int64_t N, int64_t I, int64_t O, uint64_t seed)
   Tensor gx = upload(x, bf), gw = upload(w, bf), gdy = upload(dy, bf);
   Tensor gy = poisoned({N, O}, bf), gres = upload(res, bf);
   ops::linear_forward(gy, gx, gw, upload(b, bf), Activation::None, nullptr, &gres);
-  EXPECT_LE(rel_error(gy, y_res), kTolBF16) << "residual into y";
-  EXPECT_EQ(rel_error(gres, res), 0.0) << "the residual must not change";
+  EXPECT_LE(close_error(gy, y_res), kTolBF16) << "residual into y";
+  EXPECT_EQ(close_error(gres, res), 0.0) << "the residual must not change";
   Tensor g_alias = upload(res, bf);
   ops::linear_forward(g_alias, gx, gw, upload(b, bf), Activation::None, nullptr, &g_alias);
-  EXPECT_LE(rel_error(g_alias, y_res), kTolBF16) << "residual in place";
+  EXPECT_LE(close_error(g_alias, y_res), kTolBF16) << "residual in place";
   Tensor gyg = poisoned({N, O}, bf), gpre = poisoned({N, O}, bf);
   ops::linear_forward(gyg, gx, gw, upload(b, bf), Activation::Gelu, &gpre);
-  EXPECT_LE(rel_error(gyg, y_gelu), kTolBF16) << "GELU y";
-  EXPECT_LE(rel_error(gpre, pre), kTolBF16) << "GELU pre_act";
+  EXPECT_LE(close_error(gyg, y_gelu), kTolBF16) << "GELU y";
+  EXPECT_LE(close_error(gpre, pre), kTolBF16) << "GELU pre_act";
   Tensor gdx = upload(dx0, bf);
   ops::linear_backward_input(gdx, gdy, gw, true);
-  EXPECT_LE(rel_error(gdx, dx_acc), kTolBF16) << "dx accumulated (bf16)";
+  EXPECT_LE(close_error(gdx, dx_acc), kTolBF16) << "dx accumulated (bf16)";
   Tensor gdw = upload(dw0, DType::F32), gdb = upload(db0, DType::F32);
   ops::linear_backward_weight(gdw, &gdb, gdy, gx, true);
-  EXPECT_LE(rel_error(gdw, dw_acc), kTolBF16) << "dw accumulated (fp32 from bf16)";
-  EXPECT_LE(rel_error(gdb, db_acc), kTolBF16) << "db accumulated (fp32 from bf16)";
+  EXPECT_LE(close_error(gdw, dw_acc), kTolBF16) << "dw accumulated (fp32 from bf16)";
+  EXPECT_LE(close_error(gdb, db_acc), kTolBF16) << "db accumulated (fp32 from bf16)";
   Tensor gdw16 = upload(dw0, bf), gdb16 = upload(db0, bf);
   ops::linear_backward_weight(gdw16, &gdb16, gdy, gx, true);
-  EXPECT_LE(rel_error(gdw16, dw_acc), kTolBF16) << "dw accumulated (bf16)";
-  EXPECT_LE(rel_error(gdb16, db_acc), kTolBF16) << "db accumulated (bf16)";
+  EXPECT_LE(close_error(gdw16, dw_acc), kTolBF16) << "dw accumulated (bf16)";
+  EXPECT_LE(close_error(gdb16, db_acc), kTolBF16) << "db accumulated (bf16)";
   // The same problems again (now cached): the same results.
   Tensor gdw2 = upload(dw0, DType::F32), gdb2 = upload(db0, DType::F32);
   ops::linear_backward_weight(gdw2, &gdb2, gdy, gx, true);
-  EXPECT_EQ(rel_error(download(gdw2), download(gdw)), 0.0) << "a cached problem repeats its bits";
+  EXPECT_EQ(close_error(download(gdw2), download(gdw)), 0.0) << "a cached problem repeats its bits";
 }
 
 TEST(GpuLinear, TuningNeverWritesTheCallersOutputs) {
@@ -328,14 +328,14 @@ TEST(GpuLinear, GraphCaptureSkipsTuning) {
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
   stream.synchronize();
-  EXPECT_LE(rel_error(gy, ref), kTolBF16) << "the captured GEMM";
+  EXPECT_LE(close_error(gy, ref), kTolBF16) << "the captured GEMM";
   EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
   EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
 
   Tensor gy2 = poisoned({N, O}, DType::BF16);
   ops::linear_forward(gy2, gx, gw, gb, Activation::None, nullptr, &gres);  // tuned now
   stream.synchronize();
-  EXPECT_LE(rel_error(gy2, ref), kTolBF16) << "the same GEMM after the capture";
+  EXPECT_LE(close_error(gy2, ref), kTolBF16) << "the same GEMM after the capture";
 }
 
 TEST(GpuLinear, RejectsBadArguments) {

@@ -147,8 +147,8 @@ TEST(GpuMemory, CopyBetweenTwoGpus) {
   ops::copy(b, a);
   Tensor c = Tensor::empty({4099}, DType::BF16, Device::cuda(1));
   ops::copy(c, a);  // cross-device with conversion
-  EXPECT_EQ(rel_error(download(b), values(h)), 0.0);
-  EXPECT_EQ(rel_error(download(c), values(representable(h, DType::BF16))), 0.0);
+  EXPECT_EQ(close_error(download(b), values(h)), 0.0);
+  EXPECT_EQ(close_error(download(c), values(representable(h, DType::BF16))), 0.0);
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ TEST(GpuReduce, SumSquaresAccumulates) {
       Tensor gacc = upload(Tensor::from_vector(std::vector<float>{2.5f}, {1}), DType::F32);
       Tensor gx = upload(x, dt);
       ops::sum_squares(gacc, gx);
-      EXPECT_LE(rel_error(gacc, acc), kTolF32) << "n=" << n << " " << dtype_name(dt);
+      EXPECT_LE(close_error(gacc, acc), kTolF32) << "n=" << n << " " << dtype_name(dt);
       // Deterministic: the same inputs give the same bits.
       Tensor again = upload(Tensor::from_vector(std::vector<float>{2.5f}, {1}), DType::F32);
       ops::sum_squares(again, gx);
@@ -85,13 +85,13 @@ TEST(GpuReduce, ColumnSum) {
                                  std::to_string(k.offset) + " " + dtype_name(in_dt) + " -> " + dtype_name(out_dt);
         Tensor out = poisoned({k.C}, out_dt);
         cuda::column_sum(out, gin, k.R, k.C, /*accumulate=*/false);
-        EXPECT_LE(rel_error(download(out), want), tol(out_dt)) << what;
+        EXPECT_LE(close_error(download(out), want), tol(out_dt)) << what;
         Tensor again = poisoned({k.C}, out_dt);
         cuda::column_sum(again, gin, k.R, k.C, false);
         EXPECT_EQ(download(again), download(out)) << what << ": not deterministic";
         Tensor acc = upload(init, out_dt);
         cuda::column_sum(acc, gin, k.R, k.C, /*accumulate=*/true);
-        EXPECT_LE(rel_error(download(acc), want_acc), tol(out_dt)) << what << ", accumulate";
+        EXPECT_LE(close_error(download(acc), want_acc), tol(out_dt)) << what << ", accumulate";
       }
     }
   }
