@@ -751,17 +751,6 @@ int Trainer::run_steps() {
     }
     if (stop == 0 && may_run_ahead(step)) ahead = launch_step(step + 1);
     StepResult r = finish_step(cur);
-    // The step-level rows of the ledger come from every rank: the mean of each category over the
-    // ranks, so that they still add up within the step (docs/goodput.md). Taken before anything
-    // after the step can stop a rank, so every rank takes part.
-    if (world_.size() > 1) {
-      std::vector<double> b{r.exposed_comm_s, r.optimizer_s, r.data_wait_s};
-      world_.all_reduce_host(b, ReduceOp::Sum);
-      const double n = static_cast<double>(world_.size());
-      r.exposed_comm_s = b[0] / n;
-      r.optimizer_s = b[1] / n;
-      r.data_wait_s = b[2] / n;
-    }
     const double t_start = ledger_clock;
     const double finished = now_s();
     const double seconds = finished - clock;
@@ -770,11 +759,25 @@ int Trainer::run_steps() {
     trace_step_end(step, seconds);
     tokens_seen_ += loader_->tokens_per_step();
     losses_.push_back(r.loss);
+    // The step-level rows of the ledger come from every rank: each category is the mean over the
+    // ranks of its share of that rank's step, times the step's time on rank 0 — so the categories
+    // still add up within the step (docs/goodput.md). Taken before anything after the step can
+    // stop a rank, so every rank takes part.
+    const double span = is_rank0() ? ledger_->now() - t_start : seconds;
+    if (world_.size() > 1 && seconds > 0) {
+      std::vector<double> share{std::min(1.0, r.exposed_comm_s / seconds), std::min(1.0, r.optimizer_s / seconds),
+                                std::min(1.0, r.data_wait_s / seconds)};
+      world_.all_reduce_host(share, ReduceOp::Sum);
+      const double n = static_cast<double>(world_.size());
+      r.exposed_comm_s = share[0] / n * span;
+      r.optimizer_s = share[1] / n * span;
+      r.data_wait_s = share[2] / n * span;
+    }
     if (is_rank0()) {
       StepTiming t;
       t.step = step + 1;
       t.start = t_start;
-      t.end = ledger_->now();
+      t.end = t_start + span;
       t.tokens = loader_->tokens_per_step();
       t.breakdown.exposed_comm = r.exposed_comm_s;
       t.breakdown.optimizer = r.optimizer_s;
