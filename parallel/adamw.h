@@ -58,5 +58,7 @@ class AdamW {
 // ranks that hold disjoint shards, with a device all-reduce on the current stream (no host
 // synchronisation).
 void gradient_norm_squared(Tensor& acc, Tensor& flat_grads, Communicator* shard_group = nullptr);
+// The same over pieces of the gradients (what this rank counts, leaving out another rank's copy).
+void gradient_norm_squared(Tensor& acc, std::vector<Tensor> pieces, Communicator* shard_group = nullptr);
 
 }  // namespace tetra

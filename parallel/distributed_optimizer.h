@@ -80,6 +80,15 @@ class DistributedOptimizer {
   virtual std::vector<StatePiece> pieces_to_load() = 0;
   // After pieces_to_load() were filled: rebuild working weights from the master copy.
   virtual void after_load() = 0;
+  // Pipeline copies (ARCHITECTURE.md §3 "Parameter placement"): `params` of this rank are held by
+  // other pipeline ranks too (a tied weight whose users sit on different stages: GPT-2's wte on
+  // the first and the last stage). finish_gradients() sums their reduced gradients over `group`
+  // (the ranks of one data-parallel index that hold a copy), so every copy takes the same update;
+  // only the `owner`'s copy counts in the gradient norm and goes into checkpoints. They must be
+  // laid out as units of their own (Param::own_unit) on every copy, so that their shards match.
+  // Call once, before the first step.
+  virtual void tie(std::vector<Param*> params, Communicator& group, bool owner) = 0;
+
   // Makes the full working weights current for use outside a training step (evaluation), where
   // an implementation leaves part of them to the next step's forward (ZeRO 1–2). Blocks the
   // current stream, not the host.
@@ -94,6 +103,10 @@ struct DistributedOptimizerOptions {
   bool overlap_grad_reduce = true;           // reduce during backward (else all in finish_gradients)
   int fsdp_prefetch = 1;                     // stage 3: layers all-gathered ahead of the one computing
   int accumulation_steps = 1;                // micro-batches per step (memory bound of stages 2–3)
+  // Stage 3 under a pipeline schedule: a unit stays gathered from its first use in a step to the
+  // step's end, instead of being gathered again for every micro-batch's forward and backward (as
+  // torchtitan runs FSDP with pipeline parallelism, reshard_after_forward off).
+  bool keep_gathered_in_step = false;
   std::string grad_dtype = "auto";           // auto | fp32 | bf16 (see param_storage_for)
   AdamWConfig adamw;
 };

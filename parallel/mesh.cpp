@@ -1,5 +1,6 @@
 #include "parallel/mesh.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "runtime/mpi_communicator.h"
@@ -96,6 +97,7 @@ void Mesh::create_communicators(Communicator& world) {
 
 void Mesh::create_device_communicators(Device device) {
   device_comms_.clear();
+  device_ = device;
   if (!device.is_cuda()) return;
 #ifdef TETRA_WITH_CUDA
   TETRA_CHECK(!comms_.empty(), "create_communicators must come before create_device_communicators");
@@ -110,6 +112,42 @@ void Mesh::create_device_communicators(Device device) {
 #else
   TETRA_FAIL(Device, "device communicators on ", device.str(), ": tetra was built without CUDA");
 #endif
+}
+
+std::shared_ptr<Communicator> Mesh::device_twin(std::shared_ptr<Communicator> host, bool own_stream) const {
+  if (!device_.is_cuda()) return host;
+#ifdef TETRA_WITH_CUDA
+  auto* mpi = dynamic_cast<MpiCommunicator*>(host.get());
+  TETRA_CHECK(mpi, "the host communicator ", host->name(), " must be an MPI communicator to bootstrap NCCL");
+  std::shared_ptr<Communicator> nccl = make_nccl_communicator(mpi->handle(), device_, host);
+  nccl->set_name(host->name());
+  nccl->set_timeout(host->timeout());
+  if (own_stream) {
+    auto* n = dynamic_cast<NcclCommunicator*>(nccl.get());
+    TETRA_CHECK(n, "make_nccl_communicator made no NcclCommunicator");
+    n->set_stream(Stream::create(device_));
+  }
+  return nccl;
+#else
+  TETRA_FAIL(Device, "device communicators on ", device_.str(), ": tetra was built without CUDA");
+#endif
+}
+
+Mesh::Group Mesh::create_group(Communicator& world, const std::vector<int>& members, const std::string& name) {
+  TETRA_CHECK(world.size() == shape_.world(), "mesh of ", shape_.world(), " ranks on a world of ", world.size());
+  int key = -1;
+  for (size_t i = 0; i < members.size(); ++i)
+    if (members[i] == rank_) key = static_cast<int>(i);
+  TETRA_CHECK(key >= 0, "Mesh::create_group: rank ", rank_, " is not a member of its own group ", name);
+  // color: the group's smallest rank identifies it.
+  Group g;
+  g.host = world.split(*std::min_element(members.begin(), members.end()), key);
+  std::string full = name + "[";
+  for (size_t i = 0; i < members.size(); ++i) full += (i ? "," : "") + std::to_string(members[i]);
+  g.host->set_name(full + "]");
+  g.host->set_timeout(world.timeout());
+  if (!device_comms_.empty()) g.device = device_twin(g.host);
+  return g;
 }
 
 Communicator& Mesh::device_comm(MeshAxis axis) const {

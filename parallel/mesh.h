@@ -51,12 +51,29 @@ class Mesh {
   Communicator& device_comm(MeshAxis axis) const;
   bool has_communicators() const { return !comms_.empty(); }
 
+  // A group a strategy needs besides the axes (ARCHITECTURE.md §4): the ranks holding copies of
+  // the same pipeline stages (DualPipe's pairs, with their data-parallel replicas) or of a tied
+  // weight (the first and last stage). Collective over every rank of `world`: each passes the
+  // members (world ranks, in group order) of the group it belongs to. Holds the host (MPI)
+  // communicator and, where device communicators exist, its NCCL twin.
+  struct Group {
+    std::shared_ptr<Communicator> host, device;
+    Communicator& on_device() const { return device ? *device : *host; }
+  };
+  Group create_group(Communicator& world, const std::vector<int>& members, const std::string& name);
+  // The device (NCCL) twin of a host communicator over some of this mesh's ranks, on the device of
+  // create_device_communicators (the host communicator itself when there is none). own_stream:
+  // its operations go on a stream of their own (a pipeline channel, whose sends must not hold up
+  // another channel), else on the caller's current stream.
+  std::shared_ptr<Communicator> device_twin(std::shared_ptr<Communicator> host, bool own_stream = false) const;
+
  private:
   MeshShape shape_;
   int rank_;
   MeshCoords coords_;
   std::vector<std::shared_ptr<Communicator>> comms_;         // MPI, indexed by MeshAxis
   std::vector<std::shared_ptr<Communicator>> device_comms_;  // NCCL, indexed by MeshAxis (or empty)
+  Device device_ = Device::cpu();                            // of the device communicators
 };
 
 }  // namespace tetra

@@ -47,6 +47,10 @@ struct Param {
   // Other layers that also read this parameter (tied weights: GPT-2's LM head reads wte, owned by
   // the embedding). FSDP keeps such a unit gathered while any of its layers still needs it.
   std::vector<int> tied_layers;
+  // Held by several pipeline ranks (a tied weight whose users sit on different stages: GPT-2's wte
+  // on the first and the last stage): laid out as a ZeRO unit of its own, so that every copy is
+  // sharded alike and the copies' gradients add up shard by shard (DistributedOptimizer::tie).
+  bool own_unit = false;
   // Standard deviation of the normal init (0 with init_value set: constant fill).
   float init_std = 0.02f;
   float init_value = 0.0f;

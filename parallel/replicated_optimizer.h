@@ -23,12 +23,17 @@ class ReplicatedOptimizer : public DistributedOptimizer {
   std::vector<StatePiece> pieces_to_save() override;
   std::vector<StatePiece> pieces_to_load() override;
   void after_load() override;
+  void tie(std::vector<Param*> params, Communicator& group, bool owner) override;
   StateMemory memory() const override;
 
  private:
   std::vector<StatePiece> all_pieces();
   ParamSet& params_;
   Communicator& dp_;
+  CommScheduler& scheduler_;
+  std::vector<Param*> tied_;
+  Communicator* tie_group_ = nullptr;
+  bool tie_owner_ = true;
   GradReducer reducer_;
   AdamW adamw_;
   bool overlap_;  // parallel.overlap_grad_reduce: reduce buckets during backward

@@ -16,17 +16,19 @@ int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 ZeroLayout::ZeroLayout(const std::vector<Param*>& params, int shards, int64_t align) : shards_(shards), align_(align) {
   TETRA_CHECK(shards >= 1, "ZeroLayout: shards must be ≥ 1, got ", shards);
   TETRA_CHECK(align >= 1, "ZeroLayout: align must be ≥ 1, got ", align);
-  // Units ascending by layer; inside a unit the parameters keep the model's order.
-  std::map<int, std::vector<Param*>> by_layer;
+  // Units ascending by layer (a parameter with own_unit after the rest of its layer, alone);
+  // inside a unit the parameters keep the model's order.
+  std::map<std::pair<int, int>, std::vector<Param*>> by_layer;
   std::set<Param*> seen;
   for (Param* p : params) {
     TETRA_CHECK(p != nullptr, "ZeroLayout: null parameter");
     TETRA_CHECK(seen.insert(p).second, "ZeroLayout: parameter ", p->name, " listed twice");
     TETRA_CHECK(p->layer_index >= 0, "ZeroLayout: parameter ", p->name, " has layer_index ", p->layer_index);
-    by_layer[p->layer_index].push_back(p);
+    by_layer[{p->layer_index, p->own_unit ? static_cast<int>(seen.size()) : 0}].push_back(p);
   }
   int max_layer = 0;
-  for (auto& [layer, ps] : by_layer) {
+  for (auto& [key, ps] : by_layer) {
+    const int layer = key.first;
     ZeroUnit u;
     u.layer = layer;
     std::set<int> users{layer};

@@ -44,7 +44,8 @@ ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& 
                                                options.overlap_grad_reduce);
   if (stage_ == 3) {
     params.release_values();
-    gather_ = std::make_unique<ZeroParamGather>(params, dp, scheduler, weight_shard_, options.fsdp_prefetch);
+    gather_ = std::make_unique<ZeroParamGather>(params, dp, scheduler, weight_shard_, options.fsdp_prefetch,
+                                                options.keep_gathered_in_step);
   }
   weight_gathers_.resize(layout.units().size());
   if (!layout.units().empty()) {
@@ -95,9 +96,48 @@ void ZeroOptimizer::finish_gradients() {
   // the step that issued them.
   for (size_t u = 0; u < weight_gathers_.size(); ++u) wait_weight_gather(u);
   reducer_->finish();
+  if (gather_ && options_.keep_gathered_in_step) gather_->release_all();  // kept through the step's backwards
+  // Pipeline copies: the reduced shards of every copy, added up (their units shard alike).
+  if (!tie_group_ || tie_group_->size() <= 1) return;
+  for (int u : tied_units_) {
+    const ZeroUnit& zu = params_.layout().units()[static_cast<size_t>(u)];
+    Tensor shard = grad_shard_.slice_flat(zu.shard_offset, {zu.shard});
+    CommScheduler::Ticket t =
+        scheduler_.issue("all_reduce tied layer " + std::to_string(zu.layer), static_cast<int64_t>(shard.nbytes()),
+                         [&] { return tie_group_->all_reduce(shard, ReduceOp::Sum); });
+    scheduler_.wait(t);
+  }
 }
 
-void ZeroOptimizer::grad_norm_squared(Tensor& acc) { gradient_norm_squared(acc, grad_shard_, &dp_); }
+void ZeroOptimizer::tie(std::vector<Param*> params, Communicator& group, bool owner) {
+  const ZeroLayout& layout = params_.layout();
+  tied_units_.clear();
+  tied_names_.clear();
+  for (Param* p : params) {
+    int found = -1;
+    for (size_t i = 0; i < layout.params().size(); ++i)
+      if (layout.params()[i] == p) found = layout.unit_of_param(static_cast<int>(i));
+    TETRA_CHECK(found >= 0 && p->own_unit && layout.units()[static_cast<size_t>(found)].params.size() == 1, "tie: ",
+                p->name, " must be a parameter of this ParamSet laid out as a unit of its own");
+    tied_units_.push_back(found);
+    tied_names_.push_back(p->name);
+  }
+  tie_group_ = &group;
+  tie_owner_ = owner;
+}
+
+void ZeroOptimizer::grad_norm_squared(Tensor& acc) {
+  if (tie_owner_ || tied_units_.empty()) return gradient_norm_squared(acc, grad_shard_, &dp_);
+  // Another rank counts the tied copies: every unit's shard but theirs.
+  std::vector<Tensor> pieces;
+  const ZeroLayout& layout = params_.layout();
+  for (int u = 0; u < static_cast<int>(layout.units().size()); ++u) {
+    if (std::find(tied_units_.begin(), tied_units_.end(), u) != tied_units_.end()) continue;
+    const ZeroUnit& zu = layout.units()[static_cast<size_t>(u)];
+    pieces.push_back(grad_shard_.slice_flat(zu.shard_offset, {zu.shard}));
+  }
+  gradient_norm_squared(acc, pieces, &dp_);
+}
 
 std::unique_ptr<Work> ZeroOptimizer::gather_weights(int u) {
   const ZeroUnit& zu = params_.layout().units()[static_cast<size_t>(u)];
@@ -189,8 +229,15 @@ std::vector<StatePiece> ZeroOptimizer::shard_pieces() {
   return out;
 }
 
-// Each rank saves exactly its shard, and loads exactly its shard (from whatever layout wrote it).
-std::vector<StatePiece> ZeroOptimizer::pieces_to_save() { return shard_pieces(); }
+// Each rank saves exactly its shard (but not a pipeline copy another rank owns), and loads exactly
+// its shard (from whatever layout wrote it).
+std::vector<StatePiece> ZeroOptimizer::pieces_to_save() {
+  std::vector<StatePiece> out;
+  for (StatePiece& s : shard_pieces())
+    if (tie_owner_ || std::find(tied_names_.begin(), tied_names_.end(), s.name) == tied_names_.end())
+      out.push_back(std::move(s));
+  return out;
+}
 std::vector<StatePiece> ZeroOptimizer::pieces_to_load() { return shard_pieces(); }
 
 void ZeroOptimizer::after_load() {

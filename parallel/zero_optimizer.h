@@ -53,6 +53,7 @@ class ZeroOptimizer : public DistributedOptimizer {
   std::vector<StatePiece> pieces_to_load() override;
   void after_load() override;
   void sync_weights() override;
+  void tie(std::vector<Param*> params, Communicator& group, bool owner) override;
   StateMemory memory() const override;
 
   // For tests and tools.
@@ -87,6 +88,11 @@ class ZeroOptimizer : public DistributedOptimizer {
   std::vector<std::optional<CommScheduler::Ticket>> weight_gathers_;
   int first_layer_ = 0;  // the smallest layer index of any unit
   int64_t steps_ = 0;
+  // Pipeline copies (tie()): their units, the group that sums them, whether this copy counts.
+  std::vector<int> tied_units_;
+  std::vector<std::string> tied_names_;
+  Communicator* tie_group_ = nullptr;
+  bool tie_owner_ = true;
 };
 
 }  // namespace tetra

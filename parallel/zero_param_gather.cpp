@@ -7,13 +7,14 @@
 namespace tetra {
 
 ZeroParamGather::ZeroParamGather(ParamSet& params, Communicator& dp, CommScheduler& scheduler, Tensor weight_shard,
-                                 int prefetch)
+                                 int prefetch, bool keep_in_step)
     : params_(params),
       layout_(params.layout()),
       dp_(dp),
       scheduler_(scheduler),
       weight_shard_(std::move(weight_shard)),
       prefetch_(std::max(0, prefetch)),
+      keep_in_step_(keep_in_step),
       units_(layout_.units().size()) {
   TETRA_CHECK(weight_shard_.numel() == layout_.shard_total(), "ZeroParamGather: weight shard ",
               weight_shard_.describe(), " must hold ", layout_.shard_total(), " elements");
@@ -121,6 +122,10 @@ void ZeroParamGather::prefetch_after(int pos) {
 void ZeroParamGather::before(int layer, bool backward) {
   const int pos = position(layer, backward);
   if (pos < 0) return;  // a layer without parameters
+  if (keep_in_step_) {
+    for (int u : layout_.units_of_layer(layer)) ensure(u);
+    return;
+  }
   if (pos == 0) {
     // A new forward pass: nothing gathered for an earlier pass that ended early (evaluation runs
     // forward only) is needed except what the first layer reads.
@@ -133,7 +138,7 @@ void ZeroParamGather::before(int layer, bool backward) {
 
 void ZeroParamGather::after(int layer, bool backward, bool last_micro) {
   const int pos = position(layer, backward);
-  if (pos < 0) return;
+  if (pos < 0 || keep_in_step_) return;
   const bool end_of_pass = pos + 1 == static_cast<int>(sequence_.size());
   // The position that runs next: the next micro-batch's first forward after a non-last backward.
   const int next = end_of_pass ? (last_micro ? -1 : 0) : pos + 1;

@@ -29,7 +29,10 @@ class ZeroParamGather {
  public:
   // `weight_shard`: this rank's flat shard of working weights [layout.shard_total()], the source
   // of every all-gather; the ParamSet's full values must already be released.
-  ZeroParamGather(ParamSet& params, Communicator& dp, CommScheduler& scheduler, Tensor weight_shard, int prefetch);
+  // keep_in_step: a unit, once gathered, stays so until release_all() (pipeline schedules run the
+  // micro-batches' forwards and backwards in any order: each unit is gathered once per step).
+  ZeroParamGather(ParamSet& params, Communicator& dp, CommScheduler& scheduler, Tensor weight_shard, int prefetch,
+                  bool keep_in_step = false);
 
   void before(int layer, bool backward);
   void after(int layer, bool backward, bool last_micro);
@@ -62,6 +65,7 @@ class ZeroParamGather {
   CommScheduler& scheduler_;
   Tensor weight_shard_;
   int prefetch_;
+  bool keep_in_step_;
   std::vector<int> sequence_;          // position → layer (forward ascending, then backward)
   std::vector<int> fwd_pos_, bwd_pos_;  // layer → position (−1: reads no parameter)
   std::vector<Unit> units_;
