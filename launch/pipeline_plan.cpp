@@ -1,6 +1,7 @@
 #include "launch/pipeline_plan.h"
 
 #include <numeric>
+#include <set>
 
 #include "launch/model_config.h"
 #include "parallel/schedule_generators.h"
@@ -68,6 +69,27 @@ PipelinePlan plan_pipeline(const Config& cfg, const std::string& costs_text) {
   for (int r = 0; r < par.pp; ++r)
     p.peak_activation_bytes.push_back(peak_activation_bytes(p.schedule, r, p.stage_activation_bytes));
   return p;
+}
+
+std::vector<Param*> pipeline_rank_params(const PipelinePlan& plan, int rank, const std::vector<Param*>& all) {
+  const std::vector<int> layers = pipeline_rank_layers(plan, rank);
+  const std::set<int> held(layers.begin(), layers.end());
+  std::vector<Param*> out;
+  for (Param* p : all) {
+    bool used = held.count(p->layer_index) > 0;
+    for (int t : p->tied_layers) used = used || held.count(t) > 0;
+    if (used) out.push_back(p);
+  }
+  return out;
+}
+
+MemoryPlan pipeline_memory_plan(const Config& cfg, const PipelinePlan& plan, int rank, const std::vector<Param*>& all,
+                                int dp) {
+  if (cfg.parallel.pp == 1) return plan_memory(cfg, all, dp);
+  MemoryPlan m = plan_memory(cfg, pipeline_rank_params(plan, rank, all), dp);
+  m.activations = plan.peak_activation_bytes[static_cast<size_t>(rank)] +
+                  model_family_of(cfg).backward_working_bytes(model_args(cfg), activation_shape(cfg));
+  return m;
 }
 
 std::vector<int> pipeline_rank_layers(const PipelinePlan& plan, int rank) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "launch/config.h"
+#include "launch/memory_plan.h"
 #include "parallel/pipeline_simulator.h"
 #include "parallel/schedule.h"
 
@@ -33,5 +34,15 @@ PipelinePlan plan_pipeline(const Config& cfg, const std::string& costs_text = ""
 
 // The layers (Layer::index) pipeline rank `rank` holds: those of its chunks' stages, in chunk order.
 std::vector<int> pipeline_rank_layers(const PipelinePlan& plan, int rank);
+
+// The parameters of the model's `all` that pipeline rank `rank` holds: those of its layers, tied
+// ones (GPT-2's wte, read by the embedding and the LM head) on every rank that uses them.
+std::vector<Param*> pipeline_rank_params(const PipelinePlan& plan, int rank, const std::vector<Param*>& all);
+
+// What pipeline rank `rank` holds in memory (launch/memory_plan.h): the training state of its
+// parameters, the activations of its stages at the schedule's peak plus one layer's backward
+// working set. At pp = 1, plan_memory of the whole model.
+MemoryPlan pipeline_memory_plan(const Config& cfg, const PipelinePlan& plan, int rank, const std::vector<Param*>& all,
+                                int dp);
 
 }  // namespace tetra::launch

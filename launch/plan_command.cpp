@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <set>
 
 #include "launch/commands.h"
 #include "launch/config.h"
@@ -23,19 +22,6 @@ namespace tetra::launch {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-// The parameters pipeline rank `rank` holds: those of its layers, tied ones (GPT-2's wte, read by
-// the embedding and the LM head) on every rank that uses them.
-std::vector<Param*> rank_params(const std::vector<Param*>& all, const std::vector<int>& layers) {
-  const std::set<int> held(layers.begin(), layers.end());
-  std::vector<Param*> out;
-  for (Param* p : all) {
-    bool used = held.count(p->layer_index) > 0;
-    for (int t : p->tied_layers) used = used || held.count(t) > 0;
-    if (used) out.push_back(p);
-  }
-  return out;
-}
 
 std::string stage_list(const PipelineLayout& l, int rank) {
   std::string s;
@@ -125,17 +111,12 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
   std::printf("  %.1fM parameters", static_cast<double>(count.total) / 1e6);
   if (count.active != count.total) std::printf(" (%.1fM active per token)", static_cast<double>(count.active) / 1e6);
   std::printf(", %.3g FLOP/token at context %d\n", family.flops_per_token(args, cfg.train.seq_len), cfg.train.seq_len);
-  const double working = family.backward_working_bytes(args, activation_shape(cfg));
   std::vector<MemoryPlan> per_rank;
-  for (int r = 0; r < shape.pp; ++r) {
-    MemoryPlan m = plan_memory(cfg, rank_params(all, pipeline_rank_layers(pipe, r)), shape.dp);
-    m.activations = pipe.peak_activation_bytes[static_cast<size_t>(r)] + working;
-    per_rank.push_back(m);
-  }
+  for (int r = 0; r < shape.pp; ++r) per_rank.push_back(pipeline_memory_plan(cfg, pipe, r, all, shape.dp));
   const auto largest = std::max_element(per_rank.begin(), per_rank.end(),
                                         [](const MemoryPlan& a, const MemoryPlan& b) { return a.total() < b.total(); });
   const int big = static_cast<int>(largest - per_rank.begin());
-  const std::vector<Param*> big_params = rank_params(all, pipeline_rank_layers(pipe, big));
+  const std::vector<Param*> big_params = pipeline_rank_params(pipe, big, all);
   if (shape.pp > 1) std::printf("  (memory of pipeline rank %d, the largest; every rank below under pipeline)\n", big);
   print_memory_plan(stdout, *largest);
   std::printf("  (activations: micro-batch %d × %d tokens, recompute %s, %d held at the peak; communication and per-layer\n"
@@ -179,7 +160,6 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
                 m.total() / kGiB);
   }
   if (!o.trace.empty()) std::printf("  simulated timeline: %s (Chrome trace; open it in Perfetto)\n", o.trace.c_str());
-  std::printf("  note: simulated only; tetra train does not run pp > 1 yet\n");
   return 0;
 }
 

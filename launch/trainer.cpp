@@ -112,8 +112,9 @@ void Trainer::prepare_run_dir() {
 // physical memory, so the plan of every local rank together is compared with it.
 void Trainer::check_memory_fits(int dp) const {
   // The model's parameters carry shapes only until a ParamSet is built: nothing is allocated here.
+  // Under a pipeline, this rank's stages only (its pipeline rank: rank / (dp·tp), ARCHITECTURE.md §4).
   const std::unique_ptr<Model> shapes = model_family_of(cfg_).build(model_args(cfg_));
-  const MemoryPlan plan = plan_memory(cfg_, shapes->params(), dp);
+  const MemoryPlan plan = pipeline_memory_plan(cfg_, *pipe_, env_.rank / (dp * cfg_.parallel.tp), shapes->params(), dp);
   const double capacity = static_cast<double>(device_capacity_bytes(device_));
   const double sharing = device_.is_cpu() ? std::max(1, env_.local_size) : 1;
   if (capacity <= 0 || plan.total() * sharing <= capacity) return;
@@ -171,7 +172,15 @@ void Trainer::print_startup(const MeshShape& shape) {
                 cfg_.parallel.zero_stage, dtype_name(params_.grad_dtype()),
                 grad_comm_ ? "the copy engines (CUDA IPC)" : mesh_->device_comm(MeshAxis::DP).backend().c_str());
   for (const std::string& line : loader_->describe()) std::printf("tetra: %s\n", line.c_str());
-  print_memory_plan(stdout, plan_memory(cfg_, *optimizer_, params_, shape.dp), "tetra: ");
+  if (shape.pp > 1) {
+    std::string split;
+    for (size_t s = 0; s < pipe_->stage_layers.size(); ++s) split += (s ? ", " : "") + std::to_string(pipe_->stage_layers[s]);
+    std::printf("tetra: pipeline over %d ranks: schedule %s, %d micro-batches, %d stages of [%s] layers; simulated "
+                "bubble %.1f%% (docs/pipeline.md)\n",
+                shape.pp, cfg_.parallel.schedule.c_str(), pipe_->schedule.layout.micro_batches(),
+                pipe_->schedule.layout.stages(), split.c_str(), 100.0 * pipe_->sim.bubble_fraction);
+  }
+  print_memory_plan(stdout, memory_plan(), "tetra: ");
   std::fflush(stdout);
 }
 
@@ -183,13 +192,22 @@ void Trainer::setup() {
   shape.tp = cfg_.parallel.tp;
   shape.pp = cfg_.parallel.pp;
   shape.ep = cfg_.parallel.ep;
+  // The pipeline (docs/pipeline.md): its stage split, every rank's schedule, the simulated step.
+  pipe_ = std::make_unique<PipelinePlan>(plan_pipeline(cfg_));
 
   // What can fail on some ranks only — rank 0's run directory, this rank's device — is agreed on
   // before the first collective, so that no rank is left waiting in it (launch/rank_agreement.h).
   agree(world_, [&] {
-    if (shape.tp != 1 || shape.pp != 1 || shape.ep != 1)
-      TETRA_FAIL(Config, "parallel.tp, parallel.pp and parallel.ep > 1 are not implemented yet in the trainer (tp=",
-                 shape.tp, ", pp=", shape.pp, ", ep=", shape.ep, "; use 1)");
+    if (shape.tp != 1 || shape.ep != 1)
+      TETRA_FAIL(Config, "parallel.tp and parallel.ep > 1 are not implemented yet in the trainer (tp=", shape.tp,
+                 ", ep=", shape.ep, "; use 1)");
+    if (shape.pp > 1 && cfg_.train.cuda_graphs)
+      TETRA_FAIL(Config, cfg_.origins.where("train.cuda_graphs"),
+                 ": train.cuda_graphs: not supported with parallel.pp > 1 (the pipeline's transfers are issued from "
+                 "the host between its instructions); set train.cuda_graphs: false");
+    if (shape.pp > 1 && cfg_.parallel.grad_all_reduce == "copy_engine")
+      TETRA_FAIL(Config, cfg_.origins.where("parallel.grad_all_reduce"),
+                 ": parallel.grad_all_reduce: copy_engine is not supported with parallel.pp > 1; use nccl");
     // ZeRO-3 gathers each layer's weights into buffers that outlive a step's end; a captured step
     // must free what it allocates (runtime/cuda_graph.h).
     if (cfg_.train.cuda_graphs && cfg_.parallel.zero_stage == 3)
@@ -218,13 +236,16 @@ void Trainer::setup() {
 
   // Model and parameters: fp32 or bf16 working weights; the optimizer decides the layout (ZeRO
   // shards), the gradient dtype and which full buffers exist (parallel/distributed_optimizer.h).
-  // Every rank materialises the full weights once here; stage 3 keeps only its shard of them.
-  // Agreed: an allocation or a model.init_from file can fail on one rank.
-  const DistributedOptimizerOptions oo = optimizer_options(cfg_, shape.dp);
+  // Every rank materialises the full weights of its pipeline stages once here; stage 3 keeps only
+  // its shard of them. Agreed: an allocation or a model.init_from file can fail on one rank.
+  model_ = model_family_of(cfg_).build(model_args(cfg_));  // shapes only: nothing allocated yet
+  const std::vector<Param*> held = pipeline_params();
+  create_pipeline_groups();
+  DistributedOptimizerOptions oo = optimizer_options(cfg_, shape.dp);
+  oo.keep_gathered_in_step = shape.pp > 1;
   agree(world_, [&] {
-    model_ = model_family_of(cfg_).build(model_args(cfg_));
-    const ParamStorage storage = param_storage_for(oo, act_dtype_, shape.dp);
-    params_.build(model_->params(), device_, act_dtype_, storage.grad_dtype, storage.shards, storage.full_grads);
+    const ParamStorage storage = param_storage_for(oo, act_dtype_, grad_group().size());
+    params_.build(held, device_, act_dtype_, storage.grad_dtype, storage.shards, storage.full_grads);
     if (!cfg_.model.init_from.empty()) {
       // A consolidated HDF5 file or a Hugging Face folder (models/weight_source.h).
       const LoadReport loaded = load_weights(*open_weights(cfg_.model.init_from), *model_);
@@ -240,7 +261,7 @@ void Trainer::setup() {
     }
   });
   comm_ = std::make_unique<CommScheduler>(device_);
-  Communicator* grad_comm = &mesh_->device_comm(MeshAxis::DP);
+  Communicator* grad_comm = &grad_group();
   if (cfg_.parallel.grad_all_reduce == "copy_engine" && shape.dp > 1) {
 #ifdef TETRA_WITH_CUDA
     const std::string why = PeerCopyCommunicator::unsupported_reason(mesh_->comm(MeshAxis::DP), device_);
@@ -259,6 +280,7 @@ void Trainer::setup() {
 #endif
   }
   optimizer_ = make_distributed_optimizer(params_, *grad_comm, *comm_, oo);
+  if (!tied_.empty()) optimizer_->tie(tied_, tie_group_.on_device(), tie_owner_);
 
   // Data.
   data::SamplerConfig sc;
@@ -286,9 +308,9 @@ void Trainer::setup() {
   agree(world_, [&] {
     loader_ = std::make_unique<data::DataLoader>(lo);
     loader_->start(start_step_);
-    ctx_ = std::make_unique<MicroBatchContext>(device_, act_dtype_);
     if (is_rank0()) print_startup(shape);
   });
+  setup_pipeline();  // collective where it makes the pipeline's channels
 
   // Checkpoints: resume replaces the initial weights and optimizer state, and sets the position.
   checkpointer_ =
@@ -342,55 +364,6 @@ void Trainer::setup() {
   reset_peak_allocated(device_);
 }
 
-void Trainer::clear_context() {
-  MicroBatchContext& ctx = *ctx_;
-  ctx.clear();
-  ctx.ids = Tensor();
-  ctx.targets = Tensor();
-  ctx.losses = Tensor();
-}
-
-void Trainer::forward_backward(const data::LoadedBatch& batch, bool last_micro) {
-  MicroBatchContext& ctx = *ctx_;
-  ctx.clear();
-  ctx.training = true;
-  ctx.batch = batch.inputs.dim(0);
-  ctx.seq_len = batch.inputs.dim(1);
-  ctx.loss_grad_scale = 1.0f / static_cast<float>(loader_->tokens_per_step());
-  // The loader's buffers, already on the device and ordered before this stream's work.
-  ctx.ids = batch.inputs;
-  ctx.targets = batch.targets;
-
-  std::vector<Layer*> layers = model_->layers();
-  Tensor x = ctx.ids;
-  const bool tracing = Tracer::instance().enabled();
-  for (Layer* l : layers) {
-    optimizer_->before_forward(l->index());
-    {
-      TraceScope scope(tracing ? ("F " + l->name()).c_str() : "", "layer");
-      x = l->forward(ctx, x);
-    }
-    optimizer_->after_forward(l->index());
-  }
-  ops::sum_accumulate(loss_sum_, ctx.losses);  // on the device: no host synchronisation
-
-  Tensor dy;
-  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-    Layer* l = *it;
-    optimizer_->before_backward(l->index());
-    {
-      TraceScope scope(tracing ? ("B " + l->name()).c_str() : "", "layer");
-      dy = l->backward_input(ctx, dy);
-    }
-    {
-      TraceScope scope(tracing ? ("W " + l->name()).c_str() : "", "layer");
-      l->backward_weight(ctx);
-    }
-    if (poison_grad_) poison_gradient(*l);
-    optimizer_->after_backward(l->index(), last_micro);
-  }
-}
-
 bool Trainer::graph_step(int64_t step) const {
   if (graph_from_step_ < 0 || step < graph_from_step_) return false;
   if (Tracer::instance().enabled()) return false;          // traced steps time each op: eager
@@ -423,23 +396,16 @@ void Trainer::enqueue_step(int64_t step, bool graph_inputs, double* data_wait_s)
   Slot& slot = slots_[slot_of(step)];
   faults_.inside_step(step + 1, env_.rank);
   comm_->begin_step(graph_inputs, slot_of(step));
+  if (p2p_) p2p_->begin_step(graph_inputs, slot_of(step));
   optimizer_->begin_step();
   ops::zero(loss_sum_);
-  const int accum = loader_->accumulation_steps();
-  for (int micro = 0; micro < accum; ++micro) {
-    data::LoadedBatch batch;
-    if (graph_inputs) {
-      batch.inputs = graph_ids_[static_cast<size_t>(micro)];
-      batch.targets = graph_targets_[static_cast<size_t>(micro)];
-    } else {
-      double t0 = now_s();
-      if (micro == 0) stall_for_drill(step);
-      batch = loader_->batch(step, micro);
-      *data_wait_s += now_s() - t0;
-    }
-    poison_grad_ = !graph_inputs && micro == accum - 1 && faults_.poison_grad(step + 1, env_.rank);
-    forward_backward(batch, micro == accum - 1);
+  if (!graph_inputs) {
+    const double t0 = now_s();
+    stall_for_drill(step);
+    *data_wait_s += now_s() - t0;
   }
+  poison_grad_ = !graph_inputs && faults_.poison_grad(step + 1, env_.rank);
+  run_schedule(step, graph_inputs, data_wait_s);
   optimizer_->finish_gradients();
 
   // The optimizer phase (loss and norm reductions, the step control, the update), timed on the
@@ -451,16 +417,12 @@ void Trainer::enqueue_step(int64_t step, bool graph_inputs, double* data_wait_s)
     nan.data<double>()[0] = std::nan("");
     ops::copy(loss_sum_, nan);
   }
-  // Loss: the sum over every token of the global batch, whatever the dp and micro-batch split.
-  Communicator& dp = mesh_->device_comm(MeshAxis::DP);
-  if (dp.size() > 1) dp.all_reduce(loss_sum_, ReduceOp::Sum)->wait();
-  ops::zero(grad_sq_);
-  optimizer_->grad_norm_squared(grad_sq_);
+  // Loss and gradient norm over the global batch and every parameter, whatever the split.
+  reduce_loss_and_norm();
   // Every rank holds the same loss and norm, so every rank decides alike (clip, skip, stop).
   ops::step_control(control_, loss_sum_, grad_sq_, lr_table_, control_cfg_);
   optimizer_->step(control_);
   slot.opt_end->record_timing(compute);
-  clear_context();  // a captured step frees what it allocated
 }
 
 Trainer::Launched Trainer::launch_step(int64_t step) {
@@ -494,6 +456,7 @@ Trainer::Launched Trainer::launch_step(int64_t step) {
       }
     } else {
       comm_->begin_replay(slot_of(step));
+      if (p2p_) p2p_->begin_replay(slot_of(step));
     }
     slot.graph->replay();
   } else {
@@ -539,6 +502,10 @@ Trainer::StepResult Trainer::finish_step(const Launched& l) {
   r.optimizer_s = slot.opt_end->elapsed_ms(*slot.opt_begin) / 1e3;
   comm_->end_step(slot_of(l.step));
   r.exposed_comm_s = comm_->exposed_ms() / 1e3;
+  if (p2p_) {
+    p2p_->end_step(slot_of(l.step));
+    r.bubble_s = p2p_->exposed_ms() / 1e3;
+  }
   return r;
 }
 
@@ -564,37 +531,6 @@ bool Trainer::may_run_ahead(int64_t step) const {
   return !faults_.blocks_run_ahead(step + 1);  // a drill acts after this step, or inside the next
 }
 
-double Trainer::evaluate() {
-  MicroBatchContext& ctx = *ctx_;
-  optimizer_->sync_weights();  // ZeRO 1–2 leave part of the last update to the next step's forward
-  const int64_t batches = std::min<int64_t>(cfg_.train.eval_batches, loader_->num_eval_batches());
-  const int accum = loader_->accumulation_steps();
-  double loss_sum = 0;
-  std::vector<Layer*> layers = model_->layers();
-  for (int64_t b = 0; b < batches; ++b) {
-    for (int micro = 0; micro < accum; ++micro) {
-      data::LoadedBatch batch = loader_->eval_batch(b, micro);
-      ctx.clear();
-      ctx.training = false;
-      ctx.batch = batch.inputs.dim(0);
-      ctx.seq_len = batch.inputs.dim(1);
-      ctx.ids = batch.inputs;
-      ctx.targets = batch.targets;
-      Tensor x = ctx.ids;
-      for (Layer* l : layers) {
-        optimizer_->before_forward(l->index());
-        x = l->forward(ctx, x);
-        optimizer_->after_forward(l->index());
-      }
-      loss_sum += ops::sum_to_host(ctx.losses);
-    }
-  }
-  ctx.clear();
-  Communicator& dp = mesh_->comm(MeshAxis::DP);
-  if (dp.size() > 1) loss_sum = dp.all_reduce_scalar(loss_sum);
-  return loss_sum / static_cast<double>(batches * loader_->tokens_per_step());
-}
-
 void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds, std::optional<double> val_loss) {
   const int64_t tokens = loader_->tokens_per_step();
   double rate = static_cast<double>(tokens) / step_seconds;
@@ -608,6 +544,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds, s
   m.step_ms = step_seconds * 1e3;
   m.tokens_per_s = rate;
   m.extra["exposed_comm_ms"] = r.exposed_comm_s * 1e3;
+  if (mesh_->shape().pp > 1) m.extra["bubble_ms"] = r.bubble_s * 1e3;
   m.extra["mem_peak_gib"] = peak_memory_bytes(device_) / (1024.0 * 1024.0 * 1024.0);
   if (r.skipped) m.extra["skipped"] = true;
   if (val_loss) m.extra["val_loss"] = *val_loss;
@@ -693,7 +630,9 @@ void Trainer::trace_step_end(int64_t step, double seconds) {
   if (!tr.enabled()) return;
   const double t0 = tr.step_start_us();
   tr.complete("step " + std::to_string(step + 1), "step", "compute", t0, seconds * 1e6);
-  for (const CommScheduler::Record& c : comm_->records()) {
+  std::vector<CommScheduler::Record> records = comm_->records();
+  if (p2p_) records.insert(records.end(), p2p_->records().begin(), p2p_->records().end());
+  for (const CommScheduler::Record& c : records) {
     const double start = c.start_ms >= 0 ? c.start_ms : c.issued_ms;
     const double end = c.end_ms >= 0 ? c.end_ms : c.issued_ms;
     tr.complete(c.name, "comm", "communication", t0 + 1e3 * start, 1e3 * (end - start),
@@ -766,12 +705,13 @@ int Trainer::run_steps() {
     const double span = is_rank0() ? ledger_->now() - t_start : seconds;
     if (world_.size() > 1 && seconds > 0) {
       std::vector<double> share{std::min(1.0, r.exposed_comm_s / seconds), std::min(1.0, r.optimizer_s / seconds),
-                                std::min(1.0, r.data_wait_s / seconds)};
+                                std::min(1.0, r.data_wait_s / seconds), std::min(1.0, r.bubble_s / seconds)};
       world_.all_reduce_host(share, ReduceOp::Sum);
       const double n = static_cast<double>(world_.size());
       r.exposed_comm_s = share[0] / n * span;
       r.optimizer_s = share[1] / n * span;
       r.data_wait_s = share[2] / n * span;
+      r.bubble_s = share[3] / n * span;
     }
     if (is_rank0()) {
       StepTiming t;
@@ -780,6 +720,7 @@ int Trainer::run_steps() {
       t.end = t_start + span;
       t.tokens = loader_->tokens_per_step();
       t.breakdown.exposed_comm = r.exposed_comm_s;
+      t.breakdown.bubble = r.bubble_s;
       t.breakdown.optimizer = r.optimizer_s;
       t.breakdown.data_wait = r.data_wait_s;
       t.loss = r.loss;
@@ -845,8 +786,9 @@ int Trainer::run_steps() {
   // beside the plan printed at start-up.
   const double peak = world_.all_reduce_scalar(static_cast<double>(peak_allocated_bytes(device_)), ReduceOp::Max);
   const double startup_peak = world_.all_reduce_scalar(startup_peak_bytes_, ReduceOp::Max);
+  const double planned = world_.all_reduce_scalar(memory_plan().total(), ReduceOp::Max);
+  report_pipeline_peaks();
   if (is_rank0()) {
-    const double planned = plan_memory(cfg_, *optimizer_, params_, mesh_->shape().dp).total();
     std::printf("tetra: memory peak %.0f B (%.3f GiB) measured over the steps on %s (largest rank; start-up %.0f B), "
                 "planned %.0f B (%.3f GiB)\n",
                 peak, peak / (1024.0 * 1024.0 * 1024.0), device_.str().c_str(), startup_peak, planned,

@@ -1,6 +1,7 @@
 // Trainer: the training loop of one rank. Builds the mesh, the model, its parameters, the data
-// loader and the optimizer from a resolved Config, then runs steps: gradient accumulation over
-// micro-batches, data-parallel gradient reduction in buckets overlapped with backward, global
+// loader and the optimizer from a resolved Config, then runs steps: the micro-batches through the
+// rank's pipeline schedule (PipelineExecutor; at pp = 1 the trivial one), data-parallel gradient
+// reduction in buckets overlapped with backward, global
 // gradient-norm clipping, AdamW, periodic evaluation; writes metrics.jsonl and the goodput ledger
 // and prints progress and the goodput report (rank 0). Checkpoints every checkpoint.every steps,
 // resumes per checkpoint.resume, and stops gracefully on SIGTERM/SIGUSR1/SIGINT (all ranks after
@@ -16,10 +17,15 @@
 #include "launch/environment.h"
 #include "launch/fault_injection.h"
 #include "launch/lr_schedule.h"
+#include "launch/memory_plan.h"
+#include "launch/model_stages.h"
+#include "launch/pipeline_plan.h"
 #include "models/model.h"
 #include "parallel/distributed_optimizer.h"
 #include "parallel/mesh.h"
 #include "parallel/param_set.h"
+#include "parallel/pipeline_executor.h"
+#include "parallel/pipeline_transport.h"
 #include "runtime/cuda_graph.h"
 #include "runtime/goodput_clock.h"
 #include "runtime/host_readback.h"
@@ -54,6 +60,7 @@ class Trainer {
   struct StepResult {
     double loss = 0, grad_norm = 0, lr = 0;
     double data_wait_s = 0, exposed_comm_s = 0, optimizer_s = 0;
+    double bubble_s = 0;  // compute waiting for pipeline transfers
     bool skipped = false;
     bool stop_nonfinite = false;  // skipped, and train.on_nonfinite is stop
   };
@@ -79,10 +86,23 @@ class Trainer {
   void enqueue_step(int64_t step, bool graph_inputs, double* data_wait_s);
   bool graph_step(int64_t step) const;  // replayed from (or captured into) a step graph
   double evaluate();
-  void forward_backward(const data::LoadedBatch& batch, bool last_micro);
   void poison_gradient(const Layer& l);  // TETRA_FAULT nan_grad
   void stall_for_drill(int64_t step) const;  // TETRA_FAULT data_stall
-  void clear_context();
+  // Pipeline parallelism (launch/trainer_pipeline.cpp, docs/pipeline.md). The parameters this rank
+  // holds (its chunks' layers; tied weights localised to them) and the groups made for them.
+  std::vector<Param*> pipeline_params();
+  void create_pipeline_groups();  // collective: DualPipe's pairs, the tie of the first and last stage
+  // The group the optimizer reduces gradients over: data parallel, and DualPipe's pair.
+  Communicator& grad_group() const;
+  void setup_pipeline();  // the model side, the transfers, the executors
+  // The step's micro-batches through the schedule (forwards, backwards, transfers).
+  void run_schedule(int64_t step, bool graph_inputs, double* data_wait_s);
+  // pp > 1: the micro-batches of a step (or evaluation batch) copied where the schedule reads them.
+  void copy_batches(int64_t index, bool eval, double* data_wait_s);
+  // Loss over the global batch and Σ g² over every parameter, the same on every rank.
+  void reduce_loss_and_norm();
+  MemoryPlan memory_plan() const;  // this rank's, activations at its schedule's peak
+  void report_pipeline_peaks();
   void log_step(int64_t step, const StepResult& r, double step_seconds, std::optional<double> val_loss);
   int run_steps();
   // After every step, on every rank: the stop signal any rank received (0: none); commits a
@@ -112,8 +132,24 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;    // rank 0 only
   std::unique_ptr<Checkpointer> checkpointer_;
   FaultPlan faults_;
-  bool poison_grad_ = false;  // a nan_grad drill acts in this micro-batch's backward
-  std::unique_ptr<MicroBatchContext> ctx_;
+  bool poison_grad_ = false;  // a nan_grad drill acts in this step's first weight gradient
+  // The pipeline: the plan (split, schedule, simulation), this rank's place in it, the groups its
+  // gradients are summed over, the model side, the transfers and their scheduler (whose waits are
+  // the bubble), the executors of training and evaluation, the step's copied micro-batches.
+  std::unique_ptr<PipelinePlan> pipe_;
+  int pp_rank_ = 0;
+  std::vector<int> held_layers_;
+  std::vector<Param*> tied_;  // also held by another pipeline rank
+  bool tie_owner_ = true;
+  bool counts_norm_ = true;   // this pipeline rank adds its layers to the gradient norm
+  std::vector<int> grad_members_, tie_members_;  // world ranks; empty where no such group exists
+  Mesh::Group grad_group_, tie_group_;
+  std::unique_ptr<ModelStages> stages_;
+  std::unique_ptr<CommScheduler> p2p_;
+  std::unique_ptr<PipelineTransport> transport_;
+  std::unique_ptr<PipelineExecutor> executor_, eval_executor_;
+  Tensor eval_loss_;
+  std::vector<Tensor> step_ids_, step_targets_;
   // Device-side step state (runtime/step_control.h): the loss sum and Σ g² of the step, the control
   // (schedule position, update count, decisions), the LR of every step, and the readback of the
   // control to the host. The step graph and its static micro-batch inputs (train.cuda_graphs).

@@ -83,7 +83,8 @@ LoadReport load_weights(const WeightSource& src, Model& model) {
         if (!std::isfinite(v[i])) TETRA_FAIL(Checkpoint, path, ": tensor '", t.name, "' holds a non-finite value");
       from_stored(t, stored, full);
     }
-    ops::copy(p->value, full.view(p->local_shape));
+    // A parameter another pipeline rank holds has no value here: checked, not loaded.
+    if (p->value.defined()) ops::copy(p->value, full.view(p->local_shape));
   }
   for (const std::string& n : model.ignorable_checkpoint_names()) known.insert(n);
   for (const std::string& n : src.names())

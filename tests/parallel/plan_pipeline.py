@@ -4,7 +4,10 @@ per pipeline rank in op syntax, --json one object whose "pipeline" holds the sim
 --costs and --trace work and bad costs are refused with exit code 2, the plain plan prints the
 bubble and memory per stage, and 1,024 ranks at pp 16 are planned in under 2 s for every schedule.
 
-usage: plan_pipeline.py TETRA_BIN WORK_DIR
+With the path of tetra_pipeline_costs, also measures a tiny model's stage costs on the CPU and
+replays a schedule with them (--costs takes what the program prints).
+
+usage: plan_pipeline.py TETRA_BIN WORK_DIR [TETRA_PIPELINE_COSTS_BIN]
 """
 import json, os, re, subprocess, sys, time
 
@@ -105,6 +108,26 @@ for s in ["gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "dualpipe", "dualpipev"]
     print(f"plan for 1024 ranks, pp 16, {s}: {dt:.2f} s")
     check(dt < 2.0, f"{s}: {dt:.2f} s for 1024 ranks")
     check(len(re.findall(r"^rank \d+: pp ", r.stdout, re.M)) == 1024, f"{s}: every rank's groups")
+
+# Measured costs: per stage, in the --costs syntax, accepted by the simulator.
+if len(sys.argv) > 3:
+    tiny = os.path.join(work, "tiny.yaml")
+    with open(tiny, "w") as f:
+        f.write("""run: {name: costs, output_dir: runs}
+model: {arch: gpt2, vocab_size: 256, seq_len: 32, d_model: 32, n_layers: 4, n_heads: 2}
+parallel: {pp: 2, schedule: dualpipev}
+train: {steps: 1, global_batch: 4, micro_batch: 1, device: cpu}
+""")
+    r = subprocess.run([sys.argv[3], tiny, "--reps", "3"], capture_output=True, text=True)
+    check(r.returncode == 0, f"tetra_pipeline_costs runs: {r.stderr.strip()}")
+    m = json.loads(r.stdout)
+    check(m["stages"] == 4 and len(m["F_ms"]) == 4 and all(x > 0 for x in m["F_ms"] + m["B_ms"] + m["W_ms"]),
+          f"four stages measured: {m}")
+    check(re.match(r"^F=[0-9.e-]+(:[0-9.e-]+){3},B=", m["costs"]) is not None, f"--costs syntax: {m['costs']}")
+    r = subprocess.run([tetra, "plan", tiny, "--world", "2", "--json", "--costs", m["costs"]], capture_output=True,
+                       text=True)
+    check(r.returncode == 0 and json.loads(r.stdout)["pipeline"]["costs_from"] == "given",
+          f"tetra plan replays dualpipev with them: {r.stderr.strip()}")
 
 if failures:
     sys.exit(f"{len(failures)} check(s) failed")
