@@ -23,7 +23,9 @@ if gpus < 2:
     print(f"{gpus} GPU(s) visible, 2 needed: skipped")
     sys.exit(77)
 shutil.rmtree(os.path.join(work, "runs"), ignore_errors=True)
-env = ENV
+# The copy-engine runs are compared with NCCL's bit for bit: GEMM autotuning (timed, so two runs may
+# choose differently) is off, every run takes the heuristic's algorithm (docs/kernels.md).
+env = dict(ENV, TETRA_GEMM_TUNE="0")
 data = licence_dataset(tetra, work)
 cfg = os.path.join(work, "cfg.yaml")
 with open(cfg, "w") as f:
