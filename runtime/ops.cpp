@@ -101,6 +101,61 @@ void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up)
   check_same_device("swiglu_backward", {&d_gate_up, &dh, &gate_up});
   TETRA_DISPATCH(d_gate_up.device(), swiglu_backward, d_gate_up, dh, gate_up);
 }
+void moe_router_forward(Tensor& expert_ids, Tensor& weights, Tensor& counts, const Tensor& logits, const Tensor& bias,
+                        const MoeRouting& routing, Tensor* load) {
+  check_same_device("moe_router_forward", {&expert_ids, &weights, &counts, &logits, &bias, load});
+  TETRA_DISPATCH(logits.device(), moe_router_forward, expert_ids, weights, counts, logits, bias, routing, load);
+}
+void moe_router_backward(Tensor& d_logits, const Tensor& d_weights, const Tensor& logits, const Tensor& expert_ids,
+                         const MoeRouting& routing, const Tensor* d_prob_sums, bool accumulate) {
+  check_same_device("moe_router_backward", {&d_logits, &d_weights, &logits, &expert_ids, d_prob_sums});
+  TETRA_DISPATCH(logits.device(), moe_router_backward, d_logits, d_weights, logits, expert_ids, routing, d_prob_sums,
+                 accumulate);
+}
+void moe_balance_loss(Tensor& loss_sum, Tensor& d_prob_sums, const Tensor& logits, const Tensor& expert_ids,
+                      int64_t seq_len, float loss_scale, float grad_scale) {
+  check_same_device("moe_balance_loss", {&loss_sum, &d_prob_sums, &logits, &expert_ids});
+  TETRA_DISPATCH(logits.device(), moe_balance_loss, loss_sum, d_prob_sums, logits, expert_ids, seq_len, loss_scale,
+                 grad_scale);
+}
+void moe_bias_update(Tensor& bias, const Tensor& load, float rate) {
+  check_same_device("moe_bias_update", {&bias, &load});
+  TETRA_DISPATCH(bias.device(), moe_bias_update, bias, load, rate);
+}
+void moe_permute_map(Tensor& offsets, Tensor& row_of, Tensor& slot_of, const Tensor& expert_ids) {
+  check_same_device("moe_permute_map", {&offsets, &row_of, &slot_of, &expert_ids});
+  TETRA_DISPATCH(expert_ids.device(), moe_permute_map, offsets, row_of, slot_of, expert_ids);
+}
+void moe_permute(Tensor& rows, const Tensor& x, const Tensor& slot_of, int64_t top_k) {
+  check_same_device("moe_permute", {&rows, &x, &slot_of});
+  TETRA_DISPATCH(x.device(), moe_permute, rows, x, slot_of, top_k);
+}
+void moe_permute_backward(Tensor& dx, const Tensor& d_rows, const Tensor& row_of, bool accumulate) {
+  check_same_device("moe_permute_backward", {&dx, &d_rows, &row_of});
+  TETRA_DISPATCH(dx.device(), moe_permute_backward, dx, d_rows, row_of, accumulate);
+}
+void moe_unpermute(Tensor& y, const Tensor& rows, const Tensor& weights, const Tensor& row_of, bool accumulate) {
+  check_same_device("moe_unpermute", {&y, &rows, &weights, &row_of});
+  TETRA_DISPATCH(y.device(), moe_unpermute, y, rows, weights, row_of, accumulate);
+}
+void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy, const Tensor& rows,
+                            const Tensor& weights, const Tensor& row_of) {
+  check_same_device("moe_unpermute_backward", {&d_rows, &d_weights, &dy, &rows, &weights, &row_of});
+  TETRA_DISPATCH(dy.device(), moe_unpermute_backward, d_rows, d_weights, dy, rows, weights, row_of);
+}
+void moe_grouped_linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& offsets) {
+  check_same_device("moe_grouped_linear_forward", {&y, &x, &w, &offsets});
+  TETRA_DISPATCH(x.device(), moe_grouped_linear_forward, y, x, w, offsets);
+}
+void moe_grouped_linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& offsets) {
+  check_same_device("moe_grouped_linear_backward_input", {&dx, &dy, &w, &offsets});
+  TETRA_DISPATCH(dy.device(), moe_grouped_linear_backward_input, dx, dy, w, offsets);
+}
+void moe_grouped_linear_backward_weight(Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& offsets,
+                                        bool accumulate) {
+  check_same_device("moe_grouped_linear_backward_weight", {&dw, &dy, &x, &offsets});
+  TETRA_DISPATCH(dy.device(), moe_grouped_linear_backward_weight, dw, dy, x, offsets, accumulate);
+}
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len) {
   check_same_device("embedding_forward", {&y, &ids, &wte, &wpe});
   TETRA_DISPATCH(y.device(), embedding_forward, y, ids, wte, wpe, seq_len);

@@ -92,6 +92,92 @@ void swiglu_forward(Tensor& h, const Tensor& gate_up);
 // d_gate_up[N, 2F] from dh[N, F] and the saved gate_up; d_gate_up may alias neither.
 void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up);
 
+// ---------- mixture of experts (DeepSeek-V3; docs/kernels.md "Mixture of experts") ----------
+// E = routed experts, k = experts per token (top_k), N = tokens, R = routed rows (N·k in a layer's own
+// expert-grouped order; after an expert-parallel exchange, the rows that arrived), G = experts of one
+// grouped GEMM (E, or this rank's E/ep), d = model width. Expert ids, rows, counts and offsets are
+// int32 tensors on the op's device: no op here waits for the host, and all may be graph-captured.
+struct MoeRouting {
+  int64_t top_k = 1;           // k, 1 ≤ k ≤ E
+  int64_t n_group = 1;         // expert groups of group-limited routing (E % n_group == 0); 1: none
+  int64_t topk_group = 1;      // groups eligible per token, 1 ≤ topk_group ≤ n_group
+  float route_scale = 1.0f;    // Hugging Face's routed_scaling_factor
+  bool force_balance = false;  // benchmarks only: token n goes to experts (n·k + j) mod E
+};
+
+// The router of Hugging Face's DeepseekV3TopkRouter, per token n, from the gate's logits[N, E] fp32
+// and the correction bias[E] fp32 (e_score_correction_bias):
+//   s = sigmoid(logits), fp32 (evaluated in fp64 and rounded, so that the backends agree bit for bit
+//   but in vanishingly rare cases);
+//   c = s + bias, the choice scores; with n_group > 1 a group scores the sum of its two largest c,
+//   the topk_group best groups stay eligible and the other groups' c become 0 (Hugging Face masks
+//   with 0.0, not −∞: an ineligible expert is chosen only when fewer than k eligible c exceed 0);
+//   expert_ids[n, :] int32 [N, k] = the k largest c, largest first; equal scores (and equal group
+//   scores) go to the lower index, on every backend;
+//   weights[n, j] fp32 [N, k] = route_scale · s[id_j] / (Σ_j s[id_j] + 1e-20).
+// counts[E] int32 = slots routed to each expert by this call (written). load (optional, int32 [E]):
+// += counts, summed over a step's micro-batches for the balancing bias (moe_bias_update).
+// force_balance: expert_ids[n, j] = (n·k + j) mod E instead of the choice; weights as above.
+// CUDA takes E ≤ 1024, k ≤ 32 and n_group ≤ 32 (one warp per token).
+void moe_router_forward(Tensor& expert_ids, Tensor& weights, Tensor& counts, const Tensor& logits,
+                        const Tensor& bias, const MoeRouting& routing, Tensor* load = nullptr);
+// d_logits[N, E] (fp32; CUDA also bf16) = the gradient through the weights' normalisation and the
+// sigmoid from d_weights[N, k] fp32 (the selection is not differentiated): with D = Σ_j s_j + 1e-20
+// over the selected experts, ds_j = route_scale/D · (dw_j − Σ_l dw_l·s_l/D), d_logit = ds·s·(1 − s),
+// 0 for unselected experts. d_prob_sums (optional, fp32 [B, E], B = N / seq_len sequences of
+// consecutive tokens): the gradient w.r.t. moe_balance_loss's per-sequence sums of s_i / Σ_e s_e,
+// added for every expert: ds_i += (g_i − Σ_e g_e·s_e/S) / S with S = Σ_e s_e, g = d_prob_sums[b].
+// accumulate: d_logits += the result.
+void moe_router_backward(Tensor& d_logits, const Tensor& d_weights, const Tensor& logits, const Tensor& expert_ids,
+                         const MoeRouting& routing, const Tensor* d_prob_sums = nullptr, bool accumulate = false);
+// DeepSeek-V3's sequence-wise balance loss over B = N / seq_len sequences of seq_len = T tokens:
+// f[b, i] = E/(k·T) · (slots of sequence b routed to i), P[b, i] = (1/T) · Σ_t s[t, i] / Σ_e s[t, e];
+// loss_sum fp64 [1] += loss_scale · Σ_b Σ_i f[b, i]·P[b, i];
+// d_prob_sums fp32 [B, E] = grad_scale · f[b, i] / T, for moe_router_backward (written).
+void moe_balance_loss(Tensor& loss_sum, Tensor& d_prob_sums, const Tensor& logits, const Tensor& expert_ids,
+                      int64_t seq_len, float loss_scale, float grad_scale);
+// Auxiliary-loss-free balancing after an optimizer step: bias[i] += rate · sign(mean(load) − load[i])
+// (sign(0) = 0), bias fp32 [E], load int32 [E] (the step's counts over every micro-batch and rank).
+void moe_bias_update(Tensor& bias, const Tensor& load, float rate);
+
+// Where each routed slot (n, j), j < k, goes in the expert-grouped order (by expert, then token, then
+// slot), from expert_ids[N, k] with E = offsets.numel() − 1 experts:
+//   offsets int32 [E + 1]: expert e owns rows [offsets[e], offsets[e + 1]), offsets[0] = 0, offsets[E] = N·k
+//   (the prefix sums of the router's counts);
+//   row_of int32 [N, k]: the row of slot (n, j);  slot_of int32 [N·k]: the slot n·k + j at each row.
+// An id outside [0, E) is an error on the CPU; CUDA cannot raise it and leaves such a slot out of
+// every expert (its row_of entry and the row it would have had are then unspecified).
+void moe_permute_map(Tensor& offsets, Tensor& row_of, Tensor& slot_of, const Tensor& expert_ids);
+// rows[r, :] = x[slot_of[r] / top_k, :] for r < R (rows [R, d], x [N, d], slot_of int32 [R]): the
+// tokens copied into expert-grouped rows. rows may not overlap x.
+void moe_permute(Tensor& rows, const Tensor& x, const Tensor& slot_of, int64_t top_k);
+// dx[n, :] (+)= Σ_j d_rows[row_of[n, j], :] (fp32 sum over j in order); dx [N, d], row_of [N, k].
+void moe_permute_backward(Tensor& dx, const Tensor& d_rows, const Tensor& row_of, bool accumulate = false);
+// The combine: y[n, :] (+)= Σ_j weights[n, j] · rows[row_of[n, j], :] (fp32 sum over j in order);
+// y [N, d], rows [R, d] (the experts' outputs), weights fp32 [N, k]. y may not overlap rows.
+void moe_unpermute(Tensor& y, const Tensor& rows, const Tensor& weights, const Tensor& row_of,
+                   bool accumulate = false);
+// Its backward: d_rows[row_of[n, j], :] = weights[n, j] · dy[n, :] (rows no slot maps to are not
+// written) and d_weights[n, j] fp32 = Σ_c dy[n, c] · rows[row_of[n, j], c] (fp32 dot products).
+void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy, const Tensor& rows,
+                            const Tensor& weights, const Tensor& row_of);
+
+// Grouped expert GEMMs. Expert g owns rows [offsets[g], offsets[g + 1]) (offsets int32 [G + 1] on the
+// device, nondecreasing, within [0, R]; a group may be empty); w [G, O, I] holds one nn.Linear weight
+// per expert (SwiGLU experts: gate|up fused [G, 2F, d], down [G, d, F]). Rows outside
+// [offsets[0], offsets[G]) of y or dx are not written. Types as linear_forward (CUDA: x/w, dy/w, dy/x
+// bf16 or fp32 alike, outputs of that type or fp32; CPU: fp32).
+//   forward          y[r, O]   = x[r, I] · w[g]ᵀ                 for each row r of expert g
+//   backward input   dx[r, I]  = dy[r, O] · w[g]
+//   backward weight  dw[g]     (+)= Σ_{r of g} dy[r, :]ᵀ · x[r, :]   ([G, O, I]; an expert without rows
+//                    gets 0, or keeps its values when accumulating)
+// Offsets that break the rules above are an error on the CPU; on CUDA they cannot be checked without a
+// host synchronisation, so rows are clamped to [0, R] and nothing outside the tensors is touched.
+void moe_grouped_linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& offsets);
+void moe_grouped_linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& offsets);
+void moe_grouped_linear_backward_weight(Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& offsets,
+                                        bool accumulate);
+
 // ---------- embeddings ----------
 // y[N, C] = wte[ids[n], :] + wpe[n mod T, :]   (ids int32 [N], N = B·T; wpe [≥T, C] may be undefined)
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len);

@@ -32,6 +32,23 @@ void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta)
 void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, float theta);
 void swiglu_forward(Tensor& h, const Tensor& gate_up);
 void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up);
+void moe_router_forward(Tensor& expert_ids, Tensor& weights, Tensor& counts, const Tensor& logits, const Tensor& bias,
+                        const ops::MoeRouting& routing, Tensor* load);
+void moe_router_backward(Tensor& d_logits, const Tensor& d_weights, const Tensor& logits, const Tensor& expert_ids,
+                         const ops::MoeRouting& routing, const Tensor* d_prob_sums, bool accumulate);
+void moe_balance_loss(Tensor& loss_sum, Tensor& d_prob_sums, const Tensor& logits, const Tensor& expert_ids,
+                      int64_t seq_len, float loss_scale, float grad_scale);
+void moe_bias_update(Tensor& bias, const Tensor& load, float rate);
+void moe_permute_map(Tensor& offsets, Tensor& row_of, Tensor& slot_of, const Tensor& expert_ids);
+void moe_permute(Tensor& rows, const Tensor& x, const Tensor& slot_of, int64_t top_k);
+void moe_permute_backward(Tensor& dx, const Tensor& d_rows, const Tensor& row_of, bool accumulate);
+void moe_unpermute(Tensor& y, const Tensor& rows, const Tensor& weights, const Tensor& row_of, bool accumulate);
+void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy, const Tensor& rows,
+                            const Tensor& weights, const Tensor& row_of);
+void moe_grouped_linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& offsets);
+void moe_grouped_linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& offsets);
+void moe_grouped_linear_backward_weight(Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& offsets,
+                                        bool accumulate);
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len);
 void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len);
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads);

@@ -1,0 +1,67 @@
+// Grouped expert GEMMs on CUDA (runtime/ops.h, moe_grouped_linear_*): the problem as the kernels see
+// it, and the implementations to choose from. Expert g owns rows [offsets[g], offsets[g + 1]) of the
+// row tensors (offsets int32 [G + 1] on the device, read by the kernels: no host synchronisation)
+// and the weight w[g] = w + g·O·I, [O, I] row-major (nn.Linear). In the kernels' terms,
+// C[M, N] = Σ_k A(m, k)·B(k, n):
+//   Forward         M = rows of g, N = O, K = I    A = x rows (K-major)   B = w[g] as [N, K] (K-major)   C = y rows
+//   BackwardInput   M = rows of g, N = I, K = O    A = dy rows (K-major)  B = w[g] as [K, N] (N-major)   C = dx rows
+//   BackwardWeight  M = O, N = I, K = rows of g    A = dy rows as [K, M]  B = x rows as [K, N]           C = dw[g]
+// (M-major)      (N-major)
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+
+namespace tetra::cuda {
+
+enum class GroupedGemmKind { Forward, BackwardInput, BackwardWeight };
+
+struct GroupedGemm {
+  GroupedGemmKind kind = GroupedGemmKind::Forward;
+  int64_t G = 0;  // experts
+  int64_t R = 0;  // rows of the row tensors
+  int64_t O = 0, I = 0;
+  const int32_t* offsets = nullptr;  // device, [G + 1]
+  // Forward: a = x [R, I], b = w [G, O, I], c = y [R, O]
+  // BackwardInput: a = dy [R, O], b = w [G, O, I], c = dx [R, I]
+  // BackwardWeight: a = dy [R, O], b = x [R, I], c = dw [G, O, I]
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  DType ab_type = DType::BF16;  // a and b: fp32 or bf16, alike
+  DType c_type = DType::BF16;   // fp32 or bf16
+  bool accumulate = false;      // BackwardWeight only: c += result
+  const char* op = "grouped GEMM";  // named in errors
+};
+
+// Auto: the first that applies of Wgmma (Hopper's warpgroup MMA; bf16 operands, O and I multiples of 8,
+// 16-byte aligned tensors, a compute capability 9.0 device and a build for sm_90a), Mma (mma.sync
+// tensor cores, same conditions on any device from sm_80) and Simt (fp32 FMAs on CUDA cores, any
+// shape and type: the fp32 path, exact to fp32 rounding). Cublas: cublasGemmGroupedBatchedEx, which
+// takes the group sizes on the host: it copies the offsets to the host and waits for them (a host
+// synchronisation per call; refused during graph capture); operands and output of one type.
+enum class GroupedGemmImpl { Auto, Wgmma, Mma, Simt, Cublas };
+
+// The implementation Auto resolves to. Starts from the environment variable TETRA_MOE_GEMM
+// (unset or "auto", "wgmma", "mma", "simt", "cublas"; anything else fails at the first call);
+// set_grouped_gemm_impl overrides it for the process (benchmarks compare them).
+GroupedGemmImpl grouped_gemm_impl();
+void set_grouped_gemm_impl(GroupedGemmImpl impl);
+const char* grouped_gemm_impl_name(GroupedGemmImpl impl);
+
+// Runs the problem on `stream` (of `device`, which must be current) with `impl` (Auto: as above).
+void grouped_gemm(const GroupedGemm& p, Device device, cudaStream_t stream, GroupedGemmImpl impl = GroupedGemmImpl::Auto);
+
+// Per implementation (runtime/cuda/moe_grouped_gemm_*.cu, *_cuda.cpp). The *_applies functions say
+// whether that kernel can take p (and why not, in *why).
+bool grouped_gemm_wgmma_applies(const GroupedGemm& p, const char** why);
+void grouped_gemm_wgmma(const GroupedGemm& p, Device device, cudaStream_t stream);
+bool grouped_gemm_mma_applies(const GroupedGemm& p, const char** why);
+void grouped_gemm_mma(const GroupedGemm& p, Device device, cudaStream_t stream);
+void grouped_gemm_simt(const GroupedGemm& p, Device device, cudaStream_t stream);
+void grouped_gemm_cublas(const GroupedGemm& p, Device device, cudaStream_t stream);
+
+}  // namespace tetra::cuda

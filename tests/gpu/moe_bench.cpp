@@ -1,0 +1,297 @@
+// MoE op micro-benchmark (a program, not a test): the routed part of one DeepSeek-style MoE layer at
+// the shape (16384 tokens of d 1536, 64 experts of width 512, top-6) through the op library
+// as a model calls it — router forward and backward, the permutation map, permute and unpermute with
+// their backwards, SwiGLU, and the six grouped GEMMs of the SwiGLU experts (gate|up and down: forward,
+// backward input, backward weight) — for three routings: balanced (token t to experts (t·k + j) mod E,
+// the peer's --force-balance), the router on random logits, and imbalanced (one expert in every
+// token: max/mean load 10.7, as the peer's own router reached), and for each grouped-GEMM
+// implementation asked for. Each op's line gives ms, and its floor: bytes at 4.8 TB/s for the
+// memory-bound ops, FLOPs at 989 TFLOP/s for the GEMMs. A summary line per routing and implementation
+// adds the layer's forward and backward.
+//
+//   tetra_moe_bench [--tokens N] [--dim D] [--experts E] [--topk K] [--ffn F] [--reps R]
+//                   [--routing balanced|router|imbalanced|all] [--impl wgmma|mma|simt|cublas|all]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/moe_grouped_gemm.h"
+#include "runtime/device.h"
+#include "runtime/ops.h"
+#include "runtime/random.h"
+#include "runtime/stream.h"
+#include "runtime/tensor.h"
+
+namespace tetra {
+namespace {
+
+constexpr double kPeakFlops = 989e12;  // H200 dense bf16
+constexpr double kPeakBytes = 4.8e12;  // H200 HBM3e
+
+struct Options {
+  int64_t tokens = 16384, dim = 1536, experts = 64, topk = 6, ffn = 512;
+  int reps = 20;
+  std::string routing = "all", impl = "all";
+};
+
+Device gpu() { return Device::cuda(0); }
+
+void print(const nlohmann::json& j) {
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+}
+
+// A device tensor of N(offset, scale²) values: a host block of up to 2^20 values, repeated.
+Tensor random_device(const Shape& shape, DType dt, double scale, uint64_t seed, double offset = 0.0) {
+  Tensor d = Tensor::empty(shape, dt, gpu());
+  const int64_t n = d.numel(), block_n = std::min<int64_t>(n, int64_t{1} << 20);
+  if (n == 0) return d;
+  Rng rng(seed);
+  Tensor host = Tensor::empty({block_n}, DType::F32);
+  for (int64_t i = 0; i < block_n; ++i) host.data<float>()[i] = static_cast<float>(offset + scale * rng.normal());
+  Tensor block = Tensor::empty({block_n}, dt, gpu());
+  ops::copy(block, host);
+  const size_t elem = dtype_size(dt);
+  for (int64_t at = 0; at < n; at += block_n) {
+    const int64_t len = std::min(block_n, n - at);
+    cuda::copy_bytes(static_cast<char*>(d.data_ptr()) + at * elem, gpu(), block.data_ptr(), gpu(),
+                     static_cast<size_t>(len) * elem, /*blocking=*/false);
+  }
+  device_synchronize(gpu());
+  return d;
+}
+
+double time_ms(const std::function<void()>& f, int reps) {
+  for (int i = 0; i < 3; ++i) f();
+  Event start(gpu()), stop(gpu());
+  start.record();
+  for (int i = 0; i < reps; ++i) f();
+  stop.record();
+  stop.synchronize();
+  return static_cast<double>(stop.elapsed_ms(start)) / reps;
+}
+
+struct Layer {
+  int64_t N, d, E, k, F, R;
+  Tensor x, logits, bias, ids, w, counts, offsets, row_of, slot_of;
+  Tensor xs, gu, h, out, y, dy, d_out, d_w, dh, dgu, dxs, dx, d_logits;
+  Tensor w_gu, w_down, dw_gu, dw_down;
+};
+
+Layer make_layer(const Options& o) {
+  Layer L;
+  L.N = o.tokens, L.d = o.dim, L.E = o.experts, L.k = o.topk, L.F = o.ffn, L.R = L.N * L.k;
+  const Device g = gpu();
+  const DType bf = DType::BF16;
+  L.x = random_device({L.N, L.d}, bf, 1.0, 1);
+  L.bias = Tensor::zeros({L.E}, DType::F32, g);
+  L.ids = Tensor::empty({L.N, L.k}, DType::I32, g);
+  L.w = Tensor::empty({L.N, L.k}, DType::F32, g);
+  L.counts = Tensor::empty({L.E}, DType::I32, g);
+  L.offsets = Tensor::empty({L.E + 1}, DType::I32, g);
+  L.row_of = Tensor::empty({L.N, L.k}, DType::I32, g);
+  L.slot_of = Tensor::empty({L.R}, DType::I32, g);
+  L.xs = Tensor::empty({L.R, L.d}, bf, g);
+  L.gu = random_device({L.R, 2 * L.F}, bf, 1.0, 2);
+  L.h = random_device({L.R, L.F}, bf, 1.0, 3);
+  L.out = random_device({L.R, L.d}, bf, 1.0, 4);
+  L.y = Tensor::empty({L.N, L.d}, bf, g);
+  L.dy = random_device({L.N, L.d}, bf, 1.0, 5);
+  L.d_out = random_device({L.R, L.d}, bf, 1.0, 6);
+  L.d_w = Tensor::empty({L.N, L.k}, DType::F32, g);
+  L.dh = random_device({L.R, L.F}, bf, 1.0, 7);
+  L.dgu = random_device({L.R, 2 * L.F}, bf, 1.0, 8);
+  L.dxs = Tensor::empty({L.R, L.d}, bf, g);
+  L.dx = Tensor::empty({L.N, L.d}, bf, g);
+  L.d_logits = Tensor::empty({L.N, L.E}, DType::F32, g);
+  L.w_gu = random_device({L.E, 2 * L.F, L.d}, bf, 0.02, 9);
+  L.w_down = random_device({L.E, L.d, L.F}, bf, 0.02, 10);
+  L.dw_gu = Tensor::empty({L.E, 2 * L.F, L.d}, bf, g);
+  L.dw_down = Tensor::empty({L.E, L.d, L.F}, bf, g);
+  return L;
+}
+
+ops::MoeRouting routing_of(const Layer& L, bool force) {
+  ops::MoeRouting r;
+  r.top_k = L.k;
+  r.force_balance = force;
+  return r;
+}
+
+struct Line {
+  std::string op, phase;  // phase: "forward" or "backward"
+  double ms, floor_ms;
+};
+
+// Routes with `how`, builds the map, and returns max/mean load.
+double route(Layer& L, const std::string& how) {
+  L.logits = random_device({L.N, L.E}, DType::F32, 1.0, 11);
+  if (how == "imbalanced") {  // expert 0 first in every token
+    Tensor col = Tensor::empty({L.N, L.E}, DType::F32, gpu());
+    std::vector<float> host(static_cast<size_t>(L.N * L.E), 0.0f);
+    for (int64_t n = 0; n < L.N; ++n) host[static_cast<size_t>(n * L.E)] = 6.0f;
+    Tensor h = Tensor::from_vector(host, {L.N, L.E});
+    ops::copy(col, h);
+    ops::add(L.logits, L.logits, col);
+  }
+  ops::moe_router_forward(L.ids, L.w, L.counts, L.logits, L.bias, routing_of(L, how == "balanced"));
+  ops::moe_permute_map(L.offsets, L.row_of, L.slot_of, L.ids);
+  Tensor counts = Tensor::empty({L.E}, DType::I32);
+  ops::copy(counts, L.counts);
+  int64_t mx = 0;
+  for (int64_t e = 0; e < L.E; ++e) mx = std::max<int64_t>(mx, counts.data<int32_t>()[e]);
+  return static_cast<double>(mx) / (static_cast<double>(L.R) / static_cast<double>(L.E));
+}
+
+void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::GroupedGemmImpl>& impls, int reps) {
+  const double load = route(L, how);
+  const ops::MoeRouting r = routing_of(L, how == "balanced");
+  const double N = static_cast<double>(L.N), R = static_cast<double>(L.R), d = static_cast<double>(L.d),
+               E = static_cast<double>(L.E), k = static_cast<double>(L.k), F = static_cast<double>(L.F);
+  std::vector<Line> lines;
+  auto mem = [&](const std::string& op, const std::string& phase, double bytes, const std::function<void()>& f) {
+    const double ms = time_ms(f, reps);
+    lines.push_back({op, phase, ms, bytes / kPeakBytes * 1e3});
+    print({{"bench", "moe_op"}, {"routing", how}, {"op", op}, {"phase", phase}, {"ms", ms},
+           {"floor_ms", bytes / kPeakBytes * 1e3}, {"gb_per_s", bytes / (ms * 1e-3) / 1e9}, {"max_over_mean_load", load}});
+  };
+  // bf16 activations (2 bytes), fp32 logits, weights and their gradients, int32 indices
+  mem("router_forward", "forward", N * E * 4 + N * k * 8, [&] {
+    ops::moe_router_forward(L.ids, L.w, L.counts, L.logits, L.bias, r);
+  });
+  mem("permute_map", "forward", N * k * 4 * 4, [&] { ops::moe_permute_map(L.offsets, L.row_of, L.slot_of, L.ids); });
+  mem("permute", "forward", N * d * 2 + R * d * 2 + R * 4, [&] { ops::moe_permute(L.xs, L.x, L.slot_of, L.k); });
+  mem("swiglu_forward", "forward", R * F * 2 * 3, [&] { ops::swiglu_forward(L.h, L.gu); });
+  mem("unpermute", "forward", R * d * 2 + N * d * 2 + N * k * 8, [&] { ops::moe_unpermute(L.y, L.out, L.w, L.row_of); });
+  mem("unpermute_backward", "backward", N * d * 2 + 2 * R * d * 2 + N * k * 12,
+      [&] { ops::moe_unpermute_backward(L.d_out, L.d_w, L.dy, L.out, L.w, L.row_of); });
+  mem("swiglu_backward", "backward", R * F * 2 * 5, [&] { ops::swiglu_backward(L.dgu, L.dh, L.gu); });
+  mem("permute_backward", "backward", R * d * 2 + N * d * 2 + N * k * 4,
+      [&] { ops::moe_permute_backward(L.dx, L.dxs, L.row_of); });
+  mem("router_backward", "backward", N * E * 8 + N * k * 12,
+      [&] { ops::moe_router_backward(L.d_logits, L.d_w, L.logits, L.ids, r); });
+  const std::vector<Line> memory_lines = lines;
+
+  for (cuda::GroupedGemmImpl impl : impls) {
+    const std::string name = cuda::grouped_gemm_impl_name(impl);
+    if (impl == cuda::GroupedGemmImpl::Wgmma) {
+      cuda::GroupedGemm probe;
+      probe.O = probe.I = 64;
+      const char* why = "";
+      if (!cuda::grouped_gemm_wgmma_applies(probe, &why)) {
+        print({{"bench", "skipped"}, {"impl", name}, {"why", why}});
+        continue;
+      }
+    }
+    cuda::set_grouped_gemm_impl(impl);
+    std::vector<Line> gemm_lines;
+    auto gemm = [&](const std::string& op, const std::string& phase, double M, double Nn, double K,
+                    const std::function<void()>& f) {
+      const double flops = 2.0 * M * Nn * K, ms = time_ms(f, reps);
+      gemm_lines.push_back({op, phase, ms, flops / kPeakFlops * 1e3});
+      print({{"bench", "moe_gemm"}, {"routing", how}, {"impl", name}, {"op", op}, {"phase", phase}, {"rows", L.R},
+             {"n", Nn}, {"k", K}, {"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12},
+             {"floor_ms", flops / kPeakFlops * 1e3}, {"max_over_mean_load", load}});
+    };
+    gemm("gate_up_forward", "forward", R, 2 * F, d, [&] { ops::moe_grouped_linear_forward(L.gu, L.xs, L.w_gu, L.offsets); });
+    gemm("down_forward", "forward", R, d, F, [&] { ops::moe_grouped_linear_forward(L.out, L.h, L.w_down, L.offsets); });
+    gemm("down_backward_input", "backward", R, F, d,
+         [&] { ops::moe_grouped_linear_backward_input(L.dh, L.d_out, L.w_down, L.offsets); });
+    gemm("down_backward_weight", "backward", d, F, R,
+         [&] { ops::moe_grouped_linear_backward_weight(L.dw_down, L.d_out, L.h, L.offsets, false); });
+    gemm("gate_up_backward_weight", "backward", 2 * F, d, R,
+         [&] { ops::moe_grouped_linear_backward_weight(L.dw_gu, L.dgu, L.xs, L.offsets, false); });
+    gemm("gate_up_backward_input", "backward", R, d, 2 * F,
+         [&] { ops::moe_grouped_linear_backward_input(L.dxs, L.dgu, L.w_gu, L.offsets); });
+    double fwd = 0, bwd = 0, floor = 0, gemm_ms = 0, gemm_floor = 0;
+    for (const std::vector<Line>* ls : {&memory_lines, &gemm_lines})
+      for (const Line& l : *ls) {
+        (l.phase == "forward" ? fwd : bwd) += l.ms;
+        floor += l.floor_ms;
+      }
+    for (const Line& l : gemm_lines) gemm_ms += l.ms, gemm_floor += l.floor_ms;
+    print({{"bench", "moe_layer"}, {"routing", how}, {"impl", name}, {"max_over_mean_load", load},
+           {"forward_ms", fwd}, {"backward_ms", bwd}, {"total_ms", fwd + bwd}, {"floor_ms", floor},
+           {"gemm_ms", gemm_ms}, {"gemm_floor_ms", gemm_floor}, {"gemm_tflops", gemm_floor / gemm_ms * kPeakFlops / 1e12}});
+  }
+  cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
+}
+
+int usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--tokens N] [--dim D] [--experts E] [--topk K] [--ffn F] [--reps R] "
+               "[--routing balanced|router|imbalanced|all] [--impl wgmma|mma|simt|cublas|all]\n",
+               argv0);
+  return 2;
+}
+
+int run(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    auto number = [&](int64_t& out) {
+      if (!v) return false;
+      out = std::atoll(v);
+      ++i;
+      return out > 0;
+    };
+    bool ok = true;
+    if (a == "--tokens") ok = number(o.tokens);
+    else if (a == "--dim") ok = number(o.dim);
+    else if (a == "--experts") ok = number(o.experts);
+    else if (a == "--topk") ok = number(o.topk);
+    else if (a == "--ffn") ok = number(o.ffn);
+    else if (a == "--reps") {
+      int64_t r = 0;
+      ok = number(r);
+      o.reps = static_cast<int>(r);
+    } else if (a == "--routing" && v) o.routing = v, ++i;
+    else if (a == "--impl" && v) o.impl = v, ++i;
+    else ok = false;
+    if (!ok) return usage(argv[0]);
+  }
+  const std::vector<std::string> all_routings = {"balanced", "router", "imbalanced"};
+  if (o.routing != "all" && std::find(all_routings.begin(), all_routings.end(), o.routing) == all_routings.end())
+    return usage(argv[0]);
+  std::vector<cuda::GroupedGemmImpl> impls;
+  if (o.impl == "all" || o.impl == "wgmma") impls.push_back(cuda::GroupedGemmImpl::Wgmma);
+  if (o.impl == "all" || o.impl == "mma") impls.push_back(cuda::GroupedGemmImpl::Mma);
+  if (o.impl == "all" || o.impl == "cublas") impls.push_back(cuda::GroupedGemmImpl::Cublas);
+  if (o.impl == "simt") impls.push_back(cuda::GroupedGemmImpl::Simt);
+  if (impls.empty()) return usage(argv[0]);
+  if (o.topk > o.experts) return usage(argv[0]);
+  if (cuda::device_count() == 0) {
+    std::fprintf(stderr, "tetra_moe_bench: no GPU\n");
+    return 1;
+  }
+  cuda::set_device(gpu());
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return 1;
+  print({{"bench", "device"}, {"name", prop.name}, {"sms", prop.multiProcessorCount}, {"tokens", o.tokens},
+         {"dim", o.dim}, {"experts", o.experts}, {"topk", o.topk}, {"ffn", o.ffn}, {"reps", o.reps}});
+  Layer L = make_layer(o);
+  for (const std::string& how : all_routings)
+    if (o.routing == "all" || o.routing == how) bench_routing(L, how, impls, o.reps);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tetra
+
+int main(int argc, char** argv) {
+  try {
+    return tetra::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tetra_moe_bench: %s\n", e.what());
+    return 1;
+  }
+}
