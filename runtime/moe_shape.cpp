@@ -244,6 +244,26 @@ MoeRowDims check_moe_unpermute_backward(const char* op, const Tensor& d_rows, co
   return {N, k, rows.dim(0), d};
 }
 
+MoeRowDims check_moe_sort_chunks(const char* op, const Tensor& out, const Tensor& in, const Tensor& chunk_counts) {
+  check_2d(op, "in", in, "[R, d]");
+  check_shape(op, "out", out, in.shape());
+  check_dtype(op, "chunk_counts", chunk_counts, DType::I32);
+  check_2d(op, "chunk_counts", chunk_counts, "[A, B] (ranks × experts)");
+  check_same_device(op, {&out, &in, &chunk_counts});
+  check_outputs_disjoint(op, out, "out", {{"in", &in}, {"chunk_counts", &chunk_counts}});
+  if (in.dim(0) > kMaxInt32) TETRA_FAIL(Internal, op, ": R = ", in.dim(0), " rows exceed int32");
+  return {0, 0, in.dim(0), in.dim(1)};
+}
+
+void check_moe_chunk_offsets(const char* op, const Tensor& offsets, const Tensor& chunk_counts) {
+  check_dtype(op, "chunk_counts", chunk_counts, DType::I32);
+  check_2d(op, "chunk_counts", chunk_counts, "[A, B] (ranks × experts)");
+  check_dtype(op, "offsets", offsets, DType::I32);
+  check_shape(op, "offsets", offsets, {chunk_counts.dim(1) + 1});
+  check_same_device(op, {&offsets, &chunk_counts});
+  check_disjoint(op, "chunk_counts", offsets, chunk_counts);
+}
+
 namespace {
 
 // w [G, O, I] and offsets int32 [G + 1]; returns G.

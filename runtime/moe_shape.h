@@ -44,6 +44,10 @@ MoeRowDims check_moe_unpermute_backward(const char* op, const Tensor& d_rows, co
                                         const Tensor& dy, const Tensor& rows, const Tensor& weights,
                                         const Tensor& row_of);
 
+// out, in [R, d], chunk_counts int32 [A, B]; returns R, d (and A, B through the pointers).
+MoeRowDims check_moe_sort_chunks(const char* op, const Tensor& out, const Tensor& in, const Tensor& chunk_counts);
+void check_moe_chunk_offsets(const char* op, const Tensor& offsets, const Tensor& chunk_counts);
+
 struct MoeGemmDims {
   int64_t G, R, O, I;  // experts, rows, output and input features
 };

@@ -143,6 +143,14 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
   check_same_device("moe_unpermute_backward", {&d_rows, &d_weights, &dy, &rows, &weights, &row_of});
   TETRA_DISPATCH(dy.device(), moe_unpermute_backward, d_rows, d_weights, dy, rows, weights, row_of);
 }
+void moe_sort_chunks(Tensor& out, const Tensor& in, const Tensor& chunk_counts, bool inverse) {
+  check_same_device("moe_sort_chunks", {&out, &in, &chunk_counts});
+  TETRA_DISPATCH(in.device(), moe_sort_chunks, out, in, chunk_counts, inverse);
+}
+void moe_chunk_offsets(Tensor& offsets, const Tensor& chunk_counts) {
+  check_same_device("moe_chunk_offsets", {&offsets, &chunk_counts});
+  TETRA_DISPATCH(chunk_counts.device(), moe_chunk_offsets, offsets, chunk_counts);
+}
 void moe_grouped_linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& offsets) {
   check_same_device("moe_grouped_linear_forward", {&y, &x, &w, &offsets});
   TETRA_DISPATCH(x.device(), moe_grouped_linear_forward, y, x, w, offsets);

@@ -162,6 +162,16 @@ void moe_unpermute(Tensor& y, const Tensor& rows, const Tensor& weights, const T
 void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy, const Tensor& rows,
                             const Tensor& weights, const Tensor& row_of);
 
+// Expert parallelism: rows that arrive from A ranks hold, per rank, its rows for each of this rank's
+// B experts, in (rank, expert) order; chunk_counts int32 [A, B] (device) gives their sizes.
+// moe_sort_chunks reorders the chunks into (expert, rank) order, so that each expert's rows are
+// contiguous for the grouped GEMMs; inverse = true takes (expert, rank) order back to (rank, expert)
+// for the return exchange. out, in [R, d] (R ≥ Σ chunk_counts; rows past the sum are not written;
+// out may not overlap in). moe_chunk_offsets gives the experts' offsets int32 [B + 1] in the sorted
+// order: offsets[b] = Σ_{b' < b} Σ_a chunk_counts[a, b'].
+void moe_sort_chunks(Tensor& out, const Tensor& in, const Tensor& chunk_counts, bool inverse = false);
+void moe_chunk_offsets(Tensor& offsets, const Tensor& chunk_counts);
+
 // Grouped expert GEMMs. Expert g owns rows [offsets[g], offsets[g + 1]) (offsets int32 [G + 1] on the
 // device, nondecreasing, within [0, R]; a group may be empty); w [G, O, I] holds one nn.Linear weight
 // per expert (SwiGLU experts: gate|up fused [G, 2F, d], down [G, d, F]). Rows outside

@@ -140,4 +140,50 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
   }
 }
 
+void moe_sort_chunks(Tensor& out, const Tensor& in, const Tensor& chunk_counts, bool inverse) {
+  const char* op = "moe_sort_chunks";
+  const MoeRowDims d = check_moe_sort_chunks(op, out, in, chunk_counts);
+  check_dtype(op, "out", out, DType::F32);
+  check_dtype(op, "in", in, DType::F32);
+  const int64_t A = chunk_counts.dim(0), B = chunk_counts.dim(1);
+  const int32_t* c = chunk_counts.data<int32_t>();
+  // Start row of chunk (a, b) in (rank, expert) order and in (expert, rank) order.
+  std::vector<int64_t> by_rank(static_cast<size_t>(A * B)), by_expert(static_cast<size_t>(A * B));
+  int64_t at = 0;
+  for (int64_t a = 0; a < A; ++a)
+    for (int64_t b = 0; b < B; ++b) {
+      if (c[a * B + b] < 0)
+        TETRA_FAIL(Internal, op, ": chunk_counts[", a, ", ", b, "] = ", c[a * B + b], " is negative");
+      by_rank[static_cast<size_t>(a * B + b)] = at;
+      at += c[a * B + b];
+    }
+  if (at > d.R) TETRA_FAIL(Internal, op, ": the chunks hold ", at, " rows but in has only R = ", d.R);
+  at = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t a = 0; a < A; ++a) {
+      by_expert[static_cast<size_t>(a * B + b)] = at;
+      at += c[a * B + b];
+    }
+  const float* src = in.data<float>();
+  float* dst = out.data<float>();
+  for (int64_t i = 0; i < A * B; ++i) {
+    const int64_t from = inverse ? by_expert[static_cast<size_t>(i)] : by_rank[static_cast<size_t>(i)];
+    const int64_t to = inverse ? by_rank[static_cast<size_t>(i)] : by_expert[static_cast<size_t>(i)];
+    std::copy(src + from * d.d, src + (from + c[i]) * d.d, dst + to * d.d);
+  }
+}
+
+void moe_chunk_offsets(Tensor& offsets, const Tensor& chunk_counts) {
+  check_moe_chunk_offsets("moe_chunk_offsets", offsets, chunk_counts);
+  const int64_t A = chunk_counts.dim(0), B = chunk_counts.dim(1);
+  const int32_t* c = chunk_counts.data<int32_t>();
+  int32_t* o = offsets.data<int32_t>();
+  o[0] = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    int32_t sum = 0;
+    for (int64_t a = 0; a < A; ++a) sum += c[a * B + b];
+    o[b + 1] = o[b] + sum;
+  }
+}
+
 }  // namespace tetra::cpu

@@ -48,6 +48,8 @@ void moe_permute_backward(Tensor& dx, const Tensor& d_rows, const Tensor& row_of
 void moe_unpermute(Tensor& y, const Tensor& rows, const Tensor& weights, const Tensor& row_of, bool accumulate);
 void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy, const Tensor& rows,
                             const Tensor& weights, const Tensor& row_of);
+void moe_sort_chunks(Tensor& out, const Tensor& in, const Tensor& chunk_counts, bool inverse);
+void moe_chunk_offsets(Tensor& offsets, const Tensor& chunk_counts);
 void moe_grouped_linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& offsets);
 void moe_grouped_linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& offsets);
 void moe_grouped_linear_backward_weight(Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& offsets,

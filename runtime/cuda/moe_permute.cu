@@ -3,6 +3,7 @@
 //   permute    rows[r] = x[slot_of[r] / k]                 backward  dx[n] (+)= Σ_j d_rows[row_of[n, j]]
 //   unpermute  y[n] (+)= Σ_j w[n, j] · rows[row_of[n, j]]   backward  d_rows[row_of[n, j]] = w[n, j]·dy[n],
 //                                                                    d_w[n, j] = dy[n] · rows[row_of[n, j]]
+//   sort_chunks  expert-parallel chunks (rank, expert) ↔ (expert, rank); chunk_offsets
 // The map is three small kernels over chunks of 1024 slots (flat slot index n·k + j, so token-major):
 // a per-chunk histogram of expert ids; one block that turns the histograms into the expert offsets
 // and each chunk's first row per expert; and a scatter in which each warp ranks its 32 slots among
@@ -232,6 +233,73 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+// ---------- expert-parallel chunks ----------
+
+constexpr int kMaxChunks = 4096;  // ranks × local experts
+
+// Chunk starts in both orders, in shared memory, for every block: by_rank[a·B + b] and by_expert[a·B + b]
+// (A·B ≤ kMaxChunks; thread 0 scans, the sizes are small), and the total.
+__device__ void chunk_starts(int32_t* by_rank, int32_t* by_expert, int32_t* total, const int32_t* counts, int A,
+                             int B) {
+  if (threadIdx.x == 0) {
+    int32_t at = 0;
+    for (int i = 0; i < A * B; ++i) {
+      by_rank[i] = at;
+      at += counts[i] > 0 ? counts[i] : 0;
+    }
+    *total = at;
+    at = 0;
+    for (int b = 0; b < B; ++b)
+      for (int a = 0; a < A; ++a) {
+        by_expert[a * B + b] = at;
+        at += counts[a * B + b] > 0 ? counts[a * B + b] : 0;
+      }
+  }
+  __syncthreads();
+}
+
+// out row r (< the total and < R) comes from its chunk's row in the other order; the chunk is found
+// by binary search over the chunk starts in out's order (t-th chunk: rank-major or expert-major).
+template <int V, class T>
+__global__ void __launch_bounds__(kRowThreads)
+    sort_chunks_kernel(T* __restrict__ out, const T* __restrict__ in, const int32_t* __restrict__ counts, int A, int B,
+                       int64_t R, int64_t d, bool inverse) {
+  __shared__ int32_t by_rank[kMaxChunks], by_expert[kMaxChunks];
+  __shared__ int32_t total;
+  chunk_starts(by_rank, by_expert, &total, counts, A, B);
+  const int64_t rows = total < R ? total : R, per_row = d / V, items = rows * per_row;
+  const int chunks = A * B;
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; item < items;
+       item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = item / per_row, c = (item % per_row) * V;
+    // t-th chunk in out's order ↔ chunk (a, b): inverse → rank-major (t = a·B + b), else expert-major (t = b·A + a)
+    int lo = 0, hi = chunks - 1;
+    while (lo < hi) {  // the last chunk whose start ≤ r
+      const int mid = (lo + hi + 1) / 2;
+      const int i = inverse ? mid : (mid % A) * B + mid / A;
+      if ((inverse ? by_rank[i] : by_expert[i]) <= r) lo = mid;
+      else hi = mid - 1;
+    }
+    // Among equal starts (empty chunks) the last one wins, which is the non-empty one holding r.
+    const int i = inverse ? lo : (lo % A) * B + lo / A;
+    const int64_t from = (inverse ? by_expert[i] : by_rank[i]) + (r - (inverse ? by_rank[i] : by_expert[i]));
+    float v[V];
+    load_vec<V>(in + from * d + c, v);
+    store_vec<V>(out + r * d + c, v);
+  }
+}
+
+// offsets[b] = Σ_{b' < b} Σ_a counts[a, b'] (one block).
+__global__ void chunk_offsets_kernel(int32_t* offsets, const int32_t* counts, int A, int B) {
+  if (threadIdx.x != 0) return;
+  int32_t at = 0;
+  offsets[0] = 0;
+  for (int b = 0; b < B; ++b) {
+    for (int a = 0; a < A; ++a) at += counts[a * B + b] > 0 ? counts[a * B + b] : 0;
+    offsets[b + 1] = at;
+  }
+}
+
 // V = 8 needs d % 8 == 0 and every tensor 16-byte aligned (row starts then are too).
 bool vectorizable(int64_t d, std::initializer_list<const Tensor*> ts) {
   if (d % 8 != 0) return false;
@@ -389,6 +457,45 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
       });
     });
   });
+}
+
+void moe_sort_chunks(Tensor& out, const Tensor& in, const Tensor& chunk_counts, bool inverse) {
+  const char* op = "moe_sort_chunks";
+  const MoeRowDims d = check_moe_sort_chunks(op, out, in, chunk_counts);
+  check_cuda_float(op, "out", out);
+  check_cuda_float(op, "in", in);
+  check_index(op, "chunk_counts", chunk_counts);
+  const int64_t A = chunk_counts.dim(0), B = chunk_counts.dim(1);
+  if (A * B > kMaxChunks)
+    TETRA_FAIL(Internal, op, ": the CUDA kernel takes at most ", kMaxChunks, " chunks (ranks × experts), got ", A, " × ", B);
+  if (d.R == 0 || d.d == 0 || A * B == 0) return;
+  const Device dev = in.device();
+  DeviceScope scope(dev);
+  const bool vec = vectorizable(d.d, {&out, &in});
+  with_width(vec, [&](auto v) {
+    constexpr int V = decltype(v)::value;
+    dispatch_float(out.dtype(), op, "out", [&](auto to) {
+      using T = decltype(to);
+      if (in.dtype() != out.dtype()) TETRA_FAIL(Internal, op, ": in and out must have one dtype, got ", in.describe());
+      sort_chunks_kernel<V, T><<<grid_size(d.R * d.d / V, kRowThreads, dev, 4), kRowThreads, 0, stream_of(dev)>>>(
+          static_cast<T*>(out.data_ptr()), static_cast<const T*>(in.data_ptr()), chunk_counts.data<int32_t>(),
+          static_cast<int>(A), static_cast<int>(B), d.R, d.d, inverse);
+      TETRA_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void moe_chunk_offsets(Tensor& offsets, const Tensor& chunk_counts) {
+  const char* op = "moe_chunk_offsets";
+  check_moe_chunk_offsets(op, offsets, chunk_counts);
+  check_index(op, "offsets", offsets);
+  check_index(op, "chunk_counts", chunk_counts);
+  const Device dev = offsets.device();
+  DeviceScope scope(dev);
+  chunk_offsets_kernel<<<1, 32, 0, stream_of(dev)>>>(offsets.data<int32_t>(), chunk_counts.data<int32_t>(),
+                                                    static_cast<int>(chunk_counts.dim(0)),
+                                                    static_cast<int>(chunk_counts.dim(1)));
+  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tetra::cuda

@@ -212,7 +212,7 @@ void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::Gro
     gemm("gate_up_backward_input", "backward", R, d, 2 * F,
          [&] { ops::moe_grouped_linear_backward_input(L.dxs, L.dgu, L.w_gu, L.offsets); });
     double fwd = 0, bwd = 0, floor = 0, gemm_ms = 0, gemm_floor = 0;
-    for (const std::vector<Line>* ls : {&memory_lines, &gemm_lines})
+    for (const std::vector<Line>* ls : {&memory_lines, static_cast<const std::vector<Line>*>(&gemm_lines)})
       for (const Line& l : *ls) {
         (l.phase == "forward" ? fwd : bwd) += l.ms;
         floor += l.floor_ms;

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cmath>
 #include <sstream>
@@ -274,6 +275,48 @@ TEST(GpuMoePermute, OddShapesAndFp32) {
   check_movers(257, 4, 9, 264, DType::F32, Routing::Imbalanced, 35);
 }
 
+// Expert-parallel chunks: (rank, expert) → (expert, rank) and back, and the experts' offsets, bit for
+// bit as on the CPU; rows past the chunks stay poisoned.
+TEST(GpuMoePermute, SortChunks) {
+  TETRA_REQUIRE_GPU();
+  Rng rng(36);
+  for (auto [A, B, d] : {std::array<int64_t, 3>{4, 16, 1536}, std::array<int64_t, 3>{3, 5, 13}, std::array<int64_t, 3>{1, 1, 8}}) {
+    Tensor counts = test::random_ids(rng, {A, B}, 0, 300);
+    counts.data<int32_t>()[0] = 0;  // an empty chunk first
+    int64_t total = 0;
+    for (int64_t i = 0; i < A * B; ++i) total += counts.data<int32_t>()[i];
+    const int64_t R = total + 5;
+    const Tensor in = rand_bf16(rng, {R, d}, 1.0);
+    Tensor out = Tensor::empty({R, d}, DType::F32), back = Tensor::empty({R, d}, DType::F32);
+    ops::fill(out, 0.0f);
+    ops::fill(back, 0.0f);
+    ops::moe_sort_chunks(out, in, counts);
+    ops::moe_sort_chunks(back, out, counts, /*inverse=*/true);
+    Tensor offsets = Tensor::empty({B + 1}, DType::I32);
+    ops::moe_chunk_offsets(offsets, counts);
+    for (DType dt : {DType::BF16, DType::F32}) {
+      const std::string what = "sort_chunks A " + std::to_string(A) + " B " + std::to_string(B) + " d " +
+                               std::to_string(d) + " " + dtype_name(dt);
+      Tensor g_counts = upload_raw(counts), g_in = upload(in, dt);
+      Tensor g_out = poisoned({R, d}, dt), g_back = poisoned({R, d}, dt), g_off = poisoned_ints({B + 1});
+      ops::moe_sort_chunks(g_out, g_in, g_counts);
+      ops::moe_sort_chunks(g_back, g_out, g_counts, /*inverse=*/true);
+      ops::moe_chunk_offsets(g_off, g_counts);
+      const std::vector<double> got = download(g_out), got_back = download(g_back), want = values(out);
+      const std::vector<double> want_back = values(back);
+      int64_t wrong = 0, unwritten = 0;
+      for (int64_t i = 0; i < R * d; ++i) {
+        if (i < total * d) wrong += got[static_cast<size_t>(i)] != want[static_cast<size_t>(i)] ||
+                                    got_back[static_cast<size_t>(i)] != want_back[static_cast<size_t>(i)];
+        else unwritten += !std::isnan(got[static_cast<size_t>(i)]);
+      }
+      EXPECT_EQ(wrong, 0) << what;
+      EXPECT_EQ(unwritten, 0) << what << ": rows past the chunks written";
+      expect_same_ints(g_off, offsets, "chunk offsets, " + what);
+    }
+  }
+}
+
 // ---------- grouped GEMMs ----------
 
 // offsets [G + 1] for per-expert row counts (a prefix sum starting at `start`).
@@ -293,20 +336,29 @@ std::vector<int64_t> rows_of_routing(Rng& rng, int64_t N, int64_t k, int64_t G, 
   return rows;
 }
 
+const cuda::GroupedGemmImpl kImpls[] = {cuda::GroupedGemmImpl::Wgmma, cuda::GroupedGemmImpl::Mma,
+                                        cuda::GroupedGemmImpl::Simt, cuda::GroupedGemmImpl::Cublas};
+
+// Whether the wgmma kernel runs here (a compute capability 9.0 GPU and a build with sm_90a code).
+bool wgmma_runs() {
+  cuda::GroupedGemm p;
+  p.O = p.I = 64;
+  const char* why = "";
+  const bool ok = cuda::grouped_gemm_wgmma_applies(p, &why);
+  if (!ok) std::printf("wgmma grouped GEMM not available: %s\n", why);
+  return ok;
+}
+
 // All three GEMMs of one projection w [G, O, I] on rows [R, ·] with the given row counts, with the
 // chosen implementation, operands of dtype `dt` and outputs of dtype `out`, against the CPU twin.
 // Rows before offsets[0] and after offsets[G] must stay poisoned.
 void check_gemm(const std::vector<int64_t>& group_rows, int64_t O, int64_t I, DType dt, DType out,
-                cuda::GroupedGemmImpl impl, uint64_t seed, int64_t lead = 0, int64_t tail = 0) {
+                const std::vector<cuda::GroupedGemmImpl>& impls, uint64_t seed, int64_t lead = 0, int64_t tail = 0) {
   Rng rng(seed);
   const int64_t G = static_cast<int64_t>(group_rows.size());
   int64_t used = 0;
   for (int64_t r : group_rows) used += r;
   const int64_t R = lead + used + tail;
-  std::ostringstream os;
-  os << cuda::grouped_gemm_impl_name(impl) << " G " << G << " rows " << used << " (+" << lead << "+" << tail << ") O "
-     << O << " I " << I << " " << dtype_name(dt) << "→" << dtype_name(out);
-  const std::string what = os.str();
   const Tensor off = offsets_of(group_rows, lead);
   const Tensor x = rand_bf16(rng, {R, I}, 1.0), dy = rand_bf16(rng, {R, O}, 1.0);
   const Tensor w = rand_bf16(rng, {G, O, I}, 1.0 / std::sqrt(static_cast<double>(I)));
@@ -322,47 +374,40 @@ void check_gemm(const std::vector<int64_t>& group_rows, int64_t O, int64_t I, DT
   ops::copy(dw_acc, dw0);
   ops::moe_grouped_linear_backward_weight(dw_acc, dy, x, off, true);
 
-  if (impl == cuda::GroupedGemmImpl::Wgmma && !wgmma_runs()) return;
-  cuda::set_grouped_gemm_impl(impl);
-  Tensor g_off = upload_raw(off), g_x = upload(x, dt), g_dy = upload(dy, dt), g_w = upload(w, dt);
-  Tensor g_y = poisoned({R, O}, out), g_dx = poisoned({R, I}, out), g_dw = poisoned({G, O, I}, out);
-  Tensor g_dw_acc = upload(dw0, out);
-  ops::moe_grouped_linear_forward(g_y, g_x, g_w, g_off);
-  ops::moe_grouped_linear_backward_input(g_dx, g_dy, g_w, g_off);
-  ops::moe_grouped_linear_backward_weight(g_dw, g_dy, g_x, g_off, false);
-  ops::moe_grouped_linear_backward_weight(g_dw_acc, g_dy, g_x, g_off, true);
-  cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
-  const DType tol_type = dt == DType::BF16 || out == DType::BF16 ? DType::BF16 : DType::F32;
-  auto used_rows = [&](const Tensor& dev, const Tensor& host, int64_t cols) {
-    std::vector<double> got = download(dev), ref = values(host);
-    // rows outside the experts' range must still be NaN
-    int64_t written = 0;
-    for (int64_t r = 0; r < R; ++r)
-      if (r < lead || r >= lead + used)
-        for (int64_t c = 0; c < cols; ++c) written += !std::isnan(got[static_cast<size_t>(r * cols + c)]);
-    EXPECT_EQ(written, 0) << "elements written outside the experts' rows, " << what;
-    return std::make_pair(std::vector<double>(got.begin() + lead * cols, got.begin() + (lead + used) * cols),
-                          std::vector<double>(ref.begin() + lead * cols, ref.begin() + (lead + used) * cols));
-  };
-  const auto [yg, yr] = used_rows(g_y, y, O);
-  expect_close(yg, yr, tol_type, "forward, " + what);
-  const auto [dxg, dxr] = used_rows(g_dx, dx, I);
-  expect_close(dxg, dxr, tol_type, "backward input, " + what);
-  expect_close(g_dw, dw, tol_type, "backward weight, " + what);
-  expect_close(g_dw_acc, dw_acc, tol_type, "backward weight accumulating, " + what);
-}
-
-const cuda::GroupedGemmImpl kImpls[] = {cuda::GroupedGemmImpl::Wgmma, cuda::GroupedGemmImpl::Mma,
-                                        cuda::GroupedGemmImpl::Simt, cuda::GroupedGemmImpl::Cublas};
-
-// Whether the wgmma kernel runs here (a compute capability 9.0 GPU and a build with sm_90a code).
-bool wgmma_runs() {
-  cuda::GroupedGemm p;
-  p.O = p.I = 64;
-  const char* why = "";
-  const bool ok = cuda::grouped_gemm_wgmma_applies(p, &why);
-  if (!ok) std::printf("wgmma grouped GEMM not available: %s\n", why);
-  return ok;
+  for (cuda::GroupedGemmImpl impl : impls) {
+    std::ostringstream os;
+    os << cuda::grouped_gemm_impl_name(impl) << " G " << G << " rows " << used << " (+" << lead << "+" << tail
+       << ") O " << O << " I " << I << " " << dtype_name(dt) << "→" << dtype_name(out);
+    const std::string what = os.str();
+    if (impl == cuda::GroupedGemmImpl::Wgmma && !wgmma_runs()) continue;
+    cuda::set_grouped_gemm_impl(impl);
+    Tensor g_off = upload_raw(off), g_x = upload(x, dt), g_dy = upload(dy, dt), g_w = upload(w, dt);
+    Tensor g_y = poisoned({R, O}, out), g_dx = poisoned({R, I}, out), g_dw = poisoned({G, O, I}, out);
+    Tensor g_dw_acc = upload(dw0, out);
+    ops::moe_grouped_linear_forward(g_y, g_x, g_w, g_off);
+    ops::moe_grouped_linear_backward_input(g_dx, g_dy, g_w, g_off);
+    ops::moe_grouped_linear_backward_weight(g_dw, g_dy, g_x, g_off, false);
+    ops::moe_grouped_linear_backward_weight(g_dw_acc, g_dy, g_x, g_off, true);
+    cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
+    const DType tol_type = dt == DType::BF16 || out == DType::BF16 ? DType::BF16 : DType::F32;
+    auto used_rows = [&](const Tensor& dev, const Tensor& host, int64_t cols) {
+      std::vector<double> got = download(dev), ref = values(host);
+      // rows outside the experts' range must still be NaN
+      int64_t written = 0;
+      for (int64_t r = 0; r < R; ++r)
+        if (r < lead || r >= lead + used)
+          for (int64_t c = 0; c < cols; ++c) written += !std::isnan(got[static_cast<size_t>(r * cols + c)]);
+      EXPECT_EQ(written, 0) << "elements written outside the experts' rows, " << what;
+      return std::make_pair(std::vector<double>(got.begin() + lead * cols, got.begin() + (lead + used) * cols),
+                            std::vector<double>(ref.begin() + lead * cols, ref.begin() + (lead + used) * cols));
+    };
+    const auto [yg, yr] = used_rows(g_y, y, O);
+    expect_close(yg, yr, tol_type, "forward, " + what);
+    const auto [dxg, dxr] = used_rows(g_dx, dx, I);
+    expect_close(dxg, dxr, tol_type, "backward input, " + what);
+    expect_close(g_dw, dw, tol_type, "backward weight, " + what);
+    expect_close(g_dw_acc, dw_acc, tol_type, "backward weight accumulating, " + what);
+  }
 }
 
 // The issue's experts: 64 of width F = 512 on 16384 tokens × top-6, gate|up [64, 1024, 1536] and down
@@ -372,37 +417,35 @@ TEST(GpuMoeGroupedGemm, IssueShape) {
   Rng rng(40);
   for (Routing how : {Routing::Random, Routing::Imbalanced}) {
     const std::vector<int64_t> rows = rows_of_routing(rng, 16384, 6, 64, how);
-    for (cuda::GroupedGemmImpl impl : {cuda::GroupedGemmImpl::Wgmma, cuda::GroupedGemmImpl::Mma}) {
-      check_gemm(rows, 1024, 1536, DType::BF16, DType::BF16, impl, 41);
-      check_gemm(rows, 1536, 512, DType::BF16, DType::BF16, impl, 42);
-    }
+    const std::vector<cuda::GroupedGemmImpl> both = {cuda::GroupedGemmImpl::Wgmma, cuda::GroupedGemmImpl::Mma};
+    check_gemm(rows, 1024, 1536, DType::BF16, DType::BF16, both, 41);
+    check_gemm(rows, 1536, 512, DType::BF16, DType::BF16, both, 42);
   }
 }
 
 TEST(GpuMoeGroupedGemm, EveryImplementationOnOddShapes) {
   TETRA_REQUIRE_GPU();
-  for (cuda::GroupedGemmImpl impl : kImpls) {
-    const bool tensor_cores = impl == cuda::GroupedGemmImpl::Wgmma || impl == cuda::GroupedGemmImpl::Mma;
-    // partial tiles in every dimension; an empty expert first and in the middle; a lead and a tail
-    check_gemm({0, 77, 300, 0, 129, 1}, 200, 136, DType::BF16, DType::BF16, impl, 43, 5, 9);
-    // one expert with every row; K longer than the pipeline and not a multiple of its k step
-    check_gemm({0, 0, 1000, 0}, 64, 96, DType::BF16, DType::BF16, impl, 44);
-    check_gemm({3, 200}, 264, 1000, DType::BF16, DType::BF16, impl, 51);
-    // no rows at all: dw is zero
-    check_gemm({0, 0, 0}, 16, 24, DType::BF16, DType::BF16, impl, 45, 3, 0);
-    if (impl != cuda::GroupedGemmImpl::Cublas)  // cuBLAS's grouped GEMM: the output in the operands' type
-      check_gemm({31, 64, 17}, 128, 256, DType::BF16, DType::F32, impl, 46);
-    if (!tensor_cores) {
-      check_gemm({5, 0, 40, 19}, 24, 40, DType::F32, DType::F32, impl, 47, 2, 2);
-      if (impl == cuda::GroupedGemmImpl::Simt) check_gemm({7, 9}, 13, 21, DType::BF16, DType::BF16, impl, 48);
-    }
-  }
+  using Impl = cuda::GroupedGemmImpl;
+  const std::vector<Impl> all(std::begin(kImpls), std::end(kImpls));
+  // partial tiles in every dimension; an empty expert first and in the middle; a lead and a tail
+  check_gemm({0, 77, 300, 0, 129, 1}, 200, 136, DType::BF16, DType::BF16, all, 43, 5, 9);
+  // one expert with every row; K longer than the pipeline and not a multiple of its k step
+  check_gemm({0, 0, 1000, 0}, 64, 96, DType::BF16, DType::BF16, all, 44);
+  check_gemm({3, 200}, 264, 1000, DType::BF16, DType::BF16, all, 51);
+  // no rows at all: dw is zero
+  check_gemm({0, 0, 0}, 16, 24, DType::BF16, DType::BF16, all, 45, 3, 0);
+  // fp32 outputs from bf16 operands (cuBLAS's grouped GEMM wants the operands' type)
+  check_gemm({31, 64, 17}, 128, 256, DType::BF16, DType::F32, {Impl::Wgmma, Impl::Mma, Impl::Simt}, 46);
+  // fp32 operands, and bf16 shapes the tensor-core kernels do not take
+  check_gemm({5, 0, 40, 19}, 24, 40, DType::F32, DType::F32, {Impl::Simt, Impl::Cublas}, 47, 2, 2);
+  check_gemm({7, 9}, 13, 21, DType::BF16, DType::BF16, {Impl::Simt}, 48);
 }
 
 TEST(GpuMoeGroupedGemm, AutoTakesTheSimtKernelWhereTensorCoresDoNotApply) {
   TETRA_REQUIRE_GPU();
-  check_gemm({7, 0, 9}, 13, 21, DType::BF16, DType::BF16, cuda::GroupedGemmImpl::Auto, 49);  // O, I % 8 ≠ 0
-  check_gemm({70, 33}, 40, 48, DType::F32, DType::F32, cuda::GroupedGemmImpl::Auto, 50);
+  check_gemm({7, 0, 9}, 13, 21, DType::BF16, DType::BF16, {cuda::GroupedGemmImpl::Auto}, 49);  // O, I % 8 ≠ 0
+  check_gemm({70, 33}, 40, 48, DType::F32, DType::F32, {cuda::GroupedGemmImpl::Auto}, 50);
+  check_gemm({70, 0, 33}, 40, 48, DType::BF16, DType::BF16, {cuda::GroupedGemmImpl::Auto}, 52);  // a tensor-core kernel
   const char* why = nullptr;
   cuda::GroupedGemm p;
   p.O = 13, p.I = 16;

@@ -327,6 +327,38 @@ TEST(MoeGroupedLinear, MatchesOneLinearPerExpert) {
   }
 }
 
+// Chunks from 3 ranks for 4 local experts: (rank, expert) order → (expert, rank) order and back; rows
+// past the chunks stay as they were.
+TEST(MoePermute, SortChunksGroupsEachExpertsRows) {
+  Rng rng(10);
+  const int64_t A = 3, B = 4, d = 5;
+  Tensor counts = ints({2, 0, 3, 1, 0, 0, 4, 2, 1, 5, 0, 3}, {A, B});
+  int64_t total = 0;
+  for (int64_t i = 0; i < A * B; ++i) total += counts.data<int32_t>()[i];
+  const int64_t R = total + 3;
+  Tensor in = random_tensor(rng, {R, d}), out = poisoned({R, d}), back = poisoned({R, d});
+  ops::moe_sort_chunks(out, in, counts);
+  // expected: for b, for a: the rows of chunk (a, b)
+  std::vector<int64_t> start(static_cast<size_t>(A * B));
+  int64_t at = 0;
+  for (int64_t i = 0; i < A * B; ++i) start[static_cast<size_t>(i)] = at, at += counts.data<int32_t>()[i];
+  int64_t row = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t a = 0; a < A; ++a)
+      for (int32_t r = 0; r < counts.data<int32_t>()[a * B + b]; ++r, ++row)
+        for (int64_t c = 0; c < d; ++c)
+          EXPECT_EQ(out.data<float>()[row * d + c], in.data<float>()[(start[static_cast<size_t>(a * B + b)] + r) * d + c])
+              << "row " << row;
+  for (int64_t r = total; r < R; ++r) EXPECT_TRUE(std::isnan(out.data<float>()[r * d])) << "row " << r << " written";
+  ops::moe_sort_chunks(back, out, counts, /*inverse=*/true);
+  for (int64_t i = 0; i < total * d; ++i) EXPECT_EQ(back.data<float>()[i], in.data<float>()[i]);
+  Tensor offsets = filled_ints({B + 1}, -7);
+  ops::moe_chunk_offsets(offsets, counts);
+  EXPECT_EQ(int_values(offsets), (std::vector<int32_t>{0, 3, 8, 15, 21}));
+  Tensor small = poisoned({total - 1, d}), small_out = poisoned({total - 1, d});
+  expect_error([&] { ops::moe_sort_chunks(small_out, small, counts); }, "moe_sort_chunks", "only R = 20");
+}
+
 TEST(MoeCountsReadback, CopiesTensorsBackToBack) {
   CountsReadback rb(Device::cpu(), 8);
   Tensor a = ints({3, 1, 4}, {3}), b = ints({1, 5, 9, 2}, {2, 2});
