@@ -2,8 +2,11 @@
 // tensor cores at their full rate, bf16 in, fp32 accumulation) on 128×256 output tiles with k steps of
 // 64, fed from a 4-stage cp.async pipeline (two k-tiles in flight, zero-fill at an expert's edge so
 // that no row of the next expert leaks into a weight gradient). Two warpgroups of 128 threads each own
-// 64 rows × 256 columns (128 fp32 accumulators per thread) and both load and multiply. Tiles are
-// scheduled from the device offsets exactly as the mma.sync kernel's (runtime/cuda/moe_grouped_tiles.cuh).
+// 64 rows × 256 columns (128 fp32 accumulators per thread) and both load and multiply. Persistent: one
+// block per SM walks its share of the tile list (built in shared memory from the device offsets, in
+// the order of runtime/cuda/moe_grouped_tiles.cuh) with one pipeline across tiles, so that a tile's
+// start (finding its expert, the first loads) hides behind the previous tile's last k-tiles and its
+// result, which goes from the accumulators straight to global memory.
 //
 // Shared-memory layouts are wgmma's canonical 128-byte-swizzled ones (1024-byte atoms of 8 rows of
 // 128 bytes, 16-byte chunk index XOR the row within the atom):
@@ -16,11 +19,11 @@
 // (N-major). BackwardWeight: A = dy rows (M-major), B = x rows (N-major).
 // cp.async writes shared memory through the generic proxy and wgmma reads it through the async proxy:
 // each thread fences (fence.proxy.async) after its copies land and before the block barrier.
-// The result is staged through shared memory (fp32 [128][260]) and written in 16-byte vectors.
 // Compiled for sm_90a only (wgmma); elsewhere the kernel is absent and grouped_gemm_wgmma_applies says no.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -42,10 +45,8 @@ constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kAhead = 2;  // k-til
 constexpr int kThreads = 256;                                             // 2 warpgroups
 constexpr int kAStageBytes = kBM * kBK * 2, kBStageBytes = kBN * kBK * 2;
 constexpr int kStageBytes = kAStageBytes + kBStageBytes;
-constexpr int kCStride = kBN + 4;  // fp32 staging row, padded
-constexpr size_t kPipeBytes = static_cast<size_t>(kStages) * kStageBytes;
-constexpr size_t kStageCBytes = static_cast<size_t>(kBM) * kCStride * 4;
-constexpr size_t kSmemBytes = (kPipeBytes > kStageCBytes ? kPipeBytes : kStageCBytes) + 1024;  // + alignment
+constexpr size_t kSmemBytes = static_cast<size_t>(kStages) * kStageBytes + 1024;  // + alignment
+constexpr int kMaxTableGroups = 1024;  // experts per launch (the tile table lives in shared memory)
 static_assert(kStages - kAhead >= 2, "a stage is overwritten two k-tiles after its wgmma was issued");
 
 struct Params {
@@ -161,119 +162,221 @@ __device__ __forceinline__ void load_tile(uint32_t s, const bf16* base, int64_t 
 
 #endif  // TETRA_WGMMA
 
+#ifdef TETRA_WGMMA
+
+// One output tile: where its operands and result are, and its extent.
+struct Tile {
+  const bf16* a;  // A(m0 + ·, ·) or A(·, m0 + ·): the tile's expert, m0 and k0 = 0 applied below
+  const bf16* b;
+  int64_t m0, n0, M, N, K;  // tile origin; the expert's problem extents
+  int64_t c_offset;         // elements from c to the expert's C(0, 0)
+};
+
+// The tile list of this launch, built once per block in shared memory:
+//   Forward / BackwardInput: table[g] = the first tile of expert g (tiles n-fastest), table[G] = total;
+//   BackwardWeight: table[rank] = the expert of that rank (falling row count, ties by index).
+template <GroupedGemmKind KIND>
+__device__ int64_t build_tile_table(const Params& p, int* table, int* rows) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (KIND != GroupedGemmKind::BackwardWeight) {
+    if (warp == 0) {
+      int prefix = 0;
+      for (int g0 = 0; g0 < p.G; g0 += 32) {
+        const int g = g0 + lane;
+        int tiles = 0;
+        if (g < p.G) {
+          int64_t s, e;
+          group_rows(p.offsets, g, p.R, &s, &e);
+          tiles = static_cast<int>((e - s + kBM - 1) / kBM) * p.tiles_n;
+        }
+        int incl = tiles;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const int v = __shfl_up_sync(0xffffffffu, incl, o);
+          if (lane >= o) incl += v;
+        }
+        if (g < p.G) table[g] = prefix + incl - tiles;
+        prefix += __shfl_sync(0xffffffffu, incl, 31);
+      }
+      if (lane == 0) table[p.G] = prefix;
+    }
+    __syncthreads();
+    return table[p.G];
+  }
+  if (p.G > kMaxLptGroups) {  // too many experts to sort here: expert order
+    for (int g = threadIdx.x; g < p.G; g += blockDim.x) table[g] = g;
+    __syncthreads();
+    return static_cast<int64_t>(p.G) * p.tiles_m * p.tiles_n;
+  }
+  for (int g = threadIdx.x; g < p.G; g += blockDim.x) {
+    int64_t s, e;
+    group_rows(p.offsets, g, p.R, &s, &e);
+    rows[g] = static_cast<int>(e - s);
+  }
+  __syncthreads();
+  for (int g = threadIdx.x; g < p.G; g += blockDim.x) {
+    int r = 0;
+    for (int h = 0; h < p.G; ++h) r += rows[h] > rows[g] || (rows[h] == rows[g] && h < g);
+    table[r] = g;
+  }
+  __syncthreads();
+  return static_cast<int64_t>(p.G) * p.tiles_m * p.tiles_n;
+}
+
+template <GroupedGemmKind KIND>
+__device__ __forceinline__ Tile tile_info(const Params& p, const int* table, int64_t t) {
+  int g;
+  int64_t local;
+  if (KIND != GroupedGemmKind::BackwardWeight) {
+    int lo = 0, hi = p.G - 1;  // the last expert whose first tile ≤ t (empty experts share their start)
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (table[mid] <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    g = lo;
+    local = t - table[g];
+  } else {
+    const int64_t per_group = static_cast<int64_t>(p.tiles_m) * p.tiles_n;
+    g = table[t / per_group];
+    local = t % per_group;
+  }
+  int64_t r0, r1;
+  group_rows(p.offsets, g, p.R, &r0, &r1);
+  Tile T;
+  T.m0 = local / p.tiles_n * kBM;
+  T.n0 = local % p.tiles_n * kBN;
+  const int64_t w = static_cast<int64_t>(g) * p.O * p.I;
+  if (KIND == GroupedGemmKind::Forward) {
+    T.M = r1 - r0, T.N = p.O, T.K = p.I;
+    T.a = p.a + r0 * p.I, T.b = p.b + w, T.c_offset = r0 * p.O;
+  } else if (KIND == GroupedGemmKind::BackwardInput) {
+    T.M = r1 - r0, T.N = p.I, T.K = p.O;
+    T.a = p.a + r0 * p.O, T.b = p.b + w, T.c_offset = r0 * p.I;
+  } else {
+    T.M = p.O, T.N = p.I, T.K = r1 - r0;
+    T.a = p.a + r0 * p.O, T.b = p.b + r0 * p.I, T.c_offset = w;
+  }
+  return T;
+}
+
+#endif  // TETRA_WGMMA
+
+// Persistent: each block takes tiles blockIdx.x, blockIdx.x + gridDim.x, … and runs one pipeline over
+// the sequence of all their k-tiles, so that the next tile's first k-tiles load while the current
+// tile finishes and writes its result (straight from the accumulators: the pipeline's shared memory
+// stays busy). Stage of the i-th k-tile in the sequence: i mod 4; loaded at step i − 2.
 template <GroupedGemmKind KIND, class TC>
 __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_wgmma_kernel(Params p) {
 #ifdef TETRA_WGMMA
   constexpr bool A_KMAJOR = KIND != GroupedGemmKind::BackwardWeight;
   constexpr bool B_KMAJOR = KIND == GroupedGemmKind::Forward;
+  // the operands' row strides: A = x or dy rows, B = w[g] or x rows
+  const int64_t lda = KIND == GroupedGemmKind::Forward ? p.I : p.O;
+  const int64_t ldb = p.I;
+  const int64_t ldc = KIND == GroupedGemmKind::Forward ? p.O : p.I;
   extern __shared__ unsigned char smem_raw[];
-  __shared__ int s_rows[kMaxLptGroups];
-  const TileAt at = locate_tile<KIND, kBM>(p.offsets, p.G, p.R, p.tiles_m, p.tiles_n, s_rows);
-  if (!at.valid) return;
-  const int g = at.g;
-  const int64_t m0 = at.m_tile * kBM, n0 = at.n_tile * kBN;
-  int64_t r0, r1;
-  group_rows(p.offsets, g, p.R, &r0, &r1);
-  int64_t M, N, K, lda, ldb, ldc;
-  const bf16 *A, *B;
-  TC* C;
-  if (KIND == GroupedGemmKind::Forward) {
-    M = r1 - r0, N = p.O, K = p.I, lda = p.I, ldb = p.I, ldc = p.O;
-    A = p.a + r0 * p.I;
-    B = p.b + static_cast<int64_t>(g) * p.O * p.I;
-    C = static_cast<TC*>(p.c) + r0 * p.O;
-  } else if (KIND == GroupedGemmKind::BackwardInput) {
-    M = r1 - r0, N = p.I, K = p.O, lda = p.O, ldb = p.I, ldc = p.I;
-    A = p.a + r0 * p.O;
-    B = p.b + static_cast<int64_t>(g) * p.O * p.I;
-    C = static_cast<TC*>(p.c) + r0 * p.I;
-  } else {
-    M = p.O, N = p.I, K = r1 - r0, lda = p.O, ldb = p.I, ldc = p.I;
-    A = p.a + r0 * p.O;
-    B = p.b + r0 * p.I;
-    C = static_cast<TC*>(p.c) + static_cast<int64_t>(g) * p.O * p.I;
-  }
-  if (KIND == GroupedGemmKind::BackwardWeight && K == 0 && p.accumulate) return;  // adds nothing
+  __shared__ int table[kMaxTableGroups + 1];
+  __shared__ int rows[kMaxLptGroups];
+  const int64_t total = build_tile_table<KIND>(p, table, rows);
 
   // 1024-byte aligned stages (the swizzle pattern repeats every 1024 bytes of address)
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
-  unsigned char* smem = smem_raw + (base - raw);
   auto a_stage = [&](int s) { return base + static_cast<uint32_t>(s * kStageBytes); };
   auto b_stage = [&](int s) { return base + static_cast<uint32_t>(s * kStageBytes + kAStageBytes); };
-  auto load_stage = [&](int s, int64_t kt) {
-    const int64_t k0 = kt * kBK;
-    load_tile<A_KMAJOR, kBM>(a_stage(s), A, lda, m0, M, k0, K);
-    load_tile<B_KMAJOR, kBN>(b_stage(s), B, ldb, n0, N, k0, K);
-  };
 
-  float d[128];
-#pragma unroll
-  for (int i = 0; i < 128; ++i) d[i] = 0.0f;
-  const int wg = threadIdx.x / 128;
-  const int64_t KT = (K + kBK - 1) / kBK;
-#pragma unroll
-  for (int s = 0; s < kAhead; ++s) {
-    if (s < KT) load_stage(s, s);
-    cp_async_commit();
-  }
-  for (int64_t kt = 0; kt < KT; ++kt) {
-    cp_async_wait<kAhead - 1>();  // this thread's copies of k-tile kt have landed
-    fence_proxy_async();          // … and are visible to wgmma's async proxy
-    __syncthreads();              // everyone's; and every warpgroup's wgmma of kt − 2 is complete
-    const int64_t next = kt + kAhead;
-    if (next < KT) load_stage(static_cast<int>(next % kStages), next);
-    cp_async_commit();
-    const int s = static_cast<int>(kt % kStages);
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kBK / 16; ++ks) {
-      uint64_t da, db;
-      if (A_KMAJOR) da = make_desc(a_stage(s) + wg * 64 * 128 + ks * 32, 16, 1024);
-      else da = make_desc(a_stage(s) + ((wg * (kBK / 8) + 2 * ks) << 10), (kBK / 8) * 1024, 1024);
-      if (B_KMAJOR) db = make_desc(b_stage(s) + ks * 32, 16, 1024);
-      else db = make_desc(b_stage(s) + ((2 * ks) << 10), (kBK / 8) * 1024, 1024);
-      wgmma_m64n256k16<A_KMAJOR ? 0 : 1, B_KMAJOR ? 0 : 1>(d, da, db);
+  // The load cursor: tile t_load, its k-tile kt_load (tiles without k-tiles are skipped here).
+  int64_t t_load = blockIdx.x, kt_load = 0;
+  Tile L{};
+  int64_t kt_count = 0;
+  auto seek = [&] {  // from (t_load, kt_load) to the next k-tile that exists
+    while (t_load < total) {
+      if (kt_load == 0) {
+        L = tile_info<KIND>(p, table, t_load);
+        kt_count = (L.K + kBK - 1) / kBK;
+      }
+      if (kt_load < kt_count) return;
+      t_load += gridDim.x;
+      kt_load = 0;
     }
-    wgmma_commit();
-    wgmma_wait<1>();  // the k-tile before this one is done with its stage
+  };
+  seek();
+  int stage_load = 0;
+  auto issue = [&] {  // loads the cursor's k-tile (if any) as one commit group, then advances
+    if (t_load < total) {
+      const int64_t k0 = kt_load * kBK;
+      load_tile<A_KMAJOR, kBM>(a_stage(stage_load), L.a, lda, L.m0, L.M, k0, L.K);
+      load_tile<B_KMAJOR, kBN>(b_stage(stage_load), L.b, ldb, L.n0, L.N, k0, L.K);
+      ++kt_load;
+      seek();
+    }
+    cp_async_commit();
+    stage_load = (stage_load + 1) % kStages;
+  };
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) issue();
+
+  const int wg = threadIdx.x / 128, w = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  int stage = 0;
+  float d[128];
+  for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+    const Tile T = tile_info<KIND>(p, table, t);
+    const int64_t KT = (T.K + kBK - 1) / kBK;
+    if (KIND == GroupedGemmKind::BackwardWeight && KT == 0 && p.accumulate) continue;  // adds nothing
+#pragma unroll
+    for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+    for (int64_t kt = 0; kt < KT; ++kt) {
+      cp_async_wait<kAhead - 1>();  // this thread's copies of this k-tile have landed
+      fence_proxy_async();          // … and are visible to wgmma's async proxy
+      __syncthreads();              // everyone's; and every warpgroup's wgmma two k-tiles back is complete
+      issue();                      // the k-tile two ahead, into the stage of the one two back
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kBK / 16; ++ks) {
+        uint64_t da, db;
+        if (A_KMAJOR) da = make_desc(a_stage(stage) + wg * 64 * 128 + ks * 32, 16, 1024);
+        else da = make_desc(a_stage(stage) + ((wg * (kBK / 8) + 2 * ks) << 10), (kBK / 8) * 1024, 1024);
+        if (B_KMAJOR) db = make_desc(b_stage(stage) + ks * 32, 16, 1024);
+        else db = make_desc(b_stage(stage) + ((2 * ks) << 10), (kBK / 8) * 1024, 1024);
+        wgmma_m64n256k16<A_KMAJOR ? 0 : 1, B_KMAJOR ? 0 : 1>(d, da, db);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the k-tile before this one is done with its stage
+#pragma unroll
+      for (int i = 0; i < 128; ++i) fence_operand(d[i]);
+      stage = (stage + 1) % kStages;
+    }
+    wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < 128; ++i) fence_operand(d[i]);
-  }
-  wgmma_wait<0>();
+    // The result from the accumulators: thread (w, lane) holds rows 16·w + lane/4 (+8) of its
+    // warpgroup's 64, columns 8j + 2·(lane mod 4) (+1) for j < 32.
+    TC* C = static_cast<TC*>(p.c) + T.c_offset;
+    const int64_t row = T.m0 + wg * 64 + w * 16 + lane / 4;
 #pragma unroll
-  for (int i = 0; i < 128; ++i) fence_operand(d[i]);
+    for (int half = 0; half < 2; ++half) {
+      const int64_t gm = row + half * 8;
+      if (gm >= T.M) continue;
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        const int64_t gn = T.n0 + 8 * j + 2 * (lane % 4);
+        if (gn >= T.N) continue;
+        float v0 = d[4 * j + 2 * half], v1 = d[4 * j + 2 * half + 1];
+        TC* dst = C + gm * ldc + gn;
+        if (KIND == GroupedGemmKind::BackwardWeight && p.accumulate) {
+          v0 += to_f32(dst[0]);
+          v1 += to_f32(dst[1]);
+        }
+        if constexpr (std::is_same_v<TC, bf16>) {
+          *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);
+        } else {
+          *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+        }
+      }
+    }
+  }
   cp_async_wait<0>();
-  __syncthreads();  // the pipeline's shared memory becomes the output staging
-
-  float* sc = reinterpret_cast<float*>(smem);
-  {
-    const int w = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    const int row = wg * 64 + w * 16 + lane / 4, col = 2 * (lane % 4);
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      *reinterpret_cast<float2*>(sc + row * kCStride + 8 * j + col) = make_float2(d[4 * j], d[4 * j + 1]);
-      *reinterpret_cast<float2*>(sc + (row + 8) * kCStride + 8 * j + col) = make_float2(d[4 * j + 2], d[4 * j + 3]);
-    }
-  }
-  __syncthreads();
-  const int col = (threadIdx.x % (kBN / 8)) * 8;
-  for (int row = threadIdx.x / (kBN / 8); row < kBM; row += kThreads / (kBN / 8)) {
-    const int64_t gm = m0 + row, gn = n0 + col;
-    if (gm >= M || gn >= N) continue;
-    float v[8];
-    const float4 lo = *reinterpret_cast<const float4*>(sc + row * kCStride + col);
-    const float4 hi = *reinterpret_cast<const float4*>(sc + row * kCStride + col + 4);
-    unpack_f32x8(lo, hi, v);
-    TC* dst = C + gm * ldc + gn;
-    if (KIND == GroupedGemmKind::BackwardWeight && p.accumulate) {
-      float old[8];
-      load_vec<8>(dst, old);
-#pragma unroll
-      for (int t = 0; t < 8; ++t) v[t] += old[t];
-    }
-    store_vec<8>(dst, v);
-  }
 #endif  // TETRA_WGMMA
 }
 
@@ -329,7 +432,7 @@ bool grouped_gemm_wgmma_applies(const GroupedGemm& p, const char** why) {
   if (p.c_type != DType::BF16 && p.c_type != DType::F32) return no("the output is neither bf16 nor fp32");
   if (p.O % 8 != 0 || p.I % 8 != 0) return no("O or I is not a multiple of 8");
   if (!aligned16(p.a) || !aligned16(p.b) || !aligned16(p.c)) return no("a tensor is not 16-byte aligned");
-  if (p.G > std::numeric_limits<int>::max() / 2) return no("too many experts");
+  if (p.G > kMaxTableGroups) return no("more than 1024 experts in one call");
   static const bool fits = device_fits(nullptr);
   if (!fits) {
     device_fits(why);
@@ -344,11 +447,11 @@ void grouped_gemm_wgmma(const GroupedGemm& p, Device device, cudaStream_t stream
   const int64_t N = p.kind == GroupedGemmKind::Forward ? p.O : p.I;
   Params prm{static_cast<const bf16*>(p.a), static_cast<const bf16*>(p.b), p.c, p.offsets, static_cast<int>(p.G), p.R,
              p.O, p.I, static_cast<int>((p.O + kBM - 1) / kBM), static_cast<int>((N + kBN - 1) / kBN), p.accumulate};
-  const int64_t blocks = p.kind == GroupedGemmKind::BackwardWeight ? p.G * prm.tiles_m * prm.tiles_n
-                                                                   : ((p.R + kBM - 1) / kBM + p.G) * prm.tiles_n;
+  // Persistent blocks, one per SM at most (one fits: 193 KB of shared memory), never more than tiles.
+  const int64_t tiles = p.kind == GroupedGemmKind::BackwardWeight ? p.G * prm.tiles_m * prm.tiles_n
+                                                                  : ((p.R + kBM - 1) / kBM + p.G) * prm.tiles_n;
+  const int64_t blocks = std::min<int64_t>(tiles, sm_count(device));
   if (blocks == 0) return;
-  if (blocks > std::numeric_limits<int>::max())
-    TETRA_FAIL(Internal, p.op, " (wgmma kernel): ", blocks, " tiles exceed one grid");
   auto by_output = [&](auto tc) {
     using TC = decltype(tc);
     switch (p.kind) {
@@ -359,7 +462,6 @@ void grouped_gemm_wgmma(const GroupedGemm& p, Device device, cudaStream_t stream
   };
   if (p.c_type == DType::BF16) by_output(bf16{});
   else by_output(float{});
-  (void)device;
 }
 
 }  // namespace tetra::cuda
