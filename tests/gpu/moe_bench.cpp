@@ -7,13 +7,16 @@
 // token: max/mean load 10.7, as the peer's own router reached), and for each grouped-GEMM
 // implementation asked for. Each op's line gives ms, and its floor: bytes at 4.8 TB/s for the
 // memory-bound ops, FLOPs at 989 TFLOP/s for the GEMMs. A summary line per routing and implementation
-// adds the layer's forward and backward.
+// adds the layer's forward and backward (moe_layer), and a second one times them issued back to back,
+// eagerly and replayed from a CUDA graph (moe_layer_sequence). Last, counts_readback: what the host
+// waits to learn the router's counts (the expert-parallel exchange's sizes) per layer.
 //
 //   tetra_moe_bench [--tokens N] [--dim D] [--experts E] [--topk K] [--ffn F] [--reps R]
 //                   [--routing balanced|router|imbalanced|all] [--impl wgmma|mma|simt|cublas|all]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -22,9 +25,12 @@
 #include <string>
 #include <vector>
 
+#include "runtime/counts_readback.h"
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda_graph.h"
 #include "runtime/cuda/moe_grouped_gemm.h"
 #include "runtime/device.h"
+#include "runtime/error.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
 #include "runtime/stream.h"
@@ -151,6 +157,81 @@ double route(Layer& L, const std::string& how) {
   return static_cast<double>(mx) / (static_cast<double>(L.R) / static_cast<double>(L.E));
 }
 
+// The routed layer's forward then backward as a model issues them, one op after the other on one
+// stream (so launch gaps and the tails between kernels count, which the per-op lines leave out):
+// eager, and captured into one CUDA graph where the implementation needs no host synchronisation
+// (all but cublas), the graph replayed. The routing is recomputed from the same logits every time.
+void bench_sequence(Layer& L, const std::string& how, const std::string& name, bool capturable, double floor_ms,
+                    double load, const ops::MoeRouting& r, int reps) {
+  auto layer = [&] {
+    ops::moe_router_forward(L.ids, L.w, L.counts, L.logits, L.bias, r);
+    ops::moe_permute_map(L.offsets, L.row_of, L.slot_of, L.ids);
+    ops::moe_permute(L.xs, L.x, L.slot_of, L.k);
+    ops::moe_grouped_linear_forward(L.gu, L.xs, L.w_gu, L.offsets);
+    ops::swiglu_forward(L.h, L.gu);
+    ops::moe_grouped_linear_forward(L.out, L.h, L.w_down, L.offsets);
+    ops::moe_unpermute(L.y, L.out, L.w, L.row_of);
+    ops::moe_unpermute_backward(L.d_out, L.d_w, L.dy, L.out, L.w, L.row_of);
+    ops::moe_grouped_linear_backward_input(L.dh, L.d_out, L.w_down, L.offsets);
+    ops::moe_grouped_linear_backward_weight(L.dw_down, L.d_out, L.h, L.offsets, false);
+    ops::swiglu_backward(L.dgu, L.dh, L.gu);
+    ops::moe_grouped_linear_backward_weight(L.dw_gu, L.dgu, L.xs, L.offsets, false);
+    ops::moe_grouped_linear_backward_input(L.dxs, L.dgu, L.w_gu, L.offsets);
+    ops::moe_permute_backward(L.dx, L.dxs, L.row_of);
+    ops::moe_router_backward(L.d_logits, L.d_w, L.logits, L.ids, r);
+  };
+  const Stream stream = Stream::create(gpu());
+  StreamGuard guard(stream);
+  const double eager_ms = time_ms(layer, reps);
+  nlohmann::json line = {{"bench", "moe_layer_sequence"}, {"routing", how}, {"impl", name},
+                         {"max_over_mean_load", load}, {"eager_ms", eager_ms}, {"floor_ms", floor_ms}};
+  if (capturable) {
+    CudaGraph graph(gpu());
+    graph.begin_capture();
+    try {
+      layer();
+    } catch (...) {
+      graph.abort_capture();
+      throw;
+    }
+    graph.end_capture();
+    line["graph_ms"] = time_ms([&] { graph.replay(); }, reps);
+    line["graph_nodes"] = graph.nodes();
+  }
+  print(line);
+}
+
+// What the expert-parallel exchange pays to learn its sizes (runtime/counts_readback.h): the host time
+// from enqueueing the router to holding its counts, with CountsReadback (copy to pinned memory, one
+// event wait), against the router followed by a plain stream synchronisation. µs per layer.
+void bench_counts_readback(Layer& L, int reps) {
+  const ops::MoeRouting r = routing_of(L, false);
+  const Stream stream = current_stream(gpu());
+  CountsReadback rb(gpu(), L.E);
+  auto host_us = [&](const std::function<void()>& f) {
+    for (int i = 0; i < 3; ++i) f();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) f();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
+  };
+  int64_t check = 0;
+  const double readback_us = host_us([&] {
+    ops::moe_router_forward(L.ids, L.w, L.counts, L.logits, L.bias, r);
+    rb.copy_from(L.counts);
+    const int32_t* c = rb.wait();
+    check += c[0];
+  });
+  const double sync_us = host_us([&] {
+    ops::moe_router_forward(L.ids, L.w, L.counts, L.logits, L.bias, r);
+    stream.synchronize();
+  });
+  int64_t sum = 0;
+  for (int64_t e = 0; e < L.E; ++e) sum += rb.wait()[e];
+  if (sum != L.R) TETRA_FAIL(Internal, "tetra_moe_bench: the counts read back sum to ", sum, ", not ", L.R);
+  print({{"bench", "counts_readback"}, {"tokens", L.N}, {"experts", L.E}, {"router_then_readback_us", readback_us},
+         {"router_then_sync_us", sync_us}});
+}
+
 void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::GroupedGemmImpl>& impls, int reps) {
   const double load = route(L, how);
   const ops::MoeRouting r = routing_of(L, how == "balanced");
@@ -221,6 +302,7 @@ void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::Gro
     print({{"bench", "moe_layer"}, {"routing", how}, {"impl", name}, {"max_over_mean_load", load},
            {"forward_ms", fwd}, {"backward_ms", bwd}, {"total_ms", fwd + bwd}, {"floor_ms", floor},
            {"gemm_ms", gemm_ms}, {"gemm_floor_ms", gemm_floor}, {"gemm_tflops", gemm_floor / gemm_ms * kPeakFlops / 1e12}});
+    bench_sequence(L, how, name, impl != cuda::GroupedGemmImpl::Cublas, floor, load, r, reps);
   }
   cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
 }
@@ -281,6 +363,7 @@ int run(int argc, char** argv) {
   Layer L = make_layer(o);
   for (const std::string& how : all_routings)
     if (o.routing == "all" || o.routing == how) bench_routing(L, how, impls, o.reps);
+  bench_counts_readback(L, o.reps);
   return 0;
 }
 
