@@ -13,6 +13,18 @@ namespace tetra {
 
 enum class ReduceOp { Sum, Max, Min, Avg };
 
+// One transfer of a batch of point-to-point operations (Communicator::batch_send_recv): send
+// `tensor` to rank `peer` of the group, or receive into it from `peer`. The tensor is a view of
+// memory that must stay untouched (send) or unread (receive) until the batch's Work is done.
+struct P2PTransfer {
+  enum class Kind { Send, Recv };
+  Kind kind = Kind::Send;
+  Tensor tensor;
+  int peer = 0;
+  static P2PTransfer send(const Tensor& t, int peer) { return {Kind::Send, t, peer}; }
+  static P2PTransfer recv(const Tensor& t, int peer) { return {Kind::Recv, t, peer}; }
+};
+
 // A collective in flight. wait() blocks the host until it is done (CPU) or makes the current
 // compute stream wait for it (CUDA); is_completed() polls without blocking.
 class Work {
@@ -50,6 +62,12 @@ class Communicator {
   virtual std::unique_ptr<Work> broadcast(Tensor& t, int root) = 0;
   virtual std::unique_ptr<Work> send(const Tensor& t, int peer, int tag = 0) = 0;
   virtual std::unique_ptr<Work> recv(Tensor& t, int peer, int tag = 0) = 0;
+  // Every send and receive of `ops` posted together (MPI Isend/Irecv; one NCCL group) under one
+  // Work, so that no order in which the ranks reach the call deadlocks (a ring step: send to r+1,
+  // receive from r-1, on every rank at once). Between one pair of ranks, sends match receives in
+  // the order they are listed. A send to this rank itself needs its receive in the same batch.
+  // Empty tensors are skipped.
+  virtual std::unique_ptr<Work> batch_send_recv(const std::vector<P2PTransfer>& ops) = 0;
   virtual void barrier() = 0;
 
   // A sub-group of the ranks with the same color, ordered by key (as MPI_Comm_split).

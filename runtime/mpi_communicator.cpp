@@ -273,6 +273,33 @@ std::unique_ptr<Work> MpiCommunicator::recv(Tensor& t, int peer, int tag) {
   return make_work("recv", {req});
 }
 
+std::unique_ptr<Work> MpiCommunicator::batch_send_recv(const std::vector<P2PTransfer>& ops) {
+  // Receives are posted first so that eager sends land in posted buffers; all carry one tag of
+  // their own, so they never match a plain send/recv between the same ranks.
+  constexpr int kBatchTag = 0x7e7a;
+  std::vector<MPI_Request> reqs;
+  reqs.reserve(ops.size());
+  for (P2PTransfer::Kind kind : {P2PTransfer::Kind::Recv, P2PTransfer::Kind::Send}) {
+    for (const P2PTransfer& op : ops) {
+      if (op.kind != kind) continue;
+      const char* what = kind == P2PTransfer::Kind::Send ? "batch_send_recv (send)" : "batch_send_recv (recv)";
+      check_host(what, op.tensor);
+      TETRA_CHECK(op.peer >= 0 && op.peer < size_, what, ": peer ", op.peer, " outside the group ", name_, " of ",
+                  size_);
+      if (op.tensor.numel() == 0) continue;
+      MPI_Request req;
+      if (kind == P2PTransfer::Kind::Send)
+        TETRA_MPI_CHECK(MPI_Isend(op.tensor.data_ptr(), count_of(op.tensor.numel()), mpi_type(op.tensor.dtype()),
+                                  op.peer, kBatchTag, comm_, &req));
+      else
+        TETRA_MPI_CHECK(MPI_Irecv(op.tensor.data_ptr(), count_of(op.tensor.numel()), mpi_type(op.tensor.dtype()),
+                                  op.peer, kBatchTag, comm_, &req));
+      reqs.push_back(req);
+    }
+  }
+  return make_work("batch_send_recv", std::move(reqs));
+}
+
 void MpiCommunicator::barrier() {
   MPI_Request req;
   TETRA_MPI_CHECK(MPI_Ibarrier(comm_, &req));

@@ -37,6 +37,7 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<Work> broadcast(Tensor& t, int root) override;
   std::unique_ptr<Work> send(const Tensor& t, int peer, int tag) override;
   std::unique_ptr<Work> recv(Tensor& t, int peer, int tag) override;
+  std::unique_ptr<Work> batch_send_recv(const std::vector<P2PTransfer>& ops) override;
   void barrier() override;
   std::unique_ptr<Communicator> split(int color, int key) override;
 

@@ -45,6 +45,8 @@ class NcclCommunicator : public Communicator {
   // NCCL has no tags: sends and receives between two ranks match in issue order; `tag` is ignored.
   std::unique_ptr<Work> send(const Tensor& t, int peer, int tag = 0) override;
   std::unique_ptr<Work> recv(Tensor& t, int peer, int tag = 0) override;
+  // One NCCL group of ncclSend/ncclRecv.
+  std::unique_ptr<Work> batch_send_recv(const std::vector<P2PTransfer>& ops) override;
   // Blocks the host until every rank has reached the barrier (and this rank's queued work before it).
   void barrier() override;
   // ncclCommSplit (and the host communicator's split); color < 0 leaves this rank out: nullptr.

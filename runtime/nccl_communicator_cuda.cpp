@@ -456,6 +456,28 @@ std::unique_ptr<Work> NcclCommunicator::recv(Tensor& t, int peer, int /*tag*/) {
   });
 }
 
+std::unique_ptr<Work> NcclCommunicator::batch_send_recv(const std::vector<P2PTransfer>& ops) {
+  for (const P2PTransfer& op : ops) {
+    const char* what = op.kind == P2PTransfer::Kind::Send ? "batch_send_recv (send)" : "batch_send_recv (recv)";
+    check_tensor(*impl_, what, "tensor", op.tensor);
+    if (op.peer < 0 || op.peer >= size())
+      TETRA_FAIL(Comm, "NCCL ", what, " on group ", name(), ": peer ", op.peer, " outside [0, ", size(), ")");
+  }
+  const ncclComm_t comm = impl_->comm;
+  return issue(impl_, name(), timeout(), "batch_send_recv", [&](cudaStream_t s) {
+    return grouped([&] {
+      for (const P2PTransfer& op : ops) {
+        if (op.tensor.numel() == 0) continue;
+        const ncclResult_t r = op.kind == P2PTransfer::Kind::Send
+                                   ? ncclSend(op.tensor.data_ptr(), op.tensor.nbytes(), ncclUint8, op.peer, comm, s)
+                                   : ncclRecv(op.tensor.data_ptr(), op.tensor.nbytes(), ncclUint8, op.peer, comm, s);
+        if (r != ncclSuccess && r != ncclInProgress) return r;
+      }
+      return ncclSuccess;
+    });
+  });
+}
+
 void NcclCommunicator::barrier() {
   const ncclComm_t comm = impl_->comm;
   Tensor& buf = impl_->barrier_buf;

@@ -328,6 +328,9 @@ std::unique_ptr<Work> PeerCopyCommunicator::send(const Tensor& t, int peer, int 
   return inner_.send(t, peer, tag);
 }
 std::unique_ptr<Work> PeerCopyCommunicator::recv(Tensor& t, int peer, int tag) { return inner_.recv(t, peer, tag); }
+std::unique_ptr<Work> PeerCopyCommunicator::batch_send_recv(const std::vector<P2PTransfer>& ops) {
+  return inner_.batch_send_recv(ops);
+}
 void PeerCopyCommunicator::barrier() { inner_.barrier(); }
 std::unique_ptr<Communicator> PeerCopyCommunicator::split(int color, int key) { return inner_.split(color, key); }
 void PeerCopyCommunicator::all_reduce_host(std::vector<double>& values, ReduceOp op) {
