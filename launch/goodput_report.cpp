@@ -97,6 +97,7 @@ struct StepExec {
   double start = 0, end = 0;
   std::optional<int64_t> tokens;
   double exposed_comm = 0, bubble = 0, recompute = 0, optimizer = 0, data_wait = 0, host_overhead = 0;
+  std::map<std::string, double> exposed_by_axis;  // optional split of exposed_comm
   size_t order = 0;  // position in the ledger, to break ties
   bool kept = false;
   double covered = 0;  // seconds of wall time the sweep gave to this step
@@ -259,6 +260,19 @@ GoodputReport compute_goodput(const std::vector<json>& events) {
           v = 0;
         }
         *parts[k] = v;
+      }
+      if (auto axes = e.find("exposed_comm_by_axis"); axes != e.end()) {
+        if (!axes->is_object()) {
+          tally.add("ignored step \"exposed_comm_by_axis\" values that are not objects");
+        } else {
+          for (const auto& [axis, v] : axes->items()) {
+            if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
+              tally.add("ignored step \"exposed_comm_by_axis\" entries that are not numbers >= 0");
+              continue;
+            }
+            s.exposed_by_axis[axis] = v.get<double>();
+          }
+        }
       }
       steps.push_back(s);
       continue;
@@ -490,6 +504,7 @@ GoodputReport compute_goodput(const std::vector<json>& events) {
     double exposed = s.exposed_comm * scale, bubble = s.bubble * scale, recompute = s.recompute * scale,
            optimizer = s.optimizer * scale, data = s.data_wait * scale, host = s.host_overhead * scale;
     b.exposed_comm += exposed;
+    for (const auto& [axis, v] : s.exposed_by_axis) r.exposed_comm_by_axis[axis] += v * scale;
     b.pipeline_bubble += bubble;
     b.recompute += recompute;
     b.optimizer += optimizer;

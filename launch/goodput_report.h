@@ -64,6 +64,8 @@ struct GoodputReport {
   double goodput = 0;        // productive / wall, in [0, 1]
   GoodputBreakdown seconds;
   std::map<std::string, double> other_by_name;  // the "other" category, split by span name
+  // The part of exposed_comm of each mesh axis ("dp", "tp", ...), from steps that recorded it.
+  std::map<std::string, double> exposed_comm_by_axis;
 
   std::vector<AttemptSummary> attempts;
   int restarts = 0;          // attempts - 1

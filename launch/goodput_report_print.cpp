@@ -111,6 +111,8 @@ void print_report(const GoodputReport& r, std::ostream& out) {
     row(std::string(name == "unaccounted" ? "" : "  ") + label(name), s);
     if (name == "other")
       for (const auto& [other, os] : r.other_by_name) row("      " + other, os);
+    if (name == "exposed_comm")
+      for (const auto& [axis, as] : r.exposed_comm_by_axis) row("      " + axis + " axis", as);
   }
   out << "  " << std::string(50, '-') << "\n";
   row("total", b.total());
@@ -199,6 +201,7 @@ json to_json(const GoodputReport& r) {
           {"seconds", seconds},
           {"fraction", fraction},
           {"other_by_name", r.other_by_name},
+          {"exposed_comm_by_axis", r.exposed_comm_by_axis},
           {"attempts", attempts},
           {"restarts", r.restarts},
           {"finished", r.finished},

@@ -506,6 +506,13 @@ Trainer::StepResult Trainer::finish_step(const Launched& l) {
     p2p_->end_step(slot_of(l.step));
     r.bubble_s = p2p_->exposed_ms() / 1e3;
   }
+  for (MeshAxis a : kMeshAxes) {
+    // Pipeline transfers are waited for through p2p_ and counted as the bubble, not here; expert
+    // axes only with expert parallelism (without it the expert-data group is dp's).
+    const bool expert = a == MeshAxis::EP || a == MeshAxis::ExpertDP;
+    if (a != MeshAxis::PP && mesh_->axis_size(a) > 1 && (!expert || mesh_->shape().ep > 1))
+      r.exposed_comm_axis_s[axis_name(a)] = comm_->exposed_ms(a) / 1e3;
+  }
   return r;
 }
 
@@ -545,6 +552,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds, s
   m.tokens_per_s = rate;
   m.extra["exposed_comm_ms"] = r.exposed_comm_s * 1e3;
   if (mesh_->shape().pp > 1) m.extra["bubble_ms"] = r.bubble_s * 1e3;
+  for (const auto& [axis, seconds] : r.exposed_comm_axis_s) m.extra["exposed_comm_ms_" + axis] = seconds * 1e3;
   m.extra["mem_peak_gib"] = peak_memory_bytes(device_) / (1024.0 * 1024.0 * 1024.0);
   if (r.skipped) m.extra["skipped"] = true;
   if (val_loss) m.extra["val_loss"] = *val_loss;
@@ -635,8 +643,10 @@ void Trainer::trace_step_end(int64_t step, double seconds) {
   for (const CommScheduler::Record& c : records) {
     const double start = c.start_ms >= 0 ? c.start_ms : c.issued_ms;
     const double end = c.end_ms >= 0 ? c.end_ms : c.issued_ms;
-    tr.complete(c.name, "comm", "communication", t0 + 1e3 * start, 1e3 * (end - start),
-                {{"bytes", c.bytes}, {"compute_waited_ms", c.waited_ms}});
+    // Data parallelism's stream keeps the "communication" row; other axes get a row each.
+    const std::string row = c.axis == MeshAxis::DP ? "communication" : std::string("communication ") + axis_name(c.axis);
+    tr.complete(c.name, "comm", row, t0 + 1e3 * start, 1e3 * (end - start),
+                {{"bytes", c.bytes}, {"compute_waited_ms", c.waited_ms}, {"axis", axis_name(c.axis)}});
   }
   tr.end_step();
 }
@@ -721,6 +731,7 @@ int Trainer::run_steps() {
       t.tokens = loader_->tokens_per_step();
       t.breakdown.exposed_comm = r.exposed_comm_s;
       t.breakdown.bubble = r.bubble_s;
+      t.breakdown.exposed_comm_by_axis = r.exposed_comm_axis_s;
       t.breakdown.optimizer = r.optimizer_s;
       t.breakdown.data_wait = r.data_wait_s;
       t.loss = r.loss;

@@ -7,6 +7,7 @@
 // resumes per checkpoint.resume, and stops gracefully on SIGTERM/SIGUSR1/SIGINT (all ranks after
 // the same step) and on a non-finite step under train.on_nonfinite: stop (docs/operations.md).
 #pragma once
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +62,8 @@ class Trainer {
     double loss = 0, grad_norm = 0, lr = 0;
     double data_wait_s = 0, exposed_comm_s = 0, optimizer_s = 0;
     double bubble_s = 0;  // compute waiting for pipeline transfers
+    // Exposed communication of each mesh axis of size > 1, by axis name ("dp", "tp", ...).
+    std::map<std::string, double> exposed_comm_axis_s;
     bool skipped = false;
     bool stop_nonfinite = false;  // skipped, and train.on_nonfinite is stop
   };

@@ -23,10 +23,21 @@ struct CommScheduler::Pending {
 };
 
 CommScheduler::CommScheduler(Device device) : device_(device) {
-  // A higher-priority stream, so collectives start as soon as their inputs are ready
+  // Higher-priority streams, so collectives start as soon as their inputs are ready
   // (TETRA_COMM_STREAM_PRIORITY=0: the compute stream's priority, for comparison).
   const char* prio = std::getenv("TETRA_COMM_STREAM_PRIORITY");
-  if (device.is_cuda()) comm_ = Stream::create(device, prio && std::string(prio) == "0" ? 0 : -1);
+  priority_ = prio && std::string(prio) == "0" ? 0 : -1;
+  comm_stream(MeshAxis::DP);  // data parallelism's stream exists from the start, as it always did
+}
+
+const Stream& CommScheduler::comm_stream(MeshAxis axis) {
+  const auto a = static_cast<size_t>(axis);
+  TETRA_CHECK(a < comm_.size(), "CommScheduler: mesh axis ", static_cast<int>(axis));
+  if (!created_[a]) {
+    if (device_.is_cuda()) comm_[a] = Stream::create(device_, priority_);
+    created_[a] = true;
+  }
+  return comm_[a];
 }
 
 CommScheduler::~CommScheduler() = default;
@@ -58,25 +69,27 @@ void CommScheduler::begin_replay(int slot) {
 }
 
 CommScheduler::Ticket CommScheduler::issue(const std::string& name, int64_t bytes,
-                                           const std::function<std::unique_ptr<Work>()>& launch) {
+                                           const std::function<std::unique_ptr<Work>()>& launch, MeshAxis axis) {
   Record r;
   r.name = name;
+  r.axis = axis;
   r.bytes = bytes;
   r.issued_ms = host_ms() - host_start_;
   auto p = std::make_unique<Pending>();
   if (device_.is_cuda()) {
+    const Stream comm = comm_stream(axis);
     Stream compute = current_stream(device_);
     p->ready = std::make_unique<Event>(device_);
     p->ready->record(compute);
-    p->ready->block(comm_);
-    StreamGuard on_comm(comm_);
+    p->ready->block(comm);
+    StreamGuard on_comm(comm);
     p->start = std::make_unique<Event>(device_);
-    p->start->record_timing(comm_);
+    p->start->record_timing(comm);
     p->work = launch();
     p->end = std::make_unique<Event>(device_);
-    p->end->record_timing(comm_);
+    p->end->record_timing(comm);
     p->finished = std::make_unique<Event>(device_);
-    p->finished->record(comm_);
+    p->finished->record(comm);
   } else {
     p->work = launch();
   }
@@ -136,6 +149,13 @@ std::string CommScheduler::first_unfinished(int slot) const {
 double CommScheduler::exposed_ms() const {
   double s = 0;
   for (const Record& r : active_->records) s += r.waited_ms;
+  return s;
+}
+
+double CommScheduler::exposed_ms(MeshAxis axis) const {
+  double s = 0;
+  for (const Record& r : active_->records)
+    if (r.axis == axis) s += r.waited_ms;
   return s;
 }
 

@@ -64,6 +64,17 @@ std::vector<int> Mesh::group(MeshAxis axis, int rank) const {
   return g;
 }
 
+int Mesh::axis_size(MeshAxis axis) const {
+  switch (axis) {
+    case MeshAxis::TP: return shape_.tp;
+    case MeshAxis::DP: return shape_.dp;
+    case MeshAxis::PP: return shape_.pp;
+    case MeshAxis::EP: return shape_.ep;
+    case MeshAxis::ExpertDP: return shape_.dp / shape_.ep;
+  }
+  return 1;
+}
+
 std::string Mesh::describe_groups(int rank) const {
   std::ostringstream os;
   for (MeshAxis a : {MeshAxis::TP, MeshAxis::DP, MeshAxis::PP, MeshAxis::EP, MeshAxis::ExpertDP}) {

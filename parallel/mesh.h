@@ -24,6 +24,7 @@ struct MeshCoords {
 };
 
 enum class MeshAxis { TP, DP, PP, EP, ExpertDP };
+inline constexpr MeshAxis kMeshAxes[] = {MeshAxis::TP, MeshAxis::DP, MeshAxis::PP, MeshAxis::EP, MeshAxis::ExpertDP};
 const char* axis_name(MeshAxis a);
 
 class Mesh {
@@ -39,6 +40,7 @@ class Mesh {
   // The ranks of `rank`'s group along an axis, in group order.
   std::vector<int> group(MeshAxis axis, int rank) const;
   std::vector<int> group(MeshAxis axis) const { return group(axis, rank_); }
+  int axis_size(MeshAxis axis) const;  // ranks in a group of `axis`
   std::string describe_groups(int rank) const;  // one line per axis, e.g. "dp: [0, 2, 4, 6]"
 
   // Builds one communicator per axis by splitting `world` (collective over all ranks).

@@ -16,7 +16,9 @@
 //                  precision, device_kind, data_io and data_io_reason (optional: the loader's read
 //                  path and why it was chosen)
 //   step           step, start, end, tokens, exposed_comm, bubble, recompute, optimizer,
-//                  data_wait, host_overhead (seconds inside [start, end]), loss (optional)
+//                  data_wait, host_overhead (seconds inside [start, end]), loss (optional),
+//                  exposed_comm_by_axis (optional: {"dp": s, "tp": s, ...}, the part of
+//                  exposed_comm of each mesh axis of size > 1)
 //   eval           start, end, step
 //   ckpt_save      start, end (of the part that blocked training), step, async,
 //                  write_seconds (optional: total write time, when written in the background) [synced]
@@ -27,6 +29,7 @@
 // Spans ended by an exception carry "failed": true.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -74,6 +77,7 @@ struct RunInfo {
 // rank 0 records the mean or the critical rank's values). Each lies inside the step's span.
 struct StepBreakdown {
   double exposed_comm = 0;   // compute waiting on communication
+  std::map<std::string, double> exposed_comm_by_axis;  // its split by mesh axis ("dp", "tp", ...)
   double bubble = 0;         // pipeline idle time
   double recompute = 0;      // forward passes redone for activation recomputation
   double optimizer = 0;      // optimizer step (incl. its communication)

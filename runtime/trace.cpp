@@ -74,8 +74,20 @@ void Tracer::end() {
 
 void Tracer::complete(const std::string& name, const char* cat, const std::string& thread, double ts_us,
                       double dur_us, nlohmann::json args) {
-  events_.push_back({{"ph", "X"}, {"name", name}, {"cat", cat}, {"pid", pid_}, {"tid", thread == "compute" ? 1 : 2},
-                     {"ts", ts_us}, {"dur", dur_us}, {"args", std::move(args)}});
+  // "compute" and "communication" have their rows from start(); any other name (a communication
+  // stream per mesh axis) gets the next row, named at its first event.
+  int tid = thread == "compute" ? 1 : thread == "communication" ? 2 : 0;
+  if (tid == 0) {
+    auto it = extra_threads_.find(thread);
+    if (it == extra_threads_.end()) {
+      it = extra_threads_.emplace(thread, 3 + static_cast<int>(extra_threads_.size())).first;
+      events_.push_back(
+          {{"ph", "M"}, {"name", "thread_name"}, {"pid", pid_}, {"tid", it->second}, {"args", {{"name", thread}}}});
+    }
+    tid = it->second;
+  }
+  events_.push_back({{"ph", "X"}, {"name", name}, {"cat", cat}, {"pid", pid_}, {"tid", tid}, {"ts", ts_us},
+                     {"dur", dur_us}, {"args", std::move(args)}});
 }
 
 void Tracer::end_step() {

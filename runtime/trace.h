@@ -25,7 +25,8 @@ class Tracer {
   // A region on the current stream of the traced device ("cat": op, layer, step).
   void begin(const char* name, const char* cat);
   void end();
-  // A region already timed elsewhere (communication), in µs since the epoch of this trace.
+  // A region already timed elsewhere (communication), in µs since the epoch of this trace, on the
+  // row named `thread` ("compute", "communication", or any other name: a row of its own).
   void complete(const std::string& name, const char* cat, const std::string& thread, double ts_us, double dur_us,
                 nlohmann::json args = nlohmann::json::object());
   // The µs timestamp this trace gives to the current moment of the device stream (records an event).
@@ -52,6 +53,7 @@ class Tracer {
   std::vector<std::unique_ptr<Region>> open_, done_;
   nlohmann::json events_ = nlohmann::json::array();
   std::map<std::string, OpStat> op_profile_;
+  std::map<std::string, int> extra_threads_;  // trace rows beyond compute and communication
   double host_epoch_us_ = 0, step_start_us_ = 0;
   std::unique_ptr<Region> step_anchor_;
   int steps_ = 0;

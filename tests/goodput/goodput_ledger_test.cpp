@@ -89,7 +89,8 @@ TEST(GoodputLedger, EventsFollowTheSchema) {
                  .breakdown = {.exposed_comm = 0.1, .bubble = 0.2, .recompute = 0.3, .optimizer = 0.05,
                                .data_wait = 0.01, .host_overhead = 0.02},
                  .loss = 2.5});
-    ledger.step({.step = 13, .start = 1011.5, .end = 1013, .tokens = 524288});
+    ledger.step({.step = 13, .start = 1011.5, .end = 1013, .tokens = 524288,
+                 .breakdown = {.exposed_comm = 0.3, .exposed_comm_by_axis = {{"dp", 0.1}, {"tp", 0.2}}}});
     ledger.eval(1013, 1020, 13);
     ledger.ckpt_save(1020, 1021, 13, 9.5);
     ledger.ckpt_save(1021, 1023, 13);
@@ -113,6 +114,8 @@ TEST(GoodputLedger, EventsFollowTheSchema) {
                                   {"tokens", 524288}, {"exposed_comm", 0.1}, {"bubble", 0.2}, {"recompute", 0.3},
                                   {"optimizer", 0.05}, {"data_wait", 0.01}, {"host_overhead", 0.02}, {"loss", 2.5}}));
   EXPECT_FALSE(e[3].contains("loss"));
+  EXPECT_FALSE(e[2].contains("exposed_comm_by_axis"));  // only where a step recorded it
+  EXPECT_EQ(e[3]["exposed_comm_by_axis"], (nlohmann::json{{"dp", 0.1}, {"tp", 0.2}}));
   EXPECT_EQ(e[4], (nlohmann::json{{"event", "eval"}, {"attempt", 1}, {"start", 1013.0}, {"end", 1020.0}, {"step", 13}}));
   EXPECT_EQ(e[5], (nlohmann::json{{"event", "ckpt_save"}, {"attempt", 1}, {"start", 1020.0}, {"end", 1021.0},
                                   {"step", 13}, {"async", true}, {"write_seconds", 9.5}}));

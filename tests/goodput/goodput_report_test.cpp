@@ -387,5 +387,38 @@ TEST(GoodputReport, JsonCarriesTheNumbers) {
   EXPECT_NEAR(sum, 315, kTol);
 }
 
+TEST(GoodputReport, ExposedCommunicationPerMeshAxis) {
+  // Attempt 1 runs steps 1–4 and crashes; attempt 2 redoes 3–4 and runs to 6. Each step's
+  // exposed communication (0.3 s) splits into dp 0.1 and tp 0.2; lost steps count for neither.
+  auto step = [](int attempt, int64_t n, double start) {
+    return nlohmann::json{{"event", "step"}, {"attempt", attempt}, {"step", n}, {"start", kT0 + start},
+                          {"end", kT0 + start + 1}, {"tokens", 100}, {"exposed_comm", 0.3},
+                          {"exposed_comm_by_axis", {{"dp", 0.1}, {"tp", 0.2}}}};
+  };
+  LedgerBuilder l;
+  l.start(1, 0);
+  for (int n = 1; n <= 4; ++n) l.raw(step(1, n, n));
+  l.start(2, 10);
+  l.span("ckpt_load", 1, 2);
+  for (int n = 3; n <= 6; ++n) l.raw(step(2, n, 10 + n));
+  l.raw({{"event", "step"}, {"attempt", 2}, {"step", 7}, {"start", kT0 + 17}, {"end", kT0 + 18}, {"tokens", 100},
+         {"exposed_comm", 0.1}, {"exposed_comm_by_axis", {{"dp", -1.0}, {"pp", "x"}}}});
+  l.wait(9).end();
+  GoodputReport r = compute_goodput(l.events());
+  EXPECT_EQ(r.steps_kept, 7);
+  ASSERT_EQ(r.exposed_comm_by_axis.size(), 2u);
+  EXPECT_NEAR(r.exposed_comm_by_axis.at("dp"), 0.6, kTol);  // kept steps 1, 2 (attempt 1) and 3–6
+  EXPECT_NEAR(r.exposed_comm_by_axis.at("tp"), 1.2, kTol);
+  EXPECT_NEAR(r.seconds.exposed_comm, 1.9, kTol);
+  bool warned = false;
+  for (const std::string& w : r.warnings) warned |= w.find("exposed_comm_by_axis") != std::string::npos;
+  EXPECT_TRUE(warned) << "no warning for the malformed entries";
+  std::ostringstream printed;
+  print_report(r, printed);
+  EXPECT_NE(printed.str().find("tp axis"), std::string::npos) << printed.str();
+  EXPECT_NE(printed.str().find("dp axis"), std::string::npos) << printed.str();
+  EXPECT_NEAR(to_json(r)["exposed_comm_by_axis"]["tp"].get<double>(), 1.2, kTol);
+}
+
 }  // namespace
 }  // namespace tetra::launch

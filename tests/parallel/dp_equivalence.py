@@ -14,7 +14,7 @@ whole state agrees to ~3e-7 and no element differs by more than ~3e-6.
 
 usage: dp_equivalence.py TETRA_BIN WORK_DIR [extra --set overrides for every run]
 """
-import os, subprocess, sys
+import json, os, subprocess, sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "checkpoint"))
@@ -44,7 +44,27 @@ def run(name, np_, dp, micro):
     if r.returncode != 0:
         print(r.stdout, r.stderr)
         sys.exit(f"FAIL: {name} exited {r.returncode}")
-    return step_losses(os.path.join(work, "runs", name))
+    run_dir = os.path.join(work, "runs", name)
+    check_exposed_per_axis(run_dir, dp)
+    return step_losses(run_dir)
+
+def check_exposed_per_axis(run_dir, dp):
+    """Data-parallel runs record their exposed communication per mesh axis (only dp here): in
+    metrics.jsonl as exposed_comm_ms_dp (the whole of exposed_comm_ms) and in the goodput report."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        steps = [json.loads(line) for line in f if line.strip()]
+    for s in steps:
+        axes = sorted(k for k in s if k.startswith("exposed_comm_ms_"))
+        want = ["exposed_comm_ms_dp"] if dp > 1 else []
+        if axes != want:
+            sys.exit(f"FAIL: {run_dir} step {s['step']}: per-axis keys {axes}, expected {want}")
+        if dp > 1 and abs(s["exposed_comm_ms_dp"] - s["exposed_comm_ms"]) > 1e-9:
+            sys.exit(f"FAIL: {run_dir} step {s['step']}: exposed_comm_ms_dp {s['exposed_comm_ms_dp']} is not the "
+                     f"total {s['exposed_comm_ms']} (dp is the only axis)")
+    with open(os.path.join(run_dir, "goodput.json")) as f:
+        report = json.load(f)
+    if sorted(report["exposed_comm_by_axis"]) != (["dp"] if dp > 1 else []):
+        sys.exit(f"FAIL: {run_dir}: goodput.json exposed_comm_by_axis {report['exposed_comm_by_axis']}")
 
 
 def final_state(name):
