@@ -199,6 +199,10 @@ void sum_accumulate(Tensor& acc, const Tensor& x) {
   TETRA_DISPATCH(x.device(), sum_accumulate, acc, x);
 }
 double sum_to_host(const Tensor& x) { TETRA_DISPATCH(x.device(), sum_to_host, x); }
+void sum_partials(Tensor& out, const Tensor& parts, const Tensor& b, const Tensor* residual) {
+  check_same_device("sum_partials", {&out, &parts, &b, residual});
+  TETRA_DISPATCH(out.device(), sum_partials, out, parts, b, residual);
+}
 void step_control(Tensor& control, const Tensor& loss_sum, const Tensor& grad_sq, const Tensor& lr_table,
                   const StepControlConfig& cfg) {
   const char* op = "step_control";

@@ -245,6 +245,14 @@ void sum_accumulate(Tensor& acc, const Tensor& x);
 // Σ x over all elements, returned on the host (synchronises).
 double sum_to_host(const Tensor& x);
 
+// ---------- partial sums (tensor parallelism) ----------
+// out[M, C] = Σ_{s<S} parts[s] + b[C] + residual[M, C] for parts [S, M, C]: the partial products a
+// reduce-scatter brings to one rank, summed in fp32 in the order s = 0 … S−1, then b, then the
+// residual, rounded once to out's dtype (CPU and CUDA add in that order, so they agree bit for bit).
+// parts, out and residual share one dtype; b (fp32 or bf16) and residual may be undefined / null.
+// out may be the residual itself (in place) but may not overlap parts.
+void sum_partials(Tensor& out, const Tensor& parts, const Tensor& b, const Tensor* residual = nullptr);
+
 // ---------- step control ----------
 // The end-of-step decisions on the device (runtime/step_control.h): control fp64 [kStepControlSlots]
 // is updated from loss_sum fp64 [1], grad_sq fp64 [1] and lr_table fp64 [steps], all on one device.

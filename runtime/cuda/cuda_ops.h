@@ -66,6 +66,7 @@ void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, cons
 void sum_squares(Tensor& acc, const Tensor& x);
 double sum_to_host(const Tensor& x);
 void sum_accumulate(Tensor& acc, const Tensor& x);
+void sum_partials(Tensor& out, const Tensor& parts, const Tensor& b, const Tensor* residual);
 void step_control(Tensor& control, const Tensor& loss_sum, const Tensor& grad_sq, const Tensor& lr_table,
                   const StepControlConfig& cfg);
 
