@@ -168,6 +168,28 @@ TEST(Nccl, SendRecvPairs) {
   EXPECT_EQ(download_values(in), theirs);
 }
 
+// A ring step in one batch (every rank sends to r+1 and receives from r−1 at once: unbatched, the
+// sends would wait for receives that are queued behind them), plus a send to itself and an empty
+// send that is skipped.
+TEST(Nccl, BatchedSendRecvRingStep) {
+  const int64_t n = 4099;
+  for (DType dt : kTypes) {
+    std::vector<double> mine(n), theirs(n);
+    const int from = (R() + S() - 1) % S();
+    for (int64_t i = 0; i < n; ++i) {
+      mine[i] = (R() + 1) * (i % 5 + 1);
+      theirs[i] = (from + 1) * (i % 5 + 1);
+    }
+    Tensor out = upload_values(mine, dt), in = poisoned_values(n, dt), self = poisoned_values(n, dt);
+    Tensor empty = Tensor::empty({0}, dt, gpu());
+    g_nccl->batch_send_recv({P2PTransfer::send(out, (R() + 1) % S()), P2PTransfer::recv(in, from), P2PTransfer::send(out, R()),
+                             P2PTransfer::recv(self, R()), P2PTransfer::send(empty, from)})
+        ->wait();
+    EXPECT_EQ(download_values(in), theirs) << dtype_name(dt);
+    EXPECT_EQ(download_values(self), mine) << dtype_name(dt);
+  }
+}
+
 // The collective runs on its own stream after the compute stream's pending work, and Work::wait()
 // orders later compute after it.
 TEST(Nccl, SeparateCommunicationStream) {
