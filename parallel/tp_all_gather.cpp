@@ -46,7 +46,7 @@ void all_gather_then(TpGroup& g, Tensor& gathered, const Tensor& shard, const Ch
     // Step s sends what step s−1 received: on the GPU the stream orders it, on the CPU the host
     // waited for it (the previous iteration's wait).
     const std::vector<P2PTransfer> ops = {P2PTransfer::send(TpGroup::chunk(gathered, g.peer(1 - s), m), g.peer(1)),
-                                    P2PTransfer::recv(TpGroup::chunk(gathered, g.peer(-s), m), g.peer(-1))};
+                                          P2PTransfer::recv(TpGroup::chunk(gathered, g.peer(-s), m), g.peer(-1))};
     step = g.exchange(std::string(what) + " ring " + std::to_string(s) + "/" + std::to_string(tp - 1), ops);
     consume(g.peer(1 - s), TpGroup::chunk(gathered, g.peer(1 - s), m));
     g.wait(*step);

@@ -39,7 +39,8 @@ class TpGroup {
   // "tp <what>" in the step's records), ordered after everything compute issued so far.
   CommScheduler::Ticket exchange(const std::string& what, const std::vector<P2PTransfer>& ops);
   // One collective on the TP communication stream; `bytes` counts what this rank sends.
-  CommScheduler::Ticket issue(const std::string& what, int64_t bytes, const std::function<std::unique_ptr<Work>()>& launch);
+  CommScheduler::Ticket issue(const std::string& what, int64_t bytes,
+                              const std::function<std::unique_ptr<Work>()>& launch);
   void wait(CommScheduler::Ticket& t) { scheduler_.wait(t); }
 
   // (r + k) mod size(), for any integer k.

@@ -54,7 +54,9 @@ class HostStagedCommunicator : public Communicator {
     to_device(t, h);
     return done();
   }
-  std::unique_ptr<Work> reduce_scatter(Tensor&, const Tensor&, ReduceOp) override { return unsupported("reduce_scatter"); }
+  std::unique_ptr<Work> reduce_scatter(Tensor&, const Tensor&, ReduceOp) override {
+    return unsupported("reduce_scatter");
+  }
   std::unique_ptr<Work> all_to_all(Tensor&, const Tensor&) override { return unsupported("all_to_all"); }
   std::unique_ptr<Work> all_to_all_v(Tensor&, const std::vector<int64_t>&, const Tensor&,
                                      const std::vector<int64_t>&) override {

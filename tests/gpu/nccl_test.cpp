@@ -182,8 +182,9 @@ TEST(Nccl, BatchedSendRecvRingStep) {
     }
     Tensor out = upload_values(mine, dt), in = poisoned_values(n, dt), self = poisoned_values(n, dt);
     Tensor empty = Tensor::empty({0}, dt, gpu());
-    g_nccl->batch_send_recv({P2PTransfer::send(out, (R() + 1) % S()), P2PTransfer::recv(in, from), P2PTransfer::send(out, R()),
-                             P2PTransfer::recv(self, R()), P2PTransfer::send(empty, from)})
+    g_nccl
+        ->batch_send_recv({P2PTransfer::send(out, (R() + 1) % S()), P2PTransfer::recv(in, from),
+                           P2PTransfer::send(out, R()), P2PTransfer::recv(self, R()), P2PTransfer::send(empty, from)})
         ->wait();
     EXPECT_EQ(download_values(in), theirs) << dtype_name(dt);
     EXPECT_EQ(download_values(self), mine) << dtype_name(dt);

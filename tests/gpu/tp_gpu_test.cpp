@@ -78,7 +78,9 @@ std::vector<Tensor> both_paths(F body, const std::string& what) {
   return out[1];
 }
 
-std::string label(const char* what, DType dt) { return std::string(what) + " " + name(dt) + " rank " + std::to_string(R()); }
+std::string label(const char* what, DType dt) {
+  return std::string(what) + " " + name(dt) + " rank " + std::to_string(R());
+}
 
 TEST(TpGpu, AllGatherLinearForward) {
   for (DType dt : {DType::F32, DType::BF16}) {
@@ -252,9 +254,10 @@ int main(int argc, char** argv) {
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!all_ok) {
     if (rank == 0)
-      std::printf("SKIPPED: tensor-parallel GPU test (--comm %s) needs >= 2 ranks and %s (%d ranks, %d on this host "
-                  "with %d GPUs)\n",
-                  mode.c_str(), mode == "nccl" ? "a GPU per rank" : "a GPU", size, local_size, gpus);
+      std::printf(
+          "SKIPPED: tensor-parallel GPU test (--comm %s) needs >= 2 ranks and %s (%d ranks, %d on this host "
+          "with %d GPUs)\n",
+          mode.c_str(), mode == "nccl" ? "a GPU per rank" : "a GPU", size, local_size, gpus);
     mpi_finalize();
     return tetra::gputest::kSkip;
   }

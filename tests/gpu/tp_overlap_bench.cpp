@@ -45,8 +45,10 @@ struct Shape2 {
 };
 
 const int64_t kC = 2048, kF = 8192;
-const Shape2 kShapes[] = {{"qkv C->3C", kC, 3 * kC, true},       {"attn_out C->C", kC, kC, false},
-                          {"fc C->F", kC, kF, true},             {"gate_up C->2F", kC, 2 * kF, true},
+const Shape2 kShapes[] = {{"qkv C->3C", kC, 3 * kC, true},
+                          {"attn_out C->C", kC, kC, false},
+                          {"fc C->F", kC, kF, true},
+                          {"gate_up C->2F", kC, 2 * kF, true},
                           {"proj F->C", kF, kC, false}};
 
 struct Result {
@@ -120,7 +122,9 @@ int run(const Options& o) {
       Tensor dy = filled({n, out}, 0.01f, dev), dx = filled({m, in}, 0, dev), dx_full = filled({n, in}, 0, dev);
       Tensor dw = Tensor::empty({out, in}, DType::F32, dev), parts = filled({tp, m, in}, 0, dev);
       cases.push_back({"all_gather_linear_forward",
-                       [&, x_shard, xg, y]() mutable { tp::all_gather_linear_forward(g, y, x_shard, w, b, ops::Activation::None, nullptr, &xg); },
+                       [&, x_shard, xg, y]() mutable {
+                         tp::all_gather_linear_forward(g, y, x_shard, w, b, ops::Activation::None, nullptr, &xg);
+                       },
                        [&, xg, y]() mutable {
                          for (int q = 0; q < tp; ++q) {
                            Tensor yq = y.narrow(q * m, m);
@@ -167,7 +171,9 @@ int run(const Options& o) {
                        },
                        n * out * 2});
       cases.push_back({"all_gather_linear_backward_input",
-                       [&, dx, dy_shard, dyg]() mutable { tp::all_gather_linear_backward_input(g, dx, dy_shard, w, nullptr, &dyg); },
+                       [&, dx, dy_shard, dyg]() mutable {
+                         tp::all_gather_linear_backward_input(g, dx, dy_shard, w, nullptr, &dyg);
+                       },
                        [&, dx, dyg]() mutable {
                          for (int q = 0; q < tp; ++q) {
                            Tensor dxq = dx.narrow(q * m, m);
@@ -175,15 +181,16 @@ int run(const Options& o) {
                          }
                        },
                        n * out * 2});
-      cases.push_back({"linear_forward_all_reduce (no SP)",
-                       [&, x, y_full, res_full]() mutable { tp::linear_forward_all_reduce(g, y_full, x, w, b, &res_full); },
-                       [&, x, parts]() mutable {
-                         for (int q = 0; q < tp; ++q) {
-                           Tensor pq = parts.narrow(q, 1).view({m, out});
-                           ops::linear_forward(pq, x.narrow(q * m, m), w, Tensor());
-                         }
-                       },
-                       2 * n * out * 2});
+      cases.push_back(
+          {"linear_forward_all_reduce (no SP)",
+           [&, x, y_full, res_full]() mutable { tp::linear_forward_all_reduce(g, y_full, x, w, b, &res_full); },
+           [&, x, parts]() mutable {
+             for (int q = 0; q < tp; ++q) {
+               Tensor pq = parts.narrow(q, 1).view({m, out});
+               ops::linear_forward(pq, x.narrow(q * m, m), w, Tensor());
+             }
+           },
+           2 * n * out * 2});
     }
     for (Case& c : cases) {
       if (!o.only.empty() && c.name.find(o.only) == std::string::npos) continue;
@@ -229,10 +236,14 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--tokens") o.tokens = std::stoll(next());
-    else if (a == "--reps") o.reps = std::stoi(next());
-    else if (a == "--busbw") o.busbw_gbps = std::stod(next());
-    else if (a == "--only") o.only = next();
+    if (a == "--tokens")
+      o.tokens = std::stoll(next());
+    else if (a == "--reps")
+      o.reps = std::stoi(next());
+    else if (a == "--busbw")
+      o.busbw_gbps = std::stod(next());
+    else if (a == "--only")
+      o.only = next();
     else {
       std::fprintf(stderr, "unknown argument %s (use --tokens N --reps R --busbw GBps --only NAME)\n", a.c_str());
       return 2;

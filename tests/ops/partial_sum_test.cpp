@@ -13,7 +13,8 @@ TEST(PartialSum, AddsInRankOrderThenBiasThenResidual) {
   Tensor out = poisoned({1, 1});
   ops::sum_partials(out, parts, Tensor());
   EXPECT_EQ(out.data<float>()[0], 0.0f);
-  Tensor b = Tensor::from_vector(std::vector<float>{0.25f}, {1}), res = Tensor::from_vector(std::vector<float>{2.0f}, {1, 1});
+  Tensor b = Tensor::from_vector(std::vector<float>{0.25f}, {1}),
+         res = Tensor::from_vector(std::vector<float>{2.0f}, {1, 1});
   ops::sum_partials(out, parts, b, &res);
   EXPECT_EQ(out.data<float>()[0], 2.25f);
   ops::sum_partials(res, parts, b, &res);  // in place

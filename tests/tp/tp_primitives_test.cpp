@@ -82,7 +82,8 @@ TEST(TpPrimitives, AllGatherLinearForward) {
     });
     for (const auto& out : {plain, overlapped}) {
       expect_close(out[0], columns(ref, R() * p.out_slice(), p.out_slice()), "y");
-      if (act == ops::Activation::Gelu) expect_close(out[1], columns(ref_pre, R() * p.out_slice(), p.out_slice()), "pre_act");
+      if (act == ops::Activation::Gelu)
+        expect_close(out[1], columns(ref_pre, R() * p.out_slice(), p.out_slice()), "pre_act");
       EXPECT_TRUE(same_bits(out[2], p.x)) << "x_gathered is not the full input";
     }
   }
@@ -268,10 +269,13 @@ TEST(CommSchedulerAxes, ExposedTimeIsSummedPerAxis) {
     g_world->recv(go, 0, 1)->wait();
     std::this_thread::sleep_for(std::chrono::milliseconds(600));
   }
-  CommScheduler::Ticket tp = sched.issue("ring step", 4, [&] {
-    return g_world->batch_send_recv(
-        std::vector<P2PTransfer>{P2PTransfer::send(mine, (R() + 1) % S()), P2PTransfer::recv(theirs, (R() + S() - 1) % S())});
-  }, MeshAxis::TP);
+  CommScheduler::Ticket tp = sched.issue(
+      "ring step", 4,
+      [&] {
+        return g_world->batch_send_recv(std::vector<P2PTransfer>{P2PTransfer::send(mine, (R() + 1) % S()),
+                                                                 P2PTransfer::recv(theirs, (R() + S() - 1) % S())});
+      },
+      MeshAxis::TP);
   sched.wait(tp);
   EXPECT_EQ(theirs.data<float>()[0], static_cast<float>((R() + S() - 1) % S()));
   Tensor sum = Tensor::from_vector(std::vector<float>{1.0f}, {1});
@@ -309,7 +313,8 @@ TEST(BatchSendRecv, EveryPairAtOnceAndToSelf) {
   }
   batch.push_back(P2PTransfer::send(Tensor::zeros({0}, DType::F32), (R() + 1) % S()));  // empty: skipped
   g_world->batch_send_recv(batch)->wait();
-  for (int q = 0; q < S(); ++q) EXPECT_EQ(in[static_cast<size_t>(q)].data<float>()[0], static_cast<float>(100 * q + R()));
+  for (int q = 0; q < S(); ++q)
+    EXPECT_EQ(in[static_cast<size_t>(q)].data<float>()[0], static_cast<float>(100 * q + R()));
 }
 
 }  // namespace

@@ -30,7 +30,8 @@ struct TpProblem {
   int64_t m = 0, n = 0, in = 0, out = 0;  // M, N = tp·M, I, O (I and O divisible by tp)
   Tensor x, w, b, residual, dy, gelu_pre;
 
-  TpProblem(int tp_, int64_t m_, int64_t in_, int64_t out_, uint64_t seed) : tp(tp_), m(m_), n(tp_ * m_), in(in_), out(out_) {
+  TpProblem(int tp_, int64_t m_, int64_t in_, int64_t out_, uint64_t seed)
+      : tp(tp_), m(m_), n(tp_ * m_), in(in_), out(out_) {
     Rng rng(seed);
     x = random_tensor(rng, {n, in});
     w = random_tensor(rng, {out, in}, 0.3);
@@ -42,7 +43,7 @@ struct TpProblem {
   int64_t in_slice() const { return in / tp; }
   int64_t out_slice() const { return out / tp; }
   // Rank r's pieces.
-  Tensor x_shard(int r) const { return rows(x, r * m, m); }              // [M, I] sequence shard
+  Tensor x_shard(int r) const { return rows(x, r * m, m); }                      // [M, I] sequence shard
   Tensor x_cols(int r) const { return columns(x, r * in_slice(), in_slice()); }  // [N, I/tp]
   Tensor w_rows(int r) const { return rows(w, r * out_slice(), out_slice()); }   // column-parallel [O/tp, I]
   Tensor w_cols(int r) const { return columns(w, r * in_slice(), in_slice()); }  // row-parallel [O, I/tp]
