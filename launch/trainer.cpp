@@ -716,12 +716,16 @@ int Trainer::run_steps() {
     if (world_.size() > 1 && seconds > 0) {
       std::vector<double> share{std::min(1.0, r.exposed_comm_s / seconds), std::min(1.0, r.optimizer_s / seconds),
                                 std::min(1.0, r.data_wait_s / seconds), std::min(1.0, r.bubble_s / seconds)};
+      // The split of exposed communication by mesh axis (the same axes on every rank) likewise.
+      for (const auto& [axis, s] : r.exposed_comm_axis_s) share.push_back(std::min(1.0, s / seconds));
       world_.all_reduce_host(share, ReduceOp::Sum);
       const double n = static_cast<double>(world_.size());
       r.exposed_comm_s = share[0] / n * span;
       r.optimizer_s = share[1] / n * span;
       r.data_wait_s = share[2] / n * span;
       r.bubble_s = share[3] / n * span;
+      size_t k = 4;
+      for (auto& [axis, s] : r.exposed_comm_axis_s) s = share[k++] / n * span;
     }
     if (is_rank0()) {
       StepTiming t;
