@@ -19,6 +19,7 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
 // format: hdf5 (one consolidated file) or hf (a Hugging Face folder); dtype: fp32, or bf16 for hf.
 int consolidate_command(const std::string& checkpoint_dir, const std::string& out_path,
                         const std::string& format = "hdf5", const std::string& dtype = "fp32");
-int report_command(const std::string& run_dir);
+// html: also write the report page, to html_path (RUN_DIR/report.html when empty).
+int report_command(const std::string& run_dir, bool html = false, const std::string& html_path = "");
 
 }  // namespace tetra::launch

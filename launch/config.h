@@ -16,6 +16,7 @@ struct RunConfig {
   std::string output_dir = "runs";
   std::int64_t seed = 1234;          // model init, data order, dropout: the same seed, the same run
   double comm_timeout_s = 600;       // a collective that takes longer than this aborts the job
+  bool html_report = true;           // write RUN_DIR/report.html at the end of every attempt
 };
 
 struct ModelConfig {

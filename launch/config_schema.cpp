@@ -29,6 +29,7 @@ std::vector<Field> make_fields() {
       {KEY(run, output_dir, String), .nonempty = true},
       {KEY(run, seed, Int64), .lo = 0, .hi = 9.2e18},
       {KEY(run, comm_timeout_s, Float), .lo = 0, .lo_open = true, .note = "seconds"},
+      {KEY(run, html_report, Bool), .note = "RUN_DIR/report.html at the end of every attempt (docs/goodput.md)"},
 
       // model: the network.
       {KEY(model, arch, Choice), .choices = model_family_names(), .note = "the model family (docs/models.md)"},

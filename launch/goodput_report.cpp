@@ -488,6 +488,14 @@ GoodputReport compute_goodput(const std::vector<json>& events) {
       b.lost_to_failures += s.covered;
       r.steps_lost += 1;
       r.tokens_lost += tokens;
+      LostSteps* run = r.lost_steps.empty() ? nullptr : &r.lost_steps.back();
+      if (run && run->attempt == s.attempt && s.step == run->last_step + 1) {
+        run->last_step = s.step;
+        run->executions += 1;
+        run->end = std::max(run->end, s.end);
+      } else {
+        r.lost_steps.push_back({s.attempt, s.step, s.step, 1, s.start, s.end});
+      }
       continue;
     }
     kept_numbers.insert(s.step);
@@ -518,6 +526,16 @@ GoodputReport compute_goodput(const std::vector<json>& events) {
     r.last_kept_step = *kept_numbers.rbegin();
   }
   for (size_t i = 0; i < other_names.size(); ++i) r.other_by_name[other_names[i]] += other_seconds[i];
+  auto job_spans = [](const std::vector<Span>& spans) {
+    std::vector<JobSpan> out;
+    out.reserve(spans.size());
+    for (const Span& s : spans) out.push_back({s.attempt, s.start, s.end, s.step, s.failed});
+    std::sort(out.begin(), out.end(), [](const JobSpan& x, const JobSpan& y) { return x.start < y.start; });
+    return out;
+  };
+  r.evaluations = job_spans(evals);
+  r.checkpoint_saves = job_spans(saves);
+  r.checkpoint_loads = job_spans(loads);
 
   // ---- 6. attempts, checkpoints, throughput -------------------------------------------------
   for (size_t i = 0; i < attempt_list.size(); ++i) {

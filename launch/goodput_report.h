@@ -56,6 +56,22 @@ struct AttemptSummary {
   double startup_seconds = 0;
 };
 
+// Consecutive step executions of one attempt whose results were thrown away (lost to failures).
+struct LostSteps {
+  int attempt = 0;
+  int64_t first_step = 0, last_step = 0;  // step numbers, inclusive
+  int64_t executions = 0;
+  double start = 0, end = 0;              // Unix seconds: the first one's start, the last one's end
+};
+
+// A timed span of the job: an evaluation, a checkpoint save (its blocking part) or load.
+struct JobSpan {
+  int attempt = 0;
+  double start = 0, end = 0;  // Unix seconds
+  std::optional<int64_t> step;
+  bool failed = false;
+};
+
 struct GoodputReport {
   std::string source;        // the ledger the report was computed from ("" when given events)
   double wall_start = 0;     // first attempt_start (Unix seconds)
@@ -79,6 +95,10 @@ struct GoodputReport {
   int64_t steps_at_risk = 0;
   int64_t tokens_kept = 0;
   int64_t tokens_lost = 0;
+  // Where the job's time went, for pictures of the run (launch/html_report.h): the lost step
+  // executions in runs (by attempt, then time), and the spans of the ledger (by start).
+  std::vector<LostSteps> lost_steps;
+  std::vector<JobSpan> evaluations, checkpoint_saves, checkpoint_loads;
 
   double tokens_per_s = 0;             // kept tokens / wall time
   double tokens_per_productive_s = 0;  // kept tokens / productive time

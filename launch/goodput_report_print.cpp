@@ -1,14 +1,10 @@
 // Printing and saving the goodput report: the table `tetra report` shows, and RUN_DIR/goodput.json.
-#include <cmath>
-#include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
-#include <map>
-#include <sstream>
 
 #include "launch/goodput_report.h"
+#include "launch/report_format.h"
 #include "runtime/error.h"
 
 namespace tetra::launch {
@@ -17,72 +13,13 @@ using nlohmann::json;
 
 namespace {
 
-std::string fixed(double v, int digits) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(digits) << v;
-  return os.str();
-}
-
-std::string duration_text(double s) {
-  if (s < 60) return fixed(s, 1) + " s";
-  long total = std::lround(s);
-  long h = total / 3600, m = (total % 3600) / 60, sec = total % 60;
-  char buf[64];
-  if (h > 0)
-    std::snprintf(buf, sizeof buf, "%ldh %02ldm %02lds", h, m, sec);
-  else
-    std::snprintf(buf, sizeof buf, "%ldm %02lds", m, sec);
-  return buf;
-}
-
-// 1234567 → "1.23M"; keeps small numbers plain.
-std::string si(double v, int digits = 2) {
-  const char* units[] = {"", "k", "M", "B", "T", "P", "E"};  // token counts: B for billions
-  int u = 0;
-  while (std::fabs(v) >= 1000 && u < 6) {
-    v /= 1000;
-    ++u;
-  }
-  return fixed(v, u == 0 ? 0 : digits) + units[u];
-}
-
-std::string utc(double unix_seconds) {
-  std::time_t t = static_cast<std::time_t>(std::floor(unix_seconds));
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
-
-std::string percent(double part, double whole) { return whole > 0 ? fixed(100.0 * part / whole, 1) : "-"; }
-
-const char* label(const std::string& name) {
-  static const std::map<std::string, const char*> labels = {
-      {"startup", "startup"},
-      {"checkpoint_save", "checkpoint save (blocking)"},
-      {"checkpoint_load", "checkpoint load"},
-      {"evaluation", "evaluation"},
-      {"data_stall", "data stalls"},
-      {"lost_to_failures", "steps lost to failures"},
-      {"idle", "idle between attempts"},
-      {"other", "other spans"},
-      {"exposed_comm", "exposed communication"},
-      {"pipeline_bubble", "pipeline bubble"},
-      {"recompute", "recomputation"},
-      {"optimizer", "optimizer"},
-      {"host_overhead", "host overhead"},
-      {"unaccounted", "unaccounted"}};
-  auto it = labels.find(name);
-  return it == labels.end() ? name.c_str() : it->second;
-}
-
-std::string ended_text(const AttemptSummary& a, bool last) {
-  if (a.end_reason.empty()) return last ? "no attempt_end: running, or crashed" : "no attempt_end: crashed";
-  std::string s = a.end_reason;
-  if (a.exit_code) s += " (exit " + std::to_string(*a.exit_code) + ")";
-  return s;
-}
+using report_format::category_label;
+using report_format::duration;
+using report_format::ended;
+using report_format::fixed;
+using report_format::percent;
+using report_format::si;
+using report_format::utc;
 
 }  // namespace
 
@@ -90,10 +27,10 @@ void print_report(const GoodputReport& r, std::ostream& out) {
   const GoodputBreakdown& b = r.seconds;
   const double wall = r.wall_seconds;
   out << "goodput report" << (r.source.empty() ? "" : " of " + r.source) << "\n";
-  out << "  job wall time   " << duration_text(wall) << (wall < 60 ? "" : " (" + fixed(wall, 1) + " s)") << ", "
+  out << "  job wall time   " << duration(wall) << (wall < 60 ? "" : " (" + fixed(wall, 1) + " s)") << ", "
       << utc(r.wall_start) << " → " << utc(r.wall_end) << " UTC\n";
   out << "  attempts        " << r.attempts.size() << " (" << r.restarts << (r.restarts == 1 ? " restart" : " restarts")
-      << "); the last one: " << ended_text(r.attempts.back(), true) << "\n";
+      << "); the last one: " << ended(r.attempts.back(), true) << "\n";
   out << "  goodput         " << percent(b.productive, wall) << " %  (" << fixed(b.productive, 1)
       << " s of productive training)\n\n";
 
@@ -108,7 +45,7 @@ void print_report(const GoodputReport& r, std::ostream& out) {
   const auto badput = b.badput();
   for (const auto& [name, s] : badput) {
     if (name == "exposed_comm") out << "  step level\n";
-    row(std::string(name == "unaccounted" ? "" : "  ") + label(name), s);
+    row(std::string(name == "unaccounted" ? "" : "  ") + category_label(name), s);
     if (name == "other")
       for (const auto& [other, os] : r.other_by_name) row("      " + other, os);
     if (name == "exposed_comm")
@@ -157,11 +94,11 @@ void print_report(const GoodputReport& r, std::ostream& out) {
     std::string steps = a.steps == 0 ? "-" : std::to_string(a.first_step) + ".." + std::to_string(a.last_step);
     out << "  " << std::right << std::setw(7) << a.attempt << "  " << std::left << std::setw(16)
         << (a.host.empty() ? "?" : a.host) << std::right << std::setw(6) << a.world_size << "  " << std::left
-        << std::setw(20) << utc(a.start) << std::right << std::setw(12) << duration_text(a.end - a.start)
-        << std::setw(11) << duration_text(a.startup_seconds) << std::setw(11)
+        << std::setw(20) << utc(a.start) << std::right << std::setw(12) << duration(a.end - a.start)
+        << std::setw(11) << duration(a.startup_seconds) << std::setw(11)
         << (a.restored_step ? std::to_string(*a.restored_step) : std::string("-")) << "  " << std::left << std::setw(14)
         << steps
-        << ended_text(a, i + 1 == r.attempts.size()) << "\n";
+        << ended(a, i + 1 == r.attempts.size()) << "\n";
   }
   if (!r.warnings.empty()) {
     out << "\n  warnings\n";

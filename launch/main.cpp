@@ -56,8 +56,13 @@ int main(int argc, char** argv) {
       ->default_val("fp32");
 
   std::string run_dir;
+  std::string html_path;
   auto* report = app.add_subcommand("report", "print the goodput report of a run (finished or not)");
   report->add_option("run_dir", run_dir, "run directory")->required();
+  auto* html = report->add_option("--html", html_path,
+                                  "also write the run as one self-contained page: OUT.html, or RUN_DIR/report.html "
+                                  "when no path is given")
+                   ->expected(0, 1);
 
   try {
     app.parse(argc, argv);
@@ -78,7 +83,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*consolidate) return tetra::launch::consolidate_command(ckpt_dir, ckpt_out, ckpt_format, ckpt_dtype);
-    if (*report) return tetra::launch::report_command(run_dir);
+    if (*report) return tetra::launch::report_command(run_dir, html->count() > 0, html_path);
   } catch (const tetra::Error& e) {
     std::fflush(stdout);
     std::cerr << "tetra: error: " << e.what() << std::endl;

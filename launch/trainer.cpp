@@ -15,6 +15,7 @@
 #include "launch/checkpoint_files.h"
 #include "launch/config_data.h"
 #include "launch/goodput_report.h"
+#include "launch/html_report.h"
 #include "launch/rank_agreement.h"
 #include "launch/signals.h"
 #include "launch/memory_plan.h"
@@ -551,6 +552,8 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds, s
   m.step_ms = step_seconds * 1e3;
   m.tokens_per_s = rate;
   m.extra["exposed_comm_ms"] = r.exposed_comm_s * 1e3;
+  m.extra["data_wait_ms"] = r.data_wait_s * 1e3;
+  m.extra["optimizer_ms"] = r.optimizer_s * 1e3;
   if (mesh_->shape().pp > 1) m.extra["bubble_ms"] = r.bubble_s * 1e3;
   for (const auto& [axis, seconds] : r.exposed_comm_axis_s) m.extra["exposed_comm_ms_" + axis] = seconds * 1e3;
   m.extra["mem_peak_gib"] = peak_memory_bytes(device_) / (1024.0 * 1024.0 * 1024.0);
@@ -579,6 +582,7 @@ int Trainer::run() {
     } catch (const std::exception& e) {
       std::cerr << "tetra: warning: could not record the end of the attempt: " << e.what() << "\n";
     }
+    if (ledger_) write_page(nullptr);  // the failed attempt's page too (write_page never throws)
   };
   try {
     return run_steps();
@@ -588,6 +592,19 @@ int Trainer::run() {
   } catch (const std::exception&) {
     record(exit_code::kError);
     throw;
+  }
+}
+
+void Trainer::write_page(const GoodputReport* report) {
+  if (!cfg_.run.html_report) return;
+  try {  // the page is a view of the run: its failure never changes the run's outcome
+    const std::string path = report ? write_html_report(run_dir_, *report)
+                                    : write_html_report(run_dir_, load_and_compute(run_dir_));
+    std::printf("tetra: wrote %s\n", path.c_str());
+    std::fflush(stdout);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "tetra: warning: the report page was not written: %s\n", e.what());
   }
 }
 
@@ -616,6 +633,7 @@ int Trainer::end_attempt(const std::string& reason, int code, const std::string&
     GoodputReport report = load_and_compute(run_dir_);
     write_report(run_dir_, report);
     print_report(report, std::cout);
+    write_page(&report);
     std::fflush(stdout);
   }
   // A launcher may kill the whole job as soon as one rank exits non-zero (mpirun does): nobody
@@ -814,6 +832,7 @@ int Trainer::run_steps() {
     GoodputReport report = load_and_compute(run_dir_);
     write_report(run_dir_, report);
     print_report(report, std::cout);
+    write_page(&report);
     std::fflush(stdout);
   }
   return 0;

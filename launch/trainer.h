@@ -17,6 +17,7 @@
 #include "launch/config.h"
 #include "launch/environment.h"
 #include "launch/fault_injection.h"
+#include "launch/goodput_report.h"
 #include "launch/lr_schedule.h"
 #include "launch/memory_plan.h"
 #include "launch/model_stages.h"
@@ -114,6 +115,9 @@ class Trainer {
   TrainingProgress progress(int64_t steps_done) const;
   // The end of an attempt that stops early: report, ledger, message; returns the exit code.
   int end_attempt(const std::string& reason, int code, const std::string& message);
+  // Rank 0, run.html_report: RUN_DIR/report.html from `report` (computed here when null); a page
+  // that cannot be written is a warning, never the attempt's error.
+  void write_page(const GoodputReport* report);
   bool is_rank0() const { return env_.rank == 0; }
 
   Config cfg_;

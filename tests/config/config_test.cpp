@@ -61,6 +61,7 @@ TEST(Config, DefaultsAreFilledIn) {
   EXPECT_EQ(c.run.output_dir, "runs");
   EXPECT_EQ(c.run.seed, 1234);
   EXPECT_DOUBLE_EQ(c.run.comm_timeout_s, 600);
+  EXPECT_TRUE(c.run.html_report);
   EXPECT_EQ(c.model.arch, "gpt2");
   EXPECT_EQ(c.model.init_from, "");
   EXPECT_DOUBLE_EQ(c.model.ln_eps, 1e-5);
@@ -220,7 +221,7 @@ TEST(Config, RoundTripThroughYaml) {
   // Every key away from its default, strings that YAML would misread unquoted.
   std::vector<std::string> sets = {
       "run.name=\"null\"", "run.output_dir=\"out dir/with: colon #hash\"", "run.seed=987654321012",
-      "run.comm_timeout_s=0.1", "model.init_from=\"it's \\\"quoted\\\"\\ttab\"", "model.ln_eps=1e-6",
+      "run.comm_timeout_s=0.1", "run.html_report=false", "model.init_from=\"it's \\\"quoted\\\"\\ttab\"", "model.ln_eps=1e-6",
       "parallel.dp=1", "parallel.tp=2", "parallel.zero_stage=3", "parallel.fsdp_prefetch=2",
       "parallel.schedule=zb_h1", "parallel.stage_layers=[3, 1]", "parallel.overlap_grad_reduce=false", "parallel.bucket_mb=12.5",
       "train.seq_len=48", "train.precision=fp32", "train.device=cpu", "train.grad_clip=0", "train.eval_every=5",
@@ -232,6 +233,7 @@ TEST(Config, RoundTripThroughYaml) {
       "log.peak_tflops=312", "log.profile_steps=3"};
   Config c = load_config(dir.write("cfg.yaml", kBase), sets);
   EXPECT_EQ(c.run.name, "null");
+  EXPECT_FALSE(c.run.html_report);
   EXPECT_EQ(c.model.init_from, "it's \"quoted\"\ttab");
   EXPECT_EQ(c.data.val, "true");
   EXPECT_EQ(c.parallel.stage_layers, (std::vector<int>{3, 1}));
