@@ -118,7 +118,8 @@ Rows classify(const GoodputReport& report, const MetricsTable& m) {
   return r;
 }
 
-// Every column whose name says it is a part of a step's time, for the "inside the step" chart.
+// Every column whose name says it is a part of a step's time (NAME_ms, and exposed_comm_ms_AXIS per
+// mesh axis), for the "inside each step" chart.
 std::vector<SeriesSpec> step_parts(const MetricsTable& m) {
   std::vector<SeriesSpec> out;
   auto label_of = [](const std::string& name) -> std::string {
@@ -140,9 +141,10 @@ std::vector<SeriesSpec> step_parts(const MetricsTable& m) {
     if (m.column(n)) names.push_back(n);
   std::vector<std::string> comm_axes, others;
   for (const std::string& n : m.names) {
-    if (n.size() <= 3 || n.compare(n.size() - 3, 3, "_ms") != 0 || n == "step_ms") continue;
+    const bool per_axis = n.rfind("exposed_comm_ms_", 0) == 0;  // exposed_comm_ms_tp, ...
+    if (!per_axis && (n.size() <= 3 || n.compare(n.size() - 3, 3, "_ms") != 0 || n == "step_ms")) continue;
     if (std::find(names.begin(), names.end(), n) != names.end()) continue;
-    (n.rfind("exposed_comm_ms_", 0) == 0 ? comm_axes : others).push_back(n);
+    (per_axis ? comm_axes : others).push_back(n);
   }
   names.insert(names.begin() + (m.column("exposed_comm_ms") ? 1 : 0), comm_axes.begin(), comm_axes.end());
   names.insert(names.end(), others.begin(), others.end());

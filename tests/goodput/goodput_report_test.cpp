@@ -162,6 +162,43 @@ TEST(GoodputReport, RollbackInsideOneAttempt) {
   expect_sums_to_wall(r);
 }
 
+TEST(GoodputReport, LostStepRunsAndSpansForThePage) {
+  // Crash after 130 with a checkpoint at 100, resume; then a rollback inside attempt 2 (205 → 200).
+  LedgerBuilder l = crash_and_resume(false);
+  l.span("ckpt_save", 1, 200).steps(201, 205, 1.0).span("eval", 2, 205);
+  l.span("ckpt_load", 1, 200).steps(201, 210, 1.0).end();
+  GoodputReport r = compute_goodput(l.events());
+  ASSERT_EQ(r.lost_steps.size(), 2u);
+  const LostSteps& a = r.lost_steps[0];
+  EXPECT_EQ(a.attempt, 1);
+  EXPECT_EQ(a.first_step, 101);
+  EXPECT_EQ(a.last_step, 130);
+  EXPECT_EQ(a.executions, 30);
+  EXPECT_NEAR(a.start, kT0 + 112, kTol);  // 10 s startup, 100 steps, 2 s save
+  EXPECT_NEAR(a.end, kT0 + 142, kTol);
+  const LostSteps& b = r.lost_steps[1];
+  EXPECT_EQ(b.attempt, 2);
+  EXPECT_EQ(b.first_step, 201);
+  EXPECT_EQ(b.last_step, 205);
+  EXPECT_EQ(b.executions, 5);
+  int64_t executions = 0;
+  for (const LostSteps& x : r.lost_steps) executions += x.executions;
+  EXPECT_EQ(executions, r.steps_lost);
+
+  ASSERT_EQ(r.checkpoint_saves.size(), 2u);
+  EXPECT_EQ(r.checkpoint_saves[0].step, 100);
+  EXPECT_EQ(r.checkpoint_saves[0].attempt, 1);
+  EXPECT_EQ(r.checkpoint_saves[1].step, 200);
+  ASSERT_EQ(r.checkpoint_loads.size(), 2u);
+  EXPECT_EQ(r.checkpoint_loads[0].attempt, 2);
+  EXPECT_EQ(r.checkpoint_loads[1].step, 200);
+  EXPECT_LT(r.checkpoint_loads[0].start, r.checkpoint_loads[1].start);
+  ASSERT_EQ(r.evaluations.size(), 1u);
+  EXPECT_EQ(r.evaluations[0].step, 205);
+  EXPECT_NEAR(r.evaluations[0].end - r.evaluations[0].start, 2, kTol);
+  expect_sums_to_wall(r);
+}
+
 TEST(GoodputReport, FailedLoadDoesNotRollBack) {
   LedgerBuilder l;
   l.start(1, 0).wait(5).steps(1, 30, 1.0);
