@@ -40,6 +40,8 @@ std::string short_number(double v, int digits) {
       ++u;
     }
   }
+  // Every digit before the point is shown (2000, not 2e+03).
+  if (a >= 1) digits = std::max(digits, static_cast<int>(std::floor(std::log10(a))) + 1);
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.*g%s", digits, v, units[u]);
   return buf;

@@ -188,6 +188,10 @@ TEST(SvgChart, EscapesNumbersAndTicks) {
   EXPECT_EQ(short_number(2812345.0), "2.81M");
   EXPECT_EQ(short_number(400000), "400k");
   EXPECT_EQ(short_number(5), "5");
+  EXPECT_EQ(short_number(2000), "2000");
+  EXPECT_EQ(short_number(1500), "1500");
+  EXPECT_EQ(short_number(3.14159), "3.14");
+  EXPECT_EQ(short_number(-12.25), "-12.2");
   EXPECT_EQ(elapsed_label(45), "45s");
   EXPECT_EQ(elapsed_label(720), "12m");
   EXPECT_EQ(elapsed_label(5400), "1h30m");
