@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, prepares the default dataset and runs an experiment
-# (default configs/tiny.yaml: 2 ranks under mpirun on the CPU), ending with the goodput report.
+# (default configs/tiny.yaml: 2 ranks under mpirun on the CPU), ending with the goodput report and
+# the path of the run's report page (RUN_DIR/report.html).
 #   scripts/run.sh [CONFIG] [--set key=value ...]
 #   NP=4 scripts/run.sh configs/tiny.yaml --set parallel.dp=4
 set -euo pipefail
@@ -12,4 +13,15 @@ scripts/build.sh
 [ -f data/tiny/train.h5 ] && [ -f data/tiny/val.h5 ] || scripts/prepare_tiny_data.sh
 np=${NP:-2}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-exec mpirun --oversubscribe --bind-to none -np "$np" build/tetra train "$config" "$@"
+# The run's output also goes to a log, to find the report page rank 0 wrote (run.html_report).
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+mpirun --oversubscribe --bind-to none -np "$np" build/tetra train "$config" "$@" | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+page=$(sed -n 's/^tetra: wrote \(.*report\.html\)$/\1/p' "$log" | tail -n 1)
+if [ -n "$page" ]; then
+  echo "run.sh: the run as a page: $page (open it in a browser)"
+fi
+exit "$rc"

@@ -11,6 +11,11 @@ packages=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bi
 if [ "${TETRA_SETUP_SLURM:-1}" != 0 ]; then
   packages+=(munge slurmctld slurmd slurm-client)
 fi
+# The report page's rendering test (tests/report/browser_render.py) takes a screenshot in headless
+# Chromium; TETRA_SETUP_CHROMIUM=0 leaves it out (the test then skips).
+if [ "${TETRA_SETUP_CHROMIUM:-1}" != 0 ]; then
+  packages+=(chromium)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
