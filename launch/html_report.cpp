@@ -311,12 +311,17 @@ std::string render_html_report(const std::string& run_dir, const GoodputReport& 
   }
   page += "<section id=\"curves\"><h2>Curves</h2>" + html::curves(report, metrics) + "</section>";
   page += "<section id=\"mesh\"><h2>Mesh</h2>";
-  if (config)
-    page += html::mesh(*config, report.attempts.back().world_size);
-  else
+  if (config) {
+    try {
+      page += html::mesh(*config, report.attempts.back().world_size);
+    } catch (const Error& e) {  // a shape the mesh refuses: said, and the rest of the page stands
+      page += "<p class=\"note warn\">The mesh cannot be drawn: " + esc(e.what()) + "</p>";
+    }
+  } else {
     page += "<p class=\"note\">" +
             esc(config_yaml.empty() ? "No config.yaml in the run directory." : "config.yaml does not load: " + config_problem) +
             "</p>";
+  }
   page += "</section>";
   page += "<section id=\"config\"><h2>Resolved config</h2><details open=\"open\"><summary>" + esc(run_dir) +
           "/config.yaml</summary><pre>" + esc(config_yaml.empty() ? "(none)" : config_yaml) + "</pre></details></section>";
