@@ -197,7 +197,7 @@ class TableBuilder {
     if (text.find_first_not_of(" \t\r") == std::string_view::npos) return;
     pending_.clear();
     if (!FlatScanner(text).scan(pending_) && !fallback(text)) {
-      problem(cut ? "cut short, likely by a crash while it was written" : "not a JSON object");
+      problem(cut ? "cut short (by a crash, or being written now)" : "not a JSON object");
       return;
     }
     commit();
@@ -311,16 +311,27 @@ MetricsTable read_metrics_table(const std::string& path) {
     t.warnings.push_back(path + " does not exist: no curves (the run wrote no step yet)");
     return t;
   }
+  if (!std::filesystem::is_regular_file(path, ec)) {  // a device (/dev/full) would never end
+    MetricsTable t;
+    t.warnings.push_back(path + " is not a regular file: no curves");
+    return t;
+  }
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) TETRA_FAIL(Data, "cannot open ", path, " for reading: ", std::strerror(errno));
   TableBuilder b;
   constexpr size_t kBlock = size_t{8} << 20;
+  constexpr size_t kMaxLine = size_t{64} << 20;  // a longer "line" is damage, not metrics
   std::vector<char> buf(kBlock);
   size_t have = 0;  // bytes of a line carried over from the previous block
-  bool first = true;
+  bool first = true, too_long = false;
   std::uintmax_t file_size = std::filesystem::file_size(path, ec);
   if (ec) file_size = 0;  // no hint
   for (;;) {
+    if (have >= kMaxLine) {
+      too_long = true;
+      have = 0;
+      break;
+    }
     if (have == buf.size()) buf.resize(buf.size() * 2);  // a line longer than the block
     const size_t got = std::fread(buf.data() + have, 1, buf.size() - have, f.get());
     if (got == 0) {
@@ -338,6 +349,9 @@ MetricsTable read_metrics_table(const std::string& path) {
   }
   if (have > 0) b.line(std::string_view(buf.data(), have), true);
   MetricsTable t = b.finish();
+  if (too_long)
+    t.warnings.push_back("a line longer than " + std::to_string(kMaxLine >> 20) +
+                         " MiB after row " + std::to_string(t.rows) + ": the rest of the file was not read");
   for (std::string& w : t.warnings) w = path + ": " + w;
   return t;
 }

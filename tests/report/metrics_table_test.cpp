@@ -88,7 +88,7 @@ TEST(MetricsTable, BadLinesAreSkippedAndCounted) {
   EXPECT_EQ((*t.column("step"))[1], 3.0);
   ASSERT_EQ(t.warnings.size(), 2u);
   std::string all = t.warnings[0] + " | " + t.warnings[1];
-  EXPECT_NE(all.find("1 line cut short, likely by a crash while it was written (skipped; line 7)"), std::string::npos)
+  EXPECT_NE(all.find("1 line cut short (by a crash, or being written now) (skipped; line 7)"), std::string::npos)
       << all;
   EXPECT_NE(all.find("3 lines not a JSON object (skipped; first: line 2)"), std::string::npos) << all;
 }
@@ -116,6 +116,25 @@ TEST(MetricsTable, FileReadInBlocksEqualsTheText) {
   EXPECT_EQ(none.rows, 0u);
   ASSERT_EQ(none.warnings.size(), 1u);
   EXPECT_NE(none.warnings[0].find("does not exist"), std::string::npos);
+
+  // A device in its place (a test's /dev/full, say) is not read: it would never end.
+  std::filesystem::create_symlink("/dev/zero", dir + "/device.jsonl");
+  MetricsTable device = read_metrics_table(dir + "/device.jsonl");
+  EXPECT_EQ(device.rows, 0u);
+  ASSERT_EQ(device.warnings.size(), 1u);
+  EXPECT_NE(device.warnings[0].find("is not a regular file"), std::string::npos);
+
+  // Nor is a file that holds no line break in its first 64 MiB read to its end.
+  {
+    std::ofstream big(dir + "/one_line.jsonl", std::ios::binary);
+    big << "{\"step\":1}\n";
+    std::string chunk(size_t{1} << 20, 'x');
+    for (int i = 0; i < 70; ++i) big << chunk;
+  }
+  MetricsTable one = read_metrics_table(dir + "/one_line.jsonl");
+  EXPECT_EQ(one.rows, 1u);
+  ASSERT_EQ(one.warnings.size(), 1u);
+  EXPECT_NE(one.warnings[0].find("a line longer than 64 MiB after row 1"), std::string::npos) << one.warnings[0];
 }
 
 }  // namespace
