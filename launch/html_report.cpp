@@ -64,7 +64,7 @@ svg .axis{stroke:#9aa2b1;stroke-width:1;fill:none}
 svg .ln{fill:none;stroke-width:1.3;stroke-linejoin:round;stroke-linecap:round}
 svg .ln.faded{stroke-opacity:.45;stroke-dasharray:3 2}
 svg .att-a{fill:#eef3fb}svg .att-b{fill:#f6f1fa}
-svg .band-label{fill:#6b7385;font-size:10.5px}
+svg .band-label{fill:#5b6577;font-size:10.5px;stroke:#fff;stroke-width:3px;stroke-linejoin:round;paint-order:stroke}
 svg .idle{fill:url(#hatch)}
 svg .lost{fill:#e15759;fill-opacity:.22}
 svg .restart{stroke:#6b7385;stroke-width:1.2;stroke-dasharray:4 3}

@@ -114,9 +114,41 @@ std::vector<AxisTick> axis_ticks(const ChartAxis& a, int target) {
   if (!(span > 0)) return ticks;
   const double step =
       a.labels == ChartAxis::Labels::Elapsed ? nice_elapsed_step(span, target) : nice_step(span, target);
-  for (double v = std::ceil(a.lo / step) * step; v <= a.hi + step * 1e-9; v += step) {
-    const double snapped = std::fabs(v) < step * 1e-9 ? 0.0 : v;
-    ticks.push_back({snapped, label(snapped)});
+  const double first = std::ceil(a.lo / step);
+  for (double i = 0;; ++i) {
+    const double v = (first + i) * step;
+    if (v > a.hi + step * 1e-9) break;
+    ticks.push_back({std::fabs(v) < step * 1e-9 ? 0.0 : v, ""});
+  }
+  if (a.labels == ChartAxis::Labels::Elapsed) {
+    for (AxisTick& t : ticks) t.label = label(t.value);
+    return ticks;
+  }
+  // One unit for the whole axis ("2k 4k ... 20k", not "2000 ... 10k"), decimals as the step needs.
+  double big = 0;
+  for (const AxisTick& t : ticks) big = std::max(big, std::fabs(t.value));
+  const char* units[] = {"", "k", "M", "G", "T", "P"};
+  int u = 0;
+  double div = 1;
+  if (big >= 1e4)
+    while (big / div >= 1000 && u < 5) {
+      div *= 1000;
+      ++u;
+    }
+  const int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step / div) + 1e-9)));
+  for (AxisTick& t : ticks) {
+    if (decimals > 6) {  // tiny values: the exponent form of short_number
+      t.label = short_number(t.value);
+      continue;
+    }
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, t.value / div);
+    std::string l = buf;
+    if (l.find('.') != std::string::npos) {  // 2.50 → 2.5, 1.0 → 1 (as d3's "~" formats)
+      l.erase(l.find_last_not_of('0') + 1);
+      if (l.back() == '.') l.pop_back();
+    }
+    t.label = l == "0" || l == "-0" ? "0" : l + units[u];
   }
   return ticks;
 }
@@ -161,9 +193,10 @@ void SvgChart::band(double x0, double x1, const char* css_class, const std::stri
   }
   bands_ += "<rect class=\"" + std::string(css_class) + "\" x=\"" + num(a) + "\" y=\"" + num(kTop) + "\" width=\"" +
             num(b - a) + "\" height=\"" + num(plot_height()) + "\"><title>" + xml_escape(title) + "</title></rect>";
+  // The label goes over the lines (a dense curve along the top would hide it), with a halo.
   if (!label.empty() && b - a >= 7.0 * static_cast<double>(label.size()))
-    bands_ += "<text class=\"band-label\" x=\"" + num(a + 6) + "\" y=\"" + num(kTop + 12) + "\">" +
-              xml_escape(label) + "</text>";
+    labels_ += "<text class=\"band-label\" x=\"" + num(a + 6) + "\" y=\"" + num(kTop + 12) + "\">" +
+               xml_escape(label) + "</text>";
 }
 
 void SvgChart::rule(double x, const char* css_class, const std::string& title) {
@@ -234,7 +267,7 @@ std::string SvgChart::svg(const std::string& aria_label) const {
               xml_escape(t.label) + "</text>";
   }
   if (!grid.empty()) s += "<path class=\"grid\" d=\"" + grid + "\"/>";
-  s += lines_ + marks_;
+  s += lines_ + marks_ + labels_;
   s += "<path class=\"axis\" d=\"M" + num(left) + "," + num(top) + "V" + num(bottom) + "H" + num(right) + "\"/>";
   s += labels + "</svg>";
   return s;

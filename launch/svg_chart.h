@@ -31,6 +31,7 @@ struct AxisTick {
   std::string label;
 };
 // About `target` ticks at 1-2-5 steps inside [lo, hi] (decades, with 2 and 5 when few, on a log axis).
+// A linear number axis labels every tick in one unit, decimals as its step needs: 0 0.5M 1M 1.5M.
 std::vector<AxisTick> axis_ticks(const ChartAxis& axis, int target);
 
 class SvgChart {
@@ -58,13 +59,14 @@ class SvgChart {
   // A small triangle under the plot at x (a skipped step, a restart), with a tooltip.
   void marker(double x, const char* css_class, const std::string& title);
 
-  // The finished <svg> element: grid and tick labels, then bands, lines, dots and markers.
+  // The finished <svg> element: grid and tick labels, then bands, lines, dots and markers, then
+  // the bands' labels.
   std::string svg(const std::string& aria_label) const;
 
  private:
   int width_, height_;
   ChartAxis x_, y_;
-  std::string bands_, lines_, marks_;
+  std::string bands_, lines_, marks_, labels_;  // labels_: the bands' labels, drawn last
 };
 
 }  // namespace tetra::launch

@@ -13,11 +13,12 @@ scripts/build.sh
 [ -f data/tiny/train.h5 ] && [ -f data/tiny/val.h5 ] || scripts/prepare_tiny_data.sh
 np=${NP:-2}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-# The run's output also goes to a log, to find the report page rank 0 wrote (run.html_report).
+# The run's output also goes to a log, to find the report page rank 0 wrote (run.html_report);
+# tee ignores Ctrl-C, so the output of a run that stops on it (its report, its page) is kept.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-mpirun --oversubscribe --bind-to none -np "$np" build/tetra train "$config" "$@" | tee "$log"
+mpirun --oversubscribe --bind-to none -np "$np" build/tetra train "$config" "$@" | tee -i "$log"
 rc=${PIPESTATUS[0]}
 set -e
 page=$(sed -n 's/^tetra: wrote \(.*report\.html\)$/\1/p' "$log" | tail -n 1)

@@ -206,6 +206,22 @@ TEST(SvgChart, EscapesNumbersAndTicks) {
   EXPECT_EQ(t.front().value, 100000);
   EXPECT_EQ(t.back().label, "1M");
   for (const AxisTick& k : t) EXPECT_TRUE(k.value >= a.lo && k.value <= a.hi);
+  auto labels = [](double lo, double hi, int target) {
+    ChartAxis ax;
+    ax.lo = lo;
+    ax.hi = hi;
+    std::string out;
+    for (const AxisTick& k : axis_ticks(ax, target)) out += (out.empty() ? "" : " ") + k.label;
+    return out;
+  };
+  // One unit per axis: 2000 is "2k" where 10000 is "10k".
+  EXPECT_EQ(labels(0.5, 20000.5, 10), "2k 4k 6k 8k 10k 12k 14k 16k 18k 20k");
+  EXPECT_EQ(labels(0, 1.5e6, 3), "0 0.5M 1M 1.5M");
+  EXPECT_EQ(labels(0.5, 12.5, 6), "2 4 6 8 10 12");
+  EXPECT_EQ(labels(0, 0.00031, 4), "0 0.0001 0.0002 0.0003");
+  EXPECT_EQ(labels(0, 3.1e6, 4), "0 1M 2M 3M");
+  EXPECT_EQ(labels(-1.5, 1.5, 6), "-1.5 -1 -0.5 0 0.5 1 1.5");
+  EXPECT_EQ(labels(0, 4e-8, 2), "0 2e-08 4e-08");
   ChartAxis lg;
   lg.lo = 0.02;
   lg.hi = 500;
