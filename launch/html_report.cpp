@@ -218,6 +218,11 @@ std::string breakdown_table(const GoodputReport& r) {
         s += "<tr data-other=\"" + esc(other) + "\" data-seconds=\"" + exact(os) + "\"><td class=\"in2\">" + esc(other) +
              "</td><td class=\"num\">" + fmt::fixed(os, 1) + "</td><td class=\"num\">" + fmt::percent(os, wall) +
              "</td></tr>";
+    if (name == "exposed_comm")  // its part on each mesh axis, as the printed report splits it
+      for (const auto& [axis, as] : r.exposed_comm_by_axis)
+        s += "<tr data-axis=\"" + esc(axis) + "\" data-seconds=\"" + exact(as) + "\"><td class=\"in2\">" +
+             esc(axis) + " axis</td><td class=\"num\">" + fmt::fixed(as, 1) + "</td><td class=\"num\">" +
+             fmt::percent(as, wall) + "</td></tr>";
   }
   s += "<tr class=\"total\" data-category=\"total\" data-seconds=\"" + exact(r.seconds.total()) +
        "\"><td>total</td><td class=\"num\">" + fmt::fixed(r.seconds.total(), 1) + "</td><td class=\"num\">" +

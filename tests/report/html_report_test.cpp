@@ -111,6 +111,32 @@ TEST(HtmlReport, ShowsTheNumbersOfTheTextReport) {
   EXPECT_NE(page.find("3 lost to failures"), std::string::npos);
 }
 
+TEST(HtmlReport, ExposedCommunicationPerAxisAsInTheTextReport) {
+  GoodputReport r = compute_goodput(crashed_job().events());
+  r.exposed_comm_by_axis = {{"dp", 1.25}, {"tp", 0.5}};
+  const std::string page = render_html_report("runs/crash", r, parse_metrics_table(crashed_job_metrics()), config_yaml());
+  std::ostringstream text;
+  print_report(r, text);
+  const size_t comm = page.find("<tr data-category=\"exposed_comm\"");
+  ASSERT_NE(comm, std::string::npos);
+  size_t prev = comm;
+  for (const auto& [axis, seconds] : r.exposed_comm_by_axis) {
+    const std::string shown = report_format::fixed(seconds, 1), pct = report_format::percent(seconds, r.wall_seconds);
+    EXPECT_TRUE(std::regex_search(text.str(), std::regex("  " + axis + " axis +" + regex_text(shown) + " +" +
+                                                         regex_text(pct) + "\n")))
+        << text.str();
+    const size_t at = page.find("<tr data-axis=\"" + axis + "\"");
+    ASSERT_NE(at, std::string::npos) << axis;
+    EXPECT_GT(at, prev) << "the axes follow exposed communication, in order";
+    prev = at;
+    const std::string row = page.substr(at, page.find("</tr>", at) - at);
+    EXPECT_NE(row.find(">" + axis + " axis</td><td class=\"num\">" + shown + "</td><td class=\"num\">" + pct + "</td>"),
+              std::string::npos)
+        << row;
+  }
+  EXPECT_LT(prev, page.find("<tr data-category=\"pipeline_bubble\""));
+}
+
 TEST(HtmlReport, MarksLostStepsSkippedStepsRestartsAndEvaluations) {
   const GoodputReport r = compute_goodput(crashed_job().events());
   const std::string page = render_html_report("runs/crash", r, parse_metrics_table(crashed_job_metrics()), config_yaml());

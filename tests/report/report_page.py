@@ -93,6 +93,16 @@ for tr in table.iter(XHTML + "tr"):
         fail(f"{name}: page {tr.get('data-seconds')} s, goodput.json {want} s")
     seen += 1
 check(seen == 16, f"every category and the total on the page equal the text report and goodput.json ({seen} rows)")
+# Exposed communication per mesh axis (dp 2 here): the text report's rows under it, goodput.json's seconds.
+axes = {tr.get("data-axis"): tr for tr in table.iter(XHTML + "tr") if tr.get("data-axis")}
+check(set(axes) == set(g["exposed_comm_by_axis"]) and "dp" in axes,
+      f"the page splits exposed communication by axis as goodput.json does ({sorted(axes)})")
+for axis, tr in axes.items():
+    label, secs, pct = [text_of(td) for td in tr.findall(XHTML + "td")]
+    check(label == f"{axis} axis" and rows.get(label) == (secs, pct),
+          f"{label}: page {secs} s {pct} %, text report {rows.get(label)}")
+    check(abs(float(tr.get("data-seconds")) - g["exposed_comm_by_axis"][axis]) <= 1e-9 * max(1.0, float(secs)),
+          f"{label}: the seconds of goodput.json")
 cards = {c.get("data-field"): text_of(c.find(f"{XHTML}div[@class='v']")) for c in copy.iter(XHTML + "div")
          if c.get("class") == "card"}
 goodput_line = re.search(r"goodput +(\S+) %", rep).group(1)
