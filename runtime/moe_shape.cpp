@@ -147,13 +147,18 @@ int64_t check_moe_balance_loss(const char* op, const Tensor& loss_sum, const Ten
   return B;
 }
 
-void check_moe_bias_update(const char* op, const Tensor& bias, const Tensor& load) {
+void check_moe_bias_update(const char* op, const Tensor& bias, const Tensor& load, const Tensor* control) {
   check_dtype(op, "bias", bias, DType::F32);
   if (bias.ndim() != 1 || bias.numel() < 1) TETRA_FAIL(Internal, op, ": bias must be [E], got ", bias.describe());
   check_dtype(op, "load", load, DType::I32);
   check_shape(op, "load", load, bias.shape());
   check_same_device(op, {&bias, &load});
   check_disjoint(op, "load", bias, load);
+  if (control) {
+    check_dtype(op, "control", *control, DType::F64);
+    check_shape(op, "control", *control, {kStepControlSlots});
+    check_same_device(op, {&bias, control});
+  }
 }
 
 MoeRowDims check_moe_permute_map(const char* op, const Tensor& offsets, const Tensor& row_of, const Tensor& slot_of,

@@ -27,7 +27,7 @@ MoeRouterDims check_moe_router_backward(const char* op, const Tensor& d_logits, 
 // Returns B = N / seq_len.
 int64_t check_moe_balance_loss(const char* op, const Tensor& loss_sum, const Tensor& d_prob_sums,
                                const Tensor& logits, const Tensor& expert_ids, int64_t seq_len);
-void check_moe_bias_update(const char* op, const Tensor& bias, const Tensor& load);
+void check_moe_bias_update(const char* op, const Tensor& bias, const Tensor& load, const Tensor* control);
 
 struct MoeRowDims {
   int64_t N, k, R, d;  // tokens, slots per token, rows, row width

@@ -118,9 +118,9 @@ void moe_balance_loss(Tensor& loss_sum, Tensor& d_prob_sums, const Tensor& logit
   TETRA_DISPATCH(logits.device(), moe_balance_loss, loss_sum, d_prob_sums, logits, expert_ids, seq_len, loss_scale,
                  grad_scale);
 }
-void moe_bias_update(Tensor& bias, const Tensor& load, float rate) {
-  check_same_device("moe_bias_update", {&bias, &load});
-  TETRA_DISPATCH(bias.device(), moe_bias_update, bias, load, rate);
+void moe_bias_update(Tensor& bias, const Tensor& load, float rate, const Tensor* control) {
+  check_same_device("moe_bias_update", {&bias, &load, control});
+  TETRA_DISPATCH(bias.device(), moe_bias_update, bias, load, rate, control);
 }
 void moe_permute_map(Tensor& offsets, Tensor& row_of, Tensor& slot_of, const Tensor& expert_ids) {
   check_same_device("moe_permute_map", {&offsets, &row_of, &slot_of, &expert_ids});

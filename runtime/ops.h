@@ -138,7 +138,9 @@ void moe_balance_loss(Tensor& loss_sum, Tensor& d_prob_sums, const Tensor& logit
                       int64_t seq_len, float loss_scale, float grad_scale);
 // Auxiliary-loss-free balancing after an optimizer step: bias[i] += rate · sign(mean(load) − load[i])
 // (sign(0) = 0), bias fp32 [E], load int32 [E] (the step's counts over every micro-batch and rank).
-void moe_bias_update(Tensor& bias, const Tensor& load, float rate);
+// control (optional; fp64 [kStepControlSlots] on bias's device, runtime/step_control.h): nothing
+// changes when the step was skipped (control[kCtlSkipped] ≠ 0), as the optimizer's update does not.
+void moe_bias_update(Tensor& bias, const Tensor& load, float rate, const Tensor* control = nullptr);
 
 // Where each routed slot (n, j), j < k, goes in the expert-grouped order (by expert, then token, then
 // slot), from expert_ids[N, k] with E = offsets.numel() − 1 experts:

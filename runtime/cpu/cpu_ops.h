@@ -38,7 +38,7 @@ void moe_router_backward(Tensor& d_logits, const Tensor& d_weights, const Tensor
                          const ops::MoeRouting& routing, const Tensor* d_prob_sums, bool accumulate);
 void moe_balance_loss(Tensor& loss_sum, Tensor& d_prob_sums, const Tensor& logits, const Tensor& expert_ids,
                       int64_t seq_len, float loss_scale, float grad_scale);
-void moe_bias_update(Tensor& bias, const Tensor& load, float rate);
+void moe_bias_update(Tensor& bias, const Tensor& load, float rate, const Tensor* control);
 void moe_permute_map(Tensor& offsets, Tensor& row_of, Tensor& slot_of, const Tensor& expert_ids);
 void moe_permute(Tensor& rows, const Tensor& x, const Tensor& slot_of, int64_t top_k);
 void moe_permute_backward(Tensor& dx, const Tensor& d_rows, const Tensor& row_of, bool accumulate);

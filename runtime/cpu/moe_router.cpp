@@ -182,8 +182,9 @@ void moe_balance_loss(Tensor& loss_sum, Tensor& d_prob_sums, const Tensor& logit
   loss_sum.data<double>()[0] += static_cast<double>(loss_scale) * total;
 }
 
-void moe_bias_update(Tensor& bias, const Tensor& load, float rate) {
-  check_moe_bias_update("moe_bias_update", bias, load);
+void moe_bias_update(Tensor& bias, const Tensor& load, float rate, const Tensor* control) {
+  check_moe_bias_update("moe_bias_update", bias, load, control);
+  if (control && control->data<double>()[kCtlSkipped] != 0.0) return;  // a skipped step changes nothing
   const int64_t E = bias.numel();
   const int32_t* pl = load.data<int32_t>();
   float* pb = bias.data<float>();

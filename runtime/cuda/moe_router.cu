@@ -299,7 +299,8 @@ __global__ void balance_loss_finish_kernel(double* loss_sum, const double* parti
   loss_sum[0] += static_cast<double>(loss_scale) * total;
 }
 
-__global__ void bias_update_kernel(float* bias, const int32_t* load, int E, float rate) {
+__global__ void bias_update_kernel(float* bias, const int32_t* load, int E, float rate, const double* control) {
+  if (control && control[kCtlSkipped] != 0.0) return;  // a skipped step changes nothing
   __shared__ double scratch[32];
   double sum = 0.0;
   for (int e = threadIdx.x; e < E; e += blockDim.x) sum += load[e];
@@ -409,14 +410,15 @@ void moe_balance_loss(Tensor& loss_sum, Tensor& d_prob_sums, const Tensor& logit
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
-void moe_bias_update(Tensor& bias, const Tensor& load, float rate) {
+void moe_bias_update(Tensor& bias, const Tensor& load, float rate, const Tensor* control) {
   const char* op = "moe_bias_update";
-  check_moe_bias_update(op, bias, load);
+  check_moe_bias_update(op, bias, load, control);
   check_on_cuda(op, {{"bias", &bias}, {"load", &load}});
   const Device dev = bias.device();
   DeviceScope scope(dev);
   bias_update_kernel<<<1, 256, 0, stream_of(dev)>>>(bias.data<float>(), load.data<int32_t>(),
-                                                    static_cast<int>(bias.numel()), rate);
+                                                    static_cast<int>(bias.numel()), rate,
+                                                    control ? control->data<double>() : nullptr);
   TETRA_CUDA_CHECK_LAUNCH();
 }
 

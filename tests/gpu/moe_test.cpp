@@ -18,6 +18,7 @@
 
 #include "runtime/counts_readback.h"
 #include "runtime/cuda_graph.h"
+#include "runtime/step_control.h"
 #include "runtime/cuda/moe_grouped_gemm.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -157,6 +158,18 @@ TEST(GpuMoeRouter, BiasUpdate) {
   ops::moe_bias_update(bias, load, 1e-3f);
   ops::moe_bias_update(g_bias, g_load, 1e-3f);
   EXPECT_EQ(download(g_bias), values(bias)) << "the bias step is exact";
+  // The step control on the device: skipped leaves the bias, applied moves it as the CPU twin.
+  Tensor control = Tensor::zeros({kStepControlSlots}, DType::F64);
+  control.data<double>()[kCtlSkipped] = 1.0;
+  Tensor g_control = upload_raw(control);
+  const std::vector<double> before = download(g_bias);
+  ops::moe_bias_update(g_bias, g_load, 1e-3f, &g_control);
+  EXPECT_EQ(download(g_bias), before) << "a skipped step leaves the bias";
+  control.data<double>()[kCtlSkipped] = 0.0;
+  g_control = upload_raw(control);
+  ops::moe_bias_update(bias, load, 1e-3f, &control);
+  ops::moe_bias_update(g_bias, g_load, 1e-3f, &g_control);
+  EXPECT_EQ(download(g_bias), values(bias)) << "an applied step moves it as the CPU twin";
 }
 
 // ---------- permutation ----------

@@ -11,6 +11,7 @@
 
 #include "op_test_util.h"
 #include "runtime/counts_readback.h"
+#include "runtime/step_control.h"
 
 namespace tetra::test {
 namespace {
@@ -218,6 +219,16 @@ TEST(MoeRouter, BiasUpdateStepsTowardTheMeanLoad) {
   Tensor even = ints({3, 3, 3, 3}, {4});
   ops::moe_bias_update(bias, even, 0.125f);  // sign(0) = 0
   EXPECT_EQ(to_doubles(bias), (std::vector<double>{0.375, 0.125, -0.125, 1.125}));
+  // With the step control: a skipped step leaves the bias, an applied one moves it.
+  Tensor control = Tensor::zeros({kStepControlSlots}, DType::F64);
+  control.data<double>()[kCtlSkipped] = 1.0;
+  ops::moe_bias_update(bias, load, 0.125f, &control);
+  EXPECT_EQ(to_doubles(bias), (std::vector<double>{0.375, 0.125, -0.125, 1.125}));
+  control.data<double>()[kCtlSkipped] = 0.0;
+  ops::moe_bias_update(bias, load, 0.125f, &control);
+  EXPECT_EQ(to_doubles(bias), (std::vector<double>{0.25, 0.25, 0.0, 1.25}));
+  Tensor short_control = Tensor::zeros({2}, DType::F64);
+  expect_error([&] { ops::moe_bias_update(bias, load, 0.125f, &short_control); }, "moe_bias_update", "control");
 }
 
 // The expert-grouped order: by expert, then token, then slot; the two maps are each other's inverse.
