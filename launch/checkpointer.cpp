@@ -548,13 +548,18 @@ std::optional<TrainingProgress> Checkpointer::resume() {
   if (is_rank0()) {
     const MeshShape& s = mesh_.shape();
     const bool reshard = meta.world_size != world_.size() || meta.dp != s.dp || meta.tp != s.tp || meta.pp != s.pp ||
-                         meta.zero_stage != optimizer_.zero_stage();
+                         meta.ep != s.ep || meta.zero_stage != optimizer_.zero_stage();
+    // The expert-parallel sizes, where either side has expert parallelism.
+    const bool experts = meta.ep > 1 || s.ep > 1;
+    auto ep_text = [experts](int ep) { return experts ? " ep " + std::to_string(ep) : std::string(); };
     std::string line = "resumed from " + chosen->dir() + " (step " + std::to_string(meta.step) + ", " +
                        std::to_string(meta.tokens_seen) + " tokens";
     if (reshard)
       line += "; written at dp " + std::to_string(meta.dp) + " tp " + std::to_string(meta.tp) + " pp " +
-              std::to_string(meta.pp) + " ZeRO-" + std::to_string(meta.zero_stage) + ", resharded to dp " +
-              std::to_string(s.dp) + " tp " + std::to_string(s.tp) + " pp " + std::to_string(s.pp) + " ZeRO-" +
+              std::to_string(meta.pp) + ep_text(meta.ep) +
+              " ZeRO-" + std::to_string(meta.zero_stage) + ", resharded to dp " + std::to_string(s.dp) + " tp " +
+              std::to_string(s.tp) + " pp " + std::to_string(s.pp) +
+              ep_text(s.ep) + " ZeRO-" +
               std::to_string(optimizer_.zero_stage());
     print_rank0(world_, line + ")");
   }

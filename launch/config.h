@@ -19,6 +19,22 @@ struct RunConfig {
   bool html_report = true;           // write RUN_DIR/report.html at the end of every attempt
 };
 
+// model.moe (llama): DeepSeek-style mixture-of-experts MLPs (docs/models.md "Mixture of experts").
+// Absent, or n_experts 0: a dense model.
+struct MoeConfig {
+  int n_experts = 0;                 // routed experts per MoE layer; 0 = dense (no MoE layers)
+  int top_k = 2;                     // experts each token is routed to
+  int n_shared = 0;                  // shared experts: one SwiGLU of width n_shared·ffn_dim every token passes
+  int ffn_dim = 0;                   // each expert's SwiGLU width; 0 = model.ffn_dim (resolved)
+  int first_k_dense = 0;             // leading layers that keep the dense MLP of model.ffn_dim
+  double route_scale = 1.0;          // the normalised routing weights are multiplied by this
+  int n_group = 1;                   // expert groups of group-limited routing; 1 = none
+  int topk_group = 1;                // groups a token may choose experts from
+  double bias_update_rate = 1e-3;    // auxiliary-loss-free balancing step γ; 0 = the bias stays 0
+  double aux_loss_coef = 0;          // α of the sequence-wise balance loss; 0 = off
+  bool force_balance = false;        // benchmarks only: token t goes to experts (t·k + j) mod E
+};
+
 struct ModelConfig {
   std::string arch = "gpt2";         // a model family (models/model_family.h): gpt2 | llama
   int vocab_size = 0;                // required
@@ -34,6 +50,7 @@ struct ModelConfig {
   double norm_eps = 1e-5;            // RMSNorm epsilon
   double rope_theta = 10000;         // rotary embedding base (Llama 3: 500000)
   bool tie_embeddings = false;       // the output layer is the token embedding
+  MoeConfig moe;                     // llama: the model.moe mapping
 };
 
 struct ParallelConfig {
@@ -55,6 +72,9 @@ struct ParallelConfig {
   // Who moves stage 0's gradient all-reduce: nccl (kernels on the SMs), or copy_engine (the GPUs'
   // copy engines through CUDA IPC; every dp rank on one host; runtime/peer_copy_communicator.h).
   std::string grad_all_reduce = "nccl";
+  // Mixture of experts at pp = 1: run the micro-batches of a step two at a time, interleaved at the
+  // MoE layers' dispatch and combine, so one's all-to-all runs while the other computes.
+  bool moe_overlap = false;
 };
 
 struct TrainConfig {

@@ -202,6 +202,36 @@ std::string suggest_section(const std::string& name) {
   return "valid sections: " + join(schema::sections());
 }
 
+// Reads the keys of a section's mapping (or of a nested mapping such as model.moe, whose keys the
+// schema names "moe.KEY"; `prefix` is "moe." there) into entries.
+void read_keys(const std::string& section, const std::string& prefix, const YAML::Node& body, const std::string& file,
+               std::vector<Entry>& entries, KeyOrigins& origins) {
+  for (auto kv = body.begin(); kv != body.end(); ++kv) {
+    const YAML::Node k = kv->first;
+    const YAML::Node v = kv->second;
+    int line = line_of(k);
+    if (!k.IsScalar()) fail(at(file, line), section, "a key must be a plain word, got " + shown(k));
+    const std::string key = prefix + k.Scalar();
+    const std::string path = section + "." + key;
+    if (origins.line.count(path))
+      fail(at(file, line), path, "duplicate key (first at line " + std::to_string(origins.line[path]) +
+                                     "); keep one of them");
+    const Field* f = schema::find(section, key);
+    if (!f && schema::is_mapping(section, key)) {
+      origins.line[path] = line;
+      if (v.IsNull()) continue;  // "moe:" with nothing under it: validate() says what is missing
+      if (!v.IsMap())
+        fail(at(file, line), path, "expected a mapping of keys, got " + shown(v),
+             "keys of " + path + ": " + join(schema::mapping_keys(section, key)));
+      read_keys(section, key + ".", v, file, entries, origins);
+      continue;
+    }
+    if (!f) fail(at(file, line), path, "unknown key", schema::suggest_key(section, key));
+    origins.line[path] = line;
+    entries.push_back(Entry{f, v, at(file, line), line});
+  }
+}
+
 // Reads the sections of the document into entries, checking names, duplicates and shapes.
 void read_file_entries(const YAML::Node& root, const std::string& file, std::vector<Entry>& entries,
                        KeyOrigins& origins) {
@@ -227,20 +257,7 @@ void read_file_entries(const YAML::Node& root, const std::string& file, std::vec
     if (!body.IsMap())
       fail(at(file, kline), section, "expected a mapping of keys, got " + shown(body),
            "keys of " + section + ": " + join(keys_of(section)));
-    for (auto kv = body.begin(); kv != body.end(); ++kv) {
-      const YAML::Node k = kv->first;
-      const YAML::Node v = kv->second;
-      int line = line_of(k);
-      if (!k.IsScalar()) fail(at(file, line), section, "a key must be a plain word, got " + shown(k));
-      const Field* f = schema::find(section, k.Scalar());
-      std::string path = section + "." + k.Scalar();
-      if (!f) fail(at(file, line), path, "unknown key", schema::suggest_key(section, k.Scalar()));
-      if (origins.line.count(path))
-        fail(at(file, line), path, "duplicate key (first at line " + std::to_string(origins.line[path]) +
-                                       "); keep one of them");
-      origins.line[path] = line;
-      entries.push_back(Entry{f, v, at(file, line), line});
-    }
+    read_keys(section, "", body, file, entries, origins);
   }
 }
 
@@ -258,7 +275,7 @@ void apply_overrides(const std::vector<std::string>& overrides, std::vector<Entr
     if (eq == std::string::npos)
       fail(where, "", "expected section.key=value, e.g. --set train.steps=100");
     size_t dot = path.find('.');
-    if (dot == std::string::npos || path.find('.', dot + 1) != std::string::npos) {
+    if (dot == std::string::npos) {
       std::string hint = "keys are written section.key, e.g. train.steps";
       for (const Field& f : schema::fields())
         if (path == f.key) hint = "did you mean " + f.path() + "?";
@@ -270,6 +287,9 @@ void apply_overrides(const std::vector<std::string>& overrides, std::vector<Entr
     if (std::find(secs.begin(), secs.end(), section) == secs.end())
       fail(where, "", "unknown section " + section, suggest_section(section));
     const Field* f = schema::find(section, key);
+    if (!f && schema::is_mapping(section, key))
+      fail(where, "", "a mapping, not a key", "set its keys one by one, e.g. --set " + path + "." +
+                                                  schema::mapping_keys(section, key).front() + "=...");
     if (!f) fail(where, "", "unknown key", schema::suggest_key(section, key));
     std::string text = o.substr(eq + 1);
     YAML::Node value;

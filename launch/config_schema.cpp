@@ -20,6 +20,10 @@ namespace {
 #define KEY(sec, k, T)                                                  \
   .section = #sec, .key = #k, .type = Type::T, .get = [](Config& c) -> void* { return &c.sec.k; }
 
+// MOE_KEY(key, Type): a key of the model.moe mapping, "model.moe.KEY" (Field::key "moe.KEY").
+#define MOE_KEY(k, T) \
+  .section = "model", .key = "moe." #k, .type = Type::T, .get = [](Config& c) -> void* { return &c.model.moe.k; }
+
 constexpr double kIntMax = 2147483647.0;
 
 std::vector<Field> make_fields() {
@@ -50,6 +54,25 @@ std::vector<Field> make_fields() {
       {KEY(model, norm_eps, Float), .lo = 0, .lo_open = true, .note = "llama's RMSNorm epsilon"},
       {KEY(model, rope_theta, Float), .lo = 0, .lo_open = true, .note = "llama: rotary base, e.g. 500000 for Llama 3"},
       {KEY(model, tie_embeddings, Bool), .note = "llama: the output layer is the token embedding"},
+      // model.moe: DeepSeek-style mixture of experts (llama; docs/models.md). Absent = dense.
+      {MOE_KEY(n_experts, Int), .lo = 0, .hi = kIntMax,
+       .note = "llama: routed experts per MoE layer, e.g. 64; 0 = dense (no MoE layers)"},
+      {MOE_KEY(top_k, Int), .lo = 1, .hi = kIntMax, .note = "experts per token, at most model.moe.n_experts"},
+      {MOE_KEY(n_shared, Int), .lo = 0, .hi = kIntMax,
+       .note = "shared experts, one SwiGLU of width n_shared·ffn_dim every token passes; 0 = none"},
+      {MOE_KEY(ffn_dim, Int), .lo = 0, .hi = kIntMax, .note = "each expert's SwiGLU width, e.g. 512; 0 = model.ffn_dim"},
+      {MOE_KEY(first_k_dense, Int), .lo = 0, .hi = kIntMax,
+       .note = "leading layers that keep the dense MLP of model.ffn_dim, fewer than model.n_layers"},
+      {MOE_KEY(route_scale, Float), .lo = 0, .lo_open = true,
+       .note = "the normalised routing weights are multiplied by it (Hugging Face's routed_scaling_factor)"},
+      {MOE_KEY(n_group, Int), .lo = 1, .hi = kIntMax,
+       .note = "expert groups for group-limited routing, a divisor of model.moe.n_experts; 1 = none"},
+      {MOE_KEY(topk_group, Int), .lo = 1, .hi = kIntMax, .note = "groups a token may route to, at most model.moe.n_group"},
+      {MOE_KEY(bias_update_rate, Float), .lo = 0,
+       .note = "auxiliary-loss-free balancing: the bias step after each optimizer step; 0 = off"},
+      {MOE_KEY(aux_loss_coef, Float), .lo = 0, .note = "α of the sequence-wise balance loss, e.g. 1e-4; 0 = off"},
+      {MOE_KEY(force_balance, Bool),
+       .note = "a benchmark aid, not a model: token t goes to experts (t·top_k + j) mod n_experts"},
 
       // parallel: the mesh and how communication overlaps compute.
       {KEY(parallel, dp, Int), .lo = 0, .hi = kIntMax, .note = "0 = world / (tp·pp)"},
@@ -70,6 +93,9 @@ std::vector<Field> make_fields() {
        .note = "gradient accumulation and reduction; auto: bf16 for bf16 training unless stage 0-1 accumulates"},
       {KEY(parallel, grad_all_reduce, Choice), .choices = {"nccl", "copy_engine"},
        .note = "stage 0: copy_engine moves gradients with the copy engines (one host)"},
+      {KEY(parallel, moe_overlap, Bool),
+       .note = "mixture of experts at pp = 1: two micro-batches interleaved so one's all-to-all runs while the "
+               "other computes"},
 
       // train: the loop.
       {KEY(train, steps, Int), .required = true, .lo = 1, .hi = kIntMax},
@@ -124,6 +150,7 @@ std::vector<Field> make_fields() {
   };
 }
 #undef KEY
+#undef MOE_KEY
 
 // Damerau-Levenshtein (optimal string alignment) distance, case-insensitive.
 int edit_distance(const std::string& a, const std::string& b) {
@@ -177,6 +204,19 @@ const Field* find(const std::string& section, const std::string& key) {
   for (const Field& f : fields())
     if (section == f.section && key == f.key) return &f;
   return nullptr;
+}
+
+bool is_mapping(const std::string& section, const std::string& name) { return !mapping_keys(section, name).empty(); }
+
+std::vector<std::string> mapping_keys(const std::string& section, const std::string& name) {
+  std::vector<std::string> keys;
+  const std::string prefix = name + ".";
+  for (const Field& f : fields()) {
+    const std::string key = f.key;
+    if (section == f.section && key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0)
+      keys.push_back(key.substr(prefix.size()));
+  }
+  return keys;
 }
 
 std::string valid_text(const Field& f) {
@@ -331,6 +371,18 @@ std::string known_alias(const std::string& name) {
       {{"intermediate_size", "ffn_hidden_size", "hidden_dim", "ffn_size"}, "model.ffn_dim"},
       {{"rope_base", "rotary_base", "rotary_emb_base"}, "model.rope_theta"},
       {{"tie_word_embeddings", "untie_embeddings_and_output_weights", "weight_tying"}, "model.tie_embeddings"},
+      {{"num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"}, "model.moe.n_experts"},
+      {{"num_experts_per_tok", "moe_router_topk", "moe_top_k", "top_k"}, "model.moe.top_k"},
+      {{"n_shared_experts", "num_shared_experts", "moe_shared_expert_count"}, "model.moe.n_shared"},
+      {{"moe_intermediate_size", "moe_ffn_hidden_size", "moe_inter_dim"}, "model.moe.ffn_dim"},
+      {{"first_k_dense_replace", "n_dense_layers"}, "model.moe.first_k_dense"},
+      {{"routed_scaling_factor", "route_scale", "moe_router_topk_scaling_factor"}, "model.moe.route_scale"},
+      {{"moe_router_num_groups", "n_expert_groups"}, "model.moe.n_group"},
+      {{"moe_router_group_topk", "n_limited_groups"}, "model.moe.topk_group"},
+      {{"moe_router_bias_update_rate", "bias_update_speed"}, "model.moe.bias_update_rate"},
+      {{"moe_aux_loss_coeff", "aux_loss_alpha", "load_balance_coeff", "router_aux_loss_coef"}, "model.moe.aux_loss_coef"},
+      {{"force_load_balancing", "moe_router_force_load_balancing"}, "model.moe.force_balance"},
+      {{"moe_a2a_overlap", "overlap_moe_expert_parallel_comm", "moe_comm_overlap"}, "parallel.moe_overlap"},
       {{"tensor_model_parallel_size", "tensor_parallel_degree"}, "parallel.tp"},
       {{"pipeline_model_parallel_size", "pipeline_parallel_degree"}, "parallel.pp"},
       {{"expert_model_parallel_size", "expert_parallel_degree"}, "parallel.ep"},

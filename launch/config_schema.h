@@ -36,6 +36,11 @@ struct Field {
 const std::vector<std::string>& sections();
 const std::vector<Field>& fields();
 const Field* find(const std::string& section, const std::string& key);
+// Nested mappings: a key of the form "NAME.KEY" (model.moe.n_experts: section "model", key
+// "moe.n_experts") is written in YAML under a mapping NAME of its section. is_mapping: some key of
+// `section` lies under `name`; mapping_keys: those keys without the "NAME." prefix, in schema order.
+bool is_mapping(const std::string& section, const std::string& name);
+std::vector<std::string> mapping_keys(const std::string& section, const std::string& name);
 
 // "what would be valid" for a key: "an integer ≥ 1; 0 = off", "one of: fp32, bf16", ...
 std::string valid_text(const Field& f);

@@ -35,6 +35,14 @@ namespace {
 
 std::string str(long long v) { return std::to_string(v); }
 
+// The numbers dividing both a and b, "1, 2, 4".
+std::string common_divisors(int a, int b) {
+  std::string out;
+  for (int d = 1; d <= std::min(a, b); ++d)
+    if (a % d == 0 && b % d == 0) out += (out.empty() ? "" : ", ") + str(d);
+  return out;
+}
+
 // The divisors of n, for "use one of ..." suggestions.
 std::string divisors(int n) {
   std::string out;
@@ -70,12 +78,71 @@ void check_model_keys(const Config& c) {
     std::string others;
     for (const std::string& arch : model_family_names())
       if (contains(model_family(arch).config_keys(), f.key)) others += (others.empty() ? "" : ", ") + arch;
-    std::string own;
-    for (const std::string& k : takes) own += (own.empty() ? "" : ", ") + k;
+    std::string own;  // a nested mapping's keys ("moe.top_k") as the mapping, once
+    std::vector<std::string> listed;
+    for (const std::string& k : takes) {
+      const std::string item = k.find('.') == std::string::npos ? k : "the " + k.substr(0, k.find('.')) + " mapping";
+      if (contains(listed, item)) continue;
+      listed.push_back(item);
+      own += (own.empty() ? "" : ", ") + item;
+    }
     fail(c, {f.path(), "model.arch"},
          "not read by " + c.model.arch + " models" + (others.empty() ? "" : " (a key of " + others + ")") +
              "; remove it" + (others.empty() ? "" : ", or set model.arch to " + others) +
              (own.empty() ? "" : " (" + c.model.arch + " takes, besides the common keys: " + own + ")"));
+  }
+}
+
+// model.moe and the settings that need it: a dense model (n_experts 0) takes no other model.moe
+// key; ep shards the experts; the two-micro-batch overlap needs MoE layers, pp = 1 and two
+// micro-batches to interleave.
+void check_moe(const Config& c, int dp) {
+  const MoeConfig& moe = c.model.moe;
+  const ParallelConfig& p = c.parallel;
+  if (moe.n_experts == 0) {
+    const Config defaults;
+    for (const schema::Field& f : schema::fields()) {
+      const std::string key = f.key;
+      if (std::string(f.section) != "model" || key.rfind("moe.", 0) != 0 || key == "moe.n_experts") continue;
+      if (!c.origins.given(f.path()) && schema::value_text(f, c) == schema::value_text(f, defaults)) continue;
+      fail(c, {f.path(), "model.moe.n_experts"},
+           "set, but model.moe.n_experts is 0 (a dense model, where it has no effect); set model.moe.n_experts to the "
+           "number of routed experts, or remove it");
+    }
+    if (c.origins.line.count("model.moe"))
+      fail(c, {"model.moe", "model.moe.n_experts"},
+           "given without n_experts; set model.moe.n_experts to the number of routed experts (e.g. 8), or remove "
+           "model.moe for a dense model");
+    if (p.ep > 1)
+      fail(c, {"parallel.ep", "model.moe.n_experts"},
+           str(p.ep) + ", but the model has no experts to shard (model.moe.n_experts is 0); use ep 1, or give the "
+           "model experts under model.moe");
+    if (p.moe_overlap)
+      fail(c, {"parallel.moe_overlap", "model.moe.n_experts"},
+           "true, but the model has no MoE layers (model.moe.n_experts is 0) and nothing to overlap; set it to false");
+    return;
+  }
+  if (moe.n_experts % p.ep != 0)
+    fail(c, {"parallel.ep", "model.moe.n_experts"},
+         "ep = " + str(p.ep) + " does not divide model.moe.n_experts = " + str(moe.n_experts) +
+             " (each expert-parallel rank holds n_experts / ep experts); use ep among the common divisors of " +
+             str(moe.n_experts) + " and dp = " + str(dp) + ": " + common_divisors(moe.n_experts, dp));
+  if (p.ep > 1 && c.train.cuda_graphs)
+    fail(c, {"train.cuda_graphs", "parallel.ep"},
+         "true with parallel.ep = " + str(p.ep) + ": the expert-parallel all-to-all sizes its buffers from token "
+         "counts read on the host in every MoE layer, which a captured graph cannot do; set train.cuda_graphs to "
+         "false, or ep to 1");
+  if (p.moe_overlap) {
+    if (p.pp > 1)
+      fail(c, {"parallel.moe_overlap", "parallel.pp"},
+           "true with parallel.pp = " + str(p.pp) + "; the two-micro-batch interleave is the pp = 1 form (a pipeline "
+           "overlaps through its schedule's forward-backward pairs); set it to false or pp to 1");
+    const long long per_round = static_cast<long long>(dp) * c.train.micro_batch;
+    if (per_round > 0 && c.train.global_batch / per_round < 2)
+      fail(c, {"parallel.moe_overlap", "train.global_batch", "train.micro_batch"},
+           "true, but a step has " + str(c.train.global_batch / per_round) + " micro-batch per rank "
+           "(global_batch / (dp·micro_batch)) and the interleave needs two; raise train.global_batch to " +
+               str(2 * per_round) + " or more, lower train.micro_batch, or set it to false");
   }
 }
 
@@ -267,6 +334,7 @@ void validate(const Config& cfg, int world_size) {
   check_sizes(cfg);  // before any code multiplies the sizes
   check_model_split(cfg, dp);
   check_batches(cfg, dp);
+  check_moe(cfg, dp);
   check_optimizer(cfg);
   check_device(cfg);
   check_data(cfg);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "launch/model_config.h"
+#include "parallel/expert_placement.h"
 #include "parallel/zero_memory.h"
 
 namespace tetra::launch {
@@ -45,7 +46,19 @@ MemoryPlan plan_memory(const Config& cfg, const std::vector<Param*>& params, int
   const DistributedOptimizerOptions oo = optimizer_options(cfg, dp);
   const DType working = cfg.train.precision == "bf16" ? DType::BF16 : DType::F32;
   const ParamStorage storage = param_storage_for(oo, working, dp);
-  ZeroLayout layout(params, storage.shards);
+  // Expert parallelism: each rank holds its experts' slices, laid out and sharded over the
+  // expert-data group (dp / ep ranks); buffers (the routers' biases) are fp32 outside both layouts.
+  const int ep = std::max(1, cfg.parallel.ep), edp = std::max(1, dp / ep);
+  std::vector<Param*> dense, experts;
+  double buffers = 0;
+  for (Param* p : params) {
+    if (!p->trainable)
+      buffers += 4.0 * static_cast<double>(p->numel());
+    else
+      (ep > 1 && expert_owned(*p) ? experts : dense).push_back(p);
+  }
+  place_experts(experts, ep);
+  ZeroLayout layout(dense, storage.shards);
   ZeroMemorySpec spec;
   spec.stage = oo.zero_stage;
   spec.weight_dtype = working;
@@ -60,6 +73,21 @@ MemoryPlan plan_memory(const Config& cfg, const std::vector<Param*>& params, int
   plan.grad_dtype = dtype_name(storage.grad_dtype);
   plan.params = layout.param_numel();
   plan.state = zero_state_memory(layout, spec);
+  if (!experts.empty()) {
+    const ParamStorage es = param_storage_for(oo, working, edp);
+    ZeroLayout expert_layout(experts, es.shards);
+    ZeroMemorySpec e = spec;
+    e.grad_dtype = es.grad_dtype;
+    const StateMemory m = zero_state_memory(expert_layout, e);
+    plan.params += expert_layout.param_numel();
+    plan.state.weights += m.weights;
+    plan.state.gradients += m.gradients;
+    plan.state.optimizer += m.optimizer;
+    plan.state.communication += m.communication;
+    plan.state.persistent += m.persistent;
+  }
+  plan.state.weights += buffers;
+  plan.state.persistent += buffers;
   add_copy_engine_staging(plan.state, cfg, dp, layout.total(), storage.grad_dtype);
   plan.activations = activation_bytes(cfg);
   return plan;

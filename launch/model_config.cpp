@@ -17,6 +17,17 @@ ModelArgs model_args(const Config& cfg) {
   a.norm_eps = m.norm_eps;
   a.rope_theta = m.rope_theta;
   a.tie_embeddings = m.tie_embeddings;
+  a.moe.n_experts = m.moe.n_experts;
+  a.moe.top_k = m.moe.top_k;
+  a.moe.n_shared = m.moe.n_shared;
+  a.moe.ffn_dim = m.moe.ffn_dim;
+  a.moe.first_k_dense = m.moe.first_k_dense;
+  a.moe.route_scale = m.moe.route_scale;
+  a.moe.n_group = m.moe.n_group;
+  a.moe.topk_group = m.moe.topk_group;
+  a.moe.bias_update_rate = m.moe.bias_update_rate;
+  a.moe.aux_loss_coef = m.moe.aux_loss_coef;
+  a.moe.force_balance = m.moe.force_balance;
   a.recompute = recompute_from_name(cfg.train.recompute);
   return a;
 }

@@ -64,11 +64,18 @@ MicroBatchContext& ModelStages::context(int chunk, int mb) {
 
 void ModelStages::close(int chunk, int mb) { contexts_.erase({chunk, mb}); }
 
+const Layer& ModelStages::layer_at(int index) const {
+  for (const std::vector<Layer*>& chunk : chunk_layers_)
+    for (const Layer* l : chunk)
+      if (l->index() == index) return *l;
+  TETRA_FAIL(Internal, "pipeline rank ", rank_, " holds no layer ", index);
+}
+
 Tensor ModelStages::boundary_buffer(int chunk, int mb) {
   return Tensor::empty({micro_batch_ * seq_len_, width_}, act_dtype_, device_);
 }
 
-Tensor ModelStages::forward(int chunk, int mb, const Tensor& input) {
+LayerPass ModelStages::forward_pass(int chunk, int mb, const Tensor& input) {
   MicroBatchContext& ctx = open(chunk, mb);
   ctx.training = training_;
   ctx.loss_grad_scale = loss_grad_scale_;
@@ -87,47 +94,59 @@ Tensor ModelStages::forward(int chunk, int mb, const Tensor& input) {
     TETRA_CHECK(input.defined() && input.dim(0) == micro_batch_ * seq_len_, "pipeline rank ", rank_, ": F", chunk,
                 ".", mb, " got no input of ", micro_batch_ * seq_len_, " tokens");
   }
-  const std::vector<Layer*>& layers = chunk_layers_[c];
-  Tensor x = first_[c] ? ctx.ids : input;
-  const bool tracing = Tracer::instance().enabled();
-  for (Layer* l : layers) {
-    optimizer_.before_forward(l->index());
-    {
-      TraceScope scope(tracing ? ("F " + l->name()).c_str() : "", "layer");
-      x = l->forward(ctx, x);
-    }
-    optimizer_.after_forward(l->index());
-  }
-  if (last_[c]) {
+  return LayerPass(chunk_layers_[c], ctx, LayerPass::Direction::Forward, first_[c] ? ctx.ids : input,
+                   {[this](int l) { optimizer_.before_forward(l); }, [this](int l) { optimizer_.after_forward(l); }});
+}
+
+Tensor ModelStages::end_forward(int chunk, int mb, const LayerPass& pass) {
+  MicroBatchContext& ctx = context(chunk, mb);
+  Tensor x = pass.result();
+  if (last_[static_cast<size_t>(chunk)]) {
     ops::sum_accumulate(loss_sum_, ctx.losses);  // on the device: no host synchronisation
     x = Tensor();
   }
+  // The chunk's auxiliary losses (the MoE balance loss, training only), in the units of the loss sum;
+  // the pipeline's loss sums are added over its ranks.
+  if (ctx.aux_loss.defined()) ops::sum_accumulate(loss_sum_, ctx.aux_loss);
   if (!training_) close(chunk, mb);
   return x;
 }
 
-Tensor ModelStages::backward(int chunk, int mb, const Tensor& dy, bool weights, bool last) {
+Tensor ModelStages::forward(int chunk, int mb, const Tensor& input) {
+  LayerPass pass = forward_pass(chunk, mb, input);
+  pass.run();
+  return end_forward(chunk, mb, pass);
+}
+
+LayerPass ModelStages::backward_pass(int chunk, int mb, const Tensor& dy, bool weights, bool last) {
   MicroBatchContext& ctx = context(chunk, mb);
-  const std::vector<Layer*>& layers = chunk_layers_[static_cast<size_t>(chunk)];
-  const bool tracing = Tracer::instance().enabled();
-  Tensor g = dy;
-  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-    Layer* l = *it;
-    optimizer_.before_backward(l->index());
-    {
-      TraceScope scope(tracing ? ("B " + l->name()).c_str() : "", "layer");
-      g = l->backward_input(ctx, g);
-    }
-    if (!weights) continue;
-    {
-      TraceScope scope(tracing ? ("W " + l->name()).c_str() : "", "layer");
-      l->backward_weight(ctx);
-    }
-    if (after_weight_) after_weight_(*l);
-    optimizer_.after_backward(l->index(), last);
-  }
+  return LayerPass(chunk_layers_[static_cast<size_t>(chunk)], ctx, LayerPass::Direction::Backward, dy,
+                   {[this](int l) { optimizer_.before_backward(l); },
+                    [this, last](int l) {
+                      if (after_weight_) after_weight_(layer_at(l));
+                      optimizer_.after_backward(l, last);
+                    }},
+                   weights);
+}
+
+Tensor ModelStages::end_backward(int chunk, int mb, const LayerPass& pass, bool weights) {
   if (weights) close(chunk, mb);
-  return first_[static_cast<size_t>(chunk)] ? Tensor() : g;
+  return first_[static_cast<size_t>(chunk)] ? Tensor() : pass.result();
+}
+
+Tensor ModelStages::backward(int chunk, int mb, const Tensor& dy, bool weights, bool last) {
+  LayerPass pass = backward_pass(chunk, mb, dy, weights, last);
+  pass.run();
+  return end_backward(chunk, mb, pass, weights);
+}
+
+std::pair<Tensor, Tensor> ModelStages::forward_backward(int f_chunk, int f_mb, const Tensor& input, int b_chunk,
+                                                        int b_mb, const Tensor& dy, bool last) {
+  LayerPass f = forward_pass(f_chunk, f_mb, input);
+  LayerPass b = backward_pass(b_chunk, b_mb, dy, /*weights=*/true, last);
+  interleave(f, b);
+  Tensor y = end_forward(f_chunk, f_mb, f);
+  return {y, end_backward(b_chunk, b_mb, b, /*weights=*/true)};
 }
 
 void ModelStages::weight(int chunk, int mb, bool last) {

@@ -3,7 +3,8 @@
 // per (chunk, micro-batch) in flight, the optimizer's per-layer hooks around them (after_backward
 // follows a layer's W: the "after W" that starts its gradient reduction), the micro-batches'
 // token ids and targets, and the loss. A context lives from its forward to the end of its full
-// backward or its W (training), or to the end of its forward (evaluation).
+// backward or its W (training), or to the end of its forward (evaluation). Layers run phase by phase
+// (models/layer_pass.h), so FB instructions interleave their two micro-batches.
 #pragma once
 #include <functional>
 #include <map>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "data/data_loader.h"
+#include "models/layer_pass.h"
 #include "models/model.h"
 #include "parallel/distributed_optimizer.h"
 #include "parallel/pipeline_executor.h"
@@ -51,9 +53,21 @@ class ModelStages : public PipelineCompute {
   Tensor forward(int chunk, int mb, const Tensor& input) override;
   Tensor backward(int chunk, int mb, const Tensor& dy, bool weights, bool last) override;
   void weight(int chunk, int mb, bool last) override;
+  // The forward of one micro-batch and the full backward of another interleaved at their layers'
+  // exchanges (models/layer_pass.h: a MoE layer's dispatch and combine), so one's all-to-all runs
+  // while the other computes; results bit for bit those of running them one after the other.
+  std::pair<Tensor, Tensor> forward_backward(int f_chunk, int f_mb, const Tensor& input, int b_chunk, int b_mb,
+                                             const Tensor& dy, bool last) override;
 
  private:
+  // A pass of a chunk for one micro-batch, ready to run (the forward's context opened and fed), and
+  // what follows it (the loss summed, the context closed where it ends).
+  LayerPass forward_pass(int chunk, int mb, const Tensor& input);
+  Tensor end_forward(int chunk, int mb, const LayerPass& pass);
+  LayerPass backward_pass(int chunk, int mb, const Tensor& dy, bool weights, bool last);
+  Tensor end_backward(int chunk, int mb, const LayerPass& pass, bool weights);
   MicroBatchContext& open(int chunk, int mb);
+  const Layer& layer_at(int index) const;  // a layer of this rank's chunks by Layer::index
   MicroBatchContext& context(int chunk, int mb);
   void close(int chunk, int mb);
 

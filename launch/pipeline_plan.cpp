@@ -39,6 +39,11 @@ PipelinePlan plan_pipeline(const Config& cfg, const std::string& costs_text) {
   PipelinePlan p;
   const ParallelConfig& par = cfg.parallel;
   p.schedule = make_schedule(par.schedule, par.pp, par.micro_batches);
+  if (par.pp == 1 && par.moe_overlap) {
+    // Two micro-batches in flight: each forward beside the previous one's backward (docs/moe.md).
+    p.schedule.name = "forward_backward_pairs";
+    p.schedule.ranks[0] = forward_backward_pairs_ops(par.micro_batches);
+  }
   p.stage_layers = pipeline_stage_layers(cfg);
   p.split_by_cost = par.stage_layers.empty();
   const int stages = p.schedule.layout.stages();
@@ -85,7 +90,7 @@ std::vector<Param*> pipeline_rank_params(const PipelinePlan& plan, int rank, con
 
 MemoryPlan pipeline_memory_plan(const Config& cfg, const PipelinePlan& plan, int rank, const std::vector<Param*>& all,
                                 int dp) {
-  if (cfg.parallel.pp == 1) return plan_memory(cfg, all, dp);
+  if (cfg.parallel.pp == 1 && !cfg.parallel.moe_overlap) return plan_memory(cfg, all, dp);
   MemoryPlan m = plan_memory(cfg, pipeline_rank_params(plan, rank, all), dp);
   m.activations = plan.peak_activation_bytes[static_cast<size_t>(rank)] +
                   model_family_of(cfg).backward_working_bytes(model_args(cfg), activation_shape(cfg));

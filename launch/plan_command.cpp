@@ -111,6 +111,10 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
   std::printf("  %.1fM parameters", static_cast<double>(count.total) / 1e6);
   if (count.active != count.total) std::printf(" (%.1fM active per token)", static_cast<double>(count.active) / 1e6);
   std::printf(", %.3g FLOP/token at context %d\n", family.flops_per_token(args, cfg.train.seq_len), cfg.train.seq_len);
+  if (cfg.model.moe.n_experts > 0)
+    std::printf("  experts: %d per MoE layer, %d on each rank of an expert-parallel group of %d; their gradients "
+                "reduced (and ZeRO-sharded) over expert-data groups of %d ranks, the rest over dp %d\n",
+                cfg.model.moe.n_experts, cfg.model.moe.n_experts / shape.ep, shape.ep, shape.dp / shape.ep, shape.dp);
   std::vector<MemoryPlan> per_rank;
   for (int r = 0; r < shape.pp; ++r) per_rank.push_back(pipeline_memory_plan(cfg, pipe, r, all, shape.dp));
   const auto largest = std::max_element(per_rank.begin(), per_rank.end(),

@@ -20,7 +20,11 @@
 #include "launch/signals.h"
 #include "launch/memory_plan.h"
 #include "launch/model_config.h"
+#include "models/layer_pass.h"
+#include "models/moe_balance.h"
 #include "models/weight_source.h"
+#include "parallel/expert_placement.h"
+#include "parallel/moe_optimizer.h"
 #include "runtime/device_info.h"
 #include "runtime/memory.h"
 #include "runtime/ops.h"
@@ -173,6 +177,16 @@ void Trainer::print_startup(const MeshShape& shape) {
                 cfg_.parallel.zero_stage, dtype_name(params_.grad_dtype()),
                 grad_comm_ ? "the copy engines (CUDA IPC)" : mesh_->device_comm(MeshAxis::DP).backend().c_str());
   for (const std::string& line : loader_->describe()) std::printf("tetra: %s\n", line.c_str());
+  if (expert_parallel_)
+    std::printf("tetra: expert parallel over %d ranks: %lld of %d experts per MoE layer on each, expert gradients "
+                "over expert-data groups of %d\n",
+                shape.ep, static_cast<long long>(expert_parallel_->local_experts()), cfg_.model.moe.n_experts,
+                shape.dp / shape.ep);
+  if (cfg_.parallel.moe_overlap)
+    std::printf("tetra: MoE overlap: each forward runs beside the previous micro-batch's backward, interleaved at "
+                "the expert exchanges\n");
+  if (cfg_.model.moe.force_balance)
+    std::printf("tetra: model.moe.force_balance: routing forced to balance (a benchmark aid, not training)\n");
   if (shape.pp > 1) {
     std::string split;
     for (size_t s = 0; s < pipe_->stage_layers.size(); ++s) split += (s ? ", " : "") + std::to_string(pipe_->stage_layers[s]);
@@ -199,9 +213,12 @@ void Trainer::setup() {
   // What can fail on some ranks only — rank 0's run directory, this rank's device — is agreed on
   // before the first collective, so that no rank is left waiting in it (launch/rank_agreement.h).
   agree(world_, [&] {
-    if (shape.tp != 1 || shape.ep != 1)
-      TETRA_FAIL(Config, "parallel.tp and parallel.ep > 1 are not implemented yet in the trainer (tp=", shape.tp,
-                 ", ep=", shape.ep, "; use 1)");
+    if (shape.tp != 1)
+      TETRA_FAIL(Config, "parallel.tp > 1 is not implemented yet in the trainer (tp=", shape.tp, "; use 1)");
+    if (shape.ep > 1 && shape.pp > 1)
+      TETRA_FAIL(Config, cfg_.origins.where("parallel.ep"), ": parallel.ep: ", shape.ep,
+                 " with parallel.pp = ", shape.pp, " is not implemented yet (expert parallelism runs at pp 1); "
+                 "use ep 1 or pp 1");
     if (shape.pp > 1 && cfg_.train.cuda_graphs)
       TETRA_FAIL(Config, cfg_.origins.where("train.cuda_graphs"),
                  ": train.cuda_graphs: not supported with parallel.pp > 1 (the pipeline's transfers are issued from "
@@ -243,25 +260,19 @@ void Trainer::setup() {
   const std::vector<Param*> held = pipeline_params();
   create_pipeline_groups();
   DistributedOptimizerOptions oo = optimizer_options(cfg_, shape.dp);
-  oo.keep_gathered_in_step = shape.pp > 1;
+  // Stage 3 under a schedule that interleaves micro-batches (a pipeline, or forward-backward pairs):
+  // units stay gathered through the step.
+  oo.keep_gathered_in_step = shape.pp > 1 || cfg_.parallel.moe_overlap;
+  comm_ = std::make_unique<CommScheduler>(device_);
   agree(world_, [&] {
-    const ParamStorage storage = param_storage_for(oo, act_dtype_, grad_group().size());
-    params_.build(held, device_, act_dtype_, storage.grad_dtype, storage.shards, storage.full_grads);
-    if (!cfg_.model.init_from.empty()) {
-      // A consolidated HDF5 file or a Hugging Face folder (models/weight_source.h).
-      const LoadReport loaded = load_weights(*open_weights(cfg_.model.init_from), *model_);
-      if (is_rank0()) {
-        if (!loaded.unexpected.empty())
-          std::cerr << "tetra: warning: " << cfg_.model.init_from << " holds " << loaded.unexpected.size()
-                    << " tensors the model does not use (first: " << loaded.unexpected.front() << ")\n";
-        for (const std::string& note : loaded.notes)
-          std::cerr << "tetra: note: " << cfg_.model.init_from << ": " << note << "\n";
-      }
+    if (shape.ep > 1) {
+      setup_experts(oo, held);
     } else {
-      params_.initialize(static_cast<uint64_t>(cfg_.run.seed));
+      const ParamStorage storage = param_storage_for(oo, act_dtype_, grad_group().size());
+      params_.build(held, device_, act_dtype_, storage.grad_dtype, storage.shards, storage.full_grads);
+      initial_weights(params_);
     }
   });
-  comm_ = std::make_unique<CommScheduler>(device_);
   Communicator* grad_comm = &grad_group();
   if (cfg_.parallel.grad_all_reduce == "copy_engine" && shape.dp > 1) {
 #ifdef TETRA_WITH_CUDA
@@ -282,6 +293,30 @@ void Trainer::setup() {
   }
   optimizer_ = make_distributed_optimizer(params_, *grad_comm, *comm_, oo);
   if (!tied_.empty()) optimizer_->tie(tied_, tie_group_.on_device(), tie_owner_);
+  if (expert_parallel_) {
+    // The experts' state is reduced and sharded over the expert-data group (ARCHITECTURE.md §4).
+    Communicator& edp = mesh_->device_comm(MeshAxis::ExpertDP);
+    optimizer_ = std::make_unique<MoeOptimizer>(std::move(optimizer_),
+                                                make_distributed_optimizer(expert_params_, edp, *comm_, oo),
+                                                expert_params_.params(), &mesh_->device_comm(MeshAxis::EP),
+                                                params_.buffers(), mesh_->coords().dp == 0 && mesh_->coords().tp == 0);
+  } else if (!params_.buffers().empty()) {
+    // Buffers (the MoE routers' biases) ride along in checkpoints: written by data-parallel rank 0
+    // (the same on every rank of a pipeline stage).
+    optimizer_ = std::make_unique<MoeOptimizer>(std::move(optimizer_), nullptr, std::vector<Param*>{}, nullptr,
+                                                params_.buffers(), mesh_->coords().dp == 0 && mesh_->coords().tp == 0);
+  }
+  // Mixture of experts: the routers' load balancing after every optimizer step (models/moe_balance.h).
+  // Loads are summed over every rank of this tp index (dp, and the pipeline's ranks: a rank counts
+  // the layers it holds), so every rank holds every layer's global loads and the same biases.
+  balance_ = std::make_unique<MoeBalance>(model_->moe_layers(), device_,
+                                          static_cast<float>(cfg_.model.moe.bias_update_rate));
+  if (!balance_->empty() && shape.pp > 1) {
+    std::vector<int> members;
+    for (int r = 0; r < shape.world(); ++r)
+      if (mesh_->coords_of(r).tp == mesh_->coords().tp) members.push_back(r);
+    balance_group_ = mesh_->create_group(world_, members, "moe_balance");
+  }
 
   // Data.
   data::SamplerConfig sc;
@@ -365,6 +400,52 @@ void Trainer::setup() {
   reset_peak_allocated(device_);
 }
 
+// Random initialisation (of `set`), or model.init_from (into the model's parameters, wherever their
+// values are bound).
+void Trainer::initial_weights(ParamSet& set) {
+  if (!cfg_.model.init_from.empty()) {
+    // A consolidated HDF5 file or a Hugging Face folder (models/weight_source.h).
+    const LoadReport loaded = load_weights(*open_weights(cfg_.model.init_from), *model_);
+    if (is_rank0()) {
+      if (!loaded.unexpected.empty())
+        std::cerr << "tetra: warning: " << cfg_.model.init_from << " holds " << loaded.unexpected.size()
+                  << " tensors the model does not use (first: " << loaded.unexpected.front() << ")\n";
+      for (const std::string& note : loaded.notes)
+        std::cerr << "tetra: note: " << cfg_.model.init_from << ": " << note << "\n";
+    }
+  } else {
+    set.initialize(static_cast<uint64_t>(cfg_.run.seed));
+  }
+}
+
+// Expert parallelism (parallel.ep > 1; parallel/expert_parallel.h): every rank draws (or loads) the
+// full weights once on the host, as any mesh does, then keeps its experts' slices
+// (parallel/expert_placement.h) in a ParamSet of their own, laid out for ZeRO over the expert-data
+// group; the other parameters and the buffers stay in params_, laid out over dp.
+void Trainer::setup_experts(const DistributedOptimizerOptions& oo, const std::vector<Param*>& held) {
+  const MeshShape& shape = mesh_->shape();
+  std::vector<Param*> all = held;
+  ParamSet full;
+  full.build(all, Device::cpu(), DType::F32, DType::F32, 1, /*full_grads=*/false);
+  initial_weights(full);
+  std::vector<Tensor> values;
+  for (Param* p : all) values.push_back(p->value);
+  place_experts(all, shape.ep);
+  std::vector<Param*> dense, experts;
+  for (Param* p : all) (expert_owned(*p) ? experts : dense).push_back(p);
+  const int edp = shape.dp / shape.ep;
+  const ParamStorage ds = param_storage_for(oo, act_dtype_, grad_group().size());
+  const ParamStorage es = param_storage_for(oo, act_dtype_, edp);
+  params_.build(dense, device_, act_dtype_, ds.grad_dtype, ds.shards, ds.full_grads);
+  expert_params_.build(experts, device_, act_dtype_, es.grad_dtype, es.shards, es.full_grads);
+  const int rank = mesh_->coords().ep;
+  for (size_t i = 0; i < all.size(); ++i)
+    ops::copy(all[i]->value, expert_owned(*all[i]) ? expert_slice(*all[i], values[i], rank) : values[i]);
+  expert_parallel_ = std::make_unique<ExpertParallel>(mesh_->device_comm(MeshAxis::EP), *comm_,
+                                                      static_cast<int64_t>(cfg_.model.moe.n_experts));
+  for (MoeMlp* m : model_->moe_layers()) m->set_expert_parallel(expert_parallel_.get());
+}
+
 bool Trainer::graph_step(int64_t step) const {
   if (graph_from_step_ < 0 || step < graph_from_step_) return false;
   if (Tracer::instance().enabled()) return false;          // traced steps time each op: eager
@@ -423,6 +504,9 @@ void Trainer::enqueue_step(int64_t step, bool graph_inputs, double* data_wait_s)
   // Every rank holds the same loss and norm, so every rank decides alike (clip, skip, stop).
   ops::step_control(control_, loss_sum_, grad_sq_, lr_table_, control_cfg_);
   optimizer_->step(control_);
+  // The MoE routers' biases follow the step's loads over the global batch (every dp rank's tokens).
+  balance_->finish_step(balance_group_.host ? &balance_group_.on_device() : &mesh_->device_comm(MeshAxis::DP),
+                        &control_, slot_of(step));
   slot.opt_end->record_timing(compute);
 }
 
@@ -514,6 +598,7 @@ Trainer::StepResult Trainer::finish_step(const Launched& l) {
     if (a != MeshAxis::PP && mesh_->axis_size(a) > 1 && (!expert || mesh_->shape().ep > 1))
       r.exposed_comm_axis_s[axis_name(a)] = comm_->exposed_ms(a) / 1e3;
   }
+  r.moe_max_over_mean = balance_->max_over_mean(slot_of(l.step));
   return r;
 }
 
@@ -558,6 +643,10 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds, s
   for (const auto& [axis, seconds] : r.exposed_comm_axis_s) m.extra["exposed_comm_ms_" + axis] = seconds * 1e3;
   m.extra["mem_peak_gib"] = peak_memory_bytes(device_) / (1024.0 * 1024.0 * 1024.0);
   if (r.skipped) m.extra["skipped"] = true;
+  // Each MoE layer's max/mean expert load over the step's global batch (1 = balanced).
+  const std::vector<MoeMlp*> moe = model_->moe_layers();
+  for (size_t i = 0; i < r.moe_max_over_mean.size() && i < moe.size(); ++i)
+    m.extra["moe_load_max_over_mean_" + std::to_string(moe[i]->block())] = r.moe_max_over_mean[i];
   if (val_loss) m.extra["val_loss"] = *val_loss;
   metrics_->log(m);
   const int every = std::max(1, cfg_.log.every);

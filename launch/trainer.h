@@ -23,7 +23,9 @@
 #include "launch/model_stages.h"
 #include "launch/pipeline_plan.h"
 #include "models/model.h"
+#include "models/moe_balance.h"
 #include "parallel/distributed_optimizer.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/mesh.h"
 #include "parallel/param_set.h"
 #include "parallel/pipeline_executor.h"
@@ -55,6 +57,8 @@ class Trainer {
   void prepare_run_dir();                       // rank 0: the run directory, ledger, metrics log
   void check_memory_fits(int dp) const;         // the memory plan against the device, before allocating
   void print_startup(const MeshShape& shape);   // rank 0: run_info in the ledger, start-up lines
+  void initial_weights(ParamSet& set);  // random init or model.init_from
+  void setup_experts(const DistributedOptimizerOptions& oo, const std::vector<Param*>& held);  // parallel.ep > 1
   void trace_step_begin(int64_t step);
   void trace_step_end(int64_t step, double seconds);
   void write_trace();
@@ -67,6 +71,7 @@ class Trainer {
     std::map<std::string, double> exposed_comm_axis_s;
     bool skipped = false;
     bool stop_nonfinite = false;  // skipped, and train.on_nonfinite is stop
+    std::vector<double> moe_max_over_mean;  // per MoE layer: max / mean expert load of the step
   };
   // A step is launched (its device work enqueued, nothing waited for) and later finished (its
   // outcome read back). While step s runs on the device the host may launch s + 1, so the device
@@ -129,11 +134,16 @@ class Trainer {
   std::unique_ptr<Mesh> mesh_;
   std::unique_ptr<Model> model_;
   ParamSet params_;
+  // parallel.ep > 1: this rank's experts' slices (over the expert-data group) and the EP group.
+  ParamSet expert_params_;
+  std::unique_ptr<ExpertParallel> expert_parallel_;
   std::unique_ptr<CommScheduler> comm_;
   // parallel.grad_all_reduce: copy_engine: the dp group's device communicator with the gradient
   // buffer registered for the copy engines (wraps the mesh's; null otherwise).
   std::unique_ptr<Communicator> grad_comm_;
   std::unique_ptr<DistributedOptimizer> optimizer_;
+  std::unique_ptr<MoeBalance> balance_;  // the MoE layers' router biases and loads (none: empty)
+  Mesh::Group balance_group_;            // pp > 1: the ranks whose loads are summed (else dp)
   std::unique_ptr<data::DataLoader> loader_;
   std::unique_ptr<GoodputLedger> ledger_;  // rank 0 only
   std::unique_ptr<MetricsLog> metrics_;    // rank 0 only

@@ -139,7 +139,9 @@ void Trainer::setup_pipeline() {
   executor_ = std::make_unique<PipelineExecutor>(schedule, pp_rank_, transport_.get(), p2p_.get());
   eval_executor_ = std::make_unique<PipelineExecutor>(eval, pp_rank_, transport_.get(), p2p_.get());
   eval_loss_ = Tensor::zeros({1}, DType::F64, device_);
-  if (l.ranks() > 1 && (stages_->needs_inputs() || stages_->needs_targets()))
+  // The step's micro-batches are copied where a schedule may use one after asking for the next (the
+  // loader's buffers last until its next batch): pipelines, and pp = 1 with forward-backward pairs.
+  if ((l.ranks() > 1 || cfg_.parallel.moe_overlap) && (stages_->needs_inputs() || stages_->needs_targets()))
     for (int m = 0; m < l.micro_batches(); ++m) {
       step_ids_.push_back(Tensor::empty({cfg_.train.micro_batch, cfg_.train.seq_len}, DType::I32, device_));
       step_targets_.push_back(Tensor::empty({cfg_.train.micro_batch, cfg_.train.seq_len}, DType::I32, device_));
@@ -158,11 +160,11 @@ void Trainer::copy_batches(int64_t index, bool eval, double* data_wait_s) {
 
 void Trainer::run_schedule(int64_t step, bool graph_inputs, double* data_wait_s) {
   ModelStages::BatchSource source;
-  if (!step_ids_.empty()) {
+  if (graph_inputs) {  // the step graph's fixed buffers, filled before each replay (pp = 1)
+    source = [this](int m) { return data::LoadedBatch{graph_ids_[static_cast<size_t>(m)], graph_targets_[static_cast<size_t>(m)]}; };
+  } else if (!step_ids_.empty()) {
     copy_batches(step, /*eval=*/false, data_wait_s);
     source = [this](int m) { return data::LoadedBatch{step_ids_[static_cast<size_t>(m)], step_targets_[static_cast<size_t>(m)]}; };
-  } else if (graph_inputs) {
-    source = [this](int m) { return data::LoadedBatch{graph_ids_[static_cast<size_t>(m)], graph_targets_[static_cast<size_t>(m)]}; };
   } else {
     // pp = 1: from the loader as each forward needs it, as the loader reads ahead.
     source = [this, step, data_wait_s](int m) {
@@ -221,7 +223,8 @@ void Trainer::reduce_loss_and_norm() {
 MemoryPlan Trainer::memory_plan() const {
   // The running optimizer's own accounting of this rank's parameters.
   MemoryPlan plan = plan_memory(cfg_, *optimizer_, params_, mesh_->shape().dp);
-  if (mesh_->shape().pp > 1) {
+  if (expert_parallel_) plan.params += expert_params_.param_numel();
+  if (mesh_->shape().pp > 1 || cfg_.parallel.moe_overlap) {
     // This rank's stages' activations at the schedule's peak, and one layer's backward.
     plan.activations = pipe_->peak_activation_bytes[static_cast<size_t>(pp_rank_)] +
                        model_family_of(cfg_).backward_working_bytes(model_args(cfg_), activation_shape(cfg_));

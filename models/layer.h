@@ -15,6 +15,8 @@
 
 namespace tetra {
 
+class MoeMlp;  // models/moe_mlp.h
+
 // What a layer keeps between its forward and backward for one micro-batch.
 struct Activations {
   virtual ~Activations() = default;
@@ -40,6 +42,10 @@ class MicroBatchContext {
   // d(global mean loss)/d(per-token loss) = 1 / (tokens in the global batch).
   float loss_grad_scale = 1.0f;
   Tensor losses;  // fp32 [batch·seq_len], written by the loss layer
+  // fp64 [1] on the device (undefined until a layer adds to it): auxiliary losses of this micro-
+  // batch (the MoE balance loss), in units of the summed per-token losses, so the trainer adds it to
+  // the loss sum it divides by the global batch's tokens.
+  Tensor aux_loss;
 
   // The slot of layer `index`, created on first use.
   template <class A>
@@ -53,6 +59,7 @@ class MicroBatchContext {
   }
   void clear() {
     slots_.clear();
+    aux_loss = Tensor();
     offered_grad_ = OfferedSum{};
   }
 
@@ -96,6 +103,28 @@ class Layer {
   virtual Tensor forward(MicroBatchContext& ctx, const Tensor& x) = 0;
   virtual Tensor backward_input(MicroBatchContext& ctx, const Tensor& dy) = 0;
   virtual void backward_weight(MicroBatchContext& ctx) = 0;
+
+  // Phases (ARCHITECTURE.md §3 "Mixture of experts"; models/layer_pass.h): a layer that exchanges
+  // data mid-way (a MoE layer's dispatch and combine) runs its forward and its input backward in
+  // phases; every phase but the last ends by issuing a collective that the next phase waits for, so
+  // an executor with two micro-batches in flight can run the other's phase meanwhile. forward() and
+  // backward_input() run all phases back to back; a layer that communicates nothing has one.
+  virtual int forward_phases() const { return 1; }
+  virtual int backward_phases() const { return 1; }
+  // Phase `phase` of forward(ctx, x) (x: the layer's input, given to every phase); returns the
+  // output after the last phase, an undefined tensor before. backward_phase likewise for
+  // backward_input(ctx, dy).
+  virtual Tensor forward_phase(MicroBatchContext& ctx, const Tensor& x, int phase) {
+    (void)phase;
+    return forward(ctx, x);
+  }
+  virtual Tensor backward_phase(MicroBatchContext& ctx, const Tensor& dy, int phase) {
+    (void)phase;
+    return backward_input(ctx, dy);
+  }
+
+  // The layer's mixture-of-experts MLP, if it has one (models/moe_mlp.h).
+  virtual MoeMlp* moe() { return nullptr; }
 
   int index() const { return index_; }  // position in the model; also the activation slot
   void set_index(int i) { index_ = i; }

@@ -9,32 +9,23 @@ namespace tetra {
 // Per micro-batch state of a block. Forward tensors are dropped according to the recompute mode
 // and rebuilt at the start of backward_input; the gradients listed last are what W needs.
 struct LlamaBlock::Saved : Activations {
-  Tensor x;                // [N, C] block input (always kept)
-  Tensor h1, rstd1;        // input_layernorm: [N, C], fp32 [N]
-  Tensor qkv;              // [N, (H + 2·Hkv)·D], q and k rotated
-  Tensor att, lse;         // [N, H·D], fp32 [B, H, T]
-  Tensor x2;               // [N, C] after the attention residual
-  Tensor h2, rstd2;        // post_attention_layernorm: [N, C], fp32 [N]
-  Tensor gate_up, act;     // [N, 2F] = [gate | up], [N, F] = silu(gate)·up
-  // Gradients kept from B for W: of the block output, of gate_up, of x2 (o_proj's output), of qkv
-  // (before the rotation).
-  Tensor d_out, d_gate_up, d_x2, d_qkv;
+  LlamaAttention::State att;  // x (always kept), h1, rstd1, qkv, att, lse; d_x2, d_qkv for W
+  Tensor x2;                // [N, C] after the attention residual
+  Tensor h2, rstd2;         // post_attention_layernorm: [N, C], fp32 [N]
+  Tensor gate_up, act;      // [N, 2F] = [gate | up], [N, F] = silu(gate)·up
+  // Gradients kept from B for W: of the block output and of gate_up.
+  Tensor d_out, d_gate_up;
 };
 
 LlamaBlock::LlamaBlock(const LlamaConfig& cfg, int block_index) : cfg_(cfg), block_(block_index) {
   const std::string p = "model.layers." + std::to_string(block_index) + ".";
-  const int64_t C = cfg.d_model, H = cfg.n_heads, Hkv = cfg.kv_heads(), D = cfg.head_dim(), F = cfg.ffn();
+  const int64_t C = cfg.d_model, F = cfg.ffn();
   // GPT-2's scaling of the projections into the residual stream, 1/sqrt(2·layers), keeps the
   // stream's variance from growing with depth; Hugging Face's Llama init leaves them at 0.02,
   // torchtitan scales them by depth too.
   const float resid_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg.n_layers));
   const int layer = block_index + 1;  // layer 0 is the embedding
-  input_norm_.init(p + "input_layernorm", C, cfg.norm_eps, layer);
-  qkv_proj_.init(p + "self_attn.qkv_proj", cfg.qkv_rows(), C, false, 0.02f, false, layer);
-  qkv_proj_.weight.parts = {{p + "self_attn.q_proj.weight", 0, H * D, D},
-                            {p + "self_attn.k_proj.weight", H * D, Hkv * D, D},
-                            {p + "self_attn.v_proj.weight", (H + Hkv) * D, Hkv * D, D}};
-  o_proj_.init(p + "self_attn.o_proj", C, H * D, false, resid_std, false, layer);
+  attention_.init(cfg, p, layer);
   post_norm_.init(p + "post_attention_layernorm", C, cfg.norm_eps, layer);
   gate_up_proj_.init(p + "mlp.gate_up_proj", 2 * F, C, false, 0.02f, false, layer);
   gate_up_proj_.weight.parts = {{p + "mlp.gate_proj.weight", 0, F, 1}, {p + "mlp.up_proj.weight", F, F, 1}};
@@ -43,31 +34,11 @@ LlamaBlock::LlamaBlock(const LlamaConfig& cfg, int block_index) : cfg_(cfg), blo
 
 std::vector<Param*> LlamaBlock::params() {
   std::vector<Param*> out;
-  input_norm_.collect(out);
-  qkv_proj_.collect(out);
-  o_proj_.collect(out);
+  attention_.collect(out);
   post_norm_.collect(out);
   gate_up_proj_.collect(out);
   down_proj_.collect(out);
   return out;
-}
-
-void LlamaBlock::run_attention_half(MicroBatchContext& ctx, Saved& s) {
-  const int64_t N = s.x.dim(0), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
-  const int64_t H = cfg_.n_heads, Hkv = cfg_.kv_heads(), Q = cfg_.qkv_rows(), HD = H * cfg_.head_dim();
-  s.h1 = ctx.activation({N, C});
-  s.rstd1 = ctx.fp32({N});
-  input_norm_.forward(s.h1, s.rstd1, s.x);
-  s.qkv = ctx.activation({N, Q});
-  qkv_proj_.forward(s.qkv, s.h1);
-  Tensor qkv3 = s.qkv.view({B, T, Q});
-  ops::rope_forward(qkv3, H, Hkv, cfg_.rope_theta);
-  s.att = ctx.activation({N, HD});
-  s.lse = ctx.fp32({B, H, T});
-  Tensor att3 = s.att.view({B, T, HD});
-  ops::attention_forward(att3, s.lse, qkv3, H, Hkv);
-  s.x2 = ctx.activation({N, C});
-  o_proj_.forward_residual(s.x2, s.att, s.x);
 }
 
 void LlamaBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y) {
@@ -86,8 +57,8 @@ Tensor LlamaBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
   const int64_t N = x.dim(0), C = cfg_.d_model;
   Saved local;
   Saved& s = ctx.training ? ctx.slot<Saved>(index_) : local;
-  s.x = x;
-  run_attention_half(ctx, s);
+  s.att.x = x;
+  s.x2 = attention_.forward(ctx, s.att);
   Tensor y = ctx.activation({N, C});
   run_mlp_half(ctx, s, &y);
   if (!ctx.training) return y;
@@ -98,9 +69,9 @@ Tensor LlamaBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
       s.act = Tensor();
       break;
     case Recompute::Full: {
-      Tensor keep = s.x;
+      Tensor keep = s.att.x;
       s = Saved();
-      s.x = keep;
+      s.att.x = keep;
       break;
     }
   }
@@ -109,9 +80,8 @@ Tensor LlamaBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
 
 Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   Saved& s = ctx.slot<Saved>(index_);
-  const int64_t N = s.x.dim(0), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len, F = cfg_.ffn();
-  const int64_t H = cfg_.n_heads, Hkv = cfg_.kv_heads(), Q = cfg_.qkv_rows(), HD = H * cfg_.head_dim();
-  if (!s.qkv.defined()) run_attention_half(ctx, s);  // full recompute
+  const int64_t N = s.att.x.dim(0), C = cfg_.d_model, F = cfg_.ffn();
+  if (!s.att.qkv.defined()) s.x2 = attention_.forward(ctx, s.att);  // full recompute
   if (!s.act.defined()) run_mlp_half(ctx, s, nullptr);
 
   // MLP: y = x2 + down_proj(swiglu(gate_up_proj(post_attention_layernorm(x2))))
@@ -126,21 +96,9 @@ Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   Tensor dx2 = ctx.activation({N, C});
   post_norm_.backward_residual(dx2, d_h2, s.x2, s.rstd2, /*dresidual=*/dy);
 
-  // Attention: x2 = x + o_proj(attn(rope(qkv_proj(input_layernorm(x)))))
-  s.d_x2 = dx2;
-  Tensor d_att = d_h2;  // reuse the [N, C] buffer (H·D = C)
-  o_proj_.backward_input(d_att, dx2);
-  s.d_qkv = ctx.activation({N, Q});
-  Tensor dqkv3 = s.d_qkv.view({B, T, Q});
-  ops::attention_backward(dqkv3, d_att.view({B, T, HD}), s.qkv.view({B, T, Q}), s.att.view({B, T, HD}), s.lse, H,
-                          Hkv);
-  ops::rope_backward(dqkv3, H, Hkv, cfg_.rope_theta);  // the gradient of the projection's output
-  Tensor d_h1 = d_h2;
-  qkv_proj_.backward_input(d_h1, s.d_qkv);
-  Tensor dx = ctx.activation({N, C});
-  input_norm_.backward_residual(dx, d_h1, s.x, s.rstd1, /*dresidual=*/dx2);
-  // Forward tensors W does not need.
-  s.x = s.x2 = s.qkv = s.lse = s.rstd1 = s.rstd2 = Tensor();
+  // Attention: x2 = x + o_proj(attn(rope(qkv_proj(input_layernorm(x))))); d_h2's buffer is free.
+  Tensor dx = attention_.backward_input(ctx, s.att, dx2, /*scratch=*/d_h2);
+  s.x2 = s.rstd2 = Tensor();  // forward tensors W does not need
   return dx;
 }
 
@@ -148,8 +106,7 @@ void LlamaBlock::backward_weight(MicroBatchContext& ctx) {
   Saved& s = ctx.slot<Saved>(index_);
   down_proj_.backward_weight(s.d_out, s.act);
   gate_up_proj_.backward_weight(s.d_gate_up, s.h2);
-  o_proj_.backward_weight(s.d_x2, s.att);
-  qkv_proj_.backward_weight(s.d_qkv, s.h1);
+  attention_.backward_weight(s.att);
   ctx.release(index_);
 }
 

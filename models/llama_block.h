@@ -7,6 +7,7 @@
 // norms' backward (as models/gpt_block.h does).
 #pragma once
 #include "models/layer.h"
+#include "models/llama_attention.h"
 #include "models/llama_config.h"
 #include "models/modules.h"
 
@@ -23,13 +24,13 @@ class LlamaBlock : public Layer {
 
  private:
   struct Saved;
-  void run_attention_half(MicroBatchContext& ctx, Saved& s);       // x → x2
   void run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y);  // x2 → y (y null: recompute only)
 
   LlamaConfig cfg_;
   int block_;
-  RMSNorm input_norm_, post_norm_;
-  Linear qkv_proj_, o_proj_, gate_up_proj_, down_proj_;
+  LlamaAttention attention_;  // input_layernorm, q/k/v, o
+  RMSNorm post_norm_;
+  Linear gate_up_proj_, down_proj_;
 };
 
 }  // namespace tetra

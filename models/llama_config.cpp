@@ -19,17 +19,38 @@ int64_t LlamaConfig::default_ffn_dim(int64_t d_model) {
   return (hidden + 255) / 256 * 256;
 }
 
+int64_t LlamaConfig::attention_params() const {
+  const int64_t C = d_model, D = head_dim();
+  return C /*input norm*/ + qkv_rows() * C + C * n_heads * D /*o_proj*/;
+}
+
 int64_t LlamaConfig::block_params() const {
-  const int64_t C = d_model, D = head_dim(), F = ffn();
-  return 2 * C /*norms*/ + qkv_rows() * C + C * n_heads * D /*o_proj*/ + 3 * C * F /*gate, up, down*/;
+  return attention_params() + d_model /*post norm*/ + 3 * d_model * ffn() /*gate, up, down*/;
+}
+
+int64_t LlamaConfig::moe_block_params() const {
+  const int64_t C = d_model, E = moe.n_experts;
+  return attention_params() + C + E * C /*gate*/ + E * 3 * C * expert_ffn() + 3 * C * shared_ffn();
+}
+
+int64_t LlamaConfig::moe_block_active_params() const {
+  const int64_t C = d_model, E = moe.n_experts;
+  return attention_params() + C + E * C + moe.top_k * 3 * C * expert_ffn() + 3 * C * shared_ffn();
 }
 
 int64_t LlamaConfig::num_params() const {
-  return vocab_size * d_model * (tie_embeddings ? 1 : 2) + n_layers * block_params() + d_model;
+  const int64_t dense = n_layers - moe_blocks();
+  return vocab_size * d_model * (tie_embeddings ? 1 : 2) + dense * block_params() + moe_blocks() * moe_block_params() +
+         d_model;
+}
+
+int64_t LlamaConfig::active_params() const {
+  return num_params() - moe_blocks() * (moe_block_params() - moe_block_active_params());
 }
 
 double LlamaConfig::flops_per_token(int64_t seq_len) const {
-  const double non_embedding = static_cast<double>(n_layers * block_params() + d_model + vocab_size * d_model);
+  const int64_t blocks = (n_layers - moe_blocks()) * block_params() + moe_blocks() * moe_block_active_params();
+  const double non_embedding = static_cast<double>(blocks + d_model + vocab_size * d_model);
   return 6.0 * non_embedding +
          12.0 * static_cast<double>(n_layers) * static_cast<double>(d_model) * static_cast<double>(seq_len);
 }
@@ -56,6 +77,44 @@ void LlamaConfig::validate(int tp) const {
     throw ModelArgsError({"model.ffn_dim", "parallel.tp"},
                          str(ffn()) + " does not split over parallel.tp = " + str(tp) + " ranks; use a multiple of " +
                              str(tp));
+  if (moe.enabled()) validate_moe();
+}
+
+void LlamaConfig::validate_moe() const {
+  const int64_t E = moe.n_experts, k = moe.top_k, G = moe.n_group, TG = moe.topk_group;
+  if (k < 1 || k > E)
+    throw ModelArgsError({"model.moe.top_k", "model.moe.n_experts"},
+                         str(k) + " experts per token, but model.moe.n_experts = " + str(E) + "; use 1.." + str(E));
+  if (G < 1 || E % G != 0)
+    throw ModelArgsError({"model.moe.n_group", "model.moe.n_experts"},
+                         str(G) + " expert groups do not divide model.moe.n_experts = " + str(E) + "; use one of " +
+                             divisors(E) + " (1 = no group-limited routing)");
+  if (TG < 1 || TG > G)
+    throw ModelArgsError({"model.moe.topk_group", "model.moe.n_group"},
+                         str(TG) + " groups per token, but model.moe.n_group = " + str(G) + "; use 1.." + str(G));
+  if (G > 1 && E / G < 2)
+    throw ModelArgsError({"model.moe.n_group", "model.moe.n_experts"},
+                         str(G) + " groups of " + str(E / G) + " expert; a group scores the sum of its two best "
+                         "experts, so use groups of at least 2 (n_group at most " + str(E / 2) + ")");
+  if (G > 1 && TG * (E / G) < k)
+    throw ModelArgsError({"model.moe.top_k", "model.moe.topk_group", "model.moe.n_group"},
+                         str(k) + " experts per token, but model.moe.topk_group = " + str(TG) + " groups of " +
+                             str(E / G) + " experts hold only " + str(TG * (E / G)) + "; raise topk_group to at least " +
+                             str((k + E / G - 1) / (E / G)) + " or lower top_k");
+  if (moe.first_k_dense < 0 || moe.first_k_dense >= n_layers)
+    throw ModelArgsError({"model.moe.first_k_dense", "model.n_layers"},
+                         str(moe.first_k_dense) + " leading dense layers leave no MoE layer among model.n_layers = " +
+                             str(n_layers) + "; use 0.." + str(n_layers - 1) + " (or model.moe.n_experts 0 for a "
+                             "dense model)");
+  if (moe.n_shared < 0)
+    throw ModelArgsError({"model.moe.n_shared"}, str(moe.n_shared) + " shared experts; use 0 or more");
+  if (moe.ffn_dim < 0)
+    throw ModelArgsError({"model.moe.ffn_dim"}, str(moe.ffn_dim) + "; use a positive width, or 0 for model.ffn_dim");
+  if (!(moe.route_scale > 0))
+    throw ModelArgsError({"model.moe.route_scale"}, "must be positive (1 = the normalised weights as they are)");
+  if (moe.bias_update_rate < 0 || moe.aux_loss_coef < 0)
+    throw ModelArgsError({moe.bias_update_rate < 0 ? "model.moe.bias_update_rate" : "model.moe.aux_loss_coef"},
+                         "must be 0 (off) or positive");
 }
 
 LlamaConfig LlamaConfig::from(const ModelArgs& a) {
@@ -70,6 +129,7 @@ LlamaConfig LlamaConfig::from(const ModelArgs& a) {
   c.norm_eps = static_cast<float>(a.norm_eps);
   c.rope_theta = static_cast<float>(a.rope_theta);
   c.tie_embeddings = a.tie_embeddings;
+  c.moe = a.moe;
   c.recompute = a.recompute;
   return c;
 }
@@ -87,6 +147,7 @@ ModelArgs LlamaConfig::args() const {
   a.norm_eps = norm_eps;
   a.rope_theta = rope_theta;
   a.tie_embeddings = tie_embeddings;
+  a.moe = moe;
   a.recompute = recompute;
   return a;
 }

@@ -1,6 +1,9 @@
 // The shape of a Llama model (Hugging Face LlamaForCausalLM): no positions in the embedding,
 // pre-RMSNorm blocks with rotary position embedding (rotate-half), grouped-query attention and a
 // SwiGLU MLP, no biases anywhere, a final RMSNorm and an output layer, tied to the embedding or not.
+// With `moe` enabled, the blocks after the first moe.first_k_dense replace their MLP by DeepSeek-V3's
+// mixture of experts (Hugging Face DeepseekV3MoE: a sigmoid router with a balancing bias, routed
+// SwiGLU experts, shared experts; models/llama_moe_block.h).
 #pragma once
 #include <cstdint>
 
@@ -20,6 +23,7 @@ struct LlamaConfig {
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   bool tie_embeddings = false;
+  MoeArgs moe;  // n_experts 0: every block dense
   Recompute recompute = Recompute::None;
 
   int64_t head_dim() const { return d_model / n_heads; }
@@ -30,14 +34,30 @@ struct LlamaConfig {
   // of 256 (d 4096 → 11008).
   static int64_t default_ffn_dim(int64_t d_model);
 
-  int64_t block_params() const;  // one block: two norms, q/k/v/o, gate/up/down
-  // Every parameter once (a tied output layer is the embedding).
+  // Mixture of experts: whether block `i` (0-based) has the MoE MLP, the blocks that do, an expert's
+  // SwiGLU width and the shared experts' (one SwiGLU of n_shared experts' width; 0 = none).
+  bool moe_block(int64_t i) const { return moe.enabled() && i >= moe.first_k_dense; }
+  int64_t moe_blocks() const { return moe.enabled() ? n_layers - moe.first_k_dense : 0; }
+  int64_t expert_ffn() const { return moe.ffn_dim > 0 ? moe.ffn_dim : ffn(); }
+  int64_t shared_ffn() const { return moe.n_shared * expert_ffn(); }
+
+  int64_t attention_params() const;  // input norm, q/k/v/o
+  int64_t block_params() const;      // one dense block: two norms, q/k/v/o, gate/up/down
+  // One MoE block: two norms, q/k/v/o, the router's gate [E, d], E routed experts and the shared
+  // experts; active: with top_k of the routed experts (what one token multiplies by). The router's
+  // balancing bias is a buffer, not a parameter (as in Hugging Face), and is not counted.
+  int64_t moe_block_params() const;
+  int64_t moe_block_active_params() const;
+  // Every parameter once (a tied output layer is the embedding); active: those one token uses.
   int64_t num_params() const;
+  int64_t active_params() const;
   // Model FLOPs per token at context seq_len, as torchtitan counts them: 6·(N − embedding) +
   // 12·L·d·T, N − embedding being the blocks, the final norm and the output layer (which
-  // multiplies whether or not it is tied, so a tied model counts its V·d here too).
+  // multiplies whether or not it is tied, so a tied model counts its V·d here too). With MoE
+  // blocks N counts their active parameters (ARCHITECTURE.md §7).
   double flops_per_token(int64_t seq_len) const;
   void validate(int tp = 1) const;  // → ModelArgsError naming the keys
+  void validate_moe() const;        // the model.moe keys (called by validate when MoE is on)
 
   static LlamaConfig from(const ModelArgs& args);
   ModelArgs args() const;

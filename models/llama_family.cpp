@@ -1,6 +1,8 @@
 #include "models/llama_family.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "models/llama_model.h"
 
@@ -13,10 +15,13 @@ class LlamaFamily : public ModelFamily {
   std::string arch() const override { return "llama"; }
   std::string description() const override {
     return "Llama: RMSNorm, rotary embedding, grouped-query attention, SwiGLU MLP, no biases, output layer "
-           "tied or not";
+           "tied or not; with model.moe, DeepSeek-V3 mixture-of-experts MLPs";
   }
   std::vector<std::string> config_keys() const override {
-    return {"n_kv_heads", "ffn_dim", "norm_eps", "rope_theta", "tie_embeddings"};
+    return {"n_kv_heads",         "ffn_dim",        "norm_eps",           "rope_theta",
+            "tie_embeddings",     "moe.n_experts",  "moe.top_k",          "moe.n_shared",
+            "moe.ffn_dim",        "moe.first_k_dense", "moe.route_scale", "moe.n_group",
+            "moe.topk_group",     "moe.bias_update_rate", "moe.aux_loss_coef", "moe.force_balance"};
   }
 
   void validate(const ModelArgs& args, int tp) const override {
@@ -30,8 +35,8 @@ class LlamaFamily : public ModelFamily {
   }
 
   ParamCount param_count(const ModelArgs& args) const override {
-    const int64_t n = LlamaConfig::from(args).num_params();
-    return {n, n};
+    const LlamaConfig c = LlamaConfig::from(args);
+    return {c.num_params(), c.active_params()};
   }
 
   double flops_per_token(const ModelArgs& args, int64_t seq_len) const override {
@@ -53,21 +58,42 @@ class LlamaFamily : public ModelFamily {
     if (c.recompute == Recompute::Mlp) block -= 3.0 * F * a;
     if (c.recompute == Recompute::Full) block = C * a;
     const double block_flops = 2.0 * static_cast<double>(c.block_params() - 2 * c.d_model) + 4.0 * C * T;
+    // A MoE block keeps the attention half and h2 as a dense one, the router's fp32 logits [E] and
+    // per slot (k per token) the expert's input [C] and output [C] rows, its SwiGLU input [2F] and
+    // output [F], the id, weight and row index (12 B); the shared experts' [2Fs] and [Fs]. Its FLOPs
+    // count the active parameters' products: the gate, k experts, the shared experts.
+    const double E = static_cast<double>(c.moe.n_experts), k = static_cast<double>(c.moe.top_k);
+    const double Fe = static_cast<double>(c.expert_ffn()), Fs = static_cast<double>(c.shared_ffn());
+    double moe_block = (5.0 * C + Q + k * (2.0 * C + 3.0 * Fe) + 3.0 * Fs) * a + 4.0 * E + 12.0 * k + 8.0 + 4.0 * H;
+    if (c.recompute == Recompute::Mlp) moe_block -= (3.0 * k * Fe + 3.0 * Fs) * a;
+    if (c.recompute == Recompute::Full) moe_block = C * a;
+    const double moe_flops = 2.0 * static_cast<double>(c.moe_block_active_params() - 2 * c.d_model) + 4.0 * C * T;
     std::vector<LayerCost> out;
     out.push_back({"embedding", c.vocab_size * c.d_model, 0.0, 0.0});
-    for (int64_t i = 0; i < c.n_layers; ++i)
-      out.push_back({"layers." + std::to_string(i), c.block_params(), block_flops, tokens * block});
+    for (int64_t i = 0; i < c.n_layers; ++i) {
+      if (c.moe_block(i))
+        out.push_back({"layers." + std::to_string(i), c.moe_block_params(), moe_flops, tokens * moe_block});
+      else
+        out.push_back({"layers." + std::to_string(i), c.block_params(), block_flops, tokens * block});
+    }
     out.push_back({"head", c.d_model + (c.tie_embeddings ? 0 : c.vocab_size * c.d_model), 2.0 * V * C,
                    tokens * ((2.0 * C + V) * a + 8.0)});
     return out;
   }
 
-  // One block's backward: d_act [F], d_gate_up [2F], d_h2, dx2, dx [C], d_qkv [(H + 2·Hkv)·D].
+  // One dense block's backward: d_act [F], d_gate_up [2F], d_h2, dx2, dx [C], d_qkv [(H + 2·Hkv)·D].
+  // A MoE block's: per slot the rows' gradients [C] twice and the experts' d_act [F], d_gu [2F];
+  // d_logits [E]; the shared experts' [3Fs]; d_h2, dx2, dx, d_att [C], d_qkv.
   double backward_working_bytes(const ModelArgs& args, const ActivationShape& shape) const override {
     const LlamaConfig c = LlamaConfig::from(args);
     const double tokens = static_cast<double>(shape.micro_batch) * static_cast<double>(shape.seq_len);
-    return tokens * static_cast<double>(shape.value_bytes) *
-           static_cast<double>(3 * c.ffn() + 3 * c.d_model + c.qkv_rows());
+    double per_token = static_cast<double>(3 * c.ffn() + 3 * c.d_model + c.qkv_rows());
+    if (c.moe_blocks() > 0) {
+      const double moe = static_cast<double>(c.moe.top_k * (2 * c.d_model + 3 * c.expert_ffn()) + c.moe.n_experts +
+                                             3 * c.shared_ffn() + 4 * c.d_model + c.qkv_rows());
+      per_token = std::max(per_token, moe);
+    }
+    return tokens * static_cast<double>(shape.value_bytes) * per_token;
   }
 
   // torchtitan's Llama plan with sequence parallelism: the embedding split by vocabulary, norms on
@@ -84,8 +110,19 @@ class LlamaFamily : public ModelFamily {
       add(p + "self_attn.qkv_proj.weight", TpStyle::ColumnParallel);
       add(p + "self_attn.o_proj.weight", TpStyle::RowParallel);
       add(p + "post_attention_layernorm.weight", TpStyle::SequenceParallel);
-      add(p + "mlp.gate_up_proj.weight", TpStyle::ColumnParallel);
-      add(p + "mlp.down_proj.weight", TpStyle::RowParallel);
+      if (LlamaConfig::from(args).moe_block(i)) {
+        // The MoE MLP runs on the sequence shard of each tp rank, its weights whole on every tp rank
+        // (experts are split by expert parallelism instead, as DeepSeek-V3 trains them).
+        for (const char* n : {"mlp.gate.weight", "mlp.gate.e_score_correction_bias", "mlp.experts.gate_up_proj.weight",
+                              "mlp.experts.down_proj.weight"})
+          add(p + n, TpStyle::SequenceParallel);
+        if (args.moe.n_shared > 0)
+          for (const char* n : {"mlp.shared_experts.gate_up_proj.weight", "mlp.shared_experts.down_proj.weight"})
+            add(p + n, TpStyle::SequenceParallel);
+      } else {
+        add(p + "mlp.gate_up_proj.weight", TpStyle::ColumnParallel);
+        add(p + "mlp.down_proj.weight", TpStyle::RowParallel);
+      }
       plan.layers.push_back({"layers." + std::to_string(i), TpLayout::SequenceShard, TpLayout::SequenceShard});
     }
     add("model.norm.weight", TpStyle::SequenceParallel);
@@ -105,7 +142,23 @@ class LlamaFamily : public ModelFamily {
                   static_cast<long long>(c.ffn()), static_cast<long long>(c.vocab_size),
                   static_cast<double>(c.rope_theta), c.tie_embeddings ? "tied" : "untied",
                   static_cast<long long>(c.max_seq_len));
-    return buf;
+    std::string line = buf;
+    if (c.moe.enabled()) {
+      std::snprintf(buf, sizeof buf,
+                    "; MoE in layers %lld..%lld: %lld routed experts of ffn %lld, top %lld%s, %lld shared, route "
+                    "scale %g; %.3gB parameters, %.3gB active",
+                    static_cast<long long>(c.moe.first_k_dense), static_cast<long long>(c.n_layers - 1),
+                    static_cast<long long>(c.moe.n_experts), static_cast<long long>(c.expert_ffn()),
+                    static_cast<long long>(c.moe.top_k),
+                    c.moe.n_group > 1 ? (" of " + std::to_string(c.moe.topk_group) + "/" +
+                                         std::to_string(c.moe.n_group) + " groups").c_str()
+                                      : "",
+                    static_cast<long long>(c.moe.n_shared), c.moe.route_scale, c.num_params() / 1e9,
+                    c.active_params() / 1e9);
+      line += buf;
+      if (c.moe.force_balance) line += " (routing forced to balance: a benchmark, not training)";
+    }
+    return line;
   }
 };
 

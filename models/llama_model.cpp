@@ -11,7 +11,10 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg) : cfg_(cfg) {
   embedding_ = std::make_unique<LlamaEmbedding>(cfg_, &embed_tokens_);
   embedding_->set_index(0);
   for (int i = 0; i < cfg.n_layers; ++i) {
-    blocks_.push_back(std::make_unique<LlamaBlock>(cfg_, i));
+    if (cfg_.moe_block(i))
+      blocks_.push_back(std::make_unique<LlamaMoeBlock>(cfg_, i));
+    else
+      blocks_.push_back(std::make_unique<LlamaBlock>(cfg_, i));
     blocks_.back()->set_index(i + 1);
     blocks_.back()->set_recompute(cfg.recompute);
   }
@@ -32,7 +35,7 @@ std::vector<ModelAttribute> LlamaModel::config_attributes() const {
   // Hugging Face LlamaConfig names.
   using K = ModelAttribute::Kind;
   auto d = [](int64_t v) { return static_cast<double>(v); };
-  return {{"vocab_size", K::Int, d(cfg_.vocab_size), "model.vocab_size"},
+  std::vector<ModelAttribute> a = {{"vocab_size", K::Int, d(cfg_.vocab_size), "model.vocab_size"},
           {"hidden_size", K::Int, d(cfg_.d_model), "model.d_model"},
           {"num_hidden_layers", K::Int, d(cfg_.n_layers), "model.n_layers"},
           {"num_attention_heads", K::Int, d(cfg_.n_heads), "model.n_heads"},
@@ -42,6 +45,20 @@ std::vector<ModelAttribute> LlamaModel::config_attributes() const {
           {"tie_word_embeddings", K::Bool, cfg_.tie_embeddings ? 1.0 : 0.0, "model.tie_embeddings"},
           {"rope_theta", K::Float, decimal_of(cfg_.rope_theta), "model.rope_theta"},
           {"rms_norm_eps", K::Float, decimal_of(cfg_.norm_eps), "model.norm_eps"}};
+  if (cfg_.moe.enabled()) {
+    // DeepseekV3Config's names for the mixture of experts.
+    const MoeArgs& m = cfg_.moe;
+    a.insert(a.end(), {{"n_routed_experts", K::Int, d(m.n_experts), "model.moe.n_experts"},
+                       {"num_experts_per_tok", K::Int, d(m.top_k), "model.moe.top_k"},
+                       {"n_shared_experts", K::Int, d(m.n_shared), "model.moe.n_shared"},
+                       {"moe_intermediate_size", K::Int, d(cfg_.expert_ffn()), "model.moe.ffn_dim"},
+                       {"first_k_dense_replace", K::Int, d(m.first_k_dense), "model.moe.first_k_dense"},
+                       {"n_group", K::Int, d(m.n_group), "model.moe.n_group"},
+                       {"topk_group", K::Int, d(m.topk_group), "model.moe.topk_group"},
+                       {"routed_scaling_factor", K::Float, decimal_of(static_cast<float>(m.route_scale)),
+                        "model.moe.route_scale"}});
+  }
+  return a;
 }
 
 nlohmann::json LlamaModel::hf_config() const {
@@ -65,6 +82,14 @@ nlohmann::json LlamaModel::hf_config() const {
   j["pretraining_tp"] = 1;
   j["rope_scaling"] = nullptr;  // plain RoPE: a file that sets it is loaded with a note
   j["use_cache"] = true;
+  if (cfg_.moe.enabled()) {
+    // The router as DeepseekV3's: sigmoid scores, the correction bias choosing ("noaux_tc"), the
+    // chosen scores normalised. transformers has no class for Llama attention with this MoE;
+    // these fields and the tensors' names are DeepseekV3's.
+    j["scoring_func"] = "sigmoid";
+    j["topk_method"] = "noaux_tc";
+    j["norm_topk_prob"] = true;
+  }
   return j;
 }
 

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "models/llama_block.h"
+#include "models/llama_moe_block.h"
 #include "models/llama_config.h"
 #include "models/llama_embedding.h"
 #include "models/llama_head.h"
@@ -16,7 +17,7 @@ class LlamaModel : public Model {
   explicit LlamaModel(const LlamaConfig& cfg);
   std::string arch() const override { return "llama"; }
   std::vector<Layer*> layers() override;
-  int64_t num_params() const override { return cfg_.num_params(); }
+  int64_t num_params() const override { return cfg_.num_params(); }  // buffers not counted
   double flops_per_token(int64_t seq_len) const override { return cfg_.flops_per_token(seq_len); }
   std::vector<ModelAttribute> config_attributes() const override;
   nlohmann::json hf_config() const override;
@@ -27,7 +28,7 @@ class LlamaModel : public Model {
   LlamaConfig cfg_;
   Param embed_tokens_;  // owned here: a tied output layer reads it too
   std::unique_ptr<LlamaEmbedding> embedding_;
-  std::vector<std::unique_ptr<LlamaBlock>> blocks_;
+  std::vector<std::unique_ptr<Layer>> blocks_;  // LlamaBlock or LlamaMoeBlock
   std::unique_ptr<LlamaHead> head_;
 };
 

@@ -22,4 +22,11 @@ std::vector<Param*> Model::params() {
   return out;
 }
 
+std::vector<MoeMlp*> Model::moe_layers() {
+  std::vector<MoeMlp*> out;
+  for (Layer* l : layers())
+    if (MoeMlp* m = l->moe()) out.push_back(m);
+  return out;
+}
+
 }  // namespace tetra

@@ -45,6 +45,8 @@ class Model {
   virtual nlohmann::json hf_config() const = 0;
   // Checkpoint names that are not parameters and may be ignored when loading (e.g. tied copies).
   virtual std::vector<std::string> ignorable_checkpoint_names() const { return {}; }
+  // The mixture-of-experts MLPs of the layers, in layer order (empty for a dense model).
+  std::vector<MoeMlp*> moe_layers();
 };
 
 }  // namespace tetra

@@ -12,6 +12,23 @@
 
 namespace tetra {
 
+// model.moe: DeepSeek-style mixture-of-experts MLPs (docs/models.md "Mixture of experts"); n_experts
+// 0 = a dense model. Field names are the config keys under model.moe.
+struct MoeArgs {
+  int64_t n_experts = 0;        // routed experts per MoE layer (E)
+  int64_t top_k = 2;            // experts per token (k)
+  int64_t n_shared = 0;         // shared experts: one SwiGLU of width n_shared·ffn_dim
+  int64_t ffn_dim = 0;          // an expert's SwiGLU width; 0 = the dense MLP width
+  int64_t first_k_dense = 0;    // leading blocks that keep the dense MLP
+  double route_scale = 1.0;     // routed_scaling_factor
+  int64_t n_group = 1;          // group-limited routing: expert groups (1 = none) ...
+  int64_t topk_group = 1;       // ... and how many a token may choose from
+  double bias_update_rate = 1e-3;  // auxiliary-loss-free balancing step; 0 = off
+  double aux_loss_coef = 0;     // α of the sequence-wise balance loss; 0 = off
+  bool force_balance = false;   // benchmarks only: token t to experts (t·k + j) mod E
+  bool enabled() const { return n_experts > 0; }
+};
+
 struct ModelArgs {
   std::string arch = "gpt2";  // model.arch: the family
   int64_t vocab_size = 0;
@@ -25,6 +42,7 @@ struct ModelArgs {
   double norm_eps = 1e-5;     // RMSNorm epsilon (Llama)
   double rope_theta = 10000;  // rotary embedding base (Llama)
   bool tie_embeddings = false;  // output layer shares the token embedding (Llama; GPT-2 always ties)
+  MoeArgs moe;                  // Llama: mixture-of-experts MLPs
   Recompute recompute = Recompute::None;  // train.recompute, applied to every block
 };
 

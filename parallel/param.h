@@ -14,7 +14,7 @@ enum class ParamSplit {
   Replicated,  // full copy on every rank of the tensor-parallel group
   TpColumn,    // output features (dim 0) split over tp
   TpRow,       // input features (dim 1) split over tp
-  Expert,      // owned by one expert-parallel rank
+  Expert,      // a routed expert's weights: expert-parallel ranks hold disjoint experts (rows)
 };
 
 // A row range of a fused parameter (dim 0 of its full shape), e.g. the q, k and v of a fused
@@ -36,6 +36,11 @@ struct Param {
   Shape local_shape;        // this rank's piece
   ParamSplit split = ParamSplit::Replicated;
   bool weight_decay = true;  // PyTorch convention here: tensors of 2+ dims decay, biases/norms don't
+  // false: a persistent buffer, not a parameter (PyTorch's register_buffer; DeepSeek-V3's router
+  // bias e_score_correction_bias): fp32 on every backend, the same on every rank, never touched by
+  // the optimizer or counted in gradient norms; its layer updates it. Checkpoints, consolidated
+  // files and init_from carry it like a parameter.
+  bool trainable = true;
   // The consolidated (PyTorch) layout is the transpose of tetra's (GPT-2 Conv1D stores [in, out]).
   bool transposed_in_checkpoint = false;
   // Fused parameters: the parts, in row order, covering every row once (all named or none).

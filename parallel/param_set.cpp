@@ -11,7 +11,9 @@ namespace tetra {
 
 void ParamSet::build(std::vector<Param*> params, Device device, DType value_dtype, DType grad_dtype, int shards,
                      bool full_grads) {
-  params_ = std::move(params);
+  params_.clear();
+  buffers_.clear();
+  for (Param* p : params) (p->trainable ? params_ : buffers_).push_back(p);
   device_ = device;
   value_dtype_ = value_dtype;
   grad_dtype_ = grad_dtype;
@@ -22,6 +24,10 @@ void ParamSet::build(std::vector<Param*> params, Device device, DType value_dtyp
   for (Param* p : params_) {
     p->value = values_.slice_flat(p->offset, p->local_shape);
     p->grad = full_grads ? grads_.slice_flat(p->offset, p->local_shape) : Tensor();
+  }
+  for (Param* p : buffers_) {
+    p->value = Tensor::zeros(p->local_shape, DType::F32, device);
+    p->grad = Tensor();
   }
 }
 
@@ -41,7 +47,9 @@ void ParamSet::adopt_flat_grads(Tensor grads) {
 // them: a 10B-parameter model initialises in seconds on a many-core host.
 void ParamSet::initialize(uint64_t seed) {
   const unsigned threads = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
-  for (Param* p : params_) {
+  std::vector<Param*> all = params_;
+  all.insert(all.end(), buffers_.begin(), buffers_.end());
+  for (Param* p : all) {
     TETRA_CHECK(p->local_shape == p->full_shape, "initialize: split parameters are initialised by their strategy (",
                 p->name, ")");
     TETRA_CHECK(p->value.defined(), "initialize: ", p->name, " has no value buffer (released by a sharded optimizer)");
@@ -84,6 +92,8 @@ void ParamSet::release_values() {
 
 Param* ParamSet::find(const std::string& name) const {
   for (Param* p : params_)
+    if (p->name == name) return p;
+  for (Param* p : buffers_)
     if (p->name == name) return p;
   return nullptr;
 }

@@ -5,6 +5,8 @@
 // A sharded optimizer may own less than the full buffers: stages 2–3 never allocate the full
 // gradient buffer (gradients live in per-layer buffers they bind to Param::grad), stage 3 releases
 // the full values after taking its shard (Param::value is bound while a layer is gathered).
+// Buffers (Param::trainable false: DeepSeek-V3's router bias) are kept apart: each its own fp32
+// tensor on the device, outside the flat buffers, the layout and the optimizer.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -18,8 +20,9 @@ class ParamSet {
  public:
   static constexpr int64_t kAlignElems = ZeroLayout::kAlignElems;
 
-  // Lays out `params` (ZeroLayout over `shards` ranks) and allocates the flat value buffer, and the
-  // flat gradient buffer when `full_grads`, on `device`.
+  // Lays out the trainable `params` (ZeroLayout over `shards` ranks) and allocates the flat value
+  // buffer, and the flat gradient buffer when `full_grads`, on `device`; buffers get their own fp32
+  // zeros.
   void build(std::vector<Param*> params, Device device, DType value_dtype, DType grad_dtype, int shards = 1,
              bool full_grads = true);
   // Fills every value from its init rule (normal(0, init_std) or constant), drawing the full
@@ -33,8 +36,9 @@ class ParamSet {
   // to gathered layer buffers).
   void release_values();
 
-  const std::vector<Param*>& params() const { return params_; }
-  Param* find(const std::string& name) const;  // nullptr if absent
+  const std::vector<Param*>& params() const { return params_; }    // trainable, in layout order
+  const std::vector<Param*>& buffers() const { return buffers_; }  // not trainable, in model order
+  Param* find(const std::string& name) const;  // a parameter or buffer; nullptr if absent
   const ZeroLayout& layout() const { return layout_; }
   Tensor& flat_values() { return values_; }    // undefined after release_values()
   Tensor& flat_grads() { return grads_; }      // undefined unless built with full_grads
@@ -45,7 +49,7 @@ class ParamSet {
   DType grad_dtype() const { return grad_dtype_; }
 
  private:
-  std::vector<Param*> params_;
+  std::vector<Param*> params_, buffers_;
   ZeroLayout layout_;
   Tensor values_, grads_;
   Device device_;

@@ -107,6 +107,15 @@ RankOps gpipe_ops(int pp, int rank, int micro_batches) {
   return op.done();
 }
 
+RankOps forward_backward_pairs_ops(int micro_batches) {
+  RankOps ops;
+  if (micro_batches < 1) return ops;
+  ops.push_back(Instruction::forward(0, 0));
+  for (int m = 1; m < micro_batches; ++m) ops.push_back(Instruction::forward_backward({0, m}, {0, m - 1}));
+  ops.push_back(Instruction::backward(0, micro_batches - 1));
+  return ops;
+}
+
 RankOps one_f_one_b_ops(int pp, int rank, int micro_batches) {
   OpWriter op(1);
   const int warmup = std::min(pp - 1 - rank, micro_batches);

@@ -29,6 +29,11 @@ RankOps dualpipe_ops(int pp, int rank, int micro_batches);
 // DualPipeV ("cut-in-half" DualPipe): 2·pp stages in a V, exactly the compute of the reference
 // DualPipeV.step().
 RankOps dualpipev_ops(int pp, int rank, int micro_batches);
+// pp = 1 with two micro-batches in flight (parallel.moe_overlap; docs/moe.md): every forward paired
+// with the previous micro-batch's backward, F0.0, FB(F0.1,B0.0), …, FB(F0.m−1,B0.m−2), B0.m−1, so
+// each pair's MoE exchanges run while the other micro-batch computes. Backwards (and so gradient
+// accumulation) keep the micro-batch order.
+RankOps forward_backward_pairs_ops(int micro_batches);
 // Evaluation: every forward of chunk 0, then of chunk 1, in micro-batch order.
 RankOps forward_only_ops(const PipelineLayout& layout, int rank);
 

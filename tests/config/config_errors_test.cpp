@@ -20,6 +20,12 @@ struct BadCase {
   std::vector<std::string> expect;  // substrings of the error message
 };
 
+// kBase as a Llama with 8 routed experts, top 2: model.moe is lines 3-5, vocab_size line 6,
+// n_layers (4) line 9, dp (2) line 12, global_batch (8) line 17, micro_batch (2) line 18.
+std::string moe_base(const std::string& more = "") {
+  return edit("model:", "model:\n  arch: llama\n  moe:\n    n_experts: 8\n    top_k: 2" + more);
+}
+
 std::vector<BadCase> bad_cases() {
   return {
       // --- the file against the schema -------------------------------------------------------
@@ -163,7 +169,8 @@ std::vector<BadCase> bad_cases() {
        {"--set model.n_kv_heads: not read by gpt2 models (a key of llama)"}},
       {"gpt2_key_with_llama", edit("  n_heads: 4", "  n_heads: 4\n  ln_eps: 1.0e-6", edit("model:", "model:\n  arch: llama")), {}, 2,
        {"cfg.yaml:8: model.ln_eps: not read by llama models (a key of gpt2); remove it, or set model.arch to gpt2 "
-        "(llama takes, besides the common keys: n_kv_heads, ffn_dim, norm_eps, rope_theta, tie_embeddings)"}},
+        "(llama takes, besides the common keys: n_kv_heads, ffn_dim, norm_eps, rope_theta, tie_embeddings, the moe "
+        "mapping)"}},
       {"kv_heads_not_dividing", edit("model:", "model:\n  arch: llama\n  n_kv_heads: 3"), {}, 2,
        {"cfg.yaml:3: model.n_kv_heads: 3 key/value heads do not divide model.n_heads = 4", "use one of 1, 2, 4",
         "[model.n_heads at ", "cfg.yaml:8]"}},
@@ -180,6 +187,48 @@ std::vector<BadCase> bad_cases() {
        {"--set train.micro_batch: makes a micro-batch's logits (micro_batch·seq_len·vocab_size)",
         "train.micro_batch = 1000000000, train.seq_len = 64, model.vocab_size = 2147483646",
         "[model.vocab_size at ", "cfg.yaml:2]"}},
+      // --- model.moe: mixture of experts -------------------------------------------------------
+      {"moe_key_with_gpt2", edit("  n_heads: 4", "  n_heads: 4\n  moe:\n    n_experts: 8"), {}, 2,
+       {"cfg.yaml:8: model.moe.n_experts: not read by gpt2 models (a key of llama)"}},
+      {"moe_top_k_too_large", moe_base(), {"model.moe.top_k=9"}, 2,
+       {"--set model.moe.top_k: 9 experts per token, but model.moe.n_experts = 8; use 1..8",
+        "[model.moe.n_experts at ", "cfg.yaml:4]"}},
+      {"moe_groups_not_dividing", moe_base("\n    n_group: 3"), {}, 2,
+       {"cfg.yaml:6: model.moe.n_group: 3 expert groups do not divide model.moe.n_experts = 8; use one of 1, 2, 4, 8"}},
+      {"moe_topk_group_too_large", moe_base("\n    n_group: 2\n    topk_group: 3"), {}, 2,
+       {"cfg.yaml:7: model.moe.topk_group: 3 groups per token, but model.moe.n_group = 2; use 1..2"}},
+      {"moe_groups_hold_too_few", moe_base("\n    n_group: 4"), {"model.moe.top_k=3"}, 2,
+       {"--set model.moe.top_k: 3 experts per token, but model.moe.topk_group = 1 groups of 2 experts hold only 2; "
+        "raise topk_group to at least 2 or lower top_k"}},
+      {"moe_group_of_one", moe_base("\n    n_group: 8\n    topk_group: 4"), {}, 2,
+       {"cfg.yaml:6: model.moe.n_group: 8 groups of 1 expert; a group scores the sum of its two best experts"}},
+      {"moe_no_moe_layer", moe_base("\n    first_k_dense: 4"), {}, 2,
+       {"cfg.yaml:6: model.moe.first_k_dense: 4 leading dense layers leave no MoE layer among model.n_layers = 4; "
+        "use 0..3"}},
+      {"moe_ep_not_dividing_experts", edit("  dp: 2", "  dp: 4", moe_base()), {"model.moe.n_experts=6", "parallel.ep=4"}, 4,
+       {"--set parallel.ep: ep = 4 does not divide model.moe.n_experts = 6", "common divisors of 6 and dp = 4: 1, 2"}},
+      {"moe_ep_on_dense_model", edit("model:", "model:\n  arch: llama"), {"parallel.ep=2"}, 2,
+       {"--set parallel.ep: 2, but the model has no experts to shard (model.moe.n_experts is 0)"}},
+      {"moe_key_without_experts", edit("model:", "model:\n  arch: llama\n  moe:\n    top_k: 4"), {}, 2,
+       {"cfg.yaml:4: model.moe.top_k: set, but model.moe.n_experts is 0 (a dense model, where it has no effect)"}},
+      {"moe_empty_mapping", edit("model:", "model:\n  arch: llama\n  moe:"), {}, 2,
+       {"cfg.yaml:3: model.moe: given without n_experts"}},
+      {"moe_not_a_mapping", edit("model:", "model:\n  arch: llama\n  moe: 8"), {}, 2,
+       {"cfg.yaml:3: model.moe: expected a mapping of keys, got 8 (keys of model.moe: n_experts, top_k, n_shared"}},
+      {"moe_unknown_key", edit("model:", "model:\n  arch: llama\n  moe:\n    n_expert: 8"), {}, 2,
+       {"cfg.yaml:4: model.moe.n_expert: unknown key (did you mean model.moe.n_experts?)"}},
+      {"moe_set_mapping", moe_base(), {"model.moe=8"}, 2,
+       {"--set model.moe: a mapping, not a key (set its keys one by one, e.g. --set model.moe.n_experts=...)"}},
+      {"moe_other_trainers_name", edit("  n_heads: 4", "  n_heads: 4\n  num_experts_per_tok: 2"), {}, 2,
+       {"cfg.yaml:7: model.num_experts_per_tok: unknown key (did you mean model.moe.top_k?)"}},
+      {"moe_overlap_on_dense_model", kBase, {"parallel.moe_overlap=true"}, 2,
+       {"--set parallel.moe_overlap: true, but the model has no MoE layers"}},
+      {"moe_overlap_one_micro_batch", moe_base(), {"parallel.moe_overlap=true", "train.global_batch=4"}, 2,
+       {"--set parallel.moe_overlap: true, but a step has 1 micro-batch per rank", "the interleave needs two"}},
+      {"moe_overlap_with_pipeline", moe_base(), {"parallel.moe_overlap=true", "parallel.pp=2", "parallel.dp=1"}, 2,
+       {"--set parallel.moe_overlap: true with parallel.pp = 2"}},
+      {"moe_cuda_graphs_with_ep", moe_base(), {"parallel.ep=2", "train.device=cuda", "train.cuda_graphs=true"}, 2,
+       {"--set train.cuda_graphs: true with parallel.ep = 2"}},
   };
 }
 

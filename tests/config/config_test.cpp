@@ -246,13 +246,16 @@ TEST(Config, RoundTripThroughYaml) {
   EXPECT_DOUBLE_EQ(back.optimizer.betas[1], 0.999);
 
   // Every key of the schema is in the YAML, each on its own line, except the model keys of
-  // other families (gpt2 here: the llama keys).
+  // other families (gpt2 here: the llama keys, the model.moe mapping among them).
   const std::vector<std::string> llama_only = {"n_kv_heads", "ffn_dim", "norm_eps", "rope_theta", "tie_embeddings"};
   for (const auto& f : schema::fields()) {
+    const std::string key = f.key;
     const bool other_family = std::string(f.section) == "model" &&
-                              std::find(llama_only.begin(), llama_only.end(), f.key) != llama_only.end();
+                              (std::find(llama_only.begin(), llama_only.end(), key) != llama_only.end() ||
+                               key.rfind("moe.", 0) == 0);
     EXPECT_EQ(yaml.find(std::string("\n  ") + f.key + ": ") != std::string::npos, !other_family) << f.path();
   }
+  EXPECT_EQ(yaml.find("moe"), yaml.find("moe_overlap")) << yaml;  // no model.moe mapping
 
   // The resolved config of a plain file round-trips too, derived dp included.
   Config r = resolve(load_config(dir.write("plain.yaml", edit("  dp: 2", "  dp: 0"))), 2, false);
@@ -283,6 +286,46 @@ TEST(Config, LlamaKeysRoundTrip) {
   EXPECT_TRUE(back == c) << yaml;
   EXPECT_NO_THROW(validate(back, 2));
   EXPECT_EQ(to_yaml(back), yaml);
+}
+
+// model.moe: a nested mapping in the file, section.mapping.key with --set, lines per key, written
+// back nested; a dense Llama writes no mapping.
+TEST(Config, MoeMappingRoundTrip) {
+  testing::TempDir dir;
+  const std::string yaml_in = edit("model:", "model:\n  arch: llama\n  moe:\n    n_experts: 8\n    top_k: 3\n"
+                                             "    n_shared: 1\n    n_group: 4\n    topk_group: 2\n"
+                                             "    route_scale: 2.5\n    aux_loss_coef: 1.0e-4");
+  Config c = load_config(dir.write("cfg.yaml", yaml_in), {"model.moe.ffn_dim=32", "parallel.moe_overlap=true"});
+  EXPECT_NO_THROW(validate(c, 2));
+  EXPECT_EQ(c.model.moe.n_experts, 8);
+  EXPECT_EQ(c.model.moe.top_k, 3);
+  EXPECT_EQ(c.model.moe.n_shared, 1);
+  EXPECT_EQ(c.model.moe.ffn_dim, 32);
+  EXPECT_EQ(c.model.moe.n_group, 4);
+  EXPECT_EQ(c.model.moe.topk_group, 2);
+  EXPECT_DOUBLE_EQ(c.model.moe.route_scale, 2.5);
+  EXPECT_DOUBLE_EQ(c.model.moe.aux_loss_coef, 1e-4);
+  EXPECT_DOUBLE_EQ(c.model.moe.bias_update_rate, 1e-3);  // the default
+  EXPECT_TRUE(c.parallel.moe_overlap);
+  EXPECT_EQ(c.origins.where("model.moe"), dir.path() + "/cfg.yaml:3");
+  EXPECT_EQ(c.origins.where("model.moe.top_k"), dir.path() + "/cfg.yaml:5");
+  EXPECT_EQ(c.origins.where("model.moe.ffn_dim"), "--set model.moe.ffn_dim");
+  const std::string yaml = to_yaml(c);
+  EXPECT_NE(yaml.find("\n  moe:\n    n_experts: 8\n    top_k: 3\n    n_shared: 1\n    ffn_dim: 32\n"),
+            std::string::npos)
+      << yaml;
+  EXPECT_NE(yaml.find("\n    route_scale: 2.5\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("\n  moe_overlap: true\n"), std::string::npos) << yaml;
+  Config back = load_config(dir.write("resolved.yaml", yaml));
+  EXPECT_TRUE(back == c) << yaml;
+  EXPECT_EQ(to_yaml(back), yaml);
+  // Every model.moe key of the schema is in it, under the mapping.
+  for (const std::string& k : schema::mapping_keys("model", "moe"))
+    EXPECT_NE(yaml.find("\n    " + k + ": "), std::string::npos) << k;
+
+  Config dense = load_config(dir.write("dense.yaml", edit("model:", "model:\n  arch: llama")));
+  EXPECT_EQ(to_yaml(dense).find("moe:"), std::string::npos);
+  EXPECT_TRUE(load_config(dir.write("dense_back.yaml", to_yaml(dense))) == dense);
 }
 
 TEST(Config, EqualityComparesEveryKey) {

@@ -35,12 +35,32 @@ std::vector<ModelArgs> sample_args() {
     l.ffn_dim = ffn;
     out.push_back(l);
   }
+  // Llama with mixture-of-experts MLPs: one dense layer first, shared experts, plain top-2; and
+  // every layer MoE, group-limited top-1 without shared experts.
+  ModelArgs m = g;
+  m.arch = "llama";
+  m.n_kv_heads = 2;
+  m.ffn_dim = 48;
+  m.moe.n_experts = 8;
+  m.moe.top_k = 2;
+  m.moe.n_shared = 1;
+  m.moe.ffn_dim = 16;
+  m.moe.first_k_dense = 1;
+  out.push_back(m);
+  m.moe.n_experts = 4;
+  m.moe.top_k = 1;
+  m.moe.n_shared = 0;
+  m.moe.ffn_dim = 0;
+  m.moe.first_k_dense = 0;
+  m.moe.n_group = 2;
+  m.moe.topk_group = 1;
+  out.push_back(m);
   return out;
 }
 
 std::string label(const ModelArgs& a) {
   return a.arch + " L" + std::to_string(a.n_layers) + " kv" + std::to_string(a.n_kv_heads) +
-         (a.tie_embeddings ? " tied" : "");
+         (a.tie_embeddings ? " tied" : "") + (a.moe.enabled() ? " moe" + std::to_string(a.moe.n_experts) : "");
 }
 
 }  // namespace
@@ -68,16 +88,28 @@ TEST(ModelFamily, SpecAgreesWithTheModelItBuilds) {
     EXPECT_EQ(model->arch(), args.arch);
     std::vector<Param*> params = model->params();
     std::set<std::string> names;
-    int64_t numel = 0;
+    int64_t numel = 0, active = 0, buffers = 0;
     std::map<int, int64_t> owned;  // layer index → elements of the params it owns
     for (Param* p : params) {
       EXPECT_TRUE(names.insert(p->name).second) << "two parameters named " << p->name;
+      if (!p->trainable) {  // buffers (the MoE router's bias) are stored but not counted
+        buffers += p->numel();
+        continue;
+      }
       numel += p->numel();
+      // A routed expert's weights: top_k of the n_experts are active per token.
+      active += p->split == ParamSplit::Expert ? p->numel() / args.moe.n_experts * args.moe.top_k : p->numel();
       owned[p->layer_index] += p->numel();
     }
     const ParamCount count = f.param_count(args);
     EXPECT_EQ(count.total, numel);
-    EXPECT_EQ(count.active, numel);  // dense families
+    EXPECT_EQ(count.active, active);
+    if (args.moe.enabled()) {
+      EXPECT_LT(count.active, numel);
+    } else {
+      EXPECT_EQ(count.active, numel);  // dense families
+    }
+    EXPECT_EQ(buffers, args.moe.enabled() ? (args.n_layers - args.moe.first_k_dense) * args.moe.n_experts : 0);
     EXPECT_EQ(model->num_params(), numel);
     for (int64_t T : {int64_t{8}, args.seq_len}) EXPECT_DOUBLE_EQ(f.flops_per_token(args, T), model->flops_per_token(T));
 
@@ -113,7 +145,7 @@ TEST(ModelFamily, SpecAgreesWithTheModelItBuilds) {
         EXPECT_TRUE(stored.insert(t.name).second) << "stored twice: " << t.name;
         stored_numel += shape_numel(t.shape);
       }
-    EXPECT_EQ(stored_numel, numel);
+    EXPECT_EQ(stored_numel, numel + buffers);
   }
 }
 
@@ -242,4 +274,84 @@ TEST(LlamaFamily, NumbersAndShapeErrors) {
   b = a;
   b.ffn_dim = 8190;
   EXPECT_EQ(keys_of(b, 4), (std::vector<std::string>{"model.ffn_dim", "parallel.tp"}));
+}
+
+// The MoE shape of the benchmark beside torch_llama.py (issue 19's peer: 12 layers of d 1536, 64
+// experts of 512, top 6, 2 shared, 1 dense layer): 1.94B parameters, 0.44B active; model FLOPs from
+// the active ones; names as Hugging Face's DeepseekV3; the MoE keys' errors.
+TEST(LlamaFamily, MoeNumbersNamesAndErrors) {
+  ModelArgs a;
+  a.arch = "llama";
+  a.vocab_size = 32000;
+  a.seq_len = 2048;
+  a.d_model = 1536;
+  a.n_layers = 12;
+  a.n_heads = 12;
+  a.ffn_dim = 4096;
+  a.moe.n_experts = 64;
+  a.moe.top_k = 6;
+  a.moe.n_shared = 2;
+  a.moe.ffn_dim = 512;
+  a.moe.first_k_dense = 1;
+  const ModelFamily& f = model_family("llama");
+  const int64_t attention = 1536 + 3 * 1536 * 1536 + 1536 * 1536;
+  const int64_t dense = attention + 1536 + 3 * 1536 * 4096;
+  const int64_t moe_total = attention + 1536 + 64 * 1536 + 64 * 3 * 1536 * 512 + 3 * 1536 * 1024;
+  const int64_t moe_active = attention + 1536 + 64 * 1536 + 6 * 3 * 1536 * 512 + 3 * 1536 * 1024;
+  const int64_t embeddings = 2 * 32000 * 1536;
+  const ParamCount n = f.param_count(a);
+  EXPECT_EQ(n.total, embeddings + dense + 11 * moe_total + 1536);
+  EXPECT_EQ(n.active, embeddings + dense + 11 * moe_active + 1536);
+  EXPECT_EQ(n.total, 1944393216);  // 1.94B
+  EXPECT_EQ(n.active, 439162368);  // 0.44B
+  EXPECT_DOUBLE_EQ(f.flops_per_token(a, 2048),
+                   6.0 * static_cast<double>(n.active - 32000 * 1536) + 12.0 * 12 * 1536 * 2048);
+  EXPECT_NE(f.describe(a).find("64 routed experts of ffn 512, top 6, 2 shared"), std::string::npos) << f.describe(a);
+
+  a.n_layers = 2;
+  a.d_model = 32;
+  a.n_heads = 4;
+  a.ffn_dim = 48;
+  a.vocab_size = 96;
+  a.moe.n_experts = 4;
+  a.moe.ffn_dim = 16;
+  a.moe.top_k = 2;
+  a.moe.n_shared = 1;
+  std::unique_ptr<Model> model = f.build(a);
+  std::set<std::string> stored;
+  for (Param* p : model->params())
+    for (const StoredTensor& t : stored_tensors(*p)) stored.insert(t.name);
+  for (const char* name : {"model.layers.1.mlp.gate.weight", "model.layers.1.mlp.gate.e_score_correction_bias",
+                           "model.layers.1.mlp.experts.0.gate_proj.weight", "model.layers.1.mlp.experts.3.up_proj.weight",
+                           "model.layers.1.mlp.experts.2.down_proj.weight",
+                           "model.layers.1.mlp.shared_experts.gate_proj.weight",
+                           "model.layers.1.mlp.shared_experts.down_proj.weight", "model.layers.0.mlp.gate_proj.weight"})
+    EXPECT_TRUE(stored.count(name)) << name;
+  EXPECT_FALSE(stored.count("model.layers.0.mlp.gate.weight")) << "the first layer stays dense";
+  EXPECT_EQ(model->moe_layers().size(), 1u);
+
+  auto keys_of = [&](ModelArgs b) {
+    try {
+      f.validate(b, 1);
+    } catch (const ModelArgsError& e) {
+      return e.keys();
+    }
+    return std::vector<std::string>{};
+  };
+  EXPECT_TRUE(keys_of(a).empty());
+  ModelArgs b = a;
+  b.moe.top_k = 5;
+  EXPECT_EQ(keys_of(b), (std::vector<std::string>{"model.moe.top_k", "model.moe.n_experts"}));
+  b = a;
+  b.moe.n_group = 3;
+  EXPECT_EQ(keys_of(b), (std::vector<std::string>{"model.moe.n_group", "model.moe.n_experts"}));
+  b.moe.n_group = 2;
+  b.moe.topk_group = 3;
+  EXPECT_EQ(keys_of(b), (std::vector<std::string>{"model.moe.topk_group", "model.moe.n_group"}));
+  b.moe.topk_group = 1;
+  b.moe.top_k = 3;
+  EXPECT_EQ(keys_of(b), (std::vector<std::string>{"model.moe.top_k", "model.moe.topk_group", "model.moe.n_group"}));
+  b = a;
+  b.moe.first_k_dense = 2;
+  EXPECT_EQ(keys_of(b), (std::vector<std::string>{"model.moe.first_k_dense", "model.n_layers"}));
 }

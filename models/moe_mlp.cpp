@@ -1,0 +1,295 @@
+#include "models/moe_mlp.h"
+
+#include "runtime/ops.h"
+
+namespace tetra {
+
+MoeShape MoeShape::from(const MoeArgs& moe, int64_t d_model, int64_t expert_ffn) {
+  MoeShape s;
+  s.d_model = d_model;
+  s.experts = moe.n_experts;
+  s.top_k = moe.top_k;
+  s.expert_ffn = expert_ffn;
+  s.shared_ffn = moe.n_shared * expert_ffn;
+  s.routing.top_k = moe.top_k;
+  s.routing.n_group = moe.n_group;
+  s.routing.topk_group = moe.topk_group;
+  s.routing.route_scale = static_cast<float>(moe.route_scale);
+  s.routing.force_balance = moe.force_balance;
+  s.aux_loss_coef = static_cast<float>(moe.aux_loss_coef);
+  return s;
+}
+
+void MoeMlp::init(const std::string& prefix, int block, const MoeShape& shape, int layer, float down_std) {
+  prefix_ = prefix;
+  block_ = block;
+  shape_ = shape;
+  const int64_t C = shape.d_model, E = shape.experts, F = shape.expert_ffn, Fs = shape.shared_ffn;
+  gate_.init(prefix + ".gate", E, C, false, 0.02f, false, layer);
+  bias_.name = prefix + ".gate.e_score_correction_bias";
+  bias_.full_shape = bias_.local_shape = {E};
+  bias_.layer_index = layer;
+  bias_.weight_decay = false;
+  bias_.trainable = false;
+  bias_.init_constant = true;
+  bias_.init_value = 0.0f;
+
+  gate_up_.name = prefix + ".experts.gate_up_proj.weight";
+  gate_up_.full_shape = gate_up_.local_shape = {E * 2 * F, C};
+  gate_up_.split = ParamSplit::Expert;
+  gate_up_.layer_index = layer;
+  gate_up_.init_std = 0.02f;
+  down_.name = prefix + ".experts.down_proj.weight";
+  down_.full_shape = down_.local_shape = {E * C, F};
+  down_.split = ParamSplit::Expert;
+  down_.layer_index = layer;
+  down_.init_std = down_std;
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string ex = prefix + ".experts." + std::to_string(e) + ".";
+    gate_up_.parts.push_back({ex + "gate_proj.weight", e * 2 * F, F, 1});
+    gate_up_.parts.push_back({ex + "up_proj.weight", e * 2 * F + F, F, 1});
+    down_.parts.push_back({ex + "down_proj.weight", e * C, C, 1});
+  }
+
+  has_shared_ = Fs > 0;
+  if (has_shared_) {
+    shared_gate_up_.init(prefix + ".shared_experts.gate_up_proj", 2 * Fs, C, false, 0.02f, false, layer);
+    shared_gate_up_.weight.parts = {{prefix + ".shared_experts.gate_proj.weight", 0, Fs, 1},
+                                    {prefix + ".shared_experts.up_proj.weight", Fs, Fs, 1}};
+    shared_down_.init(prefix + ".shared_experts.down_proj", C, Fs, false, down_std, false, layer);
+  }
+}
+
+void MoeMlp::collect(std::vector<Param*>& out) {
+  gate_.collect(out);
+  out.push_back(&bias_);
+  out.push_back(&gate_up_);
+  out.push_back(&down_);
+  if (has_shared_) {
+    shared_gate_up_.collect(out);
+    shared_down_.collect(out);
+  }
+}
+
+int64_t MoeMlp::local_experts() const { return gate_up_.local_shape[0] / (2 * shape_.expert_ffn); }
+
+Tensor MoeMlp::local_gate_up() const {
+  return gate_up_.value.view({local_experts(), 2 * shape_.expert_ffn, shape_.d_model});
+}
+
+Tensor MoeMlp::local_down() const { return down_.value.view({local_experts(), shape_.d_model, shape_.expert_ffn}); }
+
+// ---- forward ---------------------------------------------------------------------------------
+
+void MoeMlp::forward_route(MicroBatchContext& ctx, State& s, const Tensor& h, const Tensor& residual) {
+  const int64_t N = h.dim(0), C = shape_.d_model, E = shape_.experts, k = shape_.top_k;
+  const Device dev = ctx.device();
+  s.h = h;
+  s.residual = residual;
+  // Router: fp32 logits of the working weights (Hugging Face computes F.linear in fp32).
+  s.logits = ctx.fp32({N, E});
+  ops::linear_forward(s.logits, h, gate_.weight.value, Tensor());
+  s.expert_ids = Tensor::empty({N, k}, DType::I32, dev);
+  s.weights = ctx.fp32({N, k});
+  s.counts = Tensor::empty({E}, DType::I32, dev);
+  const bool count = ctx.training && !s.recomputing;
+  if (count && !load_.defined()) load_ = Tensor::zeros({E}, DType::I32, dev);
+  ops::moe_router_forward(s.expert_ids, s.weights, s.counts, s.logits, bias_.value, shape_.routing,
+                          count ? &load_ : nullptr);
+  // Sequence-wise balance loss α·Σ_i f_i·P_i per sequence, averaged over the global batch's
+  // sequences: the loss sum is divided by the global batch's tokens, so each sequence adds α·T·Σ;
+  // its gradient is α / (sequences) = α·T·loss_grad_scale per unit of the sum.
+  if (ctx.training && shape_.aux_loss_coef > 0 && !s.recomputing) {
+    const int64_t T = ctx.seq_len, B = N / T;
+    if (!ctx.aux_loss.defined()) ctx.aux_loss = Tensor::zeros({1}, DType::F64, dev);
+    s.d_prob_sums = ctx.fp32({B, E});
+    const float scale = shape_.aux_loss_coef * static_cast<float>(T);
+    ops::moe_balance_loss(ctx.aux_loss, s.d_prob_sums, s.logits, s.expert_ids, T, scale, scale * ctx.loss_grad_scale);
+  }
+  s.offsets = Tensor::empty({E + 1}, DType::I32, dev);
+  s.row_of = Tensor::empty({N, k}, DType::I32, dev);
+  s.slot_of = Tensor::empty({N * k}, DType::I32, dev);
+  ops::moe_permute_map(s.offsets, s.row_of, s.slot_of, s.expert_ids);
+  s.rows = ctx.activation({N * k, C});
+  ops::moe_permute(s.rows, h, s.slot_of, k);
+  if (exchanging()) {
+    s.recv_counts = Tensor::empty({E}, DType::I32, dev);
+    s.ticket = ep_->issue_counts(s.recv_counts, s.counts, "ep counts " + prefix_);
+  }
+}
+
+void MoeMlp::run_shared(MicroBatchContext& ctx, State& s) {
+  const int64_t N = s.h.dim(0), Fs = shape_.shared_ffn;
+  s.s_gu = ctx.activation({N, 2 * Fs});
+  shared_gate_up_.forward(s.s_gu, s.h);
+  s.s_act = ctx.activation({N, Fs});
+  ops::swiglu_forward(s.s_act, s.s_gu);
+}
+
+void MoeMlp::forward_dispatch(MicroBatchContext& ctx, State& s) {
+  const int64_t C = shape_.d_model;
+  if (exchanging()) {
+    ep_->wait(s.ticket);
+    s.plan = ep_->plan(s.counts, s.recv_counts, ctx.device());
+    s.recv = ctx.activation({s.plan.recv_total, C});
+    s.ticket = ep_->issue_rows(s.recv, s.plan.recv_rows, s.rows, s.plan.send_rows, "ep dispatch " + prefix_);
+  }
+  // The shared experts need only h: they run while this micro-batch's rows travel.
+  if (has_shared_) run_shared(ctx, s);
+}
+
+void MoeMlp::run_experts(MicroBatchContext& ctx, State& s) {
+  const int64_t R = s.x_e.dim(0), F = shape_.expert_ffn;
+  s.gu_e = ctx.activation({R, 2 * F});
+  ops::moe_grouped_linear_forward(s.gu_e, s.x_e, local_gate_up(), s.e_offsets);
+  s.act_e = ctx.activation({R, F});
+  ops::swiglu_forward(s.act_e, s.gu_e);
+}
+
+void MoeMlp::forward_experts(MicroBatchContext& ctx, State& s) {
+  const int64_t C = shape_.d_model;
+  if (exchanging()) {
+    ep_->wait(s.ticket);
+    s.x_e = ctx.activation({s.plan.recv_total, C});
+    ops::moe_permute(s.x_e, s.recv, s.plan.to_expert, 1);
+    s.e_offsets = s.plan.offsets;
+  } else {
+    s.x_e = s.rows;
+    s.e_offsets = s.offsets;
+  }
+  run_experts(ctx, s);
+  const int64_t R = s.x_e.dim(0);
+  s.out_e = ctx.activation({R, C});
+  ops::moe_grouped_linear_forward(s.out_e, s.act_e, local_down(), s.e_offsets);
+  if (exchanging()) {
+    // Back to source-major order, then to the ranks the rows came from.
+    Tensor back = ctx.activation({R, C});
+    ops::moe_permute(back, s.out_e, s.plan.to_source, 1);
+    s.rows_out = ctx.activation({s.row_of.numel(), C});
+    s.recv = back;  // kept alive until the exchange is waited for
+    s.ticket = ep_->issue_rows(s.rows_out, s.plan.send_rows, s.recv, s.plan.recv_rows, "ep combine " + prefix_);
+  } else {
+    s.rows_out = s.out_e;
+  }
+}
+
+Tensor MoeMlp::forward_combine(MicroBatchContext& ctx, State& s) {
+  const int64_t N = s.h.dim(0), C = shape_.d_model;
+  if (exchanging()) {
+    ep_->wait(s.ticket);
+    s.recv = Tensor();
+  }
+  s.y = ctx.activation({N, C});
+  if (has_shared_) {
+    shared_down_.forward_residual(s.y, s.s_act, s.residual);
+  } else {
+    ops::copy(s.y, s.residual);
+  }
+  ops::moe_unpermute(s.y, s.rows_out, s.weights, s.row_of, /*accumulate=*/true);
+  // Backward keeps h, the routing (logits, ids, weights, row_of), the expert side (x_e, offsets,
+  // gu_e, act_e), rows_out and the shared experts' hidden activations.
+  Tensor y = s.y;
+  s.residual = s.rows = s.counts = s.slot_of = s.offsets = s.recv_counts = s.out_e = s.y = Tensor();
+  if (!ctx.training) s = State();
+  return y;
+}
+
+Tensor MoeMlp::forward(MicroBatchContext& ctx, State& s, const Tensor& h, const Tensor& residual) {
+  forward_route(ctx, s, h, residual);
+  forward_dispatch(ctx, s);
+  forward_experts(ctx, s);
+  return forward_combine(ctx, s);
+}
+
+void MoeMlp::drop_hidden(State& s) { s.gu_e = s.act_e = s.s_gu = s.s_act = Tensor(); }
+
+// ---- backward --------------------------------------------------------------------------------
+
+void MoeMlp::backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy) {
+  const int64_t N = s.h.dim(0), C = shape_.d_model, k = shape_.top_k, Fs = shape_.shared_ffn;
+  s.d_y = dy;
+  // y = residual + shared + Σ_j w_j·rows_out[row_of[n, j]]
+  s.d_rows = ctx.activation({N * k, C});
+  s.d_weights = ctx.fp32({N, k});
+  ops::moe_unpermute_backward(s.d_rows, s.d_weights, dy, s.rows_out, s.weights, s.row_of);
+  s.rows_out = Tensor();
+  if (exchanging()) {
+    s.recv = ctx.activation({s.plan.recv_total, C});
+    s.ticket = ep_->issue_rows(s.recv, s.plan.recv_rows, s.d_rows, s.plan.send_rows, "ep combine grad " + prefix_);
+  }
+  // The shared experts' input gradient while the rows' gradients travel.
+  s.d_h = ctx.activation({N, C});
+  if (has_shared_) {
+    if (!s.s_act.defined()) run_shared(ctx, s);  // recompute mlp
+    Tensor d_s_act = ctx.activation({N, Fs});
+    shared_down_.backward_input(d_s_act, dy);
+    s.d_s_gu = ctx.activation({N, 2 * Fs});
+    ops::swiglu_backward(s.d_s_gu, d_s_act, s.s_gu);
+    s.s_gu = Tensor();  // W needs s_act and h
+    shared_gate_up_.backward_input(s.d_h, s.d_s_gu);
+  }
+}
+
+void MoeMlp::backward_experts(MicroBatchContext& ctx, State& s) {
+  const int64_t C = shape_.d_model, F = shape_.expert_ffn;
+  if (exchanging()) {
+    ep_->wait(s.ticket);
+    s.d_out_e = ctx.activation({s.plan.recv_total, C});
+    ops::moe_permute(s.d_out_e, s.recv, s.plan.to_expert, 1);
+  } else {
+    s.d_out_e = s.d_rows;
+  }
+  if (!s.gu_e.defined()) run_experts(ctx, s);  // recompute mlp
+  const int64_t R = s.x_e.dim(0);
+  Tensor d_act = ctx.activation({R, F});
+  ops::moe_grouped_linear_backward_input(d_act, s.d_out_e, local_down(), s.e_offsets);
+  s.d_gu_e = ctx.activation({R, 2 * F});
+  ops::swiglu_backward(s.d_gu_e, d_act, s.gu_e);
+  s.gu_e = Tensor();  // W needs act_e and x_e
+  Tensor d_x = ctx.activation({R, C});
+  ops::moe_grouped_linear_backward_input(d_x, s.d_gu_e, local_gate_up(), s.e_offsets);
+  if (exchanging()) {
+    Tensor back = ctx.activation({R, C});
+    ops::moe_permute(back, d_x, s.plan.to_source, 1);
+    s.recv = back;
+    s.d_rows = ctx.activation({s.row_of.numel(), C});
+    s.ticket = ep_->issue_rows(s.d_rows, s.plan.send_rows, s.recv, s.plan.recv_rows, "ep dispatch grad " + prefix_);
+  } else {
+    s.d_rows = d_x;
+  }
+}
+
+Tensor MoeMlp::backward_route(MicroBatchContext& ctx, State& s) {
+  const int64_t N = s.h.dim(0), E = shape_.experts;
+  if (exchanging()) {
+    ep_->wait(s.ticket);
+    s.recv = Tensor();
+  }
+  ops::moe_permute_backward(s.d_h, s.d_rows, s.row_of, /*accumulate=*/has_shared_);
+  s.d_rows = Tensor();
+  // Through the weights' normalisation and the sigmoid (the choice itself has no gradient), plus the
+  // balance loss's gradient of the scores.
+  s.d_logits = ctx.activation({N, E});
+  ops::moe_router_backward(s.d_logits, s.d_weights, s.logits, s.expert_ids, shape_.routing,
+                           s.d_prob_sums.defined() ? &s.d_prob_sums : nullptr);
+  gate_.backward_input(s.d_h, s.d_logits, /*accumulate=*/true);
+  s.logits = s.d_weights = s.d_prob_sums = s.rows = Tensor();
+  Tensor dh = s.d_h;
+  s.d_h = Tensor();
+  return dh;
+}
+
+void MoeMlp::backward_weight(State& s) {
+  gate_.backward_weight(s.d_logits, s.h);
+  const int64_t El = local_experts(), C = shape_.d_model, F = shape_.expert_ffn;
+  Tensor d_down = down_.grad.view({El, C, F});
+  ops::moe_grouped_linear_backward_weight(d_down, s.d_out_e, s.act_e, s.e_offsets, /*accumulate=*/true);
+  Tensor d_gate_up = gate_up_.grad.view({El, 2 * F, C});
+  ops::moe_grouped_linear_backward_weight(d_gate_up, s.d_gu_e, s.x_e, s.e_offsets, /*accumulate=*/true);
+  if (has_shared_) {
+    shared_down_.backward_weight(s.d_y, s.s_act);
+    shared_gate_up_.backward_weight(s.d_s_gu, s.h);
+  }
+}
+
+}  // namespace tetra

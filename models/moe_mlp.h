@@ -1,0 +1,140 @@
+// MoeMlp: DeepSeek-V3's mixture-of-experts MLP (Hugging Face DeepseekV3MoE), the MLP of a MoE
+// block (models/llama_moe_block.h), on h [N, d] (the post-attention norm's output), N = B·T tokens:
+//   logits = h · gateᵀ (fp32 [N, E]); s = sigmoid(logits); experts chosen by top-k of s + bias
+//   (group-limited with n_group > 1); weights = route_scale · the chosen s normalised to sum 1
+//   routed = Σ_j weights[n, j] · expert_{id[n, j]}(h[n])        expert(x) = down(silu(gate·x) · up·x)
+//   shared = shared_experts(h)  (one SwiGLU of width n_shared·expert_ffn; absent with n_shared 0)
+//   y = residual + shared + routed
+// Dropless: every token reaches its k experts. The router's bias (e_score_correction_bias, [E]) is
+// a buffer (Param::trainable false) updated after each optimizer step from the step's global loads
+// (models/moe_balance.h); with aux_loss_coef α > 0 the sequence-wise balance loss is added to the
+// loss (MicroBatchContext::aux_loss).
+//
+// Parameters (Hugging Face's names under PREFIX = model.layers.N.mlp):
+//   PREFIX.gate.weight [E, d]  PREFIX.gate.e_score_correction_bias [E] (buffer)
+//   PREFIX.experts.gate_up_proj.weight [E·2F, d]: expert e's gate_proj then up_proj rows, stored as
+//     PREFIX.experts.e.{gate,up}_proj.weight [F, d]; PREFIX.experts.down_proj.weight [E·d, F]:
+//     PREFIX.experts.e.down_proj.weight [d, F]. Both expert-owned (ParamSplit::Expert): with
+//     expert parallelism a rank holds the rows of its experts only.
+//   PREFIX.shared_experts.gate_up_proj.weight [2·Fs, d] (gate_proj, up_proj), PREFIX.shared_experts.
+//     down_proj.weight [d, Fs].
+//
+// The forward and the input backward run in phases split by the expert-parallel exchanges (the
+// phase functions below, in order), so that an executor with two micro-batches in flight can run
+// one's phase while the other's all-to-all is in flight (ARCHITECTURE.md §3 "Mixture of experts").
+// Without expert parallelism nothing is exchanged and the phases run back to back. Every op of the
+// layer is called from here, so a change of the MoE op API stays in this file.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/layer.h"
+#include "models/model_args.h"
+#include "models/modules.h"
+#include "parallel/expert_parallel.h"
+#include "runtime/ops.h"
+
+namespace tetra {
+
+struct MoeShape {
+  int64_t d_model = 0;
+  int64_t experts = 0;      // E
+  int64_t top_k = 1;        // k
+  int64_t expert_ffn = 0;   // F
+  int64_t shared_ffn = 0;   // Fs = n_shared·F; 0 = no shared experts
+  ops::MoeRouting routing;  // top_k, groups, route_scale, force_balance
+  float aux_loss_coef = 0;  // α
+  static MoeShape from(const MoeArgs& moe, int64_t d_model, int64_t expert_ffn);
+};
+
+class MoeMlp {
+ public:
+  // `prefix`: "model.layers.N.mlp"; `block`: N; `layer`: the owning Layer's index; `down_std`: the
+  // init std of the projections back into the residual stream.
+  void init(const std::string& prefix, int block, const MoeShape& shape, int layer, float down_std);
+  int block() const { return block_; }
+  void collect(std::vector<Param*>& out);  // gate, bias, experts, shared experts
+  const MoeShape& shape() const { return shape_; }
+  const std::string& prefix() const { return prefix_; }
+
+  // Expert parallelism (null: every expert here, nothing exchanged). The expert Params must hold
+  // this rank's experts' rows (local_shape).
+  void set_expert_parallel(ExpertParallel* ep) { ep_ = ep; }
+  int64_t local_experts() const;
+
+  // Routed slots per expert (int32 [E]) summed over the micro-batches since the last take_load():
+  // this rank's tokens only; the balancing reduces it over the data-parallel group.
+  Tensor& load() { return load_; }
+  Param& bias() { return bias_; }
+
+  // Per micro-batch state, kept in the owning layer's slot.
+  struct State {
+    Tensor h, residual;            // [N, d] input (post-attention norm) and the residual stream
+    Tensor logits;                 // fp32 [N, E]
+    Tensor expert_ids, weights;    // int32 [N, k], fp32 [N, k]
+    Tensor counts;                 // int32 [E]: slots per expert of this micro-batch
+    Tensor d_prob_sums;            // fp32 [B, E]: the balance loss's gradient (α > 0)
+    Tensor offsets, row_of, slot_of;  // moe_permute_map: int32 [E + 1], [N, k], [N·k]
+    Tensor rows;                   // [N·k, d] h permuted into expert order (the send side)
+    // Expert side: x_e [R, d] the rows this rank's experts take (expert-major), their offsets
+    // int32 [El + 1], the SwiGLU's input and output and the experts' outputs.
+    Tensor x_e, e_offsets, gu_e, act_e, out_e;
+    Tensor rows_out;               // [N·k, d] the experts' outputs back in the send side's order
+    Tensor s_gu, s_act;            // shared experts: [N, 2·Fs], [N, Fs]
+    Tensor y;                      // [N, d] the output being built
+    // Expert parallelism: the counts received, the exchange plan, the rows in flight.
+    Tensor recv_counts;
+    ExpertParallel::ExchangePlan plan;
+    Tensor recv;                   // [R, d] source-major
+    CommScheduler::Ticket ticket;
+    // Backward: gradients kept from B for W, and the buffers the exchanges fill.
+    Tensor d_y, d_rows, d_weights, d_out_e, d_gu_e, d_s_gu, d_logits, d_h;
+    bool recomputing = false;      // the forward runs again for backward (no loads, no loss)
+  };
+
+  // ---- forward, in phases (each ends by issuing the exchange the next one waits for) ----
+  // 0: router, balance loss, permutation; issues the counts exchange. h and residual [N, d].
+  void forward_route(MicroBatchContext& ctx, State& s, const Tensor& h, const Tensor& residual);
+  // 1: the exchange plan; issues the dispatch; the shared experts run meanwhile.
+  void forward_dispatch(MicroBatchContext& ctx, State& s);
+  // 2: the routed experts; issues the combine.
+  void forward_experts(MicroBatchContext& ctx, State& s);
+  // 3: y = residual + shared + routed (s.y, also returned).
+  Tensor forward_combine(MicroBatchContext& ctx, State& s);
+  // All four back to back (evaluation, recomputation).
+  Tensor forward(MicroBatchContext& ctx, State& s, const Tensor& h, const Tensor& residual);
+
+  // ---- backward of the input, in phases ----
+  // 0: gradients of the combine and the shared experts; issues the combine's reverse exchange.
+  void backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy);
+  // 1: the routed experts' input gradient; issues the dispatch's reverse exchange.
+  void backward_experts(MicroBatchContext& ctx, State& s);
+  // 2: the gradient of h (s.d_h, also returned): permutation, router, shared experts together.
+  Tensor backward_route(MicroBatchContext& ctx, State& s);
+  // Weight gradients (accumulate over micro-batches).
+  void backward_weight(State& s);
+  // Drops what the forward keeps that the backward recomputes under Recompute::Mlp (the SwiGLU
+  // hidden activations of the routed and the shared experts).
+  void drop_hidden(State& s);
+
+ private:
+  bool exchanging() const { return ep_ && ep_->size() > 1; }
+  Tensor local_gate_up() const;  // [El, 2F, d] view of the working weights
+  Tensor local_down() const;     // [El, d, F]
+  void run_experts(MicroBatchContext& ctx, State& s);  // gu_e, act_e, out_e from x_e
+  void run_shared(MicroBatchContext& ctx, State& s);   // s_gu, s_act from h
+
+  std::string prefix_;
+  int block_ = 0;
+  MoeShape shape_;
+  Linear gate_;            // router [E, d]
+  Param bias_;             // e_score_correction_bias [E], fp32 buffer
+  Param gate_up_, down_;   // routed experts, expert-owned
+  bool has_shared_ = false;
+  Linear shared_gate_up_, shared_down_;
+  ExpertParallel* ep_ = nullptr;
+  Tensor load_;            // int32 [E], allocated at the first training forward
+};
+
+}  // namespace tetra
