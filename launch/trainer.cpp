@@ -592,10 +592,11 @@ Trainer::StepResult Trainer::finish_step(const Launched& l) {
     r.bubble_s = p2p_->exposed_ms() / 1e3;
   }
   for (MeshAxis a : kMeshAxes) {
-    // Pipeline transfers are waited for through p2p_ and counted as the bubble, not here; expert
-    // axes only with expert parallelism (without it the expert-data group is dp's).
-    const bool expert = a == MeshAxis::EP || a == MeshAxis::ExpertDP;
-    if (a != MeshAxis::PP && mesh_->axis_size(a) > 1 && (!expert || mesh_->shape().ep > 1))
+    // Pipeline transfers are waited for through p2p_ and counted as the bubble, not here; the
+    // expert-parallel exchanges only with expert parallelism. The expert-data group's gradient
+    // reductions and ZeRO gathers are issued by its optimizer on the DP stream and count under dp.
+    if (a == MeshAxis::PP || a == MeshAxis::ExpertDP) continue;
+    if (mesh_->axis_size(a) > 1 && (a != MeshAxis::EP || mesh_->shape().ep > 1))
       r.exposed_comm_axis_s[axis_name(a)] = comm_->exposed_ms(a) / 1e3;
   }
   r.moe_max_over_mean = balance_->max_over_mean(slot_of(l.step));

@@ -114,7 +114,7 @@ void MoeMlp::forward_route(MicroBatchContext& ctx, State& s, const Tensor& h, co
   ops::moe_permute(s.rows, h, s.slot_of, k);
   if (exchanging()) {
     s.recv_counts = Tensor::empty({E}, DType::I32, dev);
-    s.ticket = ep_->issue_counts(s.recv_counts, s.counts, "ep counts " + prefix_);
+    s.ticket = ep_->issue_counts(s.recv_counts, s.counts, "counts " + prefix_);
   }
 }
 
@@ -132,7 +132,7 @@ void MoeMlp::forward_dispatch(MicroBatchContext& ctx, State& s) {
     ep_->wait(s.ticket);
     s.plan = ep_->plan(s.counts, s.recv_counts, ctx.device());
     s.recv = ctx.activation({s.plan.recv_total, C});
-    s.ticket = ep_->issue_rows(s.recv, s.plan.recv_rows, s.rows, s.plan.send_rows, "ep dispatch " + prefix_);
+    s.ticket = ep_->issue_rows(s.recv, s.plan.recv_rows, s.rows, s.plan.send_rows, "dispatch " + prefix_);
   }
   // The shared experts need only h: they run while this micro-batch's rows travel.
   if (has_shared_) run_shared(ctx, s);
@@ -167,7 +167,7 @@ void MoeMlp::forward_experts(MicroBatchContext& ctx, State& s) {
     ops::moe_permute(back, s.out_e, s.plan.to_source, 1);
     s.rows_out = ctx.activation({s.row_of.numel(), C});
     s.recv = back;  // kept alive until the exchange is waited for
-    s.ticket = ep_->issue_rows(s.rows_out, s.plan.send_rows, s.recv, s.plan.recv_rows, "ep combine " + prefix_);
+    s.ticket = ep_->issue_rows(s.rows_out, s.plan.send_rows, s.recv, s.plan.recv_rows, "combine " + prefix_);
   } else {
     s.rows_out = s.out_e;
   }
@@ -215,7 +215,7 @@ void MoeMlp::backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy
   s.rows_out = Tensor();
   if (exchanging()) {
     s.recv = ctx.activation({s.plan.recv_total, C});
-    s.ticket = ep_->issue_rows(s.recv, s.plan.recv_rows, s.d_rows, s.plan.send_rows, "ep combine grad " + prefix_);
+    s.ticket = ep_->issue_rows(s.recv, s.plan.recv_rows, s.d_rows, s.plan.send_rows, "combine grad " + prefix_);
   }
   // The shared experts' input gradient while the rows' gradients travel.
   s.d_h = ctx.activation({N, C});
@@ -253,7 +253,7 @@ void MoeMlp::backward_experts(MicroBatchContext& ctx, State& s) {
     ops::moe_permute(back, d_x, s.plan.to_source, 1);
     s.recv = back;
     s.d_rows = ctx.activation({s.row_of.numel(), C});
-    s.ticket = ep_->issue_rows(s.d_rows, s.plan.send_rows, s.recv, s.plan.recv_rows, "ep dispatch grad " + prefix_);
+    s.ticket = ep_->issue_rows(s.d_rows, s.plan.send_rows, s.recv, s.plan.recv_rows, "dispatch grad " + prefix_);
   } else {
     s.d_rows = d_x;
   }

@@ -17,8 +17,9 @@ CommScheduler::Ticket ExpertParallel::issue_counts(Tensor& recv, const Tensor& c
               "ExpertParallel::issue_counts: counts ", counts.describe(), " and recv ", recv.describe(),
               " must be int32 [", experts_, "]");
   // Chunk r of counts (experts of rank r) goes to rank r; chunk s of recv comes from rank s.
-  return scheduler_.issue(what, static_cast<int64_t>(counts.nbytes()),
-                          [&recv, &counts, this] { return comm_.all_to_all(recv, counts); });
+  return scheduler_.issue(
+      kRecordPrefix + what, static_cast<int64_t>(counts.nbytes()),
+      [&recv, &counts, this] { return comm_.all_to_all(recv, counts); }, MeshAxis::EP);
 }
 
 ExpertParallel::ExchangePlan ExpertParallel::plan(const Tensor& counts, const Tensor& recv, Device device) {
@@ -88,9 +89,9 @@ CommScheduler::Ticket ExpertParallel::issue_rows(Tensor& out, const std::vector<
   std::vector<int64_t> sc(send_rows.size()), rc(recv_rows.size());
   for (size_t r = 0; r < sc.size(); ++r) sc[r] = send_rows[r] * d;
   for (size_t r = 0; r < rc.size(); ++r) rc[r] = recv_rows[r] * d;
-  return scheduler_.issue(what, static_cast<int64_t>(in.nbytes()), [&out, &in, rc, sc, this] {
-    return comm_.all_to_all_v(out, rc, in, sc);
-  });
+  return scheduler_.issue(
+      kRecordPrefix + what, static_cast<int64_t>(in.nbytes()),
+      [&out, &in, rc, sc, this] { return comm_.all_to_all_v(out, rc, in, sc); }, MeshAxis::EP);
 }
 
 }  // namespace tetra

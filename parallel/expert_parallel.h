@@ -50,6 +50,11 @@ class ExpertParallel {
     std::vector<int64_t> expert_rows;           // rows per local expert (host), for the metrics
   };
 
+  // This group's collectives run on the EP communication stream and are recorded under MeshAxis::EP
+  // (CommScheduler::exposed_ms(MeshAxis::EP) is the exposed expert-parallel communication), named
+  // kRecordPrefix + `what`.
+  static constexpr const char* kRecordPrefix = "ep ";
+
   // Issues the counts exchange: counts int32 [E] (this rank's routed rows per expert, on the device)
   // → recv int32 [size(), El] (each source rank's rows for this rank's experts).
   CommScheduler::Ticket issue_counts(Tensor& recv, const Tensor& counts, const std::string& what);

@@ -7,6 +7,7 @@ loss, a bias update rate that moves routing within the run).
    x ZeRO stage in {0, 1, 3}, every step's loss within 1e-5 (relative) of the 1-rank run's, each
    MoE layer's max/mean expert load equal (the same routing), and the final state (weights, moments,
    router biases) within 1e-4.
+   With ep > 1 metrics.jsonl gives each step's exposed expert-parallel communication.
 2. The two-micro-batch overlap (parallel.moe_overlap) changes the order of work, not the results:
    on and off give the same losses and the same final state bit for bit, at 1 rank and at dp 4 x
    ep 2 (ZeRO-1).
@@ -14,7 +15,8 @@ loss, a bias update rate that moves routing within the run).
    loaded (its step 5 is made non-finite: on_nonfinite stop saves the state untouched), and so does
    one at ep 1 from that: the three hold the same state bit for bit and `tetra ckpt consolidate`
    writes the same Hugging Face-named tensors (each expert's, each router's bias) from each.
-4. `tetra plan` gives each ep rank its share of the experts and counts active parameters.
+4. model.moe.force_balance balances every layer exactly.
+5. `tetra plan` gives each ep rank its share of the experts and counts active parameters.
 
 usage: moe_equivalence.py TETRA_BIN WORK_DIR [--quick]   (--quick: a covering subset of part 1)"""
 import os
@@ -86,6 +88,14 @@ check(len(biases) == 3 and all(np.abs(ref_state[n]["master"]).max() > 0 for n in
 ws.train("ref_overlap", 1, ["parallel.dp=1", "parallel.moe_overlap=true"])
 compare_runs("ref", "ref_overlap", "1 rank, overlap on vs off", bitwise=True)
 
+# model.moe.force_balance (a benchmark aid): token t to experts (t·k + j) mod E, so every expert of
+# every layer gets the same load (64 tokens × 2 slots per micro-batch over 8 experts), and the run
+# says that it is not training.
+out, _, _ = ws.train("balanced", 1, ["parallel.dp=1", "model.moe.force_balance=true"])
+check("benchmark aid" in out and all(v == 1.0 for m in loads_of("balanced").values() for v in m.values()) and
+      len(loads_of("balanced")) == 8, "force_balance: max/mean load 1 in every layer at every step, announced as a "
+      "benchmark aid")
+
 # dp 4: micro-batches of 1 sequence, 2 per step on each rank.
 mesh = [(1, 0), (1, 3), (2, 0), (2, 1), (2, 3), (4, 0), (4, 1), (4, 3)] if quick else \
        [(ep, z) for ep in (1, 2, 4) for z in (0, 1, 3)]
@@ -94,6 +104,13 @@ for ep, zero in mesh:
     out, _, _ = ws.train(name, 4, ["parallel.dp=4", "train.micro_batch=1", f"parallel.ep={ep}",
                                    f"parallel.zero_stage={zero}"], timeout=300)
     compare_runs("ref", name, f"dp 4 ep {ep} ZeRO-{zero}")
+    if ep > 1:
+        rows = metrics(ws.run_dir(name)).values()
+        check(all(0 <= r["exposed_comm_ms_ep"] and abs(r["exposed_comm_ms_ep"] + r["exposed_comm_ms_dp"] -
+                                                         r["exposed_comm_ms"]) <= 1e-6 * r["exposed_comm_ms"] + 1e-9
+                  and "exposed_comm_ms_expert_dp" not in r for r in rows),
+              f"dp 4 ep {ep} ZeRO-{zero}: every step splits its exposed communication into the expert-parallel "
+              "exchanges' (exposed_comm_ms_ep) and dp's")
 
 ws.train("ep2_zero1_overlap", 4, ["parallel.dp=4", "train.micro_batch=1", "parallel.ep=2", "parallel.zero_stage=1",
                                   "parallel.moe_overlap=true"], timeout=300)
