@@ -35,6 +35,20 @@ std::string int_list(const std::vector<int>& v) {
   return s + "]";
 }
 
+// A group of ranks, compact at any world size: an arithmetic progression of three or more reads
+// "0..127" (step 1) or "0,128..1920", anything else is listed ("[0,1,4,5]").
+std::string group_text(const std::vector<int>& g) {
+  const size_t n = g.size();
+  bool progression = n >= 3 && g[1] > g[0];
+  for (size_t i = 2; progression && i < n; ++i) progression = g[i] - g[i - 1] == g[1] - g[0];
+  if (progression)
+    return "[" + std::to_string(g[0]) + (g[1] - g[0] == 1 ? "" : "," + std::to_string(g[1])) + ".." +
+           std::to_string(g[n - 1]) + "]";
+  std::string s = "[";
+  for (size_t i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string(g[i]);
+  return s + "]";
+}
+
 // Keys in the order the docs give them (nlohmann::json would sort them).
 nlohmann::ordered_json pipeline_json(const Config& cfg, const PipelinePlan& p) {
   const PipelineSimulation& sim = p.sim;
@@ -91,10 +105,7 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
     const MeshCoords& c = mesh.coords();
     std::printf("rank %d: pp %d dp %d tp %d ep %d | ", r, c.pp, c.dp, c.tp, c.ep);
     for (MeshAxis a : {MeshAxis::TP, MeshAxis::DP, MeshAxis::PP, MeshAxis::EP, MeshAxis::ExpertDP}) {
-      auto grp = mesh.group(a, r);
-      std::printf("%s [", axis_name(a));
-      for (size_t i = 0; i < grp.size(); ++i) std::printf("%s%d", i ? "," : "", grp[i]);
-      std::printf("] ");
+      std::printf("%s %s ", axis_name(a), group_text(mesh.group(a, r)).c_str());
     }
     std::printf("\n");
   }
