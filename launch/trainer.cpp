@@ -215,10 +215,6 @@ void Trainer::setup() {
   agree(world_, [&] {
     if (shape.tp != 1)
       TETRA_FAIL(Config, "parallel.tp > 1 is not implemented yet in the trainer (tp=", shape.tp, "; use 1)");
-    if (shape.ep > 1 && shape.pp > 1)
-      TETRA_FAIL(Config, cfg_.origins.where("parallel.ep"), ": parallel.ep: ", shape.ep,
-                 " with parallel.pp = ", shape.pp, " is not implemented yet (expert parallelism runs at pp 1); "
-                 "use ep 1 or pp 1");
     if (shape.pp > 1 && cfg_.train.cuda_graphs)
       TETRA_FAIL(Config, cfg_.origins.where("train.cuda_graphs"),
                  ": train.cuda_graphs: not supported with parallel.pp > 1 (the pipeline's transfers are issued from "
@@ -295,7 +291,7 @@ void Trainer::setup() {
   if (!tied_.empty()) optimizer_->tie(tied_, tie_group_.on_device(), tie_owner_);
   if (expert_parallel_) {
     // The experts' state is reduced and sharded over the expert-data group (ARCHITECTURE.md §4).
-    Communicator& edp = mesh_->device_comm(MeshAxis::ExpertDP);
+    Communicator& edp = expert_grad_group();
     optimizer_ = std::make_unique<MoeOptimizer>(std::move(optimizer_),
                                                 make_distributed_optimizer(expert_params_, edp, *comm_, oo),
                                                 expert_params_.params(), &mesh_->device_comm(MeshAxis::EP),
@@ -433,7 +429,7 @@ void Trainer::setup_experts(const DistributedOptimizerOptions& oo, const std::ve
   place_experts(all, shape.ep);
   std::vector<Param*> dense, experts;
   for (Param* p : all) (expert_owned(*p) ? experts : dense).push_back(p);
-  const int edp = shape.dp / shape.ep;
+  const int edp = expert_grad_group().size();
   const ParamStorage ds = param_storage_for(oo, act_dtype_, grad_group().size());
   const ParamStorage es = param_storage_for(oo, act_dtype_, edp);
   params_.build(dense, device_, act_dtype_, ds.grad_dtype, ds.shards, ds.full_grads);

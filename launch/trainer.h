@@ -103,6 +103,7 @@ class Trainer {
   void create_pipeline_groups();  // collective: DualPipe's pairs, the tie of the first and last stage
   // The group the optimizer reduces gradients over: data parallel, and DualPipe's pair.
   Communicator& grad_group() const;
+  Communicator& expert_grad_group() const;  // the experts' reduction: expert-data group, and its DualPipe mirror
   void setup_pipeline();  // the model side, the transfers, the executors
   // The step's micro-batches through the schedule (forwards, backwards, transfers).
   void run_schedule(int64_t step, bool graph_inputs, double* data_wait_s);
@@ -159,8 +160,8 @@ class Trainer {
   std::vector<Param*> tied_;  // also held by another pipeline rank
   bool tie_owner_ = true;
   bool counts_norm_ = true;   // this pipeline rank adds its layers to the gradient norm
-  std::vector<int> grad_members_, tie_members_;  // world ranks; empty where no such group exists
-  Mesh::Group grad_group_, tie_group_;
+  std::vector<int> grad_members_, tie_members_, expert_grad_members_;  // world ranks; empty where no such group exists
+  Mesh::Group grad_group_, tie_group_, expert_grad_group_;
   std::unique_ptr<ModelStages> stages_;
   std::unique_ptr<CommScheduler> p2p_;
   std::unique_ptr<PipelineTransport> transport_;

@@ -94,6 +94,12 @@ std::vector<Param*> Trainer::pipeline_params() {
   if (any_replicas)
     for (int q : replicas)
       for (int d = 0; d < mesh_->shape().dp; ++d) grad_members_.push_back(mesh_->rank_of(q, d, me.tp));
+  // The experts' gradient group likewise: this rank's expert-data group (the dp ranks holding the same
+  // experts, dp ≡ this dp mod ep) on every pipeline rank holding copies of its layers.
+  if (any_replicas && mesh_->shape().ep > 1)
+    for (int q : replicas)
+      for (int d = me.ep; d < mesh_->shape().dp; d += mesh_->shape().ep)
+        expert_grad_members_.push_back(mesh_->rank_of(q, d, me.tp));
   if (any_tie)
     for (int q : tie_members.empty() ? std::vector<int>{pp_rank_} : tie_members)
       tie_members_.push_back(mesh_->rank_of(q, me.dp, me.tp));
@@ -103,10 +109,16 @@ std::vector<Param*> Trainer::pipeline_params() {
 void Trainer::create_pipeline_groups() {
   if (!grad_members_.empty()) grad_group_ = mesh_->create_group(world_, grad_members_, "pp_replicas");
   if (!tie_members_.empty()) tie_group_ = mesh_->create_group(world_, tie_members_, "pp_tie");
+  if (!expert_grad_members_.empty())
+    expert_grad_group_ = mesh_->create_group(world_, expert_grad_members_, "pp_expert_replicas");
 }
 
 Communicator& Trainer::grad_group() const {
   return grad_group_.host ? grad_group_.on_device() : mesh_->device_comm(MeshAxis::DP);
+}
+
+Communicator& Trainer::expert_grad_group() const {
+  return expert_grad_group_.host ? expert_grad_group_.on_device() : mesh_->device_comm(MeshAxis::ExpertDP);
 }
 
 void Trainer::setup_pipeline() {

@@ -24,7 +24,8 @@ void MoeBalance::finish_step(Communicator* dp, const Tensor* control, int slot) 
   if (layers_.empty()) return;
   if (dp && dp->size() > 1) dp->all_reduce(loads_, ReduceOp::Sum)->wait();
   if (rate_ > 0)
-    for (MoeMlp* m : layers_) ops::moe_bias_update(m->bias().value, m->load(), rate_, control);
+    for (MoeMlp* m : layers_)
+      if (m->bias().value.defined()) ops::moe_bias_update(m->bias().value, m->load(), rate_, control);
   readback_[static_cast<size_t>(slot)]->copy_from(loads_);
   ops::zero(loads_);
 }

@@ -4,8 +4,10 @@
 // optimizer step, finish_step() sums the buffer over the data-parallel group, so the loads are those
 // of the step's whole global batch, moves every bias b_i by rate · sign(mean load − load_i), keeps
 // the loads for the metrics (max/mean per layer) and clears the buffer. Every rank of the group
-// updates its copy of the biases from the same sums, so the biases stay identical everywhere. All on
-// the device: no host synchronisation in the step.
+// updates its copy of the biases from the same sums, so the biases stay identical everywhere. Under a
+// pipeline the buffer has a row for every MoE layer of the model and a rank counts (and moves the
+// biases of) only the layers its stages hold; summing over the pipeline as well gives every rank
+// every layer's loads. All on the device: no host synchronisation in the step.
 #pragma once
 #include <memory>
 #include <vector>
