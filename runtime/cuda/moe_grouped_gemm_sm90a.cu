@@ -354,6 +354,24 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_wgmma_kernel(Params 
     // warpgroup's 64, columns 8j + 2·(lane mod 4) (+1) for j < 32.
     TC* C = static_cast<TC*>(p.c) + T.c_offset;
     const int64_t row = T.m0 + wg * 64 + w * 16 + lane / 4;
+    if (KIND == GroupedGemmKind::BackwardWeight && p.accumulate) {
+      // Every previous value first, in a loop without stores: the loads are independent and all in
+      // flight at once. Read between the stores below, each would wait for the store before it
+      // (the compiler cannot prove the addresses apart), one memory latency per pair.
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int64_t gm = row + half * 8;
+        if (gm >= T.M) continue;
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+          const int64_t gn = T.n0 + 8 * j + 2 * (lane % 4);
+          if (gn >= T.N) continue;
+          const TC* src = C + gm * ldc + gn;
+          d[4 * j + 2 * half] += to_f32(src[0]);
+          d[4 * j + 2 * half + 1] += to_f32(src[1]);
+        }
+      }
+    }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int64_t gm = row + half * 8;
@@ -362,12 +380,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_wgmma_kernel(Params 
       for (int j = 0; j < kBN / 8; ++j) {
         const int64_t gn = T.n0 + 8 * j + 2 * (lane % 4);
         if (gn >= T.N) continue;
-        float v0 = d[4 * j + 2 * half], v1 = d[4 * j + 2 * half + 1];
+        const float v0 = d[4 * j + 2 * half], v1 = d[4 * j + 2 * half + 1];
         TC* dst = C + gm * ldc + gn;
-        if (KIND == GroupedGemmKind::BackwardWeight && p.accumulate) {
-          v0 += to_f32(dst[0]);
-          v1 += to_f32(dst[1]);
-        }
         if constexpr (std::is_same_v<TC, bf16>) {
           *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);
         } else {
