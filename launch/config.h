@@ -77,12 +77,19 @@ struct ParallelConfig {
   bool moe_overlap = false;
 };
 
+// train.residual_dtype's default. The one that reaches a given loss sooner on a GPU is the default:
+// scripts/bench/residual_precision.sh measures both against PyTorch autocast (docs/models.md).
+inline constexpr const char* kDefaultResidualDtype = "bf16";
+
 struct TrainConfig {
   int steps = 0;                     // required
   int global_batch = 0;              // required: sequences per optimizer step, over all dp ranks
   int micro_batch = 1;               // sequences per rank per micro-batch
   int seq_len = 0;                   // tokens per sequence; load_config fills in model.seq_len
   std::string precision = "auto";    // auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16
+  // The residual stream between blocks (and its gradient) under precision bf16: bf16 | fp32
+  // (Megatron's --fp32-residual-connection); fp32 precision keeps it fp32 whatever this says.
+  std::string residual_dtype = kDefaultResidualDtype;
   std::string device = "auto";       // auto (cuda where a GPU is visible) | cpu | cuda
   double grad_clip = 1.0;            // global gradient norm; 0 = off
   int eval_every = 0;                // steps between evaluations on data.val; 0 = off

@@ -122,6 +122,11 @@ void check_moe(const Config& c, int dp) {
            "true, but the model has no MoE layers (model.moe.n_experts is 0) and nothing to overlap; set it to false");
     return;
   }
+  if (c.train.residual_dtype == "fp32" && c.train.precision == "bf16")
+    fail(c, {"train.residual_dtype", "model.moe.n_experts"},
+         "fp32 with MoE layers (model.moe.n_experts = " + str(moe.n_experts) + ") under bf16 precision: the MoE "
+         "MLP's combine adds into a residual stream of the activation dtype only (docs/models.md \"Residual stream "
+         "precision\"); use train.residual_dtype bf16, or a dense model");
   if (moe.n_experts % p.ep != 0)
     fail(c, {"parallel.ep", "model.moe.n_experts"},
          "ep = " + str(p.ep) + " does not divide model.moe.n_experts = " + str(moe.n_experts) +

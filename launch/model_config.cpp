@@ -34,11 +34,18 @@ ModelArgs model_args(const Config& cfg) {
 
 const ModelFamily& model_family_of(const Config& cfg) { return model_family(cfg.model.arch); }
 
+DType activation_dtype(const Config& cfg) { return cfg.train.precision == "bf16" ? DType::BF16 : DType::F32; }
+
+DType residual_dtype(const Config& cfg) {
+  return cfg.train.residual_dtype == "fp32" ? DType::F32 : activation_dtype(cfg);
+}
+
 ActivationShape activation_shape(const Config& cfg) {
   ActivationShape s;
   s.micro_batch = cfg.train.micro_batch;
   s.seq_len = cfg.train.seq_len;
-  s.value_bytes = cfg.train.precision == "bf16" ? 2 : 4;
+  s.value_bytes = static_cast<int64_t>(dtype_size(activation_dtype(cfg)));
+  s.residual_bytes = static_cast<int64_t>(dtype_size(residual_dtype(cfg)));
   return s;
 }
 

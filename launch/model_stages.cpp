@@ -9,14 +9,15 @@
 namespace tetra::launch {
 
 ModelStages::ModelStages(const PipelineLayout& layout, int rank, std::vector<std::vector<Layer*>> chunk_layers,
-                         DistributedOptimizer& optimizer, Device device, DType act_dtype, int64_t micro_batch,
-                         int64_t seq_len, int64_t width)
+                         DistributedOptimizer& optimizer, Device device, DType act_dtype, DType residual_dtype,
+                         int64_t micro_batch, int64_t seq_len, int64_t width)
     : layout_(layout),
       rank_(rank),
       chunk_layers_(std::move(chunk_layers)),
       optimizer_(optimizer),
       device_(device),
       act_dtype_(act_dtype),
+      residual_dtype_(residual_dtype),
       micro_batch_(micro_batch),
       seq_len_(seq_len),
       width_(width) {
@@ -50,7 +51,7 @@ void ModelStages::end() {
 MicroBatchContext& ModelStages::open(int chunk, int mb) {
   auto [it, fresh] = contexts_.try_emplace({chunk, mb}, nullptr);
   TETRA_CHECK(fresh, "pipeline rank ", rank_, ": F", chunk, ".", mb, " runs twice");
-  it->second = std::make_unique<MicroBatchContext>(device_, act_dtype_);
+  it->second = std::make_unique<MicroBatchContext>(device_, act_dtype_, residual_dtype_);
   peak_ = std::max(peak_, static_cast<int>(contexts_.size()));
   return *it->second;
 }
@@ -72,7 +73,7 @@ const Layer& ModelStages::layer_at(int index) const {
 }
 
 Tensor ModelStages::boundary_buffer(int chunk, int mb) {
-  return Tensor::empty({micro_batch_ * seq_len_, width_}, act_dtype_, device_);
+  return Tensor::empty({micro_batch_ * seq_len_, width_}, residual_dtype_, device_);
 }
 
 LayerPass ModelStages::forward_pass(int chunk, int mb, const Tensor& input) {

@@ -24,11 +24,12 @@ class ModelStages : public PipelineCompute {
  public:
   // chunk_layers[c]: the layers chunk c of this rank holds, in model order (the first chunk of
   // stage 0 starts with the embedding, the last stage ends with the output layer). A micro-batch
-  // is [micro_batch, seq_len] tokens; what crosses a stage boundary is [micro_batch·seq_len,
-  // width] at the activation dtype.
+  // is [micro_batch, seq_len] tokens; what crosses a stage boundary (the residual stream and its
+  // gradient) is [micro_batch·seq_len, width] at the residual stream's dtype (train.residual_dtype;
+  // the activation dtype unless that is bf16 and the stream fp32).
   ModelStages(const PipelineLayout& layout, int rank, std::vector<std::vector<Layer*>> chunk_layers,
-              DistributedOptimizer& optimizer, Device device, DType act_dtype, int64_t micro_batch, int64_t seq_len,
-              int64_t width);
+              DistributedOptimizer& optimizer, Device device, DType act_dtype, DType residual_dtype,
+              int64_t micro_batch, int64_t seq_len, int64_t width);
 
   // A micro-batch by its number in the step (or evaluation batch): ids and targets, valid until
   // the next call.
@@ -77,7 +78,7 @@ class ModelStages : public PipelineCompute {
   std::vector<bool> first_, last_;  // per chunk: holds model stage 0 / the last stage
   DistributedOptimizer& optimizer_;
   Device device_;
-  DType act_dtype_;
+  DType act_dtype_, residual_dtype_;
   int64_t micro_batch_, seq_len_, width_;
   bool training_ = true;
   BatchSource batches_;

@@ -134,9 +134,10 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
   const std::vector<Param*> big_params = pipeline_rank_params(pipe, big, all);
   if (shape.pp > 1) std::printf("  (memory of pipeline rank %d, the largest; every rank below under pipeline)\n", big);
   print_memory_plan(stdout, *largest);
-  std::printf("  (activations: micro-batch %d × %d tokens, recompute %s, %d held at the peak; communication and per-layer\n"
-              "   gradient buffers are bounds at fsdp_prefetch %d, %d micro-batch(es) per step; docs/zero.md)\n",
-              cfg.train.micro_batch, cfg.train.seq_len, cfg.train.recompute.c_str(),
+  std::printf("  (activations: micro-batch %d × %d tokens, recompute %s, %s residual stream, %d held at the peak;\n"
+              "   communication and per-layer gradient buffers are bounds at fsdp_prefetch %d, %d micro-batch(es) per\n"
+              "   step; docs/zero.md)\n",
+              cfg.train.micro_batch, cfg.train.seq_len, cfg.train.recompute.c_str(), dtype_name(residual_dtype(cfg)),
               pipe.sim.peak_activations[static_cast<size_t>(big)], cfg.parallel.fsdp_prefetch,
               optimizer_options(cfg, shape.dp).accumulation_steps);
   // Every stage side by side, so the effect of parallel.zero_stage is visible at a glance.

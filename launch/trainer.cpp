@@ -165,9 +165,12 @@ void Trainer::print_startup(const MeshShape& shape) {
                  (loader_->io().compat_mode ? " (cuFile compatibility mode)" : "");
   info.data_io_reason = loader_->io().reason;
   ledger_->run_info(info);
+  const std::string precision = residual_dtype_ == act_dtype_ ? std::string(dtype_name(act_dtype_))
+                                                              : std::string(dtype_name(act_dtype_)) + ", " +
+                                                                    dtype_name(residual_dtype_) + " residual stream";
   std::printf("tetra: %s | %s, %lld params | world %d (dp %d tp %d pp %d) on %s (%s) | %s\n", cfg_.run.name.c_str(),
               model_->arch().c_str(), static_cast<long long>(model_->num_params()), env_.world_size, shape.dp,
-              shape.tp, shape.pp, device_.str().c_str(), dtype_name(act_dtype_), env_.launcher.c_str());
+              shape.tp, shape.pp, device_.str().c_str(), precision.c_str(), env_.launcher.c_str());
   std::printf("tetra: %d steps × %lld tokens (global batch %d × seq %d, micro-batch %d, %d accumulation steps)\n",
               cfg_.train.steps, static_cast<long long>(loader_->tokens_per_step()), cfg_.train.global_batch,
               cfg_.train.seq_len, cfg_.train.micro_batch, loader_->accumulation_steps());
@@ -235,7 +238,8 @@ void Trainer::setup() {
     } else {
       device_ = Device::cpu();
     }
-    act_dtype_ = cfg_.train.precision == "bf16" ? DType::BF16 : DType::F32;
+    act_dtype_ = activation_dtype(cfg_);
+    residual_dtype_ = residual_dtype(cfg_);
     if (device_.is_cpu() && act_dtype_ != DType::F32)
       TETRA_FAIL(Config, "train.precision: bf16 needs train.device cuda (the CPU backend computes in fp32)");
     check_memory_fits(shape.dp);

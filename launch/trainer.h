@@ -131,7 +131,8 @@ class Trainer {
   MpiCommunicator& world_;
   std::string run_dir_;
   Device device_;
-  DType act_dtype_;
+  DType act_dtype_;       // working activations (train.precision)
+  DType residual_dtype_;  // the residual stream between blocks (train.residual_dtype)
   std::unique_ptr<Mesh> mesh_;
   std::unique_ptr<Model> model_;
   ParamSet params_;

@@ -132,7 +132,8 @@ void Trainer::setup_pipeline() {
       chunks.back().push_back(layers[static_cast<size_t>(i)]);
   }
   stages_ = std::make_unique<ModelStages>(l, pp_rank_, std::move(chunks), *optimizer_, device_, act_dtype_,
-                                          cfg_.train.micro_batch, cfg_.train.seq_len, cfg_.model.d_model);
+                                          residual_dtype_, cfg_.train.micro_batch, cfg_.train.seq_len,
+                                          cfg_.model.d_model);
   // TETRA_FAULT nan_grad: the step's first weight gradient on this rank turns NaN.
   stages_->set_after_weight([this](const Layer& layer) {
     if (poison_grad_) poison_gradient(layer);

@@ -10,14 +10,15 @@ namespace tetra {
 // Per micro-batch state of a block. Forward tensors are dropped according to the recompute mode
 // and rebuilt at the start of backward_input; the gradients listed last are what W needs.
 struct GptBlock::Saved : Activations {
-  Tensor x;                    // [N, C] block input (always kept)
+  Tensor x;                    // [N, C] block input (always kept), residual dtype
   Tensor ln1, mean1, rstd1;    // [N, C], [N], [N]
   Tensor qkv;                  // [N, 3C]
   Tensor att, lse;             // [N, C], [B, H, T]
-  Tensor x2;                   // [N, C] after the attention residual
+  Tensor x2;                   // [N, C] after the attention residual, residual dtype
   Tensor ln2, mean2, rstd2;    // [N, C], [N], [N]
   Tensor fc_pre, fc_act;       // [N, 4C] before / after GELU
-  // Gradients kept from B for W:
+  // Gradients kept from B for W (activation dtype; d_mlp_out and d_attn_out are the residual
+  // stream's gradients as the GEMMs read them):
   Tensor d_mlp_out, d_fc_pre, d_attn_out, d_qkv;
   // Their column sums where a LayerNorm backward already took them (fp32 [C]; d_mlp_out_sum comes
   // from the layer above and may be undefined): the two projections' bias gradients.
@@ -64,7 +65,7 @@ void GptBlock::run_attention_half(MicroBatchContext& ctx, Saved& s) {
   s.lse = ctx.fp32({B, cfg_.n_heads, T});
   Tensor qkv3 = s.qkv.view({B, T, 3 * C}), att3 = s.att.view({B, T, C});
   ops::attention_forward(att3, s.lse, qkv3, cfg_.n_heads);
-  s.x2 = ctx.activation({N, C});
+  s.x2 = ctx.residual({N, C});
   attn_proj_.forward_residual(s.x2, s.att, s.x);
 }
 
@@ -86,7 +87,7 @@ Tensor GptBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
   Saved& s = ctx.training ? ctx.slot<Saved>(index_) : local;
   s.x = x;
   run_attention_half(ctx, s);
-  Tensor y = ctx.activation({N, C});
+  Tensor y = ctx.residual({N, C});
   run_mlp_half(ctx, s, &y);
   if (!ctx.training) return y;
   switch (recompute_) {
@@ -111,35 +112,39 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   if (!s.qkv.defined()) run_attention_half(ctx, s);  // full recompute
   if (!s.fc_act.defined()) run_mlp_half(ctx, s, nullptr);
 
-  // MLP: y = x2 + c_proj(gelu(c_fc(ln_2(x2))))
-  s.d_mlp_out = dy;
-  s.d_mlp_out_sum = ctx.take_grad_column_sum(dy);
+  // MLP: y = x2 + c_proj(gelu(c_fc(ln_2(x2)))). dy is the residual stream's gradient; its GEMMs
+  // read it in the activation dtype (the copy the layer above rounded while writing it).
+  GradCompanions in = ctx.take_grad(dy);
+  s.d_mlp_out = ctx.in_activation_dtype(dy, in.rounded);
+  s.d_mlp_out_sum = std::move(in.column_sum);
   Tensor d_fc = ctx.activation({N, 4 * C});
-  mlp_proj_.backward_input_gelu(d_fc, dy, s.fc_pre);
+  mlp_proj_.backward_input_gelu(d_fc, s.d_mlp_out, s.fc_pre);
   s.d_fc_pre = d_fc;
   s.fc_pre = Tensor();  // no longer needed; W uses fc_act and ln2
   Tensor d_ln2 = ctx.activation({N, C});
   c_fc_.backward_input(d_ln2, d_fc);
-  Tensor dx2 = ctx.activation({N, C});
+  StreamGradient dx2 = ctx.stream_gradient({N, C});
   s.d_attn_out_sum = ctx.fp32({C});
-  ln_2_.backward_residual(dx2, d_ln2, s.x2, s.mean2, s.rstd2, /*dresidual=*/dy, &s.d_attn_out_sum);
+  ln_2_.backward_residual(dx2.grad, d_ln2, s.x2, s.mean2, s.rstd2, /*dresidual=*/dy, &s.d_attn_out_sum,
+                          dx2.rounded_output());
 
   // Attention: x2 = x + c_proj(attn(c_attn(ln_1(x))))
-  s.d_attn_out = dx2;
+  s.d_attn_out = dx2.rounded;
   Tensor d_att = d_ln2;  // reuse the [N, C] buffer
-  attn_proj_.backward_input(d_att, dx2);
+  attn_proj_.backward_input(d_att, dx2.rounded);
   s.d_qkv = ctx.activation({N, 3 * C});
   Tensor dqkv3 = s.d_qkv.view({B, T, 3 * C}), datt3 = d_att.view({B, T, C});
   ops::attention_backward(dqkv3, datt3, s.qkv.view({B, T, 3 * C}), s.att.view({B, T, C}), s.lse, cfg_.n_heads);
   Tensor d_ln1 = d_att;
   c_attn_.backward_input(d_ln1, s.d_qkv);
-  Tensor dx = ctx.activation({N, C});
+  StreamGradient dx = ctx.stream_gradient({N, C});
   Tensor dx_sum = ctx.fp32({C});
-  ln_1_.backward_residual(dx, d_ln1, s.x, s.mean1, s.rstd1, /*dresidual=*/dx2, &dx_sum);
-  ctx.offer_grad_column_sum(dx, std::move(dx_sum));  // the block below: its mlp.c_proj bias gradient
+  ln_1_.backward_residual(dx.grad, d_ln1, s.x, s.mean1, s.rstd1, /*dresidual=*/dx2.grad, &dx_sum, dx.rounded_output());
+  // The block below: its mlp.c_proj bias gradient, and the gradient as its GEMMs read it.
+  ctx.offer_grad(dx.grad, {std::move(dx_sum), dx.rounded_output() ? dx.rounded : Tensor()});
   // Forward tensors W does not need.
   s.x = s.x2 = s.qkv = s.lse = s.mean1 = s.rstd1 = s.mean2 = s.rstd2 = Tensor();
-  return dx;
+  return dx.grad;
 }
 
 void GptBlock::backward_weight(MicroBatchContext& ctx) {

@@ -21,13 +21,14 @@ GptEmbedding::GptEmbedding(const GptConfig& cfg, Param* wte) : cfg_(cfg), wte_(w
 Tensor GptEmbedding::forward(MicroBatchContext& ctx, const Tensor& ids) {
   TETRA_CHECK(ids.ndim() == 2 && ids.dim(1) <= cfg_.max_seq_len, "embedding: ids ", ids.describe(),
               " (sequence longer than model.seq_len = ", cfg_.max_seq_len, "?)");
-  Tensor y = ctx.activation({ids.numel(), cfg_.d_model});
+  Tensor y = ctx.residual({ids.numel(), cfg_.d_model});  // the residual stream starts here
   ops::embedding_forward(y, ids.flatten(), wte_->value, wpe_.value, ids.dim(1));
   if (ctx.training) ctx.slot<EmbeddingActivations>(index_).ids = ids;
   return y;
 }
 
 Tensor GptEmbedding::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
+  ctx.take_grad(dy);  // the lookup's gradient reads dy itself (fp32 with an fp32 stream)
   ctx.slot<EmbeddingActivations>(index_).dy = dy;
   return Tensor();
 }

@@ -8,7 +8,7 @@ namespace tetra {
 
 namespace {
 struct HeadActivations : Activations {
-  Tensor x, lnf, mean, rstd;  // [N, C], [N, C], [N], [N]
+  Tensor x, lnf, mean, rstd;  // [N, C] (residual dtype), [N, C], [N], [N]
   Tensor dlogits;             // [N, V]: gradient of the loss w.r.t. the logits
 };
 }  // namespace
@@ -50,12 +50,13 @@ Tensor GptHead::backward_input(MicroBatchContext& ctx, const Tensor&) {
   const int64_t N = a.x.dim(0), C = cfg_.d_model;
   Tensor dlnf = ctx.activation({N, C});
   ops::linear_backward_input(dlnf, a.dlogits, wte_->value);
-  Tensor dx = ctx.activation({N, C});
+  StreamGradient dx = ctx.stream_gradient({N, C});
   Tensor dx_sum = ctx.fp32({C});
-  ln_f_.backward(dx, dlnf, a.x, a.mean, a.rstd, /*accumulate_dx=*/false, &dx_sum);
-  ctx.offer_grad_column_sum(dx, std::move(dx_sum));  // the last block: its mlp.c_proj bias gradient
+  ln_f_.backward(dx.grad, dlnf, a.x, a.mean, a.rstd, /*accumulate_dx=*/false, &dx_sum, dx.rounded_output());
+  // The last block: its mlp.c_proj bias gradient, and the gradient as its GEMMs read it.
+  ctx.offer_grad(dx.grad, {std::move(dx_sum), dx.rounded_output() ? dx.rounded : Tensor()});
   a.x = a.mean = a.rstd = Tensor();
-  return dx;
+  return dx.grad;
 }
 
 void GptHead::backward_weight(MicroBatchContext& ctx) {

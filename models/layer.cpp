@@ -1,5 +1,7 @@
 #include "models/layer.h"
 
+#include "runtime/ops.h"
+
 namespace tetra {
 
 Recompute recompute_from_name(const std::string& name) {
@@ -7,6 +9,25 @@ Recompute recompute_from_name(const std::string& name) {
   if (name == "mlp") return Recompute::Mlp;
   if (name == "full") return Recompute::Full;
   TETRA_FAIL(Config, "train.recompute: unknown mode '", name, "' (valid: none, mlp, full)");
+}
+
+StreamGradient MicroBatchContext::stream_gradient(const Shape& shape) const {
+  StreamGradient g;
+  g.grad = residual(shape);
+  g.rounded = residual_dtype_ == dtype_ ? g.grad : activation(shape);
+  return g;
+}
+
+Tensor MicroBatchContext::in_activation_dtype(const Tensor& grad, const Tensor& rounded) const {
+  if (grad.dtype() == dtype_) return grad;
+  if (rounded.defined()) {
+    TETRA_CHECK(rounded.dtype() == dtype_ && rounded.shape() == grad.shape(), "stream gradient ", grad.describe(),
+                " offered with a rounded copy ", rounded.describe());
+    return rounded;
+  }
+  Tensor out = activation(grad.shape());
+  ops::copy(out, grad);
+  return out;
 }
 
 }  // namespace tetra

@@ -27,11 +27,33 @@ struct Activations {
 enum class Recompute { None, Mlp, Full };
 Recompute recompute_from_name(const std::string& name);
 
+// The residual stream's gradient as a block's backward writes it: `grad` in the stream's dtype and
+// `rounded`, the same values in the activation dtype for the GEMMs that read it (the output
+// projections' input and weight gradients). When the two dtypes agree, `rounded` is `grad` itself.
+struct StreamGradient {
+  Tensor grad, rounded;
+  // The norm backward's second output (ops.h dx_rounded): null when there is nothing to round.
+  Tensor* rounded_output() { return rounded.data_ptr() == grad.data_ptr() ? nullptr : &rounded; }
+};
+
+// What the producer of a residual-stream gradient hands to its consumer with it (see
+// MicroBatchContext::offer_grad): its column sum, and its copy in the activation dtype.
+struct GradCompanions {
+  Tensor column_sum;  // fp32 [C] Σ_n grad[n, :], or undefined
+  Tensor rounded;     // grad rounded to the activation dtype, or undefined (the dtypes agree)
+};
+
 class MicroBatchContext {
  public:
-  MicroBatchContext(Device device, DType dtype) : device_(device), dtype_(dtype) {}
+  // residual_dtype: the residual stream's (train.residual_dtype); the activation dtype by default.
+  MicroBatchContext(Device device, DType dtype) : MicroBatchContext(device, dtype, dtype) {}
+  MicroBatchContext(Device device, DType dtype, DType residual_dtype)
+      : device_(device), dtype_(dtype), residual_dtype_(residual_dtype) {}
   Device device() const { return device_; }
   DType dtype() const { return dtype_; }  // activation dtype: fp32 on CPU, bf16 on CUDA
+  // The hidden states between blocks (embedding output, block inputs and outputs, the head's input)
+  // and their gradients: the activation dtype, or fp32 under train.residual_dtype fp32.
+  DType residual_dtype() const { return residual_dtype_; }
 
   int64_t batch = 0;    // sequences in this micro-batch
   int64_t seq_len = 0;  // tokens per sequence
@@ -60,38 +82,47 @@ class MicroBatchContext {
   void clear() {
     slots_.clear();
     aux_loss = Tensor();
-    offered_grad_ = OfferedSum{};
+    offered_grad_ = Offered{};
   }
 
-  // The column sum over tokens (fp32 [C]) of the input gradient a backward_input returns, handed to
-  // the layer below with it. In a pre-LN model that gradient is the residual stream's, and its
-  // column sum is the bias gradient of the projection below that wrote into the stream, which the
-  // producer's LayerNorm backward sums while it writes the gradient. The consumer takes the sum only
-  // for that same tensor (memory, shape and dtype); otherwise (nothing offered, a gradient received
-  // from another pipeline stage) it gets an undefined tensor and sums the gradient itself.
-  void offer_grad_column_sum(const Tensor& grad, Tensor sum) {
-    offered_grad_ = {grad.data_ptr(), grad.shape(), grad.dtype(), std::move(sum)};
+  // What the producer of the input gradient a backward_input returns hands to the layer below with
+  // it. In a pre-norm model that gradient is the residual stream's; the producer's norm backward
+  // writes, in the same pass, its column sum over tokens (the bias gradient of the projection below
+  // that wrote into the stream) and its copy in the activation dtype (what that projection's GEMMs
+  // read when the stream is fp32). The consumer gets them only for that same tensor (memory, shape
+  // and dtype); otherwise (nothing offered, a gradient received from another pipeline stage) it
+  // gets undefined tensors and computes what it needs from the gradient itself.
+  void offer_grad(const Tensor& grad, GradCompanions companions) {
+    offered_grad_ = {grad.data_ptr(), grad.shape(), grad.dtype(), std::move(companions)};
   }
-  Tensor take_grad_column_sum(const Tensor& grad) {
-    OfferedSum o = std::exchange(offered_grad_, OfferedSum{});
-    const bool same = o.sum.defined() && grad.defined() && o.data == grad.data_ptr() && o.shape == grad.shape() &&
-                      o.dtype == grad.dtype();
-    return same ? std::move(o.sum) : Tensor();
+  GradCompanions take_grad(const Tensor& grad) {
+    Offered o = std::exchange(offered_grad_, Offered{});
+    const bool same = grad.defined() && o.data == grad.data_ptr() && o.shape == grad.shape() && o.dtype == grad.dtype();
+    return same ? std::move(o.companions) : GradCompanions{};
   }
 
   // A new activation tensor of this context's dtype and device.
   Tensor activation(const Shape& shape) const { return Tensor::empty(shape, dtype_, device_); }
   Tensor fp32(const Shape& shape) const { return Tensor::empty(shape, DType::F32, device_); }
+  // A new residual-stream tensor (residual_dtype()).
+  Tensor residual(const Shape& shape) const { return Tensor::empty(shape, residual_dtype_, device_); }
+  // A residual-stream gradient to be written, with its activation-dtype copy (one tensor when the
+  // dtypes agree).
+  StreamGradient stream_gradient(const Shape& shape) const;
+  // A stream gradient as the GEMMs read it: grad itself in the activation dtype, else `rounded`
+  // (offered by its producer) or, when that is undefined, a copy rounded now.
+  Tensor in_activation_dtype(const Tensor& grad, const Tensor& rounded) const;
 
  private:
   Device device_;
   DType dtype_;
+  DType residual_dtype_;
   std::vector<std::unique_ptr<Activations>> slots_;
-  struct OfferedSum {
+  struct Offered {
     const void* data = nullptr;
     Shape shape;
     DType dtype = DType::F32;
-    Tensor sum;
+    GradCompanions companions;
   } offered_grad_;
 };
 

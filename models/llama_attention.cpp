@@ -39,19 +39,19 @@ Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
   s.lse = ctx.fp32({B, H, T});
   Tensor att3 = s.att.view({B, T, HD});
   ops::attention_forward(att3, s.lse, qkv3, H, Hkv);
-  Tensor x2 = ctx.activation({N, C});
+  Tensor x2 = ctx.residual({N, C});
   o_proj_.forward_residual(x2, s.att, s.x);
   return x2;
 }
 
-Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const Tensor& dx2, Tensor scratch) {
+Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const StreamGradient& dx2, Tensor scratch) {
   const int64_t N = s.x.dim(0), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
   const int64_t H = cfg_.n_heads, Hkv = cfg_.kv_heads(), Q = cfg_.qkv_rows(), HD = H * cfg_.head_dim();
   TETRA_CHECK(HD == C, "LlamaAttention: H·D = ", HD, " must equal d_model = ", C);
-  s.d_x2 = dx2;
+  s.d_x2 = dx2.rounded;  // the stream gradient as o_proj's GEMMs read it
   // One [N, C] buffer for the gradients of att and then h1 (H·D = C).
   Tensor d_att = scratch.defined() ? scratch : ctx.activation({N, HD});
-  o_proj_.backward_input(d_att, dx2);
+  o_proj_.backward_input(d_att, dx2.rounded);
   s.d_qkv = ctx.activation({N, Q});
   Tensor dqkv3 = s.d_qkv.view({B, T, Q});
   ops::attention_backward(dqkv3, d_att.view({B, T, HD}), s.qkv.view({B, T, Q}), s.att.view({B, T, HD}), s.lse, H,
@@ -59,10 +59,11 @@ Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const Te
   ops::rope_backward(dqkv3, H, Hkv, cfg_.rope_theta);  // the gradient of the projection's output
   Tensor d_h1 = d_att;
   qkv_proj_.backward_input(d_h1, s.d_qkv);
-  Tensor dx = ctx.activation({N, C});
-  input_norm_.backward_residual(dx, d_h1, s.x, s.rstd1, /*dresidual=*/dx2);
+  StreamGradient dx = ctx.stream_gradient({N, C});
+  input_norm_.backward_residual(dx.grad, d_h1, s.x, s.rstd1, /*dresidual=*/dx2.grad, dx.rounded_output());
+  if (dx.rounded_output()) ctx.offer_grad(dx.grad, {Tensor(), dx.rounded});  // what the block below's GEMMs read
   s.x = s.qkv = s.lse = s.rstd1 = Tensor();  // W needs att and h1
-  return dx;
+  return dx.grad;
 }
 
 void LlamaAttention::backward_weight(State& s) {

@@ -13,21 +13,24 @@ namespace tetra {
 class LlamaAttention {
  public:
   struct State {
-    Tensor x;          // [N, C] block input
+    Tensor x;          // [N, C] block input, residual dtype
     Tensor h1, rstd1;  // input_layernorm: [N, C], fp32 [N]
     Tensor qkv;        // [N, (H + 2·Hkv)·D], q and k rotated
     Tensor att, lse;   // [N, H·D], fp32 [B, H, T]
-    Tensor d_x2, d_qkv;  // gradients kept from B for W: of o_proj's output, of qkv (before the rotation)
+    // Gradients kept from B for W (activation dtype): of o_proj's output, of qkv (before the rotation).
+    Tensor d_x2, d_qkv;
   };
 
   // `prefix`: "model.layers.N."; `layer`: the owning Layer's index.
   void init(const LlamaConfig& cfg, const std::string& prefix, int layer);
   void collect(std::vector<Param*>& out);
-  // x2 [N, C] from s.x.
+  // x2 [N, C] (residual dtype) from s.x.
   Tensor forward(MicroBatchContext& ctx, State& s) const;
-  // dx [N, C] from d_x2 (the gradient of x2, the residual stream after attention). `scratch` ([N, C],
-  // may be undefined): a buffer the caller no longer needs, used for the transient gradients.
-  Tensor backward_input(MicroBatchContext& ctx, State& s, const Tensor& d_x2, Tensor scratch = Tensor());
+  // dx [N, C] (residual dtype) from d_x2 (the gradient of x2, the residual stream after attention,
+  // with its activation-dtype copy); dx's copy is offered to the layer below (models/layer.h).
+  // `scratch` ([N, C], may be undefined): a buffer the caller no longer needs, used for the
+  // transient gradients.
+  Tensor backward_input(MicroBatchContext& ctx, State& s, const StreamGradient& d_x2, Tensor scratch = Tensor());
   void backward_weight(State& s);
 
  private:

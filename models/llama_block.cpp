@@ -10,10 +10,10 @@ namespace tetra {
 // and rebuilt at the start of backward_input; the gradients listed last are what W needs.
 struct LlamaBlock::Saved : Activations {
   LlamaAttention::State att;  // x (always kept), h1, rstd1, qkv, att, lse; d_x2, d_qkv for W
-  Tensor x2;                // [N, C] after the attention residual
+  Tensor x2;                // [N, C] after the attention residual, residual dtype
   Tensor h2, rstd2;         // post_attention_layernorm: [N, C], fp32 [N]
   Tensor gate_up, act;      // [N, 2F] = [gate | up], [N, F] = silu(gate)·up
-  // Gradients kept from B for W: of the block output and of gate_up.
+  // Gradients kept from B for W (activation dtype): of the block output and of gate_up.
   Tensor d_out, d_gate_up;
 };
 
@@ -59,7 +59,7 @@ Tensor LlamaBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
   Saved& s = ctx.training ? ctx.slot<Saved>(index_) : local;
   s.att.x = x;
   s.x2 = attention_.forward(ctx, s.att);
-  Tensor y = ctx.activation({N, C});
+  Tensor y = ctx.residual({N, C});
   run_mlp_half(ctx, s, &y);
   if (!ctx.training) return y;
   switch (recompute_) {
@@ -84,17 +84,19 @@ Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   if (!s.att.qkv.defined()) s.x2 = attention_.forward(ctx, s.att);  // full recompute
   if (!s.act.defined()) run_mlp_half(ctx, s, nullptr);
 
-  // MLP: y = x2 + down_proj(swiglu(gate_up_proj(post_attention_layernorm(x2))))
-  s.d_out = dy;
+  // MLP: y = x2 + down_proj(swiglu(gate_up_proj(post_attention_layernorm(x2)))). dy is the residual
+  // stream's gradient; its GEMMs read it in the activation dtype (the copy the layer above rounded
+  // while writing it).
+  s.d_out = ctx.in_activation_dtype(dy, ctx.take_grad(dy).rounded);
   Tensor d_act = ctx.activation({N, F});
-  down_proj_.backward_input(d_act, dy);
+  down_proj_.backward_input(d_act, s.d_out);
   s.d_gate_up = ctx.activation({N, 2 * F});
   ops::swiglu_backward(s.d_gate_up, d_act, s.gate_up);
   s.gate_up = Tensor();  // W uses act and h2
   Tensor d_h2 = ctx.activation({N, C});
   gate_up_proj_.backward_input(d_h2, s.d_gate_up);
-  Tensor dx2 = ctx.activation({N, C});
-  post_norm_.backward_residual(dx2, d_h2, s.x2, s.rstd2, /*dresidual=*/dy);
+  StreamGradient dx2 = ctx.stream_gradient({N, C});
+  post_norm_.backward_residual(dx2.grad, d_h2, s.x2, s.rstd2, /*dresidual=*/dy, dx2.rounded_output());
 
   // Attention: x2 = x + o_proj(attn(rope(qkv_proj(input_layernorm(x))))); d_h2's buffer is free.
   Tensor dx = attention_.backward_input(ctx, s.att, dx2, /*scratch=*/d_h2);

@@ -14,13 +14,14 @@ LlamaEmbedding::LlamaEmbedding(const LlamaConfig& cfg, Param* embed_tokens) : cf
 
 Tensor LlamaEmbedding::forward(MicroBatchContext& ctx, const Tensor& ids) {
   TETRA_CHECK(ids.ndim() == 2, "embedding: ids ", ids.describe());
-  Tensor y = ctx.activation({ids.numel(), cfg_.d_model});
+  Tensor y = ctx.residual({ids.numel(), cfg_.d_model});  // the residual stream starts here
   ops::embedding_forward(y, ids.flatten(), embed_->value, Tensor(), ids.dim(1));
   if (ctx.training) ctx.slot<EmbeddingActivations>(index_).ids = ids;
   return y;
 }
 
 Tensor LlamaEmbedding::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
+  ctx.take_grad(dy);  // the lookup's gradient reads dy itself (fp32 with an fp32 stream)
   ctx.slot<EmbeddingActivations>(index_).dy = dy;
   return Tensor();
 }

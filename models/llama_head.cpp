@@ -6,7 +6,7 @@ namespace tetra {
 
 namespace {
 struct HeadActivations : Activations {
-  Tensor x, hn, rstd;  // [N, C], [N, C], fp32 [N]
+  Tensor x, hn, rstd;  // [N, C] (residual dtype), [N, C], fp32 [N]
   Tensor dlogits;      // [N, V]: gradient of the loss w.r.t. the logits
 };
 }  // namespace
@@ -57,10 +57,12 @@ Tensor LlamaHead::backward_input(MicroBatchContext& ctx, const Tensor&) {
   const int64_t N = a.x.dim(0), C = cfg_.d_model;
   Tensor dhn = ctx.activation({N, C});
   ops::linear_backward_input(dhn, a.dlogits, output_->value);
-  Tensor dx = ctx.activation({N, C});
-  norm_.backward(dx, dhn, a.x, a.rstd);
+  StreamGradient dx = ctx.stream_gradient({N, C});
+  norm_.backward(dx.grad, dhn, a.x, a.rstd, dx.rounded_output());
+  // The last block reads the gradient in the activation dtype.
+  if (dx.rounded_output()) ctx.offer_grad(dx.grad, {Tensor(), dx.rounded});
   a.x = a.rstd = Tensor();
-  return dx;
+  return dx.grad;
 }
 
 void LlamaHead::backward_weight(MicroBatchContext& ctx) {

@@ -99,8 +99,9 @@ Tensor LlamaMoeBlock::backward_phase(MicroBatchContext& ctx, const Tensor& dy, i
     case 2: {
       const int64_t N = s.x2.dim(0), C = cfg_.d_model;
       Tensor d_h2 = moe_.backward_route(ctx, s.moe);
-      Tensor dx2 = ctx.activation({N, C});
-      post_norm_.backward_residual(dx2, d_h2, s.x2, s.rstd2, /*dresidual=*/dy);
+      // The stream in the activation dtype (the trainer refuses an fp32 stream with MoE blocks).
+      StreamGradient dx2 = ctx.stream_gradient({N, C});
+      post_norm_.backward_residual(dx2.grad, d_h2, s.x2, s.rstd2, /*dresidual=*/dy, dx2.rounded_output());
       Tensor dx = attention_.backward_input(ctx, s.att, dx2, /*scratch=*/d_h2);
       s.x2 = s.rstd2 = Tensor();
       return dx;

@@ -47,11 +47,16 @@ struct ModelArgs {
 };
 
 // What one micro-batch of training looks like, for activation memory: sequences × tokens at the
-// working dtype's width, under the recompute mode of ModelArgs.
+// working dtype's width, the residual stream (the hidden states between blocks and their
+// gradients) at its own, under the recompute mode of ModelArgs.
 struct ActivationShape {
   int64_t micro_batch = 1;
   int64_t seq_len = 0;
-  int64_t value_bytes = 4;  // 4 (fp32 on the CPU) or 2 (bf16 on CUDA)
+  int64_t value_bytes = 4;     // 4 (fp32 on the CPU) or 2 (bf16 on CUDA)
+  int64_t residual_bytes = 4;  // 4 (fp32: the CPU, or train.residual_dtype fp32) or 2 (bf16)
+  // The residual stream's gradient is also kept rounded to the working dtype, for the GEMMs that
+  // read it (docs/kernels.md "Residual stream precision"), when the two widths differ.
+  bool rounded_stream_gradient() const { return residual_bytes != value_bytes; }
 };
 
 // A model shape a family cannot build, or cannot split over the mesh: the config keys involved

@@ -56,16 +56,18 @@ struct LayerNorm {
   void forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) const {
     ops::layernorm_forward(y, mean, rstd, x, weight.value, bias.value, eps);
   }
-  // dx (+)= ...; the weight gradients accumulate. dx_sum (fp32 [C], optional) receives Σ_n dx[n, :].
+  // dx (+)= ...; the weight gradients accumulate. dx_sum (fp32 [C], optional) receives Σ_n dx[n, :];
+  // dx_rounded (optional, dy's dtype) dx's values rounded to its dtype (ops.h).
   void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                bool accumulate_dx, Tensor* dx_sum = nullptr) {
+                bool accumulate_dx, Tensor* dx_sum = nullptr, Tensor* dx_rounded = nullptr) {
     ops::layernorm_backward(dx, weight.grad, bias.grad, dy, x, weight.value, mean, rstd, accumulate_dx, nullptr,
-                            dx_sum);
+                            dx_sum, dx_rounded);
   }
   // dx = dresidual + the gradient through the LayerNorm (x also feeds the residual stream).
   void backward_residual(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& dresidual, Tensor* dx_sum = nullptr) {
-    ops::layernorm_backward(dx, weight.grad, bias.grad, dy, x, weight.value, mean, rstd, false, &dresidual, dx_sum);
+                         const Tensor& dresidual, Tensor* dx_sum = nullptr, Tensor* dx_rounded = nullptr) {
+    ops::layernorm_backward(dx, weight.grad, bias.grad, dy, x, weight.value, mean, rstd, false, &dresidual, dx_sum,
+                            dx_rounded);
   }
 };
 
@@ -78,12 +80,13 @@ struct RMSNorm {
   void collect(std::vector<Param*>& out) { out.push_back(&weight); }
   void forward(Tensor& y, Tensor& rstd, const Tensor& x) const { ops::rmsnorm_forward(y, rstd, x, weight.value, eps); }
   // dx = dresidual + the gradient through the norm (x also feeds the residual stream); the weight
-  // gradient accumulates.
-  void backward_residual(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& dresidual) {
-    ops::rmsnorm_backward(dx, weight.grad, dy, x, weight.value, rstd, false, &dresidual);
+  // gradient accumulates. dx_rounded (optional, dy's dtype): dx's values rounded to its dtype (ops.h).
+  void backward_residual(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& dresidual,
+                         Tensor* dx_rounded = nullptr) {
+    ops::rmsnorm_backward(dx, weight.grad, dy, x, weight.value, rstd, false, &dresidual, dx_rounded);
   }
-  void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& rstd) {
-    ops::rmsnorm_backward(dx, weight.grad, dy, x, weight.value, rstd, false, nullptr);
+  void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& rstd, Tensor* dx_rounded = nullptr) {
+    ops::rmsnorm_backward(dx, weight.grad, dy, x, weight.value, rstd, false, nullptr, dx_rounded);
   }
 };
 

@@ -73,19 +73,20 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
 }
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual,
-                        Tensor* dx_column_sum) {
-  check_same_device("layernorm_backward", {&dx, &dw, &db, &dy, &x, &w, &mean, &rstd, dresidual, dx_column_sum});
+                        Tensor* dx_column_sum, Tensor* dx_rounded) {
+  check_same_device("layernorm_backward",
+                    {&dx, &dw, &db, &dy, &x, &w, &mean, &rstd, dresidual, dx_column_sum, dx_rounded});
   TETRA_DISPATCH(dx.device(), layernorm_backward, dx, dw, db, dy, x, w, mean, rstd, accumulate_dx, dresidual,
-                 dx_column_sum);
+                 dx_column_sum, dx_rounded);
 }
 void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
   check_same_device("rmsnorm_forward", {&y, &rstd, &x, &w});
   TETRA_DISPATCH(y.device(), rmsnorm_forward, y, rstd, x, w, eps);
 }
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                      bool accumulate_dx, const Tensor* dresidual) {
-  check_same_device("rmsnorm_backward", {&dx, &dw, &dy, &x, &w, &rstd, dresidual});
-  TETRA_DISPATCH(dx.device(), rmsnorm_backward, dx, dw, dy, x, w, rstd, accumulate_dx, dresidual);
+                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded) {
+  check_same_device("rmsnorm_backward", {&dx, &dw, &dy, &x, &w, &rstd, dresidual, dx_rounded});
+  TETRA_DISPATCH(dx.device(), rmsnorm_backward, dx, dw, dy, x, w, rstd, accumulate_dx, dresidual, dx_rounded);
 }
 void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta) {
   TETRA_DISPATCH(qkv.device(), rope_forward, qkv, n_heads, n_kv_heads, theta);

@@ -30,6 +30,9 @@ enum class Activation { None, Gelu };
 // With a residual [N, O] (same dtype as y; act must be None, pre_act not given):
 // y = x · w^T + b + residual, the residual connection fused into the GEMM (CUDA: cuBLASLt's C
 // operand with beta = 1). y may be the residual itself (in place), but may not partly overlap it.
+// Dtypes: x and w alike; y (pre_act, residual) x's or fp32 — bf16 x and w with an fp32 y and
+// residual is the fp32 residual stream (CUDA: fp32 C and D with bf16 A and B, fp32 compute); b of
+// y's dtype or of x's (a bf16 bias added to an fp32 y exactly). The CPU computes in fp32 only.
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act = Activation::None,
                     Tensor* pre_act = nullptr, const Tensor* residual = nullptr);
 // dx[N, I] (+)= dy[N, O] · w[O, I]
@@ -50,6 +53,12 @@ void gelu_forward(Tensor& y, const Tensor& x);
 void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
 
 // ---------- normalisation ----------
+// Dtypes of the norms (both backends): x, and in backward dx and dresidual, share one dtype (the
+// residual stream's); y, and in backward dy, share x's or are bf16 with an fp32 x — an fp32 residual
+// stream normalised into bf16 activations (docs/kernels.md "Residual stream precision"). w, b one
+// dtype; dw, db one dtype; statistics fp32. An output may alias an input only of its own dtype.
+// The CPU computes in fp32 whatever the storage.
+//
 // y[N, C] = (x - mean) · rstd · w + b;  mean[N], rstd[N] fp32 (kept for backward).
 void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
                        float eps);
@@ -61,18 +70,23 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
 // dx_column_sum (fp32 [C], optional) receives Σ_n dx[n, :] over the values dx holds afterwards: in a
 // pre-LN model dx is the residual stream's gradient, whose column sum is the bias gradient of the
 // projection that wrote into the stream (CUDA: summed while dx is written, no second pass).
+// dx_rounded ([N, C] of dy's dtype, which must differ from dx's; optional) receives dx's final
+// values rounded to its dtype, written in the same pass: the fp32 stream gradient as the bf16
+// GEMMs of the projections that wrote into the stream read it.
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& mean, const Tensor& rstd, bool accumulate_dx = false,
-                        const Tensor* dresidual = nullptr, Tensor* dx_column_sum = nullptr);
+                        const Tensor* dresidual = nullptr, Tensor* dx_column_sum = nullptr,
+                        Tensor* dx_rounded = nullptr);
 
 // RMSNorm (Hugging Face LlamaRMSNorm): y[N, C] = x · rstd · w, rstd[N] fp32 = 1/√(mean_c(x²) + eps).
 // y may alias x.
 void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps);
 // dx[N, C] (+)= the gradient through the norm; dw[C] += Σ_n dy·x·rstd (always accumulates).
 // With dresidual [N, C] (dx's dtype; accumulate_dx false): dx = dresidual + (gradient through the
-// norm), for a pre-norm residual stream; dx may alias dresidual or dy. Same contract as layernorm_backward.
+// norm), for a pre-norm residual stream; dx may alias dresidual or dy. dx_rounded as in
+// layernorm_backward. Same contract as layernorm_backward.
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                      bool accumulate_dx = false, const Tensor* dresidual = nullptr);
+                      bool accumulate_dx = false, const Tensor* dresidual = nullptr, Tensor* dx_rounded = nullptr);
 
 // ---------- rotary position embedding ----------
 // In place on the q and k heads of a fused qkv [B, T, (H + 2·Hkv)·D] (per token: q heads, then k
@@ -192,8 +206,10 @@ void moe_grouped_linear_backward_weight(Tensor& dw, const Tensor& dy, const Tens
 
 // ---------- embeddings ----------
 // y[N, C] = wte[ids[n], :] + wpe[n mod T, :]   (ids int32 [N], N = B·T; wpe [≥T, C] may be undefined)
+// CUDA: y fp32 or bf16 whatever the tables' dtype (an fp32 residual stream from bf16 tables).
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len);
 // dwte[ids[n], :] += dy[n, :]; dwpe[n mod T, :] += dy[n, :]   (dwpe may be null)
+// CUDA: dy fp32 or bf16 whatever the gradients' dtype.
 void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len);
 
 // ---------- attention ----------

@@ -24,10 +24,10 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
                        float eps);
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual,
-                        Tensor* dx_column_sum);
+                        Tensor* dx_column_sum, Tensor* dx_rounded);
 void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps);
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                      bool accumulate_dx, const Tensor* dresidual);
+                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded);
 void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta);
 void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, float theta);
 void swiglu_forward(Tensor& h, const Tensor& gate_up);

@@ -61,4 +61,26 @@ class FloatWriter {
 // An optional tensor argument (pointer that may be null or point to an undefined tensor).
 inline bool given(const Tensor* t) { return t != nullptr && t->defined(); }
 
+// A norm's activation-side tensor (y, or dy in backward): x's shape, fp32 or bf16 (bf16 with an fp32
+// x: an fp32 residual stream normalised into bf16 activations, runtime/ops.h); of a dtype other
+// than x's, it may not share x's memory.
+inline void check_norm_output(const char* op, const char* what, const Tensor& t, const Tensor& x) {
+  check_float(op, what, t);
+  check_shape(op, what, t, x.shape());
+  if (t.dtype() != x.dtype()) check_disjoint(op, "x", t, x);
+}
+
+// A norm backward's dx_rounded (optional): dx's shape in dy's dtype, which must differ from dx's
+// (else it would be a copy of dx), sharing memory with neither. Returns whether it is given.
+inline bool check_rounded_copy(const char* op, const Tensor* rounded, const Tensor& dx, const Tensor& dy) {
+  if (!given(rounded)) return false;
+  check_dtype(op, "dx_rounded", *rounded, dy.dtype());
+  if (rounded->dtype() == dx.dtype())
+    TETRA_FAIL(Internal, op, ": dx_rounded ", rounded->describe(), " has dx's dtype: it would be a copy of dx (pass none)");
+  check_shape(op, "dx_rounded", *rounded, dx.shape());
+  check_disjoint(op, "dx", *rounded, dx);
+  check_disjoint(op, "dy", *rounded, dy);
+  return true;
+}
+
 }  // namespace tetra::cpu

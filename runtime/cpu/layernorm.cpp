@@ -6,6 +6,8 @@
 // Row statistics are summed in double. dx may alias dy (a row of dy is fully read before dx is written).
 // With dresidual: dx = dresidual + (the formula above); dx may alias dresidual (element c of it is read
 // just before dx[c] is written).
+// Dtypes: x, w, b, dx, dresidual, dw, db, statistics fp32; y and dy fp32 or bf16 (an fp32 residual
+// stream normalised into bf16 activations, runtime/ops.h); dx_rounded bf16 (dx rounded, dy's dtype).
 #include <cmath>
 #include <vector>
 
@@ -26,8 +28,7 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
     check_dtype(op, "b", b, DType::F32);
     check_shape(op, "b", b, {C});
   }
-  check_dtype(op, "y", y, DType::F32);
-  check_shape(op, "y", y, x.shape());
+  check_norm_output(op, "y", y, x);
   check_dtype(op, "mean", mean, DType::F32);
   check_shape(op, "mean", mean, leading_shape(x));
   check_dtype(op, "rstd", rstd, DType::F32);
@@ -39,7 +40,7 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
   const float* px = x.data<float>();
   const float* pw = w.data<float>();
   const float* pb = b.defined() ? b.data<float>() : nullptr;
-  float* py = y.data<float>();
+  const FloatWriter py(y);
   float* pmean = mean.data<float>();
   float* prstd = rstd.data<float>();
   for (int64_t n = 0; n < N; ++n) {
@@ -55,10 +56,9 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
     const double var = ss / static_cast<double>(C);
     const float r = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
     const float m = static_cast<float>(mu);
-    float* yr = py + n * C;  // y may alias x: x[c] is read just before y[c] is written
-    for (int64_t c = 0; c < C; ++c) {
+    for (int64_t c = 0; c < C; ++c) {  // y may alias x: x[c] is read just before y[c] is written
       const float xhat = (xr[c] - m) * r;
-      yr[c] = xhat * pw[c] + (pb ? pb[c] : 0.0f);
+      py.set(n * C + c, xhat * pw[c] + (pb ? pb[c] : 0.0f));
     }
     pmean[n] = m;
     prstd[n] = r;
@@ -67,19 +67,19 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
 
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual,
-                        Tensor* dx_column_sum) {
+                        Tensor* dx_column_sum, Tensor* dx_rounded) {
   const char* op = "layernorm_backward";
   check_dtype(op, "w", w, DType::F32);
   if (w.ndim() != 1) TETRA_FAIL(Internal, op, ": w must be 1-D [C], got ", w.describe());
   const int64_t C = w.dim(0);
   check_dtype(op, "x", x, DType::F32);
   check_last_dim(op, "x", x, C);
-  check_dtype(op, "dy", dy, DType::F32);
-  check_shape(op, "dy", dy, x.shape());
+  check_norm_output(op, "dy", dy, x);
   check_dtype(op, "dx", dx, DType::F32);
   check_shape(op, "dx", dx, x.shape());
   check_dtype(op, "dw", dw, DType::F32);
   check_shape(op, "dw", dw, {C});
+  const bool with_rounded = check_rounded_copy(op, dx_rounded, dx, dy);
   const bool with_db = db.defined();  // a LayerNorm without bias passes an undefined db
   if (with_db) {
     check_dtype(op, "db", db, DType::F32);
@@ -106,17 +106,20 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
   const int64_t N = rows_of(x);
   const float* px = x.data<float>();
   const float* pw = w.data<float>();
-  const float* pdy = dy.data<float>();
+  const FloatReader pdy(dy);
+  const FloatWriter prounded(with_rounded ? *dx_rounded : dx);
   const float* pres = with_res ? dresidual->data<float>() : nullptr;
   const float* pmean = mean.data<float>();
   const float* prstd = rstd.data<float>();
   float* pdx = dx.data<float>();
   std::vector<double> dw_sum(static_cast<size_t>(C), 0.0), db_sum(static_cast<size_t>(C), 0.0);
   std::vector<double> dx_sum(with_sum ? static_cast<size_t>(C) : 0, 0.0);
+  std::vector<float> dyr(static_cast<size_t>(C));
   const double inv_c = 1.0 / static_cast<double>(C);
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = px + n * C;
-    const float* dyr = pdy + n * C;
+    // dy's row as fp32: read once before dx (which may alias it) is written.
+    for (int64_t c = 0; c < C; ++c) dyr[c] = pdy[n * C + c];
     const float m = pmean[n], r = prstd[n];
     // Pass 1: the two row means of the formula, and the weight gradients.
     double g_sum = 0.0, gx_sum = 0.0;
@@ -138,6 +141,7 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
       const float v = static_cast<float>(r * (g - g_mean - xhat * gx_mean));
       dxr[c] = with_res ? resr[c] + v : (accumulate_dx ? dxr[c] + v : v);
       if (with_sum) dx_sum[c] += dxr[c];
+      if (with_rounded) prounded.set(n * C + c, dxr[c]);
     }
   }
   float* pdw = dw.data<float>();

@@ -5,6 +5,8 @@
 // Shapes: x, y, dx, dy, dresidual [..., C]; rstd the leading dimensions (x [N, C] → [N]); w, dw [C].
 // Row sums in double. y may alias x, dx may alias dy or dresidual (a row of dy is fully read before dx
 // is written; element c of dresidual is read just before dx[c] is written).
+// Dtypes: x, w, dx, dresidual, dw, rstd fp32; y and dy fp32 or bf16 (an fp32 residual stream
+// normalised into bf16 activations, runtime/ops.h); dx_rounded bf16 (dx rounded, dy's dtype).
 #include <cmath>
 #include <vector>
 
@@ -30,8 +32,7 @@ void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, 
   const int64_t C = check_weight(op, w);
   check_dtype(op, "x", x, DType::F32);
   check_last_dim(op, "x", x, C);
-  check_dtype(op, "y", y, DType::F32);
-  check_shape(op, "y", y, x.shape());
+  check_norm_output(op, "y", y, x);
   check_dtype(op, "rstd", rstd, DType::F32);
   check_shape(op, "rstd", rstd, leading_shape(x));
   if (!(eps >= 0.0f)) TETRA_FAIL(Internal, op, ": eps must be ≥ 0, got ", eps);
@@ -39,31 +40,31 @@ void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, 
   const int64_t N = rows_of(x);
   const float* px = x.data<float>();
   const float* pw = w.data<float>();
-  float* py = y.data<float>();
+  const FloatWriter py(y);
   float* prstd = rstd.data<float>();
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = px + n * C;
     double ss = 0.0;
     for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(xr[c]) * xr[c];
     const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(C) + static_cast<double>(eps)));
-    float* yr = py + n * C;  // y may alias x: x[c] is read just before y[c] is written
-    for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * r * pw[c];
+    // y may alias x: x[c] is read just before y[c] is written.
+    for (int64_t c = 0; c < C; ++c) py.set(n * C + c, xr[c] * r * pw[c]);
     prstd[n] = r;
   }
 }
 
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                      bool accumulate_dx, const Tensor* dresidual) {
+                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded) {
   const char* op = "rmsnorm_backward";
   const int64_t C = check_weight(op, w);
   check_dtype(op, "x", x, DType::F32);
   check_last_dim(op, "x", x, C);
-  check_dtype(op, "dy", dy, DType::F32);
-  check_shape(op, "dy", dy, x.shape());
+  check_norm_output(op, "dy", dy, x);
   check_dtype(op, "dx", dx, DType::F32);
   check_shape(op, "dx", dx, x.shape());
   check_dtype(op, "dw", dw, DType::F32);
   check_shape(op, "dw", dw, {C});
+  const bool with_rounded = check_rounded_copy(op, dx_rounded, dx, dy);
   check_dtype(op, "rstd", rstd, DType::F32);
   check_shape(op, "rstd", rstd, leading_shape(x));
   const bool with_res = given(dresidual);
@@ -78,15 +79,18 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
   const int64_t N = rows_of(x);
   const float* px = x.data<float>();
   const float* pw = w.data<float>();
-  const float* pdy = dy.data<float>();
+  const FloatReader pdy(dy);
+  const FloatWriter prounded(with_rounded ? *dx_rounded : dx);
   const float* pres = with_res ? dresidual->data<float>() : nullptr;
   const float* prstd = rstd.data<float>();
   float* pdx = dx.data<float>();
   std::vector<double> dw_sum(static_cast<size_t>(C), 0.0);
+  std::vector<float> dyr(static_cast<size_t>(C));
   const double inv_c = 1.0 / static_cast<double>(C);
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = px + n * C;
-    const float* dyr = pdy + n * C;
+    // dy's row as fp32: read once before dx (which may alias it) is written.
+    for (int64_t c = 0; c < C; ++c) dyr[static_cast<size_t>(c)] = pdy[n * C + c];
     const float r = prstd[n];
     // Pass 1: the row mean of g·x̂, and the weight gradient.
     double gx_sum = 0.0;
@@ -104,6 +108,7 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
       const double g = static_cast<double>(dyr[c]) * pw[c];
       const float v = static_cast<float>(r * (g - xhat * gx_mean));
       dxr[c] = with_res ? resr[c] + v : (accumulate_dx ? dxr[c] + v : v);
+      if (with_rounded) prounded.set(n * C + c, dxr[c]);
     }
   }
   float* pdw = dw.data<float>();

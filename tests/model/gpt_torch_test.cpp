@@ -187,25 +187,55 @@ TEST(GptRecompute, MlpAndFullGiveTheSameGradients) {
   }
 }
 
-// A LayerNorm backward hands the column sum of the gradient it returns to the layer below (its
-// projection's bias gradient); the context gives the sum only for that same tensor.
-TEST(MicroBatchContext, HandsAColumnSumOnlyToItsGradient) {
+// A norm backward hands the column sum of the gradient it returns (its projection's bias gradient)
+// and its copy in the activation dtype to the layer below; the context gives them only for that
+// same tensor.
+TEST(MicroBatchContext, HandsCompanionsOnlyToTheirGradient) {
   MicroBatchContext ctx(Device::cpu(), DType::F32);
   Tensor grad = Tensor::zeros({4, 3}, DType::F32), other = Tensor::zeros({4, 3}, DType::F32);
-  Tensor sum = Tensor::zeros({3}, DType::F32);
-  ctx.offer_grad_column_sum(grad, sum);
-  EXPECT_FALSE(ctx.take_grad_column_sum(other).defined()) << "another tensor of the same shape";
-  EXPECT_FALSE(ctx.take_grad_column_sum(grad).defined()) << "a failed take drops the offer";
-  ctx.offer_grad_column_sum(grad, sum);
-  EXPECT_FALSE(ctx.take_grad_column_sum(grad.view({12})).defined()) << "the same memory seen as another shape";
-  ctx.offer_grad_column_sum(grad, sum);
-  Tensor taken = ctx.take_grad_column_sum(grad);
-  ASSERT_TRUE(taken.defined());
-  EXPECT_EQ(taken.data_ptr(), sum.data_ptr());
-  EXPECT_FALSE(ctx.take_grad_column_sum(grad).defined()) << "taken once";
-  ctx.offer_grad_column_sum(grad, sum);
+  Tensor sum = Tensor::zeros({3}, DType::F32), rounded = Tensor::zeros({4, 3}, DType::BF16);
+  ctx.offer_grad(grad, {sum, rounded});
+  EXPECT_FALSE(ctx.take_grad(other).column_sum.defined()) << "another tensor of the same shape";
+  EXPECT_FALSE(ctx.take_grad(grad).column_sum.defined()) << "a failed take drops the offer";
+  ctx.offer_grad(grad, {sum, rounded});
+  EXPECT_FALSE(ctx.take_grad(grad.view({12})).rounded.defined()) << "the same memory seen as another shape";
+  ctx.offer_grad(grad, {sum, rounded});
+  GradCompanions taken = ctx.take_grad(grad);
+  ASSERT_TRUE(taken.column_sum.defined());
+  ASSERT_TRUE(taken.rounded.defined());
+  EXPECT_EQ(taken.column_sum.data_ptr(), sum.data_ptr());
+  EXPECT_EQ(taken.rounded.data_ptr(), rounded.data_ptr());
+  EXPECT_FALSE(ctx.take_grad(grad).column_sum.defined()) << "taken once";
+  ctx.offer_grad(grad, {sum, Tensor()});
   ctx.clear();
-  EXPECT_FALSE(ctx.take_grad_column_sum(grad).defined()) << "cleared with the micro-batch";
+  EXPECT_FALSE(ctx.take_grad(grad).column_sum.defined()) << "cleared with the micro-batch";
+}
+
+// The residual stream's tensors: one gradient tensor when the stream has the activation dtype; an
+// fp32 gradient and its bf16 copy when it does not, and the copy GEMMs read is the offered one or,
+// when none was offered, the gradient rounded now (bf16 round to nearest even).
+TEST(MicroBatchContext, StreamGradientsInTheActivationDtype) {
+  MicroBatchContext same(Device::cpu(), DType::F32);
+  EXPECT_EQ(same.residual_dtype(), DType::F32);
+  StreamGradient g = same.stream_gradient({2, 3});
+  EXPECT_EQ(g.rounded.data_ptr(), g.grad.data_ptr());
+  EXPECT_EQ(g.rounded_output(), nullptr);
+  EXPECT_EQ(same.in_activation_dtype(g.grad, Tensor()).data_ptr(), g.grad.data_ptr());
+
+  MicroBatchContext mixed(Device::cpu(), DType::BF16, DType::F32);
+  EXPECT_EQ(mixed.residual({2, 3}).dtype(), DType::F32);
+  StreamGradient m = mixed.stream_gradient({2, 3});
+  EXPECT_EQ(m.grad.dtype(), DType::F32);
+  EXPECT_EQ(m.rounded.dtype(), DType::BF16);
+  EXPECT_EQ(m.rounded_output(), &m.rounded);
+  EXPECT_EQ(mixed.in_activation_dtype(m.grad, m.rounded).data_ptr(), m.rounded.data_ptr());
+  float* p = m.grad.data<float>();
+  const float v[6] = {1.0f, 1.00390625f, 1.01171875f, -3.0e-3f, 1e30f, 0.1f};  // ties round to even
+  for (int i = 0; i < 6; ++i) p[i] = v[i];
+  Tensor fresh = mixed.in_activation_dtype(m.grad, Tensor());
+  ASSERT_EQ(fresh.dtype(), DType::BF16);
+  ASSERT_EQ(fresh.shape(), m.grad.shape());
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(fresh.bf16_bits()[i], float_to_bf16(v[i])) << i;
 }
 
 // Every gradient is the same, bit for bit, when no layer receives a handed-over column sum (each
