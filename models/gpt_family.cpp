@@ -35,31 +35,36 @@ class GptFamily : public ModelFamily {
     return GptConfig::from(args).flops_per_token(seq_len);
   }
 
-  // Per token and block, what a block keeps (models/gpt_block.cpp, Saved): x, ln_1, att, x2, ln_2
-  // [C]; qkv [3C]; the MLP's fc_pre and fc_act [4C] each, at the working dtype; the fp32 mean and
-  // rstd of both LayerNorms (16 B) and the fp32 log-sum-exp per head. The head keeps its input and
-  // ln_f [C], fp32 statistics and loss (12 B) and the [V] logits gradient.
+  // Per token and block, what a block keeps (models/gpt_block.cpp, Saved): x and x2 [C] at the
+  // residual stream's width; ln_1, att, ln_2 [C], qkv [3C] and the MLP's fc_pre and fc_act [4C] each
+  // at the working dtype's; the fp32 mean and rstd of both LayerNorms (16 B) and the fp32
+  // log-sum-exp per head. The head keeps its input [C] (the stream's width) and ln_f [C], fp32
+  // statistics and loss (12 B) and the [V] logits gradient.
   std::vector<LayerCost> layer_costs(const ModelArgs& args, const ActivationShape& shape) const override {
-    const double a = static_cast<double>(shape.value_bytes);
+    const double a = static_cast<double>(shape.value_bytes), r = static_cast<double>(shape.residual_bytes);
     const double C = static_cast<double>(args.d_model), H = static_cast<double>(args.n_heads);
     const double V = static_cast<double>(args.vocab_size), T = static_cast<double>(shape.seq_len);
     const double tokens = static_cast<double>(shape.micro_batch) * T;
-    double block = 16.0 * C * a + 16.0 + 4.0 * H;
+    double block = 14.0 * C * a + 2.0 * C * r + 16.0 + 4.0 * H;
     if (args.recompute == Recompute::Mlp) block -= 8.0 * C * a;
-    if (args.recompute == Recompute::Full) block = C * a;
+    if (args.recompute == Recompute::Full) block = C * r;
     const int64_t c = args.d_model;
     std::vector<LayerCost> out;
     out.push_back({"embedding", (args.vocab_size + args.seq_len) * c, 0.0, 0.0});
     for (int64_t i = 0; i < args.n_layers; ++i)
       out.push_back({"h." + std::to_string(i), 12 * c * c + 13 * c, 2.0 * 12.0 * C * C + 4.0 * C * T, tokens * block});
-    out.push_back({"head", 2 * c, 2.0 * V * C, tokens * (2.0 * C * a + 12.0 + V * a)});
+    out.push_back({"head", 2 * c, 2.0 * V * C, tokens * (C * r + C * a + 12.0 + V * a)});
     return out;
   }
 
-  // One block's backward: d_fc [4C], d_ln2, dx2, dx [C], d_qkv [3C] per token.
+  // One block's backward: d_fc [4C], d_ln2 [C], d_qkv [3C] per token at the working width; the
+  // stream gradients dx2, dx [C] at the residual stream's, and their working-dtype copies when the
+  // widths differ.
   double backward_working_bytes(const ModelArgs& args, const ActivationShape& shape) const override {
     const double tokens = static_cast<double>(shape.micro_batch) * static_cast<double>(shape.seq_len);
-    return tokens * 10.0 * static_cast<double>(args.d_model) * static_cast<double>(shape.value_bytes);
+    const double a = static_cast<double>(shape.value_bytes), r = static_cast<double>(shape.residual_bytes);
+    const double C = static_cast<double>(args.d_model);
+    return tokens * C * (8.0 * a + 2.0 * r + (shape.rounded_stream_gradient() ? 2.0 * a : 0.0));
   }
 
   // Megatron-LM's GPT split with sequence parallelism: c_attn and c_fc column-parallel (c_attn per

@@ -43,20 +43,21 @@ class LlamaFamily : public ModelFamily {
     return LlamaConfig::from(args).flops_per_token(seq_len);
   }
 
-  // Per token and block, what a block keeps (models/llama_block.cpp, Saved): x, h1, att, x2, h2
-  // [C]; qkv [(H + 2·Hkv)·D]; gate_up [2F] and act [F], at the working dtype; the fp32 rstd of
-  // both norms (8 B) and the fp32 log-sum-exp per head. The head keeps its input and the normed
-  // input [C], fp32 rstd and loss (8 B) and the [V] logits gradient.
+  // Per token and block, what a block keeps (models/llama_block.cpp, Saved): x and x2 [C] at the
+  // residual stream's width; h1, att, h2 [C], qkv [(H + 2·Hkv)·D], gate_up [2F] and act [F] at the
+  // working dtype's; the fp32 rstd of both norms (8 B) and the fp32 log-sum-exp per head. The head
+  // keeps its input [C] (the stream's width) and the normed input [C], fp32 rstd and loss (8 B) and
+  // the [V] logits gradient.
   std::vector<LayerCost> layer_costs(const ModelArgs& args, const ActivationShape& shape) const override {
     const LlamaConfig c = LlamaConfig::from(args);
-    const double a = static_cast<double>(shape.value_bytes);
+    const double a = static_cast<double>(shape.value_bytes), r = static_cast<double>(shape.residual_bytes);
     const double C = static_cast<double>(c.d_model), H = static_cast<double>(c.n_heads);
     const double Q = static_cast<double>(c.qkv_rows()), F = static_cast<double>(c.ffn());
     const double V = static_cast<double>(c.vocab_size), T = static_cast<double>(shape.seq_len);
     const double tokens = static_cast<double>(shape.micro_batch) * T;
-    double block = (5.0 * C + Q + 3.0 * F) * a + 8.0 + 4.0 * H;
+    double block = (3.0 * C + Q + 3.0 * F) * a + 2.0 * C * r + 8.0 + 4.0 * H;
     if (c.recompute == Recompute::Mlp) block -= 3.0 * F * a;
-    if (c.recompute == Recompute::Full) block = C * a;
+    if (c.recompute == Recompute::Full) block = C * r;
     const double block_flops = 2.0 * static_cast<double>(c.block_params() - 2 * c.d_model) + 4.0 * C * T;
     // A MoE block keeps the attention half and h2 as a dense one, the router's fp32 logits [E] and
     // per slot (k per token) the expert's input [C] and output [C] rows, its SwiGLU input [2F] and
@@ -64,9 +65,10 @@ class LlamaFamily : public ModelFamily {
     // count the active parameters' products: the gate, k experts, the shared experts.
     const double E = static_cast<double>(c.moe.n_experts), k = static_cast<double>(c.moe.top_k);
     const double Fe = static_cast<double>(c.expert_ffn()), Fs = static_cast<double>(c.shared_ffn());
-    double moe_block = (5.0 * C + Q + k * (2.0 * C + 3.0 * Fe) + 3.0 * Fs) * a + 4.0 * E + 12.0 * k + 8.0 + 4.0 * H;
+    double moe_block = (3.0 * C + Q + k * (2.0 * C + 3.0 * Fe) + 3.0 * Fs) * a + 2.0 * C * r + 4.0 * E + 12.0 * k +
+                       8.0 + 4.0 * H;
     if (c.recompute == Recompute::Mlp) moe_block -= (3.0 * k * Fe + 3.0 * Fs) * a;
-    if (c.recompute == Recompute::Full) moe_block = C * a;
+    if (c.recompute == Recompute::Full) moe_block = C * r;
     const double moe_flops = 2.0 * static_cast<double>(c.moe_block_active_params() - 2 * c.d_model) + 4.0 * C * T;
     std::vector<LayerCost> out;
     out.push_back({"embedding", c.vocab_size * c.d_model, 0.0, 0.0});
@@ -77,23 +79,28 @@ class LlamaFamily : public ModelFamily {
         out.push_back({"layers." + std::to_string(i), c.block_params(), block_flops, tokens * block});
     }
     out.push_back({"head", c.d_model + (c.tie_embeddings ? 0 : c.vocab_size * c.d_model), 2.0 * V * C,
-                   tokens * ((2.0 * C + V) * a + 8.0)});
+                   tokens * ((C + V) * a + C * r + 8.0)});
     return out;
   }
 
-  // One dense block's backward: d_act [F], d_gate_up [2F], d_h2, dx2, dx [C], d_qkv [(H + 2·Hkv)·D].
-  // A MoE block's: per slot the rows' gradients [C] twice and the experts' d_act [F], d_gu [2F];
-  // d_logits [E]; the shared experts' [3Fs]; d_h2, dx2, dx, d_att [C], d_qkv.
+  // One dense block's backward: d_act [F], d_gate_up [2F], d_h2 [C], d_qkv [(H + 2·Hkv)·D] at the
+  // working width; the stream gradients dx2, dx [C] at the residual stream's, and their working-dtype
+  // copies when the widths differ. A MoE block's (its stream always of the working dtype): per slot
+  // the rows' gradients [C] twice and the experts' d_act [F], d_gu [2F]; d_logits [E]; the shared
+  // experts' [3Fs]; d_h2, dx2, dx, d_att [C], d_qkv.
   double backward_working_bytes(const ModelArgs& args, const ActivationShape& shape) const override {
     const LlamaConfig c = LlamaConfig::from(args);
     const double tokens = static_cast<double>(shape.micro_batch) * static_cast<double>(shape.seq_len);
-    double per_token = static_cast<double>(3 * c.ffn() + 3 * c.d_model + c.qkv_rows());
+    const double a = static_cast<double>(shape.value_bytes), r = static_cast<double>(shape.residual_bytes);
+    const double C = static_cast<double>(c.d_model);
+    double per_token = a * static_cast<double>(3 * c.ffn() + c.d_model + c.qkv_rows()) + 2.0 * C * r +
+                       (shape.rounded_stream_gradient() ? 2.0 * C * a : 0.0);
     if (c.moe_blocks() > 0) {
       const double moe = static_cast<double>(c.moe.top_k * (2 * c.d_model + 3 * c.expert_ffn()) + c.moe.n_experts +
                                              3 * c.shared_ffn() + 4 * c.d_model + c.qkv_rows());
-      per_token = std::max(per_token, moe);
+      per_token = std::max(per_token, a * moe);
     }
-    return tokens * static_cast<double>(shape.value_bytes) * per_token;
+    return tokens * per_token;
   }
 
   // torchtitan's Llama plan with sequence parallelism: the embedding split by vocabulary, norms on

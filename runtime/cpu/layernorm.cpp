@@ -77,6 +77,7 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
   check_norm_output(op, "dy", dy, x);
   check_dtype(op, "dx", dx, DType::F32);
   check_shape(op, "dx", dx, x.shape());
+  if (dy.dtype() != dx.dtype()) check_disjoint(op, "dy", dx, dy);  // dx may alias dy of its own dtype only
   check_dtype(op, "dw", dw, DType::F32);
   check_shape(op, "dw", dw, {C});
   const bool with_rounded = check_rounded_copy(op, dx_rounded, dx, dy);

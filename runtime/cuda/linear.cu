@@ -23,9 +23,13 @@
 // residual: beta = 1 with C = the residual (its layout is D's: col-major [O, N], ld O); when y is
 // the residual itself, C = D (in place). The bias epilogue still applies: y = x·wᵀ + b + residual.
 //
-// Types: x/w (dy/w, dy/x) fp32 or bf16, the same; outputs of that type or fp32; b, pre_act, db of
-// the output's type. Compute fp32 (no TF32). Fused GELU (GELU_AUX_BIAS) is used for bf16 outputs;
-// fp32 outputs take GEMM + bias epilogue, then the GELU kernel, so the fp32 path stays exact.
+// Types: x/w (dy/w, dy/x) fp32 or bf16, the same; outputs of that type or fp32; pre_act, db of the
+// output's type; b of the output's type or the inputs' (bf16 x/w/b with an fp32 y and residual:
+// the fp32 residual stream, docs/kernels.md "Residual stream precision"). cuBLASLt's bias epilogue
+// takes a bias of D's type only, so a bf16 b for an fp32 y is widened into an fp32 [O] scratch
+// first (exact; one tiny kernel). Compute fp32 (no TF32). Fused GELU (GELU_AUX_BIAS) is used for
+// bf16 outputs; fp32 outputs take GEMM + bias epilogue, then the GELU kernel, so the fp32 path stays
+// exact.
 // Whenever cuBLASLt has no algorithm for an epilogue, the unfused path (plain GEMM + kernels) runs.
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_ops.h"
@@ -127,7 +131,9 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
   check_output_type(op, "y", y, x.dtype());
   if (b.defined()) {
     check_cuda_float(op, "b", b);
-    check_dtype(op, "b", b, y.dtype());
+    if (b.dtype() != y.dtype() && b.dtype() != x.dtype())
+      TETRA_FAIL(Internal, op, ": b is ", dtype_name(b.dtype()), " but y is ", dtype_name(y.dtype()), " and x ",
+                 dtype_name(x.dtype()), " (b must have y's dtype or x's)");
     check_shape(op, "b", b, {O});
   }
   const bool keep_pre = given(pre_act);
@@ -149,6 +155,12 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
   if (N == 0 || O == 0) return;
   const Device dev = y.device();
   DeviceScope scope(dev);
+  // The bias in y's dtype, as cuBLASLt's epilogue reads it (a bf16 bias of an fp32 y widened).
+  Tensor b_y = b;
+  if (b.defined() && b.dtype() != y.dtype()) {
+    b_y = Tensor::empty({O}, y.dtype(), dev);
+    copy(b_y, b);
+  }
   if (I == 0) {  // an empty sum: y = act(b) or act(0), or b + residual
     Tensor& z = keep_pre ? *pre_act : y;
     if (with_res) {
@@ -156,7 +168,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
     } else {
       zero(z);
     }
-    if (b.defined()) add_bias(z, b, N, O);
+    if (b_y.defined()) add_bias(z, b_y, N, O);
     if (act == Activation::Gelu) gelu_forward(y, z);
     else if (keep_pre) copy(y, z);
     return;
@@ -181,13 +193,13 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
   if (act == Activation::Gelu && y.dtype() == DType::BF16 && (!keep_pre || O % 8 == 0)) {
     LtProblem f = p;
     f.d = y.data_ptr();
-    f.bias = b.defined() ? b.data_ptr() : nullptr;
+    f.bias = b_y.defined() ? b_y.data_ptr() : nullptr;
     if (keep_pre) {
-      f.epilogue = b.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      f.epilogue = b_y.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
       f.aux = pre_act->data_ptr();
       f.aux_ld = O;
     } else {
-      f.epilogue = b.defined() ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+      f.epilogue = b_y.defined() ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
     }
     if (lt_matmul(f, dev, stream)) return;
   }
@@ -197,15 +209,15 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
   Tensor& z = keep_pre ? *pre_act : y;
   p.d = z.data_ptr();
   bool bias_done = false;
-  if (b.defined()) {
+  if (b_y.defined()) {
     LtProblem f = p;
     f.epilogue = CUBLASLT_EPILOGUE_BIAS;
-    f.bias = b.data_ptr();
+    f.bias = b_y.data_ptr();
     bias_done = lt_matmul(f, dev, stream);
   }
   if (!bias_done) {
     lt_matmul_plain(p, dev, op);
-    if (b.defined()) add_bias(z, b, N, O);
+    if (b_y.defined()) add_bias(z, b_y, N, O);
   }
   if (act == Activation::Gelu) gelu_forward(y, z);  // elementwise: z may be y itself
   else if (keep_pre) copy(y, z);

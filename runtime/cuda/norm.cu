@@ -7,8 +7,11 @@
 //   RMSNorm   forward   rstd = 1/√(Σx²/C + eps),  y = x·rstd·w
 //             backward  x̂ = x·rstd,  g = dy·w,  dx (+)= rstd·(g - x̂·mean_C(g·x̂)),  dw += Σ_rows dy·x̂
 //   with dresidual: dx = dresidual + rstd·(...)  (the residual stream's gradient, fused)
-// Shapes: x, y, dx, dy, dresidual [N, C] (any leading dimensions, one dtype T); w, b [C] (dtype P,
-// b optional); mean, rstd [N] fp32; dw, db [C] (one dtype, db optional).
+// Shapes: x, y, dx, dy, dresidual [N, C] (any leading dimensions); w, b [C] (dtype P, b optional);
+// mean, rstd [N] fp32; dw, db [C] (one dtype, db optional).
+// Dtypes: the residual stream's TX (x, dx, dresidual) and the activations' TA (y, dy, and
+// dx_rounded: dx rounded to TA in the same pass): TA = TX (both fp32 or both bf16), or TX fp32 with
+// TA bf16 (train.residual_dtype fp32: the stream stays fp32, the GEMMs around the norm read bf16).
 //
 // Row kernels (the fast path: C % 8 == 0, the [N, C] tensors 16-byte aligned; C ≤ 16384 forward,
 // ≤ 12288 backward). A team of `team` warps owns a row; thread t of the team owns the 16-byte
@@ -117,9 +120,9 @@ __device__ __forceinline__ float team_sum(float v, int team, float (*red)[kMaxTe
 
 // y, mean, rstd for rows slot + k·slots·gridDim.x (k = 0, 1, ...), blockIdx.x·slots first.
 // Dynamic shared memory: w, b as fp32 [2][C].
-template <Norm K, int VPT, class T, class P>
+template <Norm K, int VPT, class TX, class TY, class P>
 __global__ void __launch_bounds__(kRowThreads)
-    norm_forward_rows_kernel(T* y, float* mean, float* rstd, const T* x, const P* w, const P* b, int64_t N, int C,
+    norm_forward_rows_kernel(TY* y, float* mean, float* rstd, const TX* x, const P* w, const P* b, int64_t N, int C,
                              float eps, int team) {
   extern __shared__ float4 smem_f4[];
   float* sw = reinterpret_cast<float*>(smem_f4);
@@ -141,14 +144,14 @@ __global__ void __launch_bounds__(kRowThreads)
        base += static_cast<int64_t>(gridDim.x) * slots) {  // the same trip count for the whole block
     const int64_t row = base + slot;
     const bool active = row < N;
-    const T* xr = x + row * C;
+    const TX* xr = x + row * C;
     float v[VPT][8];
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
       const int vi = t + j * team_threads;
       if (active && vi < nv) {
-        Pack8<T> p;
+        Pack8<TX> p;
         p.load(xr + vi * 8);
         p.unpack(v[j]);
 #pragma unroll
@@ -168,7 +171,7 @@ __global__ void __launch_bounds__(kRowThreads)
     }
     const float s = 1.0f / sqrtf(team_sum(sq, team, red, parity) * inv_c + eps);
     if (!active) continue;  // no barrier follows in this iteration
-    T* yr = y + row * C;
+    TY* yr = y + row * C;
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
       const int vi = t + j * team_threads;
@@ -184,7 +187,7 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
           for (int k = 0; k < 8; ++k) out[k] = v[j][k] * s * wv[k];
         }
-        store_vec<8>(yr + vi * 8, out);  // y may alias x: this thread read these elements above
+        store_vec<8>(yr + vi * 8, out);  // y may alias x (TY = TX): this thread read these elements above
       }
     }
     if (t == 0) {
@@ -221,35 +224,41 @@ __device__ __forceinline__ void stage_read(const uint4* s, int stride, float (&f
 
 // dx for rows slot + k·slots·gridDim.x; the block's dw/db sums go to partial[0, blockIdx.x, :] and
 // partial[1, blockIdx.x, :]. dres (may be null) is added to dx; with accumulate, dx is added to.
-// With sum_dx, the block's column sums of dx (of the values stored, after rounding to T) go to
+// dx_rounded (TA ≠ TX only; may be null) receives dx rounded to TA.
+// With sum_dx, the block's column sums of dx (of the values stored, after rounding to TX) go to
 // partial[2, blockIdx.x, :]: each slot adds its rows into its own fp32 [C] row of shared memory
 // (each thread to its own channels, so without atomics), folded in slot order at the end.
 // Each thread stages its own vectors of the next row (dy, x, and dres or dx when read) into
 // shared memory with cp.async while it computes the current row, double-buffered, and reads back
 // only what it copied itself (so no barrier is needed for the staging).
-// Dynamic shared memory: staging [2 stages][arrays][VPT][kChunks<T>][blockDim.x] × 16 bytes, then w
-// as fp32 [C], then, when slots > 1, the slot fold [2][C], then, with sum_dx, the dx sums [slots][C].
-template <Norm K, int VPT, class T, class P>
+// Dynamic shared memory: staging [2 stages][dy: VPT × kChunks<TA>, x: VPT × kChunks<TX>, and when
+// read dres or dx: VPT × kChunks<TX>][blockDim.x] × 16 bytes, then w as fp32 [C], then, when
+// slots > 1, the slot fold [2][C], then, with sum_dx, the dx sums [slots][C].
+template <Norm K, int VPT, class TA, class TX, class P>
 __global__ void __launch_bounds__(kRowThreads)
-    norm_backward_rows_kernel(T* dx, float* partial, const T* dy, const T* x, const P* w, const float* mean,
-                              const float* rstd, const T* dres, int64_t N, int C, int team, bool accumulate,
-                              bool sum_dx) {
+    norm_backward_rows_kernel(TX* dx, TA* dx_rounded, float* partial, const TA* dy, const TX* x, const P* w,
+                              const float* mean, const float* rstd, const TX* dres, int64_t N, int C, int team,
+                              bool accumulate, bool sum_dx) {
   extern __shared__ float4 smem_f4[];
   __shared__ float red[2][kMaxTeam];
   const int team_threads = team * 32;
   const int slots = blockDim.x / team_threads;
   const int t = threadIdx.x % team_threads, slot = threadIdx.x / team_threads;
   const int nv = C / 8;
-  const T* extra = dres ? dres : (accumulate ? dx : nullptr);  // the third array, if any
+  const TX* extra = dres ? dres : (accumulate ? dx : nullptr);  // the third array, if any
   const int arrays = extra ? 3 : 2;
-  const int stride = blockDim.x;                          // between a thread's consecutive chunks
-  const int stage_size = arrays * VPT * kChunks<T> * stride;  // chunks per stage
+  const int stride = blockDim.x;  // between a thread's consecutive chunks
+  constexpr int kCa = kChunks<TA>, kCx = kChunks<TX>;
+  const int stage_size = VPT * (kCa + (arrays - 1) * kCx) * stride;  // chunks per stage
   uint4* staging = reinterpret_cast<uint4*>(smem_f4);
   float* sw = reinterpret_cast<float*>(staging + 2 * stage_size);
   float* fold = sw + C;  // [2][C], when slots > 1
   float* sdx = fold + (slots > 1 ? 2 * C : 0) + slot * C;  // this slot's dx sums [C], with sum_dx
-  // This thread's first chunk of array a, vector j, in stage st.
-  auto chunk = [&](int st, int a, int j) { return staging + st * stage_size + ((a * VPT + j) * kChunks<T>) * stride + threadIdx.x; };
+  // This thread's first chunk of array a (0: dy, 1: x, 2: dres or dx), vector j, in stage st.
+  auto chunk = [&](int st, int a, int j) {
+    const int at = a == 0 ? j * kCa : VPT * kCa + ((a - 1) * VPT + j) * kCx;
+    return staging + st * stage_size + at * stride + threadIdx.x;
+  };
   auto issue = [&](int64_t row, int st) {  // stage row `row` (nothing past the end); one commit group
     if (row < N) {
 #pragma unroll
@@ -311,8 +320,8 @@ __global__ void __launch_bounds__(kRowThreads)
       const int vi = t + j * team_threads;
       if (active && vi < nv) {
         float dv[8], xv[8], wv[8];
-        stage_read<T>(chunk(st, 0, j), stride, dv);
-        stage_read<T>(chunk(st, 1, j), stride, xv);
+        stage_read<TA>(chunk(st, 0, j), stride, dv);
+        stage_read<TX>(chunk(st, 1, j), stride, xv);
         load_smem8(sw + vi * 8, wv);
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
@@ -330,17 +339,17 @@ __global__ void __launch_bounds__(kRowThreads)
     const float gx_mean = team_sum(gx_sum, team, red, parity) * inv_c;
     if (!active) continue;  // no barrier follows in this iteration
     // Pass 2: dx. dx may alias dy or dres: all three were staged before dx is written.
-    T* dxr = dx + row * C;
+    TX* dxr = dx + row * C;
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
       const int vi = t + j * team_threads;
       if (vi < nv) {
         float dv[8], xv[8], wv[8], out[8];
-        stage_read<T>(chunk(st, 0, j), stride, dv);
-        stage_read<T>(chunk(st, 1, j), stride, xv);
+        stage_read<TA>(chunk(st, 0, j), stride, dv);
+        stage_read<TX>(chunk(st, 1, j), stride, xv);
         load_smem8(sw + vi * 8, wv);
         if (extra) {
-          stage_read<T>(chunk(st, 2, j), stride, out);
+          stage_read<TX>(chunk(st, 2, j), stride, out);
         } else {
 #pragma unroll
           for (int k = 0; k < 8; ++k) out[k] = 0.0f;
@@ -351,17 +360,20 @@ __global__ void __launch_bounds__(kRowThreads)
           out[k] += s * (dv[k] * wv[k] - g_mean - xh * gx_mean);
         }
         store_vec<8>(dxr + vi * 8, out);
-        if (sum_dx) {  // what was stored: rounded to T
+        if constexpr (!std::is_same_v<TA, TX>) {
+          if (dx_rounded) store_vec<8>(dx_rounded + row * C + vi * 8, out);
+        }
+        if (sum_dx) {  // what was stored: rounded to TX
           float4* d = reinterpret_cast<float4*>(sdx + vi * 8);
           float4 a = d[0], b = d[1];
-          a.x += to_f32(from_f32<T>(out[0]));
-          a.y += to_f32(from_f32<T>(out[1]));
-          a.z += to_f32(from_f32<T>(out[2]));
-          a.w += to_f32(from_f32<T>(out[3]));
-          b.x += to_f32(from_f32<T>(out[4]));
-          b.y += to_f32(from_f32<T>(out[5]));
-          b.z += to_f32(from_f32<T>(out[6]));
-          b.w += to_f32(from_f32<T>(out[7]));
+          a.x += to_f32(from_f32<TX>(out[0]));
+          a.y += to_f32(from_f32<TX>(out[1]));
+          a.z += to_f32(from_f32<TX>(out[2]));
+          a.w += to_f32(from_f32<TX>(out[3]));
+          b.x += to_f32(from_f32<TX>(out[4]));
+          b.y += to_f32(from_f32<TX>(out[5]));
+          b.z += to_f32(from_f32<TX>(out[6]));
+          b.w += to_f32(from_f32<TX>(out[7]));
           d[0] = a;
           d[1] = b;
         }
@@ -433,11 +445,12 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// Dynamic shared memory of the backward row kernel (see its comment).
-size_t backward_rows_smem(int vpt, int threads, int slots, int C, size_t elem_size, bool third_array,
-                          bool sum_dx) {
-  const size_t chunks = elem_size / 2;
-  const size_t staging = 2 * size_t(third_array ? 3 : 2) * vpt * chunks * threads * 16;
+// Dynamic shared memory of the backward row kernel (see its comment): dy's elements of act_size
+// bytes, x's (and the third array's) of stream_size.
+size_t backward_rows_smem(int vpt, int threads, int slots, int C, size_t act_size, size_t stream_size,
+                          bool third_array, bool sum_dx) {
+  const size_t chunks = act_size / 2 + (third_array ? 2 : 1) * (stream_size / 2);  // per vector
+  const size_t staging = 2 * size_t(vpt) * chunks * threads * 16;
   return staging + size_t(C) * sizeof(float) * ((slots > 1 ? 3 : 1) + (sum_dx ? slots : 0));
 }
 
@@ -485,25 +498,25 @@ int prepare_launch(K kernel, int threads, size_t smem, Device dev) {
 }
 
 // The row kernel instantiation for a VPT chosen at run time (1 ≤ vpt ≤ MaxVpt ≤ 4).
-template <template <Norm, int, class, class> class Pick, Norm K, int MaxVpt, class T, class P>
+template <template <Norm, int, class, class, class> class Pick, Norm K, int MaxVpt, class T1, class T2, class P>
 auto row_kernel(int vpt) {
   static_assert(MaxVpt == 3 || MaxVpt == 4);
   if constexpr (MaxVpt == 4) {
-    if (vpt == 4) return Pick<K, 4, T, P>::get();
+    if (vpt == 4) return Pick<K, 4, T1, T2, P>::get();
   }
   switch (vpt) {
-    case 1: return Pick<K, 1, T, P>::get();
-    case 2: return Pick<K, 2, T, P>::get();
-    default: return Pick<K, 3, T, P>::get();
+    case 1: return Pick<K, 1, T1, T2, P>::get();
+    case 2: return Pick<K, 2, T1, T2, P>::get();
+    default: return Pick<K, 3, T1, T2, P>::get();
   }
 }
-template <Norm K, int VPT, class T, class P>
+template <Norm K, int VPT, class TX, class TY, class P>
 struct PickForward {
-  static auto get() { return norm_forward_rows_kernel<K, VPT, T, P>; }
+  static auto get() { return norm_forward_rows_kernel<K, VPT, TX, TY, P>; }
 };
-template <Norm K, int VPT, class T, class P>
+template <Norm K, int VPT, class TA, class TX, class P>
 struct PickBackward {
-  static auto get() { return norm_backward_rows_kernel<K, VPT, T, P>; }
+  static auto get() { return norm_backward_rows_kernel<K, VPT, TA, TX, P>; }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -512,14 +525,14 @@ struct PickBackward {
 
 constexpr int kForwardWarps = 8;
 
-template <Norm K, int V, class T, class P>
-__global__ void norm_forward_kernel(T* y, float* mean, float* rstd, const T* x, const P* w, const P* b, int64_t N,
+template <Norm K, int V, class TX, class TY, class P>
+__global__ void norm_forward_kernel(TY* y, float* mean, float* rstd, const TX* x, const P* w, const P* b, int64_t N,
                                     int C, float eps) {
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= N) return;  // the whole warp leaves together
-  const T* xr = x + row * C;
-  T* yr = y + row * C;
+  const TX* xr = x + row * C;
+  TY* yr = y + row * C;
 
   float m = 0.0f;  // RMSNorm: no mean
   if constexpr (K == Norm::Layer) {
@@ -559,7 +572,7 @@ __global__ void norm_forward_kernel(T* y, float* mean, float* rstd, const T* x, 
 #pragma unroll
       for (int j = 0; j < V; ++j) out[j] = v[j] * s * wv[j];
     }
-    store_vec<V>(yr + i, out);  // y may alias x: this lane read these elements just above
+    store_vec<V>(yr + i, out);  // y may alias x (TY = TX): this lane read these elements just above
   }
   if (lane == 0) {
     if constexpr (K == Norm::Layer) mean[row] = m;
@@ -580,11 +593,13 @@ __device__ __host__ __forceinline__ int padded_width(int C) {
 }
 
 // dx for rows blockIdx.x·warps + warp + k·gridDim.x·warps; the block's dw/db sums go to
-// partial[0, blockIdx.x, :] and partial[1, blockIdx.x, :]. dres (may be null) is added to dx.
+// partial[0, blockIdx.x, :] and partial[1, blockIdx.x, :]. dres (may be null) is added to dx;
+// dx_rounded (TA ≠ TX only; may be null) receives dx rounded to TA.
 // Dynamic shared memory: warps × [2][padded_width(C)] fp32.
-template <Norm K, int V, class T, class P>
-__global__ void norm_backward_kernel(T* dx, float* partial, const T* dy, const T* x, const P* w, const float* mean,
-                                     const float* rstd, const T* dres, int64_t N, int C, bool accumulate) {
+template <Norm K, int V, class TA, class TX, class P>
+__global__ void norm_backward_kernel(TX* dx, TA* dx_rounded, float* partial, const TA* dy, const TX* x, const P* w,
+                                     const float* mean, const float* rstd, const TX* dres, int64_t N, int C,
+                                     bool accumulate) {
   constexpr bool kMean = K == Norm::Layer;  // RMSNorm: mean is null, m = 0, no db
   extern __shared__ float smem[];
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -598,9 +613,9 @@ __global__ void norm_backward_kernel(T* dx, float* partial, const T* dy, const T
 
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * warps + warp; row < N;
        row += static_cast<int64_t>(gridDim.x) * warps) {
-    const T* dyr = dy + row * C;
-    const T* xr = x + row * C;
-    T* dxr = dx + row * C;
+    const TA* dyr = dy + row * C;
+    const TX* xr = x + row * C;
+    TX* dxr = dx + row * C;
     const float m = kMean ? mean[row] : 0.0f, s = rstd[row];
 
     // Pass 1: Σ g and Σ g·x̂ over the row; this warp's dw/db sums.
@@ -643,6 +658,9 @@ __global__ void norm_backward_kernel(T* dx, float* partial, const T* dy, const T
         out[j] += s * (dv[j] * wv[j] - g_mean - xh * gx_mean);
       }
       store_vec<V>(dxr + i, out);
+      if constexpr (!std::is_same_v<TA, TX>) {
+        if (dx_rounded) store_vec<V>(dx_rounded + row * C + i, out);
+      }
     }
   }
 
@@ -722,6 +740,27 @@ int channels(const char* op, int64_t C) {
   return static_cast<int>(C);
 }
 
+// Calls f(TA{}, TX{}) for the (activation, residual stream) dtype pair the kernels are built for:
+// one dtype for both, or bf16 activations (y, dy, dx_rounded) beside an fp32 stream (x, dx, dres).
+template <class F>
+void dispatch_pair(DType act, DType stream, const char* op, const char* act_what, F&& f) {
+  if (act == stream) {
+    dispatch_float(stream, op, "x", [&](auto t) { f(t, t); });
+  } else if (act == DType::BF16 && stream == DType::F32) {
+    f(bf16{}, float{});
+  } else {
+    TETRA_FAIL(Internal, op, ": ", act_what, " is ", dtype_name(act), " but x is ", dtype_name(stream), " (", act_what,
+               " must have x's dtype, or be bf16 with an fp32 x)");
+  }
+}
+
+// An activation-side tensor (y, dy) of x's shape; of another dtype than x's it may not share x's memory.
+void check_act(const char* op, const char* what, const Tensor& t, const Tensor& x) {
+  check_cuda_float(op, what, t);
+  check_shape(op, what, t, x.shape());
+  if (t.dtype() != x.dtype()) check_disjoint(op, "x", t, x);
+}
+
 // Runs norm K's forward on checked arguments (mean and b: null / undefined for RMSNorm).
 template <Norm K>
 void norm_forward(const char* op, Tensor& y, float* mean, Tensor& rstd, const Tensor& x, const Tensor& w,
@@ -736,16 +775,17 @@ void norm_forward(const char* op, Tensor& y, float* mean, Tensor& rstd, const Te
   const bool rows_path = rows.vpt > 0 && aligned16(x.data_ptr()) && aligned16(y.data_ptr());
   const bool vec = C % 8 == 0 && aligned16(x.data_ptr()) && aligned16(y.data_ptr()) && aligned16(w.data_ptr()) &&
                    (!b.defined() || aligned16(b.data_ptr()));
-  dispatch_float(x.dtype(), op, "x", [&](auto tx) {
+  dispatch_pair(y.dtype(), x.dtype(), op, "y", [&](auto ty, auto tx) {
     dispatch_float(w.dtype(), op, "w", [&](auto tw) {
-      using T = decltype(tx);
+      using TX = decltype(tx);
+      using TY = decltype(ty);
       using P = decltype(tw);
-      T* py = static_cast<T*>(y.data_ptr());
-      const T* px = static_cast<const T*>(x.data_ptr());
+      TY* py = static_cast<TY*>(y.data_ptr());
+      const TX* px = static_cast<const TX*>(x.data_ptr());
       const P* pw = static_cast<const P*>(w.data_ptr());
       const P* pb = b.defined() ? static_cast<const P*>(b.data_ptr()) : nullptr;
       if (rows_path) {
-        auto kernel = row_kernel<PickForward, K, kForwardMaxVpt, T, P>(rows.vpt);
+        auto kernel = row_kernel<PickForward, K, kForwardMaxVpt, TX, TY, P>(rows.vpt);
         const size_t smem = size_t{2} * C * sizeof(float);
         const int per_sm =
             static_cast<int64_t>(smem) <= max_shared_optin(dev) ? prepare_launch(kernel, rows.threads, smem, dev) : 0;
@@ -759,7 +799,7 @@ void norm_forward(const char* op, Tensor& y, float* mean, Tensor& rstd, const Te
         }
       }
       const int blocks = static_cast<int>((N + kForwardWarps - 1) / kForwardWarps);
-      auto kernel = vec ? norm_forward_kernel<K, 8, T, P> : norm_forward_kernel<K, 1, T, P>;
+      auto kernel = vec ? norm_forward_kernel<K, 8, TX, TY, P> : norm_forward_kernel<K, 1, TX, TY, P>;
       kernel<<<blocks, kForwardWarps * 32, 0, stream>>>(py, mean, rstd.data<float>(), px, pw, pb, N, C, eps);
       TETRA_CUDA_CHECK_LAUNCH();
     });
@@ -771,9 +811,10 @@ void norm_forward(const char* op, Tensor& y, float* mean, Tensor& rstd, const Te
 template <Norm K>
 void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
                    const Tensor& w, const float* mean, const Tensor& rstd, bool accumulate_dx,
-                   const Tensor* dresidual, Tensor* dx_column_sum) {
+                   const Tensor* dresidual, Tensor* dx_column_sum, Tensor* dx_rounded) {
   const int C = static_cast<int>(w.dim(0));
   const bool with_db = db.defined(), with_res = given(dresidual), with_sum = given(dx_column_sum);
+  const bool with_rounded = given(dx_rounded);
   const int64_t N = rows_of(x);
   if (N == 0) {
     if (with_sum) zero(*dx_column_sum);
@@ -784,7 +825,8 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
   cudaStream_t stream = stream_of(dev);
 
   const bool aligned = aligned16(x.data_ptr()) && aligned16(dy.data_ptr()) && aligned16(dx.data_ptr()) &&
-                       (!with_res || aligned16(dresidual->data_ptr()));
+                       (!with_res || aligned16(dresidual->data_ptr())) &&
+                       (!with_rounded || aligned16(dx_rounded->data_ptr()));
   const RowLayout rows = row_layout(C, kBackwardMaxVpt);
   const bool vec = C % 8 == 0 && aligned && aligned16(w.data_ptr());
   const int64_t optin = max_shared_optin(dev);
@@ -793,14 +835,15 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
   int blocks = 0, threads = 0;
   size_t smem = 0;
   bool rows_path = false;
-  dispatch_float(x.dtype(), op, "x", [&](auto tx) {
+  dispatch_pair(dy.dtype(), x.dtype(), op, "dy", [&](auto ta, auto tx) {
     dispatch_float(w.dtype(), op, "w", [&](auto tw) {
-      using T = decltype(tx);
+      using TA = decltype(ta);
+      using TX = decltype(tx);
       using P = decltype(tw);
       if (rows.vpt > 0 && aligned) {
-        auto kernel = row_kernel<PickBackward, K, kBackwardMaxVpt, T, P>(rows.vpt);
-        smem = backward_rows_smem(rows.vpt, rows.threads, rows.slots, C, sizeof(T), with_res || accumulate_dx,
-                                  with_sum);
+        auto kernel = row_kernel<PickBackward, K, kBackwardMaxVpt, TA, TX, P>(rows.vpt);
+        smem = backward_rows_smem(rows.vpt, rows.threads, rows.slots, C, sizeof(TA), sizeof(TX),
+                                  with_res || accumulate_dx, with_sum);
         const int per_sm = static_cast<int64_t>(smem) <= optin ? prepare_launch(kernel, rows.threads, smem, dev) : 0;
         if (per_sm > 0) {
           rows_path = true;
@@ -827,26 +870,28 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
   const int partial_rows = K == Norm::Rms ? 1 : (fused_sum ? 3 : 2);
   Tensor partial = Tensor::empty({partial_rows, blocks, C}, DType::F32, dev);
 
-  dispatch_float(x.dtype(), op, "x", [&](auto tx) {
+  dispatch_pair(dy.dtype(), x.dtype(), op, "dy", [&](auto ta, auto tx) {
     dispatch_float(w.dtype(), op, "w", [&](auto tw) {
-      using T = decltype(tx);
+      using TA = decltype(ta);
+      using TX = decltype(tx);
       using P = decltype(tw);
-      T* pdx = static_cast<T*>(dx.data_ptr());
-      const T* pdy = static_cast<const T*>(dy.data_ptr());
-      const T* px = static_cast<const T*>(x.data_ptr());
+      TX* pdx = static_cast<TX*>(dx.data_ptr());
+      TA* prounded = with_rounded ? static_cast<TA*>(dx_rounded->data_ptr()) : nullptr;
+      const TA* pdy = static_cast<const TA*>(dy.data_ptr());
+      const TX* px = static_cast<const TX*>(x.data_ptr());
       const P* pw = static_cast<const P*>(w.data_ptr());
-      const T* pres = with_res ? static_cast<const T*>(dresidual->data_ptr()) : nullptr;
+      const TX* pres = with_res ? static_cast<const TX*>(dresidual->data_ptr()) : nullptr;
       if (rows_path) {
-        auto kernel = row_kernel<PickBackward, K, kBackwardMaxVpt, T, P>(rows.vpt);
-        kernel<<<blocks, threads, smem, stream>>>(pdx, partial.data<float>(), pdy, px, pw, mean, rstd.data<float>(),
-                                                  pres, N, C, rows.team, accumulate_dx, fused_sum);
+        auto kernel = row_kernel<PickBackward, K, kBackwardMaxVpt, TA, TX, P>(rows.vpt);
+        kernel<<<blocks, threads, smem, stream>>>(pdx, prounded, partial.data<float>(), pdy, px, pw, mean,
+                                                  rstd.data<float>(), pres, N, C, rows.team, accumulate_dx, fused_sum);
       } else {
-        auto kernel = vec ? norm_backward_kernel<K, 8, T, P> : norm_backward_kernel<K, 1, T, P>;
+        auto kernel = vec ? norm_backward_kernel<K, 8, TA, TX, P> : norm_backward_kernel<K, 1, TA, TX, P>;
         if (smem > 48 * 1024)
           TETRA_CUDA_CHECK(
               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        kernel<<<blocks, threads, smem, stream>>>(pdx, partial.data<float>(), pdy, px, pw, mean, rstd.data<float>(),
-                                                  pres, N, C, accumulate_dx);
+        kernel<<<blocks, threads, smem, stream>>>(pdx, prounded, partial.data<float>(), pdy, px, pw, mean,
+                                                  rstd.data<float>(), pres, N, C, accumulate_dx);
       }
       TETRA_CUDA_CHECK_LAUNCH();
     });
@@ -862,17 +907,17 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
   if (with_sum && !fused_sum) column_sum(*dx_column_sum, dx, N, C, /*accumulate=*/false);
 }
 
-// The checks of dx, dy, dresidual and dw both backwards share.
+// The checks of dx, dy, dresidual, dx_rounded and dw both backwards share.
 void check_backward_args(const char* op, const char* norm, const Tensor& dx, const Tensor& dw, const Tensor& dy,
-                         const Tensor& x, int C, bool accumulate_dx, const Tensor* dresidual) {
+                         const Tensor& x, int C, bool accumulate_dx, const Tensor* dresidual,
+                         const Tensor* dx_rounded) {
   check_cuda_float(op, "x", x);
   check_last_dim(op, "x", x, C);
-  check_cuda_float(op, "dy", dy);
-  check_dtype(op, "dy", dy, x.dtype());
-  check_shape(op, "dy", dy, x.shape());
+  check_act(op, "dy", dy, x);
   check_cuda_float(op, "dx", dx);
   check_dtype(op, "dx", dx, x.dtype());
   check_shape(op, "dx", dx, x.shape());
+  if (dy.dtype() != dx.dtype()) check_disjoint(op, "dy", dx, dy);  // dx may alias dy of its own dtype only
   check_cuda_float(op, "dw", dw);
   check_shape(op, "dw", dw, {C});
   if (given(dresidual)) {
@@ -882,6 +927,17 @@ void check_backward_args(const char* op, const char* norm, const Tensor& dx, con
     check_cuda_float(op, "dresidual", *dresidual);
     check_dtype(op, "dresidual", *dresidual, dx.dtype());
     check_shape(op, "dresidual", *dresidual, x.shape());
+  }
+  if (given(dx_rounded)) {  // dx in dy's dtype: only where that differs from dx's (else a copy of dx)
+    check_cuda_float(op, "dx_rounded", *dx_rounded);
+    check_dtype(op, "dx_rounded", *dx_rounded, dy.dtype());
+    if (dx_rounded->dtype() == dx.dtype())
+      TETRA_FAIL(Internal, op, ": dx_rounded ", dx_rounded->describe(),
+                 " has dx's dtype: it would be a copy of dx (pass none)");
+    check_shape(op, "dx_rounded", *dx_rounded, x.shape());
+    check_disjoint(op, "dx", *dx_rounded, dx);
+    check_disjoint(op, "dy", *dx_rounded, dy);
+    if (given(dresidual)) check_disjoint(op, "dresidual", *dx_rounded, *dresidual);
   }
 }
 
@@ -900,9 +956,7 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
   const int C = channels(op, w.dim(0));
   check_cuda_float(op, "x", x);
   check_last_dim(op, "x", x, C);
-  check_cuda_float(op, "y", y);
-  check_dtype(op, "y", y, x.dtype());
-  check_shape(op, "y", y, x.shape());
+  check_act(op, "y", y, x);
   check_stats(op, mean, rstd, x);
   if (!(eps >= 0.0f)) TETRA_FAIL(Internal, op, ": eps must be ≥ 0, got ", eps);
   norm_forward<Norm::Layer>(op, y, mean.data<float>(), rstd, x, w, b, eps);
@@ -910,11 +964,11 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
 
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual,
-                        Tensor* dx_column_sum) {
+                        Tensor* dx_column_sum, Tensor* dx_rounded) {
   const char* op = "layernorm_backward";
   check_params(op, w, Tensor());
   const int C = channels(op, w.dim(0));
-  check_backward_args(op, "LayerNorm", dx, dw, dy, x, C, accumulate_dx, dresidual);
+  check_backward_args(op, "LayerNorm", dx, dw, dy, x, C, accumulate_dx, dresidual, dx_rounded);
   if (db.defined()) {  // a LayerNorm without bias passes an undefined db
     check_cuda_float(op, "db", db);
     check_dtype(op, "db", db, dw.dtype());
@@ -927,7 +981,7 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
     check_shape(op, "dx_column_sum", *dx_column_sum, {C});
   }
   norm_backward<Norm::Layer>(op, dx, dw, db, dy, x, w, mean.data<float>(), rstd, accumulate_dx, dresidual,
-                             dx_column_sum);
+                             dx_column_sum, dx_rounded);
 }
 
 void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
@@ -936,23 +990,22 @@ void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, 
   const int C = channels(op, w.dim(0));
   check_cuda_float(op, "x", x);
   check_last_dim(op, "x", x, C);
-  check_cuda_float(op, "y", y);
-  check_dtype(op, "y", y, x.dtype());
-  check_shape(op, "y", y, x.shape());
+  check_act(op, "y", y, x);
   check_rstd(op, rstd, x);
   if (!(eps >= 0.0f)) TETRA_FAIL(Internal, op, ": eps must be ≥ 0, got ", eps);
   norm_forward<Norm::Rms>(op, y, nullptr, rstd, x, w, Tensor(), eps);
 }
 
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                      bool accumulate_dx, const Tensor* dresidual) {
+                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded) {
   const char* op = "rmsnorm_backward";
   check_params(op, w, Tensor());
   const int C = channels(op, w.dim(0));
-  check_backward_args(op, "RMSNorm", dx, dw, dy, x, C, accumulate_dx, dresidual);
+  check_backward_args(op, "RMSNorm", dx, dw, dy, x, C, accumulate_dx, dresidual, dx_rounded);
   check_rstd(op, rstd, x);
   Tensor no_db;
-  norm_backward<Norm::Rms>(op, dx, dw, no_db, dy, x, w, nullptr, rstd, accumulate_dx, dresidual, nullptr);
+  norm_backward<Norm::Rms>(op, dx, dw, no_db, dy, x, w, nullptr, rstd, accumulate_dx, dresidual, nullptr,
+                           dx_rounded);
 }
 
 }  // namespace tetra::cuda

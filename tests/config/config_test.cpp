@@ -9,6 +9,7 @@
 #include "launch/config.h"
 #include "launch/config_schema.h"
 #include "launch/memory_plan.h"
+#include "launch/model_config.h"
 #include "runtime/error.h"
 #include "tests/config/config_test_util.h"
 
@@ -326,6 +327,48 @@ TEST(Config, MoeMappingRoundTrip) {
   Config dense = load_config(dir.write("dense.yaml", edit("model:", "model:\n  arch: llama")));
   EXPECT_EQ(to_yaml(dense).find("moe:"), std::string::npos);
   EXPECT_TRUE(load_config(dir.write("dense_back.yaml", to_yaml(dense))) == dense);
+}
+
+// train.residual_dtype: the stream's dtype and its width in the activation estimate. fp32 precision
+// (the CPU) keeps the stream fp32 whatever the key says; bf16 precision follows the key.
+TEST(Config, ResidualDtype) {
+  testing::TempDir dir;
+  const std::string path = dir.write("cfg.yaml", kBase);
+  EXPECT_EQ(load_config(path).train.residual_dtype, kDefaultResidualDtype);
+  struct Case {
+    const char* precision;
+    const char* residual;
+    DType want;
+  };
+  for (const Case& c : {Case{"bf16", "bf16", DType::BF16}, Case{"bf16", "fp32", DType::F32},
+                        Case{"fp32", "bf16", DType::F32}, Case{"fp32", "fp32", DType::F32}}) {
+    Config cfg = load_config(path, {std::string("train.precision=") + c.precision,
+                                    std::string("train.residual_dtype=") + c.residual, "train.device=cuda"});
+    EXPECT_NO_THROW(validate(cfg, 2)) << c.precision << " " << c.residual;
+    EXPECT_EQ(residual_dtype(cfg), c.want) << c.precision << " " << c.residual;
+    const ActivationShape s = activation_shape(cfg);
+    EXPECT_EQ(s.residual_bytes, c.want == DType::F32 ? 4 : 2) << c.precision << " " << c.residual;
+    EXPECT_EQ(s.value_bytes, std::string(c.precision) == "bf16" ? 2 : 4);
+    // The estimate grows with the stream's width, never shrinks.
+    Config narrow = cfg;
+    narrow.train.residual_dtype = "bf16";
+    EXPECT_GE(activation_bytes(cfg), activation_bytes(narrow));
+  }
+  // Accepted on the CPU, where it changes nothing.
+  Config cpu = load_config(path, {"train.device=cpu", "train.residual_dtype=fp32"});
+  EXPECT_NO_THROW(resolve(cpu, 2, false));
+  EXPECT_EQ(residual_dtype(resolve(cpu, 2, false)), DType::F32);
+  // Not with MoE layers under bf16 precision: their combine adds into a stream of the working dtype.
+  Config moe = load_config(dir.write("moe.yaml", edit("model:", "model:\n  arch: llama\n  moe:\n    n_experts: 4")),
+                           {"train.precision=bf16", "train.residual_dtype=fp32", "train.device=cuda"});
+  const std::string msg = message_of([&] { validate(moe, 2); });
+  EXPECT_NE(msg.find("train.residual_dtype"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.moe.n_experts"), std::string::npos) << msg;
+  moe.train.residual_dtype = "bf16";
+  EXPECT_NO_THROW(validate(moe, 2));
+  moe.train.residual_dtype = "fp32";
+  moe.train.precision = "fp32";
+  EXPECT_NO_THROW(validate(moe, 2));
 }
 
 TEST(Config, EqualityComparesEveryKey) {

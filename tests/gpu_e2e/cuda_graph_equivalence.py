@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """CUDA graphs: train.cuda_graphs captures the third and fourth steps (one graph per step parity,
 two steps being in flight) and replays them; the losses equal the eager run's (the same kernels on the same inputs) on one GPU with gradient accumulation, clipping
-and a poisoned (non-finite, skipped) step, which runs eagerly between replays. With --gpus 2, on
+and a poisoned (non-finite, skipped) step, which runs eagerly between replays, and with an fp32
+residual stream (train.residual_dtype). With --gpus 2, on
 two GPUs at ZeRO stages 0 and 2 the graphs' losses equal the eager two-GPU run's. Exits 77
 (skipped) with fewer GPUs than it needs, so a one-GPU machine reports the two-GPU part Skipped.
 
@@ -30,10 +31,10 @@ log: {{every: 100}}
 """)
 
 
-def run(name, np_, graphs, stage=0, fault=None):
+def run(name, np_, graphs, stage=0, fault=None, residual="bf16"):
     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(np_), tetra, "train", cfg,
            "--set", f"run.name={name}", "--set", f"train.cuda_graphs={'true' if graphs else 'false'}",
-           "--set", f"parallel.zero_stage={stage}"]
+           "--set", f"parallel.zero_stage={stage}", "--set", f"train.residual_dtype={residual}"]
     env = dict(ENV)
     if fault:
         env["TETRA_FAULT"] = fault
@@ -70,6 +71,10 @@ if need == 1:
     graph = run("graph", 1, True, fault="nan@9")
     ok &= compare("1 GPU, graph vs eager (step 9 poisoned)", graph, eager, 1e-6)
     ok &= eager[-1] is not None and eager[-1] < eager[0] - 0.3
+    # An fp32 residual stream (its widened biases and bf16 stream-gradient copies are allocated in the step).
+    eager_r = run("eager_fp32_residual", 1, False, residual="fp32")
+    graph_r = run("graph_fp32_residual", 1, True, residual="fp32")
+    ok &= compare("1 GPU, fp32 residual stream, graph vs eager", graph_r, eager_r, 1e-6)
 else:
     for stage in (0, 2):
         e2 = run(f"eager2_stage{stage}", 2, False, stage)

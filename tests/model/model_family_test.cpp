@@ -217,7 +217,7 @@ TEST(GptFamily, NumbersAsBefore) {
   for (Recompute r : {Recompute::None, Recompute::Mlp, Recompute::Full})
     for (int64_t bytes : {int64_t{2}, int64_t{4}}) {
       a.recompute = r;
-      ActivationShape s{16, 1024, bytes};
+      ActivationShape s{16, 1024, bytes, bytes};  // the residual stream at the working width, as before
       const double C = 768, H = 12, V = 50304, L = 12, tokens = 16 * 1024, ab = static_cast<double>(bytes);
       double block = 16.0 * C * ab + 16.0 + 4.0 * H;
       if (r == Recompute::Mlp) block -= 8.0 * C * ab;
@@ -225,6 +225,33 @@ TEST(GptFamily, NumbersAsBefore) {
       const double want = tokens * (L * block + (2.0 * C * ab + 12.0 + V * ab) + 10.0 * C * ab);
       EXPECT_DOUBLE_EQ(f.activation_bytes(a, s), want);
     }
+}
+
+// An fp32 residual stream beside bf16 activations (train.residual_dtype: fp32) costs, per token,
+// 2 more bytes for each of a block's two stream tensors (x, x2; only x under full recompute) and the
+// head's input, and in one block's backward 2 more for each of the two stream gradients plus their
+// 2-byte bf16 copies: C·(4·L + 2 + 8) bytes per token, C·(2·L + 2 + 8) under full recompute.
+TEST(ModelFamily, ActivationsCountAnFp32ResidualStream) {
+  for (const std::string& arch : model_family_names()) {
+    ModelArgs a;
+    a.arch = arch;
+    a.vocab_size = 50304;
+    a.seq_len = 1024;
+    a.d_model = 768;
+    a.n_layers = 12;
+    a.n_heads = 12;
+    const ModelFamily& f = model_family(arch);
+    for (Recompute r : {Recompute::None, Recompute::Mlp, Recompute::Full}) {
+      a.recompute = r;
+      const ActivationShape bf16{16, 1024, 2, 2}, fp32_stream{16, 1024, 2, 4}, fp32{16, 1024, 4, 4};
+      EXPECT_FALSE(bf16.rounded_stream_gradient());
+      EXPECT_TRUE(fp32_stream.rounded_stream_gradient());
+      const double per_layer = r == Recompute::Full ? 2.0 : 4.0;
+      const double want = 16.0 * 1024.0 * 768.0 * (per_layer * 12.0 + 2.0 + 8.0);
+      EXPECT_DOUBLE_EQ(f.activation_bytes(a, fp32_stream) - f.activation_bytes(a, bf16), want) << arch;
+      EXPECT_LT(f.activation_bytes(a, fp32_stream), f.activation_bytes(a, fp32)) << arch;
+    }
+  }
 }
 
 // Llama's numbers: the parameters of Llama 3.2 1B with an untied output layer, torchtitan's FLOPs,
