@@ -155,11 +155,14 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
   if (N == 0 || O == 0) return;
   const Device dev = y.device();
   DeviceScope scope(dev);
-  // The bias in y's dtype, as cuBLASLt's epilogue reads it (a bf16 bias of an fp32 y widened).
-  Tensor b_y = b;
-  if (b.defined() && b.dtype() != y.dtype()) {
-    b_y = Tensor::empty({O}, y.dtype(), dev);
-    copy(b_y, b);
+  // The bias in y's dtype, as cuBLASLt's epilogue reads it: b itself, or (an fp32 y with a bf16 b,
+  // the fp32 residual stream) b widened into a scratch [O]. Null without a bias.
+  const Tensor* by = b.defined() ? &b : nullptr;
+  Tensor widened;
+  if (by != nullptr && b.dtype() != y.dtype()) {
+    widened = Tensor::empty({O}, y.dtype(), dev);
+    copy(widened, b);
+    by = &widened;
   }
   if (I == 0) {  // an empty sum: y = act(b) or act(0), or b + residual
     Tensor& z = keep_pre ? *pre_act : y;
@@ -168,7 +171,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
     } else {
       zero(z);
     }
-    if (b_y.defined()) add_bias(z, b_y, N, O);
+    if (by != nullptr) add_bias(z, *by, N, O);
     if (act == Activation::Gelu) gelu_forward(y, z);
     else if (keep_pre) copy(y, z);
     return;
@@ -193,13 +196,13 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
   if (act == Activation::Gelu && y.dtype() == DType::BF16 && (!keep_pre || O % 8 == 0)) {
     LtProblem f = p;
     f.d = y.data_ptr();
-    f.bias = b_y.defined() ? b_y.data_ptr() : nullptr;
+    f.bias = by != nullptr ? by->data_ptr() : nullptr;
     if (keep_pre) {
-      f.epilogue = b_y.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      f.epilogue = by != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
       f.aux = pre_act->data_ptr();
       f.aux_ld = O;
     } else {
-      f.epilogue = b_y.defined() ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+      f.epilogue = by != nullptr ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
     }
     if (lt_matmul(f, dev, stream)) return;
   }
@@ -209,15 +212,15 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
   Tensor& z = keep_pre ? *pre_act : y;
   p.d = z.data_ptr();
   bool bias_done = false;
-  if (b_y.defined()) {
+  if (by != nullptr) {
     LtProblem f = p;
     f.epilogue = CUBLASLT_EPILOGUE_BIAS;
-    f.bias = b_y.data_ptr();
+    f.bias = by->data_ptr();
     bias_done = lt_matmul(f, dev, stream);
   }
   if (!bias_done) {
     lt_matmul_plain(p, dev, op);
-    if (b_y.defined()) add_bias(z, b_y, N, O);
+    if (by != nullptr) add_bias(z, *by, N, O);
   }
   if (act == Activation::Gelu) gelu_forward(y, z);  // elementwise: z may be y itself
   else if (keep_pre) copy(y, z);

@@ -14,10 +14,13 @@ line per run and a summary line:
   ms_per_step_median
 
 The target loss is --target, or else the highest final_loss of all runs (so that every run
-reaches it). The summary names the tetra run that reaches the target soonest.
+reaches it). The summary names the tetra run (of the --choose runs, if given) that reaches the
+target soonest. With --json, the
+lines (and the GPU, the torch version, --label and the --failed runs) also go to FILE as one object.
 
-usage: residual_compare.py --tetra LABEL=RUN_DIR ... --torch TORCH.jsonl [--baseline torch-autocast]"""
-import argparse, json, statistics, sys
+usage: residual_compare.py --tetra LABEL=RUN_DIR ... --torch TORCH.jsonl [--baseline torch-autocast]
+                           [--choose LABEL ...] [--label MODEL] [--failed LABEL ...] [--json FILE]"""
+import argparse, json, os, statistics, sys
 
 
 def tetra_run(label, run_dir):
@@ -41,7 +44,8 @@ def torch_runs(path):
             r = json.loads(line)
             if r.get("impl") == "torch":
                 out.append({"run": f"torch-{r['mode']}", "losses": r["losses"], "cumulative_ms": r["cumulative_ms"],
-                            "ms_per_step_median": r["ms_per_step_median"]})
+                            "ms_per_step_median": r["ms_per_step_median"], "gpu": r.get("device_name"),
+                            "torch": r.get("torch")})
     return out
 
 
@@ -63,10 +67,17 @@ def main():
     p.add_argument("--window", type=int, default=20)
     p.add_argument("--tail", type=int, default=100)
     p.add_argument("--target", type=float, default=0.0)
+    p.add_argument("--choose", action="append", default=[],
+                   help="a run the summary may name as the soonest (default: every tetra run)")
+    p.add_argument("--label", default="", help="the model compared, for --json")
+    p.add_argument("--failed", action="append", default=[], help="a run that did not finish (listed in --json)")
+    p.add_argument("--json", default="", help="also write everything to FILE as one JSON object")
     a = p.parse_args()
     runs = [tetra_run(*t.split("=", 1)) for t in a.tetra]
     for path in a.torch:
         runs += torch_runs(path)
+    if not runs:
+        sys.exit("no runs to compare")
     steps = min(len(r["losses"]) for r in runs)
     for r in runs:
         r["losses"], r["cumulative_ms"] = r["losses"][:steps], r["cumulative_ms"][:steps]
@@ -87,10 +98,19 @@ def main():
             "ms_per_step_median": round(r["ms_per_step_median"], 3),
             "loss_at": {str(s): round(r["losses"][s - 1], 5) for s in (1, 10, 50, 100, 200, 400) if s <= steps}}
         print(json.dumps(r["line"]), flush=True)
-    reached = [r for r in runs if r["run"].startswith("tetra") and r["line"]["time_to_target_s"] is not None]
+    candidates = a.choose or [r["run"] for r in runs if r["run"].startswith("tetra")]
+    reached = [r for r in runs if r["run"] in candidates and r["line"]["time_to_target_s"] is not None]
     best = min(reached, key=lambda r: r["line"]["time_to_target_s"]) if reached else None
-    print(json.dumps({"summary": True, "baseline": base["run"], "target_loss": round(target, 5),
-                      "soonest_tetra": best["run"] if best else None}), flush=True)
+    summary = {"summary": True, "model": a.label or None, "baseline": base["run"], "target_loss": round(target, 5),
+               "soonest_tetra": best["run"] if best else None, "failed": a.failed}
+    print(json.dumps(summary), flush=True)
+    if a.json:
+        gpu = next((r["gpu"] for r in runs if r.get("gpu")), None)
+        version = next((r["torch"] for r in runs if r.get("torch")), None)
+        doc = {"label": a.label, "gpu": gpu, "torch": version, "runs": [r["line"] for r in runs], "summary": summary}
+        with open(a.json + ".tmp", "w") as f:
+            json.dump(doc, f, indent=1)
+        os.replace(a.json + ".tmp", a.json)
 
 
 if __name__ == "__main__":

@@ -261,17 +261,19 @@ def forward(torch, F, P, idx, tgt, a, mode):
         return t.transpose(1, 2).reshape(B, T, -1)
 
     if a.arch == "gpt2":
+        # The LayerNorms read the stream in fp32 (as CUDA autocast casts their input; explicit for the
+        # CPU's autocast, which does not) and return fp32; the next GEMM casts.
         x = stream(F.embedding(idx, P["transformer.wte.weight"]) + P["transformer.wpe.weight"][:T])
         for i in range(a.layers):
             h = f"transformer.h.{i}."
-            n = F.layer_norm(x, (C,), P[h + "ln_1.weight"], P[h + "ln_1.bias"], 1e-5)
+            n = F.layer_norm(x.float(), (C,), P[h + "ln_1.weight"], P[h + "ln_1.bias"], 1e-5)
             q, k, v = F.linear(n, P[h + "attn.c_attn.weight"], P[h + "attn.c_attn.bias"]).split(C, dim=-1)
             o = merge(attention(heads(q, H), heads(k, H), heads(v, H)))
             x = stream(x + F.linear(o, P[h + "attn.c_proj.weight"], P[h + "attn.c_proj.bias"]))
-            n = F.layer_norm(x, (C,), P[h + "ln_2.weight"], P[h + "ln_2.bias"], 1e-5)
+            n = F.layer_norm(x.float(), (C,), P[h + "ln_2.weight"], P[h + "ln_2.bias"], 1e-5)
             m = F.gelu(F.linear(n, P[h + "mlp.c_fc.weight"], P[h + "mlp.c_fc.bias"]), approximate="tanh")
             x = stream(x + F.linear(m, P[h + "mlp.c_proj.weight"], P[h + "mlp.c_proj.bias"]))
-        n = F.layer_norm(x, (C,), P["transformer.ln_f.weight"], P["transformer.ln_f.bias"], 1e-5)
+        n = F.layer_norm(x.float(), (C,), P["transformer.ln_f.weight"], P["transformer.ln_f.bias"], 1e-5)
         logits = F.linear(n, P["transformer.wte.weight"])
     else:
         Hkv = a.kv_heads or H
