@@ -36,6 +36,8 @@ def run(name, np_, graphs, stage=0, fault=None, residual="bf16"):
            "--set", f"run.name={name}", "--set", f"train.cuda_graphs={'true' if graphs else 'false'}",
            "--set", f"parallel.zero_stage={stage}", "--set", f"train.residual_dtype={residual}"]
     env = dict(ENV)
+    if residual != "bf16":  # compared across two processes: the heuristic's GEMM algorithms, untimed
+        env["TETRA_GEMM_TUNE"] = "0"
     if fault:
         env["TETRA_FAULT"] = fault
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
