@@ -10,12 +10,17 @@ line per run and a summary line:
                         step by step (the batches are the same, so this cancels most batch noise)
   target_step, time_to_target_s
                         the first step whose --window-step running mean is ≤ the target loss, and
-                        the wall time up to and including it (every step counted, the first ones too)
+                        the wall time up to and including it (every step counted, the first ones too:
+                        they include one-time start-up work such as GEMM autotuning)
+  steady_time_to_target_s
+                        target_step × ms_per_step_median: the time to the target at the steady
+                        step rate, which the choice of the summary uses (a long run pays the
+                        start-up once, the step rate every step)
   ms_per_step_median
 
 The target loss is --target, or else the highest final_loss of all runs (so that every run
 reaches it). The summary names the tetra run (of the --choose runs, if given) that reaches the
-target soonest. With --json, the
+target soonest at its steady step rate. With --json, the
 lines (and the GPU, the torch version, --label and the --failed runs) also go to FILE as one object.
 
 usage: residual_compare.py --tetra LABEL=RUN_DIR ... --torch TORCH.jsonl [--baseline torch-autocast]
@@ -95,12 +100,13 @@ def main():
             "paired_gap_pct": round(100 * statistics.fmean(paired), 3),
             "target_loss": round(target, 5), "target_step": None if hit is None else hit + 1,
             "time_to_target_s": None if hit is None else round(r["cumulative_ms"][hit] / 1e3, 3),
+            "steady_time_to_target_s": None if hit is None else round((hit + 1) * r["ms_per_step_median"] / 1e3, 3),
             "ms_per_step_median": round(r["ms_per_step_median"], 3),
             "loss_at": {str(s): round(r["losses"][s - 1], 5) for s in (1, 10, 50, 100, 200, 400) if s <= steps}}
         print(json.dumps(r["line"]), flush=True)
     candidates = a.choose or [r["run"] for r in runs if r["run"].startswith("tetra")]
-    reached = [r for r in runs if r["run"] in candidates and r["line"]["time_to_target_s"] is not None]
-    best = min(reached, key=lambda r: r["line"]["time_to_target_s"]) if reached else None
+    reached = [r for r in runs if r["run"] in candidates and r["line"]["steady_time_to_target_s"] is not None]
+    best = min(reached, key=lambda r: r["line"]["steady_time_to_target_s"]) if reached else None
     summary = {"summary": True, "model": a.label or None, "baseline": base["run"], "target_loss": round(target, 5),
                "soonest_tetra": best["run"] if best else None, "failed": a.failed}
     print(json.dumps(summary), flush=True)
