@@ -16,7 +16,11 @@ json to_json(const CheckpointMeta& m) {
   json files = json::array();
   for (const RankFileInfo& f : m.files) {
     json pieces = json::array();
-    for (const SavedPiece& s : f.pieces) pieces.push_back(json::array({s.name, s.begin, s.end}));
+    for (const SavedPiece& s : f.pieces) {
+      json piece = json::array({s.name, s.begin, s.end});
+      if (!s.box.shape.empty()) piece.push_back({{"offset", s.box.offset}, {"shape", s.box.shape}});
+      pieces.push_back(std::move(piece));
+    }
     files.push_back({{"file", f.file}, {"rank", f.rank}, {"bytes", f.bytes}, {"crc32", crc32_hex(f.crc32)},
                      {"pieces", pieces}});
   }
@@ -59,9 +63,10 @@ CheckpointMeta parse_meta(const json& j, const std::string& where) {
   CheckpointMeta m;
   if (!j.is_object() || j.value("format", "") != "tetra-checkpoint") bad(where, "\"format\" is not \"tetra-checkpoint\"");
   m.version = static_cast<int>(int_field(j, "version", where));
-  if (m.version != kCheckpointFormatVersion)
-    TETRA_FAIL(Checkpoint, where, ": checkpoint format version ", m.version, " but this tetra reads version ",
-               kCheckpointFormatVersion, " (use the tetra that wrote it, or consolidate it there)");
+  if (m.version < kOldestReadableCheckpointVersion || m.version > kCheckpointFormatVersion)
+    TETRA_FAIL(Checkpoint, where, ": checkpoint format version ", m.version, " but this tetra reads versions ",
+               kOldestReadableCheckpointVersion, " to ", kCheckpointFormatVersion,
+               " (use the tetra that wrote it, or consolidate it there)");
   m.step = int_field(j, "step", where);
   m.tokens_seen = int_field(j, "tokens_seen", where);
   m.optimizer_steps = int_field(j, "optimizer_steps", where);
@@ -99,10 +104,25 @@ CheckpointMeta parse_meta(const json& j, const std::string& where) {
       bad(where, "crc32 \"" + crc + "\" of " + info.file + " is not 8 hex digits");
     info.crc32 = static_cast<uint32_t>(std::stoul(crc, nullptr, 16));
     for (const json& s : field(f, "pieces", where)) {
-      if (!s.is_array() || s.size() != 3 || !s[0].is_string() || !s[1].is_number_integer() ||
+      if (!s.is_array() || s.size() < 3 || s.size() > 4 || !s[0].is_string() || !s[1].is_number_integer() ||
           !s[2].is_number_integer())
-        bad(where, "a piece of " + info.file + " is not [name, begin, end]");
-      info.pieces.push_back({s[0].get<std::string>(), s[1].get<int64_t>(), s[2].get<int64_t>()});
+        bad(where, "a piece of " + info.file + " is not [name, begin, end] or [name, begin, end, box]");
+      SavedPiece piece{s[0].get<std::string>(), s[1].get<int64_t>(), s[2].get<int64_t>(), {}};
+      if (s.size() == 4) {
+        const json& b = s[3];
+        if (!b.is_object() || !b.contains("offset") || !b.contains("shape") || !b["offset"].is_array() ||
+            !b["shape"].is_array() || b["offset"].size() != b["shape"].size())
+          bad(where, "the box of a piece of " + info.file + " is not {offset: [...], shape: [...]}");
+        for (const json& v : b["offset"]) {
+          if (!v.is_number_integer()) bad(where, "a box offset in " + info.file + " is not an integer");
+          piece.box.offset.push_back(v.get<int64_t>());
+        }
+        for (const json& v : b["shape"]) {
+          if (!v.is_number_integer()) bad(where, "a box extent in " + info.file + " is not an integer");
+          piece.box.shape.push_back(v.get<int64_t>());
+        }
+      }
+      info.pieces.push_back(std::move(piece));
     }
     m.files.push_back(std::move(info));
   }

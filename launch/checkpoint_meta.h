@@ -9,16 +9,22 @@
 #include <string>
 #include <vector>
 
+#include "parallel/param_placement.h"
 #include "runtime/tensor.h"
 
 namespace tetra::launch {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+// Version 2 added boxes (tensor-parallel slices); version 1 checkpoints (whole-tensor pieces only)
+// read as they are.
+inline constexpr int kCheckpointFormatVersion = 2;
+inline constexpr int kOldestReadableCheckpointVersion = 1;
 
-// Elements [begin, end) of the flattened full parameter `name`.
+// Elements [begin, end) of box `box` of the full parameter `name`, flattened in the box's row-major
+// order (an empty box: the whole tensor, flattened).
 struct SavedPiece {
   std::string name;
   int64_t begin = 0, end = 0;
+  TensorBox box;
 };
 
 struct RankFileInfo {

@@ -1,8 +1,10 @@
 // CheckpointReader: reads a complete checkpoint directory (step_N/) written at any mesh. Loading
 // is where resharding happens: a rank asks for the ranges its own StatePieces cover, and the
 // reader finds them in whichever rank files hold them (meta.json indexes every file's pieces), so
-// a checkpoint written at dp = 2 loads at dp = 4, at another ZeRO stage, or into one process
-// (`tetra ckpt consolidate`).
+// a checkpoint written at dp = 2 loads at dp = 4, at tp = 1 from tp = 2, at another ZeRO stage, or
+// into one process (`tetra ckpt consolidate`). Pieces are flat ranges of boxes of the full tensor
+// (parallel/distributed_optimizer.h, StatePiece): a request and a stored piece meet where their boxes
+// intersect, run by run (parallel/param_placement.h).
 #pragma once
 #include <map>
 #include <memory>
@@ -21,7 +23,8 @@ namespace tetra::launch {
 class CheckpointReader {
  public:
   // Reads and checks meta.json: every rank file listed, every parameter covered exactly once by the
-  // pieces. Throws a Checkpoint error naming the directory and what is wrong.
+  // pieces (their boxes inside the tensor, no two pieces sharing an element, as many elements as the
+  // tensor). Throws a Checkpoint error naming the directory and what is wrong.
   explicit CheckpointReader(const std::string& step_dir);
   ~CheckpointReader();
   CheckpointReader(const CheckpointReader&) = delete;
@@ -36,9 +39,9 @@ class CheckpointReader {
   // do, else what is wrong with the first that does not.
   std::string verify(int offset = 0, int stride = 1) const;
 
-  // Fills piece.master, exp_avg and exp_avg_sq (host or device, fp32) with elements
-  // [begin, end) of its parameter. Throws a Checkpoint error when the checkpoint has no such
-  // parameter or its full shape differs (a checkpoint of another model).
+  // Fills piece.master, exp_avg and exp_avg_sq (host or device, fp32) with elements [begin, end) of
+  // its box of its parameter. Throws a Checkpoint error when the checkpoint has no such parameter or
+  // its full shape differs (a checkpoint of another model).
   void fill(StatePiece& piece);
 
   // The full master weights of `name`, a host fp32 tensor shaped full_shape.
@@ -49,7 +52,9 @@ class CheckpointReader {
     int file = 0;  // index into meta_.files
     SavedPiece piece;
   };
-  void read_range(const std::string& name, int64_t begin, int64_t end, const char* dataset, float* out);
+  // out[0, end − begin) = elements [begin, end) of `box` (whole: empty) of parameter `name`.
+  void read_range(const std::string& name, const TensorBox& box, int64_t begin, int64_t end, const char* dataset,
+                  float* out);
   Hdf5File& open(int file);
 
   std::string dir_;

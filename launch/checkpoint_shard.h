@@ -2,6 +2,9 @@
 // rank saves, a group "NAME[BEGIN:END]" (e.g. "transformer.h.0.attn.c_attn.weight[0:49152]") with
 // attributes name, full_shape (JSON text, tetra's layout), begin, end, and three 1-D fp32
 // datasets: master, exp_avg, exp_avg_sq (elements [begin, end) of the flattened full parameter).
+// A piece of a box of the full tensor (a tensor-parallel slice) is "NAME{R0:R1,C0:C1}[BEGIN:END]"
+// with attributes box_offset and box_shape (JSON) besides: [begin, end) then counts the box's
+// elements in its own row-major order.
 // Root attributes say who wrote it: format, version, step, rank, world_size, dp/tp/pp coordinates,
 // zero_stage. meta.json indexes the pieces of every file, so readers open only the files they need.
 #pragma once
@@ -20,8 +23,8 @@ struct ShardHeader {
   int zero_stage = 0;
 };
 
-// "NAME[BEGIN:END]": the group of a piece.
-std::string piece_group(const std::string& name, int64_t begin, int64_t end);
+// "NAME[BEGIN:END]", or "NAME{BOX}[BEGIN:END]" for a piece of a box: the group of a piece.
+std::string piece_group(const std::string& name, const TensorBox& box, int64_t begin, int64_t end);
 
 // Writes the pieces (host fp32 tensors of end − begin elements) to a new file at `path`, flushed
 // and closed; the caller fsyncs and checksums it. `halfway`, when set, is called once half of the

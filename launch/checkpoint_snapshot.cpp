@@ -55,6 +55,7 @@ std::vector<StatePiece> HostSnapshot::take(const std::vector<StatePiece>& pieces
     StatePiece h;
     h.name = p.name;
     h.full_shape = p.full_shape;
+    h.box = p.box;
     h.begin = p.begin;
     h.end = p.end;
     Tensor* dst[3] = {&h.master, &h.exp_avg, &h.exp_avg_sq};

@@ -140,7 +140,7 @@ void Checkpointer::save(const TrainingProgress& progress) {
   std::vector<StatePiece> pieces = optimizer_.pieces_to_save();
   bool host_fp32 = true;
   for (const StatePiece& s : pieces) {
-    p->saved.push_back({s.name, s.begin, s.end});
+    p->saved.push_back({s.name, s.begin, s.end, s.box});
     for (const Tensor* t : {&s.master, &s.exp_avg, &s.exp_avg_sq})
       host_fp32 &= t->device().is_cpu() && t->dtype() == DType::F32;
   }
@@ -192,25 +192,41 @@ std::vector<RankFileInfo> Checkpointer::gather_index(const std::vector<SavedPiec
   world_.all_reduce_host(count, ReduceOp::Max);
   const int64_t m = static_cast<int64_t>(count[0]);
   if (m == 0) return files;
-  // (parameter index, begin, end) triples, padded with −1 to the longest list.
-  Tensor in = Tensor::empty({3 * m}, DType::I64);
+  // Per piece: parameter index, begin, end, then its box (offsets, extents; −1 for a whole tensor)
+  // over K dimensions, padded with −1 to the longest list.
+  size_t K = 0;
+  for (const ParamInfo& p : params_) K = std::max(K, p.full_shape.size());
+  const int64_t W = 3 + 2 * static_cast<int64_t>(K);
+  Tensor in = Tensor::empty({W * m}, DType::I64);
   int64_t* pin = in.data<int64_t>();
-  std::fill(pin, pin + 3 * m, int64_t{-1});
+  std::fill(pin, pin + W * m, int64_t{-1});
   for (size_t k = 0; k < mine.size(); ++k) {
     auto it = index.find(mine[k].name);
     TETRA_CHECK(it != index.end(), "checkpoint: the optimizer saves '", mine[k].name, "', not a model parameter");
-    pin[3 * k] = it->second;
-    pin[3 * k + 1] = mine[k].begin;
-    pin[3 * k + 2] = mine[k].end;
+    int64_t* t = pin + static_cast<int64_t>(k) * W;
+    t[0] = it->second;
+    t[1] = mine[k].begin;
+    t[2] = mine[k].end;
+    for (size_t d = 0; d < mine[k].box.shape.size(); ++d) {
+      t[3 + d] = mine[k].box.offset[d];
+      t[3 + K + d] = mine[k].box.shape[d];
+    }
   }
-  Tensor out = Tensor::empty({world * 3 * m}, DType::I64);
+  Tensor out = Tensor::empty({world * W * m}, DType::I64);
   world_.all_gather(out, in)->wait();
   const int64_t* po = out.data<int64_t>();
   for (int r = 0; r < world; ++r)
     for (int64_t k = 0; k < m; ++k) {
-      const int64_t* t = po + (static_cast<int64_t>(r) * m + k) * 3;
+      const int64_t* t = po + (static_cast<int64_t>(r) * m + k) * W;
       if (t[0] < 0) continue;
-      files[static_cast<size_t>(r)].pieces.push_back({params_[static_cast<size_t>(t[0])].name, t[1], t[2]});
+      SavedPiece piece{params_[static_cast<size_t>(t[0])].name, t[1], t[2], {}};
+      const size_t nd = params_[static_cast<size_t>(t[0])].full_shape.size();
+      if (K > 0 && t[3 + K] >= 0)
+        for (size_t d = 0; d < nd; ++d) {
+          piece.box.offset.push_back(t[3 + d]);
+          piece.box.shape.push_back(t[3 + K + d]);
+        }
+      files[static_cast<size_t>(r)].pieces.push_back(std::move(piece));
     }
   return files;
 }

@@ -75,6 +75,12 @@ struct ParallelConfig {
   // Mixture of experts at pp = 1: run the micro-batches of a step two at a time, interleaved at the
   // MoE layers' dispatch and combine, so one's all-to-all runs while the other computes.
   bool moe_overlap = false;
+  // tp > 1: norms, residuals and elementwise work on 1/tp of the tokens, all-gather before the
+  // column-parallel GEMMs and reduce-scatter after the row-parallel ones (else all-reduces).
+  bool sequence_parallel = true;
+  // tp > 1: the tensor-parallel collectives split into chunks pipelined with their GEMMs:
+  // auto (on a GPU) | on | off.
+  std::string tp_comm_overlap = "auto";
 };
 
 // train.residual_dtype's default. The one that reaches a given loss sooner on a GPU is the default:

@@ -96,6 +96,10 @@ std::vector<Field> make_fields() {
       {KEY(parallel, moe_overlap, Bool),
        .note = "mixture of experts at pp = 1: two micro-batches interleaved so one's all-to-all runs while the "
                "other computes"},
+      {KEY(parallel, sequence_parallel, Bool),
+       .note = "tp > 1: norms and residuals on 1/tp of the tokens (docs/tensor_parallel.md)"},
+      {KEY(parallel, tp_comm_overlap, Choice), .choices = {"auto", "on", "off"},
+       .note = "tp > 1: tensor-parallel collectives chunked under their GEMMs; auto: on a GPU"},
 
       // train: the loop.
       {KEY(train, steps, Int), .required = true, .lo = 1, .hi = kIntMax},

@@ -94,7 +94,7 @@ void check_model_keys(const Config& c) {
 }
 
 // model.moe and the settings that need it: a dense model (n_experts 0) takes no other model.moe
-// key; ep shards the experts; the two-micro-batch overlap needs MoE layers, pp = 1 and two
+// key; tp > 1 is refused (no tensor-parallel MoE layers yet); ep shards the experts; the two-micro-batch overlap needs MoE layers, pp = 1 and two
 // micro-batches to interleave.
 void check_moe(const Config& c, int dp) {
   const MoeConfig& moe = c.model.moe;
@@ -122,6 +122,11 @@ void check_moe(const Config& c, int dp) {
            "true, but the model has no MoE layers (model.moe.n_experts is 0) and nothing to overlap; set it to false");
     return;
   }
+  if (p.tp > 1)
+    fail(c, {"parallel.tp", "model.moe.n_experts"},
+         str(p.tp) + " with model.moe.n_experts = " + str(moe.n_experts) + ": tensor parallelism of the MoE layers "
+         "(routed and shared experts, router) is not implemented yet; use parallel.tp: 1 with model.moe (shard the "
+         "experts with parallel.ep), or a dense model (no model.moe) with tp > 1");
   if (c.train.residual_dtype == "fp32" && c.train.precision == "bf16")
     fail(c, {"train.residual_dtype", "model.moe.n_experts"},
          "fp32 with MoE layers (model.moe.n_experts = " + str(moe.n_experts) + ") under bf16 precision: the MoE "
@@ -202,6 +207,26 @@ void check_model_split(const Config& c, int dp) {
       fail(c, {"parallel.stage_layers", "model.n_layers", "parallel.pp", "parallel.schedule"},
            wrong + " (" + into + "; or leave it out to split by cost)");
   }
+}
+
+// Sequence parallelism shards the tokens of a micro-batch over the tp ranks.
+void check_tensor_parallel(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  const TrainConfig& t = c.train;
+  if (p.tp <= 1) return;
+  if (t.residual_dtype == "fp32" && t.precision == "bf16")
+    fail(c, {"train.residual_dtype", "parallel.tp"},
+         "fp32 with parallel.tp = " + str(p.tp) + " under bf16 precision: the tensor-parallel layers' collectives "
+         "and fused residual adds run in the activation dtype only (docs/tensor_parallel.md); use "
+         "train.residual_dtype bf16, or parallel.tp 1");
+  if (!p.sequence_parallel) return;
+  const long long tokens = static_cast<long long>(t.micro_batch) * t.seq_len;
+  if (tokens % p.tp != 0)
+    fail(c, {"train.micro_batch", "train.seq_len", "parallel.tp", "parallel.sequence_parallel"},
+         "a micro-batch of micro_batch·seq_len = " + str(t.micro_batch) + "·" + str(t.seq_len) + " = " + str(tokens) +
+             " tokens does not split over parallel.tp = " + str(p.tp) +
+             " ranks (sequence parallelism gives each 1/tp of them); make micro_batch·seq_len a multiple of " +
+             str(p.tp) + ", or set parallel.sequence_parallel: false");
 }
 
 void check_batches(const Config& c, int dp) {
@@ -340,6 +365,7 @@ void validate(const Config& cfg, int world_size) {
   check_model_split(cfg, dp);
   check_batches(cfg, dp);
   check_moe(cfg, dp);
+  check_tensor_parallel(cfg);
   check_optimizer(cfg);
   check_device(cfg);
   check_data(cfg);

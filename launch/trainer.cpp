@@ -22,6 +22,7 @@
 #include "launch/model_config.h"
 #include "models/layer_pass.h"
 #include "models/moe_balance.h"
+#include "models/tensor_parallel_plan.h"
 #include "models/weight_source.h"
 #include "parallel/expert_placement.h"
 #include "parallel/moe_optimizer.h"
@@ -118,7 +119,11 @@ void Trainer::prepare_run_dir() {
 void Trainer::check_memory_fits(int dp) const {
   // The model's parameters carry shapes only until a ParamSet is built: nothing is allocated here.
   // Under a pipeline, this rank's stages only (its pipeline rank: rank / (dp·tp), ARCHITECTURE.md §4).
+  // Under tensor parallelism, this rank's slices (every tp rank holds the same sizes).
   const std::unique_ptr<Model> shapes = model_family_of(cfg_).build(model_args(cfg_));
+  if (cfg_.parallel.tp > 1)
+    apply_tensor_parallel_plan(model_family_of(cfg_).tensor_parallel_plan(model_args(cfg_)), *shapes,
+                               cfg_.parallel.tp, 0, cfg_.parallel.sequence_parallel);
   const MemoryPlan plan = pipeline_memory_plan(cfg_, *pipe_, env_.rank / (dp * cfg_.parallel.tp), shapes->params(), dp);
   const double capacity = static_cast<double>(device_capacity_bytes(device_));
   const double sharing = device_.is_cpu() ? std::max(1, env_.local_size) : 1;
@@ -179,6 +184,11 @@ void Trainer::print_startup(const MeshShape& shape) {
     std::printf("tetra: data parallel over %d ranks: ZeRO stage %d, %s gradients reduced by %s\n", shape.dp,
                 cfg_.parallel.zero_stage, dtype_name(params_.grad_dtype()),
                 grad_comm_ ? "the copy engines (CUDA IPC)" : mesh_->device_comm(MeshAxis::DP).backend().c_str());
+  if (shape.tp > 1)
+    std::printf("tetra: tensor parallel over %d ranks: %s plan, sequence parallelism %s, collectives by %s, "
+                "not overlapped with the GEMMs\n",
+                shape.tp, model_->arch().c_str(), cfg_.parallel.sequence_parallel ? "on" : "off",
+                mesh_->device_comm(MeshAxis::TP).backend().c_str());
   for (const std::string& line : loader_->describe()) std::printf("tetra: %s\n", line.c_str());
   if (expert_parallel_)
     std::printf("tetra: expert parallel over %d ranks: %lld of %d experts per MoE layer on each, expert gradients "
@@ -216,8 +226,6 @@ void Trainer::setup() {
   // What can fail on some ranks only — rank 0's run directory, this rank's device — is agreed on
   // before the first collective, so that no rank is left waiting in it (launch/rank_agreement.h).
   agree(world_, [&] {
-    if (shape.tp != 1)
-      TETRA_FAIL(Config, "parallel.tp > 1 is not implemented yet in the trainer (tp=", shape.tp, "; use 1)");
     if (shape.pp > 1 && cfg_.train.cuda_graphs)
       TETRA_FAIL(Config, cfg_.origins.where("train.cuda_graphs"),
                  ": train.cuda_graphs: not supported with parallel.pp > 1 (the pipeline's transfers are issued from "
@@ -256,7 +264,12 @@ void Trainer::setup() {
   // shards), the gradient dtype and which full buffers exist (parallel/distributed_optimizer.h).
   // Every rank materialises the full weights of its pipeline stages once here; stage 3 keeps only
   // its shard of them. Agreed: an allocation or a model.init_from file can fail on one rank.
+  // Tensor parallelism: the family's plan places every parameter (this rank's slices; init and
+  // loading below fill exactly those) before the ParamSet lays them out.
   model_ = model_family_of(cfg_).build(model_args(cfg_));  // shapes only: nothing allocated yet
+  if (shape.tp > 1)
+    apply_tensor_parallel_plan(model_family_of(cfg_).tensor_parallel_plan(model_args(cfg_)), *model_, shape.tp,
+                               mesh_->coords().tp, cfg_.parallel.sequence_parallel);
   const std::vector<Param*> held = pipeline_params();
   create_pipeline_groups();
   DistributedOptimizerOptions oo = optimizer_options(cfg_, shape.dp);
@@ -273,6 +286,14 @@ void Trainer::setup() {
       initial_weights(params_);
     }
   });
+  if (shape.tp > 1) {
+    // parallel.tp_comm_overlap auto: on a GPU (on the CPU collectives progress beside compute anyway).
+    const bool overlap = cfg_.parallel.tp_comm_overlap == "on" ||
+                         (cfg_.parallel.tp_comm_overlap == "auto" && device_.is_cuda());
+    tp_ = std::make_unique<TensorParallel>(mesh_->device_comm(MeshAxis::TP), *comm_, cfg_.parallel.sequence_parallel,
+                                           overlap);
+    model_->set_tensor_parallel(tp_.get());
+  }
   Communicator* grad_comm = &grad_group();
   if (cfg_.parallel.grad_all_reduce == "copy_engine" && shape.dp > 1) {
 #ifdef TETRA_WITH_CUDA
@@ -291,7 +312,8 @@ void Trainer::setup() {
     TETRA_FAIL(Config, "parallel.grad_all_reduce: copy_engine needs tetra built with CUDA");
 #endif
   }
-  optimizer_ = make_distributed_optimizer(params_, *grad_comm, *comm_, oo);
+  optimizer_ = make_distributed_optimizer(params_, *grad_comm, *comm_, oo,
+                                          shape.tp > 1 ? &mesh_->device_comm(MeshAxis::TP) : nullptr);
   if (!tied_.empty()) optimizer_->tie(tied_, tie_group_.on_device(), tie_owner_);
   if (expert_parallel_) {
     // The experts' state is reduced and sharded over the expert-data group (ARCHITECTURE.md §4).

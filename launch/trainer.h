@@ -30,6 +30,7 @@
 #include "parallel/param_set.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/pipeline_transport.h"
+#include "parallel/tensor_parallel.h"
 #include "runtime/cuda_graph.h"
 #include "runtime/goodput_clock.h"
 #include "runtime/host_readback.h"
@@ -140,6 +141,7 @@ class Trainer {
   ParamSet expert_params_;
   std::unique_ptr<ExpertParallel> expert_parallel_;
   std::unique_ptr<CommScheduler> comm_;
+  std::unique_ptr<TensorParallel> tp_;  // parallel.tp > 1: what the model's layers communicate through
   // parallel.grad_all_reduce: copy_engine: the dp group's device communicator with the gradient
   // buffer registered for the copy engines (wraps the mesh's; null otherwise).
   std::unique_ptr<Communicator> grad_comm_;

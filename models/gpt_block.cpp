@@ -9,17 +9,22 @@ namespace tetra {
 
 // Per micro-batch state of a block. Forward tensors are dropped according to the recompute mode
 // and rebuilt at the start of backward_input; the gradients listed last are what W needs.
+// R = the block's rows: N, or this rank's N/tp under sequence parallelism. Tensor-parallel widths:
+// H/tp heads, so qkv and att hold 3C/tp and C/tp columns, the MLP 4C/tp.
 struct GptBlock::Saved : Activations {
-  Tensor x;                    // [N, C] block input (always kept), residual dtype
-  Tensor ln1, mean1, rstd1;    // [N, C], [N], [N]
+  Tensor x;                    // [R, C] block input (always kept), residual dtype
+  Tensor ln1, mean1, rstd1;    // [R, C], [R], [R]
+  Tensor ln1_in;               // [N, C]: c_attn's input (ln1, or ln1 gathered over tp)
   Tensor qkv;                  // [N, 3C]
   Tensor att, lse;             // [N, C], [B, H, T]
-  Tensor x2;                   // [N, C] after the attention residual, residual dtype
-  Tensor ln2, mean2, rstd2;    // [N, C], [N], [N]
+  Tensor x2;                   // [R, C] after the attention residual, residual dtype
+  Tensor ln2, mean2, rstd2;    // [R, C], [R], [R]
+  Tensor ln2_in;               // [N, C]: c_fc's input
   Tensor fc_pre, fc_act;       // [N, 4C] before / after GELU
   // Gradients kept from B for W (activation dtype; d_mlp_out and d_attn_out are the residual
-  // stream's gradients as the GEMMs read them):
-  Tensor d_mlp_out, d_fc_pre, d_attn_out, d_qkv;
+  // stream's gradients as the GEMMs read them, [R, C]; *_full the same gathered to [N, C] for the
+  // row-parallel projections' weight gradients):
+  Tensor d_mlp_out, d_mlp_out_full, d_fc_pre, d_attn_out, d_attn_out_full, d_qkv;
   // Their column sums where a LayerNorm backward already took them (fp32 [C]; d_mlp_out_sum comes
   // from the layer above and may be undefined): the two projections' bias gradients.
   Tensor d_mlp_out_sum, d_attn_out_sum;
@@ -54,40 +59,57 @@ std::vector<Param*> GptBlock::params() {
 }
 
 void GptBlock::run_attention_half(MicroBatchContext& ctx, Saved& s) {
-  const int64_t N = s.x.dim(0), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
-  s.ln1 = ctx.activation({N, C});
-  s.mean1 = ctx.fp32({N});
-  s.rstd1 = ctx.fp32({N});
+  const int64_t R = s.x.dim(0), N = ctx.tokens(), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
+  const int64_t H = local_heads(), HD = H * cfg_.head_dim();
+  s.ln1 = ctx.activation({R, C});
+  s.mean1 = ctx.fp32({R});
+  s.rstd1 = ctx.fp32({R});
   ln_1_.forward(s.ln1, s.mean1, s.rstd1, s.x);
-  s.qkv = ctx.activation({N, 3 * C});
-  c_attn_.forward(s.qkv, s.ln1);
-  s.att = ctx.activation({N, C});
-  s.lse = ctx.fp32({B, cfg_.n_heads, T});
-  Tensor qkv3 = s.qkv.view({B, T, 3 * C}), att3 = s.att.view({B, T, C});
-  ops::attention_forward(att3, s.lse, qkv3, cfg_.n_heads);
-  s.x2 = ctx.residual({N, C});
-  attn_proj_.forward_residual(s.x2, s.att, s.x);
+  s.qkv = ctx.activation({N, 3 * HD});
+  s.ln1_in = rows_sharded() ? ctx.activation({N, C}) : s.ln1;
+  if (tp_)
+    tp_->column_forward(s.qkv, s.ln1, &s.ln1_in, c_attn_.weight.value, c_attn_.bias.value);
+  else
+    c_attn_.forward(s.qkv, s.ln1);
+  s.att = ctx.activation({N, HD});
+  s.lse = ctx.fp32({B, H, T});
+  Tensor qkv3 = s.qkv.view({B, T, 3 * HD}), att3 = s.att.view({B, T, HD});
+  ops::attention_forward(att3, s.lse, qkv3, H);
+  s.x2 = ctx.residual({R, C});
+  if (tp_)
+    tp_->row_forward(s.x2, s.att, attn_proj_.weight.value, attn_proj_.bias.value, &s.x);
+  else
+    attn_proj_.forward_residual(s.x2, s.att, s.x);
 }
 
 void GptBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y) {
-  const int64_t N = s.x.dim(0), C = cfg_.d_model;
-  s.ln2 = ctx.activation({N, C});
-  s.mean2 = ctx.fp32({N});
-  s.rstd2 = ctx.fp32({N});
+  const int64_t R = s.x.dim(0), N = ctx.tokens(), C = cfg_.d_model, F = c_fc_.out_features();
+  s.ln2 = ctx.activation({R, C});
+  s.mean2 = ctx.fp32({R});
+  s.rstd2 = ctx.fp32({R});
   ln_2_.forward(s.ln2, s.mean2, s.rstd2, s.x2);
-  s.fc_pre = ctx.activation({N, 4 * C});
-  s.fc_act = ctx.activation({N, 4 * C});
-  c_fc_.forward(s.fc_act, s.ln2, ops::Activation::Gelu, &s.fc_pre);
-  if (y) mlp_proj_.forward_residual(*y, s.fc_act, s.x2);
+  s.fc_pre = ctx.activation({N, F});
+  s.fc_act = ctx.activation({N, F});
+  s.ln2_in = rows_sharded() ? ctx.activation({N, C}) : s.ln2;
+  if (tp_)
+    tp_->column_forward(s.fc_act, s.ln2, &s.ln2_in, c_fc_.weight.value, c_fc_.bias.value, ops::Activation::Gelu,
+                        &s.fc_pre);
+  else
+    c_fc_.forward(s.fc_act, s.ln2, ops::Activation::Gelu, &s.fc_pre);
+  if (!y) return;
+  if (tp_)
+    tp_->row_forward(*y, s.fc_act, mlp_proj_.weight.value, mlp_proj_.bias.value, &s.x2);
+  else
+    mlp_proj_.forward_residual(*y, s.fc_act, s.x2);
 }
 
 Tensor GptBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
-  const int64_t N = x.dim(0), C = cfg_.d_model;
+  const int64_t R = x.dim(0), C = cfg_.d_model;
   Saved local;
   Saved& s = ctx.training ? ctx.slot<Saved>(index_) : local;
   s.x = x;
   run_attention_half(ctx, s);
-  Tensor y = ctx.residual({N, C});
+  Tensor y = ctx.residual({R, C});
   run_mlp_half(ctx, s, &y);
   if (!ctx.training) return y;
   switch (recompute_) {
@@ -108,7 +130,8 @@ Tensor GptBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
 
 Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   Saved& s = ctx.slot<Saved>(index_);
-  const int64_t N = s.x.dim(0), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
+  const int64_t R = s.x.dim(0), N = ctx.tokens(), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
+  const int64_t H = local_heads(), HD = H * cfg_.head_dim(), F = c_fc_.out_features();
   if (!s.qkv.defined()) run_attention_half(ctx, s);  // full recompute
   if (!s.fc_act.defined()) run_mlp_half(ctx, s, nullptr);
 
@@ -117,27 +140,41 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   GradCompanions in = ctx.take_grad(dy);
   s.d_mlp_out = ctx.in_activation_dtype(dy, in.rounded);
   s.d_mlp_out_sum = std::move(in.column_sum);
-  Tensor d_fc = ctx.activation({N, 4 * C});
-  mlp_proj_.backward_input_gelu(d_fc, s.d_mlp_out, s.fc_pre);
+  Tensor d_fc = ctx.activation({N, F});
+  s.d_mlp_out_full = rows_sharded() ? ctx.activation({N, C}) : s.d_mlp_out;
+  if (tp_)
+    tp_->row_backward_input(d_fc, s.d_mlp_out, &s.d_mlp_out_full, mlp_proj_.weight.value, &s.fc_pre);
+  else
+    mlp_proj_.backward_input_gelu(d_fc, s.d_mlp_out, s.fc_pre);
   s.d_fc_pre = d_fc;
   s.fc_pre = Tensor();  // no longer needed; W uses fc_act and ln2
-  Tensor d_ln2 = ctx.activation({N, C});
-  c_fc_.backward_input(d_ln2, d_fc);
-  StreamGradient dx2 = ctx.stream_gradient({N, C});
+  Tensor d_ln2 = ctx.activation({R, C});
+  if (tp_)
+    tp_->column_backward_input(d_ln2, d_fc, c_fc_.weight.value);
+  else
+    c_fc_.backward_input(d_ln2, d_fc);
+  StreamGradient dx2 = ctx.stream_gradient({R, C});
   s.d_attn_out_sum = ctx.fp32({C});
   ln_2_.backward_residual(dx2.grad, d_ln2, s.x2, s.mean2, s.rstd2, /*dresidual=*/dy, &s.d_attn_out_sum,
                           dx2.rounded_output());
 
   // Attention: x2 = x + c_proj(attn(c_attn(ln_1(x))))
   s.d_attn_out = dx2.rounded;
-  Tensor d_att = d_ln2;  // reuse the [N, C] buffer
-  attn_proj_.backward_input(d_att, dx2.rounded);
-  s.d_qkv = ctx.activation({N, 3 * C});
-  Tensor dqkv3 = s.d_qkv.view({B, T, 3 * C}), datt3 = d_att.view({B, T, C});
-  ops::attention_backward(dqkv3, datt3, s.qkv.view({B, T, 3 * C}), s.att.view({B, T, C}), s.lse, cfg_.n_heads);
-  Tensor d_ln1 = d_att;
-  c_attn_.backward_input(d_ln1, s.d_qkv);
-  StreamGradient dx = ctx.stream_gradient({N, C});
+  s.d_attn_out_full = rows_sharded() ? ctx.activation({N, C}) : dx2.rounded;
+  Tensor d_att = tp_ ? ctx.activation({N, HD}) : d_ln2;  // tp = 1: reuse the [N, C] buffer
+  if (tp_)
+    tp_->row_backward_input(d_att, dx2.rounded, &s.d_attn_out_full, attn_proj_.weight.value);
+  else
+    attn_proj_.backward_input(d_att, dx2.rounded);
+  s.d_qkv = ctx.activation({N, 3 * HD});
+  Tensor dqkv3 = s.d_qkv.view({B, T, 3 * HD}), datt3 = d_att.view({B, T, HD});
+  ops::attention_backward(dqkv3, datt3, s.qkv.view({B, T, 3 * HD}), s.att.view({B, T, HD}), s.lse, H);
+  Tensor d_ln1 = tp_ ? ctx.activation({R, C}) : d_att;
+  if (tp_)
+    tp_->column_backward_input(d_ln1, s.d_qkv, c_attn_.weight.value);
+  else
+    c_attn_.backward_input(d_ln1, s.d_qkv);
+  StreamGradient dx = ctx.stream_gradient({R, C});
   Tensor dx_sum = ctx.fp32({C});
   ln_1_.backward_residual(dx.grad, d_ln1, s.x, s.mean1, s.rstd1, /*dresidual=*/dx2.grad, &dx_sum, dx.rounded_output());
   // The block below: its mlp.c_proj bias gradient, and the gradient as its GEMMs read it.
@@ -149,10 +186,19 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
 
 void GptBlock::backward_weight(MicroBatchContext& ctx) {
   Saved& s = ctx.slot<Saved>(index_);
-  mlp_proj_.backward_weight(s.d_mlp_out, s.fc_act, s.d_mlp_out_sum);
-  c_fc_.backward_weight(s.d_fc_pre, s.ln2);
-  attn_proj_.backward_weight(s.d_attn_out, s.att, s.d_attn_out_sum);
-  c_attn_.backward_weight(s.d_qkv, s.ln1);
+  // Column-parallel weights from their (gathered) inputs; row-parallel ones from the gathered output
+  // gradients, their biases from this rank's rows under sequence parallelism.
+  if (rows_sharded()) {
+    mlp_proj_.backward_weight_rows(s.d_mlp_out_full, s.fc_act, s.d_mlp_out, s.d_mlp_out_sum);
+    c_fc_.backward_weight(s.d_fc_pre, s.ln2_in);
+    attn_proj_.backward_weight_rows(s.d_attn_out_full, s.att, s.d_attn_out, s.d_attn_out_sum);
+    c_attn_.backward_weight(s.d_qkv, s.ln1_in);
+  } else {
+    mlp_proj_.backward_weight(s.d_mlp_out, s.fc_act, s.d_mlp_out_sum);
+    c_fc_.backward_weight(s.d_fc_pre, s.ln2_in);
+    attn_proj_.backward_weight(s.d_attn_out, s.att, s.d_attn_out_sum);
+    c_attn_.backward_weight(s.d_qkv, s.ln1_in);
+  }
   ctx.release(index_);
 }
 

@@ -2,10 +2,17 @@
 //   x2 = x + c_proj(attn(c_attn(ln_1(x))))
 //   y  = x2 + mlp.c_proj(gelu(mlp.c_fc(ln_2(x2))))
 // Activations are [N, C] with N = B·T tokens.
+// Tensor-parallel (Megatron-LM's split, models/gpt_family.cpp's plan): c_attn and c_fc are
+// column-parallel (c_attn per head of each of q, k, v: this rank computes H/tp heads), the two c_proj
+// row-parallel. With sequence parallelism the block's input, output, LayerNorms and residual adds
+// hold this rank's N/tp rows; the column-parallel inputs are all-gathered and the row-parallel
+// outputs reduce-scattered (parallel/tensor_parallel.h). Without it every rank holds all N rows and
+// the row-parallel outputs (and column-parallel input gradients) are all-reduced.
 #pragma once
 #include "models/gpt_config.h"
 #include "models/layer.h"
 #include "models/modules.h"
+#include "parallel/tensor_parallel.h"
 
 namespace tetra {
 
@@ -17,14 +24,20 @@ class GptBlock : public Layer {
   Tensor forward(MicroBatchContext& ctx, const Tensor& x) override;
   Tensor backward_input(MicroBatchContext& ctx, const Tensor& dy) override;
   void backward_weight(MicroBatchContext& ctx) override;
+  void set_tensor_parallel(TensorParallel* tp) { tp_ = tp; }
 
  private:
   struct Saved;
   void run_attention_half(MicroBatchContext& ctx, Saved& s);  // x → x2
   void run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y);  // x2 → y (y null: recompute only)
 
+  // Heads this rank computes (n_heads, or n_heads / tp).
+  int64_t local_heads() const { return c_attn_.weight.local_shape[0] / (3 * cfg_.head_dim()); }
+  bool rows_sharded() const { return tp_ && tp_->sequence_parallel(); }
+
   GptConfig cfg_;
   int block_;
+  TensorParallel* tp_ = nullptr;
   LayerNorm ln_1_, ln_2_;
   Linear c_attn_, attn_proj_, c_fc_, mlp_proj_;
 };

@@ -21,8 +21,26 @@ GptEmbedding::GptEmbedding(const GptConfig& cfg, Param* wte) : cfg_(cfg), wte_(w
 Tensor GptEmbedding::forward(MicroBatchContext& ctx, const Tensor& ids) {
   TETRA_CHECK(ids.ndim() == 2 && ids.dim(1) <= cfg_.max_seq_len, "embedding: ids ", ids.describe(),
               " (sequence longer than model.seq_len = ", cfg_.max_seq_len, "?)");
-  Tensor y = ctx.residual({ids.numel(), cfg_.d_model});  // the residual stream starts here
-  ops::embedding_forward(y, ids.flatten(), wte_->value, wpe_.value, ids.dim(1));
+  const int64_t N = ids.numel(), C = cfg_.d_model;
+  Tensor y;
+  if (!tp_) {
+    y = ctx.residual({N, C});  // the residual stream starts here
+    ops::embedding_forward(y, ids.flatten(), wte_->value, wpe_.value, ids.dim(1));
+  } else {
+    // This rank's vocabulary rows, the positions once (tp rank 0), summed over the group: adding the
+    // other ranks' zero rows is exact, so every tp gives the tp = 1 values.
+    Tensor partial = ctx.activation({N, C});
+    ops::embedding_forward(partial, ids.flatten(), wte_->value, tp_->rank() == 0 ? wpe_.value : Tensor(), ids.dim(1),
+                           tp_->vocab_shard(cfg_.vocab_size));
+    if (tp_->sequence_parallel()) {
+      // The stream's dtype is the activation dtype under tp > 1 (launch/config_validate.cpp).
+      y = ctx.residual({tp_->local_rows(N, "embedding"), C});
+      tp_->reduce_scatter_rows(y, partial, "embedding");
+    } else {
+      tp_->all_reduce(partial, "embedding");
+      y = partial;
+    }
+  }
   if (ctx.training) ctx.slot<EmbeddingActivations>(index_).ids = ids;
   return y;
 }
@@ -35,7 +53,22 @@ Tensor GptEmbedding::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
 
 void GptEmbedding::backward_weight(MicroBatchContext& ctx) {
   auto& a = ctx.slot<EmbeddingActivations>(index_);
-  ops::embedding_backward(wte_->grad, &wpe_.grad, a.dy, a.ids.flatten(), a.ids.dim(1));
+  if (!tp_) {
+    ops::embedding_backward(wte_->grad, &wpe_.grad, a.dy, a.ids.flatten(), a.ids.dim(1));
+  } else {
+    // Every token's gradient reaches the rank that holds its vocabulary row: gather the sequence
+    // shards. The positions' gradient: complete on every rank from the replicated dy without
+    // sequence parallelism; with it tp rank 0 takes all of it and the others none, and the sum over
+    // tp (wpe is a sequence-parallel weight) adds exact zeros.
+    Tensor dy = a.dy;
+    if (tp_->sequence_parallel()) {
+      dy = ctx.activation({a.ids.numel(), cfg_.d_model});
+      tp_->all_gather_rows(dy, a.dy, "embedding gradient");
+    }
+    const bool positions = !tp_->sequence_parallel() || tp_->rank() == 0;
+    ops::embedding_backward(wte_->grad, positions ? &wpe_.grad : nullptr, dy, a.ids.flatten(), a.ids.dim(1),
+                            tp_->vocab_shard(cfg_.vocab_size));
+  }
   ctx.release(index_);
 }
 

@@ -8,6 +8,7 @@ GptModel::GptModel(const GptConfig& cfg) : cfg_(cfg) {
   wte_.full_shape = wte_.local_shape = {cfg.vocab_size, cfg.d_model};
   wte_.init_std = 0.02f;
   wte_.layer_index = 0;
+  wte_.placement.tie_group = "wte";  // the token embedding and the LM head read one matrix
   embedding_ = std::make_unique<GptEmbedding>(cfg_, &wte_);
   embedding_->set_index(0);
   for (int i = 0; i < cfg.n_layers; ++i) {
@@ -26,6 +27,13 @@ std::vector<Layer*> GptModel::layers() {
   for (auto& b : blocks_) out.push_back(b.get());
   out.push_back(head_.get());
   return out;
+}
+
+void GptModel::set_tensor_parallel(TensorParallel* tp) {
+  if (tp && tp->size() == 1) tp = nullptr;  // one rank: the plain layers
+  embedding_->set_tensor_parallel(tp);
+  for (auto& b : blocks_) b->set_tensor_parallel(tp);
+  head_->set_tensor_parallel(tp);
 }
 
 std::vector<ModelAttribute> GptModel::config_attributes() const {

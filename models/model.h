@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/layer.h"
+#include "parallel/tensor_parallel.h"
 
 namespace tetra {
 
@@ -47,6 +48,10 @@ class Model {
   virtual std::vector<std::string> ignorable_checkpoint_names() const { return {}; }
   // The mixture-of-experts MLPs of the layers, in layer order (empty for a dense model).
   std::vector<MoeMlp*> moe_layers();
+  // Runs the layers tensor-parallel over `tp`'s group (apply_tensor_parallel_plan has placed the
+  // parameters as the family's plan says). Null, or a group of one rank: the plain layers. A family
+  // whose layers have no tensor-parallel form fails with a Config error naming parallel.tp.
+  virtual void set_tensor_parallel(TensorParallel* tp);
 };
 
 }  // namespace tetra

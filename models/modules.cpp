@@ -32,6 +32,17 @@ void Linear::collect(std::vector<Param*>& out) {
   if (has_bias) out.push_back(&bias);
 }
 
+void Linear::backward_weight_rows(const Tensor& dy_full, const Tensor& x, const Tensor& dy_rows,
+                                  const Tensor& dy_rows_sum) {
+  ops::linear_backward_weight(weight.grad, nullptr, dy_full, x, /*accumulate=*/true);
+  if (!has_bias) return;
+  // The bias alone: linear_backward_weight over an input of no features runs only its bias path.
+  Tensor no_dw = Tensor::empty({weight.grad.dim(0), 0}, weight.grad.dtype(), weight.grad.device());
+  Tensor no_x = Tensor::empty({dy_rows.dim(0), 0}, dy_rows.dtype(), dy_rows.device());
+  ops::linear_backward_weight(no_dw, &bias.grad, dy_rows, no_x, /*accumulate=*/true,
+                              dy_rows_sum.defined() ? &dy_rows_sum : nullptr);
+}
+
 void LayerNorm::init(const std::string& name, int64_t channels, float epsilon, int layer) {
   eps = epsilon;
   weight = make_param(name + ".weight", {channels}, layer);

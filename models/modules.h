@@ -45,6 +45,10 @@ struct Linear {
     ops::linear_backward_weight(weight.grad, has_bias ? &bias.grad : nullptr, dy, x, /*accumulate=*/true,
                                 has_bias && dy_sum.defined() ? &dy_sum : nullptr);
   }
+  // A row-parallel layer under sequence parallelism: dw from the gathered dy_full [N, O] and x
+  // [N, I/tp]; the replicated bias from this rank's rows dy_rows [N/tp, O] only (their column sum
+  // dy_rows_sum if known), as its gradient is summed over tp afterwards (ParamPlacement::grad_over_tp).
+  void backward_weight_rows(const Tensor& dy_full, const Tensor& x, const Tensor& dy_rows, const Tensor& dy_rows_sum);
 };
 
 struct LayerNorm {

@@ -36,12 +36,12 @@ void MoeMlp::init(const std::string& prefix, int block, const MoeShape& shape, i
 
   gate_up_.name = prefix + ".experts.gate_up_proj.weight";
   gate_up_.full_shape = gate_up_.local_shape = {E * 2 * F, C};
-  gate_up_.split = ParamSplit::Expert;
+  gate_up_.placement.ep.kind = AxisPlacement::Kind::Expert;
   gate_up_.layer_index = layer;
   gate_up_.init_std = 0.02f;
   down_.name = prefix + ".experts.down_proj.weight";
   down_.full_shape = down_.local_shape = {E * C, F};
-  down_.split = ParamSplit::Expert;
+  down_.placement.ep.kind = AxisPlacement::Kind::Expert;
   down_.layer_index = layer;
   down_.init_std = down_std;
   for (int64_t e = 0; e < E; ++e) {

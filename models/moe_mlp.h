@@ -14,7 +14,7 @@
 //   PREFIX.gate.weight [E, d]  PREFIX.gate.e_score_correction_bias [E] (buffer)
 //   PREFIX.experts.gate_up_proj.weight [E·2F, d]: expert e's gate_proj then up_proj rows, stored as
 //     PREFIX.experts.e.{gate,up}_proj.weight [F, d]; PREFIX.experts.down_proj.weight [E·d, F]:
-//     PREFIX.experts.e.down_proj.weight [d, F]. Both expert-owned (ParamSplit::Expert): with
+//     PREFIX.experts.e.down_proj.weight [d, F]. Both expert-owned (placement.ep Expert): with
 //     expert parallelism a rank holds the rows of its experts only.
 //   PREFIX.shared_experts.gate_up_proj.weight [2·Fs, d] (gate_proj, up_proj), PREFIX.shared_experts.
 //     down_proj.weight [d, Fs].

@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "parallel/param_placement.h"
+
 namespace tetra {
 
 const char* tp_style_name(TpStyle s) {
@@ -98,6 +100,28 @@ std::vector<std::string> tensor_parallel_plan_problems(const TensorParallelPlan&
                       plan.layers[i].layer);
   }
   return out;
+}
+
+void apply_tensor_parallel_plan(const TensorParallelPlan& plan, Model& model, int tp, int rank,
+                                bool sequence_parallel) {
+  if (tp <= 1) return;
+  const std::vector<std::string> problems = tensor_parallel_plan_problems(plan, model, tp);
+  if (!problems.empty()) {
+    std::string all;
+    for (const std::string& p : problems) all += "\n  " + p;
+    TETRA_FAIL(Config, "parallel.tp: the ", model.arch(), " model does not split over tp = ", tp, ":", all);
+  }
+  for (Param* p : model.params()) {
+    const TpParamPlan& e = *plan.find(p->name);
+    switch (e.style) {
+      case TpStyle::ColumnParallel:
+      case TpStyle::RowParallel:
+      case TpStyle::VocabParallelEmbedding:
+      case TpStyle::VocabParallelOutput: shard_over_tp(*p, e.split_dim(), tp, rank); break;
+      case TpStyle::Replicated: replicate_over_tp(*p, tp, rank, /*grad_over_tp=*/false); break;
+      case TpStyle::SequenceParallel: replicate_over_tp(*p, tp, rank, /*grad_over_tp=*/sequence_parallel); break;
+    }
+  }
 }
 
 }  // namespace tetra

@@ -66,4 +66,13 @@ struct TensorParallelPlan {
 // whole units) that tp does not divide, a layer missing or out of order.
 std::vector<std::string> tensor_parallel_plan_problems(const TensorParallelPlan& plan, Model& model, int tp);
 
+// Places every parameter of `model` on a tp group of `tp` ranks, this one `rank`, as `plan` says
+// (ParamPlacement; parallel/param_placement.h): column-parallel and vocabulary-parallel weights
+// shard dim 0 (a fused weight per part), row-parallel ones dim 1; replicated ones stay whole;
+// sequence-parallel ones stay whole with their gradient summed over tp (placement.grad_over_tp)
+// when `sequence_parallel`, else they act on replicated activations and are plain replicated.
+// Throws a Config error naming parallel.tp and the plan's problems. At tp = 1 nothing changes.
+void apply_tensor_parallel_plan(const TensorParallelPlan& plan, Model& model, int tp, int rank,
+                                bool sequence_parallel);
+
 }  // namespace tetra

@@ -9,6 +9,7 @@
 #include "models/consolidated.h"
 #include "models/hf_folder.h"
 #include "models/stored_tensors.h"
+#include "parallel/param_placement.h"
 #include "runtime/ops.h"
 #include "runtime/safetensors.h"
 
@@ -66,7 +67,6 @@ LoadReport load_weights(const WeightSource& src, Model& model) {
 
   std::unordered_set<std::string> known;
   for (Param* p : model.params()) {
-    TETRA_CHECK(p->local_shape == p->full_shape, "load_weights into a split parameter (", p->name, ")");
     Tensor full = Tensor::empty(p->full_shape, DType::F32);
     for (const StoredTensor& t : stored_tensors(*p)) {
       known.insert(t.name);
@@ -83,8 +83,9 @@ LoadReport load_weights(const WeightSource& src, Model& model) {
         if (!std::isfinite(v[i])) TETRA_FAIL(Checkpoint, path, ": tensor '", t.name, "' holds a non-finite value");
       from_stored(t, stored, full);
     }
-    // A parameter another pipeline rank holds has no value here: checked, not loaded.
-    if (p->value.defined()) ops::copy(p->value, full.view(p->local_shape));
+    // A parameter another pipeline rank holds has no value here: checked, not loaded. The value is
+    // this rank's slice (parallel/param_placement.h).
+    if (p->value.defined()) ops::copy(p->value, local_piece(*p, full));
   }
   for (const std::string& n : model.ignorable_checkpoint_names()) known.insert(n);
   for (const std::string& n : src.names())

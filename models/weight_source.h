@@ -39,8 +39,8 @@ struct LoadReport {
   std::vector<std::string> notes;
 };
 
-// Loads every parameter of `model` (full, unsplit values) from `source`, converted to the value's
-// dtype and device. Throws a Checkpoint error for a different family, a config field that changes
+// Loads every parameter of `model` from `source` (which holds full tensors): each parameter's local
+// piece (its tensor-parallel slice, or all of it), converted to the value's dtype and device. Throws a Checkpoint error for a different family, a config field that changes
 // the model's shape or wiring, a missing tensor, a wrong shape or a non-finite value.
 LoadReport load_weights(const WeightSource& source, Model& model);
 

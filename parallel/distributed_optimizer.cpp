@@ -27,12 +27,30 @@ ParamStorage param_storage_for(const DistributedOptimizerOptions& options, DType
   return s;
 }
 
+void append_state_pieces(std::vector<StatePiece>& out, const Param& p, int64_t begin, int64_t end,
+                         const Tensor& master, const Tensor& exp_avg, const Tensor& exp_avg_sq) {
+  for (const BoxRange& r : box_ranges(p, begin, end)) {
+    StatePiece s;
+    s.name = p.name;
+    s.full_shape = p.full_shape;
+    if (!is_whole(r.box, p.full_shape)) s.box = r.box;
+    s.begin = r.begin;
+    s.end = r.end;
+    const int64_t at = r.local_begin - begin, n = r.end - r.begin;
+    s.master = master.slice_flat(at, {n});
+    s.exp_avg = exp_avg.slice_flat(at, {n});
+    s.exp_avg_sq = exp_avg_sq.slice_flat(at, {n});
+    out.push_back(std::move(s));
+  }
+}
+
 std::unique_ptr<DistributedOptimizer> make_distributed_optimizer(ParamSet& params, Communicator& dp,
                                                                  CommScheduler& scheduler,
-                                                                 const DistributedOptimizerOptions& options) {
-  if (options.zero_stage == 0) return std::make_unique<ReplicatedOptimizer>(params, dp, scheduler, options);
+                                                                 const DistributedOptimizerOptions& options,
+                                                                 Communicator* tp) {
+  if (options.zero_stage == 0) return std::make_unique<ReplicatedOptimizer>(params, dp, scheduler, options, tp);
   if (options.zero_stage >= 1 && options.zero_stage <= 3)
-    return std::make_unique<ZeroOptimizer>(params, dp, scheduler, options);
+    return std::make_unique<ZeroOptimizer>(params, dp, scheduler, options, tp);
   TETRA_FAIL(Config, "parallel.zero_stage: ", options.zero_stage, " (valid: 0, 1, 2, 3)");
 }
 

@@ -13,8 +13,15 @@
 //   or step(control)           the same, with lr, clipping and skipping decided on the device
 //                              (runtime/step_control.h): no host synchronisation in the step
 //
-// Checkpoints see the state as pieces of flattened full parameters (StatePiece), independent of
-// the mesh, so a checkpoint written at one dp size / stage loads at another.
+// Checkpoints see the state as pieces of full parameters (StatePiece: a flat range of a box of the
+// full tensor), independent of the mesh, so a checkpoint written at one dp / tp size and stage loads
+// at another.
+//
+// Tensor parallelism: the ParamSet holds this rank's local slices (parallel/param_placement.h) and
+// the data-parallel group is that of this tp rank, so gradient reduction and ZeRO sharding run over
+// dp for each local slice. The tp group (given to make_distributed_optimizer) adds what the slices
+// need beyond that (parallel/tp_grad_sync.h): sequence-parallel gradients summed over tp, and a
+// gradient norm that counts every element once.
 #pragma once
 #include <memory>
 #include <string>
@@ -22,18 +29,28 @@
 
 #include "parallel/adamw.h"
 #include "parallel/comm_scheduler.h"
+#include "parallel/param_placement.h"
 #include "parallel/param_set.h"
 #include "runtime/communicator.h"
 
 namespace tetra {
 
-// Elements [begin, end) of the flattened full parameter `name`, with this rank's fp32 state for them.
+// Elements [begin, end) of box `box` of the full parameter `name`, flattened in the box's row-major
+// order (the whole tensor's, for a parameter that is not split), with this rank's fp32 state for
+// them. A tensor-parallel slice is a box (a row- or column-split shard; one per part of a fused
+// parameter); a ZeRO shard of it, a flat range of that box.
 struct StatePiece {
   std::string name;
   Shape full_shape;
+  TensorBox box;  // empty: the whole tensor (a parameter this rank holds unsplit)
   int64_t begin = 0, end = 0;
   Tensor master, exp_avg, exp_avg_sq;  // fp32 [end − begin], device views
 };
+
+// The pieces of elements [begin, end) of p's local tensor whose fp32 state lies in master, exp_avg
+// and exp_avg_sq (flat views of exactly those elements), one per box they fall in; appended to out.
+void append_state_pieces(std::vector<StatePiece>& out, const Param& p, int64_t begin, int64_t end,
+                         const Tensor& master, const Tensor& exp_avg, const Tensor& exp_avg_sq);
 
 // Bytes of training state held by this rank at its peak in a step, by category (for `tetra plan`
 // and the start-up report; docs/zero.md gives the formula of each stage):
@@ -127,9 +144,12 @@ ParamStorage param_storage_for(const DistributedOptimizerOptions& options, DType
 // Stage 0 (ReplicatedOptimizer): replicated state, bucketed all-reduce of gradients. Stages 1–3
 // (ZeroOptimizer): state sharded over `dp`, reduce-scatter / all-gather per layer. `params` must be
 // built as param_storage_for(options, …, dp.size()) says. Collectives go through `scheduler` (the
-// device's communication stream), which measures how long compute waits on them.
+// device's communication stream), which measures how long compute waits on them. `tp`: the
+// tensor-parallel group of this rank's parameter slices (null or of size 1 without tensor
+// parallelism).
 std::unique_ptr<DistributedOptimizer> make_distributed_optimizer(ParamSet& params, Communicator& dp,
                                                                  CommScheduler& scheduler,
-                                                                 const DistributedOptimizerOptions& options);
+                                                                 const DistributedOptimizerOptions& options,
+                                                                 Communicator* tp = nullptr);
 
 }  // namespace tetra

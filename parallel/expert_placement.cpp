@@ -4,7 +4,7 @@
 
 namespace tetra {
 
-bool expert_owned(const Param& p) { return p.split == ParamSplit::Expert; }
+bool expert_owned(const Param& p) { return p.placement.ep.kind == AxisPlacement::Kind::Expert; }
 
 void place_experts(const std::vector<Param*>& params, int ep) {
   for (Param* p : params) {

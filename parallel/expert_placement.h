@@ -1,6 +1,6 @@
 // Where expert parallelism puts the routed experts' weights (ARCHITECTURE.md §4; docs/moe.md): rank
 // e of an expert-parallel group of `ep` ranks holds experts [e·E/ep, (e+1)·E/ep) of every MoE layer,
-// which are rows [e·R/ep, (e+1)·R/ep) of each expert-owned Param (ParamSplit::Expert: R full rows,
+// which are rows [e·R/ep, (e+1)·R/ep) of each expert-owned Param (placement.ep Expert: R full rows,
 // one block per expert, in expert order). That slice is one contiguous range of the flattened full
 // tensor, so checkpoint pieces and loads address it as [expert_offset, expert_offset + numel).
 #pragma once

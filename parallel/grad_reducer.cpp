@@ -6,8 +6,9 @@
 
 namespace tetra {
 
-GradReducer::GradReducer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, double bucket_bytes)
-    : params_(params), dp_(dp), scheduler_(scheduler) {
+GradReducer::GradReducer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, double bucket_bytes,
+                         TpGradSync* tp)
+    : params_(params), dp_(dp), scheduler_(scheduler), tp_(tp) {
   // Walk parameters from the last layer to the first; close a bucket once it holds enough bytes,
   // always at a layer boundary so a bucket never waits on half a layer.
   std::map<int, std::pair<int64_t, int64_t>> layer_range;  // layer → [min offset, max end)
@@ -64,26 +65,35 @@ void GradReducer::begin_step() {
 }
 
 void GradReducer::issue(Bucket& b) {
+  b.issued = true;
+  if (tp_ && tp_->needed()) {
+    const ZeroLayout& layout = params_.layout();
+    for (size_t u = 0; u < layout.units().size(); ++u) {
+      const ZeroUnit& zu = layout.units()[u];
+      if (zu.offset >= b.begin && zu.offset < b.end)
+        tp_->sync_unit(static_cast<int>(u), params_.flat_grads().slice_flat(zu.offset, {zu.padded}));
+    }
+  }
+  if (dp_.size() <= 1) return;
   Tensor slice = params_.flat_grads().slice_flat(b.begin, {b.end - b.begin});
   b.ticket = scheduler_.issue("all_reduce grads[" + std::to_string(b.begin) + ":" + std::to_string(b.end) + "]",
                               static_cast<int64_t>(slice.nbytes()),
                               [&] { return dp_.all_reduce(slice, ReduceOp::Sum); });
-  b.issued = true;
 }
 
 void GradReducer::layer_done(int layer_index) {
   if (layer_index < 0 || static_cast<size_t>(layer_index) >= buckets_of_layer_.size()) return;
   for (int bi : buckets_of_layer_[static_cast<size_t>(layer_index)]) {
     Bucket& b = buckets_[static_cast<size_t>(bi)];
-    if (--b.pending == 0 && dp_.size() > 1) issue(b);
+    if (--b.pending == 0 && reduces()) issue(b);
   }
 }
 
 void GradReducer::finish() {
-  if (dp_.size() <= 1) return;
+  if (!reduces()) return;
   for (Bucket& b : buckets_) {
     if (!b.issued) issue(b);
-    scheduler_.wait(b.ticket);
+    if (dp_.size() > 1) scheduler_.wait(b.ticket);
   }
 }
 

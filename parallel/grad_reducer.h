@@ -3,19 +3,23 @@
 // finishes them). When the last micro-batch's backward of every layer in a bucket is done, its
 // all-reduce (sum) is issued at once, so communication overlaps the rest of backward; finish()
 // makes compute wait for all of them (through the CommScheduler, which measures the wait). Gradients are sums, not means: the loss is already scaled by 1/(global tokens).
+// With tensor parallelism (`tp` active) a bucket's units first all-reduce their sequence-parallel
+// gradients over the tp group (parallel/tp_grad_sync.h), also at dp = 1.
 #pragma once
 #include <memory>
 #include <vector>
 
 #include "parallel/comm_scheduler.h"
 #include "parallel/param_set.h"
+#include "parallel/tp_grad_sync.h"
 #include "runtime/communicator.h"
 
 namespace tetra {
 
 class GradReducer {
  public:
-  GradReducer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, double bucket_bytes);
+  GradReducer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, double bucket_bytes,
+              TpGradSync* tp = nullptr);
 
   // Call once per step before the last micro-batch's backward.
   void begin_step();
@@ -36,9 +40,11 @@ class GradReducer {
 
  private:
   void issue(Bucket& b);
+  bool reduces() const { return dp_.size() > 1 || (tp_ && tp_->needed()); }
   ParamSet& params_;
   Communicator& dp_;
   CommScheduler& scheduler_;
+  TpGradSync* tp_;
   std::vector<Bucket> buckets_;
   std::vector<std::vector<int>> buckets_of_layer_;
 };

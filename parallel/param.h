@@ -1,5 +1,6 @@
 // Param: one trainable tensor of a model — its PyTorch-style name (checkpoints), its full shape,
-// how it is split over the mesh, and this rank's working value and gradient.
+// how it lies over the mesh (ParamPlacement; parallel/param_placement.h maps its local piece onto the
+// full tensor), and this rank's working value and gradient.
 // Values and gradients are views into flat buffers owned by a ParamSet, so data-parallel buckets
 // and ZeRO shards are contiguous ranges of one buffer.
 #pragma once
@@ -10,11 +11,33 @@
 
 namespace tetra {
 
-enum class ParamSplit {
-  Replicated,  // full copy on every rank of the tensor-parallel group
-  TpColumn,    // output features (dim 0) split over tp
-  TpRow,       // input features (dim 1) split over tp
-  Expert,      // a routed expert's weights: expert-parallel ranks hold disjoint experts (rows)
+// How a Param lies over one mesh axis (ARCHITECTURE.md §3 "Parameter placement").
+struct AxisPlacement {
+  enum class Kind {
+    Replicated,  // a full copy on every rank of the axis
+    Sharded,     // split along `dim` into `size` equal slices; rank `rank` holds slice `rank`
+    Expert,      // owned by the one rank `rank` of the axis (a routed expert's weights)
+  };
+  Kind kind = Kind::Replicated;
+  // Sharded: 0 (rows; a Param with parts splits each part separately in whole units, so the slice
+  // is one block of rows per part — the stride of a fused QKV or gate/up weight) or 1 (columns).
+  int dim = -1;
+  int size = 1;  // ranks on the axis
+  int rank = 0;  // this rank's index on it
+  bool sharded() const { return kind == Kind::Sharded && size > 1; }
+};
+
+struct ParamPlacement {
+  AxisPlacement tp;  // tensor parallelism
+  AxisPlacement ep;  // expert parallelism (Expert: a routed expert's weights; else Replicated)
+  // The gradient is summed over the tp group as well as over data parallelism: a replicated weight
+  // that acts on a sequence-sharded activation (sequence parallelism: norms, the bias added after a
+  // reduce-scatter, positions), whose gradient on each tp rank covers that rank's tokens only.
+  bool grad_over_tp = false;
+  // Parameters with the same non-empty tie group are one tensor read by several layers, which may
+  // sit on different ranks (GPT-2's token embedding and LM head on the first and last pipeline
+  // stage): their gradients are summed over the ranks that hold a copy.
+  std::string tie_group;
 };
 
 // A row range of a fused parameter (dim 0 of its full shape), e.g. the q, k and v of a fused
@@ -33,8 +56,8 @@ struct ParamPart {
 struct Param {
   std::string name;         // e.g. "transformer.h.0.attn.c_attn.weight"
   Shape full_shape;         // tetra layout, unsplit ([out, in] for linear weights)
-  Shape local_shape;        // this rank's piece
-  ParamSplit split = ParamSplit::Replicated;
+  Shape local_shape;        // this rank's piece (full_shape unless sharded)
+  ParamPlacement placement;
   bool weight_decay = true;  // PyTorch convention here: tensors of 2+ dims decay, biases/norms don't
   // false: a persistent buffer, not a parameter (PyTorch's register_buffer; DeepSeek-V3's router
   // bias e_score_correction_bias): fp32 on every backend, the same on every rank, never touched by

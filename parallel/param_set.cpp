@@ -4,6 +4,7 @@
 #include <atomic>
 #include <thread>
 
+#include "parallel/param_placement.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
 
@@ -42,16 +43,19 @@ void ParamSet::adopt_flat_grads(Tensor grads) {
   for (Param* p : params_) p->grad = grads_.slice_flat(p->offset, p->local_shape);
 }
 
-// Element i of a parameter is drawn from a counter-based stream (seed, name, i), so the values do
-// not depend on the order of parameters, on how a tensor is split, or on how many threads draw
-// them: a 10B-parameter model initialises in seconds on a many-core host.
+// Element i of a parameter's full tensor is drawn from a counter-based stream (seed, name, i), so
+// the values do not depend on the order of parameters, on how a tensor is split (a tensor-parallel
+// rank draws exactly the elements of its slice, parallel/param_placement.h), or on how many threads
+// draw them: a 10B-parameter model initialises in seconds on a many-core host.
 void ParamSet::initialize(uint64_t seed) {
   const unsigned threads = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
   std::vector<Param*> all = params_;
   all.insert(all.end(), buffers_.begin(), buffers_.end());
   for (Param* p : all) {
-    TETRA_CHECK(p->local_shape == p->full_shape, "initialize: split parameters are initialised by their strategy (",
-                p->name, ")");
+    // A tp slice draws its own elements of the full tensor; an expert-parallel slice is initialised
+    // by expert parallelism (parallel/expert_placement.h).
+    TETRA_CHECK(p->placement.ep.kind != AxisPlacement::Kind::Expert || p->local_shape == p->full_shape,
+                "initialize: expert-parallel parameters are initialised by their strategy (", p->name, ")");
     TETRA_CHECK(p->value.defined(), "initialize: ", p->name, " has no value buffer (released by a sharded optimizer)");
     Tensor src = Tensor::empty(p->local_shape, DType::F32);
     float* host = src.data<float>();
@@ -61,8 +65,19 @@ void ParamSet::initialize(uint64_t seed) {
     } else {
       const uint64_t stream = seed ^ hash_name(p->name);
       const double std_dev = p->init_std;
+      // Runs map contiguous stretches of the local tensor onto the full one.
+      const std::vector<ElementRun> runs = local_runs(*p);
       auto fill = [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) host[i] = static_cast<float>(normal_at(stream, static_cast<uint64_t>(i)) * std_dev);
+        if (begin >= end) return;
+        auto run = std::upper_bound(runs.begin(), runs.end(), begin,
+                                    [](int64_t i, const ElementRun& r) { return i < r.local; });
+        for (--run; begin < end; ++run) {
+          const int64_t stop = std::min(end, run->local + run->length);
+          for (int64_t i = begin; i < stop; ++i)
+            host[i] = static_cast<float>(normal_at(stream, static_cast<uint64_t>(run->full + (i - run->local))) *
+                                         std_dev);
+          begin = stop;
+        }
       };
       const int64_t chunk = 1 << 20;
       if (n <= chunk || threads == 1) {

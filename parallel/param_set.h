@@ -25,8 +25,9 @@ class ParamSet {
   // zeros.
   void build(std::vector<Param*> params, Device device, DType value_dtype, DType grad_dtype, int shards = 1,
              bool full_grads = true);
-  // Fills every value from its init rule (normal(0, init_std) or constant), drawing the full
-  // tensor from a seed derived from (seed, name) so any split or order gives the same weights.
+  // Fills every value from its init rule (normal(0, init_std) or constant): element i of the full
+  // tensor comes from a seed derived from (seed, name) and i, and each rank draws the elements of
+  // its local piece only, so any split (tensor parallelism) or order gives the same model.
   void initialize(uint64_t seed);
   void zero_grads();
   // Moves the flat gradient buffer into `grads` (same numel and dtype, on the same device: e.g.

@@ -8,11 +8,12 @@
 namespace tetra {
 
 ReplicatedOptimizer::ReplicatedOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler,
-                                         const DistributedOptimizerOptions& o)
+                                         const DistributedOptimizerOptions& o, Communicator* tp)
     : params_(params),
       dp_(dp),
       scheduler_(scheduler),
-      reducer_(params, dp, scheduler, o.bucket_bytes),
+      tp_(params.layout(), tp, scheduler),
+      reducer_(params, dp, scheduler, o.bucket_bytes, &tp_),
       adamw_(params, o.adamw),
       overlap_(o.overlap_grad_reduce) {}
 
@@ -46,50 +47,39 @@ void ReplicatedOptimizer::finish_gradients() {
   }
 }
 
+// Every element once: tp-replicated parameters on tp rank 0 only, pipeline copies of a tied weight on
+// its owner only.
 void ReplicatedOptimizer::grad_norm_squared(Tensor& acc) {
-  if (tie_owner_ || tied_.empty()) return gradient_norm_squared(acc, params_.flat_grads());
-  // Another rank counts the tied copies: every unit but theirs.
-  std::vector<Tensor> pieces;
-  for (const ZeroUnit& u : params_.layout().units()) {
-    const Param* first = params_.layout().params()[static_cast<size_t>(u.params.front())];
-    if (std::find(tied_.begin(), tied_.end(), first) != tied_.end()) continue;
-    pieces.push_back(params_.flat_grads().slice_flat(u.offset, {u.padded}));
-  }
-  gradient_norm_squared(acc, pieces);
+  tp_.norm_squared(acc, params_.flat_grads(), nullptr, -1, tie_owner_ ? std::vector<Param*>{} : tied_);
 }
 
 void ReplicatedOptimizer::step(float lr, float grad_scale) { adamw_.step(lr, grad_scale); }
 
 void ReplicatedOptimizer::step(const Tensor& control) { adamw_.step(control); }
 
-std::vector<StatePiece> ReplicatedOptimizer::all_pieces() {
+std::vector<StatePiece> ReplicatedOptimizer::all_pieces(bool saved_only) {
   std::vector<StatePiece> out;
   for (Param* p : params_.params()) {
-    StatePiece s;
-    s.name = p->name;
-    s.full_shape = p->full_shape;
-    s.begin = 0;
-    s.end = p->numel();
-    s.master = adamw_.master().slice_flat(p->offset, {p->numel()});
-    s.exp_avg = adamw_.exp_avg().slice_flat(p->offset, {p->numel()});
-    s.exp_avg_sq = adamw_.exp_avg_sq().slice_flat(p->offset, {p->numel()});
-    out.push_back(std::move(s));
+    if (saved_only && !counted_here(*p)) continue;  // another tp rank saves its identical copy
+    append_state_pieces(out, *p, 0, p->numel(), adamw_.master().slice_flat(p->offset, {p->numel()}),
+                        adamw_.exp_avg().slice_flat(p->offset, {p->numel()}),
+                        adamw_.exp_avg_sq().slice_flat(p->offset, {p->numel()}));
   }
   return out;
 }
 
-// Every rank holds the same state: dp rank 0 writes it, every rank reads all of it.
+// Every dp rank holds the same state: dp rank 0 writes it, every rank reads all of it.
 std::vector<StatePiece> ReplicatedOptimizer::pieces_to_save() {
   if (dp_.rank() != 0) return {};
   std::vector<StatePiece> out;
-  for (StatePiece& s : all_pieces()) {
+  for (StatePiece& s : all_pieces(/*saved_only=*/true)) {
     const bool copy = !tie_owner_ && std::any_of(tied_.begin(), tied_.end(), [&](Param* p) { return p->name == s.name; });
     if (!copy) out.push_back(std::move(s));
   }
   return out;
 }
 
-std::vector<StatePiece> ReplicatedOptimizer::pieces_to_load() { return all_pieces(); }
+std::vector<StatePiece> ReplicatedOptimizer::pieces_to_load() { return all_pieces(/*saved_only=*/false); }
 
 void ReplicatedOptimizer::after_load() {
   if (adamw_.has_separate_master()) ops::copy(params_.flat_values(), adamw_.master());

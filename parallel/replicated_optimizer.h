@@ -1,5 +1,7 @@
 // ZeRO stage 0: every data-parallel rank keeps the full fp32 state; gradients are all-reduced in
 // buckets as backward finishes them (GradReducer), then every rank applies the same AdamW update.
+// With tensor parallelism "full" means this rank's slices, and dp rank 0 of every tp rank saves them
+// (a tp-replicated parameter: tp rank 0's copy only).
 #pragma once
 #include "parallel/distributed_optimizer.h"
 #include "parallel/grad_reducer.h"
@@ -9,7 +11,7 @@ namespace tetra {
 class ReplicatedOptimizer : public DistributedOptimizer {
  public:
   ReplicatedOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler,
-                      const DistributedOptimizerOptions& options);
+                      const DistributedOptimizerOptions& options, Communicator* tp = nullptr);
   Device device() const override { return params_.device(); }
   int zero_stage() const override { return 0; }
   void begin_step() override;
@@ -27,13 +29,14 @@ class ReplicatedOptimizer : public DistributedOptimizer {
   StateMemory memory() const override;
 
  private:
-  std::vector<StatePiece> all_pieces();
+  std::vector<StatePiece> all_pieces(bool saved_only);
   ParamSet& params_;
   Communicator& dp_;
   CommScheduler& scheduler_;
   std::vector<Param*> tied_;
   Communicator* tie_group_ = nullptr;
   bool tie_owner_ = true;
+  TpGradSync tp_;
   GradReducer reducer_;
   AdamW adamw_;
   bool overlap_;  // parallel.overlap_grad_reduce: reduce buckets during backward

@@ -7,11 +7,12 @@
 namespace tetra {
 
 ZeroGradReducer::ZeroGradReducer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, int stage,
-                                 Tensor grad_shard, int max_in_flight, bool overlap)
+                                 Tensor grad_shard, int max_in_flight, bool overlap, TpGradSync* tp)
     : params_(params),
       layout_(params.layout()),
       dp_(dp),
       scheduler_(scheduler),
+      tp_(tp),
       stage_(stage),
       grad_shard_(std::move(grad_shard)),
       max_in_flight_(std::max(1, max_in_flight)),
@@ -83,6 +84,7 @@ void ZeroGradReducer::issue(int u) {
     return;
   }
   Tensor in = full_of(u);
+  if (tp_) tp_->sync_unit(u, in);
   if (dp_.size() == 1) {
     ops::copy(out, in);
     free_buffer(u);

@@ -14,12 +14,15 @@
 // waits for the oldest (and, in stages 2–3, frees its buffer), which bounds the gradient memory.
 // Gradients are sums over ranks (the loss is already scaled by 1 / global tokens); padding is
 // zero in every buffer, so it reduces to zero and the norm over shards sees none of it.
+// With tensor parallelism (`tp` active) a unit's sequence-parallel gradients are all-reduced over the
+// tp group right before its reduce-scatter (parallel/tp_grad_sync.h).
 #pragma once
 #include <deque>
 #include <vector>
 
 #include "parallel/comm_scheduler.h"
 #include "parallel/param_set.h"
+#include "parallel/tp_grad_sync.h"
 #include "runtime/communicator.h"
 
 namespace tetra {
@@ -28,7 +31,7 @@ class ZeroGradReducer {
  public:
   // `grad_shard`: this rank's flat shard of reduced gradients [layout.shard_total()].
   ZeroGradReducer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, int stage, Tensor grad_shard,
-                  int max_in_flight, bool overlap);
+                  int max_in_flight, bool overlap, TpGradSync* tp = nullptr);
 
   void begin_step();
   // Layer `layer` is about to write gradients: stages 2–3 make sure its units' buffers exist.
@@ -59,6 +62,7 @@ class ZeroGradReducer {
   const ZeroLayout& layout_;
   Communicator& dp_;
   CommScheduler& scheduler_;
+  TpGradSync* tp_;
   int stage_;
   Tensor grad_shard_;
   int max_in_flight_;

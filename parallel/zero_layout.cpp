@@ -32,9 +32,12 @@ ZeroLayout::ZeroLayout(const std::vector<Param*>& params, int shards, int64_t al
     ZeroUnit u;
     u.layer = layer;
     std::set<int> users{layer};
+    std::stable_partition(ps.begin(), ps.end(), [](const Param* p) { return !p->placement.grad_over_tp; });
     int64_t off = 0;
+    u.tp_reduced_begin = -1;
     for (Param* p : ps) {
       for (int t : p->tied_layers) users.insert(t);
+      if (p->placement.grad_over_tp && u.tp_reduced_begin < 0) u.tp_reduced_begin = off;
       u.params.push_back(static_cast<int>(params_.size()));
       params_.push_back(p);
       offsets_.push_back(total_ + off);  // fixed up below once the unit's offset is known
@@ -44,6 +47,7 @@ ZeroLayout::ZeroLayout(const std::vector<Param*>& params, int shards, int64_t al
     // numel: up to the end of the last parameter; the alignment gaps between parameters are inside.
     Param* last = ps.back();
     u.numel = offsets_.back() - total_ + last->numel();
+    if (u.tp_reduced_begin < 0) u.tp_reduced_begin = u.numel;
     u.padded = round_up(std::max<int64_t>(u.numel, 1), static_cast<int64_t>(shards) * align);
     u.shard = u.padded / shards;
     u.offset = total_;

@@ -10,6 +10,11 @@
 // one contiguous buffer, every rank's shard has the same size and starts aligned for vector loads,
 // and padding is never part of a parameter (it stays zero: gradient norms see nothing of it).
 // With shards = 1 this is the stage-0 layout: each parameter aligned, each unit contiguous.
+//
+// Inside a unit the parameters keep the model's order, except that those whose gradient is also
+// summed over the tensor-parallel group (ParamPlacement::grad_over_tp: sequence-parallel norms and
+// biases) come last, so each unit's such gradients are one range (ZeroUnit::tp_reduced_begin to
+// its numel): one all-reduce over tp per unit. Without tensor parallelism nothing moves.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,7 +33,10 @@ struct ZeroUnit {
   int64_t padded = 0;        // numel rounded up to a multiple of shards·align
   int64_t shard = 0;         // padded / shards: this unit's elements on every rank
   int64_t shard_offset = 0;  // offset / shards: first element of this unit in a rank's shard buffer
+  // First element (from offset) of the parameters whose gradient is summed over tp; numel if none.
+  int64_t tp_reduced_begin = 0;
   bool tied() const { return users.size() > 1; }
+  bool has_tp_reduced() const { return tp_reduced_begin < numel; }
 };
 
 // The part of one parameter that lies in one rank's shard.
@@ -46,7 +54,7 @@ class ZeroLayout {
 
   ZeroLayout() = default;
   // Groups `params` by layer_index (units ascending by layer, params in the given order inside a
-  // unit) and shards every unit over `shards` ranks.
+  // unit, those with placement.grad_over_tp last) and shards every unit over `shards` ranks.
   ZeroLayout(const std::vector<Param*>& params, int shards, int64_t align = kAlignElems);
 
   int shards() const { return shards_; }

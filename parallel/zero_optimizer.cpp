@@ -9,8 +9,14 @@
 namespace tetra {
 
 ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler,
-                             const DistributedOptimizerOptions& options)
-    : params_(params), dp_(dp), scheduler_(scheduler), options_(options), stage_(options.zero_stage), rank_(dp.rank()) {
+                             const DistributedOptimizerOptions& options, Communicator* tp)
+    : params_(params),
+      dp_(dp),
+      scheduler_(scheduler),
+      tp_(params.layout(), tp, scheduler),
+      options_(options),
+      stage_(options.zero_stage),
+      rank_(dp.rank()) {
   TETRA_CHECK(stage_ >= 1 && stage_ <= 3, "ZeroOptimizer: zero_stage ", stage_, " (valid: 1–3; 0 is ReplicatedOptimizer)");
   const ZeroLayout& layout = params.layout();
   TETRA_CHECK(layout.shards() == dp.size(), "ZeroOptimizer: the ParamSet is laid out for ", layout.shards(),
@@ -41,7 +47,7 @@ ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& 
 
   reducer_ = std::make_unique<ZeroGradReducer>(params, dp, scheduler, stage_, grad_shard_,
                                                zero_reduce_scatters_in_flight(options.fsdp_prefetch),
-                                               options.overlap_grad_reduce);
+                                               options.overlap_grad_reduce, &tp_);
   if (stage_ == 3) {
     params.release_values();
     gather_ = std::make_unique<ZeroParamGather>(params, dp, scheduler, weight_shard_, options.fsdp_prefetch,
@@ -126,17 +132,15 @@ void ZeroOptimizer::tie(std::vector<Param*> params, Communicator& group, bool ow
   tie_owner_ = owner;
 }
 
+// Every element once: tp-replicated parameters on tp rank 0 only, pipeline copies of a tied weight on
+// its owner only (the other copies' units are left out).
 void ZeroOptimizer::grad_norm_squared(Tensor& acc) {
-  if (tie_owner_ || tied_units_.empty()) return gradient_norm_squared(acc, grad_shard_, &dp_);
-  // Another rank counts the tied copies: every unit's shard but theirs.
-  std::vector<Tensor> pieces;
-  const ZeroLayout& layout = params_.layout();
-  for (int u = 0; u < static_cast<int>(layout.units().size()); ++u) {
-    if (std::find(tied_units_.begin(), tied_units_.end(), u) != tied_units_.end()) continue;
-    const ZeroUnit& zu = layout.units()[static_cast<size_t>(u)];
-    pieces.push_back(grad_shard_.slice_flat(zu.shard_offset, {zu.shard}));
-  }
-  gradient_norm_squared(acc, pieces, &dp_);
+  std::vector<Param*> skip;
+  if (!tie_owner_)
+    for (int u : tied_units_)
+      for (int pi : params_.layout().units()[static_cast<size_t>(u)].params)
+        skip.push_back(params_.layout().params()[static_cast<size_t>(pi)]);
+  tp_.norm_squared(acc, grad_shard_, &dp_, rank_, skip);
 }
 
 std::unique_ptr<Work> ZeroOptimizer::gather_weights(int u) {
@@ -210,21 +214,16 @@ void ZeroOptimizer::sync_weights() {
   }
 }
 
-std::vector<StatePiece> ZeroOptimizer::shard_pieces() {
+std::vector<StatePiece> ZeroOptimizer::shard_pieces(bool saved_only) {
   const ZeroLayout& layout = params_.layout();
   std::vector<StatePiece> out;
   for (const std::vector<ShardSegment>& segs : segments_)
     for (const ShardSegment& s : segs) {
       const Param* p = layout.params()[static_cast<size_t>(s.param)];
-      StatePiece piece;
-      piece.name = p->name;
-      piece.full_shape = p->full_shape;
-      piece.begin = s.param_begin;
-      piece.end = s.param_end;
-      piece.master = master_.slice_flat(s.shard_offset, {s.numel()});
-      piece.exp_avg = exp_avg_.slice_flat(s.shard_offset, {s.numel()});
-      piece.exp_avg_sq = exp_avg_sq_.slice_flat(s.shard_offset, {s.numel()});
-      out.push_back(std::move(piece));
+      if (saved_only && !counted_here(*p)) continue;  // another tp rank saves its identical copy
+      append_state_pieces(out, *p, s.param_begin, s.param_end, master_.slice_flat(s.shard_offset, {s.numel()}),
+                          exp_avg_.slice_flat(s.shard_offset, {s.numel()}),
+                          exp_avg_sq_.slice_flat(s.shard_offset, {s.numel()}));
     }
   return out;
 }
@@ -233,12 +232,12 @@ std::vector<StatePiece> ZeroOptimizer::shard_pieces() {
 // its shard (from whatever layout wrote it).
 std::vector<StatePiece> ZeroOptimizer::pieces_to_save() {
   std::vector<StatePiece> out;
-  for (StatePiece& s : shard_pieces())
+  for (StatePiece& s : shard_pieces(/*saved_only=*/true))
     if (tie_owner_ || std::find(tied_names_.begin(), tied_names_.end(), s.name) == tied_names_.end())
       out.push_back(std::move(s));
   return out;
 }
-std::vector<StatePiece> ZeroOptimizer::pieces_to_load() { return shard_pieces(); }
+std::vector<StatePiece> ZeroOptimizer::pieces_to_load() { return shard_pieces(/*saved_only=*/false); }
 
 void ZeroOptimizer::after_load() {
   if (separate_master_) ops::copy(weight_shard_, master_);

@@ -20,6 +20,9 @@
 // The gradient norm is the square root of the all-reduced sum of squares of the local shards —
 // the unsharded norm, as padding is zero. Checkpoint pieces are exactly this rank's shard, cut at
 // parameter boundaries, so a checkpoint reshards to any stage and dp size on load.
+// With tensor parallelism the units hold this rank's tp slices and the shards are over this tp
+// rank's dp group; the norm also sums over tp (each element once), and a tp-replicated parameter's
+// shard pieces are saved by tp rank 0 only (parallel/tp_grad_sync.h).
 #pragma once
 #include <memory>
 #include <optional>
@@ -33,7 +36,8 @@ namespace tetra {
 
 class ZeroOptimizer : public DistributedOptimizer {
  public:
-  ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, const DistributedOptimizerOptions& options);
+  ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, const DistributedOptimizerOptions& options,
+                Communicator* tp = nullptr);
   ~ZeroOptimizer() override;
 
   Device device() const override { return params_.device(); }
@@ -71,11 +75,12 @@ class ZeroOptimizer : public DistributedOptimizer {
   std::optional<CommScheduler::Ticket> issue_weight_gather(int u);
   void wait_weight_gather(size_t u);  // if this step issued one for u
   bool gathered_with_update(int u) const;  // u belongs to the first layer of the forward
-  std::vector<StatePiece> shard_pieces();
+  std::vector<StatePiece> shard_pieces(bool saved_only);
 
   ParamSet& params_;
   Communicator& dp_;
   CommScheduler& scheduler_;
+  TpGradSync tp_;
   DistributedOptimizerOptions options_;
   int stage_;
   int rank_;

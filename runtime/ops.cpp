@@ -165,13 +165,15 @@ void moe_grouped_linear_backward_weight(Tensor& dw, const Tensor& dy, const Tens
   check_same_device("moe_grouped_linear_backward_weight", {&dw, &dy, &x, &offsets});
   TETRA_DISPATCH(dy.device(), moe_grouped_linear_backward_weight, dw, dy, x, offsets, accumulate);
 }
-void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len) {
+void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len,
+                       VocabShard shard) {
   check_same_device("embedding_forward", {&y, &ids, &wte, &wpe});
-  TETRA_DISPATCH(y.device(), embedding_forward, y, ids, wte, wpe, seq_len);
+  TETRA_DISPATCH(y.device(), embedding_forward, y, ids, wte, wpe, seq_len, shard);
 }
-void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len) {
+void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len,
+                        VocabShard shard) {
   check_same_device("embedding_backward", {&dwte, dwpe, &dy, &ids});
-  TETRA_DISPATCH(dwte.device(), embedding_backward, dwte, dwpe, dy, ids, seq_len);
+  TETRA_DISPATCH(dwte.device(), embedding_backward, dwte, dwpe, dy, ids, seq_len, shard);
 }
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads) {
   check_same_device("attention_forward", {&out, &lse, &qkv});
@@ -186,6 +188,16 @@ void softmax_cross_entropy(Tensor& losses, Tensor* dlogits, const Tensor& logits
                            float grad_scale) {
   check_same_device("softmax_cross_entropy", {&losses, dlogits, &logits, &targets});
   TETRA_DISPATCH(losses.device(), softmax_cross_entropy, losses, dlogits, logits, targets, grad_scale);
+}
+void cross_entropy_shard_stats(Tensor& stats, const Tensor& logits, const Tensor& targets, VocabShard shard) {
+  check_same_device("cross_entropy_shard_stats", {&stats, &logits, &targets});
+  TETRA_DISPATCH(stats.device(), cross_entropy_shard_stats, stats, logits, targets, shard);
+}
+void cross_entropy_from_stats(Tensor& losses, Tensor* dlogits, const Tensor& logits, const Tensor& targets,
+                              VocabShard shard, const Tensor& all_stats, float grad_scale) {
+  check_same_device("cross_entropy_from_stats", {&losses, dlogits, &logits, &targets, &all_stats});
+  TETRA_DISPATCH(losses.device(), cross_entropy_from_stats, losses, dlogits, logits, targets, shard, all_stats,
+                 grad_scale);
 }
 void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h, Tensor* working) {
   check_same_device("adamw_update", {&master, &grad, &m, &v, working});

@@ -205,12 +205,24 @@ void moe_grouped_linear_backward_weight(Tensor& dw, const Tensor& dy, const Tens
                                         bool accumulate);
 
 // ---------- embeddings ----------
+// A vocabulary shard (tensor parallelism: an embedding table or output layer split by vocabulary):
+// the table or logits at hand hold ids [begin, begin + rows) of a vocabulary of `vocab` ids. The
+// default, vocab = 0, means the whole vocabulary (begin 0, rows = vocab).
+struct VocabShard {
+  int64_t begin = 0;
+  int64_t vocab = 0;
+};
 // y[N, C] = wte[ids[n], :] + wpe[n mod T, :]   (ids int32 [N], N = B·T; wpe [≥T, C] may be undefined)
 // CUDA: y fp32 or bf16 whatever the tables' dtype (an fp32 residual stream from bf16 tables).
-void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len);
+// With a shard: wte [Vr, C] holds rows [begin, begin + Vr); an id of the vocabulary outside them
+// gives a zero token row (y = the position row, or 0), so a sum over the shards is the lookup.
+void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len,
+                       VocabShard shard = {});
 // dwte[ids[n], :] += dy[n, :]; dwpe[n mod T, :] += dy[n, :]   (dwpe may be null)
 // CUDA: dy fp32 or bf16 whatever the gradients' dtype.
-void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len);
+// With a shard: only ids inside it update dwte (row id − begin); dwpe takes every row.
+void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len,
+                        VocabShard shard = {});
 
 // ---------- attention ----------
 // Causal self-attention with grouped-query heads. qkv[B, T, (H + 2·Hkv)·D] holds per token the H query
@@ -238,6 +250,22 @@ inline void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& q
 // grad_scale · (softmax(logits) - onehot(target)); it may alias logits (overwritten in place).
 void softmax_cross_entropy(Tensor& losses, Tensor* dlogits, const Tensor& logits, const Tensor& targets,
                            float grad_scale);
+
+// Vocabulary-parallel softmax cross-entropy (tensor parallelism; Megatron's
+// vocab_parallel_cross_entropy with its three all-reduces folded into one all-gather of per-row
+// statistics): logits [N, Vr] hold ids [shard.begin, shard.begin + Vr) of shard.vocab, and no rank
+// ever holds all of a row.
+//   1. cross_entropy_shard_stats: stats fp32 [3, N] = the shard's max m, Σ exp(logit − m) over the
+//      shard, and the target's logit where the target lies in the shard (else 0);
+//   2. the caller all-gathers every rank's stats, in rank order, into all_stats fp32 [tp, 3, N];
+//   3. cross_entropy_from_stats: M = max_r m_r, S = Σ_r s_r·exp(m_r − M) (rank order), losses[n] =
+//      M + log S − logit[target] on every rank alike; dlogits (may alias logits) = grad_scale ·
+//      (softmax − onehot(target)) over the shard's columns.
+// A target < 0 is ignored (loss 0, zero gradient row); a target ≥ shard.vocab is rejected (CPU) or
+// gives a NaN loss (CUDA), as softmax_cross_entropy.
+void cross_entropy_shard_stats(Tensor& stats, const Tensor& logits, const Tensor& targets, VocabShard shard);
+void cross_entropy_from_stats(Tensor& losses, Tensor* dlogits, const Tensor& logits, const Tensor& targets,
+                              VocabShard shard, const Tensor& all_stats, float grad_scale);
 
 // ---------- optimizer ----------
 struct AdamWHyper {

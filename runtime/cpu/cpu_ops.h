@@ -51,13 +51,18 @@ void moe_grouped_linear_forward(Tensor& y, const Tensor& x, const Tensor& w, con
 void moe_grouped_linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& offsets);
 void moe_grouped_linear_backward_weight(Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& offsets,
                                         bool accumulate);
-void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len);
-void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len);
+void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len,
+                       ops::VocabShard shard);
+void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len,
+                        ops::VocabShard shard);
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads);
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         int64_t n_heads, int64_t n_kv_heads);
 void softmax_cross_entropy(Tensor& losses, Tensor* dlogits, const Tensor& logits, const Tensor& targets,
                            float grad_scale);
+void cross_entropy_shard_stats(Tensor& stats, const Tensor& logits, const Tensor& targets, ops::VocabShard shard);
+void cross_entropy_from_stats(Tensor& losses, Tensor* dlogits, const Tensor& logits, const Tensor& targets,
+                              ops::VocabShard shard, const Tensor& all_stats, float grad_scale);
 void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
                   Tensor* working);
 void sum_squares(Tensor& acc, const Tensor& x);

@@ -2,7 +2,10 @@
 //   forward   y[n, :] = wte[ids[n], :] + wpe[n mod T, :]        (wpe optional)
 //   backward  dwte[ids[n], :] += dy[n, :],  dwpe[n mod T, :] += dy[n, :]
 // Shapes: ids int32 [N] or [B, T] (N = B·T, T = seq_len); wte [V, C]; wpe [≥T, C]; y, dy = ids' shape + [C].
-// Token ids are checked against V before anything is written, so a bad id leaves the outputs untouched.
+// With a vocabulary shard (ops::VocabShard, tensor parallelism) wte [Vr, C] holds ids [begin, begin + Vr)
+// of shard.vocab: other ids read a zero token row (forward) and update nothing (backward).
+// Token ids are checked against the vocabulary before anything is written, so a bad id leaves the
+// outputs untouched.
 #include <vector>
 
 #include "runtime/cpu/cpu_ops.h"
@@ -39,25 +42,41 @@ void check_positions(const char* op, const char* what, const Tensor& wpe, int64_
                " positions), got ", wpe.describe());
 }
 
+// The vocabulary the ids index (the whole table unless a shard says otherwise); checks the shard.
+int64_t vocabulary(const char* op, const ops::VocabShard& shard, int64_t rows) {
+  if (shard.vocab == 0 && shard.begin == 0) return rows;
+  if (shard.begin < 0 || shard.begin + rows > shard.vocab)
+    TETRA_FAIL(Internal, op, ": vocabulary shard [", shard.begin, ", ", shard.begin + rows, ") outside [0, ",
+               shard.vocab, ")");
+  return shard.vocab;
+}
+
 }  // namespace
 
-void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len) {
+void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len,
+                       ops::VocabShard shard) {
   const char* op = "embedding_forward";
   check_table(op, "wte", wte);
   const int64_t V = wte.dim(0), C = wte.dim(1);
+  const int64_t vocab = vocabulary(op, shard, V);
   const bool with_pos = wpe.defined();
   if (with_pos) check_positions(op, "wpe", wpe, C, seq_len);
   check_dtype(op, "y", y, DType::F32);
   check_shape(op, "y", y, with_last(ids.shape(), C));
-  const int64_t N = check_ids(op, ids, V, seq_len);
+  const int64_t N = check_ids(op, ids, vocab, seq_len);
 
   const int32_t* pid = ids.data<int32_t>();
   const float* pte = wte.data<float>();
   const float* ppe = with_pos ? wpe.data<float>() : nullptr;
   float* py = y.data<float>();
   for (int64_t n = 0; n < N; ++n) {
-    const float* te = pte + static_cast<int64_t>(pid[n]) * C;
+    const int64_t row = static_cast<int64_t>(pid[n]) - shard.begin;
     float* yr = py + n * C;
+    if (row < 0 || row >= V) {  // another shard's id: the position row alone
+      for (int64_t c = 0; c < C; ++c) yr[c] = ppe ? ppe[(n % seq_len) * C + c] : 0.0f;
+      continue;
+    }
+    const float* te = pte + row * C;
     if (ppe) {
       const float* pe = ppe + (n % seq_len) * C;
       for (int64_t c = 0; c < C; ++c) yr[c] = te[c] + pe[c];
@@ -67,21 +86,25 @@ void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Te
   }
 }
 
-void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len) {
+void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len,
+                        ops::VocabShard shard) {
   const char* op = "embedding_backward";
   check_table(op, "dwte", dwte);
   const int64_t V = dwte.dim(0), C = dwte.dim(1);
+  const int64_t vocab = vocabulary(op, shard, V);
   const bool with_pos = given(dwpe);
   if (with_pos) check_positions(op, "dwpe", *dwpe, C, seq_len);
   check_dtype(op, "dy", dy, DType::F32);
   check_shape(op, "dy", dy, with_last(ids.shape(), C));
-  const int64_t N = check_ids(op, ids, V, seq_len);
+  const int64_t N = check_ids(op, ids, vocab, seq_len);
 
   const int32_t* pid = ids.data<int32_t>();
   const float* pdy = dy.data<float>();
   float* pdte = dwte.data<float>();
   for (int64_t n = 0; n < N; ++n) {
-    float* g = pdte + static_cast<int64_t>(pid[n]) * C;
+    const int64_t row = static_cast<int64_t>(pid[n]) - shard.begin;
+    if (row < 0 || row >= V) continue;  // another shard's id
+    float* g = pdte + row * C;
     const float* dyr = pdy + n * C;
     for (int64_t c = 0; c < C; ++c) g[c] += dyr[c];
   }

@@ -7,6 +7,11 @@
 // logits[target] is read before the block's barrier, and in pass 2 every element is read by the
 // thread that then overwrites it. A target ≥ V cannot be reported without a synchronisation; its
 // loss is NaN (and its gradient row zero), which the trainer's non-finite loss check catches.
+//
+// Vocabulary-parallel form (tensor parallelism; runtime/ops.h): cross_entropy_shard_stats runs pass 1
+// over this rank's columns and writes the shard's (max, Σ exp(x − max), target logit);
+// cross_entropy_from_stats folds every rank's stats in rank order into the row's lse and runs pass 2
+// over the shard (one block per row in both).
 #include <cmath>
 
 #include "runtime/cuda/cuda_ops.h"
@@ -91,6 +96,93 @@ __global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T*
   }
 }
 
+
+// Pass 1 over the shard of one row: stats[0, n] = max, stats[1, n] = Σ exp(x − max), stats[2, n] =
+// the target's logit if it lies in [begin, begin + vocab) (else 0).
+template <int V, class T>
+__global__ void cross_entropy_shard_stats_kernel(float* stats, const T* logits, const int32_t* targets, int64_t N,
+                                                 int64_t vocab, int64_t begin) {
+  __shared__ MaxSum scratch[32];
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * vocab;
+  MaxSum acc{-INFINITY, 0.0f};
+  for (int64_t i = static_cast<int64_t>(threadIdx.x) * V; i < vocab; i += static_cast<int64_t>(blockDim.x) * V) {
+    float v[V];
+    load_vec<V>(x + i, v);
+    float mv = v[0];
+#pragma unroll
+    for (int j = 1; j < V; ++j) mv = fmaxf(mv, v[j]);
+    const float m = fmaxf(acc.m, mv);
+    if (m == -INFINITY) continue;
+    float s = acc.m == -INFINITY ? 0.0f : acc.s * expf(acc.m - m);
+#pragma unroll
+    for (int j = 0; j < V; ++j) s += expf(v[j] - m);
+    acc = {m, s};
+  }
+  acc = warp_combine(acc);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  if (lane == 0) scratch[warp] = acc;
+  __syncthreads();
+  MaxSum total = lane < warps ? scratch[lane] : MaxSum{-INFINITY, 0.0f};
+  total = warp_combine(total);
+  if (threadIdx.x == 0) {
+    const int64_t t = static_cast<int64_t>(targets[row]) - begin;
+    stats[row] = total.m;
+    stats[N + row] = total.s;
+    stats[2 * N + row] = targets[row] >= 0 && t >= 0 && t < vocab ? to_f32(x[t]) : 0.0f;
+  }
+}
+
+// Pass 2 over the shard of one row, with the row's lse folded from every rank's stats (rank order;
+// every thread folds the same values alike): losses[n] = lse − target logit, dlogits = grad_scale ·
+// (exp(x − lse) − onehot) over the shard's columns.
+template <int V, class T>
+__global__ void cross_entropy_from_stats_kernel(float* losses, T* dlogits, const T* logits, const int32_t* targets,
+                                                const float* all_stats, int ranks, int64_t N, int64_t vocab,
+                                                int64_t begin, int64_t full_vocab, float grad_scale) {
+  const int64_t row = blockIdx.x;
+  const int32_t target = targets[row];
+  const bool valid = target >= 0 && target < full_vocab;
+  MaxSum acc{-INFINITY, 0.0f};
+  float picked = 0.0f;
+  for (int r = 0; r < ranks; ++r) {
+    const float* st = all_stats + static_cast<int64_t>(r) * 3 * N;
+    acc = combine(acc, MaxSum{st[row], st[N + row]});
+    picked += st[2 * N + row];
+  }
+  const float lse = acc.m + logf(acc.s);
+  if (threadIdx.x == 0) losses[row] = target < 0 ? 0.0f : (valid ? lse - picked : __int_as_float(0x7fc00000));
+  if (!dlogits) return;
+  const T* x = logits + row * vocab;
+  T* d = dlogits + row * vocab;
+  const int64_t t = static_cast<int64_t>(target) - begin;
+  for (int64_t i = static_cast<int64_t>(threadIdx.x) * V; i < vocab; i += static_cast<int64_t>(blockDim.x) * V) {
+    float v[V];
+    load_vec<V>(x + i, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float p = valid ? expf(v[j] - lse) : 0.0f;
+      v[j] = grad_scale * (p - (valid && i + j == t ? 1.0f : 0.0f));
+    }
+    store_vec<V>(d + i, v);
+  }
+}
+
+// The shapes both vocabulary-parallel passes share; returns N.
+int64_t check_shard_logits(const char* op, const Tensor& logits, const Tensor& targets, const ops::VocabShard& shard) {
+  check_cuda_float(op, "logits", logits);
+  if (logits.ndim() != 2) TETRA_FAIL(Internal, op, ": logits must be [N, Vr], got ", logits.describe());
+  check_cuda_tensor(op, "targets", targets);
+  check_dtype(op, "targets", targets, DType::I32);
+  check_shape(op, "targets", targets, {logits.dim(0)});
+  if (shard.begin < 0 || shard.begin + logits.dim(1) > shard.vocab)
+    TETRA_FAIL(Internal, op, ": vocabulary shard [", shard.begin, ", ", shard.begin + logits.dim(1), ") outside [0, ",
+               shard.vocab, ")");
+  if (logits.dim(1) == 0) TETRA_FAIL(Internal, op, ": logits ", logits.describe(), " have an empty vocabulary shard");
+  if (logits.dim(0) > INT32_MAX) TETRA_FAIL(Internal, op, ": ", logits.dim(0), " rows in one call, more than 2³¹ - 1");
+  return logits.dim(0);
+}
+
 }  // namespace
 
 void softmax_cross_entropy(Tensor& losses, Tensor* dlogits, const Tensor& logits, const Tensor& targets,
@@ -125,6 +217,60 @@ void softmax_cross_entropy(Tensor& losses, Tensor* dlogits, const Tensor& logits
     kernel<<<static_cast<unsigned>(N), kThreads, 0, stream_of(dev)>>>(
         losses.data<float>(), with_grad ? static_cast<T*>(dlogits->data_ptr()) : nullptr,
         static_cast<const T*>(logits.data_ptr()), targets.data<int32_t>(), V, grad_scale);
+    TETRA_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void cross_entropy_shard_stats(Tensor& stats, const Tensor& logits, const Tensor& targets, ops::VocabShard shard) {
+  const char* op = "cross_entropy_shard_stats";
+  const int64_t N = check_shard_logits(op, logits, targets, shard);
+  check_cuda_tensor(op, "stats", stats);
+  check_dtype(op, "stats", stats, DType::F32);
+  check_shape(op, "stats", stats, {3, N});
+  if (N == 0) return;
+  const int64_t V = logits.dim(1);
+  const Device dev = stats.device();
+  DeviceScope scope(dev);
+  const bool vec = V % 8 == 0 && aligned16(logits.data_ptr());
+  dispatch_float(logits.dtype(), op, "logits", [&](auto tl) {
+    using T = decltype(tl);
+    auto kernel = vec ? cross_entropy_shard_stats_kernel<8, T> : cross_entropy_shard_stats_kernel<1, T>;
+    kernel<<<static_cast<unsigned>(N), kThreads, 0, stream_of(dev)>>>(
+        stats.data<float>(), static_cast<const T*>(logits.data_ptr()), targets.data<int32_t>(), N, V, shard.begin);
+    TETRA_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void cross_entropy_from_stats(Tensor& losses, Tensor* dlogits, const Tensor& logits, const Tensor& targets,
+                              ops::VocabShard shard, const Tensor& all_stats, float grad_scale) {
+  const char* op = "cross_entropy_from_stats";
+  const int64_t N = check_shard_logits(op, logits, targets, shard);
+  check_cuda_tensor(op, "all_stats", all_stats);
+  check_dtype(op, "all_stats", all_stats, DType::F32);
+  if (all_stats.ndim() != 3 || all_stats.dim(1) != 3 || all_stats.dim(2) != N || all_stats.dim(0) < 1 ||
+      all_stats.dim(0) > 1024)
+    TETRA_FAIL(Internal, op, ": all_stats must be [tp, 3, ", N, "] with 1 ≤ tp ≤ 1024, got ", all_stats.describe());
+  check_cuda_tensor(op, "losses", losses);
+  check_dtype(op, "losses", losses, DType::F32);
+  check_shape(op, "losses", losses, {N});
+  const bool with_grad = given(dlogits);
+  if (with_grad) {
+    check_cuda_tensor(op, "dlogits", *dlogits);
+    check_dtype(op, "dlogits", *dlogits, logits.dtype());
+    check_shape(op, "dlogits", *dlogits, logits.shape());
+  }
+  if (N == 0) return;
+  const int64_t V = logits.dim(1);
+  const Device dev = losses.device();
+  DeviceScope scope(dev);
+  const bool vec = V % 8 == 0 && aligned16(logits.data_ptr()) && (!with_grad || aligned16(dlogits->data_ptr()));
+  dispatch_float(logits.dtype(), op, "logits", [&](auto tl) {
+    using T = decltype(tl);
+    auto kernel = vec ? cross_entropy_from_stats_kernel<8, T> : cross_entropy_from_stats_kernel<1, T>;
+    kernel<<<static_cast<unsigned>(N), kThreads, 0, stream_of(dev)>>>(
+        losses.data<float>(), with_grad ? static_cast<T*>(dlogits->data_ptr()) : nullptr,
+        static_cast<const T*>(logits.data_ptr()), targets.data<int32_t>(), all_stats.data<float>(),
+        static_cast<int>(all_stats.dim(0)), N, V, shard.begin, shard.vocab, grad_scale);
     TETRA_CUDA_CHECK_LAUNCH();
   });
 }

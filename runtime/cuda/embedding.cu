@@ -8,7 +8,11 @@
 // that token's dy rows in position order in fp32 and adds the sum to dwte[id] once. dwpe is a
 // column-parallel sum over the batch, in order.
 //
-// An id outside [0, V) cannot be reported from the device without a synchronisation, so it is
+// With a vocabulary shard (ops::VocabShard, tensor parallelism) wte [Vr, C] holds ids
+// [begin, begin + Vr) of shard.vocab: another shard's id reads a zero token row (forward; the position
+// row is still added) and is skipped by backward, like the sentinel below.
+//
+// An id outside [0, vocab) cannot be reported from the device without a synchronisation, so it is
 // poisoned instead: forward writes NaN into its output row (the loss turns NaN and the step is
 // flagged), backward skips it. The CPU backend rejects such ids up front.
 #include <cub/device/device_radix_sort.cuh>
@@ -25,10 +29,11 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One thread per V-wide piece of an output row: y[n, c..c+V) = wte[id, c..) + wpe[n mod T, c..).
+// One thread per V-wide piece of an output row: y[n, c..c+V) = wte[id − begin, c..) + wpe[n mod T, c..),
+// the token row zero for an id of the vocabulary outside the table's rows [begin, begin + rows).
 template <int V, class TY, class TW>
 __global__ void embedding_forward_kernel(TY* y, const int32_t* ids, const TW* wte, const TW* wpe, int64_t N, int C,
-                                         int64_t T, int64_t vocab) {
+                                         int64_t T, int64_t vocab, int64_t begin, int64_t rows) {
   const int pieces = C / V;
   const int64_t total = N * pieces;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -41,7 +46,13 @@ __global__ void embedding_forward_kernel(TY* y, const int32_t* ids, const TW* wt
 #pragma unroll
       for (int j = 0; j < V; ++j) out[j] = __int_as_float(0x7fc00000);  // NaN
     } else {
-      load_vec<V>(wte + static_cast<int64_t>(id) * C + c, out);
+      const int64_t row = static_cast<int64_t>(id) - begin;
+      if (row >= 0 && row < rows) {
+        load_vec<V>(wte + row * C + c, out);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) out[j] = 0.0f;
+      }
       if (wpe) {
         float pe[V];
         load_vec<V>(wpe + (n % T) * C + c, pe);
@@ -53,12 +64,14 @@ __global__ void embedding_forward_kernel(TY* y, const int32_t* ids, const TW* wt
   }
 }
 
-// keys[n] = ids[n] if valid else vocab (a sentinel that sorts last and is skipped); positions[n] = n.
-__global__ void embedding_keys_kernel(int32_t* keys, int32_t* positions, const int32_t* ids, int64_t N, int64_t vocab) {
+// keys[n] = ids[n] − begin if it is one of the table's rows [0, rows), else rows (a sentinel that
+// sorts last and is skipped: an invalid id, or another shard's); positions[n] = n.
+__global__ void embedding_keys_kernel(int32_t* keys, int32_t* positions, const int32_t* ids, int64_t N, int64_t begin,
+                                      int64_t rows) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; n < N; n += stride) {
-    const int32_t id = ids[n];
-    keys[n] = (id >= 0 && id < vocab) ? id : static_cast<int32_t>(vocab);
+    const int64_t row = static_cast<int64_t>(ids[n]) - begin;
+    keys[n] = (row >= 0 && row < rows) ? static_cast<int32_t>(row) : static_cast<int32_t>(rows);
     positions[n] = static_cast<int32_t>(n);
   }
 }
@@ -124,12 +137,23 @@ int check_channels(const char* op, int64_t C) {
   return static_cast<int>(C);
 }
 
+// The vocabulary the ids index (the whole table unless a shard says otherwise); checks the shard.
+int64_t vocabulary(const char* op, const ops::VocabShard& shard, int64_t rows) {
+  if (shard.vocab == 0 && shard.begin == 0) return rows;
+  if (shard.begin < 0 || shard.begin + rows > shard.vocab)
+    TETRA_FAIL(Internal, op, ": vocabulary shard [", shard.begin, ", ", shard.begin + rows, ") outside [0, ",
+               shard.vocab, ")");
+  return shard.vocab;
+}
+
 }  // namespace
 
-void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len) {
+void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len,
+                       ops::VocabShard shard) {
   const char* op = "embedding_forward";
   check_table(op, "wte", wte);
   const int64_t V = wte.dim(0);
+  const int64_t vocab = vocabulary(op, shard, V);
   const int C = check_channels(op, wte.dim(1));
   if (wpe.defined()) check_positions(op, "wpe", wpe, wte, seq_len);
   check_cuda_float(op, "y", y);
@@ -148,16 +172,18 @@ void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Te
       const int64_t items = N * (vec ? C / 8 : C);
       kernel<<<grid_size(items, kThreads, dev), kThreads, 0, stream_of(dev)>>>(
           static_cast<TY*>(y.data_ptr()), ids.data<int32_t>(), static_cast<const TW*>(wte.data_ptr()),
-          wpe.defined() ? static_cast<const TW*>(wpe.data_ptr()) : nullptr, N, C, seq_len, V);
+          wpe.defined() ? static_cast<const TW*>(wpe.data_ptr()) : nullptr, N, C, seq_len, vocab, shard.begin, V);
       TETRA_CUDA_CHECK_LAUNCH();
     });
   });
 }
 
-void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len) {
+void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tensor& ids, int64_t seq_len,
+                        ops::VocabShard shard) {
   const char* op = "embedding_backward";
   check_table(op, "dwte", dwte);
   const int64_t V = dwte.dim(0);
+  (void)vocabulary(op, shard, V);
   const int C = check_channels(op, dwte.dim(1));
   const bool with_pos = given(dwpe);
   if (with_pos) check_positions(op, "dwpe", *dwpe, dwte, seq_len);
@@ -186,7 +212,8 @@ void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tens
   auto* positions = reinterpret_cast<int32_t*>(base + 3 * index_bytes);
   void* cub_temp = base + 4 * index_bytes;
 
-  embedding_keys_kernel<<<grid_size(N, kThreads, dev), kThreads, 0, stream>>>(keys_in, pos_in, ids.data<int32_t>(), N, V);
+  embedding_keys_kernel<<<grid_size(N, kThreads, dev), kThreads, 0, stream>>>(keys_in, pos_in, ids.data<int32_t>(), N,
+                                                                             shard.begin, V);
   TETRA_CUDA_CHECK_LAUNCH();
   TETRA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_temp, cub_bytes, keys_in, keys, pos_in, positions, num, 0,
                                                    end_bit, stream));

@@ -98,7 +98,7 @@ TEST(ModelFamily, SpecAgreesWithTheModelItBuilds) {
       }
       numel += p->numel();
       // A routed expert's weights: top_k of the n_experts are active per token.
-      active += p->split == ParamSplit::Expert ? p->numel() / args.moe.n_experts * args.moe.top_k : p->numel();
+      active += p->placement.ep.kind == AxisPlacement::Kind::Expert ? p->numel() / args.moe.n_experts * args.moe.top_k : p->numel();
       owned[p->layer_index] += p->numel();
     }
     const ParamCount count = f.param_count(args);
