@@ -109,16 +109,26 @@ CheckpointReader::CheckpointReader(const std::string& step_dir) : dir_(step_dir)
                  meta_.files[b.file].file, " both hold element ", element, " of box ", box.str(),
                  "): the rank files do not describe one state");
     };
-    // Runs of pieces of one box (adjacent after the sort): consecutive ones must not overlap.
+    // The pieces of one box (adjacent after the sort) tile it: each starts where the last ended.
     std::vector<std::pair<size_t, size_t>> groups;  // [first, last) of src per distinct box
     int64_t covered = 0;
+    auto gap = [&](int64_t element, const TensorBox& b) {
+      TETRA_FAIL(Checkpoint, where, ": the pieces of '", p.name, "' leave a gap at element ", element,
+                 is_whole(b, p.full_shape) ? std::string() : " of box " + b.str(),
+                 " (the rank files do not hold the whole state)");
+    };
     for (size_t i = 0; i < src.size(); ++i) {
       covered += src[i].piece.end - src[i].piece.begin;
       const TensorBox b = box_of(src[i].piece, p.full_shape);
-      if (i > 0 && box_of(src[i - 1].piece, p.full_shape) == b) {
+      const bool same = i > 0 && box_of(src[i - 1].piece, p.full_shape) == b;
+      if (same) {
         groups.back().second = i + 1;
         if (src[i].piece.begin < src[i - 1].piece.end) overlap(src[i - 1], src[i], src[i].piece.begin, b);
+        if (src[i].piece.begin > src[i - 1].piece.end) gap(src[i - 1].piece.end, b);
       } else {
+        if (i > 0 && src[i - 1].piece.end < box_of(src[i - 1].piece, p.full_shape).numel())
+          gap(src[i - 1].piece.end, box_of(src[i - 1].piece, p.full_shape));
+        if (src[i].piece.begin > 0) gap(0, b);
         groups.emplace_back(i, i + 1);
       }
     }

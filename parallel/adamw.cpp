@@ -43,22 +43,4 @@ void AdamW::update(const ops::AdamWHyper& h, const Tensor* control) {
   ops::adamw_update_multi(segments, h, control);
 }
 
-void gradient_norm_squared(Tensor& acc, Tensor& flat_grads, Communicator* shard_group) {
-  gradient_norm_squared(acc, std::vector<Tensor>{flat_grads}, shard_group);
-}
-
-void gradient_norm_squared(Tensor& acc, std::vector<Tensor> pieces, Communicator* shard_group) {
-  if (!shard_group || shard_group->size() <= 1) {
-    for (Tensor& p : pieces)
-      if (p.numel() > 0) ops::sum_squares(acc, p);
-    return;
-  }
-  // Each rank's share alone, summed over the group, then added: acc may hold a value already.
-  Tensor mine = Tensor::zeros({1}, DType::F64, acc.device());
-  for (Tensor& p : pieces)
-    if (p.numel() > 0) ops::sum_squares(mine, p);
-  shard_group->all_reduce(mine, ReduceOp::Sum)->wait();
-  ops::sum_accumulate(acc, mine);
-}
-
 }  // namespace tetra

@@ -53,12 +53,4 @@ class AdamW {
   int64_t step_ = 0;
 };
 
-// Σ g² of the flat gradients (padding is zero) into acc fp64 [1] (+=) on the device: the square of
-// the global L2 norm torch.nn.utils.clip_grad_norm_ sees. `shard_group` (may be null) sums it over
-// ranks that hold disjoint shards, with a device all-reduce on the current stream (no host
-// synchronisation).
-void gradient_norm_squared(Tensor& acc, Tensor& flat_grads, Communicator* shard_group = nullptr);
-// The same over pieces of the gradients (what this rank counts, leaving out another rank's copy).
-void gradient_norm_squared(Tensor& acc, std::vector<Tensor> pieces, Communicator* shard_group = nullptr);
-
 }  // namespace tetra
