@@ -138,7 +138,8 @@ def same_bits(a, b):
 
 def state_of(step_dir):
     """The full training state of a checkpoint, independent of its mesh: parameter name ->
-    {"master", "exp_avg", "exp_avg_sq"} flat fp32 arrays, assembled from the rank files' pieces."""
+    {"master", "exp_avg", "exp_avg_sq"} flat fp32 arrays, assembled from the rank files' pieces
+    (flat ranges of the whole tensor, or of a box of it: a tensor-parallel slice)."""
     with open(os.path.join(step_dir, "meta.json")) as f:
         meta = json.load(f)
     shapes = {p["name"]: p["shape"] for p in meta["params"]}
@@ -146,10 +147,19 @@ def state_of(step_dir):
              for n, s in shapes.items()}
     for fi in meta["files"]:
         with h5py.File(os.path.join(step_dir, fi["file"]), "r") as f:
-            for name, begin, end in fi["pieces"]:
-                g = f[f"{name}[{begin}:{end}]"]
+            for piece in fi["pieces"]:
+                name, begin, end = piece[:3]
+                if len(piece) == 3:  # a flat range of the whole tensor
+                    g = f[f"{name}[{begin}:{end}]"]
+                    where = slice(begin, end)
+                else:  # a flat range of a box of the tensor (a tensor-parallel slice)
+                    box = piece[3]
+                    text = ",".join(f"{o}:{o + n}" for o, n in zip(box["offset"], box["shape"]))
+                    g = f[f"{name}{{{text}}}[{begin}:{end}]"]
+                    cells = tuple(slice(o, o + n) for o, n in zip(box["offset"], box["shape"]))
+                    where = np.arange(int(np.prod(shapes[name]))).reshape(shapes[name])[cells].ravel()[begin:end]
                 for k in ("master", "exp_avg", "exp_avg_sq"):
-                    state[name][k][begin:end] = g[k][()]
+                    state[name][k][where] = g[k][()]
     return meta, state
 
 
