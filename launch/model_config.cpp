@@ -46,6 +46,8 @@ ActivationShape activation_shape(const Config& cfg) {
   s.seq_len = cfg.train.seq_len;
   s.value_bytes = static_cast<int64_t>(dtype_size(activation_dtype(cfg)));
   s.residual_bytes = static_cast<int64_t>(dtype_size(residual_dtype(cfg)));
+  s.tp = cfg.parallel.tp;
+  s.sequence_parallel = cfg.parallel.tp > 1 && cfg.parallel.sequence_parallel;
   return s;
 }
 

@@ -16,7 +16,7 @@ DType activation_dtype(const Config& cfg);
 // train.residual_dtype fp32 or fp32 precision, else the activations' (docs/models.md).
 DType residual_dtype(const Config& cfg);
 // One micro-batch of training: train.micro_batch × train.seq_len at the working dtype's width
-// (train.precision bf16: 2 bytes, else 4) and the residual stream's.
+// (train.precision bf16: 2 bytes, else 4) and the residual stream's, on one of parallel.tp ranks.
 ActivationShape activation_shape(const Config& cfg);
 
 }  // namespace tetra::launch

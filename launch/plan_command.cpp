@@ -14,6 +14,7 @@
 #include "launch/memory_plan.h"
 #include "launch/model_config.h"
 #include "launch/pipeline_plan.h"
+#include "models/tensor_parallel_plan.h"
 #include "parallel/mesh.h"
 #include "runtime/error.h"
 
@@ -111,11 +112,16 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
   }
 
   // Memory from the exact flat layout of the parameters each pipeline rank holds (no tensor is
-  // allocated: the model's Params carry shapes only until a ParamSet is built); activations from
-  // the schedule's peak of one micro-batch's per stage, plus one layer's backward working set.
+  // allocated: the model's Params carry shapes only until a ParamSet is built), each placed on tp
+  // rank 0 as the family's tensor-parallel plan says (every tp rank holds the same sizes);
+  // activations from the schedule's peak of one micro-batch's per stage (on one tp rank), plus one
+  // layer's backward working set.
   const ModelFamily& family = model_family_of(cfg);
   const ModelArgs args = model_args(cfg);
   std::unique_ptr<Model> model = family.build(args);
+  const TensorParallelPlan tp_plan = shape.tp > 1 ? family.tensor_parallel_plan(args) : TensorParallelPlan{};
+  const bool sp = cfg.parallel.sequence_parallel;
+  if (shape.tp > 1) apply_tensor_parallel_plan(tp_plan, *model, shape.tp, 0, sp);
   const std::vector<Param*> all = model->params();
   const ParamCount count = family.param_count(args);
   std::printf("model: %s\n", family.describe(args).c_str());
@@ -140,6 +146,34 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
               cfg.train.micro_batch, cfg.train.seq_len, cfg.train.recompute.c_str(), dtype_name(residual_dtype(cfg)),
               pipe.sim.peak_activations[static_cast<size_t>(big)], cfg.parallel.fsdp_prefetch,
               optimizer_options(cfg, shape.dp).accumulation_steps);
+  if (shape.tp > 1) {
+    // The same rank without tensor parallelism (tp 1 at this dp and stage): what the split saves.
+    Config one = cfg;
+    one.parallel.tp = 1;
+    std::unique_ptr<Model> whole = family.build(args);
+    const MemoryPlan base = plan_memory(one, rank_params(whole->params(), pipeline_rank_layers(pipe, big)), shape.dp);
+    auto state = [](const MemoryPlan& p) { return p.state.weights + p.state.gradients + p.state.optimizer; };
+    std::printf("  tensor parallel: tp %d holds %.1fM of the parameters per device; weights + gradients + optimizer "
+                "state %.3f GiB = %.1f%% of tp 1's %.3f GiB (same dp and stage)\n",
+                shape.tp, static_cast<double>(largest->params) / 1e6, state(*largest) / kGiB,
+                100.0 * state(*largest) / state(base), state(base) / kGiB);
+    const TpTraffic t = tensor_parallel_traffic(tp_plan, *whole, static_cast<int64_t>(cfg.train.micro_batch) *
+                                                                     cfg.train.seq_len,
+                                                shape.tp, sp, cfg.train.precision == "bf16" ? 2 : 4,
+                                                largest->grad_dtype == "bf16" ? 2 : 4, cfg.train.recompute == "full");
+    const double mib = 1024.0 * 1024.0;
+    const int accum = optimizer_options(cfg, shape.dp).accumulation_steps;
+    std::printf("  tensor-parallel communication per device (sent, ring collectives; the whole model, pp 1), "
+                "sequence parallelism %s:\n",
+                sp ? "on" : "off");
+    std::printf("    per micro-batch: %d all-gathers %.1f MiB, %d reduce-scatters %.1f MiB, %d all-reduces %.1f MiB\n",
+                t.all_gathers, t.all_gather_bytes / mib, t.reduce_scatters, t.reduce_scatter_bytes / mib,
+                t.all_reduces, t.all_reduce_bytes / mib);
+    std::printf("    per step (%d micro-batch(es)): %.1f MiB, and %.2f MiB of sequence-parallel gradients all-reduced\n",
+                accum, accum * t.micro_batch_bytes() / mib, t.step_all_reduce_bytes / mib);
+    std::printf("    each collective runs whole, not overlapped with the GEMMs%s\n",
+                cfg.train.recompute == "mlp" ? "; recompute mlp gathers each MLP input again (not counted)" : "");
+  }
   // Every stage side by side, so the effect of parallel.zero_stage is visible at a glance.
   std::printf("  by zero_stage (GiB)   parameters  gradients  optimizer  activations  communication    total\n");
   for (int stage = 0; stage <= 3; ++stage) {

@@ -1,5 +1,6 @@
 #include "models/gpt_family.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "models/gpt_model.h"
@@ -40,31 +41,41 @@ class GptFamily : public ModelFamily {
   // at the working dtype's; the fp32 mean and rstd of both LayerNorms (16 B) and the fp32
   // log-sum-exp per head. The head keeps its input [C] (the stream's width) and ln_f [C], fp32
   // statistics and loss (12 B) and the [V] logits gradient.
+  // Tensor parallelism (one of tp ranks): heads, qkv, att and the MLP's [4C] split over tp; with
+  // sequence parallelism x, x2, ln_1, ln_2 and their statistics hold 1/tp of the tokens, plus the
+  // gathered ln_1 and ln_2 [C] the column-parallel GEMMs read (kept for their weight gradients);
+  // the head keeps its 1/tp rows, the gathered ln_f [C] and [V/tp] logits.
   std::vector<LayerCost> layer_costs(const ModelArgs& args, const ActivationShape& shape) const override {
     const double a = static_cast<double>(shape.value_bytes), r = static_cast<double>(shape.residual_bytes);
     const double C = static_cast<double>(args.d_model), H = static_cast<double>(args.n_heads);
     const double V = static_cast<double>(args.vocab_size), T = static_cast<double>(shape.seq_len);
     const double tokens = static_cast<double>(shape.micro_batch) * T;
-    double block = 14.0 * C * a + 2.0 * C * r + 16.0 + 4.0 * H;
-    if (args.recompute == Recompute::Mlp) block -= 8.0 * C * a;
-    if (args.recompute == Recompute::Full) block = C * r;
+    const double tp = std::max(1, shape.tp), rows = shape.sequence_parallel ? tp : 1.0;  // token split
+    const double gathered = shape.sequence_parallel ? 2.0 * C * a : 0.0;
+    double block = (2.0 * C * a + 2.0 * C * r + 16.0) / rows + (12.0 * C * a + 4.0 * H) / tp + gathered;
+    if (args.recompute == Recompute::Mlp) block -= 8.0 * C * a / tp;
+    if (args.recompute == Recompute::Full) block = C * r / rows;
     const int64_t c = args.d_model;
     std::vector<LayerCost> out;
     out.push_back({"embedding", (args.vocab_size + args.seq_len) * c, 0.0, 0.0});
     for (int64_t i = 0; i < args.n_layers; ++i)
       out.push_back({"h." + std::to_string(i), 12 * c * c + 13 * c, 2.0 * 12.0 * C * C + 4.0 * C * T, tokens * block});
-    out.push_back({"head", 2 * c, 2.0 * V * C, tokens * (C * r + C * a + 12.0 + V * a)});
+    const double head = (C * r + C * a + 12.0) / rows + (shape.sequence_parallel ? C * a : 0.0) + V * a / tp;
+    out.push_back({"head", 2 * c, 2.0 * V * C, tokens * head});
     return out;
   }
 
   // One block's backward: d_fc [4C], d_ln2 [C], d_qkv [3C] per token at the working width; the
   // stream gradients dx2, dx [C] at the residual stream's, and their working-dtype copies when the
-  // widths differ.
+  // widths differ. Tensor-parallel (the stream at the working width): the [4C] and [3C] split, the
+  // [C] on 1/tp of the tokens with sequence parallelism, plus the two gathered output gradients [C].
   double backward_working_bytes(const ModelArgs& args, const ActivationShape& shape) const override {
     const double tokens = static_cast<double>(shape.micro_batch) * static_cast<double>(shape.seq_len);
     const double a = static_cast<double>(shape.value_bytes), r = static_cast<double>(shape.residual_bytes);
     const double C = static_cast<double>(args.d_model);
-    return tokens * C * (8.0 * a + 2.0 * r + (shape.rounded_stream_gradient() ? 2.0 * a : 0.0));
+    const double tp = std::max(1, shape.tp), rows = shape.sequence_parallel ? tp : 1.0;
+    if (tp <= 1) return tokens * C * (8.0 * a + 2.0 * r + (shape.rounded_stream_gradient() ? 2.0 * a : 0.0));
+    return tokens * a * (3.0 * C / rows + 8.0 * C / tp + (shape.sequence_parallel ? 2.0 * C : 0.0));
   }
 
   // Megatron-LM's GPT split with sequence parallelism: c_attn and c_fc column-parallel (c_attn per

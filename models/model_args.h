@@ -48,7 +48,7 @@ struct ModelArgs {
 
 // What one micro-batch of training looks like, for activation memory: sequences × tokens at the
 // working dtype's width, the residual stream (the hidden states between blocks and their
-// gradients) at its own, under the recompute mode of ModelArgs.
+// gradients) at its own, under the recompute mode of ModelArgs, on one tensor-parallel rank.
 struct ActivationShape {
   int64_t micro_batch = 1;
   int64_t seq_len = 0;
@@ -57,6 +57,11 @@ struct ActivationShape {
   // The residual stream's gradient is also kept rounded to the working dtype, for the GEMMs that
   // read it (docs/kernels.md "Residual stream precision"), when the two widths differ.
   bool rounded_stream_gradient() const { return residual_bytes != value_bytes; }
+  // Tensor parallelism: the activations of one of tp ranks (heads and MLP widths split; with
+  // sequence parallelism the residual stream and norms on 1/tp of the tokens). tp > 1 runs with
+  // the residual stream at the working width (launch/config_validate.cpp).
+  int tp = 1;
+  bool sequence_parallel = false;
 };
 
 // A model shape a family cannot build, or cannot split over the mesh: the config keys involved

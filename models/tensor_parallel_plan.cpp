@@ -124,4 +124,79 @@ void apply_tensor_parallel_plan(const TensorParallelPlan& plan, Model& model, in
   }
 }
 
+TpTraffic tensor_parallel_traffic(const TensorParallelPlan& plan, Model& model, int64_t tokens, int tp,
+                                  bool sequence_parallel, int64_t value_bytes, int64_t grad_bytes,
+                                  bool recompute_forward) {
+  TpTraffic t;
+  if (tp <= 1) return t;
+  const double share = static_cast<double>(tp - 1) / tp;  // of a whole tensor, sent by each rank
+  const double N = static_cast<double>(tokens), b = static_cast<double>(value_bytes);
+  const int fwd = recompute_forward ? 2 : 1;
+  auto gather = [&](double width, int times) {
+    t.all_gathers += times;
+    t.all_gather_bytes += times * share * N * width * b;
+  };
+  auto scatter = [&](double width, int times) {
+    t.reduce_scatters += times;
+    t.reduce_scatter_bytes += times * share * N * width * b;
+  };
+  auto reduce = [&](double width, int times) {
+    t.all_reduces += times;
+    t.all_reduce_bytes += times * 2.0 * share * N * width * b;
+  };
+  double vocab_width = 0;  // the embedding's C (the output layer's input)
+  for (Param* p : model.params()) {
+    const TpParamPlan* e = plan.find(p->name);
+    if (!e) continue;
+    if (e->style == TpStyle::SequenceParallel && sequence_parallel)
+      t.step_all_reduce_bytes += 2.0 * share * static_cast<double>(shape_numel(p->full_shape)) * grad_bytes;
+    if (p->full_shape.size() != 2) continue;  // biases travel with their weights
+    const double out = static_cast<double>(p->full_shape[0]), in = static_cast<double>(p->full_shape[1]);
+    switch (e->style) {
+      case TpStyle::ColumnParallel:  // input gathered (forward), input gradient reduced (backward)
+        if (sequence_parallel) {
+          gather(in, fwd);
+          scatter(in, 1);
+        } else {
+          reduce(in, 1);
+        }
+        break;
+      case TpStyle::RowParallel:  // output reduced (forward), output gradient gathered (backward)
+        if (sequence_parallel) {
+          scatter(out, fwd);
+          gather(out, 1);
+        } else {
+          reduce(out, fwd);
+        }
+        break;
+      case TpStyle::VocabParallelEmbedding:  // the partial lookups summed; the gradient gathered
+        vocab_width = in;
+        if (sequence_parallel) {
+          scatter(in, 1);
+          gather(in, 1);
+        } else {
+          reduce(in, 1);
+        }
+        break;
+      case TpStyle::VocabParallelOutput: vocab_width = in; break;
+      case TpStyle::Replicated:
+      case TpStyle::SequenceParallel: break;
+    }
+  }
+  // The output layer (its weight may be the embedding's): input gathered, input gradient reduced,
+  // and the loss statistics (3 fp32 per token) of every rank gathered.
+  for (const TpLayerPlan& l : plan.layers) {
+    if (l.output != TpLayout::VocabShard) continue;
+    if (sequence_parallel) {
+      gather(vocab_width, 1);
+      scatter(vocab_width, 1);
+    } else {
+      reduce(vocab_width, 1);
+    }
+    t.all_gathers += 1;
+    t.all_gather_bytes += (tp - 1) * 3.0 * 4.0 * N;
+  }
+  return t;
+}
+
 }  // namespace tetra

@@ -75,4 +75,25 @@ std::vector<std::string> tensor_parallel_plan_problems(const TensorParallelPlan&
 void apply_tensor_parallel_plan(const TensorParallelPlan& plan, Model& model, int tp, int rank,
                                 bool sequence_parallel);
 
+// The tensor-parallel communication of one rank, from the plan and the parameters' full shapes,
+// as the layers issue it (parallel/tensor_parallel.h): bytes this rank sends with ring collectives
+// ((tp − 1)/tp of a gathered or scattered [N, W] tensor, twice that for an all-reduce).
+//   per micro-batch of `tokens` tokens, forward and backward: with sequence parallelism an
+//     all-gather before and a reduce-scatter after every column-parallel weight's GEMM (forward)
+//     and the reverse in backward, the same around row-parallel ones, the embedding's
+//     reduce-scatter, the output layer's gathered input and its loss statistics; without it one
+//     all-reduce per row-parallel output (forward), column-parallel input gradient (backward),
+//     embedding and output layer. recompute_forward: the forward's collectives run again in
+//     backward (train.recompute full).
+//   per step: the all-reduce of the sequence-parallel weights' gradients.
+struct TpTraffic {
+  int all_gathers = 0, reduce_scatters = 0, all_reduces = 0;  // per micro-batch
+  double all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0;
+  double step_all_reduce_bytes = 0;  // sequence-parallel gradients, once per step
+  double micro_batch_bytes() const { return all_gather_bytes + reduce_scatter_bytes + all_reduce_bytes; }
+};
+TpTraffic tensor_parallel_traffic(const TensorParallelPlan& plan, Model& model, int64_t tokens, int tp,
+                                  bool sequence_parallel, int64_t value_bytes, int64_t grad_bytes,
+                                  bool recompute_forward);
+
 }  // namespace tetra

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""`tetra plan` at tp 2 for every config in configs/: the weights, gradients and optimizer state a
+device holds are at most 55% of the same run's at tp 1 (same dp and ZeRO stage; what stays whole on
+every tp rank — norms, the row-parallel biases, positions — is the excess over 50%), every ZeRO
+stage's row shrinks too, and the tensor-parallel communication is shown. Needs no GPU.
+
+usage: tp_plan.py TETRA_BIN SOURCE_DIR"""
+import glob
+import os
+import re
+import subprocess
+import sys
+
+
+def fail(msg):
+    print("FAIL: " + msg, flush=True)
+    sys.exit(1)
+
+
+tetra, source = sys.argv[1], sys.argv[2]
+configs = sorted(glob.glob(os.path.join(source, "configs", "*.yaml")))
+if not configs:
+    fail("no configs in " + source)
+
+
+def plan(cfg, tp):
+    # One data-parallel rank in both, so the two differ by tensor parallelism alone.
+    r = subprocess.run([tetra, "plan", cfg, "--world", str(tp), "--set", f"parallel.tp={tp}", "--set", "parallel.dp=0"],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        fail(f"tetra plan {cfg} at tp {tp} exited {r.returncode}: {r.stderr}")
+    return r.stdout
+
+
+def stage_rows(out):
+    """zero stage -> parameters + gradients + optimizer (GiB) from the by-stage table."""
+    rows = {}
+    for m in re.finditer(r"^\s*\*?\s*stage (\d)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", out, re.M):
+        rows[int(m.group(1))] = sum(float(m.group(k)) for k in (2, 3, 4))
+    return rows
+
+
+for cfg in configs:
+    name = os.path.basename(cfg)
+    one, two = plan(cfg, 1), plan(cfg, 2)
+    m = re.search(r"tensor parallel: tp 2 holds [\d.]+M of the parameters per device; weights \+ gradients \+ "
+                  r"optimizer state [\d.]+ GiB = ([\d.]+)% of tp 1's", two)
+    if not m:
+        fail(f"{name}: tetra plan at tp 2 does not show the tensor-parallel memory:\n{two}")
+    share = float(m.group(1))
+    if share > 55.0:
+        fail(f"{name}: at tp 2 a device holds {share}% of tp 1's weights, gradients and optimizer state")
+    r1, r2 = stage_rows(one), stage_rows(two)
+    if sorted(r1) != [0, 1, 2, 3] or sorted(r2) != [0, 1, 2, 3]:
+        fail(f"{name}: the by-stage table is missing rows")
+    # Rows printed to the MiB: compared where rounding is well below 5% (tiny.yaml's are not).
+    ratios = [r2[s] / r1[s] for s in r1 if r1[s] >= 0.1]
+    worst = max(ratios) if ratios else share / 100
+    if worst > 0.55:
+        fail(f"{name}: a ZeRO stage row at tp 2 holds {100 * worst:.1f}% of tp 1's")
+    if "tensor-parallel communication per device" not in two or "all-gathers" not in two:
+        fail(f"{name}: tetra plan at tp 2 does not show the tensor-parallel communication")
+    if "tensor parallel:" in one:
+        fail(f"{name}: tetra plan at tp 1 speaks of tensor parallelism")
+    print(f"ok: {name}: tp 2 holds {share}% of tp 1's state per device (worst stage {100 * worst:.1f}%)")
+print("PASS")
