@@ -26,49 +26,68 @@ void LlamaAttention::collect(std::vector<Param*>& out) {
 }
 
 Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
-  const int64_t N = s.x.dim(0), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
-  const int64_t H = cfg_.n_heads, Hkv = cfg_.kv_heads(), Q = cfg_.qkv_rows(), HD = H * cfg_.head_dim();
-  s.h1 = ctx.activation({N, C});
-  s.rstd1 = ctx.fp32({N});
+  const int64_t R = s.x.dim(0), N = rows_sharded() ? ctx.tokens() : R, C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
+  const int64_t H = cfg_.n_heads / tp_size(), Hkv = cfg_.kv_heads() / tp_size(), Q = qkv_proj_.out_features(),
+                HD = H * cfg_.head_dim();
+  s.h1 = ctx.activation({R, C});
+  s.rstd1 = ctx.fp32({R});
   input_norm_.forward(s.h1, s.rstd1, s.x);
   s.qkv = ctx.activation({N, Q});
-  qkv_proj_.forward(s.qkv, s.h1);
+  s.h1_in = rows_sharded() ? ctx.activation({N, C}) : s.h1;
+  if (tp_)
+    tp_->column_forward(s.qkv, s.h1, &s.h1_in, qkv_proj_.weight.value, Tensor());
+  else
+    qkv_proj_.forward(s.qkv, s.h1);
   Tensor qkv3 = s.qkv.view({B, T, Q});
   ops::rope_forward(qkv3, H, Hkv, cfg_.rope_theta);
   s.att = ctx.activation({N, HD});
   s.lse = ctx.fp32({B, H, T});
   Tensor att3 = s.att.view({B, T, HD});
   ops::attention_forward(att3, s.lse, qkv3, H, Hkv);
-  Tensor x2 = ctx.residual({N, C});
-  o_proj_.forward_residual(x2, s.att, s.x);
+  Tensor x2 = ctx.residual({R, C});
+  if (tp_)
+    tp_->row_forward(x2, s.att, o_proj_.weight.value, Tensor(), &s.x);
+  else
+    o_proj_.forward_residual(x2, s.att, s.x);
   return x2;
 }
 
 Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const StreamGradient& dx2, Tensor scratch) {
-  const int64_t N = s.x.dim(0), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
-  const int64_t H = cfg_.n_heads, Hkv = cfg_.kv_heads(), Q = cfg_.qkv_rows(), HD = H * cfg_.head_dim();
-  TETRA_CHECK(HD == C, "LlamaAttention: H·D = ", HD, " must equal d_model = ", C);
+  const int64_t R = s.x.dim(0), N = rows_sharded() ? ctx.tokens() : R, C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
+  const int64_t H = cfg_.n_heads / tp_size(), Hkv = cfg_.kv_heads() / tp_size(), Q = qkv_proj_.out_features(),
+                HD = H * cfg_.head_dim();
+  TETRA_CHECK(cfg_.n_heads * cfg_.head_dim() == C, "LlamaAttention: H·D = ", cfg_.n_heads * cfg_.head_dim(),
+              " must equal d_model = ", C);
   s.d_x2 = dx2.rounded;  // the stream gradient as o_proj's GEMMs read it
-  // One [N, C] buffer for the gradients of att and then h1 (H·D = C).
-  Tensor d_att = scratch.defined() ? scratch : ctx.activation({N, HD});
-  o_proj_.backward_input(d_att, dx2.rounded);
+  s.d_x2_full = rows_sharded() ? ctx.activation({N, C}) : s.d_x2;
+  // tp = 1: one [N, C] buffer for the gradients of att and then h1 (H·D = C).
+  Tensor d_att = !tp_ && scratch.defined() ? scratch : ctx.activation({N, HD});
+  if (tp_)
+    tp_->row_backward_input(d_att, s.d_x2, &s.d_x2_full, o_proj_.weight.value);
+  else
+    o_proj_.backward_input(d_att, s.d_x2);
   s.d_qkv = ctx.activation({N, Q});
   Tensor dqkv3 = s.d_qkv.view({B, T, Q});
   ops::attention_backward(dqkv3, d_att.view({B, T, HD}), s.qkv.view({B, T, Q}), s.att.view({B, T, HD}), s.lse, H,
                           Hkv);
   ops::rope_backward(dqkv3, H, Hkv, cfg_.rope_theta);  // the gradient of the projection's output
-  Tensor d_h1 = d_att;
-  qkv_proj_.backward_input(d_h1, s.d_qkv);
-  StreamGradient dx = ctx.stream_gradient({N, C});
+  Tensor d_h1 = tp_ ? ctx.activation({R, C}) : d_att;
+  if (tp_)
+    tp_->column_backward_input(d_h1, s.d_qkv, qkv_proj_.weight.value);
+  else
+    qkv_proj_.backward_input(d_h1, s.d_qkv);
+  StreamGradient dx = ctx.stream_gradient({R, C});
   input_norm_.backward_residual(dx.grad, d_h1, s.x, s.rstd1, /*dresidual=*/dx2.grad, dx.rounded_output());
   if (dx.rounded_output()) ctx.offer_grad(dx.grad, {Tensor(), dx.rounded});  // what the block below's GEMMs read
-  s.x = s.qkv = s.lse = s.rstd1 = Tensor();  // W needs att and h1
+  s.x = s.qkv = s.lse = s.rstd1 = Tensor();  // W needs att and h1_in
   return dx.grad;
 }
 
 void LlamaAttention::backward_weight(State& s) {
-  o_proj_.backward_weight(s.d_x2, s.att);
-  qkv_proj_.backward_weight(s.d_qkv, s.h1);
+  // No biases: o_proj (row-parallel) from the gathered output gradient, qkv_proj (column-parallel)
+  // from its gathered input.
+  o_proj_.backward_weight(s.d_x2_full, s.att);
+  qkv_proj_.backward_weight(s.d_qkv, s.h1_in);
 }
 
 }  // namespace tetra

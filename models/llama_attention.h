@@ -3,38 +3,51 @@
 // Activations [N, C] with N = B·T tokens; q/k/v are one fused projection [(H + 2·Hkv)·D, C] whose
 // parts carry Hugging Face's q_proj, k_proj, v_proj names; the residual add is fused into o_proj's
 // GEMM. A block owns one and keeps its State in the block's slot (models/llama_moe_block.h).
+// Tensor-parallel (models/llama_family.cpp's plan): qkv_proj column-parallel per head (H/tp query
+// and Hkv/tp key/value heads on a rank), o_proj row-parallel; with sequence parallelism x, h1 and x2
+// hold this rank's R = N/tp rows (else R = N).
 #pragma once
 #include "models/layer.h"
 #include "models/llama_config.h"
 #include "models/modules.h"
+#include "parallel/tensor_parallel.h"
 
 namespace tetra {
 
 class LlamaAttention {
  public:
+  // Widths are this rank's (H/tp, Hkv/tp heads under tensor parallelism).
   struct State {
-    Tensor x;          // [N, C] block input, residual dtype
-    Tensor h1, rstd1;  // input_layernorm: [N, C], fp32 [N]
+    Tensor x;          // [R, C] block input, residual dtype
+    Tensor h1, rstd1;  // input_layernorm: [R, C], fp32 [R]
+    Tensor h1_in;      // [N, C]: qkv_proj's input (h1, or h1 gathered over tp)
     Tensor qkv;        // [N, (H + 2·Hkv)·D], q and k rotated
     Tensor att, lse;   // [N, H·D], fp32 [B, H, T]
-    // Gradients kept from B for W (activation dtype): of o_proj's output, of qkv (before the rotation).
-    Tensor d_x2, d_qkv;
+    // Gradients kept from B for W (activation dtype): of o_proj's output (d_x2 [R, C]; d_x2_full,
+    // gathered to [N, C] under sequence parallelism, else d_x2), of qkv (before the rotation).
+    Tensor d_x2, d_x2_full, d_qkv;
   };
 
   // `prefix`: "model.layers.N."; `layer`: the owning Layer's index.
   void init(const LlamaConfig& cfg, const std::string& prefix, int layer);
   void collect(std::vector<Param*>& out);
-  // x2 [N, C] (residual dtype) from s.x.
+  // Null: the plain layer (tp = 1).
+  void set_tensor_parallel(TensorParallel* tp) { tp_ = tp; }
+  // x2 [R, C] (residual dtype) from s.x.
   Tensor forward(MicroBatchContext& ctx, State& s) const;
-  // dx [N, C] (residual dtype) from d_x2 (the gradient of x2, the residual stream after attention,
+  // dx [R, C] (residual dtype) from d_x2 (the gradient of x2, the residual stream after attention,
   // with its activation-dtype copy); dx's copy is offered to the layer below (models/layer.h).
-  // `scratch` ([N, C], may be undefined): a buffer the caller no longer needs, used for the
-  // transient gradients.
+  // `scratch` ([N, C], may be undefined; used at tp = 1 only): a buffer the caller no longer needs,
+  // used for the transient gradients.
   Tensor backward_input(MicroBatchContext& ctx, State& s, const StreamGradient& d_x2, Tensor scratch = Tensor());
   void backward_weight(State& s);
 
  private:
+  int tp_size() const { return tp_ ? tp_->size() : 1; }
+  bool rows_sharded() const { return tp_ && tp_->sequence_parallel(); }
+
   LlamaConfig cfg_;
+  TensorParallel* tp_ = nullptr;
   RMSNorm input_norm_;
   Linear qkv_proj_, o_proj_;
 };

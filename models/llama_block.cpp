@@ -8,13 +8,17 @@ namespace tetra {
 
 // Per micro-batch state of a block. Forward tensors are dropped according to the recompute mode
 // and rebuilt at the start of backward_input; the gradients listed last are what W needs.
+// R = the block's rows: N, or this rank's N/tp under sequence parallelism; tensor-parallel widths
+// are this rank's (F/tp).
 struct LlamaBlock::Saved : Activations {
-  LlamaAttention::State att;  // x (always kept), h1, rstd1, qkv, att, lse; d_x2, d_qkv for W
-  Tensor x2;                // [N, C] after the attention residual, residual dtype
-  Tensor h2, rstd2;         // post_attention_layernorm: [N, C], fp32 [N]
+  LlamaAttention::State att;  // x (always kept), h1, rstd1, h1_in, qkv, att, lse; d_x2, d_x2_full, d_qkv for W
+  Tensor x2;                // [R, C] after the attention residual, residual dtype
+  Tensor h2, rstd2;         // post_attention_layernorm: [R, C], fp32 [R]
+  Tensor h2_in;             // [N, C]: gate_up_proj's input (h2, or h2 gathered over tp)
   Tensor gate_up, act;      // [N, 2F] = [gate | up], [N, F] = silu(gate)·up
-  // Gradients kept from B for W (activation dtype): of the block output and of gate_up.
-  Tensor d_out, d_gate_up;
+  // Gradients kept from B for W (activation dtype): of the block output and of gate_up; the block
+  // output's gathered to [N, C] (d_out_full; d_out itself without sequence parallelism).
+  Tensor d_out, d_gate_up, d_out_full;
 };
 
 LlamaBlock::LlamaBlock(const LlamaConfig& cfg, int block_index) : cfg_(cfg), block_(block_index) {
@@ -41,25 +45,38 @@ std::vector<Param*> LlamaBlock::params() {
   return out;
 }
 
+void LlamaBlock::set_tensor_parallel(TensorParallel* tp) {
+  tp_ = tp;
+  attention_.set_tensor_parallel(tp);
+}
+
 void LlamaBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y) {
-  const int64_t N = s.x2.dim(0), C = cfg_.d_model, F = cfg_.ffn();
-  s.h2 = ctx.activation({N, C});
-  s.rstd2 = ctx.fp32({N});
+  const int64_t R = s.x2.dim(0), N = ctx.tokens(), C = cfg_.d_model, F = ffn();
+  s.h2 = ctx.activation({R, C});
+  s.rstd2 = ctx.fp32({R});
   post_norm_.forward(s.h2, s.rstd2, s.x2);
   s.gate_up = ctx.activation({N, 2 * F});
-  gate_up_proj_.forward(s.gate_up, s.h2);
+  s.h2_in = rows_sharded() ? ctx.activation({N, C}) : s.h2;
+  if (tp_)
+    tp_->column_forward(s.gate_up, s.h2, &s.h2_in, gate_up_proj_.weight.value, Tensor());
+  else
+    gate_up_proj_.forward(s.gate_up, s.h2);
   s.act = ctx.activation({N, F});
   ops::swiglu_forward(s.act, s.gate_up);
-  if (y) down_proj_.forward_residual(*y, s.act, s.x2);
+  if (!y) return;
+  if (tp_)
+    tp_->row_forward(*y, s.act, down_proj_.weight.value, Tensor(), &s.x2);
+  else
+    down_proj_.forward_residual(*y, s.act, s.x2);
 }
 
 Tensor LlamaBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
-  const int64_t N = x.dim(0), C = cfg_.d_model;
+  const int64_t R = x.dim(0), C = cfg_.d_model;
   Saved local;
   Saved& s = ctx.training ? ctx.slot<Saved>(index_) : local;
   s.att.x = x;
   s.x2 = attention_.forward(ctx, s.att);
-  Tensor y = ctx.residual({N, C});
+  Tensor y = ctx.residual({R, C});
   run_mlp_half(ctx, s, &y);
   if (!ctx.training) return y;
   switch (recompute_) {
@@ -80,7 +97,7 @@ Tensor LlamaBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
 
 Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   Saved& s = ctx.slot<Saved>(index_);
-  const int64_t N = s.att.x.dim(0), C = cfg_.d_model, F = cfg_.ffn();
+  const int64_t R = s.att.x.dim(0), N = ctx.tokens(), C = cfg_.d_model, F = ffn();
   if (!s.att.qkv.defined()) s.x2 = attention_.forward(ctx, s.att);  // full recompute
   if (!s.act.defined()) run_mlp_half(ctx, s, nullptr);
 
@@ -89,16 +106,24 @@ Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   // while writing it).
   s.d_out = ctx.in_activation_dtype(dy, ctx.take_grad(dy).rounded);
   Tensor d_act = ctx.activation({N, F});
-  down_proj_.backward_input(d_act, s.d_out);
+  s.d_out_full = rows_sharded() ? ctx.activation({N, C}) : s.d_out;
+  if (tp_)
+    tp_->row_backward_input(d_act, s.d_out, &s.d_out_full, down_proj_.weight.value);
+  else
+    down_proj_.backward_input(d_act, s.d_out);
   s.d_gate_up = ctx.activation({N, 2 * F});
   ops::swiglu_backward(s.d_gate_up, d_act, s.gate_up);
-  s.gate_up = Tensor();  // W uses act and h2
-  Tensor d_h2 = ctx.activation({N, C});
-  gate_up_proj_.backward_input(d_h2, s.d_gate_up);
-  StreamGradient dx2 = ctx.stream_gradient({N, C});
+  s.gate_up = Tensor();  // W uses act and h2_in
+  Tensor d_h2 = ctx.activation({R, C});
+  if (tp_)
+    tp_->column_backward_input(d_h2, s.d_gate_up, gate_up_proj_.weight.value);
+  else
+    gate_up_proj_.backward_input(d_h2, s.d_gate_up);
+  StreamGradient dx2 = ctx.stream_gradient({R, C});
   post_norm_.backward_residual(dx2.grad, d_h2, s.x2, s.rstd2, /*dresidual=*/dy, dx2.rounded_output());
 
-  // Attention: x2 = x + o_proj(attn(rope(qkv_proj(input_layernorm(x))))); d_h2's buffer is free.
+  // Attention: x2 = x + o_proj(attn(rope(qkv_proj(input_layernorm(x))))); d_h2's buffer is free
+  // (used at tp = 1, where it is [N, C]).
   Tensor dx = attention_.backward_input(ctx, s.att, dx2, /*scratch=*/d_h2);
   s.x2 = s.rstd2 = Tensor();  // forward tensors W does not need
   return dx;
@@ -106,8 +131,10 @@ Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
 
 void LlamaBlock::backward_weight(MicroBatchContext& ctx) {
   Saved& s = ctx.slot<Saved>(index_);
-  down_proj_.backward_weight(s.d_out, s.act);
-  gate_up_proj_.backward_weight(s.d_gate_up, s.h2);
+  // No biases: down_proj (row-parallel) from the gathered output gradient, gate_up_proj
+  // (column-parallel) from its gathered input.
+  down_proj_.backward_weight(s.d_out_full, s.act);
+  gate_up_proj_.backward_weight(s.d_gate_up, s.h2_in);
   attention_.backward_weight(s.att);
   ctx.release(index_);
 }

@@ -5,11 +5,16 @@
 // [(H + 2·Hkv)·D, C] and gate/up one of [2F, C]; their parts carry Hugging Face's separate names.
 // The residual adds are fused into o_proj's and down_proj's GEMMs, the residual gradient into the
 // norms' backward (as models/gpt_block.h does).
+// Tensor-parallel (models/llama_family.cpp's plan, as models/gpt_block.h): qkv_proj and
+// gate_up_proj column-parallel (H/tp query and Hkv/tp key/value heads, F/tp of each of gate and up
+// on a rank; tp must divide n_kv_heads: key/value heads are not replicated), o_proj and down_proj
+// row-parallel; with sequence parallelism the norms and residual adds on 1/tp of the tokens.
 #pragma once
 #include "models/layer.h"
 #include "models/llama_attention.h"
 #include "models/llama_config.h"
 #include "models/modules.h"
+#include "parallel/tensor_parallel.h"
 
 namespace tetra {
 
@@ -21,13 +26,20 @@ class LlamaBlock : public Layer {
   Tensor forward(MicroBatchContext& ctx, const Tensor& x) override;
   Tensor backward_input(MicroBatchContext& ctx, const Tensor& dy) override;
   void backward_weight(MicroBatchContext& ctx) override;
+  // Null: the plain layers (tp = 1); else attention and MLP tensor-parallel over tp's group.
+  void set_tensor_parallel(TensorParallel* tp);
 
  private:
   struct Saved;
   void run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y);  // x2 → y (y null: recompute only)
 
+  // This rank's MLP width (all of it without tensor parallelism).
+  int64_t ffn() const { return down_proj_.in_features(); }
+  bool rows_sharded() const { return tp_ && tp_->sequence_parallel(); }
+
   LlamaConfig cfg_;
   int block_;
+  TensorParallel* tp_ = nullptr;  // shared with attention_
   LlamaAttention attention_;  // input_layernorm, q/k/v, o
   RMSNorm post_norm_;
   Linear gate_up_proj_, down_proj_;

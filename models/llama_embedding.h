@@ -3,6 +3,7 @@
 #pragma once
 #include "models/layer.h"
 #include "models/llama_config.h"
+#include "parallel/tensor_parallel.h"
 
 namespace tetra {
 
@@ -16,10 +17,15 @@ class LlamaEmbedding : public Layer {
   // Keeps dy for backward_weight; an embedding has no input gradient (returns undefined).
   Tensor backward_input(MicroBatchContext& ctx, const Tensor& dy) override;
   void backward_weight(MicroBatchContext& ctx) override;
+  // Vocabulary-parallel (as models/gpt_embedding.h, without positions): this rank's vocabulary rows,
+  // the partial lookups reduce-scattered into the sequence shard (all-reduced without sequence
+  // parallelism).
+  void set_tensor_parallel(TensorParallel* tp) { tp_ = tp; }
 
  private:
   LlamaConfig cfg_;
   Param* embed_;
+  TensorParallel* tp_ = nullptr;
 };
 
 }  // namespace tetra

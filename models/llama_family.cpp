@@ -55,9 +55,13 @@ class LlamaFamily : public ModelFamily {
     const double Q = static_cast<double>(c.qkv_rows()), F = static_cast<double>(c.ffn());
     const double V = static_cast<double>(c.vocab_size), T = static_cast<double>(shape.seq_len);
     const double tokens = static_cast<double>(shape.micro_batch) * T;
-    double block = (3.0 * C + Q + 3.0 * F) * a + 2.0 * C * r + 8.0 + 4.0 * H;
-    if (c.recompute == Recompute::Mlp) block -= 3.0 * F * a;
-    if (c.recompute == Recompute::Full) block = C * r;
+    // Tensor parallelism (one of tp ranks): heads and the MLP split over tp; with sequence
+    // parallelism x, h1, x2, h2 and the rstds on 1/tp of the tokens, plus the gathered h1 and h2.
+    const double tp = std::max(1, shape.tp), rows = shape.sequence_parallel ? tp : 1.0;
+    const double gathered = shape.sequence_parallel ? 2.0 * C * a : 0.0;
+    double block = (2.0 * C * a + 2.0 * C * r + 8.0) / rows + ((C + Q + 3.0 * F) * a + 4.0 * H) / tp + gathered;
+    if (c.recompute == Recompute::Mlp) block -= 3.0 * F * a / tp;
+    if (c.recompute == Recompute::Full) block = C * r / rows;
     const double block_flops = 2.0 * static_cast<double>(c.block_params() - 2 * c.d_model) + 4.0 * C * T;
     // A MoE block keeps the attention half and h2 as a dense one, the router's fp32 logits [E] and
     // per slot (k per token) the expert's input [C] and output [C] rows, its SwiGLU input [2F] and
@@ -78,8 +82,9 @@ class LlamaFamily : public ModelFamily {
       else
         out.push_back({"layers." + std::to_string(i), c.block_params(), block_flops, tokens * block});
     }
+    const double head = (C * a + C * r + 8.0) / rows + (shape.sequence_parallel ? C * a : 0.0) + V * a / tp;
     out.push_back({"head", c.d_model + (c.tie_embeddings ? 0 : c.vocab_size * c.d_model), 2.0 * V * C,
-                   tokens * ((C + V) * a + C * r + 8.0)});
+                   tokens * head});
     return out;
   }
 
@@ -93,8 +98,14 @@ class LlamaFamily : public ModelFamily {
     const double tokens = static_cast<double>(shape.micro_batch) * static_cast<double>(shape.seq_len);
     const double a = static_cast<double>(shape.value_bytes), r = static_cast<double>(shape.residual_bytes);
     const double C = static_cast<double>(c.d_model);
-    double per_token = a * static_cast<double>(3 * c.ffn() + c.d_model + c.qkv_rows()) + 2.0 * C * r +
-                       (shape.rounded_stream_gradient() ? 2.0 * C * a : 0.0);
+    const double tp = std::max(1, shape.tp), rows = shape.sequence_parallel ? tp : 1.0;
+    // Tensor-parallel (the stream at the working width): the [F]- and qkv-wide gradients split, the
+    // [C] ones on 1/tp of the tokens with sequence parallelism, plus the two gathered output
+    // gradients. MoE blocks run at tp 1 (launch/config_validate.cpp refuses tp > 1 with model.moe).
+    double per_token = tp <= 1 ? a * static_cast<double>(3 * c.ffn() + c.d_model + c.qkv_rows()) + 2.0 * C * r +
+                                     (shape.rounded_stream_gradient() ? 2.0 * C * a : 0.0)
+                               : a * (static_cast<double>(3 * c.ffn() + c.qkv_rows()) / tp + 3.0 * C / rows +
+                                      (shape.sequence_parallel ? 2.0 * C : 0.0));
     if (c.moe_blocks() > 0) {
       const double moe = static_cast<double>(c.moe.top_k * (2 * c.d_model + 3 * c.expert_ffn()) + c.moe.n_experts +
                                              3 * c.shared_ffn() + 4 * c.d_model + c.qkv_rows());

@@ -6,8 +6,9 @@ namespace tetra {
 
 namespace {
 struct HeadActivations : Activations {
-  Tensor x, hn, rstd;  // [N, C] (residual dtype), [N, C], fp32 [N]
-  Tensor dlogits;      // [N, V]: gradient of the loss w.r.t. the logits
+  Tensor x, hn, rstd;  // [R, C] (residual dtype), [R, C], fp32 [R]: R = N rows, or this rank's sequence shard
+  Tensor hn_full;      // [N, C]: the output layer's input (hn, or hn gathered over tp)
+  Tensor dlogits;      // [N, V] (tensor-parallel: [N, V/tp]): gradient of the loss w.r.t. the logits
 };
 }  // namespace
 
@@ -32,32 +33,49 @@ std::vector<Param*> LlamaHead::params() {
 }
 
 Tensor LlamaHead::forward(MicroBatchContext& ctx, const Tensor& x) {
-  const int64_t N = x.dim(0), C = cfg_.d_model, V = cfg_.vocab_size;
+  const int64_t R = x.dim(0), N = ctx.tokens(), C = cfg_.d_model;
   HeadActivations local;
   HeadActivations& a = ctx.training ? ctx.slot<HeadActivations>(index_) : local;
   a.x = x;
-  a.hn = ctx.activation({N, C});
-  a.rstd = ctx.fp32({N});
+  a.hn = ctx.activation({R, C});
+  a.rstd = ctx.fp32({R});
   norm_.forward(a.hn, a.rstd, x);
-  Tensor logits = ctx.activation({N, V});
-  ops::linear_forward(logits, a.hn, output_->value, Tensor());
+  a.hn_full = a.hn;
+  if (tp_ && tp_->sequence_parallel()) {
+    a.hn_full = ctx.activation({N, C});
+    tp_->all_gather_rows(a.hn_full, a.hn, "head input");
+  }
+  Tensor logits = ctx.activation({N, output_->value.dim(0)});
+  ops::linear_forward(logits, a.hn_full, output_->value, Tensor());
   ctx.losses = ctx.fp32({N});
   Tensor targets = ctx.targets.flatten();
-  if (ctx.training) {
+  if (tp_) {
+    // Loss parallel: every rank's (max, Σ exp, target logit) per row, all-gathered.
+    const ops::VocabShard shard = tp_->vocab_shard(cfg_.vocab_size);
+    Tensor stats = ctx.fp32({3, N});
+    ops::cross_entropy_shard_stats(stats, logits, targets, shard);
+    Tensor all_stats = ctx.fp32({tp_->size(), 3, N});
+    tp_->all_gather(all_stats, stats, "loss statistics");
+    ops::cross_entropy_from_stats(ctx.losses, ctx.training ? &logits : nullptr, logits, targets, shard, all_stats,
+                                  ctx.training ? ctx.loss_grad_scale : 1.0f);
+  } else if (ctx.training) {
     ops::softmax_cross_entropy(ctx.losses, &logits, logits, targets, ctx.loss_grad_scale);
-    a.dlogits = logits;
   } else {
     ops::softmax_cross_entropy(ctx.losses, nullptr, logits, targets, 1.0f);
   }
+  if (ctx.training) a.dlogits = logits;
   return ctx.losses;
 }
 
 Tensor LlamaHead::backward_input(MicroBatchContext& ctx, const Tensor&) {
   auto& a = ctx.slot<HeadActivations>(index_);
-  const int64_t N = a.x.dim(0), C = cfg_.d_model;
-  Tensor dhn = ctx.activation({N, C});
-  ops::linear_backward_input(dhn, a.dlogits, output_->value);
-  StreamGradient dx = ctx.stream_gradient({N, C});
+  const int64_t R = a.x.dim(0), C = cfg_.d_model;
+  Tensor dhn = ctx.activation({R, C});
+  if (tp_)
+    tp_->column_backward_input(dhn, a.dlogits, output_->value);
+  else
+    ops::linear_backward_input(dhn, a.dlogits, output_->value);
+  StreamGradient dx = ctx.stream_gradient({R, C});
   norm_.backward(dx.grad, dhn, a.x, a.rstd, dx.rounded_output());
   // The last block reads the gradient in the activation dtype.
   if (dx.rounded_output()) ctx.offer_grad(dx.grad, {Tensor(), dx.rounded});
@@ -67,7 +85,7 @@ Tensor LlamaHead::backward_input(MicroBatchContext& ctx, const Tensor&) {
 
 void LlamaHead::backward_weight(MicroBatchContext& ctx) {
   auto& a = ctx.slot<HeadActivations>(index_);
-  ops::linear_backward_weight(output_->grad, nullptr, a.dlogits, a.hn, /*accumulate=*/true);
+  ops::linear_backward_weight(output_->grad, nullptr, a.dlogits, a.hn_full, /*accumulate=*/true);
   ctx.release(index_);
 }
 

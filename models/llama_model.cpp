@@ -19,7 +19,10 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg) : cfg_(cfg) {
     blocks_.back()->set_recompute(cfg.recompute);
   }
   const int head_index = static_cast<int>(cfg.n_layers) + 1;
-  if (cfg.tie_embeddings) embed_tokens_.tied_layers = {head_index};  // the output layer reads it
+  if (cfg.tie_embeddings) {
+    embed_tokens_.tied_layers = {head_index};  // the output layer reads it
+    embed_tokens_.placement.tie_group = "embed_tokens";
+  }
   head_ = std::make_unique<LlamaHead>(cfg_, cfg.tie_embeddings ? &embed_tokens_ : nullptr, head_index);
   head_->set_index(head_index);
 }
@@ -29,6 +32,19 @@ std::vector<Layer*> LlamaModel::layers() {
   for (auto& b : blocks_) out.push_back(b.get());
   out.push_back(head_.get());
   return out;
+}
+
+void LlamaModel::set_tensor_parallel(TensorParallel* tp) {
+  if (tp && tp->size() == 1) tp = nullptr;  // one rank: the plain layers
+  embedding_->set_tensor_parallel(tp);
+  for (auto& b : blocks_) {
+    if (auto* dense = dynamic_cast<LlamaBlock*>(b.get()))
+      dense->set_tensor_parallel(tp);
+    else if (tp)  // launch/config_validate.cpp refuses tp > 1 with model.moe before this
+      TETRA_FAIL(Config, "parallel.tp: ", tp->size(), " with model.moe: the MoE blocks have no tensor-parallel form "
+                 "yet (use parallel.tp: 1 with model.moe.n_experts > 0)");
+  }
+  head_->set_tensor_parallel(tp);
 }
 
 std::vector<ModelAttribute> LlamaModel::config_attributes() const {

@@ -16,6 +16,7 @@
 #include "launch/checkpoint_reader.h"
 #include "launch/checkpoint_shard.h"
 #include "models/gpt_family.h"
+#include "models/model_family.h"
 #include "models/tensor_parallel_plan.h"
 #include "parallel/distributed_optimizer.h"
 #include "parallel/param_placement.h"
@@ -218,6 +219,46 @@ TEST(TensorParallelPlan, Gpt2PlacesEveryParameter) {
   const std::string e = error_of([&] { apply_tensor_parallel_plan(gpt_family().tensor_parallel_plan(a), *model, 8, 0, true); });
   EXPECT_NE(e.find("parallel.tp"), std::string::npos) << e;
   EXPECT_NE(e.find("c_attn.weight"), std::string::npos) << e;
+}
+
+// Llama's plan: q, k and v each split in whole heads (grouped-query: 8 query heads over 4 key/value
+// heads at tp 2 — 4 query and 2 key/value heads a rank), gate and up each in halves, the untied
+// lm_head by vocabulary; tp beyond the key/value heads refused naming model.n_kv_heads.
+TEST(TensorParallelPlan, LlamaSplitsHeadsAndHalves) {
+  ModelArgs a;
+  a.arch = "llama";
+  a.vocab_size = 64;
+  a.seq_len = 16;
+  a.d_model = 32;
+  a.n_layers = 1;
+  a.n_heads = 8;
+  a.n_kv_heads = 4;
+  a.ffn_dim = 24;
+  const ModelFamily& llama = model_family("llama");
+  auto model = llama.build(a);
+  apply_tensor_parallel_plan(llama.tensor_parallel_plan(a), *model, 2, 1, true);
+  std::map<std::string, Param*> byname;
+  for (Param* p : model->params()) byname[p->name] = p;
+  Param& qkv = *byname["model.layers.0.self_attn.qkv_proj.weight"];
+  EXPECT_EQ(qkv.local_shape, (Shape{(4 + 2 * 2) * 4, 32}));
+  const auto boxes = local_boxes(qkv);
+  ASSERT_EQ(boxes.size(), 3u);
+  EXPECT_EQ(boxes[0].box.offset[0], 16);  // query heads 4..7
+  EXPECT_EQ(boxes[0].box.shape[0], 16);
+  EXPECT_EQ(boxes[1].box.offset[0], 32 + 8);  // key/value heads 2..3 of k
+  EXPECT_EQ(boxes[2].box.offset[0], 48 + 8);  // and of v
+  EXPECT_EQ(byname["model.layers.0.mlp.gate_up_proj.weight"]->local_shape, (Shape{24, 32}));
+  EXPECT_EQ(local_boxes(*byname["model.layers.0.mlp.gate_up_proj.weight"])[1].box.offset[0], 24 + 12);
+  EXPECT_EQ(byname["model.layers.0.mlp.down_proj.weight"]->local_shape, (Shape{32, 12}));
+  EXPECT_EQ(byname["lm_head.weight"]->local_shape, (Shape{32, 32}));
+  EXPECT_TRUE(byname["model.norm.weight"]->placement.grad_over_tp);
+  std::string e;
+  try {
+    llama.validate(a, 8);
+  } catch (const ModelArgsError& err) {
+    e = err.what();
+  }
+  EXPECT_NE(e.find("model.n_kv_heads"), std::string::npos) << e;
 }
 
 // ---- the vocabulary-parallel ops (CPU) against the unsplit ones -----------------------------------

@@ -1,8 +1,9 @@
 // Tensor parallelism reproduces the single-rank run (CPU, fp32, under mpirun): the Trainer at
-// tp × dp × ZeRO stage, sequence parallelism on and off, against the same config trained by one
-// process alone. Odd sizes that still divide: 12 heads of 3 channels (3 heads a rank at tp 4), a
-// vocabulary of 260 (65 rows a rank at tp 4), micro-batches of 2 × 10 tokens (5 a rank with
-// sequence parallelism at tp 4). Gradient accumulation and clipping are active.
+// tp × dp × ZeRO stage, sequence parallelism on and off, GPT-2 and Llama (grouped-query attention,
+// tied and untied output layer), against the same config trained by one process alone. Odd sizes
+// that still divide: 12 heads (3 a rank at tp 4), a vocabulary of 260 (65 rows a rank at tp 4),
+// micro-batches of 2 × 10 tokens (5 a rank with sequence parallelism at tp 4), Llama's MLP of 60
+// (15 a rank). Gradient accumulation and clipping are active.
 // Checked per step: loss, gradient norm, val loss (≤ 1e-6 relative); at the end the fp32 master
 // weights and both AdamW moments (norm-wise per parameter, ≤ 1e-6 relative), and that the ranks'
 // checkpoint pieces (boxes of the full tensors) cover every element of every parameter exactly once.
@@ -13,7 +14,7 @@
 // tp 2, every other element within an ulp; plain data parallelism does the same elsewhere). A
 // large eps keeps every step well-conditioned, so the final weights can be held to 1e-6 too.
 //
-// usage: mpirun -np N tp_equivalence_test WORK_DIR ARCH VARIANT...
+// usage: mpirun -np N tp_equivalence_test WORK_DIR ARCH VARIANT...   (ARCH: gpt2, llama, llama_tied)
 //   VARIANT = tpT_dpD_zZ[_nosp]  (T·D must divide N; N / (T·D) groups run it side by side)
 #include <mpi.h>
 
@@ -63,10 +64,22 @@ Variant parse_variant(const std::string& s) {
   return v;
 }
 
+// gpt2: 12 heads of 3 channels. llama: 12 query heads of 4 channels in 4 key/value groups (one group
+// a rank at tp 4), an MLP of 60 (15 a rank at tp 4); llama_tied: the same with the output layer
+// tied to the embedding.
+std::string model_yaml(const std::string& arch) {
+  if (arch == "gpt2") return "{arch: gpt2, vocab_size: 260, seq_len: 10, d_model: 36, n_layers: 2, n_heads: 12}";
+  const std::string tied = arch == "llama_tied" ? "true" : "false";
+  if (arch == "llama" || arch == "llama_tied")
+    return "{arch: llama, vocab_size: 260, seq_len: 10, d_model: 48, n_layers: 2, n_heads: 12, n_kv_heads: 4, "
+           "ffn_dim: 60, tie_embeddings: " + tied + "}";
+  throw std::runtime_error("unknown ARCH " + arch + " (gpt2, llama, llama_tied)");
+}
+
 std::string config_yaml(const std::string& work, const std::string& data, const std::string& arch) {
   std::ostringstream os;
   os << "run: {name: base, output_dir: " << work << "/runs, seed: 5}\n"
-     << "model: {arch: " << arch << ", vocab_size: 260, seq_len: 10, d_model: 36, n_layers: 2, n_heads: 12}\n"
+     << "model: " << model_yaml(arch) << "\n"
      << "train: {steps: 4, global_batch: 8, micro_batch: 2, device: cpu, precision: fp32, grad_clip: 0.5, "
         "eval_every: 2, eval_batches: 1}\n"
      << "optimizer: {lr: 3.0e-3, betas: [0.9, 0.95], eps: 1.0e-3, weight_decay: 0.1, warmup_steps: 1, schedule: cosine, "
