@@ -118,6 +118,11 @@ std::vector<BadCase> bad_cases() {
        {"cfg.yaml:4: model.d_model: 66 is not divisible by model.n_heads = 4", "e.g. 64 or 68"}},
       {"vocab_vs_tp", edit("  vocab_size: 256", "  vocab_size: 255", edit("  dp: 2", "  dp: 1", edit("  tp: 1", "  tp: 2"))), {}, 2,
        {"cfg.yaml:2: model.vocab_size: 255 does not split over parallel.tp = 2", "e.g. 256"}},
+      {"tokens_vs_sequence_parallel",
+       edit("  micro_batch: 2", "  micro_batch: 1", edit("  dp: 2", "  dp: 1", edit("  tp: 1", "  tp: 4"))),
+       {"train.seq_len=63"}, 4,
+       {"cfg.yaml:14: train.micro_batch: a micro-batch of micro_batch·seq_len = 1·63 = 63 tokens does not split over "
+        "parallel.tp = 4 ranks", "or set parallel.sequence_parallel: false", "[train.seq_len at --set train.seq_len"}},
       {"layers_vs_pp", edit("  n_layers: 4", "  n_layers: 1", edit("  dp: 2", "  dp: 1", edit("  pp: 1", "  pp: 2"))), {}, 2,
        {"cfg.yaml:5: model.n_layers: 1 layer cannot fill 2 pipeline stages of parallel.pp, which need at least one "
         "layer each", "[parallel.pp at "}},

@@ -15,7 +15,8 @@
 // large eps keeps every step well-conditioned, so the final weights can be held to 1e-6 too.
 //
 // usage: mpirun -np N tp_equivalence_test WORK_DIR ARCH VARIANT...   (ARCH: gpt2, llama, llama_tied)
-//   VARIANT = tpT_dpD_zZ[_nosp]  (T·D must divide N; N / (T·D) groups run it side by side)
+//   VARIANT = tpT_dpD_zZ[_nosp][_rfull|_rmlp]  (T·D must divide N; N / (T·D) groups run it side by
+//   side; _nosp: sequence parallelism off; _rfull, _rmlp: train.recompute full, mlp)
 #include <mpi.h>
 
 #include <algorithm>
@@ -53,14 +54,17 @@ struct Variant {
   std::string name;
   int tp = 1, dp = 1, zero = 0;
   bool sp = true;
+  std::string recompute = "none";
 };
 
 Variant parse_variant(const std::string& s) {
   Variant v;
   v.name = s;
   if (std::sscanf(s.c_str(), "tp%d_dp%d_z%d", &v.tp, &v.dp, &v.zero) != 3)
-    throw std::runtime_error("variant " + s + " is not tpT_dpD_zZ[_nosp]");
+    throw std::runtime_error("variant " + s + " is not tpT_dpD_zZ[_nosp][_rfull|_rmlp]");
   v.sp = s.find("_nosp") == std::string::npos;
+  if (s.find("_rfull") != std::string::npos) v.recompute = "full";
+  if (s.find("_rmlp") != std::string::npos) v.recompute = "mlp";
   return v;
 }
 
@@ -172,7 +176,8 @@ void check_variant(MpiCommunicator& world, const std::string& yaml, const std::s
     const std::string name = v.name + "_g" + std::to_string(group);
     std::vector<std::string> o = {"parallel.tp=" + std::to_string(v.tp), "parallel.dp=" + std::to_string(v.dp),
                                   "parallel.zero_stage=" + std::to_string(v.zero),
-                                  std::string("parallel.sequence_parallel=") + (v.sp ? "true" : "false")};
+                                  std::string("parallel.sequence_parallel=") + (v.sp ? "true" : "false"),
+                                  "train.recompute=" + v.recompute};
     auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<Trainer> tr = train(sub, yaml, name, o);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
