@@ -10,7 +10,7 @@ namespace tetra::launch {
 
 ModelStages::ModelStages(const PipelineLayout& layout, int rank, std::vector<std::vector<Layer*>> chunk_layers,
                          DistributedOptimizer& optimizer, Device device, DType act_dtype, DType residual_dtype,
-                         int64_t micro_batch, int64_t seq_len, int64_t width)
+                         int64_t micro_batch, int64_t seq_len, int64_t width, int64_t boundary_rows)
     : layout_(layout),
       rank_(rank),
       chunk_layers_(std::move(chunk_layers)),
@@ -20,7 +20,8 @@ ModelStages::ModelStages(const PipelineLayout& layout, int rank, std::vector<std
       residual_dtype_(residual_dtype),
       micro_batch_(micro_batch),
       seq_len_(seq_len),
-      width_(width) {
+      width_(width),
+      boundary_rows_(boundary_rows > 0 ? boundary_rows : micro_batch * seq_len) {
   TETRA_CHECK(static_cast<int>(chunk_layers_.size()) == layout.chunks(), "ModelStages: ", chunk_layers_.size(),
               " chunks of layers for a layout of ", layout.chunks());
   for (int c = 0; c < layout.chunks(); ++c) {
@@ -73,7 +74,7 @@ const Layer& ModelStages::layer_at(int index) const {
 }
 
 Tensor ModelStages::boundary_buffer(int chunk, int mb) {
-  return Tensor::empty({micro_batch_ * seq_len_, width_}, residual_dtype_, device_);
+  return Tensor::empty({boundary_rows_, width_}, residual_dtype_, device_);
 }
 
 LayerPass ModelStages::forward_pass(int chunk, int mb, const Tensor& input) {
@@ -92,8 +93,8 @@ LayerPass ModelStages::forward_pass(int chunk, int mb, const Tensor& input) {
     if (first_[c]) ctx.ids = b.inputs;
     if (last_[c]) ctx.targets = b.targets;
   } else {
-    TETRA_CHECK(input.defined() && input.dim(0) == micro_batch_ * seq_len_, "pipeline rank ", rank_, ": F", chunk,
-                ".", mb, " got no input of ", micro_batch_ * seq_len_, " tokens");
+    TETRA_CHECK(input.defined() && input.dim(0) == boundary_rows_, "pipeline rank ", rank_, ": F", chunk, ".", mb,
+                " got no input of ", boundary_rows_, " tokens");
   }
   return LayerPass(chunk_layers_[c], ctx, LayerPass::Direction::Forward, first_[c] ? ctx.ids : input,
                    {[this](int l) { optimizer_.before_forward(l); }, [this](int l) { optimizer_.after_forward(l); }});

@@ -25,11 +25,13 @@ class ModelStages : public PipelineCompute {
   // chunk_layers[c]: the layers chunk c of this rank holds, in model order (the first chunk of
   // stage 0 starts with the embedding, the last stage ends with the output layer). A micro-batch
   // is [micro_batch, seq_len] tokens; what crosses a stage boundary (the residual stream and its
-  // gradient) is [micro_batch·seq_len, width] at the residual stream's dtype (train.residual_dtype;
-  // the activation dtype unless that is bf16 and the stream fp32).
+  // gradient) is [boundary_rows, width] at the residual stream's dtype (train.residual_dtype; the
+  // activation dtype unless that is bf16 and the stream fp32): micro_batch·seq_len rows, or this
+  // rank's 1/tp of them under tensor parallelism with sequence parallelism (boundary_rows 0:
+  // micro_batch·seq_len).
   ModelStages(const PipelineLayout& layout, int rank, std::vector<std::vector<Layer*>> chunk_layers,
               DistributedOptimizer& optimizer, Device device, DType act_dtype, DType residual_dtype,
-              int64_t micro_batch, int64_t seq_len, int64_t width);
+              int64_t micro_batch, int64_t seq_len, int64_t width, int64_t boundary_rows = 0);
 
   // A micro-batch by its number in the step (or evaluation batch): ids and targets, valid until
   // the next call.
@@ -79,7 +81,7 @@ class ModelStages : public PipelineCompute {
   DistributedOptimizer& optimizer_;
   Device device_;
   DType act_dtype_, residual_dtype_;
-  int64_t micro_batch_, seq_len_, width_;
+  int64_t micro_batch_, seq_len_, width_, boundary_rows_;
   bool training_ = true;
   BatchSource batches_;
   Tensor loss_sum_;

@@ -151,7 +151,7 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
     Config one = cfg;
     one.parallel.tp = 1;
     std::unique_ptr<Model> whole = family.build(args);
-    const MemoryPlan base = plan_memory(one, rank_params(whole->params(), pipeline_rank_layers(pipe, big)), shape.dp);
+    const MemoryPlan base = plan_memory(one, pipeline_rank_params(pipe, big, whole->params()), shape.dp);
     auto state = [](const MemoryPlan& p) { return p.state.weights + p.state.gradients + p.state.optimizer; };
     std::printf("  tensor parallel: tp %d holds %.1fM of the parameters per device; weights + gradients + optimizer "
                 "state %.3f GiB = %.1f%% of tp 1's %.3f GiB (same dp and stage)\n",
@@ -163,7 +163,7 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
                                                 largest->grad_dtype == "bf16" ? 2 : 4, cfg.train.recompute == "full");
     const double mib = 1024.0 * 1024.0;
     const int accum = optimizer_options(cfg, shape.dp).accumulation_steps;
-    std::printf("  tensor-parallel communication per device (sent, ring collectives; the whole model, pp 1), "
+    std::printf("  tensor-parallel communication per device (sent, ring collectives; every layer of the model), "
                 "sequence parallelism %s:\n",
                 sp ? "on" : "off");
     std::printf("    per micro-batch: %d all-gathers %.1f MiB, %d reduce-scatters %.1f MiB, %d all-reduces %.1f MiB\n",

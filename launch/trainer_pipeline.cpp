@@ -131,9 +131,12 @@ void Trainer::setup_pipeline() {
     for (int i : stage_layer_indices(pipe_->stage_layers, l.stage_of(pp_rank_, c)))
       chunks.back().push_back(layers[static_cast<size_t>(i)]);
   }
+  // Under sequence parallelism a stage boundary carries this tp rank's 1/tp of the tokens.
+  const int64_t tokens = static_cast<int64_t>(cfg_.train.micro_batch) * cfg_.train.seq_len;
+  const bool sequence_sharded = cfg_.parallel.tp > 1 && cfg_.parallel.sequence_parallel;
   stages_ = std::make_unique<ModelStages>(l, pp_rank_, std::move(chunks), *optimizer_, device_, act_dtype_,
                                           residual_dtype_, cfg_.train.micro_batch, cfg_.train.seq_len,
-                                          cfg_.model.d_model);
+                                          cfg_.model.d_model, sequence_sharded ? tokens / cfg_.parallel.tp : tokens);
   // TETRA_FAULT nan_grad: the step's first weight gradient on this rank turns NaN.
   stages_->set_after_weight([this](const Layer& layer) {
     if (poison_grad_) poison_gradient(layer);

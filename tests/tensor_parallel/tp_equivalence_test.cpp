@@ -15,8 +15,9 @@
 // large eps keeps every step well-conditioned, so the final weights can be held to 1e-6 too.
 //
 // usage: mpirun -np N tp_equivalence_test WORK_DIR ARCH VARIANT...   (ARCH: gpt2, llama, llama_tied)
-//   VARIANT = tpT_dpD_zZ[_nosp][_rfull|_rmlp]  (T·D must divide N; N / (T·D) groups run it side by
-//   side; _nosp: sequence parallelism off; _rfull, _rmlp: train.recompute full, mlp)
+//   VARIANT = tpT_dpD_zZ[_nosp][_rfull|_rmlp][_ppP]  (T·D·P must divide N; N / (T·D·P) groups run it
+//   side by side; _nosp: sequence parallelism off; _rfull, _rmlp: train.recompute full, mlp; _ppP:
+//   P pipeline stages, schedule 1f1b)
 #include <mpi.h>
 
 #include <algorithm>
@@ -52,7 +53,7 @@ constexpr double kTol = 1e-6;  // per-step loss, gradient norm, val loss; final 
 
 struct Variant {
   std::string name;
-  int tp = 1, dp = 1, zero = 0;
+  int tp = 1, dp = 1, zero = 0, pp = 1;
   bool sp = true;
   std::string recompute = "none";
 };
@@ -61,10 +62,11 @@ Variant parse_variant(const std::string& s) {
   Variant v;
   v.name = s;
   if (std::sscanf(s.c_str(), "tp%d_dp%d_z%d", &v.tp, &v.dp, &v.zero) != 3)
-    throw std::runtime_error("variant " + s + " is not tpT_dpD_zZ[_nosp][_rfull|_rmlp]");
+    throw std::runtime_error("variant " + s + " is not tpT_dpD_zZ[_nosp][_rfull|_rmlp][_ppP]");
   v.sp = s.find("_nosp") == std::string::npos;
   if (s.find("_rfull") != std::string::npos) v.recompute = "full";
   if (s.find("_rmlp") != std::string::npos) v.recompute = "mlp";
+  if (const size_t at = s.find("_pp"); at != std::string::npos) v.pp = std::stoi(s.substr(at + 3));
   return v;
 }
 
@@ -162,7 +164,7 @@ int64_t full_index(const TensorBox& box, const Shape& full, int64_t i) {
 
 void check_variant(MpiCommunicator& world, const std::string& yaml, const std::string& work, const Variant& v,
                    const Run& ref) {
-  const int W = world.size(), group_size = v.tp * v.dp;
+  const int W = world.size(), group_size = v.tp * v.dp * v.pp;
   if (W % group_size != 0) {
     fail(v.name + ": needs a multiple of " + std::to_string(group_size) + " ranks, the job has " + std::to_string(W));
     return;
@@ -175,6 +177,7 @@ void check_variant(MpiCommunicator& world, const std::string& yaml, const std::s
     MpiCommunicator sub(sub_comm);
     const std::string name = v.name + "_g" + std::to_string(group);
     std::vector<std::string> o = {"parallel.tp=" + std::to_string(v.tp), "parallel.dp=" + std::to_string(v.dp),
+                                  "parallel.pp=" + std::to_string(v.pp),
                                   "parallel.zero_stage=" + std::to_string(v.zero),
                                   std::string("parallel.sequence_parallel=") + (v.sp ? "true" : "false"),
                                   "train.recompute=" + v.recompute};
