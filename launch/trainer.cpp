@@ -185,10 +185,10 @@ void Trainer::print_startup(const MeshShape& shape) {
                 cfg_.parallel.zero_stage, dtype_name(params_.grad_dtype()),
                 grad_comm_ ? "the copy engines (CUDA IPC)" : mesh_->device_comm(MeshAxis::DP).backend().c_str());
   if (shape.tp > 1)
-    std::printf("tetra: tensor parallel over %d ranks: %s plan, sequence parallelism %s, collectives by %s, "
-                "not overlapped with the GEMMs\n",
+    std::printf("tetra: tensor parallel over %d ranks: %s plan, sequence parallelism %s, collectives by %s, %s\n",
                 shape.tp, model_->arch().c_str(), cfg_.parallel.sequence_parallel ? "on" : "off",
-                mesh_->device_comm(MeshAxis::TP).backend().c_str());
+                mesh_->device_comm(MeshAxis::TP).backend().c_str(),
+                tp_->overlap() ? "overlapped with the GEMMs (chunked)" : "not overlapped with the GEMMs");
   for (const std::string& line : loader_->describe()) std::printf("tetra: %s\n", line.c_str());
   if (expert_parallel_)
     std::printf("tetra: expert parallel over %d ranks: %lld of %d experts per MoE layer on each, expert gradients "

@@ -21,15 +21,19 @@
 // The weight gradients need no communication: dw of a column-parallel layer is dyᵀ · x_full, of a
 // row-parallel one dy_fullᵀ · x; the caller keeps x_full / dy_full for them.
 //
-// Collectives go through the CommScheduler, which records them and how long compute waited for
-// them (exposed communication). This version issues each as one collective (the non-overlapped
-// path); the chunked, overlapped forms of parallel/tp_linear.h replace the bodies of these
-// functions where parallel.tp_comm_overlap is on.
+// The steps are the communication primitives of parallel/tp_linear.h on this group's TpGroup
+// (parallel/tp_group.h): every collective on the TP communication stream of the CommScheduler,
+// which records it under MeshAxis::TP with how long compute waited for it (exposed_comm_ms_tp).
+// parallel.tp_comm_overlap selects their overlapped path (the exchanges split into tp chunks that
+// move while the GEMMs of the chunks already there run) or the plain one; both give the same bits.
+// Without sequence parallelism the all-reduce forms need tp to divide N; where it does not, they
+// run the plain GEMM and one all-reduce (not overlapped).
 #pragma once
 #include <functional>
 #include <string>
 
 #include "parallel/comm_scheduler.h"
+#include "parallel/tp_group.h"
 #include "runtime/communicator.h"
 #include "runtime/ops.h"
 
@@ -41,11 +45,12 @@ class TensorParallel {
   // MeshAxis::TP)); `scheduler`: the device's CommScheduler. Both outlive this object.
   TensorParallel(Communicator& comm, CommScheduler& scheduler, bool sequence_parallel, bool overlap);
 
-  int size() const { return comm_.size(); }
-  int rank() const { return comm_.rank(); }
+  int size() const { return group_.size(); }
+  int rank() const { return group_.rank(); }
   bool sequence_parallel() const { return sequence_parallel_; }
-  bool overlap() const { return overlap_; }
-  Communicator& comm() const { return comm_; }
+  bool overlap() const { return group_.overlap(); }
+  Communicator& comm() const { return group_.comm(); }
+  TpGroup& group() { return group_; }
 
   // Rows of this rank's activations for a micro-batch of n tokens: n / size() with sequence
   // parallelism (fails, naming `what`, unless size() divides n), else n.
@@ -81,10 +86,10 @@ class TensorParallel {
 
  private:
   void run(const std::string& what, int64_t bytes, const std::function<std::unique_ptr<Work>()>& launch);
-  Communicator& comm_;
-  CommScheduler& scheduler_;
+  // Without sequence parallelism: whether the all-reduce forms can run chunked (tp divides n rows).
+  bool chunked(int64_t n) const { return n % size() == 0; }
+  TpGroup group_;
   bool sequence_parallel_;
-  bool overlap_;
 };
 
 }  // namespace tetra

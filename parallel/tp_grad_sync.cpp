@@ -21,7 +21,7 @@ void TpGradSync::sync_unit(int u, Tensor unit_grads) {
   Tensor range = unit_grads.slice_flat(zu.tp_reduced_begin, {zu.numel - zu.tp_reduced_begin});
   CommScheduler::Ticket t = scheduler_.issue("tp all_reduce sequence-parallel grads layer " + std::to_string(zu.layer),
                                              static_cast<int64_t>(range.nbytes()),
-                                             [&] { return tp_->all_reduce(range, ReduceOp::Sum); });
+                                             [&] { return tp_->all_reduce(range, ReduceOp::Sum); }, MeshAxis::TP);
   scheduler_.wait(t);
 }
 

@@ -2,8 +2,8 @@
 """Tensor parallelism on GPUs: bf16 training at tp 2 (and, with 4 GPUs, tp 4 and tp 2 × dp 2 with
 ZeRO-1) reproduces the 1-GPU run within bf16 tolerance (per-step losses within 2e-2 relative over
 30 steps, the loss falling as far), for GPT-2 with sequence parallelism on and off and for Llama
-(grouped-query attention); at tp 2 a run captured as CUDA graphs gives the eager run's losses bit for
-bit. Exits 77 (skipped) with fewer than 2 GPUs: NCCL does not run two ranks on one GPU, so the
+(grouped-query attention); at tp 2 a run captured as CUDA graphs, and one with
+parallel.tp_comm_overlap off, give the eager overlapped run's losses bit for bit. Exits 77 (skipped) with fewer than 2 GPUs: NCCL does not run two ranks on one GPU, so the
 one-GPU checks of the tensor-parallel pieces are the ops' GPU tests (GpuVocabParallel*).
 
 usage: tp_gpu_equivalence.py TETRA_BIN WORK_DIR"""
@@ -66,6 +66,12 @@ for arch, extra in (("gpt2", []), ("llama", LLAMA)):
         good = graphs == eager
         ok &= good
         print(f"gpt2 tp 2, CUDA graphs: {'identical to eager' if good else 'FAIL: differs from eager'}")
+        # parallel.tp_comm_overlap (auto: on for CUDA) against its plain path: the same bits.
+        plain = run("gpt2_tp2_mb8_plain", 2, ["--set", "parallel.tp=2", "--set", "train.micro_batch=8",
+                                              "--set", "parallel.tp_comm_overlap=off"])
+        good = plain == eager
+        ok &= good
+        print(f"gpt2 tp 2, overlap off: {'identical to overlap on' if good else 'FAIL: differs from overlap on'}")
     if gpus >= 4:
         against(f"{arch} tp 4", run(f"{arch}_tp4", 4, extra + ["--set", "parallel.tp=4"]), base)
         against(f"{arch} tp 2 x dp 2 ZeRO-1", run(f"{arch}_tp2_dp2", 4, extra + ["--set", "parallel.tp=2",

@@ -15,8 +15,9 @@
 // large eps keeps every step well-conditioned, so the final weights can be held to 1e-6 too.
 //
 // usage: mpirun -np N tp_equivalence_test WORK_DIR ARCH VARIANT...   (ARCH: gpt2, llama, llama_tied)
-//   VARIANT = tpT_dpD_zZ[_nosp][_rfull|_rmlp][_ppP]  (T·D·P must divide N; N / (T·D·P) groups run it
-//   side by side; _nosp: sequence parallelism off; _rfull, _rmlp: train.recompute full, mlp; _ppP:
+//   VARIANT = tpT_dpD_zZ[_nosp][_rfull|_rmlp][_ppP][_ovl]  (T·D·P must divide N; N / (T·D·P) groups run
+//   it side by side; _nosp: sequence parallelism off; _ovl: parallel.tp_comm_overlap on (the chunked
+//   ring exchanges of parallel/tp_linear.h; off otherwise); _rfull, _rmlp: train.recompute full, mlp; _ppP:
 //   P pipeline stages, schedule 1f1b)
 #include <mpi.h>
 
@@ -54,7 +55,7 @@ constexpr double kTol = 1e-6;  // per-step loss, gradient norm, val loss; final 
 struct Variant {
   std::string name;
   int tp = 1, dp = 1, zero = 0, pp = 1;
-  bool sp = true;
+  bool sp = true, overlap = false;
   std::string recompute = "none";
 };
 
@@ -64,6 +65,7 @@ Variant parse_variant(const std::string& s) {
   if (std::sscanf(s.c_str(), "tp%d_dp%d_z%d", &v.tp, &v.dp, &v.zero) != 3)
     throw std::runtime_error("variant " + s + " is not tpT_dpD_zZ[_nosp][_rfull|_rmlp][_ppP]");
   v.sp = s.find("_nosp") == std::string::npos;
+  v.overlap = s.find("_ovl") != std::string::npos;
   if (s.find("_rfull") != std::string::npos) v.recompute = "full";
   if (s.find("_rmlp") != std::string::npos) v.recompute = "mlp";
   if (const size_t at = s.find("_pp"); at != std::string::npos) v.pp = std::stoi(s.substr(at + 3));
@@ -180,6 +182,7 @@ void check_variant(MpiCommunicator& world, const std::string& yaml, const std::s
                                   "parallel.pp=" + std::to_string(v.pp),
                                   "parallel.zero_stage=" + std::to_string(v.zero),
                                   std::string("parallel.sequence_parallel=") + (v.sp ? "true" : "false"),
+                                  std::string("parallel.tp_comm_overlap=") + (v.overlap ? "on" : "off"),
                                   "train.recompute=" + v.recompute};
     auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<Trainer> tr = train(sub, yaml, name, o);
