@@ -122,6 +122,8 @@ Tensor ModelStages::forward(int chunk, int mb, const Tensor& input) {
 
 LayerPass ModelStages::backward_pass(int chunk, int mb, const Tensor& dy, bool weights, bool last) {
   MicroBatchContext& ctx = context(chunk, mb);
+  // Layers may fold W into B when it follows at once (MicroBatchContext::weights_follow).
+  ctx.weights_follow = weights;
   return LayerPass(chunk_layers_[static_cast<size_t>(chunk)], ctx, LayerPass::Direction::Backward, dy,
                    {[this](int l) { optimizer_.before_backward(l); },
                     [this, last](int l) {

@@ -1,6 +1,7 @@
 #include "models/gpt_block.h"
 
 #include <cmath>
+#include <functional>
 #include <utility>
 
 #include "runtime/ops.h"
@@ -28,6 +29,7 @@ struct GptBlock::Saved : Activations {
   // Their column sums where a LayerNorm backward already took them (fp32 [C]; d_mlp_out_sum comes
   // from the layer above and may be undefined): the two projections' bias gradients.
   Tensor d_mlp_out_sum, d_attn_out_sum;
+  bool weights_done = false;  // B computed the weight gradients (GptBlock::mlp_weight_grads)
 };
 
 GptBlock::GptBlock(const GptConfig& cfg, int block_index) : cfg_(cfg), block_(block_index) {
@@ -149,8 +151,12 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   s.d_fc_pre = d_fc;
   s.fc_pre = Tensor();  // no longer needed; W uses fc_act and ln2
   Tensor d_ln2 = ctx.activation({R, C});
+  // Under tensor parallelism with W right after B, the MLP's weight gradients run while the input
+  // gradient's reduce-scatter moves (parallel/tp_linear.h); tp = 1 keeps B and W apart as before.
+  s.weights_done = tp_ && ctx.weights_follow;
   if (tp_)
-    tp_->column_backward_input(d_ln2, d_fc, c_fc_.weight.value);
+    tp_->column_backward_input(d_ln2, d_fc, c_fc_.weight.value,
+                               s.weights_done ? std::function<void()>([&] { mlp_weight_grads(s); }) : nullptr);
   else
     c_fc_.backward_input(d_ln2, d_fc);
   StreamGradient dx2 = ctx.stream_gradient({R, C});
@@ -171,7 +177,8 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   ops::attention_backward(dqkv3, datt3, s.qkv.view({B, T, 3 * HD}), s.att.view({B, T, HD}), s.lse, H);
   Tensor d_ln1 = tp_ ? ctx.activation({R, C}) : d_att;
   if (tp_)
-    tp_->column_backward_input(d_ln1, s.d_qkv, c_attn_.weight.value);
+    tp_->column_backward_input(d_ln1, s.d_qkv, c_attn_.weight.value,
+                               s.weights_done ? std::function<void()>([&] { attention_weight_grads(s); }) : nullptr);
   else
     c_attn_.backward_input(d_ln1, s.d_qkv);
   StreamGradient dx = ctx.stream_gradient({R, C});
@@ -184,20 +191,29 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   return dx.grad;
 }
 
+void GptBlock::mlp_weight_grads(Saved& s) {
+  // c_fc from its (gathered) input; mlp.c_proj from the gathered output gradient, its bias from this
+  // rank's rows under sequence parallelism.
+  if (rows_sharded())
+    mlp_proj_.backward_weight_rows(s.d_mlp_out_full, s.fc_act, s.d_mlp_out, s.d_mlp_out_sum);
+  else
+    mlp_proj_.backward_weight(s.d_mlp_out, s.fc_act, s.d_mlp_out_sum);
+  c_fc_.backward_weight(s.d_fc_pre, s.ln2_in);
+}
+
+void GptBlock::attention_weight_grads(Saved& s) {
+  if (rows_sharded())
+    attn_proj_.backward_weight_rows(s.d_attn_out_full, s.att, s.d_attn_out, s.d_attn_out_sum);
+  else
+    attn_proj_.backward_weight(s.d_attn_out, s.att, s.d_attn_out_sum);
+  c_attn_.backward_weight(s.d_qkv, s.ln1_in);
+}
+
 void GptBlock::backward_weight(MicroBatchContext& ctx) {
   Saved& s = ctx.slot<Saved>(index_);
-  // Column-parallel weights from their (gathered) inputs; row-parallel ones from the gathered output
-  // gradients, their biases from this rank's rows under sequence parallelism.
-  if (rows_sharded()) {
-    mlp_proj_.backward_weight_rows(s.d_mlp_out_full, s.fc_act, s.d_mlp_out, s.d_mlp_out_sum);
-    c_fc_.backward_weight(s.d_fc_pre, s.ln2_in);
-    attn_proj_.backward_weight_rows(s.d_attn_out_full, s.att, s.d_attn_out, s.d_attn_out_sum);
-    c_attn_.backward_weight(s.d_qkv, s.ln1_in);
-  } else {
-    mlp_proj_.backward_weight(s.d_mlp_out, s.fc_act, s.d_mlp_out_sum);
-    c_fc_.backward_weight(s.d_fc_pre, s.ln2_in);
-    attn_proj_.backward_weight(s.d_attn_out, s.att, s.d_attn_out_sum);
-    c_attn_.backward_weight(s.d_qkv, s.ln1_in);
+  if (!s.weights_done) {
+    mlp_weight_grads(s);
+    attention_weight_grads(s);
   }
   ctx.release(index_);
 }

@@ -30,6 +30,11 @@ class GptBlock : public Layer {
   struct Saved;
   void run_attention_half(MicroBatchContext& ctx, Saved& s);  // x → x2
   void run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y);  // x2 → y (y null: recompute only)
+  // The weight gradients of each half (W): run by backward_weight, or, under tensor parallelism when
+  // W follows B at once (ctx.weights_follow), inside backward_input under the column-parallel
+  // input gradient's reduce-scatter.
+  void mlp_weight_grads(Saved& s);
+  void attention_weight_grads(Saved& s);
 
   // Heads this rank computes (n_heads, or n_heads / tp).
   int64_t local_heads() const { return c_attn_.weight.local_shape[0] / (3 * cfg_.head_dim()); }

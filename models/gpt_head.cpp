@@ -1,5 +1,6 @@
 #include "models/gpt_head.h"
 
+#include <functional>
 #include <utility>
 
 #include "runtime/ops.h"
@@ -10,6 +11,7 @@ namespace {
 struct HeadActivations : Activations {
   Tensor x, lnf, mean, rstd;  // [R, C] (residual dtype), [R, C], [R], [R]: R = N rows, or this rank's shard
   Tensor lnf_full;            // [N, C]: the LM projection's input (lnf, or it gathered over tp)
+  bool weights_done = false;  // backward_input computed the weight gradient
   Tensor dlogits;             // [N, V] (tensor-parallel: [N, V/tp]): gradient of the loss w.r.t. the logits
 };
 }  // namespace
@@ -33,13 +35,14 @@ Tensor GptHead::forward(MicroBatchContext& ctx, const Tensor& x) {
   a.mean = ctx.fp32({R});
   a.rstd = ctx.fp32({R});
   ln_f_.forward(a.lnf, a.mean, a.rstd, x);
-  a.lnf_full = a.lnf;
-  if (tp_ && tp_->sequence_parallel()) {
-    a.lnf_full = ctx.activation({N, C});
-    tp_->all_gather_rows(a.lnf_full, a.lnf, "head input");
-  }
+  // Under sequence parallelism the projection's input is gathered (and kept for the weight gradient),
+  // in chunks under the GEMM with parallel.tp_comm_overlap (parallel/tp_linear.h).
+  a.lnf_full = tp_ && tp_->sequence_parallel() ? ctx.activation({N, C}) : a.lnf;
   Tensor logits = ctx.activation({N, wte_->value.dim(0)});
-  ops::linear_forward(logits, a.lnf_full, wte_->value, Tensor());
+  if (tp_)
+    tp_->column_forward(logits, a.lnf, &a.lnf_full, wte_->value, Tensor());
+  else
+    ops::linear_forward(logits, a.lnf_full, wte_->value, Tensor());
   ctx.losses = ctx.fp32({N});
   Tensor targets = ctx.targets.flatten();
   if (tp_) {
@@ -71,8 +74,15 @@ Tensor GptHead::backward_input(MicroBatchContext& ctx, const Tensor&) {
   auto& a = ctx.slot<HeadActivations>(index_);
   const int64_t R = a.x.dim(0), C = cfg_.d_model;
   Tensor dlnf = ctx.activation({R, C});
+  // Tensor-parallel with W right after B: the weight gradient runs under the input gradient's
+  // reduce-scatter (parallel/tp_linear.h).
+  a.weights_done = tp_ && ctx.weights_follow;
+  auto weight_grad = [&] {
+    ops::linear_backward_weight(wte_->grad, nullptr, a.dlogits, a.lnf_full, /*accumulate=*/true);
+  };
   if (tp_)
-    tp_->column_backward_input(dlnf, a.dlogits, wte_->value);
+    tp_->column_backward_input(dlnf, a.dlogits, wte_->value,
+                               a.weights_done ? std::function<void()>(weight_grad) : nullptr);
   else
     ops::linear_backward_input(dlnf, a.dlogits, wte_->value);
   StreamGradient dx = ctx.stream_gradient({R, C});
@@ -86,7 +96,7 @@ Tensor GptHead::backward_input(MicroBatchContext& ctx, const Tensor&) {
 
 void GptHead::backward_weight(MicroBatchContext& ctx) {
   auto& a = ctx.slot<HeadActivations>(index_);
-  ops::linear_backward_weight(wte_->grad, nullptr, a.dlogits, a.lnf_full, /*accumulate=*/true);
+  if (!a.weights_done) ops::linear_backward_weight(wte_->grad, nullptr, a.dlogits, a.lnf_full, /*accumulate=*/true);
   ctx.release(index_);
 }
 

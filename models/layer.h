@@ -61,6 +61,11 @@ class MicroBatchContext {
   Tensor ids;      // int32 [batch, seq_len] on device: inputs
   Tensor targets;  // int32 [batch, seq_len] on device: next tokens (−1: ignored)
   bool training = true;
+  // Each layer's backward_weight runs right after its backward_input (no schedule that delays W):
+  // a tensor-parallel layer may then compute its weight gradients inside backward_input, under the
+  // reduce-scatter of an input gradient (parallel/tp_linear.h), and its backward_weight only
+  // releases the slot. Set by the caller of backward_input for each micro-batch's backward.
+  bool weights_follow = false;
   // d(global mean loss)/d(per-token loss) = 1 / (tokens in the global batch).
   float loss_grad_scale = 1.0f;
   Tensor losses;  // fp32 [batch·seq_len], written by the loss layer

@@ -1,6 +1,7 @@
 #include "models/llama_attention.h"
 
 #include <cmath>
+#include <functional>
 
 #include "runtime/ops.h"
 
@@ -72,8 +73,10 @@ Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const St
                           Hkv);
   ops::rope_backward(dqkv3, H, Hkv, cfg_.rope_theta);  // the gradient of the projection's output
   Tensor d_h1 = tp_ ? ctx.activation({R, C}) : d_att;
+  s.weights_done = tp_ && ctx.weights_follow;
   if (tp_)
-    tp_->column_backward_input(d_h1, s.d_qkv, qkv_proj_.weight.value);
+    tp_->column_backward_input(d_h1, s.d_qkv, qkv_proj_.weight.value,
+                               s.weights_done ? std::function<void()>([&] { weight_grads(s); }) : nullptr);
   else
     qkv_proj_.backward_input(d_h1, s.d_qkv);
   StreamGradient dx = ctx.stream_gradient({R, C});
@@ -84,6 +87,10 @@ Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const St
 }
 
 void LlamaAttention::backward_weight(State& s) {
+  if (!s.weights_done) weight_grads(s);
+}
+
+void LlamaAttention::weight_grads(State& s) {
   // No biases: o_proj (row-parallel) from the gathered output gradient, qkv_proj (column-parallel)
   // from its gathered input.
   o_proj_.backward_weight(s.d_x2_full, s.att);

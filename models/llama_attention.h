@@ -26,6 +26,7 @@ class LlamaAttention {
     // Gradients kept from B for W (activation dtype): of o_proj's output (d_x2 [R, C]; d_x2_full,
     // gathered to [N, C] under sequence parallelism, else d_x2), of qkv (before the rotation).
     Tensor d_x2, d_x2_full, d_qkv;
+    bool weights_done = false;  // backward_input computed the weight gradients (ctx.weights_follow)
   };
 
   // `prefix`: "model.layers.N."; `layer`: the owning Layer's index.
@@ -38,11 +39,14 @@ class LlamaAttention {
   // dx [R, C] (residual dtype) from d_x2 (the gradient of x2, the residual stream after attention,
   // with its activation-dtype copy); dx's copy is offered to the layer below (models/layer.h).
   // `scratch` ([N, C], may be undefined; used at tp = 1 only): a buffer the caller no longer needs,
-  // used for the transient gradients.
+  // used for the transient gradients. Under tensor parallelism with ctx.weights_follow, the weight
+  // gradients run here, under qkv_proj's input-gradient reduce-scatter, and backward_weight does
+  // nothing.
   Tensor backward_input(MicroBatchContext& ctx, State& s, const StreamGradient& d_x2, Tensor scratch = Tensor());
   void backward_weight(State& s);
 
  private:
+  void weight_grads(State& s);
   int tp_size() const { return tp_ ? tp_->size() : 1; }
   bool rows_sharded() const { return tp_ && tp_->sequence_parallel(); }
 

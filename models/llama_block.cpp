@@ -1,6 +1,7 @@
 #include "models/llama_block.h"
 
 #include <cmath>
+#include <functional>
 
 #include "runtime/ops.h"
 
@@ -19,6 +20,7 @@ struct LlamaBlock::Saved : Activations {
   // Gradients kept from B for W (activation dtype): of the block output and of gate_up; the block
   // output's gathered to [N, C] (d_out_full; d_out itself without sequence parallelism).
   Tensor d_out, d_gate_up, d_out_full;
+  bool weights_done = false;  // B computed the MLP's weight gradients (LlamaBlock::mlp_weight_grads)
 };
 
 LlamaBlock::LlamaBlock(const LlamaConfig& cfg, int block_index) : cfg_(cfg), block_(block_index) {
@@ -115,8 +117,12 @@ Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   ops::swiglu_backward(s.d_gate_up, d_act, s.gate_up);
   s.gate_up = Tensor();  // W uses act and h2_in
   Tensor d_h2 = ctx.activation({R, C});
+  // Under tensor parallelism with W right after B, the MLP's weight gradients run while the input
+  // gradient's reduce-scatter moves (parallel/tp_linear.h); tp = 1 keeps B and W apart as before.
+  s.weights_done = tp_ && ctx.weights_follow;
   if (tp_)
-    tp_->column_backward_input(d_h2, s.d_gate_up, gate_up_proj_.weight.value);
+    tp_->column_backward_input(d_h2, s.d_gate_up, gate_up_proj_.weight.value,
+                               s.weights_done ? std::function<void()>([&] { mlp_weight_grads(s); }) : nullptr);
   else
     gate_up_proj_.backward_input(d_h2, s.d_gate_up);
   StreamGradient dx2 = ctx.stream_gradient({R, C});
@@ -129,13 +135,17 @@ Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   return dx;
 }
 
-void LlamaBlock::backward_weight(MicroBatchContext& ctx) {
-  Saved& s = ctx.slot<Saved>(index_);
+void LlamaBlock::mlp_weight_grads(Saved& s) {
   // No biases: down_proj (row-parallel) from the gathered output gradient, gate_up_proj
   // (column-parallel) from its gathered input.
   down_proj_.backward_weight(s.d_out_full, s.act);
   gate_up_proj_.backward_weight(s.d_gate_up, s.h2_in);
-  attention_.backward_weight(s.att);
+}
+
+void LlamaBlock::backward_weight(MicroBatchContext& ctx) {
+  Saved& s = ctx.slot<Saved>(index_);
+  if (!s.weights_done) mlp_weight_grads(s);
+  attention_.backward_weight(s.att);  // a no-op where its backward_input already ran them
   ctx.release(index_);
 }
 

@@ -32,6 +32,10 @@ class LlamaBlock : public Layer {
  private:
   struct Saved;
   void run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y);  // x2 → y (y null: recompute only)
+  // The MLP's weight gradients (W): run by backward_weight, or, under tensor parallelism when W
+  // follows B at once (ctx.weights_follow), inside backward_input under the column-parallel input
+  // gradient's reduce-scatter (LlamaAttention does the same for its half).
+  void mlp_weight_grads(Saved& s);
 
   // This rank's MLP width (all of it without tensor parallelism).
   int64_t ffn() const { return down_proj_.in_features(); }

@@ -1,5 +1,7 @@
 #include "models/llama_head.h"
 
+#include <functional>
+
 #include "runtime/ops.h"
 
 namespace tetra {
@@ -8,6 +10,7 @@ namespace {
 struct HeadActivations : Activations {
   Tensor x, hn, rstd;  // [R, C] (residual dtype), [R, C], fp32 [R]: R = N rows, or this rank's sequence shard
   Tensor hn_full;      // [N, C]: the output layer's input (hn, or hn gathered over tp)
+  bool weights_done = false;  // backward_input computed the weight gradient
   Tensor dlogits;      // [N, V] (tensor-parallel: [N, V/tp]): gradient of the loss w.r.t. the logits
 };
 }  // namespace
@@ -40,13 +43,14 @@ Tensor LlamaHead::forward(MicroBatchContext& ctx, const Tensor& x) {
   a.hn = ctx.activation({R, C});
   a.rstd = ctx.fp32({R});
   norm_.forward(a.hn, a.rstd, x);
-  a.hn_full = a.hn;
-  if (tp_ && tp_->sequence_parallel()) {
-    a.hn_full = ctx.activation({N, C});
-    tp_->all_gather_rows(a.hn_full, a.hn, "head input");
-  }
+  // Under sequence parallelism the projection's input is gathered (and kept for the weight gradient),
+  // in chunks under the GEMM with parallel.tp_comm_overlap (parallel/tp_linear.h).
+  a.hn_full = tp_ && tp_->sequence_parallel() ? ctx.activation({N, C}) : a.hn;
   Tensor logits = ctx.activation({N, output_->value.dim(0)});
-  ops::linear_forward(logits, a.hn_full, output_->value, Tensor());
+  if (tp_)
+    tp_->column_forward(logits, a.hn, &a.hn_full, output_->value, Tensor());
+  else
+    ops::linear_forward(logits, a.hn_full, output_->value, Tensor());
   ctx.losses = ctx.fp32({N});
   Tensor targets = ctx.targets.flatten();
   if (tp_) {
@@ -71,8 +75,15 @@ Tensor LlamaHead::backward_input(MicroBatchContext& ctx, const Tensor&) {
   auto& a = ctx.slot<HeadActivations>(index_);
   const int64_t R = a.x.dim(0), C = cfg_.d_model;
   Tensor dhn = ctx.activation({R, C});
+  // Tensor-parallel with W right after B: the weight gradient runs under the input gradient's
+  // reduce-scatter (parallel/tp_linear.h).
+  a.weights_done = tp_ && ctx.weights_follow;
+  auto weight_grad = [&] {
+    ops::linear_backward_weight(output_->grad, nullptr, a.dlogits, a.hn_full, /*accumulate=*/true);
+  };
   if (tp_)
-    tp_->column_backward_input(dhn, a.dlogits, output_->value);
+    tp_->column_backward_input(dhn, a.dlogits, output_->value,
+                               a.weights_done ? std::function<void()>(weight_grad) : nullptr);
   else
     ops::linear_backward_input(dhn, a.dlogits, output_->value);
   StreamGradient dx = ctx.stream_gradient({R, C});
@@ -85,7 +96,7 @@ Tensor LlamaHead::backward_input(MicroBatchContext& ctx, const Tensor&) {
 
 void LlamaHead::backward_weight(MicroBatchContext& ctx) {
   auto& a = ctx.slot<HeadActivations>(index_);
-  ops::linear_backward_weight(output_->grad, nullptr, a.dlogits, a.hn_full, /*accumulate=*/true);
+  if (!a.weights_done) ops::linear_backward_weight(output_->grad, nullptr, a.dlogits, a.hn_full, /*accumulate=*/true);
   ctx.release(index_);
 }
 
