@@ -236,6 +236,9 @@ std::vector<BadCase> bad_cases() {
        {"--set parallel.moe_overlap: true, but a step has 1 micro-batch per rank", "the interleave needs two"}},
       {"moe_overlap_with_pipeline", moe_base(), {"parallel.moe_overlap=true", "parallel.pp=2", "parallel.dp=1"}, 2,
        {"--set parallel.moe_overlap: true with parallel.pp = 2"}},
+      {"moe_with_tp", moe_base(), {"parallel.tp=2", "parallel.dp=1"}, 2,
+       {"--set parallel.tp: 2 with model.moe.n_experts = 8: tensor parallelism of the MoE layers",
+        "use parallel.tp: 1 with model.moe", "[model.moe.n_experts at ", "cfg.yaml:4]"}},
       {"moe_cuda_graphs_with_ep", moe_base(), {"parallel.ep=2", "train.device=cuda", "train.cuda_graphs=true"}, 2,
        {"--set train.cuda_graphs: true with parallel.ep = 2"}},
   };

@@ -2,7 +2,9 @@
 """`tetra plan` at tp 2 for every config in configs/: the weights, gradients and optimizer state a
 device holds are at most 55% of the same run's at tp 1 (same dp and ZeRO stage; what stays whole on
 every tp rank — norms, the row-parallel biases, positions — is the excess over 50%), every ZeRO
-stage's row shrinks too, and the tensor-parallel communication is shown. Needs no GPU.
+stage's row shrinks too, and the tensor-parallel communication is shown. A mixture-of-experts config
+(model.moe.n_experts > 0) is refused at tp 2 with a config error naming parallel.tp and
+model.moe.n_experts (its MoE blocks have no tensor-parallel form yet). Needs no GPU.
 
 usage: tp_plan.py TETRA_BIN SOURCE_DIR"""
 import glob
@@ -23,10 +25,16 @@ if not configs:
     fail("no configs in " + source)
 
 
-def plan(cfg, tp):
+def run_plan(cfg, tp, *sets):
     # One data-parallel rank in both, so the two differ by tensor parallelism alone.
-    r = subprocess.run([tetra, "plan", cfg, "--world", str(tp), "--set", f"parallel.tp={tp}", "--set", "parallel.dp=0"],
-                       capture_output=True, text=True, timeout=120)
+    args = [tetra, "plan", cfg, "--world", str(tp), "--set", f"parallel.tp={tp}", "--set", "parallel.dp=0"]
+    for s in sets:
+        args += ["--set", s]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120)
+
+
+def plan(cfg, tp):
+    r = run_plan(cfg, tp)
     if r.returncode != 0:
         fail(f"tetra plan {cfg} at tp {tp} exited {r.returncode}: {r.stderr}")
     return r.stdout
@@ -42,6 +50,16 @@ def stage_rows(out):
 
 for cfg in configs:
     name = os.path.basename(cfg)
+    with open(cfg) as f:
+        moe = re.search(r"^\s+n_experts:\s*[1-9]", f.read(), re.M) is not None
+    if moe:
+        # ep 1: one data-parallel rank leaves no expert-parallel group to carve.
+        r = run_plan(cfg, 2, "parallel.ep=1")
+        if r.returncode != 2 or "parallel.tp" not in r.stderr or "model.moe.n_experts" not in r.stderr:
+            fail(f"{name}: a MoE config at tp 2 should be a config error (exit 2) naming parallel.tp and "
+                 f"model.moe.n_experts; got exit {r.returncode}: {r.stderr}")
+        print(f"ok: {name}: MoE at tp 2 refused as a config error")
+        continue
     one, two = plan(cfg, 1), plan(cfg, 2)
     m = re.search(r"tensor parallel: tp 2 holds [\d.]+M of the parameters per device; weights \+ gradients \+ "
                   r"optimizer state [\d.]+ GiB = ([\d.]+)% of tp 1's", two)
