@@ -123,6 +123,10 @@ std::vector<BadCase> bad_cases() {
        {"train.seq_len=63"}, 4,
        {"cfg.yaml:14: train.micro_batch: a micro-batch of micro_batch·seq_len = 1·63 = 63 tokens does not split over "
         "parallel.tp = 4 ranks", "or set parallel.sequence_parallel: false", "[train.seq_len at --set train.seq_len"}},
+      {"residual_fp32_with_tp", kBase,
+       {"parallel.tp=2", "parallel.dp=1", "train.precision=bf16", "train.residual_dtype=fp32"}, 2,
+       {"--set train.residual_dtype: fp32 with parallel.tp = 2 under bf16 precision", "use train.residual_dtype bf16",
+        "[parallel.tp at --set parallel.tp]"}},
       {"layers_vs_pp", edit("  n_layers: 4", "  n_layers: 1", edit("  dp: 2", "  dp: 1", edit("  pp: 1", "  pp: 2"))), {}, 2,
        {"cfg.yaml:5: model.n_layers: 1 layer cannot fill 2 pipeline stages of parallel.pp, which need at least one "
         "layer each", "[parallel.pp at "}},
