@@ -25,9 +25,9 @@ if not configs:
     fail("no configs in " + source)
 
 
-def run_plan(cfg, tp, *sets):
+def run_plan(cfg, tp, *sets, pp=1):
     # One data-parallel rank in both, so the two differ by tensor parallelism alone.
-    args = [tetra, "plan", cfg, "--world", str(tp), "--set", f"parallel.tp={tp}", "--set", "parallel.dp=0"]
+    args = [tetra, "plan", cfg, "--world", str(tp * pp), "--set", f"parallel.tp={tp}", "--set", "parallel.dp=0"]
     for s in sets:
         args += ["--set", s]
     return subprocess.run(args, capture_output=True, text=True, timeout=120)
@@ -51,10 +51,12 @@ def stage_rows(out):
 for cfg in configs:
     name = os.path.basename(cfg)
     with open(cfg) as f:
-        moe = re.search(r"^\s+n_experts:\s*[1-9]", f.read(), re.M) is not None
+        text = f.read()
+    moe = re.search(r"^\s+n_experts:\s*[1-9]", text, re.M) is not None
     if moe:
-        # ep 1: one data-parallel rank leaves no expert-parallel group to carve.
-        r = run_plan(cfg, 2, "parallel.ep=1")
+        # ep 1: one data-parallel rank leaves no expert-parallel group to carve; the config's own pp.
+        pp = re.search(r"^\s+pp:\s*(\d+)", text, re.M)
+        r = run_plan(cfg, 2, "parallel.ep=1", pp=int(pp.group(1)) if pp else 1)
         if r.returncode != 2 or "parallel.tp" not in r.stderr or "model.moe.n_experts" not in r.stderr:
             fail(f"{name}: a MoE config at tp 2 should be a config error (exit 2) naming parallel.tp and "
                  f"model.moe.n_experts; got exit {r.returncode}: {r.stderr}")
