@@ -282,10 +282,17 @@ Tensor MoeMlp::backward_route(MicroBatchContext& ctx, State& s) {
 void MoeMlp::backward_weight(State& s) {
   gate_.backward_weight(s.d_logits, s.h);
   const int64_t El = local_experts(), C = shape_.d_model, F = shape_.expert_ffn;
+  // The grouped GEMMs write every element of the experts' gradients (an expert without rows gets
+  // zeros; runtime/ops.h), and these calls are their only writers: where the buffer holds nothing
+  // of this step yet (Param::grad_zeroed: the step's first micro-batch to reach this layer, in
+  // whatever order a schedule runs them) they store, sparing the read of the zeros (the whole
+  // [El, O, I] gradient, per tile: docs/moe.md "Weight gradients"); later ones add.
   Tensor d_down = down_.grad.view({El, C, F});
-  ops::moe_grouped_linear_backward_weight(d_down, s.d_out_e, s.act_e, s.e_offsets, /*accumulate=*/true);
+  ops::moe_grouped_linear_backward_weight(d_down, s.d_out_e, s.act_e, s.e_offsets,
+                                          /*accumulate=*/!down_.first_grad_write());
   Tensor d_gate_up = gate_up_.grad.view({El, 2 * F, C});
-  ops::moe_grouped_linear_backward_weight(d_gate_up, s.d_gu_e, s.x_e, s.e_offsets, /*accumulate=*/true);
+  ops::moe_grouped_linear_backward_weight(d_gate_up, s.d_gu_e, s.x_e, s.e_offsets,
+                                          /*accumulate=*/!gate_up_.first_grad_write());
   if (has_shared_) {
     shared_down_.backward_weight(s.d_y, s.s_act);
     shared_gate_up_.backward_weight(s.d_s_gu, s.h);

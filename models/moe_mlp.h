@@ -112,7 +112,8 @@ class MoeMlp {
   void backward_experts(MicroBatchContext& ctx, State& s);
   // 2: the gradient of h (s.d_h, also returned): permutation, router, shared experts together.
   Tensor backward_route(MicroBatchContext& ctx, State& s);
-  // Weight gradients (accumulate over micro-batches).
+  // Weight gradients (accumulate over micro-batches; the routed experts' are stored by the step's
+  // first write into a zeroed buffer, Param::grad_zeroed).
   void backward_weight(State& s);
   // Drops what the forward keeps that the backward recomputes under Recompute::Mlp (the SwiGLU
   // hidden activations of the routed and the shared experts).

@@ -88,6 +88,24 @@ struct Param {
   Tensor grad;   // gradient, accumulated over micro-batches
   int64_t offset = 0;  // element offset of this param in its ParamSet's flat buffers
   int64_t numel() const { return shape_numel(local_shape); }
+
+  // `grad` holds nothing of this step yet (all zeros). Set exactly where a gradient buffer is zeroed
+  // for a step (ParamSet::zero_grads, ZeroGradReducer's per-unit buffers), cleared by the step's
+  // first write (first_grad_write). A writer that writes every element of `grad` (the routed
+  // experts' grouped weight-gradient GEMMs, models/moe_mlp.cpp) then stores instead of accumulating,
+  // which spares reading the zeros. It is host state, set and cleared at the same points of every
+  // step whatever the schedule, so a step captured as a CUDA graph makes the same choices at every
+  // replay. Only a parameter every writer of which asks first_grad_write may be written so: a
+  // writer that adds without asking would be overwritten by the next one that asks. false (unknown)
+  // is always safe: the writer accumulates.
+  bool grad_zeroed = false;
+  // true: this is the step's first write into `grad`, which holds zeros, so the writer may store
+  // instead of adding; false: accumulate. Either way, `grad` then holds something of this step.
+  bool first_grad_write() {
+    const bool first = grad_zeroed;
+    grad_zeroed = false;
+    return first;
+  }
 };
 
 }  // namespace tetra

@@ -25,6 +25,7 @@ void ParamSet::build(std::vector<Param*> params, Device device, DType value_dtyp
   for (Param* p : params_) {
     p->value = values_.slice_flat(p->offset, p->local_shape);
     p->grad = full_grads ? grads_.slice_flat(p->offset, p->local_shape) : Tensor();
+    p->grad_zeroed = false;  // zeros, but not yet of a step: the first step's zero_grads says so
   }
   for (Param* p : buffers_) {
     p->value = Tensor::zeros(p->local_shape, DType::F32, device);
@@ -97,7 +98,9 @@ void ParamSet::initialize(uint64_t seed) {
 }
 
 void ParamSet::zero_grads() {
-  if (grads_.defined()) ops::zero(grads_);
+  if (!grads_.defined()) return;
+  ops::zero(grads_);
+  for (Param* p : params_) p->grad_zeroed = true;  // Param::grad_zeroed
 }
 
 void ParamSet::release_values() {

@@ -29,6 +29,8 @@ class ParamSet {
   // tensor comes from a seed derived from (seed, name) and i, and each rank draws the elements of
   // its local piece only, so any split (tensor parallelism) or order gives the same model.
   void initialize(uint64_t seed);
+  // Zeroes the flat gradient buffer (if any) and marks every trainable Param's gradient as holding
+  // nothing of this step (Param::grad_zeroed), so that its first writer may store instead of adding.
   void zero_grads();
   // Moves the flat gradient buffer into `grads` (same numel and dtype, on the same device: e.g.
   // memory a communicator registered for its peers) and binds every Param::grad to it.

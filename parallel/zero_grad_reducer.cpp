@@ -54,6 +54,7 @@ void ZeroGradReducer::allocate(int u) {
   for (int pi : zu.params) {
     Param* p = layout_.params()[static_cast<size_t>(pi)];
     p->grad = unit.full.slice_flat(layout_.offset_of(pi) - zu.offset, p->local_shape);
+    p->grad_zeroed = true;  // Param::grad_zeroed: the first backward writing it may store
   }
   live_elems_ += zu.padded;
   peak_elems_ = std::max(peak_elems_, live_elems_);
@@ -63,7 +64,11 @@ void ZeroGradReducer::free_buffer(int u) {
   Unit& unit = units_[static_cast<size_t>(u)];
   if (stage_ == 1 || !unit.full.defined()) return;
   const ZeroUnit& zu = layout_.units()[static_cast<size_t>(u)];
-  for (int pi : zu.params) layout_.params()[static_cast<size_t>(pi)]->grad = Tensor();
+  for (int pi : zu.params) {
+    Param* p = layout_.params()[static_cast<size_t>(pi)];
+    p->grad = Tensor();
+    p->grad_zeroed = false;
+  }
   unit.full = Tensor();
   live_elems_ -= zu.padded;
 }

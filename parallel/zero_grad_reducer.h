@@ -4,10 +4,11 @@
 //   stage 1    gradients accumulate in the ParamSet's full flat buffer; unit u is reduce-scattered
 //              from its range of that buffer into the rank's gradient shard.
 //   stage 2–3  there is no full flat buffer. Unit u's full-size gradient buffer is allocated
-//              (zeroed) at the first backward that writes it, bound to Param::grad, accumulates
-//              over the micro-batches of the step (as FSDP's no_sync: one reduce-scatter per step
-//              instead of one per micro-batch), is reduce-scattered once the last micro-batch's
-//              backward of every layer reading the unit is done, and freed when that ends.
+//              (zeroed, its Params marked Param::grad_zeroed) at the first backward that writes
+//              it, bound to Param::grad, accumulates over the micro-batches of the step (as
+//              FSDP's no_sync: one reduce-scatter per step instead of one per micro-batch), is
+//              reduce-scattered once the last micro-batch's backward of every layer reading the
+//              unit is done, and freed when that ends.
 //
 // A reduce-scatter is issued as soon as its unit is complete, so it overlaps the rest of backward;
 // at most zero_reduce_scatters_in_flight(fsdp_prefetch) are in flight: issuing one more first

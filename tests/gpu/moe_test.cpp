@@ -466,6 +466,51 @@ TEST(GpuMoeGroupedGemm, AutoTakesTheSimtKernelWhereTensorCoresDoNotApply) {
   EXPECT_NE(std::string(why ? why : "").find("multiple of 8"), std::string::npos);
 }
 
+// The model's weight gradient over two micro-batches (models/moe_mlp.cpp, Param::grad_zeroed): the
+// step's first call stores (accumulate = false) into a poisoned buffer, the second adds. Every expert
+// must be written by the first call, those without rows in it too (zeros; else the second adds to
+// NaN), including experts that get rows only in the second micro-batch and one that gets none in
+// either. Each implementation, bf16 and fp32 gradients, against the CPU twin's dw1 + dw2.
+TEST(GpuMoeGroupedGemm, FirstMicroBatchStoresEveryExpertSecondAdds) {
+  TETRA_REQUIRE_GPU();
+  using Impl = cuda::GroupedGemmImpl;
+  Rng rng(53);
+  const std::vector<int64_t> rows1 = {0, 150, 0, 77, 300, 0}, rows2 = {64, 0, 0, 129, 1, 200};
+  const int64_t G = static_cast<int64_t>(rows1.size()), O = 128, I = 136;
+  int64_t R1 = 0, R2 = 0;
+  for (int64_t r : rows1) R1 += r;
+  for (int64_t r : rows2) R2 += r;
+  const Tensor off1 = offsets_of(rows1), off2 = offsets_of(rows2);
+  const Tensor x1 = rand_bf16(rng, {R1, I}, 1.0), dy1 = rand_bf16(rng, {R1, O}, 1.0);
+  const Tensor x2 = rand_bf16(rng, {R2, I}, 1.0), dy2 = rand_bf16(rng, {R2, O}, 1.0);
+  Tensor want = Tensor::empty({G, O, I}, DType::F32);
+  std::fill(want.data<float>(), want.data<float>() + want.numel(), std::nanf(""));
+  ops::moe_grouped_linear_backward_weight(want, dy1, x1, off1, /*accumulate=*/false);
+  ops::moe_grouped_linear_backward_weight(want, dy2, x2, off2, /*accumulate=*/true);
+  for (DType out : {DType::BF16, DType::F32})
+    for (Impl impl : kImpls) {
+      if (impl == Impl::Cublas && out != DType::BF16) continue;  // cuBLAS's grouped GEMM: one type
+      const std::string what = std::string(cuda::grouped_gemm_impl_name(impl)) + " → " + dtype_name(out);
+      if (impl == Impl::Wgmma && !wgmma_runs()) continue;
+      cuda::set_grouped_gemm_impl(impl);
+      Tensor g_dw = poisoned({G, O, I}, out);
+      Tensor g_x1 = upload(x1, DType::BF16), g_dy1 = upload(dy1, DType::BF16), g_off1 = upload_raw(off1);
+      Tensor g_x2 = upload(x2, DType::BF16), g_dy2 = upload(dy2, DType::BF16), g_off2 = upload_raw(off2);
+      ops::moe_grouped_linear_backward_weight(g_dw, g_dy1, g_x1, g_off1, /*accumulate=*/false);
+      ops::moe_grouped_linear_backward_weight(g_dw, g_dy2, g_x2, g_off2, /*accumulate=*/true);
+      cuda::set_grouped_gemm_impl(Impl::Auto);
+      const std::vector<double> got = download(g_dw);
+      int64_t nan = 0;
+      for (double v : got) nan += std::isnan(v);
+      EXPECT_EQ(nan, 0) << what << ": elements the first micro-batch left poisoned";
+      // the expert without rows in either micro-batch holds exact zeros
+      int64_t nonzero = 0;
+      for (int64_t i = 2 * O * I; i < 3 * O * I; ++i) nonzero += got[static_cast<size_t>(i)] != 0.0;
+      EXPECT_EQ(nonzero, 0) << what << ": expert 2 has no rows in either micro-batch";
+      expect_close(got, values(want), DType::BF16, "dw1 + dw2, " + what);
+    }
+}
+
 // The router's counts and a second tensor reach pinned host memory with one event; the device may
 // already run later work while the host waits.
 TEST(GpuMoeCounts, ReadbackOfRouterCounts) {

@@ -338,6 +338,36 @@ TEST(MoeGroupedLinear, MatchesOneLinearPerExpert) {
   }
 }
 
+// The model's weight gradient over two micro-batches (models/moe_mlp.cpp, Param::grad_zeroed): the
+// step's first call stores into a poisoned buffer, writing every expert (zeros where it has no rows),
+// the second adds; experts empty in one micro-batch or both included.
+TEST(MoeGroupedLinear, FirstMicroBatchStoresEveryExpertSecondAdds) {
+  Rng rng(9);
+  const int64_t I = 6, O = 5, G = 5;
+  const std::vector<int32_t> off1 = {0, 0, 7, 7, 12, 12}, off2 = {0, 4, 4, 4, 9, 15};
+  const int64_t R1 = off1.back(), R2 = off2.back();
+  Tensor x1 = random_tensor(rng, {R1, I}), dy1 = random_tensor(rng, {R1, O});
+  Tensor x2 = random_tensor(rng, {R2, I}), dy2 = random_tensor(rng, {R2, O});
+  Tensor dw = poisoned({G, O, I});
+  ops::moe_grouped_linear_backward_weight(dw, dy1, x1, ints(off1, {G + 1}), /*accumulate=*/false);
+  ops::moe_grouped_linear_backward_weight(dw, dy2, x2, ints(off2, {G + 1}), /*accumulate=*/true);
+  for (int64_t g = 0; g < G; ++g) {
+    Tensor want = Tensor::zeros({O, I}, DType::F32);
+    auto add = [&](const std::vector<int32_t>& off, const Tensor& x, const Tensor& dy) {
+      const int64_t r0 = off[static_cast<size_t>(g)], m = off[static_cast<size_t>(g) + 1] - r0;
+      if (m > 0) ops::linear_backward_weight(want, nullptr, dy.narrow(r0, m), x.narrow(r0, m), /*accumulate=*/true);
+    };
+    add(off1, x1, dy1);
+    add(off2, x2, dy2);
+    const Tensor got = dw.slice_flat(g * O * I, {O, I});
+    if (g == 2) {  // no rows in either micro-batch
+      for (int64_t i = 0; i < O * I; ++i) EXPECT_EQ(got.data<float>()[i], 0.0f) << "expert 2 element " << i;
+      continue;
+    }
+    EXPECT_LE(rel_error(got, want), 1e-6) << "expert " << g;
+  }
+}
+
 // Chunks from 3 ranks for 4 local experts: (rank, expert) order → (expert, rank) order and back; rows
 // past the chunks stay as they were.
 TEST(MoePermute, SortChunksGroupsEachExpertsRows) {

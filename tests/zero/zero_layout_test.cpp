@@ -1,6 +1,7 @@
 // ZeRO shard layout and memory accounting (no MPI): units per layer padded to shards × align,
 // equal aligned shards, segments that cover every parameter exactly once over the ranks, the
-// ParamSet built on the layout, the stage formulas, and the gradient dtype the optimizer picks.
+// ParamSet built on the layout and its gradients' zeroed state, the stage formulas, and the gradient
+// dtype the optimizer picks.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -11,6 +12,7 @@
 #include "parallel/param_set.h"
 #include "parallel/zero_layout.h"
 #include "parallel/zero_memory.h"
+#include "runtime/ops.h"
 
 using namespace tetra;
 
@@ -206,4 +208,39 @@ TEST(ZeroMemory, GradientDtypeIsTheOptimizersChoice) {
   o.grad_dtype = "auto";
   o.zero_stage = 4;
   EXPECT_THROW(param_storage_for(o, DType::F32, 2), Error);
+}
+
+// Param::grad_zeroed: set exactly where a step's gradient buffer is zeroed, cleared by the first
+// write (the routed experts' weight gradients then store instead of adding, models/moe_mlp.cpp).
+TEST(ZeroLayout, ZeroGradsMarksGradientsEmptyUntilTheirFirstWrite) {
+  OddModel m;
+  Param buffer;
+  buffer.name = "b";
+  buffer.full_shape = buffer.local_shape = {4};
+  buffer.trainable = false;
+  std::vector<Param*> all = m.params;
+  all.push_back(&buffer);
+  ParamSet ps;
+  ps.build(all, Device::cpu(), DType::F32, DType::F32, /*shards=*/2, /*full_grads=*/true);
+  for (Param* p : m.params) EXPECT_FALSE(p->grad_zeroed) << p->name << ": not yet zeroed for a step";
+  ops::fill(ps.flat_grads(), 3.0f);
+  ps.zero_grads();
+  const float* g = ps.flat_grads().data<float>();
+  for (int64_t i = 0; i < ps.flat_numel(); ++i) ASSERT_EQ(g[i], 0.0f) << "element " << i;
+  for (Param* p : m.params) EXPECT_TRUE(p->grad_zeroed) << p->name;
+  EXPECT_FALSE(buffer.grad_zeroed) << "a buffer has no gradient";
+  Param* p = m.params[2];
+  EXPECT_TRUE(p->first_grad_write()) << "the step's first write may store";
+  EXPECT_FALSE(p->grad_zeroed);
+  EXPECT_FALSE(p->first_grad_write()) << "a second write must add";
+  EXPECT_TRUE(m.params[3]->grad_zeroed) << "another parameter's write leaves this one's state";
+  ps.zero_grads();
+  EXPECT_TRUE(p->first_grad_write()) << "the next step's zeroing marks it again";
+  // Stages 2–3 keep no flat buffer: nothing is zeroed here, so nothing is marked (ZeroGradReducer
+  // marks a unit's parameters when it allocates their zeroed buffer).
+  OddModel sharded;
+  ParamSet ps2;
+  ps2.build(sharded.params, Device::cpu(), DType::F32, DType::F32, /*shards=*/2, /*full_grads=*/false);
+  ps2.zero_grads();
+  for (Param* q : sharded.params) EXPECT_FALSE(q->grad_zeroed) << q->name;
 }
