@@ -8,15 +8,7 @@
 // start (finding its expert, the first loads) hides behind the previous tile's last k-tiles and its
 // result, which goes from the accumulators straight to global memory.
 //
-// Shared-memory layouts are wgmma's canonical 128-byte-swizzled ones (1024-byte atoms of 8 rows of
-// 128 bytes, 16-byte chunk index XOR the row within the atom):
-//   K-major tile [rows][64 k]: row r at r·128 bytes; a descriptor's k16 slice starts 32 bytes further
-//   per step; stride between 8-row groups (SBO) 1024 bytes.
-//   M/N-major tile [64 k][cols]: atom (column block a of 64, k group g of 8 rows) at (a·8 + g)·1024 bytes;
-//   descriptor LBO = 8192 bytes (the next 64 columns), SBO = 1024 bytes (the next 8 k rows); the k16
-//   slice starts two atoms further per step. wgmma reads these with its transpose flag set.
-// Forward: A = x rows (K-major), B = w[g] (K-major). BackwardInput: A = dy rows (K-major), B = w[g]
-// (N-major). BackwardWeight: A = dy rows (M-major), B = x rows (N-major).
+// Layouts, loads and the tile list: runtime/cuda/moe_grouped_wgmma.cuh.
 // cp.async writes shared memory through the generic proxy and wgmma reads it through the async proxy:
 // each thread fences (fence.proxy.async) after its copies land and before the block barrier.
 // Compiled for sm_90a only (wgmma); elsewhere the kernel is absent and grouped_gemm_wgmma_applies says no.
@@ -25,76 +17,24 @@
 
 #include <algorithm>
 #include <limits>
-#include <mutex>
-#include <set>
 
 #include "runtime/cuda/device_context.h"
-#include "runtime/cuda/kernel_common.cuh"
-#include "runtime/cuda/moe_grouped_gemm.h"
-#include "runtime/cuda/moe_grouped_tiles.cuh"
-
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define TETRA_WGMMA 1
-#endif
+#include "runtime/cuda/moe_grouped_wgmma.cuh"
 
 namespace tetra::cuda {
 
 namespace {
 
-constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kAhead = 2;  // k-tiles loaded ahead
-constexpr int kThreads = 256;                                             // 2 warpgroups
+using namespace wgmma;
+
+constexpr int kBM = 128, kBN = 256, kStages = 4, kAhead = 2;  // k-tiles loaded ahead
+constexpr int kThreads = 256;                                   // 2 warpgroups
 constexpr int kAStageBytes = kBM * kBK * 2, kBStageBytes = kBN * kBK * 2;
 constexpr int kStageBytes = kAStageBytes + kBStageBytes;
 constexpr size_t kSmemBytes = static_cast<size_t>(kStages) * kStageBytes + 1024;  // + alignment
-constexpr int kMaxTableGroups = 1024;  // experts per launch (the tile table lives in shared memory)
 static_assert(kStages - kAhead >= 2, "a stage is overwritten two k-tiles after its wgmma was issued");
 
-struct Params {
-  const bf16* a;
-  const bf16* b;
-  void* c;
-  const int32_t* offsets;
-  int G;
-  int64_t R, O, I;
-  int tiles_m, tiles_n;
-  bool accumulate;
-};
-
 #ifdef TETRA_WGMMA
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  const int size = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(size));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keeps the compiler from moving accumulator reads or writes across an asynchronous wgmma.
-__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
-
-// A shared-memory matrix descriptor with 128-byte swizzling: start address, leading and stride byte
-// offsets (each in 16-byte units, 14 bits), swizzle mode 1 (128B) in bits 62–63.
-__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  uint64_t d = 0;
-  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
-  d |= static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16;
-  d |= static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32;
-  d |= static_cast<uint64_t>(1) << 62;
-  return d;
-}
 
 // d[0..127] += A(64×16) · B(16×256) for this warpgroup; TA / TB: the operand is M/N-major.
 template <int TA, int TB>
@@ -133,133 +73,6 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
       : "l"(desc_a), "l"(desc_b), "n"(TA), "n"(TB), "r"(1));
 }
 
-// One operand tile of ROWS (along M or N) × 64 (k) into the swizzled layout at byte address s.
-//   K-major: element (i, k) at base[(i0 + i)·ld + k0 + k]; M/N-major: at base[(k0 + k)·ld + i0 + i];
-//   valid for i0 + i < limit and k0 + k < K, zero otherwise.
-template <bool KMAJOR, int ROWS>
-__device__ __forceinline__ void load_tile(uint32_t s, const bf16* base, int64_t ld, int64_t i0, int64_t limit,
-                                          int64_t k0, int64_t K) {
-  constexpr int kChunks = ROWS * kBK / 8;  // 16-byte chunks
-#pragma unroll
-  for (int t = 0; t < kChunks / kThreads; ++t) {
-    const int q = threadIdx.x + t * kThreads;
-    if (KMAJOR) {
-      const int row = q >> 3, c = q & 7;
-      const int64_t gi = i0 + row, gk = k0 + c * 8;
-      const bool valid = gi < limit && gk < K;
-      cp_async16(s + row * 128 + ((c ^ (row & 7)) << 4), valid ? base + gi * ld + gk : base, valid);
-    } else {
-      constexpr int kColChunks = ROWS / 8;
-      const int kr = q / kColChunks, cc = q % kColChunks;
-      const int atom = cc >> 3, c = cc & 7, r = kr & 7;
-      const int64_t gk = k0 + kr, gi = i0 + cc * 8;
-      const bool valid = gk < K && gi < limit;
-      cp_async16(s + ((atom * (kBK / 8) + (kr >> 3)) << 10) + (r << 7) + ((c ^ r) << 4),
-                 valid ? base + gk * ld + gi : base, valid);
-    }
-  }
-}
-
-#endif  // TETRA_WGMMA
-
-#ifdef TETRA_WGMMA
-
-// One output tile: where its operands and result are, and its extent.
-struct Tile {
-  const bf16* a;  // A(m0 + ·, ·) or A(·, m0 + ·): the tile's expert, m0 and k0 = 0 applied below
-  const bf16* b;
-  int64_t m0, n0, M, N, K;  // tile origin; the expert's problem extents
-  int64_t c_offset;         // elements from c to the expert's C(0, 0)
-};
-
-// The tile list of this launch, built once per block in shared memory:
-//   Forward / BackwardInput: table[g] = the first tile of expert g (tiles n-fastest), table[G] = total;
-//   BackwardWeight: table[rank] = the expert of that rank (falling row count, ties by index).
-template <GroupedGemmKind KIND>
-__device__ int64_t build_tile_table(const Params& p, int* table, int* rows) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (KIND != GroupedGemmKind::BackwardWeight) {
-    if (warp == 0) {
-      int prefix = 0;
-      for (int g0 = 0; g0 < p.G; g0 += 32) {
-        const int g = g0 + lane;
-        int tiles = 0;
-        if (g < p.G) {
-          int64_t s, e;
-          group_rows(p.offsets, g, p.R, &s, &e);
-          tiles = static_cast<int>((e - s + kBM - 1) / kBM) * p.tiles_n;
-        }
-        int incl = tiles;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-          const int v = __shfl_up_sync(0xffffffffu, incl, o);
-          if (lane >= o) incl += v;
-        }
-        if (g < p.G) table[g] = prefix + incl - tiles;
-        prefix += __shfl_sync(0xffffffffu, incl, 31);
-      }
-      if (lane == 0) table[p.G] = prefix;
-    }
-    __syncthreads();
-    return table[p.G];
-  }
-  if (p.G > kMaxLptGroups) {  // too many experts to sort here: expert order
-    for (int g = threadIdx.x; g < p.G; g += blockDim.x) table[g] = g;
-    __syncthreads();
-    return static_cast<int64_t>(p.G) * p.tiles_m * p.tiles_n;
-  }
-  for (int g = threadIdx.x; g < p.G; g += blockDim.x) {
-    int64_t s, e;
-    group_rows(p.offsets, g, p.R, &s, &e);
-    rows[g] = static_cast<int>(e - s);
-  }
-  __syncthreads();
-  for (int g = threadIdx.x; g < p.G; g += blockDim.x) {
-    int r = 0;
-    for (int h = 0; h < p.G; ++h) r += rows[h] > rows[g] || (rows[h] == rows[g] && h < g);
-    table[r] = g;
-  }
-  __syncthreads();
-  return static_cast<int64_t>(p.G) * p.tiles_m * p.tiles_n;
-}
-
-template <GroupedGemmKind KIND>
-__device__ __forceinline__ Tile tile_info(const Params& p, const int* table, int64_t t) {
-  int g;
-  int64_t local;
-  if (KIND != GroupedGemmKind::BackwardWeight) {
-    int lo = 0, hi = p.G - 1;  // the last expert whose first tile ≤ t (empty experts share their start)
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (table[mid] <= t) lo = mid;
-      else hi = mid - 1;
-    }
-    g = lo;
-    local = t - table[g];
-  } else {
-    const int64_t per_group = static_cast<int64_t>(p.tiles_m) * p.tiles_n;
-    g = table[t / per_group];
-    local = t % per_group;
-  }
-  int64_t r0, r1;
-  group_rows(p.offsets, g, p.R, &r0, &r1);
-  Tile T;
-  T.m0 = local / p.tiles_n * kBM;
-  T.n0 = local % p.tiles_n * kBN;
-  const int64_t w = static_cast<int64_t>(g) * p.O * p.I;
-  if (KIND == GroupedGemmKind::Forward) {
-    T.M = r1 - r0, T.N = p.O, T.K = p.I;
-    T.a = p.a + r0 * p.I, T.b = p.b + w, T.c_offset = r0 * p.O;
-  } else if (KIND == GroupedGemmKind::BackwardInput) {
-    T.M = r1 - r0, T.N = p.I, T.K = p.O;
-    T.a = p.a + r0 * p.O, T.b = p.b + w, T.c_offset = r0 * p.I;
-  } else {
-    T.M = p.O, T.N = p.I, T.K = r1 - r0;
-    T.a = p.a + r0 * p.O, T.b = p.b + r0 * p.I, T.c_offset = w;
-  }
-  return T;
-}
-
 #endif  // TETRA_WGMMA
 
 // Persistent: each block takes tiles blockIdx.x, blockIdx.x + gridDim.x, … and runs one pipeline over
@@ -271,14 +84,11 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_wgmma_kernel(Params 
 #ifdef TETRA_WGMMA
   constexpr bool A_KMAJOR = KIND != GroupedGemmKind::BackwardWeight;
   constexpr bool B_KMAJOR = KIND == GroupedGemmKind::Forward;
-  // the operands' row strides: A = x or dy rows, B = w[g] or x rows
-  const int64_t lda = KIND == GroupedGemmKind::Forward ? p.I : p.O;
-  const int64_t ldb = p.I;
-  const int64_t ldc = KIND == GroupedGemmKind::Forward ? p.O : p.I;
+  const int64_t ld_a = lda<KIND>(p), ld_b = ldb(p);
   extern __shared__ unsigned char smem_raw[];
   __shared__ int table[kMaxTableGroups + 1];
   __shared__ int rows[kMaxLptGroups];
-  const int64_t total = build_tile_table<KIND>(p, table, rows);
+  const int64_t total = build_tile_table<KIND, kBM>(p, table, rows);
 
   // 1024-byte aligned stages (the swizzle pattern repeats every 1024 bytes of address)
   const uint32_t raw = smem_addr(smem_raw);
@@ -293,7 +103,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_wgmma_kernel(Params 
   auto seek = [&] {  // from (t_load, kt_load) to the next k-tile that exists
     while (t_load < total) {
       if (kt_load == 0) {
-        L = tile_info<KIND>(p, table, t_load);
+        L = tile_info<KIND, kBM, kBN>(p, table, t_load);
         kt_count = (L.K + kBK - 1) / kBK;
       }
       if (kt_load < kt_count) return;
@@ -306,8 +116,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_wgmma_kernel(Params 
   auto issue = [&] {  // loads the cursor's k-tile (if any) as one commit group, then advances
     if (t_load < total) {
       const int64_t k0 = kt_load * kBK;
-      load_tile<A_KMAJOR, kBM>(a_stage(stage_load), L.a, lda, L.m0, L.M, k0, L.K);
-      load_tile<B_KMAJOR, kBN>(b_stage(stage_load), L.b, ldb, L.n0, L.N, k0, L.K);
+      load_tile<A_KMAJOR, kBM, kThreads>(a_stage(stage_load), threadIdx.x, L.a, ld_a, L.m0, L.M, k0, L.K);
+      load_tile<B_KMAJOR, kBN, kThreads>(b_stage(stage_load), threadIdx.x, L.b, ld_b, L.n0, L.N, k0, L.K);
       ++kt_load;
       seek();
     }
@@ -317,11 +127,11 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_wgmma_kernel(Params 
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) issue();
 
-  const int wg = threadIdx.x / 128, w = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int wg = threadIdx.x / 128;
   int stage = 0;
   float d[128];
   for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-    const Tile T = tile_info<KIND>(p, table, t);
+    const Tile T = tile_info<KIND, kBM, kBN>(p, table, t);
     const int64_t KT = (T.K + kBK - 1) / kBK;
     if (KIND == GroupedGemmKind::BackwardWeight && KT == 0 && p.accumulate) continue;  // adds nothing
 #pragma unroll
@@ -334,12 +144,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_wgmma_kernel(Params 
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kBK / 16; ++ks) {
-        uint64_t da, db;
-        if (A_KMAJOR) da = make_desc(a_stage(stage) + wg * 64 * 128 + ks * 32, 16, 1024);
-        else da = make_desc(a_stage(stage) + ((wg * (kBK / 8) + 2 * ks) << 10), (kBK / 8) * 1024, 1024);
-        if (B_KMAJOR) db = make_desc(b_stage(stage) + ks * 32, 16, 1024);
-        else db = make_desc(b_stage(stage) + ((2 * ks) << 10), (kBK / 8) * 1024, 1024);
-        wgmma_m64n256k16<A_KMAJOR ? 0 : 1, B_KMAJOR ? 0 : 1>(d, da, db);
+        wgmma_m64n256k16<A_KMAJOR ? 0 : 1, B_KMAJOR ? 0 : 1>(d, desc_rows<A_KMAJOR>(a_stage(stage), wg * 64, ks),
+                                                             desc_rows<B_KMAJOR>(b_stage(stage), 0, ks));
       }
       wgmma_commit();
       wgmma_wait<1>();  // the k-tile before this one is done with its stage
@@ -350,45 +156,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_wgmma_kernel(Params 
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < 128; ++i) fence_operand(d[i]);
-    // The result from the accumulators: thread (w, lane) holds rows 16·w + lane/4 (+8) of its
-    // warpgroup's 64, columns 8j + 2·(lane mod 4) (+1) for j < 32.
-    TC* C = static_cast<TC*>(p.c) + T.c_offset;
-    const int64_t row = T.m0 + wg * 64 + w * 16 + lane / 4;
-    if (KIND == GroupedGemmKind::BackwardWeight && p.accumulate) {
-      // Every previous value first, in a loop without stores: the loads are independent and all in
-      // flight at once. Read between the stores below, each would wait for the store before it
-      // (the compiler cannot prove the addresses apart), one memory latency per pair.
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int64_t gm = row + half * 8;
-        if (gm >= T.M) continue;
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-          const int64_t gn = T.n0 + 8 * j + 2 * (lane % 4);
-          if (gn >= T.N) continue;
-          const TC* src = C + gm * ldc + gn;
-          d[4 * j + 2 * half] += to_f32(src[0]);
-          d[4 * j + 2 * half + 1] += to_f32(src[1]);
-        }
-      }
-    }
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int64_t gm = row + half * 8;
-      if (gm >= T.M) continue;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        const int64_t gn = T.n0 + 8 * j + 2 * (lane % 4);
-        if (gn >= T.N) continue;
-        const float v0 = d[4 * j + 2 * half], v1 = d[4 * j + 2 * half + 1];
-        TC* dst = C + gm * ldc + gn;
-        if constexpr (std::is_same_v<TC, bf16>) {
-          *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);
-        } else {
-          *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
-        }
-      }
-    }
+    store_slice<kBN>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), T.m0 + wg * 64, T.n0, T.M, T.N,
+                     KIND == GroupedGemmKind::BackwardWeight && p.accumulate);
   }
   cp_async_wait<0>();
 #endif  // TETRA_WGMMA
@@ -397,22 +166,14 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_wgmma_kernel(Params 
 template <GroupedGemmKind KIND, class TC>
 void launch(const Params& prm, int64_t blocks, cudaStream_t stream) {
   auto kernel = grouped_gemm_wgmma_kernel<KIND, TC>;
-  {  // the dynamic shared memory limit, once per (instantiation, device)
-    static std::mutex mu;
-    static std::set<int> devices;
-    int dev = 0;
-    TETRA_CUDA_CHECK(cudaGetDevice(&dev));
-    std::lock_guard<std::mutex> lock(mu);
-    if (devices.insert(dev).second)
-      TETRA_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
-  }
+  allow_dynamic_smem(kernel, kSmemBytes);
   kernel<<<static_cast<unsigned>(blocks), kThreads, kSmemBytes, stream>>>(prm);
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
-// Whether the device runs sm_90a code (compute capability 9.0) with room for the pipeline.
-bool device_fits(const char** why) {
+}  // namespace
+
+bool wgmma::device_fits(size_t smem_bytes, const char** why) {
   int dev = 0, major = 0, minor = 0, optin = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -425,16 +186,16 @@ bool device_fits(const char** why) {
     if (why) *why = "wgmma needs a compute capability 9.0 (Hopper) device";
     return false;
   }
-  if (static_cast<size_t>(optin) < kSmemBytes + 2048) {
+  // the static tile table (kMaxTableGroups + 1 + kMaxLptGroups ints) and the mbarriers on top
+  const size_t static_bytes = (kMaxTableGroups + 1 + kMaxLptGroups) * sizeof(int) + 256;
+  if (static_cast<size_t>(optin) < smem_bytes + static_bytes) {
     if (why) *why = "the device has too little shared memory per block";
     return false;
   }
   return true;
 }
 
-}  // namespace
-
-bool grouped_gemm_wgmma_applies(const GroupedGemm& p, const char** why) {
+bool wgmma::shape_applies(const GroupedGemm& p, const char** why) {
   auto no = [&](const char* reason) {
     if (why) *why = reason;
     return false;
@@ -447,9 +208,14 @@ bool grouped_gemm_wgmma_applies(const GroupedGemm& p, const char** why) {
   if (p.O % 8 != 0 || p.I % 8 != 0) return no("O or I is not a multiple of 8");
   if (!aligned16(p.a) || !aligned16(p.b) || !aligned16(p.c)) return no("a tensor is not 16-byte aligned");
   if (p.G > kMaxTableGroups) return no("more than 1024 experts in one call");
-  static const bool fits = device_fits(nullptr);
+  return true;
+}
+
+bool grouped_gemm_wgmma_applies(const GroupedGemm& p, const char** why) {
+  if (!wgmma::shape_applies(p, why)) return false;
+  static const bool fits = wgmma::device_fits(kSmemBytes, nullptr);
   if (!fits) {
-    device_fits(why);
+    wgmma::device_fits(kSmemBytes, why);
     return false;
   }
   return true;
@@ -462,9 +228,7 @@ void grouped_gemm_wgmma(const GroupedGemm& p, Device device, cudaStream_t stream
   Params prm{static_cast<const bf16*>(p.a), static_cast<const bf16*>(p.b), p.c, p.offsets, static_cast<int>(p.G), p.R,
              p.O, p.I, static_cast<int>((p.O + kBM - 1) / kBM), static_cast<int>((N + kBN - 1) / kBN), p.accumulate};
   // Persistent blocks, one per SM at most (one fits: 193 KB of shared memory), never more than tiles.
-  const int64_t tiles = p.kind == GroupedGemmKind::BackwardWeight ? p.G * prm.tiles_m * prm.tiles_n
-                                                                  : ((p.R + kBM - 1) / kBM + p.G) * prm.tiles_n;
-  const int64_t blocks = std::min<int64_t>(tiles, sm_count(device));
+  const int64_t blocks = std::min<int64_t>(tile_bound(p, prm.tiles_m, prm.tiles_n, kBM), sm_count(device));
   if (blocks == 0) return;
   auto by_output = [&](auto tc) {
     using TC = decltype(tc);

@@ -12,7 +12,7 @@
 // waits to learn the router's counts (the expert-parallel exchange's sizes) per layer.
 //
 //   tetra_moe_bench [--tokens N] [--dim D] [--experts E] [--topk K] [--ffn F] [--reps R]
-//                   [--routing balanced|router|imbalanced|all] [--impl wgmma|mma|simt|cublas|all]
+//                   [--routing balanced|router|imbalanced|all] [--impl wgmma|wgmma_pingpong|mma|simt|cublas|all]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -90,6 +90,9 @@ struct Layer {
   Tensor x, logits, bias, ids, w, counts, offsets, row_of, slot_of;
   Tensor xs, gu, h, out, y, dy, d_out, d_w, dh, dgu, dxs, dx, d_logits;
   Tensor w_gu, w_down, dw_gu, dw_down;
+  Tensor dw_gu_bf16, dw_down_bf16;  // for cuBLAS's grouped GEMM, whose output has the operands' type
+  Tensor& dw_gu_of(bool cublas) { return cublas ? dw_gu_bf16 : dw_gu; }
+  Tensor& dw_down_of(bool cublas) { return cublas ? dw_down_bf16 : dw_down; }
 };
 
 Layer make_layer(const Options& o) {
@@ -120,8 +123,11 @@ Layer make_layer(const Options& o) {
   L.d_logits = Tensor::empty({L.N, L.E}, DType::F32, g);
   L.w_gu = random_device({L.E, 2 * L.F, L.d}, bf, 0.02, 9);
   L.w_down = random_device({L.E, L.d, L.F}, bf, 0.02, 10);
-  L.dw_gu = Tensor::empty({L.E, 2 * L.F, L.d}, bf, g);
-  L.dw_down = Tensor::empty({L.E, L.d, L.F}, bf, g);
+  // fp32, as the model's gradient buffers
+  L.dw_gu = Tensor::empty({L.E, 2 * L.F, L.d}, DType::F32, g);
+  L.dw_down = Tensor::empty({L.E, L.d, L.F}, DType::F32, g);
+  L.dw_gu_bf16 = Tensor::empty({L.E, 2 * L.F, L.d}, bf, g);
+  L.dw_down_bf16 = Tensor::empty({L.E, L.d, L.F}, bf, g);
   return L;
 }
 
@@ -173,9 +179,9 @@ void bench_sequence(Layer& L, const std::string& how, const std::string& name, b
     ops::moe_unpermute(L.y, L.out, L.w, L.row_of);
     ops::moe_unpermute_backward(L.d_out, L.d_w, L.dy, L.out, L.w, L.row_of);
     ops::moe_grouped_linear_backward_input(L.dh, L.d_out, L.w_down, L.offsets);
-    ops::moe_grouped_linear_backward_weight(L.dw_down, L.d_out, L.h, L.offsets, false);
+    ops::moe_grouped_linear_backward_weight(L.dw_down_of(!capturable), L.d_out, L.h, L.offsets, false);
     ops::swiglu_backward(L.dgu, L.dh, L.gu);
-    ops::moe_grouped_linear_backward_weight(L.dw_gu, L.dgu, L.xs, L.offsets, false);
+    ops::moe_grouped_linear_backward_weight(L.dw_gu_of(!capturable), L.dgu, L.xs, L.offsets, false);
     ops::moe_grouped_linear_backward_input(L.dxs, L.dgu, L.w_gu, L.offsets);
     ops::moe_permute_backward(L.dx, L.dxs, L.row_of);
     ops::moe_router_backward(L.d_logits, L.d_w, L.logits, L.ids, r);
@@ -263,7 +269,7 @@ void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::Gro
 
   for (cuda::GroupedGemmImpl impl : impls) {
     const std::string name = cuda::grouped_gemm_impl_name(impl);
-    if (impl == cuda::GroupedGemmImpl::Wgmma) {
+    if (impl == cuda::GroupedGemmImpl::Wgmma || impl == cuda::GroupedGemmImpl::WgmmaPingpong) {
       cuda::GroupedGemm probe;
       probe.O = probe.I = 64;
       const char* why = "";
@@ -273,6 +279,7 @@ void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::Gro
       }
     }
     cuda::set_grouped_gemm_impl(impl);
+    const bool cublas = impl == cuda::GroupedGemmImpl::Cublas;
     std::vector<Line> gemm_lines;
     auto gemm = [&](const std::string& op, const std::string& phase, double M, double Nn, double K,
                     const std::function<void()>& f) {
@@ -287,11 +294,19 @@ void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::Gro
     gemm("down_backward_input", "backward", R, F, d,
          [&] { ops::moe_grouped_linear_backward_input(L.dh, L.d_out, L.w_down, L.offsets); });
     gemm("down_backward_weight", "backward", d, F, R,
-         [&] { ops::moe_grouped_linear_backward_weight(L.dw_down, L.d_out, L.h, L.offsets, false); });
+         [&] { ops::moe_grouped_linear_backward_weight(L.dw_down_of(cublas), L.d_out, L.h, L.offsets, false); });
     gemm("gate_up_backward_weight", "backward", 2 * F, d, R,
-         [&] { ops::moe_grouped_linear_backward_weight(L.dw_gu, L.dgu, L.xs, L.offsets, false); });
+         [&] { ops::moe_grouped_linear_backward_weight(L.dw_gu_of(cublas), L.dgu, L.xs, L.offsets, false); });
     gemm("gate_up_backward_input", "backward", R, d, 2 * F,
          [&] { ops::moe_grouped_linear_backward_input(L.dxs, L.dgu, L.w_gu, L.offsets); });
+    {  // the weight gradients added to the previous ones (a later micro-batch), not in the layer's sum
+      const size_t kept = gemm_lines.size();
+      gemm("down_backward_weight_accumulate", "backward", d, F, R,
+           [&] { ops::moe_grouped_linear_backward_weight(L.dw_down_of(cublas), L.d_out, L.h, L.offsets, true); });
+      gemm("gate_up_backward_weight_accumulate", "backward", 2 * F, d, R,
+           [&] { ops::moe_grouped_linear_backward_weight(L.dw_gu_of(cublas), L.dgu, L.xs, L.offsets, true); });
+      gemm_lines.resize(kept);
+    }
     double fwd = 0, bwd = 0, floor = 0, gemm_ms = 0, gemm_floor = 0;
     for (const std::vector<Line>* ls : {&memory_lines, static_cast<const std::vector<Line>*>(&gemm_lines)})
       for (const Line& l : *ls) {
@@ -310,7 +325,7 @@ void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::Gro
 int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--tokens N] [--dim D] [--experts E] [--topk K] [--ffn F] [--reps R] "
-               "[--routing balanced|router|imbalanced|all] [--impl wgmma|mma|simt|cublas|all]\n",
+               "[--routing balanced|router|imbalanced|all] [--impl wgmma|wgmma_pingpong|mma|simt|cublas|all]\n",
                argv0);
   return 2;
 }
@@ -346,6 +361,7 @@ int run(int argc, char** argv) {
     return usage(argv[0]);
   std::vector<cuda::GroupedGemmImpl> impls;
   if (o.impl == "all" || o.impl == "wgmma") impls.push_back(cuda::GroupedGemmImpl::Wgmma);
+  if (o.impl == "all" || o.impl == "wgmma_pingpong") impls.push_back(cuda::GroupedGemmImpl::WgmmaPingpong);
   if (o.impl == "all" || o.impl == "mma") impls.push_back(cuda::GroupedGemmImpl::Mma);
   if (o.impl == "all" || o.impl == "cublas") impls.push_back(cuda::GroupedGemmImpl::Cublas);
   if (o.impl == "simt") impls.push_back(cuda::GroupedGemmImpl::Simt);

@@ -349,8 +349,9 @@ std::vector<int64_t> rows_of_routing(Rng& rng, int64_t N, int64_t k, int64_t G, 
   return rows;
 }
 
-const cuda::GroupedGemmImpl kImpls[] = {cuda::GroupedGemmImpl::Wgmma, cuda::GroupedGemmImpl::Mma,
-                                        cuda::GroupedGemmImpl::Simt, cuda::GroupedGemmImpl::Cublas};
+const cuda::GroupedGemmImpl kImpls[] = {cuda::GroupedGemmImpl::Wgmma, cuda::GroupedGemmImpl::WgmmaPingpong,
+                                        cuda::GroupedGemmImpl::Mma, cuda::GroupedGemmImpl::Simt,
+                                        cuda::GroupedGemmImpl::Cublas};
 
 // Whether the wgmma kernel runs here (a compute capability 9.0 GPU and a build with sm_90a code).
 bool wgmma_runs() {
@@ -392,7 +393,8 @@ void check_gemm(const std::vector<int64_t>& group_rows, int64_t O, int64_t I, DT
     os << cuda::grouped_gemm_impl_name(impl) << " G " << G << " rows " << used << " (+" << lead << "+" << tail
        << ") O " << O << " I " << I << " " << dtype_name(dt) << "→" << dtype_name(out);
     const std::string what = os.str();
-    if (impl == cuda::GroupedGemmImpl::Wgmma && !wgmma_runs()) continue;
+    if ((impl == cuda::GroupedGemmImpl::Wgmma || impl == cuda::GroupedGemmImpl::WgmmaPingpong) && !wgmma_runs())
+      continue;
     cuda::set_grouped_gemm_impl(impl);
     Tensor g_off = upload_raw(off), g_x = upload(x, dt), g_dy = upload(dy, dt), g_w = upload(w, dt);
     Tensor g_y = poisoned({R, O}, out), g_dx = poisoned({R, I}, out), g_dw = poisoned({G, O, I}, out);
@@ -430,7 +432,8 @@ TEST(GpuMoeGroupedGemm, IssueShape) {
   Rng rng(40);
   for (Routing how : {Routing::Random, Routing::Imbalanced}) {
     const std::vector<int64_t> rows = rows_of_routing(rng, 16384, 6, 64, how);
-    const std::vector<cuda::GroupedGemmImpl> both = {cuda::GroupedGemmImpl::Wgmma, cuda::GroupedGemmImpl::Mma};
+    const std::vector<cuda::GroupedGemmImpl> both = {cuda::GroupedGemmImpl::Wgmma, cuda::GroupedGemmImpl::WgmmaPingpong,
+                                                     cuda::GroupedGemmImpl::Mma};
     check_gemm(rows, 1024, 1536, DType::BF16, DType::BF16, both, 41);
     check_gemm(rows, 1536, 512, DType::BF16, DType::BF16, both, 42);
   }
@@ -448,7 +451,8 @@ TEST(GpuMoeGroupedGemm, EveryImplementationOnOddShapes) {
   // no rows at all: dw is zero
   check_gemm({0, 0, 0}, 16, 24, DType::BF16, DType::BF16, all, 45, 3, 0);
   // fp32 outputs from bf16 operands (cuBLAS's grouped GEMM wants the operands' type)
-  check_gemm({31, 64, 17}, 128, 256, DType::BF16, DType::F32, {Impl::Wgmma, Impl::Mma, Impl::Simt}, 46);
+  check_gemm({31, 64, 17}, 128, 256, DType::BF16, DType::F32, {Impl::Wgmma, Impl::WgmmaPingpong, Impl::Mma, Impl::Simt},
+             46);
   // fp32 operands, and bf16 shapes the tensor-core kernels do not take
   check_gemm({5, 0, 40, 19}, 24, 40, DType::F32, DType::F32, {Impl::Simt, Impl::Cublas}, 47, 2, 2);
   check_gemm({7, 9}, 13, 21, DType::BF16, DType::BF16, {Impl::Simt}, 48);

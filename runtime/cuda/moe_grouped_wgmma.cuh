@@ -1,0 +1,327 @@
+// What the Hopper grouped GEMM kernels (runtime/cuda/moe_grouped_gemm_*sm90a.cu) share: the launch
+// parameters, the PTX wrappers (cp.async, wgmma, fences, mbarriers), the loads into wgmma's
+// 128-byte-swizzled shared-memory layouts, and the persistent tile list built from the device
+// offsets. Header-only, for *_sm90a.cu files; the device code exists only in sm_90a passes
+// (TETRA_WGMMA).
+//
+// Shared-memory layouts are wgmma's canonical 128-byte-swizzled ones (1024-byte atoms of 8 rows of
+// 128 bytes, 16-byte chunk index XOR the row within the atom), k steps of kBK = 64:
+//   K-major tile [rows][64 k]: row r at r·128 bytes; a descriptor's k16 slice starts 32 bytes further
+//   per step; stride between 8-row groups (SBO) 1024 bytes.
+//   M/N-major tile [64 k][cols]: atom (column block a of 64, k group g of 8 rows) at (a·8 + g)·1024 bytes;
+//   descriptor LBO = 8192 bytes (the next 64 columns), SBO = 1024 bytes (the next 8 k rows); the k16
+//   slice starts two atoms further per step. wgmma reads these with its transpose flag set.
+// Forward: A = x rows (K-major), B = w[g] (K-major). BackwardInput: A = dy rows (K-major), B = w[g]
+// (N-major). BackwardWeight: A = dy rows (M-major), B = x rows (N-major).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <utility>
+#include <type_traits>
+
+#include "runtime/cuda/device_context.h"
+#include "runtime/cuda/kernel_common.cuh"
+#include "runtime/cuda/moe_grouped_gemm.h"
+#include "runtime/cuda/moe_grouped_tiles.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TETRA_WGMMA 1
+#endif
+
+namespace tetra::cuda::wgmma {
+
+constexpr int kBK = 64;                 // k per pipeline stage
+constexpr int kMaxTableGroups = 1024;   // experts per launch (the tile table lives in shared memory)
+
+struct Params {
+  const bf16* a;
+  const bf16* b;
+  void* c;
+  const int32_t* offsets;
+  int G;
+  int64_t R, O, I;
+  int tiles_m, tiles_n;
+  bool accumulate;
+};
+
+// One output tile: where its operands and result are, and its extent.
+struct Tile {
+  const bf16* a;  // the tile's expert's A and B (row r0 applied); m0 / n0 are applied by the loads
+  const bf16* b;
+  int64_t m0, n0, M, N, K;  // tile origin; the expert's problem extents
+  int64_t c_offset;         // elements from c to the expert's C(0, 0)
+};
+
+// Operand row strides (elements): A = x or dy rows, B = w[g] or x rows, C = y, dx or dw[g] rows.
+template <GroupedGemmKind KIND>
+__host__ __device__ __forceinline__ int64_t lda(const Params& p) {
+  return KIND == GroupedGemmKind::Forward ? p.I : p.O;
+}
+__host__ __device__ __forceinline__ int64_t ldb(const Params& p) { return p.I; }
+template <GroupedGemmKind KIND>
+__host__ __device__ __forceinline__ int64_t ldc(const Params& p) {
+  return KIND == GroupedGemmKind::Forward ? p.O : p.I;
+}
+
+// Tiles of a launch (an upper bound for Forward / BackwardInput: every expert may end in a partial
+// m tile), for the grid size.
+inline int64_t tile_bound(const GroupedGemm& p, int tiles_m, int tiles_n, int bm) {
+  return p.kind == GroupedGemmKind::BackwardWeight ? p.G * tiles_m * tiles_n : ((p.R + bm - 1) / bm + p.G) * tiles_n;
+}
+
+#ifdef TETRA_WGMMA
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  const int size = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(size));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator reads or writes across an asynchronous wgmma.
+__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// mbarriers in shared memory (8 bytes each): init with the arrivals one phase needs; arrive; wait
+// until the phase of the given parity (0, 1, 0, … for phases 0, 1, 2, …) has completed.
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// A shared-memory matrix descriptor with 128-byte swizzling: start address, leading and stride byte
+// offsets (each in 16-byte units, 14 bits), swizzle mode 1 (128B) in bits 62–63.
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16;
+  d |= static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32;
+  d |= static_cast<uint64_t>(1) << 62;
+  return d;
+}
+
+// The descriptors of k16 step ks of a stage: an A slice of 64 rows starting at row `row0` (a
+// multiple of 64) and the whole B tile.
+template <bool KMAJOR>
+__device__ __forceinline__ uint64_t desc_rows(uint32_t tile, int row0, int ks) {
+  if (KMAJOR) return make_desc(tile + row0 * 128 + ks * 32, 16, 1024);
+  return make_desc(tile + (((row0 / 64) * (kBK / 8) + 2 * ks) << 10), (kBK / 8) * 1024, 1024);
+}
+
+// One operand tile of ROWS (along M or N) × 64 (k) into the swizzled layout at byte address s, by
+// THREADS threads (thread index t):
+//   K-major: element (i, k) at base[(i0 + i)·ld + k0 + k]; M/N-major: at base[(k0 + k)·ld + i0 + i];
+//   valid for i0 + i < limit and k0 + k < K, zero otherwise.
+template <bool KMAJOR, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile(uint32_t s, int t, const bf16* base, int64_t ld, int64_t i0, int64_t limit,
+                                          int64_t k0, int64_t K) {
+  constexpr int kChunks = ROWS * kBK / 8;  // 16-byte chunks
+  static_assert(kChunks % THREADS == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int j = 0; j < kChunks / THREADS; ++j) {
+    const int q = t + j * THREADS;
+    if (KMAJOR) {
+      const int row = q >> 3, c = q & 7;
+      const int64_t gi = i0 + row, gk = k0 + c * 8;
+      const bool valid = gi < limit && gk < K;
+      cp_async16(s + row * 128 + ((c ^ (row & 7)) << 4), valid ? base + gi * ld + gk : base, valid);
+    } else {
+      constexpr int kColChunks = ROWS / 8;
+      const int kr = q / kColChunks, cc = q % kColChunks;
+      const int atom = cc >> 3, c = cc & 7, r = kr & 7;
+      const int64_t gk = k0 + kr, gi = i0 + cc * 8;
+      const bool valid = gk < K && gi < limit;
+      cp_async16(s + ((atom * (kBK / 8) + (kr >> 3)) << 10) + (r << 7) + ((c ^ r) << 4),
+                 valid ? base + gk * ld + gi : base, valid);
+    }
+  }
+}
+
+// The tile list of this launch, built once per block in shared memory (every thread calls it; it
+// synchronises the block):
+//   Forward / BackwardInput: table[g] = the first tile of expert g (tiles n-fastest), table[G] = total;
+//   BackwardWeight: table[rank] = the expert of that rank (falling row count, ties by index).
+template <GroupedGemmKind KIND, int BM>
+__device__ int64_t build_tile_table(const Params& p, int* table, int* rows) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (KIND != GroupedGemmKind::BackwardWeight) {
+    if (warp == 0) {
+      int prefix = 0;
+      for (int g0 = 0; g0 < p.G; g0 += 32) {
+        const int g = g0 + lane;
+        int tiles = 0;
+        if (g < p.G) {
+          int64_t s, e;
+          group_rows(p.offsets, g, p.R, &s, &e);
+          tiles = static_cast<int>((e - s + BM - 1) / BM) * p.tiles_n;
+        }
+        int incl = tiles;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const int v = __shfl_up_sync(0xffffffffu, incl, o);
+          if (lane >= o) incl += v;
+        }
+        if (g < p.G) table[g] = prefix + incl - tiles;
+        prefix += __shfl_sync(0xffffffffu, incl, 31);
+      }
+      if (lane == 0) table[p.G] = prefix;
+    }
+    __syncthreads();
+    return table[p.G];
+  }
+  if (p.G > kMaxLptGroups) {  // too many experts to sort here: expert order
+    for (int g = threadIdx.x; g < p.G; g += blockDim.x) table[g] = g;
+    __syncthreads();
+    return static_cast<int64_t>(p.G) * p.tiles_m * p.tiles_n;
+  }
+  for (int g = threadIdx.x; g < p.G; g += blockDim.x) {
+    int64_t s, e;
+    group_rows(p.offsets, g, p.R, &s, &e);
+    rows[g] = static_cast<int>(e - s);
+  }
+  __syncthreads();
+  for (int g = threadIdx.x; g < p.G; g += blockDim.x) {
+    int r = 0;
+    for (int h = 0; h < p.G; ++h) r += rows[h] > rows[g] || (rows[h] == rows[g] && h < g);
+    table[r] = g;
+  }
+  __syncthreads();
+  return static_cast<int64_t>(p.G) * p.tiles_m * p.tiles_n;
+}
+
+template <GroupedGemmKind KIND, int BM, int BN>
+__device__ __forceinline__ Tile tile_info(const Params& p, const int* table, int64_t t) {
+  int g;
+  int64_t local;
+  if (KIND != GroupedGemmKind::BackwardWeight) {
+    int lo = 0, hi = p.G - 1;  // the last expert whose first tile ≤ t (empty experts share their start)
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (table[mid] <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    g = lo;
+    local = t - table[g];
+  } else {
+    const int64_t per_group = static_cast<int64_t>(p.tiles_m) * p.tiles_n;
+    g = table[t / per_group];
+    local = t % per_group;
+  }
+  int64_t r0, r1;
+  group_rows(p.offsets, g, p.R, &r0, &r1);
+  Tile T;
+  T.m0 = local / p.tiles_n * BM;
+  T.n0 = local % p.tiles_n * BN;
+  const int64_t w = static_cast<int64_t>(g) * p.O * p.I;
+  if (KIND == GroupedGemmKind::Forward) {
+    T.M = r1 - r0, T.N = p.O, T.K = p.I;
+    T.a = p.a + r0 * p.I, T.b = p.b + w, T.c_offset = r0 * p.O;
+  } else if (KIND == GroupedGemmKind::BackwardInput) {
+    T.M = r1 - r0, T.N = p.I, T.K = p.O;
+    T.a = p.a + r0 * p.O, T.b = p.b + w, T.c_offset = r0 * p.I;
+  } else {
+    T.M = p.O, T.N = p.I, T.K = r1 - r0;
+    T.a = p.a + r0 * p.O, T.b = p.b + r0 * p.I, T.c_offset = w;
+  }
+  return T;
+}
+
+// A warpgroup's accumulators of a 64 × N slice (m64nNk16 layout): thread (w, lane) of the warpgroup
+// holds rows 16·w + lane/4 (+8) and columns 8j + 2·(lane mod 4) (+1), j < N/8, in d[4j + 2·half + {0, 1}].
+// Writes them to C (row stride ldc) at rows row0 + ·, columns n0 + ·, within M × N; with `accumulate`,
+// adds the previous values, all read first (independent loads, all in flight at once: read between
+// the stores, each would wait for the store before it, since the compiler cannot prove them apart).
+template <int N, class TC>
+__device__ __forceinline__ void store_slice(float (&d)[N / 2], TC* C, int64_t ldc, int64_t row0, int64_t n0,
+                                            int64_t M, int64_t Nlim, bool accumulate) {
+  const int w = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int64_t row = row0 + w * 16 + lane / 4;
+  if (accumulate) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t gm = row + half * 8;
+      if (gm >= M) continue;
+#pragma unroll
+      for (int j = 0; j < N / 8; ++j) {
+        const int64_t gn = n0 + 8 * j + 2 * (lane % 4);
+        if (gn >= Nlim) continue;
+        const TC* src = C + gm * ldc + gn;
+        d[4 * j + 2 * half] += to_f32(src[0]);
+        d[4 * j + 2 * half + 1] += to_f32(src[1]);
+      }
+    }
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t gm = row + half * 8;
+    if (gm >= M) continue;
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+      const int64_t gn = n0 + 8 * j + 2 * (lane % 4);
+      if (gn >= Nlim) continue;
+      const float v0 = d[4 * j + 2 * half], v1 = d[4 * j + 2 * half + 1];
+      TC* dst = C + gm * ldc + gn;
+      if constexpr (std::is_same_v<TC, bf16>) {
+        *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);
+      } else {
+        *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+      }
+    }
+  }
+}
+
+#endif  // TETRA_WGMMA
+
+// Raises a kernel's dynamic shared-memory limit to `bytes`, once per (kernel, device).
+template <class Kernel>
+void allow_dynamic_smem(Kernel* kernel, size_t bytes) {
+  static std::mutex mu;  // one set for every kernel of one signature: keyed by the kernel too
+  static std::set<std::pair<const void*, int>> done;
+  int dev = 0;
+  TETRA_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.insert({reinterpret_cast<const void*>(kernel), dev}).second)
+    TETRA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+// Whether the device runs sm_90a code (compute capability 9.0) with `smem_bytes` of dynamic shared
+// memory for one block (plus the static tile table).
+bool device_fits(size_t smem_bytes, const char** why);
+
+// The checks both Hopper kernels share (bf16 operands, O and I multiples of 8, aligned tensors, at
+// most kMaxTableGroups experts, a build with sm_90a code); device_fits comes on top.
+bool shape_applies(const GroupedGemm& p, const char** why);
+
+}  // namespace tetra::cuda::wgmma
