@@ -21,6 +21,11 @@
 // (i / 6) mod 2. The producer reuses a stage only after the consumer released it (the previous
 // phase of empty[s]); no deadlock since kLag ≤ kStages − 2 (the producer, kLag ahead of what it has
 // published, waits on a stage released two k-tiles before the consumer's current one at the latest).
+// A parity names a phase only within one phase of the barrier's current one: a consumer that waited
+// for k-tile i while k-tile i − 12 was not yet published would take an earlier phase of the same
+// parity for its own. So the consumers take turns (turn[c]: the other consumer has waited for every
+// k-tile of its previous tile, hence everything before this tile's first k-tile is published): the
+// mainloops run in tile order, one after the other, and each epilogue overlaps the other's mainloop.
 // Compiled for sm_90a only; elsewhere the kernel is absent and grouped_gemm_wgmma_pingpong_applies says no.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -80,13 +85,15 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_pingpong_kernel(Para
   extern __shared__ unsigned char smem_raw[];
   __shared__ int table[kMaxTableGroups + 1];
   __shared__ int rows[kMaxLptGroups];
-  __shared__ alignas(8) uint64_t full[kStages], empty[kStages];
+  __shared__ alignas(8) uint64_t full[kStages], empty[kStages], turn[2];
   const int64_t total = build_tile_table<KIND, kBM>(p, table, rows);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(smem_addr(&full[s]), kProducerThreads);
       mbarrier_init(smem_addr(&empty[s]), 4);
     }
+    mbarrier_init(smem_addr(&turn[0]), 4);
+    mbarrier_init(smem_addr(&turn[1]), 4);
   }
   __syncthreads();
 
@@ -129,21 +136,30 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_pingpong_kernel(Para
     const int lane = threadIdx.x % 32;
     float d0[64], d1[64];  // rows 0–63 and 64–127 of the tile
     int64_t i = 0;         // k-tiles of the block's sequence before the current tile
-    int64_t parity = 0;    // which consumer the current tile goes to
+    int64_t position = 0;  // of the current tile among the block's (skipped ones not counted)
+    int64_t mine_done = 0; // tiles this consumer has taken
     for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
       const Tile T = tile_info<KIND, kBM, kBN>(p, table, t);
       const int64_t KT = (T.K + kBK - 1) / kBK;
       if (skipped(KT)) continue;
-      const bool mine = (parity++ & 1) == consumer;
-      if (!mine) {
+      if ((position++ & 1) != consumer) {
         i += KT;
         continue;
       }
+      // Consumer 0's n-th tile follows consumer 1's (n − 1)-th, consumer 1's n-th follows consumer 0's
+      // n-th: phase n − 1 + consumer of turn[consumer].
+      const int64_t turn_phase = mine_done - 1 + consumer;
+      if (turn_phase >= 0) {
+        mbarrier_wait(smem_addr(&turn[consumer]), static_cast<uint32_t>(turn_phase & 1));
+        __syncwarp();
+      }
+      ++mine_done;
 #pragma unroll
       for (int r = 0; r < 64; ++r) d0[r] = 0.0f, d1[r] = 0.0f;
       for (int64_t kt = 0; kt < KT; ++kt, ++i) {
         const int s = static_cast<int>(i % kStages);
         mbarrier_wait(smem_addr(&full[s]), static_cast<uint32_t>((i / kStages) & 1));
+        __syncwarp();  // converged again for the .aligned wgmma instructions
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < kBK / 16; ++ks) {
@@ -157,6 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_pingpong_kernel(Para
         for (int r = 0; r < 64; ++r) fence_operand(d0[r]), fence_operand(d1[r]);
         if (kt > 0 && lane == 0) mbarrier_arrive(smem_addr(&empty[(i - 1) % kStages]));
       }
+      if (lane == 0) mbarrier_arrive(smem_addr(&turn[1 - consumer]));  // every k-tile of this tile is in
       wgmma_wait<0>();
 #pragma unroll
       for (int r = 0; r < 64; ++r) fence_operand(d0[r]), fence_operand(d1[r]);

@@ -439,6 +439,16 @@ TEST(GpuMoeGroupedGemm, IssueShape) {
   }
 }
 
+// More tiles than multiprocessors, so that every persistent block runs several in turn (the ping-pong
+// kernel's two consumers alternate and share one ring of stages); experts of unequal size, one empty.
+TEST(GpuMoeGroupedGemm, ManyTilesPerBlock) {
+  TETRA_REQUIRE_GPU();
+  using Impl = cuda::GroupedGemmImpl;
+  const std::vector<int64_t> rows = {2000, 0, 3100, 1500, 77, 2600, 1900, 1200};
+  check_gemm(rows, 512, 1024, DType::BF16, DType::BF16, {Impl::Wgmma, Impl::WgmmaPingpong, Impl::Mma}, 53);
+  check_gemm(rows, 256, 520, DType::BF16, DType::F32, {Impl::Wgmma, Impl::WgmmaPingpong}, 54, 3, 5);
+}
+
 TEST(GpuMoeGroupedGemm, EveryImplementationOnOddShapes) {
   TETRA_REQUIRE_GPU();
   using Impl = cuda::GroupedGemmImpl;
