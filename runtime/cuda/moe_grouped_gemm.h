@@ -43,10 +43,10 @@ struct GroupedGemm {
 // shape and type: the fp32 path, exact to fp32 rounding). Cublas: cublasGemmGroupedBatchedEx, which
 // takes the group sizes on the host: it copies the offsets to the host and waits for them (a host
 // synchronisation per call; refused during graph capture); operands and output of one type.
-enum class GroupedGemmImpl { Auto, Wgmma, WgmmaPingpong, Mma, Simt, Cublas };
+enum class GroupedGemmImpl { Auto, Wgmma, WgmmaWs, Mma, Simt, Cublas };
 
 // The implementation Auto resolves to. Starts from the environment variable TETRA_MOE_GEMM
-// (unset or "auto", "wgmma", "wgmma_pingpong", "mma", "simt", "cublas"; anything else fails at the first call);
+// (unset or "auto", "wgmma", "wgmma_ws", "mma", "simt", "cublas"; anything else fails at the first call);
 // set_grouped_gemm_impl overrides it for the process (benchmarks compare them).
 GroupedGemmImpl grouped_gemm_impl();
 void set_grouped_gemm_impl(GroupedGemmImpl impl);
@@ -59,10 +59,11 @@ void grouped_gemm(const GroupedGemm& p, Device device, cudaStream_t stream, Grou
 // whether that kernel can take p (and why not, in *why).
 bool grouped_gemm_wgmma_applies(const GroupedGemm& p, const char** why);
 void grouped_gemm_wgmma(const GroupedGemm& p, Device device, cudaStream_t stream);
-// WgmmaPingpong: the same conditions as Wgmma; warp-specialised (a loading warpgroup, two multiplying
-// warpgroups on tiles of their own, so that one's epilogue overlaps the other's wgmmas).
-bool grouped_gemm_wgmma_pingpong_applies(const GroupedGemm& p, const char** why);
-void grouped_gemm_wgmma_pingpong(const GroupedGemm& p, Device device, cudaStream_t stream);
+// WgmmaWs: the same conditions as Wgmma (and the driver's tensor-map encoder); warp-specialised: a
+// loading warpgroup (the bulk tensor copy engine, cp.async for weight gradients) and two multiplying
+// warpgroups, synchronised per pipeline stage by mbarriers.
+bool grouped_gemm_wgmma_ws_applies(const GroupedGemm& p, const char** why);
+void grouped_gemm_wgmma_ws(const GroupedGemm& p, Device device, cudaStream_t stream);
 bool grouped_gemm_mma_applies(const GroupedGemm& p, const char** why);
 void grouped_gemm_mma(const GroupedGemm& p, Device device, cudaStream_t stream);
 void grouped_gemm_simt(const GroupedGemm& p, Device device, cudaStream_t stream);

@@ -22,11 +22,11 @@ GroupedGemmImpl impl_from_env() {
   const std::string s = v ? v : "";
   if (s.empty() || s == "auto") return GroupedGemmImpl::Auto;
   if (s == "wgmma") return GroupedGemmImpl::Wgmma;
-  if (s == "wgmma_pingpong") return GroupedGemmImpl::WgmmaPingpong;
+  if (s == "wgmma_ws") return GroupedGemmImpl::WgmmaWs;
   if (s == "mma") return GroupedGemmImpl::Mma;
   if (s == "simt") return GroupedGemmImpl::Simt;
   if (s == "cublas") return GroupedGemmImpl::Cublas;
-  TETRA_FAIL(Usage, "TETRA_MOE_GEMM = '", s, "' is not one of auto, wgmma, wgmma_pingpong, mma, simt, cublas");
+  TETRA_FAIL(Usage, "TETRA_MOE_GEMM = '", s, "' is not one of auto, wgmma, wgmma_ws, mma, simt, cublas");
 }
 
 // dtype of a float tensor: fp32 or bf16 (checked by the caller).
@@ -60,7 +60,7 @@ const char* grouped_gemm_impl_name(GroupedGemmImpl impl) {
   switch (impl) {
     case GroupedGemmImpl::Auto: return "auto";
     case GroupedGemmImpl::Wgmma: return "wgmma";
-    case GroupedGemmImpl::WgmmaPingpong: return "wgmma_pingpong";
+    case GroupedGemmImpl::WgmmaWs: return "wgmma_ws";
     case GroupedGemmImpl::Mma: return "mma";
     case GroupedGemmImpl::Simt: return "simt";
     case GroupedGemmImpl::Cublas: return "cublas";
@@ -77,7 +77,7 @@ void grouped_gemm(const GroupedGemm& p, Device device, cudaStream_t stream, Grou
       if (grouped_gemm_mma_applies(p, nullptr)) return grouped_gemm_mma(p, device, stream);
       return grouped_gemm_simt(p, device, stream);
     case GroupedGemmImpl::Wgmma: return grouped_gemm_wgmma(p, device, stream);
-    case GroupedGemmImpl::WgmmaPingpong: return grouped_gemm_wgmma_pingpong(p, device, stream);
+    case GroupedGemmImpl::WgmmaWs: return grouped_gemm_wgmma_ws(p, device, stream);
     case GroupedGemmImpl::Mma: return grouped_gemm_mma(p, device, stream);
     case GroupedGemmImpl::Simt: return grouped_gemm_simt(p, device, stream);
     case GroupedGemmImpl::Cublas: return grouped_gemm_cublas(p, device, stream);

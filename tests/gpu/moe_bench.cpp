@@ -12,7 +12,7 @@
 // waits to learn the router's counts (the expert-parallel exchange's sizes) per layer.
 //
 //   tetra_moe_bench [--tokens N] [--dim D] [--experts E] [--topk K] [--ffn F] [--reps R]
-//                   [--routing balanced|router|imbalanced|all] [--impl wgmma|wgmma_pingpong|mma|simt|cublas|all]
+//                   [--routing balanced|router|imbalanced|all] [--impl wgmma|wgmma_ws|mma|simt|cublas|all]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -269,7 +269,7 @@ void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::Gro
 
   for (cuda::GroupedGemmImpl impl : impls) {
     const std::string name = cuda::grouped_gemm_impl_name(impl);
-    if (impl == cuda::GroupedGemmImpl::Wgmma || impl == cuda::GroupedGemmImpl::WgmmaPingpong) {
+    if (impl == cuda::GroupedGemmImpl::Wgmma || impl == cuda::GroupedGemmImpl::WgmmaWs) {
       cuda::GroupedGemm probe;
       probe.O = probe.I = 64;
       const char* why = "";
@@ -325,7 +325,7 @@ void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::Gro
 int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--tokens N] [--dim D] [--experts E] [--topk K] [--ffn F] [--reps R] "
-               "[--routing balanced|router|imbalanced|all] [--impl wgmma|wgmma_pingpong|mma|simt|cublas|all]\n",
+               "[--routing balanced|router|imbalanced|all] [--impl wgmma|wgmma_ws|mma|simt|cublas|all]\n",
                argv0);
   return 2;
 }
@@ -361,7 +361,7 @@ int run(int argc, char** argv) {
     return usage(argv[0]);
   std::vector<cuda::GroupedGemmImpl> impls;
   if (o.impl == "all" || o.impl == "wgmma") impls.push_back(cuda::GroupedGemmImpl::Wgmma);
-  if (o.impl == "all" || o.impl == "wgmma_pingpong") impls.push_back(cuda::GroupedGemmImpl::WgmmaPingpong);
+  if (o.impl == "all" || o.impl == "wgmma_ws") impls.push_back(cuda::GroupedGemmImpl::WgmmaWs);
   if (o.impl == "all" || o.impl == "mma") impls.push_back(cuda::GroupedGemmImpl::Mma);
   if (o.impl == "all" || o.impl == "cublas") impls.push_back(cuda::GroupedGemmImpl::Cublas);
   if (o.impl == "simt") impls.push_back(cuda::GroupedGemmImpl::Simt);

@@ -349,7 +349,7 @@ std::vector<int64_t> rows_of_routing(Rng& rng, int64_t N, int64_t k, int64_t G, 
   return rows;
 }
 
-const cuda::GroupedGemmImpl kImpls[] = {cuda::GroupedGemmImpl::Wgmma, cuda::GroupedGemmImpl::WgmmaPingpong,
+const cuda::GroupedGemmImpl kImpls[] = {cuda::GroupedGemmImpl::Wgmma, cuda::GroupedGemmImpl::WgmmaWs,
                                         cuda::GroupedGemmImpl::Mma, cuda::GroupedGemmImpl::Simt,
                                         cuda::GroupedGemmImpl::Cublas};
 
@@ -393,7 +393,7 @@ void check_gemm(const std::vector<int64_t>& group_rows, int64_t O, int64_t I, DT
     os << cuda::grouped_gemm_impl_name(impl) << " G " << G << " rows " << used << " (+" << lead << "+" << tail
        << ") O " << O << " I " << I << " " << dtype_name(dt) << "→" << dtype_name(out);
     const std::string what = os.str();
-    if ((impl == cuda::GroupedGemmImpl::Wgmma || impl == cuda::GroupedGemmImpl::WgmmaPingpong) && !wgmma_runs())
+    if ((impl == cuda::GroupedGemmImpl::Wgmma || impl == cuda::GroupedGemmImpl::WgmmaWs) && !wgmma_runs())
       continue;
     cuda::set_grouped_gemm_impl(impl);
     Tensor g_off = upload_raw(off), g_x = upload(x, dt), g_dy = upload(dy, dt), g_w = upload(w, dt);
@@ -432,21 +432,22 @@ TEST(GpuMoeGroupedGemm, IssueShape) {
   Rng rng(40);
   for (Routing how : {Routing::Random, Routing::Imbalanced}) {
     const std::vector<int64_t> rows = rows_of_routing(rng, 16384, 6, 64, how);
-    const std::vector<cuda::GroupedGemmImpl> both = {cuda::GroupedGemmImpl::Wgmma, cuda::GroupedGemmImpl::WgmmaPingpong,
+    const std::vector<cuda::GroupedGemmImpl> both = {cuda::GroupedGemmImpl::Wgmma, cuda::GroupedGemmImpl::WgmmaWs,
                                                      cuda::GroupedGemmImpl::Mma};
     check_gemm(rows, 1024, 1536, DType::BF16, DType::BF16, both, 41);
     check_gemm(rows, 1536, 512, DType::BF16, DType::BF16, both, 42);
   }
 }
 
-// More tiles than multiprocessors, so that every persistent block runs several in turn (the ping-pong
-// kernel's two consumers alternate and share one ring of stages); experts of unequal size, one empty.
+// More tiles than multiprocessors, so that every persistent block runs several in turn (one ring of
+// pipeline stages across them; the warp-specialised kernel's mbarrier phases wrap many times);
+// experts of unequal size, one empty.
 TEST(GpuMoeGroupedGemm, ManyTilesPerBlock) {
   TETRA_REQUIRE_GPU();
   using Impl = cuda::GroupedGemmImpl;
   const std::vector<int64_t> rows = {2000, 0, 3100, 1500, 77, 2600, 1900, 1200};
-  check_gemm(rows, 512, 1024, DType::BF16, DType::BF16, {Impl::Wgmma, Impl::WgmmaPingpong, Impl::Mma}, 53);
-  check_gemm(rows, 256, 520, DType::BF16, DType::F32, {Impl::Wgmma, Impl::WgmmaPingpong}, 54, 3, 5);
+  check_gemm(rows, 512, 1024, DType::BF16, DType::BF16, {Impl::Wgmma, Impl::WgmmaWs, Impl::Mma}, 53);
+  check_gemm(rows, 256, 520, DType::BF16, DType::F32, {Impl::Wgmma, Impl::WgmmaWs}, 54, 3, 5);
 }
 
 TEST(GpuMoeGroupedGemm, EveryImplementationOnOddShapes) {
@@ -461,7 +462,7 @@ TEST(GpuMoeGroupedGemm, EveryImplementationOnOddShapes) {
   // no rows at all: dw is zero
   check_gemm({0, 0, 0}, 16, 24, DType::BF16, DType::BF16, all, 45, 3, 0);
   // fp32 outputs from bf16 operands (cuBLAS's grouped GEMM wants the operands' type)
-  check_gemm({31, 64, 17}, 128, 256, DType::BF16, DType::F32, {Impl::Wgmma, Impl::WgmmaPingpong, Impl::Mma, Impl::Simt},
+  check_gemm({31, 64, 17}, 128, 256, DType::BF16, DType::F32, {Impl::Wgmma, Impl::WgmmaWs, Impl::Mma, Impl::Simt},
              46);
   // fp32 operands, and bf16 shapes the tensor-core kernels do not take
   check_gemm({5, 0, 40, 19}, 24, 40, DType::F32, DType::F32, {Impl::Simt, Impl::Cublas}, 47, 2, 2);

@@ -1,0 +1,291 @@
+// The warp-specialised Hopper grouped GEMM (runtime/cuda/moe_grouped_gemm.h): one producer warpgroup
+// loads, two consumer warpgroups multiply, synchronised per stage by mbarriers instead of a block
+// barrier per k-tile. The cooperative kernel (moe_grouped_gemm_sm90a.cu), where every thread loads and
+// multiplies, measured latency-bound on the issue's shapes (≈ 40% of the SM's issue and of L2
+// throughput, 5–6 cycles per issued instruction): each k-tile waits for everyone's copies.
+//
+//   block: 384 threads, persistent (one per SM, never more than tiles), tiles blockIdx.x,
+//          blockIdx.x + gridDim.x, … of the shared tile list (moe_grouped_wgmma.cuh).
+//   tile:  128 × 256 outputs; consumer c owns rows 64c … 64c + 63 (wgmma m64n256k16, 128 fp32
+//          accumulators a thread) and writes them from its registers.
+//   stages: 4 of 48 KB (A 128 × 64, B 256 × 64 bf16, 128-byte swizzled), one ring over the whole
+//          sequence of k-tiles of the block's tiles, so the next tile's loads run under this
+//          tile's last k-tiles and its epilogue.
+//   producer, Forward and BackwardInput: the bulk tensor copy engine (TMA) loads each stage, one
+//          thread issuing, completion counted in bytes on full[s]. Rows past an expert's end come
+//          from the next expert (their outputs are never stored); past the tensor's end and past K
+//          the engine fills zeros.
+//   producer, BackwardWeight: K runs over an expert's rows, so the last k-tile must not read the next
+//          expert's: cp.async with zero-fill by the 128 producer threads, kLag k-tiles in flight per
+//          thread; when its copies of k-tile i have landed, each fences (generic → async proxy, for
+//          wgmma) and arrives on full[i mod 4] (128 arrivals a phase).
+//   consumers: wait full, issue the k-tile's wgmmas, and when the previous k-tile's wgmmas have
+//          completed, release its stage (one arrival per warp and consumer on empty: 8 a phase).
+// Stage s serves k-tiles s, s + 4, …: k-tile i is phase i / 4 of full[s] and empty[s], parity
+// (i / 4) mod 2. A parity names a phase only within one of the barrier's current phase; every role
+// waits for the k-tiles in order, so none is ever more than one phase early. The producer reuses a
+// stage only after both consumers released it (the previous phase of empty[s]); with cp.async no
+// deadlock since kLag ≤ kStages − 2 (the producer, kLag ahead of what it has published, waits on a
+// stage released two k-tiles before the consumers' current one at the latest).
+// Compiled for sm_90a only; elsewhere the kernel is absent and grouped_gemm_wgmma_ws_applies says no.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "runtime/cuda/device_context.h"
+#include "runtime/cuda/moe_grouped_wgmma.cuh"
+
+namespace tetra::cuda {
+
+namespace {
+
+using namespace wgmma;
+
+constexpr int kBM = 128, kBN = 256, kStages = 4, kLag = 2;
+constexpr int kProducerThreads = 128, kThreads = 3 * 128;
+constexpr int kAStageBytes = kBM * kBK * 2, kBStageBytes = kBN * kBK * 2;
+constexpr int kStageBytes = kAStageBytes + kBStageBytes;
+constexpr size_t kSmemBytes = static_cast<size_t>(kStages) * kStageBytes + 1024;  // + alignment
+static_assert(kLag <= kStages - 2, "the producer must not wait on a stage the consumers still need to publish");
+
+// The tensor maps of one launch (TMA loads): A as [rows, K-or-M] and B as w [G·O, I], each a 2-D
+// bf16 tensor with 128-byte swizzling and boxes of 64 inner elements (128 bytes, the swizzle span).
+struct Maps {
+  CUtensorMap a, b;
+};
+
+#ifdef TETRA_WGMMA
+
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// A box of the 2-D tensor map at (inner, outer) into shared memory at dst, completing on bar.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int inner, int outer, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(bar)
+      : "memory");
+}
+
+#endif  // TETRA_WGMMA
+
+template <GroupedGemmKind KIND, class TC>
+__global__ void __launch_bounds__(kThreads, 1) grouped_gemm_ws_kernel(Params p, const __grid_constant__ Maps maps) {
+#ifdef TETRA_WGMMA
+  constexpr bool A_KMAJOR = KIND != GroupedGemmKind::BackwardWeight;
+  constexpr bool B_KMAJOR = KIND == GroupedGemmKind::Forward;
+  constexpr bool TMA = KIND != GroupedGemmKind::BackwardWeight;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ int table[kMaxTableGroups + 1];
+  __shared__ int rows[kMaxLptGroups];
+  __shared__ alignas(8) uint64_t full[kStages], empty[kStages];
+  const int64_t total = build_tile_table<KIND, kBM>(p, table, rows);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(smem_addr(&full[s]), TMA ? 1 : kProducerThreads);
+      mbarrier_init(smem_addr(&empty[s]), 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
+  }
+  __syncthreads();
+
+  // 1024-byte aligned stages (the swizzle pattern repeats every 1024 bytes of address)
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  auto a_stage = [&](int s) { return base + static_cast<uint32_t>(s * kStageBytes); };
+  auto b_stage = [&](int s) { return base + static_cast<uint32_t>(s * kStageBytes + kAStageBytes); };
+  // A weight-gradient tile of an expert without rows adds nothing to an accumulated gradient: skipped
+  // (by every role alike, so that the k-tile sequence agrees).
+  auto skipped = [&](int64_t KT) { return KIND == GroupedGemmKind::BackwardWeight && KT == 0 && p.accumulate; };
+
+  const int role = threadIdx.x / 128;  // 0: producer; 1, 2: consumers
+  if (role == 0) {
+    // registers to the consumers (128 accumulators each and the epilogue's addresses): 128·56 + 256·224
+    // of the multiprocessor's 65536
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+    if (TMA) {
+      if (threadIdx.x != 0) return;
+      int64_t i = 0;  // k-tiles issued
+      for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+        const Tile L = tile_info<KIND, kBM, kBN>(p, table, t);
+        const int64_t KT = (L.K + kBK - 1) / kBK;
+        // the tile's expert: its first row (of the row tensor) and its weights' first row (of [G·O, I])
+        const int64_t r0 = (L.a - p.a) / (KIND == GroupedGemmKind::Forward ? p.I : p.O);
+        const int64_t w0 = (L.b - p.b) / p.I;
+        for (int64_t kt = 0; kt < KT; ++kt, ++i) {
+          const int s = static_cast<int>(i % kStages);
+          if (i >= kStages) mbarrier_wait(smem_addr(&empty[s]), static_cast<uint32_t>((i / kStages - 1) & 1));
+          const uint32_t bar = smem_addr(&full[s]);
+          mbarrier_arrive_expect_tx(bar, kStageBytes);
+          const int k0 = static_cast<int>(kt * kBK);
+          tma_load_2d(a_stage(s), &maps.a, k0, static_cast<int>(r0 + L.m0), bar);  // box 64 k × 128 rows
+          if (B_KMAJOR) {
+            tma_load_2d(b_stage(s), &maps.b, k0, static_cast<int>(w0 + L.n0), bar);  // box 64 k × 256 n
+          } else {
+#pragma unroll
+            for (int a = 0; a < kBN / 64; ++a)  // boxes 64 n × 64 k, one per 64-column block
+              tma_load_2d(b_stage(s) + a * (kBK / 8) * 1024, &maps.b, static_cast<int>(L.n0 + 64 * a),
+                          static_cast<int>(w0 + k0), bar);
+          }
+        }
+      }
+    } else {
+      const int t_in = threadIdx.x;
+      const int64_t ld_a = lda<KIND>(p), ld_b = ldb(p);
+      int64_t i = 0;  // k-tiles issued
+      for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+        const Tile L = tile_info<KIND, kBM, kBN>(p, table, t);
+        const int64_t KT = (L.K + kBK - 1) / kBK;
+        if (skipped(KT)) continue;
+        for (int64_t kt = 0; kt < KT; ++kt, ++i) {
+          const int s = static_cast<int>(i % kStages);
+          if (i >= kStages) mbarrier_wait(smem_addr(&empty[s]), static_cast<uint32_t>((i / kStages - 1) & 1));
+          const int64_t k0 = kt * kBK;
+          load_tile<A_KMAJOR, kBM, kProducerThreads, 4>(a_stage(s), t_in, L.a, ld_a, L.m0, L.M, k0, L.K);
+          load_tile<B_KMAJOR, kBN, kProducerThreads, 4>(b_stage(s), t_in, L.b, ld_b, L.n0, L.N, k0, L.K);
+          cp_async_commit();
+          if (i >= kLag) {  // k-tile i − kLag has landed: publish it
+            cp_async_wait<kLag>();
+            fence_proxy_async();
+            mbarrier_arrive(smem_addr(&full[(i - kLag) % kStages]));
+          }
+        }
+      }
+      cp_async_wait<0>();
+      fence_proxy_async();
+      for (int64_t j = std::max<int64_t>(0, i - kLag); j < i; ++j) mbarrier_arrive(smem_addr(&full[j % kStages]));
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
+    const int consumer = role - 1;
+    const int lane = threadIdx.x % 32;
+    float d[128];
+    int64_t i = 0;  // k-tiles of the block's sequence before the current one
+    for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+      const Tile T = tile_info<KIND, kBM, kBN>(p, table, t);
+      const int64_t KT = (T.K + kBK - 1) / kBK;
+      if (skipped(KT)) continue;
+#pragma unroll
+      for (int r = 0; r < 128; ++r) d[r] = 0.0f;
+      for (int64_t kt = 0; kt < KT; ++kt, ++i) {
+        const int s = static_cast<int>(i % kStages);
+        mbarrier_wait(smem_addr(&full[s]), static_cast<uint32_t>((i / kStages) & 1));
+        __syncwarp();  // converged again for the .aligned wgmma instructions
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < kBK / 16; ++ks)
+          wgmma_m64n256k16<A_KMAJOR ? 0 : 1, B_KMAJOR ? 0 : 1>(d, desc_rows<A_KMAJOR>(a_stage(s), 64 * consumer, ks),
+                                                               desc_rows<B_KMAJOR>(b_stage(s), 0, ks));
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous k-tile's wgmmas are done with their stage
+#pragma unroll
+        for (int r = 0; r < 128; ++r) fence_operand(d[r]);
+        if (kt > 0 && lane == 0) mbarrier_arrive(smem_addr(&empty[(i - 1) % kStages]));
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int r = 0; r < 128; ++r) fence_operand(d[r]);
+      if (KT > 0 && lane == 0) mbarrier_arrive(smem_addr(&empty[(i - 1) % kStages]));
+      store_slice<kBN>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), T.m0 + 64 * consumer, T.n0, T.M, T.N,
+                       KIND == GroupedGemmKind::BackwardWeight && p.accumulate);
+    }
+  }
+#endif  // TETRA_WGMMA
+}
+
+// cuTensorMapEncodeTiled from the driver, found through the runtime (no link against libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static std::once_flag once;
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  std::call_once(once, [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  });
+  return fn;
+}
+
+// A 2-D bf16 tensor [outer, inner] (row stride `inner` elements) with boxes of 64 × box_outer.
+CUtensorMap tensor_map(const char* op, const void* base, int64_t inner, int64_t outer, int box_outer) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(outer)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(inner) * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_outer)};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
+                                    elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    TETRA_FAIL(Internal, op, " (wgmma ws kernel): cuTensorMapEncodeTiled failed with CUresult ", static_cast<int>(r),
+               " for a [", outer, ", ", inner, "] bf16 tensor at ", base, " with boxes of 64 × ", box_outer);
+  return map;
+}
+
+template <GroupedGemmKind KIND, class TC>
+void launch(const Params& prm, const Maps& maps, int64_t blocks, cudaStream_t stream) {
+  auto kernel = grouped_gemm_ws_kernel<KIND, TC>;
+  allow_dynamic_smem(kernel, kSmemBytes);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, kSmemBytes, stream>>>(prm, maps);
+  TETRA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool grouped_gemm_wgmma_ws_applies(const GroupedGemm& p, const char** why) {
+  if (!wgmma::shape_applies(p, why)) return false;
+  // TMA coordinates are 32-bit: rows of the row tensors and of the stacked weights
+  if (p.R >= (int64_t{1} << 31) || p.G * p.O >= (int64_t{1} << 31)) {
+    if (why) *why = "a tensor has 2^31 rows or more";
+    return false;
+  }
+  static const bool fits = wgmma::device_fits(kSmemBytes, nullptr);
+  if (!fits) {
+    wgmma::device_fits(kSmemBytes, why);
+    return false;
+  }
+  if (encode_tiled() == nullptr) {
+    if (why) *why = "the driver has no cuTensorMapEncodeTiled";
+    return false;
+  }
+  return true;
+}
+
+void grouped_gemm_wgmma_ws(const GroupedGemm& p, Device device, cudaStream_t stream) {
+  const char* why = nullptr;
+  if (!grouped_gemm_wgmma_ws_applies(p, &why))
+    TETRA_FAIL(Internal, p.op, " (wgmma ws kernel): not applicable: ", why);
+  const int64_t N = p.kind == GroupedGemmKind::Forward ? p.O : p.I;
+  Params prm{static_cast<const bf16*>(p.a), static_cast<const bf16*>(p.b), p.c, p.offsets, static_cast<int>(p.G), p.R,
+             p.O, p.I, static_cast<int>((p.O + kBM - 1) / kBM), static_cast<int>((N + kBN - 1) / kBN), p.accumulate};
+  Maps maps{};
+  if (p.kind == GroupedGemmKind::Forward) {  // A = x [R, I], B = w [G·O, I] K-major, boxes of 256 rows
+    maps.a = tensor_map(p.op, p.a, p.I, p.R, kBM);
+    maps.b = tensor_map(p.op, p.b, p.I, p.G * p.O, kBN);
+  } else if (p.kind == GroupedGemmKind::BackwardInput) {  // A = dy [R, O]; B = w [G·O, I] N-major, 64 × 64 boxes
+    maps.a = tensor_map(p.op, p.a, p.O, p.R, kBM);
+    maps.b = tensor_map(p.op, p.b, p.I, p.G * p.O, kBK);
+  }
+  // Persistent blocks, one per SM (193 KB of shared memory), never more than tiles.
+  const int64_t blocks = std::min<int64_t>(tile_bound(p, prm.tiles_m, prm.tiles_n, kBM), sm_count(device));
+  if (blocks == 0) return;
+  auto by_output = [&](auto tc) {
+    using TC = decltype(tc);
+    switch (p.kind) {
+      case GroupedGemmKind::Forward: return launch<GroupedGemmKind::Forward, TC>(prm, maps, blocks, stream);
+      case GroupedGemmKind::BackwardInput: return launch<GroupedGemmKind::BackwardInput, TC>(prm, maps, blocks, stream);
+      case GroupedGemmKind::BackwardWeight:
+        return launch<GroupedGemmKind::BackwardWeight, TC>(prm, maps, blocks, stream);
+    }
+  };
+  if (p.c_type == DType::BF16) by_output(bf16{});
+  else by_output(float{});
+}
+
+}  // namespace tetra::cuda
