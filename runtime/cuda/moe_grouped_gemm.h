@@ -37,9 +37,9 @@ struct GroupedGemm {
   const char* op = "grouped GEMM";  // named in errors
 };
 
-// Auto: the first that applies of Wgmma (Hopper's warpgroup MMA; bf16 operands, O and I multiples of 8,
-// 16-byte aligned tensors, a compute capability 9.0 device and a build for sm_90a), Mma (mma.sync
-// tensor cores, same conditions on any device from sm_80) and Simt (fp32 FMAs on CUDA cores, any
+// Auto: the first that applies of WgmmaWs and Wgmma (Hopper's warpgroup MMA; bf16 operands, O and I
+// multiples of 8, 16-byte aligned tensors, a compute capability 9.0 device and a build for sm_90a),
+// Mma (mma.sync tensor cores, same conditions on any device from sm_80) and Simt (fp32 FMAs on CUDA cores, any
 // shape and type: the fp32 path, exact to fp32 rounding). Cublas: cublasGemmGroupedBatchedEx, which
 // takes the group sizes on the host: it copies the offsets to the host and waits for them (a host
 // synchronisation per call; refused during graph capture); operands and output of one type.

@@ -11,22 +11,19 @@
 //   stages: 4 of 48 KB (A 128 × 64, B 256 × 64 bf16, 128-byte swizzled), one ring over the whole
 //          sequence of k-tiles of the block's tiles, so the next tile's loads run under this
 //          tile's last k-tiles and its epilogue.
-//   producer, Forward and BackwardInput: the bulk tensor copy engine (TMA) loads each stage, one
-//          thread issuing, completion counted in bytes on full[s]. Rows past an expert's end come
-//          from the next expert (their outputs are never stored); past the tensor's end and past K
-//          the engine fills zeros.
-//   producer, BackwardWeight: K runs over an expert's rows, so the last k-tile must not read the next
-//          expert's: cp.async with zero-fill by the 128 producer threads, kLag k-tiles in flight per
-//          thread; when its copies of k-tile i have landed, each fences (generic → async proxy, for
-//          wgmma) and arrives on full[i mod 4] (128 arrivals a phase).
+//   producer: one thread; the bulk tensor copy engine (TMA) loads each stage, completion counted in
+//          bytes on full[s]. Rows past an expert's end come from the next expert: in the forward and
+//          input-gradient GEMMs they only make outputs that are never stored; past the tensor's end
+//          and past K the engine fills zeros.
 //   consumers: wait full, issue the k-tile's wgmmas, and when the previous k-tile's wgmmas have
 //          completed, release its stage (one arrival per warp and consumer on empty: 8 a phase).
+//          In the weight-gradient GEMM K runs over an expert's rows: on its last k-tile the consumers
+//          zero the next expert's rows in both operands (ordinary stores, a proxy fence and a barrier
+//          of the two consumers) before the wgmmas read them.
 // Stage s serves k-tiles s, s + 4, …: k-tile i is phase i / 4 of full[s] and empty[s], parity
 // (i / 4) mod 2. A parity names a phase only within one of the barrier's current phase; every role
 // waits for the k-tiles in order, so none is ever more than one phase early. The producer reuses a
-// stage only after both consumers released it (the previous phase of empty[s]); with cp.async no
-// deadlock since kLag ≤ kStages − 2 (the producer, kLag ahead of what it has published, waits on a
-// stage released two k-tiles before the consumers' current one at the latest).
+// stage only after both consumers released it (the previous phase of empty[s]).
 // Compiled for sm_90a only; elsewhere the kernel is absent and grouped_gemm_wgmma_ws_applies says no.
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -45,12 +42,11 @@ namespace {
 
 using namespace wgmma;
 
-constexpr int kBM = 128, kBN = 256, kStages = 4, kLag = 2;
-constexpr int kProducerThreads = 128, kThreads = 3 * 128;
+constexpr int kBM = 128, kBN = 256, kStages = 4;
+constexpr int kThreads = 3 * 128;
 constexpr int kAStageBytes = kBM * kBK * 2, kBStageBytes = kBN * kBK * 2;
 constexpr int kStageBytes = kAStageBytes + kBStageBytes;
 constexpr size_t kSmemBytes = static_cast<size_t>(kStages) * kStageBytes + 1024;  // + alignment
-static_assert(kLag <= kStages - 2, "the producer must not wait on a stage the consumers still need to publish");
 
 // The tensor maps of one launch (TMA loads): A as [rows, K-or-M] and B as w [G·O, I], each a 2-D
 // bf16 tensor with 128-byte swizzling and boxes of 64 inner elements (128 bytes, the swizzle span).
@@ -80,7 +76,6 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_ws_kernel(Params p, 
 #ifdef TETRA_WGMMA
   constexpr bool A_KMAJOR = KIND != GroupedGemmKind::BackwardWeight;
   constexpr bool B_KMAJOR = KIND == GroupedGemmKind::Forward;
-  constexpr bool TMA = KIND != GroupedGemmKind::BackwardWeight;
   extern __shared__ unsigned char smem_raw[];
   __shared__ int table[kMaxTableGroups + 1];
   __shared__ int rows[kMaxLptGroups];
@@ -88,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_ws_kernel(Params p, 
   const int64_t total = build_tile_table<KIND, kBM>(p, table, rows);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(smem_addr(&full[s]), TMA ? 1 : kProducerThreads);
+      mbarrier_init(smem_addr(&full[s]), 1);
       mbarrier_init(smem_addr(&empty[s]), 8);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
@@ -108,62 +103,45 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_ws_kernel(Params p, 
     // registers to the consumers (128 accumulators each and the epilogue's addresses): 128·56 + 256·224
     // of the multiprocessor's 65536
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
-    if (TMA) {
-      if (threadIdx.x != 0) return;
-      int64_t i = 0;  // k-tiles issued
-      for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-        const Tile L = tile_info<KIND, kBM, kBN>(p, table, t);
-        const int64_t KT = (L.K + kBK - 1) / kBK;
-        // the tile's expert: its first row (of the row tensor) and its weights' first row (of [G·O, I])
-        const int64_t r0 = (L.a - p.a) / (KIND == GroupedGemmKind::Forward ? p.I : p.O);
-        const int64_t w0 = (L.b - p.b) / p.I;
-        for (int64_t kt = 0; kt < KT; ++kt, ++i) {
-          const int s = static_cast<int>(i % kStages);
-          if (i >= kStages) mbarrier_wait(smem_addr(&empty[s]), static_cast<uint32_t>((i / kStages - 1) & 1));
-          const uint32_t bar = smem_addr(&full[s]);
-          mbarrier_arrive_expect_tx(bar, kStageBytes);
-          const int k0 = static_cast<int>(kt * kBK);
-          tma_load_2d(a_stage(s), &maps.a, k0, static_cast<int>(r0 + L.m0), bar);  // box 64 k × 128 rows
-          if (B_KMAJOR) {
-            tma_load_2d(b_stage(s), &maps.b, k0, static_cast<int>(w0 + L.n0), bar);  // box 64 k × 256 n
-          } else {
+    if (threadIdx.x != 0) return;
+    int64_t i = 0;  // k-tiles issued
+    for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+      const Tile L = tile_info<KIND, kBM, kBN>(p, table, t);
+      const int64_t KT = (L.K + kBK - 1) / kBK;
+      if (skipped(KT)) continue;
+      // the tile's expert: its first row of the row tensors, and of the stacked weights [G·O, I]
+      const int64_t r0 = (L.a - p.a) / lda<KIND>(p);
+      const int64_t w0 = KIND == GroupedGemmKind::BackwardWeight ? 0 : (L.b - p.b) / p.I;
+      for (int64_t kt = 0; kt < KT; ++kt, ++i) {
+        const int s = static_cast<int>(i % kStages);
+        if (i >= kStages) mbarrier_wait(smem_addr(&empty[s]), static_cast<uint32_t>((i / kStages - 1) & 1));
+        const uint32_t bar = smem_addr(&full[s]);
+        mbarrier_arrive_expect_tx(bar, kStageBytes);
+        const int k0 = static_cast<int>(kt * kBK);
+        if (KIND != GroupedGemmKind::BackwardWeight) {
+          tma_load_2d(a_stage(s), &maps.a, k0, static_cast<int>(r0 + L.m0), bar);  // 64 k × 128 rows
+        } else {
 #pragma unroll
-            for (int a = 0; a < kBN / 64; ++a)  // boxes 64 n × 64 k, one per 64-column block
-              tma_load_2d(b_stage(s) + a * (kBK / 8) * 1024, &maps.b, static_cast<int>(L.n0 + 64 * a),
-                          static_cast<int>(w0 + k0), bar);
-          }
+          for (int c = 0; c < kBM / 64; ++c)  // 64 m × 64 k boxes, one per 64-column block
+            tma_load_2d(a_stage(s) + c * (kBK / 8) * 1024, &maps.a, static_cast<int>(L.m0 + 64 * c),
+                        static_cast<int>(r0 + k0), bar);
+        }
+        if (B_KMAJOR) {
+          tma_load_2d(b_stage(s), &maps.b, k0, static_cast<int>(w0 + L.n0), bar);  // 64 k × 256 n
+        } else {
+          // 64 n × 64 k boxes: B = w[g] (rows w0 + k) or x (rows r0 + k)
+          const int row = static_cast<int>((KIND == GroupedGemmKind::BackwardWeight ? r0 : w0) + k0);
+#pragma unroll
+          for (int c = 0; c < kBN / 64; ++c)
+            tma_load_2d(b_stage(s) + c * (kBK / 8) * 1024, &maps.b, static_cast<int>(L.n0 + 64 * c), row, bar);
         }
       }
-    } else {
-      const int t_in = threadIdx.x;
-      const int64_t ld_a = lda<KIND>(p), ld_b = ldb(p);
-      int64_t i = 0;  // k-tiles issued
-      for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-        const Tile L = tile_info<KIND, kBM, kBN>(p, table, t);
-        const int64_t KT = (L.K + kBK - 1) / kBK;
-        if (skipped(KT)) continue;
-        for (int64_t kt = 0; kt < KT; ++kt, ++i) {
-          const int s = static_cast<int>(i % kStages);
-          if (i >= kStages) mbarrier_wait(smem_addr(&empty[s]), static_cast<uint32_t>((i / kStages - 1) & 1));
-          const int64_t k0 = kt * kBK;
-          load_tile<A_KMAJOR, kBM, kProducerThreads, 4>(a_stage(s), t_in, L.a, ld_a, L.m0, L.M, k0, L.K);
-          load_tile<B_KMAJOR, kBN, kProducerThreads, 4>(b_stage(s), t_in, L.b, ld_b, L.n0, L.N, k0, L.K);
-          cp_async_commit();
-          if (i >= kLag) {  // k-tile i − kLag has landed: publish it
-            cp_async_wait<kLag>();
-            fence_proxy_async();
-            mbarrier_arrive(smem_addr(&full[(i - kLag) % kStages]));
-          }
-        }
-      }
-      cp_async_wait<0>();
-      fence_proxy_async();
-      for (int64_t j = std::max<int64_t>(0, i - kLag); j < i; ++j) mbarrier_arrive(smem_addr(&full[j % kStages]));
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
     const int consumer = role - 1;
     const int lane = threadIdx.x % 32;
+    const int ct = threadIdx.x - 128;  // 0 … 255 over both consumers
     float d[128];
     int64_t i = 0;  // k-tiles of the block's sequence before the current one
     for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
@@ -175,6 +153,24 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_ws_kernel(Params p, 
       for (int64_t kt = 0; kt < KT; ++kt, ++i) {
         const int s = static_cast<int>(i % kStages);
         mbarrier_wait(smem_addr(&full[s]), static_cast<uint32_t>((i / kStages) & 1));
+        if (KIND == GroupedGemmKind::BackwardWeight && kt == KT - 1 && T.K % kBK != 0) {
+          // The expert's rows end inside this k-tile: the copy engine brought the next expert's rows
+          // (k ≥ valid) as well. Zero them in A and B (whole 128-byte rows of the M/N-major atoms, so
+          // the swizzle does not matter), fence for wgmma's proxy, and sync both consumers.
+          const int valid = static_cast<int>(T.K % kBK);
+          const int chunks_per_block = (kBK - valid) * 8;  // 16-byte chunks of one 64-column block
+          const int blocks = kBM / 64 + kBN / 64;
+          for (int q = ct; q < blocks * chunks_per_block; q += 256) {
+            const int blk = q / chunks_per_block, rest = q % chunks_per_block;
+            const int kr = valid + rest / 8, ch = rest % 8;
+            const uint32_t tile = blk < kBM / 64 ? a_stage(s) + blk * (kBK / 8) * 1024
+                                                 : b_stage(s) + (blk - kBM / 64) * (kBK / 8) * 1024;
+            const uint32_t addr = tile + (kr >> 3) * 1024 + (kr & 7) * 128 + ch * 16;
+            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
+          }
+          fence_proxy_async();
+          asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        }
         __syncwarp();  // converged again for the .aligned wgmma instructions
         wgmma_fence();
 #pragma unroll
@@ -271,6 +267,9 @@ void grouped_gemm_wgmma_ws(const GroupedGemm& p, Device device, cudaStream_t str
   } else if (p.kind == GroupedGemmKind::BackwardInput) {  // A = dy [R, O]; B = w [G·O, I] N-major, 64 × 64 boxes
     maps.a = tensor_map(p.op, p.a, p.O, p.R, kBM);
     maps.b = tensor_map(p.op, p.b, p.I, p.G * p.O, kBK);
+  } else {  // A = dy [R, O] M-major, B = x [R, I] N-major: 64 × 64 boxes
+    maps.a = tensor_map(p.op, p.a, p.O, p.R, kBK);
+    maps.b = tensor_map(p.op, p.b, p.I, p.R, kBK);
   }
   // Persistent blocks, one per SM (193 KB of shared memory), never more than tiles.
   const int64_t blocks = std::min<int64_t>(tile_bound(p, prm.tiles_m, prm.tiles_n, kBM), sm_count(device));

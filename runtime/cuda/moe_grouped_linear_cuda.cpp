@@ -1,6 +1,7 @@
 // CUDA grouped expert GEMMs (runtime/ops.h, moe_grouped_linear_*): argument checks, then the
-// implementation of runtime/cuda/moe_grouped_gemm.h that applies — Hopper's wgmma kernel, else the
-// mma.sync kernel, for bf16 operands with O and I multiples of 8 and aligned tensors; the SIMT kernel
+// implementation of runtime/cuda/moe_grouped_gemm.h that applies — Hopper's warp-specialised wgmma
+// kernel, else the cooperative wgmma kernel, else the mma.sync kernel, for bf16 operands with O and I
+// multiples of 8 and aligned tensors; the SIMT kernel
 // otherwise (fp32 operands among them) — or what TETRA_MOE_GEMM asks for.
 #include <atomic>
 #include <cstdlib>
@@ -73,6 +74,7 @@ void grouped_gemm(const GroupedGemm& p, Device device, cudaStream_t stream, Grou
   if (p.G == 0) return;
   switch (impl) {
     case GroupedGemmImpl::Auto:
+      if (grouped_gemm_wgmma_ws_applies(p, nullptr)) return grouped_gemm_wgmma_ws(p, device, stream);
       if (grouped_gemm_wgmma_applies(p, nullptr)) return grouped_gemm_wgmma(p, device, stream);
       if (grouped_gemm_mma_applies(p, nullptr)) return grouped_gemm_mma(p, device, stream);
       return grouped_gemm_simt(p, device, stream);
