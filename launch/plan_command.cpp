@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include "launch/commands.h"
 #include "launch/config.h"
@@ -16,6 +17,7 @@
 #include "launch/pipeline_plan.h"
 #include "models/tensor_parallel_plan.h"
 #include "parallel/mesh.h"
+#include "parallel/param_placement.h"
 #include "runtime/error.h"
 
 namespace tetra::launch {
@@ -157,6 +159,15 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
                 "state %.3f GiB = %.1f%% of tp 1's %.3f GiB (same dp and stage)\n",
                 shape.tp, static_cast<double>(largest->params) / 1e6, state(*largest) / kGiB,
                 100.0 * state(*largest) / state(base), state(base) / kGiB);
+    // Blocks several tp ranks hold (parts of fewer units than tp ranks: key/value heads when tp is
+    // above their count) are counted in full on each of them, above.
+    std::map<int, int64_t> replicated;  // replicas -> elements of one device
+    for (Param* p : big_params)
+      for (const ReplicaRange& r : replica_ranges(*p)) replicated[r.replicas] += r.end - r.begin;
+    for (const auto& [r, n] : replicated)
+      std::printf("  tensor parallel: %lld of them in blocks held by %d tp ranks each (parameter parts of fewer "
+                  "units than tp ranks: key/value heads), their gradients summed over those %d ranks\n",
+                  static_cast<long long>(n), r, r);
     const TpTraffic t = tensor_parallel_traffic(tp_plan, *whole, static_cast<int64_t>(cfg.train.micro_batch) *
                                                                      cfg.train.seq_len,
                                                 shape.tp, sp, cfg.train.precision == "bf16" ? 2 : 4,
@@ -169,7 +180,7 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
     std::printf("    per micro-batch: %d all-gathers %.1f MiB, %d reduce-scatters %.1f MiB, %d all-reduces %.1f MiB\n",
                 t.all_gathers, t.all_gather_bytes / mib, t.reduce_scatters, t.reduce_scatter_bytes / mib,
                 t.all_reduces, t.all_reduce_bytes / mib);
-    std::printf("    per step (%d micro-batch(es)): %.1f MiB, and %.2f MiB of sequence-parallel gradients all-reduced\n",
+    std::printf("    per step (%d micro-batch(es)): %.1f MiB, and %.2f MiB of sequence-parallel and replicated gradients all-reduced\n",
                 accum, accum * t.micro_batch_bytes() / mib, t.step_all_reduce_bytes / mib);
     std::printf("    each collective runs whole, not overlapped with the GEMMs%s\n",
                 cfg.train.recompute == "mlp" ? "; recompute mlp gathers each MLP input again (not counted)" : "");

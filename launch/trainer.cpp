@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "launch/checkpoint_files.h"
@@ -272,6 +273,12 @@ void Trainer::setup() {
                                mesh_->coords().tp, cfg_.parallel.sequence_parallel);
   const std::vector<Param*> held = pipeline_params();
   create_pipeline_groups();
+  // Parts replicated over r of the tp ranks: the groups their gradients are summed over, one per r
+  // (from every parameter of the model, not only this stage's, so every rank creates the same).
+  std::set<int> replica_counts;
+  for (Param* p : model_->params())
+    for (const ReplicaRange& r : replica_ranges(*p)) replica_counts.insert(r.replicas);
+  for (int r : replica_counts) tp_replica_groups_[r] = mesh_->create_tp_replica_group(world_, r);
   DistributedOptimizerOptions oo = optimizer_options(cfg_, shape.dp);
   // Stage 3 under a schedule that interleaves micro-batches (a pipeline, or forward-backward pairs):
   // units stay gathered through the step.
@@ -312,8 +319,9 @@ void Trainer::setup() {
     TETRA_FAIL(Config, "parallel.grad_all_reduce: copy_engine needs tetra built with CUDA");
 #endif
   }
-  optimizer_ = make_distributed_optimizer(params_, *grad_comm, *comm_, oo,
-                                          shape.tp > 1 ? &mesh_->device_comm(MeshAxis::TP) : nullptr);
+  TpGradGroups tp_groups(shape.tp > 1 ? &mesh_->device_comm(MeshAxis::TP) : nullptr);
+  for (const auto& [r, g] : tp_replica_groups_) tp_groups.replicas[r] = &g.on_device();
+  optimizer_ = make_distributed_optimizer(params_, *grad_comm, *comm_, oo, tp_groups);
   if (!tied_.empty()) optimizer_->tie(tied_, tie_group_.on_device(), tie_owner_);
   if (expert_parallel_) {
     // The experts' state is reduced and sharded over the expert-data group (ARCHITECTURE.md §4).

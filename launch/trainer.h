@@ -142,6 +142,9 @@ class Trainer {
   std::unique_ptr<ExpertParallel> expert_parallel_;
   std::unique_ptr<CommScheduler> comm_;
   std::unique_ptr<TensorParallel> tp_;  // parallel.tp > 1: what the model's layers communicate through
+  // parallel.tp > 1 with parameter parts replicated over r < tp ranks (grouped-query key/value heads
+  // when tp > n_kv_heads): per r, this rank's group of the r tp ranks holding its blocks.
+  std::map<int, Mesh::Group> tp_replica_groups_;
   // parallel.grad_all_reduce: copy_engine: the dp group's device communicator with the gradient
   // buffer registered for the copy engines (wraps the mesh's; null otherwise).
   std::unique_ptr<Communicator> grad_comm_;

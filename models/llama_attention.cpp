@@ -28,7 +28,7 @@ void LlamaAttention::collect(std::vector<Param*>& out) {
 
 Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
   const int64_t R = s.x.dim(0), N = rows_sharded() ? ctx.tokens() : R, C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
-  const int64_t H = cfg_.n_heads / tp_size(), Hkv = cfg_.kv_heads() / tp_size(), Q = qkv_proj_.out_features(),
+  const int64_t H = cfg_.n_heads / tp_size(), Hkv = cfg_.kv_heads_per_rank(tp_size()), Q = qkv_proj_.out_features(),
                 HD = H * cfg_.head_dim();
   s.h1 = ctx.activation({R, C});
   s.rstd1 = ctx.fp32({R});
@@ -55,7 +55,7 @@ Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
 
 Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const StreamGradient& dx2, Tensor scratch) {
   const int64_t R = s.x.dim(0), N = rows_sharded() ? ctx.tokens() : R, C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
-  const int64_t H = cfg_.n_heads / tp_size(), Hkv = cfg_.kv_heads() / tp_size(), Q = qkv_proj_.out_features(),
+  const int64_t H = cfg_.n_heads / tp_size(), Hkv = cfg_.kv_heads_per_rank(tp_size()), Q = qkv_proj_.out_features(),
                 HD = H * cfg_.head_dim();
   TETRA_CHECK(cfg_.n_heads * cfg_.head_dim() == C, "LlamaAttention: H·D = ", cfg_.n_heads * cfg_.head_dim(),
               " must equal d_model = ", C);

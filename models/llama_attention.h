@@ -4,8 +4,9 @@
 // parts carry Hugging Face's q_proj, k_proj, v_proj names; the residual add is fused into o_proj's
 // GEMM. A block owns one and keeps its State in the block's slot (models/llama_moe_block.h).
 // Tensor-parallel (models/llama_family.cpp's plan): qkv_proj column-parallel per head (H/tp query
-// and Hkv/tp key/value heads on a rank), o_proj row-parallel; with sequence parallelism x, h1 and x2
-// hold this rank's R = N/tp rows (else R = N).
+// and Hkv/tp key/value heads on a rank; with tp a multiple of Hkv, the one key/value head those
+// query heads read, replicated over tp/Hkv ranks: LlamaConfig::kv_heads_per_rank), o_proj
+// row-parallel; with sequence parallelism x, h1 and x2 hold this rank's R = N/tp rows (else R = N).
 #pragma once
 #include "models/layer.h"
 #include "models/llama_config.h"
@@ -16,7 +17,8 @@ namespace tetra {
 
 class LlamaAttention {
  public:
-  // Widths are this rank's (H/tp, Hkv/tp heads under tensor parallelism).
+  // Widths are this rank's (H/tp query heads, kv_heads_per_rank(tp) key/value heads under tensor
+  // parallelism).
   struct State {
     Tensor x;          // [R, C] block input, residual dtype
     Tensor h1, rstd1;  // input_layernorm: [R, C], fp32 [R]

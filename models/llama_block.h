@@ -6,9 +6,10 @@
 // The residual adds are fused into o_proj's and down_proj's GEMMs, the residual gradient into the
 // norms' backward (as models/gpt_block.h does).
 // Tensor-parallel (models/llama_family.cpp's plan, as models/gpt_block.h): qkv_proj and
-// gate_up_proj column-parallel (H/tp query and Hkv/tp key/value heads, F/tp of each of gate and up
-// on a rank; tp must divide n_kv_heads: key/value heads are not replicated), o_proj and down_proj
-// row-parallel; with sequence parallelism the norms and residual adds on 1/tp of the tokens.
+// gate_up_proj column-parallel (H/tp query and Hkv/tp key/value heads — or, with tp a multiple of
+// Hkv, the one key/value head its query heads read, replicated over tp/Hkv ranks —, F/tp of each of
+// gate and up on a rank), o_proj and down_proj row-parallel; with sequence parallelism the norms and
+// residual adds on 1/tp of the tokens.
 #pragma once
 #include "models/layer.h"
 #include "models/llama_attention.h"

@@ -64,10 +64,19 @@ void LlamaConfig::validate(int tp) const {
                          str(kv) + " key/value heads do not divide model.n_heads = " + str(n_heads) +
                              " (each serves n_heads / n_kv_heads query heads); use one of " + divisors(n_heads) +
                              " (or 0 for n_heads)");
-  if (kv % tp != 0)
+  // tp dividing the key/value heads splits them; a multiple of them (dividing n_heads, checked
+  // above) replicates each over tp / n_kv_heads ranks, which then hold its query heads.
+  if (kv % tp != 0 && tp % kv != 0) {
+    std::string valid;
+    for (int64_t t = 1; t <= n_heads; ++t)
+      if (n_heads % t == 0 && (kv % t == 0 || t % kv == 0)) valid += (valid.empty() ? "" : ", ") + str(t);
     throw ModelArgsError({"model.n_kv_heads", "parallel.tp"},
-                         str(kv) + " key/value heads do not split over parallel.tp = " + str(tp) +
-                             " ranks (each rank holds whole heads); use tp among " + divisors(kv) + ", or more kv heads");
+                         str(kv) + " key/value heads and parallel.tp = " + str(tp) +
+                             " ranks: tp must divide the key/value heads (each rank holds whole heads) or be a "
+                             "multiple of them (each head replicated over tp / n_kv_heads ranks); use tp among " +
+                             valid + ", or n_kv_heads among " + divisors(n_heads) + " that " + str(tp) +
+                             " divides or is a multiple of");
+  }
   if (head_dim() % 2 != 0)
     throw ModelArgsError({"model.d_model", "model.n_heads"},
                          str(d_model) + " / model.n_heads = " + str(head_dim()) +

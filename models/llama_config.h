@@ -30,6 +30,11 @@ struct LlamaConfig {
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t ffn() const { return ffn_dim > 0 ? ffn_dim : default_ffn_dim(d_model); }
   int64_t qkv_rows() const { return (n_heads + 2 * kv_heads()) * head_dim(); }  // fused q | k | v
+  // Under tensor parallelism over tp ranks (validate(tp) passed): the key/value heads of one rank,
+  // Hkv/tp where tp divides them, else the one head its n_heads/tp query heads read (tp a multiple
+  // of Hkv: each head replicated over tp/Hkv ranks, docs/tensor_parallel.md); the rank's q | k | v rows.
+  int64_t kv_heads_per_rank(int64_t tp) const { return kv_heads() % tp == 0 ? kv_heads() / tp : 1; }
+  int64_t qkv_rows_per_rank(int64_t tp) const { return (n_heads / tp + 2 * kv_heads_per_rank(tp)) * head_dim(); }
   // Meta's rule for Llama's MLP width without a multiplier: 2/3 of 4·d, rounded up to a multiple
   // of 256 (d 4096 → 11008).
   static int64_t default_ffn_dim(int64_t d_model);

@@ -57,9 +57,11 @@ class LlamaFamily : public ModelFamily {
     const double tokens = static_cast<double>(shape.micro_batch) * T;
     // Tensor parallelism (one of tp ranks): heads and the MLP split over tp; with sequence
     // parallelism x, h1, x2, h2 and the rstds on 1/tp of the tokens, plus the gathered h1 and h2.
+    // qkv holds this rank's q | k | v rows (replicated key/value heads in full, LlamaConfig::qkv_rows_per_rank).
     const double tp = std::max(1, shape.tp), rows = shape.sequence_parallel ? tp : 1.0;
     const double gathered = shape.sequence_parallel ? 2.0 * C * a : 0.0;
-    double block = (2.0 * C * a + 2.0 * C * r + 8.0) / rows + ((C + Q + 3.0 * F) * a + 4.0 * H) / tp + gathered;
+    const double Qr = static_cast<double>(c.qkv_rows_per_rank(std::max(1, shape.tp)));
+    double block = (2.0 * C * a + 2.0 * C * r + 8.0) / rows + ((C + 3.0 * F) * a + 4.0 * H) / tp + Qr * a + gathered;
     if (c.recompute == Recompute::Mlp) block -= 3.0 * F * a / tp;
     if (c.recompute == Recompute::Full) block = C * r / rows;
     const double block_flops = 2.0 * static_cast<double>(c.block_params() - 2 * c.d_model) + 4.0 * C * T;
@@ -104,7 +106,8 @@ class LlamaFamily : public ModelFamily {
     // gradients. MoE blocks run at tp 1 (launch/config_validate.cpp refuses tp > 1 with model.moe).
     double per_token = tp <= 1 ? a * static_cast<double>(3 * c.ffn() + c.d_model + c.qkv_rows()) + 2.0 * C * r +
                                      (shape.rounded_stream_gradient() ? 2.0 * C * a : 0.0)
-                               : a * (static_cast<double>(3 * c.ffn() + c.qkv_rows()) / tp + 3.0 * C / rows +
+                               : a * (static_cast<double>(3 * c.ffn()) / tp +
+                                      static_cast<double>(c.qkv_rows_per_rank(shape.tp)) + 3.0 * C / rows +
                                       (shape.sequence_parallel ? 2.0 * C : 0.0));
     if (c.moe_blocks() > 0) {
       const double moe = static_cast<double>(c.moe.top_k * (2 * c.d_model + 3 * c.expert_ffn()) + c.moe.n_experts +
@@ -125,7 +128,9 @@ class LlamaFamily : public ModelFamily {
     for (int64_t i = 0; i < args.n_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       add(p + "input_layernorm.weight", TpStyle::SequenceParallel);
-      add(p + "self_attn.qkv_proj.weight", TpStyle::ColumnParallel);
+      // Key/value heads split like the query heads, or, with tp a multiple of n_kv_heads, replicated
+      // over the tp / n_kv_heads ranks whose query heads read them (Megatron-LM's way).
+      plan.params.push_back({p + "self_attn.qkv_proj.weight", TpStyle::ColumnParallel, /*replicate_parts=*/true});
       add(p + "self_attn.o_proj.weight", TpStyle::RowParallel);
       add(p + "post_attention_layernorm.weight", TpStyle::SequenceParallel);
       if (LlamaConfig::from(args).moe_block(i)) {

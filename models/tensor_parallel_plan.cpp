@@ -78,10 +78,11 @@ std::vector<std::string> tensor_parallel_plan_problems(const TensorParallelPlan&
       for (size_t i = 0; i < p->parts.size(); ++i) {
         const ParamPart& part = p->parts[i];
         const int64_t unit = part.unit_rows > 0 ? part.unit_rows : 1;
-        if (part.rows % unit != 0 || (part.rows / unit) % tp != 0)
+        if (part.rows % unit != 0 || part_replicas_for(part.rows / unit, tp, e.replicate_parts) == 0)
           out.push_back(p->name + ": part " + std::to_string(i) + " (" + (part.name.empty() ? "unnamed" : part.name) +
                         ") has " + std::to_string(part.rows) + " rows in units of " + std::to_string(unit) +
-                        ", which do not split over tp = " + std::to_string(tp));
+                        ", which do not split over tp = " + std::to_string(tp) +
+                        (e.replicate_parts ? " (nor is tp a multiple of its units)" : ""));
       }
     } else if (p->full_shape[static_cast<size_t>(dim)] % tp != 0) {
       out.push_back(p->name + ": dim " + std::to_string(dim) + " of " + shape_str(p->full_shape) +
@@ -117,7 +118,7 @@ void apply_tensor_parallel_plan(const TensorParallelPlan& plan, Model& model, in
       case TpStyle::ColumnParallel:
       case TpStyle::RowParallel:
       case TpStyle::VocabParallelEmbedding:
-      case TpStyle::VocabParallelOutput: shard_over_tp(*p, e.split_dim(), tp, rank); break;
+      case TpStyle::VocabParallelOutput: shard_over_tp(*p, e.split_dim(), tp, rank, e.replicate_parts); break;
       case TpStyle::Replicated: replicate_over_tp(*p, tp, rank, /*grad_over_tp=*/false); break;
       case TpStyle::SequenceParallel: replicate_over_tp(*p, tp, rank, /*grad_over_tp=*/sequence_parallel); break;
     }
@@ -150,6 +151,17 @@ TpTraffic tensor_parallel_traffic(const TensorParallelPlan& plan, Model& model, 
     if (!e) continue;
     if (e->style == TpStyle::SequenceParallel && sequence_parallel)
       t.step_all_reduce_bytes += 2.0 * share * static_cast<double>(shape_numel(p->full_shape)) * grad_bytes;
+    if (e->replicate_parts && !p->parts.empty()) {
+      // A part of u < tp units: each rank's block of rows/u summed over the tp/u ranks holding it.
+      const int64_t row_elems = shape_numel(p->full_shape) / std::max<int64_t>(1, p->full_shape[0]);
+      for (const ParamPart& part : p->parts) {
+        const int64_t units = part.rows / std::max<int64_t>(1, part.unit_rows);
+        const int r = part_replicas_for(units, tp, true);
+        if (r > 1)
+          t.step_all_reduce_bytes += 2.0 * (r - 1.0) / r * static_cast<double>(part.rows / units * row_elems) *
+                                     static_cast<double>(grad_bytes);
+      }
+    }
     if (p->full_shape.size() != 2) continue;  // biases travel with their weights
     const double out = static_cast<double>(p->full_shape[0]), in = static_cast<double>(p->full_shape[1]);
     switch (e->style) {

@@ -46,6 +46,11 @@ const char* tp_layout_name(TpLayout l);
 struct TpParamPlan {
   std::string param;  // Param::name (tetra's name; a fused Param's parts split with it)
   TpStyle style = TpStyle::Replicated;
+  // ColumnParallel of a Param with parts: a part with fewer whole units than tp ranks, whose units
+  // divide tp, is not split but replicated, each unit on tp/units consecutive ranks (grouped-query
+  // attention's key/value heads when tp > n_kv_heads, as Megatron-LM does it; their gradients are
+  // summed over those ranks: AxisPlacement::part_replicas).
+  bool replicate_parts = false;
   // The dimension split over tp: 0 or 1 (−1: not split). A Param with parts splits dim 0 per part.
   int split_dim() const;
 };
@@ -63,12 +68,14 @@ struct TensorParallelPlan {
 
 // What is wrong with `plan` for `model` split over `tp` ranks, one line each (empty: nothing): a
 // parameter without an entry or with two, an entry for no parameter, a split dimension (or a part's
-// whole units) that tp does not divide, a layer missing or out of order.
+// whole units) that tp does not divide (nor, where the entry replicates parts, is a multiple of),
+// a layer missing or out of order.
 std::vector<std::string> tensor_parallel_plan_problems(const TensorParallelPlan& plan, Model& model, int tp);
 
 // Places every parameter of `model` on a tp group of `tp` ranks, this one `rank`, as `plan` says
 // (ParamPlacement; parallel/param_placement.h): column-parallel and vocabulary-parallel weights
-// shard dim 0 (a fused weight per part), row-parallel ones dim 1; replicated ones stay whole;
+// shard dim 0 (a fused weight per part, or with parts replicated as the entry says), row-parallel
+// ones dim 1; replicated ones stay whole;
 // sequence-parallel ones stay whole with their gradient summed over tp (placement.grad_over_tp)
 // when `sequence_parallel`, else they act on replicated activations and are plain replicated.
 // Throws a Config error naming parallel.tp and the plan's problems. At tp = 1 nothing changes.
@@ -85,11 +92,12 @@ void apply_tensor_parallel_plan(const TensorParallelPlan& plan, Model& model, in
 //     all-reduce per row-parallel output (forward), column-parallel input gradient (backward),
 //     embedding and output layer. recompute_forward: the forward's collectives run again in
 //     backward (train.recompute full).
-//   per step: the all-reduce of the sequence-parallel weights' gradients.
+//   per step: the all-reduce of the sequence-parallel weights' gradients over tp, and of replicated
+//   parts' blocks over the r ranks holding each.
 struct TpTraffic {
   int all_gathers = 0, reduce_scatters = 0, all_reduces = 0;  // per micro-batch
   double all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0;
-  double step_all_reduce_bytes = 0;  // sequence-parallel gradients, once per step
+  double step_all_reduce_bytes = 0;  // sequence-parallel gradients and replicated blocks, once per step
   double micro_batch_bytes() const { return all_gather_bytes + reduce_scatter_bytes + all_reduce_bytes; }
 };
 TpTraffic tensor_parallel_traffic(const TensorParallelPlan& plan, Model& model, int64_t tokens, int tp,

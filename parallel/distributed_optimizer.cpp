@@ -1,6 +1,8 @@
 // The factory of DistributedOptimizer and the ParamSet storage each stage needs.
 #include "parallel/distributed_optimizer.h"
 
+#include <algorithm>
+
 #include "parallel/replicated_optimizer.h"
 #include "parallel/zero_optimizer.h"
 
@@ -44,10 +46,20 @@ void append_state_pieces(std::vector<StatePiece>& out, const Param& p, int64_t b
   }
 }
 
+void append_saved_state_pieces(std::vector<StatePiece>& out, const Param& p, int64_t begin, int64_t end,
+                               const Tensor& master, const Tensor& exp_avg, const Tensor& exp_avg_sq) {
+  for (const auto& [lo, hi] : counted_ranges(p)) {
+    const int64_t a = std::max(lo, begin), b = std::min(hi, end);
+    if (a >= b) continue;
+    append_state_pieces(out, p, a, b, master.slice_flat(a - begin, {b - a}), exp_avg.slice_flat(a - begin, {b - a}),
+                        exp_avg_sq.slice_flat(a - begin, {b - a}));
+  }
+}
+
 std::unique_ptr<DistributedOptimizer> make_distributed_optimizer(ParamSet& params, Communicator& dp,
                                                                  CommScheduler& scheduler,
                                                                  const DistributedOptimizerOptions& options,
-                                                                 Communicator* tp) {
+                                                                 const TpGradGroups& tp) {
   if (options.zero_stage == 0) return std::make_unique<ReplicatedOptimizer>(params, dp, scheduler, options, tp);
   if (options.zero_stage >= 1 && options.zero_stage <= 3)
     return std::make_unique<ZeroOptimizer>(params, dp, scheduler, options, tp);

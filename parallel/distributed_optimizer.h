@@ -31,6 +31,7 @@
 #include "parallel/comm_scheduler.h"
 #include "parallel/param_placement.h"
 #include "parallel/param_set.h"
+#include "parallel/tp_grad_sync.h"
 #include "runtime/communicator.h"
 
 namespace tetra {
@@ -51,6 +52,10 @@ struct StatePiece {
 // and exp_avg_sq (flat views of exactly those elements), one per box they fall in; appended to out.
 void append_state_pieces(std::vector<StatePiece>& out, const Param& p, int64_t begin, int64_t end,
                          const Tensor& master, const Tensor& exp_avg, const Tensor& exp_avg_sq);
+// The same for the elements of [begin, end) whose copy on this rank is the one saved
+// (counted_ranges: not another tp rank's identical copy of a replicated parameter or block).
+void append_saved_state_pieces(std::vector<StatePiece>& out, const Param& p, int64_t begin, int64_t end,
+                               const Tensor& master, const Tensor& exp_avg, const Tensor& exp_avg_sq);
 
 // Bytes of training state held by this rank at its peak in a step, by category (for `tetra plan`
 // and the start-up report; docs/zero.md gives the formula of each stage):
@@ -146,10 +151,10 @@ ParamStorage param_storage_for(const DistributedOptimizerOptions& options, DType
 // built as param_storage_for(options, …, dp.size()) says. Collectives go through `scheduler` (the
 // device's communication stream), which measures how long compute waits on them. `tp`: the
 // tensor-parallel group of this rank's parameter slices (null or of size 1 without tensor
-// parallelism).
+// parallelism) and the sub-groups its replicated parts' gradients are summed over.
 std::unique_ptr<DistributedOptimizer> make_distributed_optimizer(ParamSet& params, Communicator& dp,
                                                                  CommScheduler& scheduler,
                                                                  const DistributedOptimizerOptions& options,
-                                                                 Communicator* tp = nullptr);
+                                                                 const TpGradGroups& tp = {});
 
 }  // namespace tetra

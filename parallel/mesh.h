@@ -63,6 +63,11 @@ class Mesh {
     Communicator& on_device() const { return device ? *device : *host; }
   };
   Group create_group(Communicator& world, const std::vector<int>& members, const std::string& name);
+  // The `replicas` consecutive tp ranks [t/r·r, t/r·r + r) of this rank's tp group (t: its tp index,
+  // r = replicas, dividing tp), in tp order: the ranks that hold the same block of a parameter part
+  // replicated over r tp ranks (grouped-query key/value heads when tp > n_kv_heads), whose gradients
+  // are summed over them. Collective over every rank of `world`.
+  Group create_tp_replica_group(Communicator& world, int replicas);
   // The device (NCCL) twin of a host communicator over some of this mesh's ranks, on the device of
   // create_device_communicators (the host communicator itself when there is none). own_stream:
   // its operations go on a stream of their own (a pipeline channel, whose sends must not hold up

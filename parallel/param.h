@@ -24,6 +24,16 @@ struct AxisPlacement {
   int dim = -1;
   int size = 1;  // ranks on the axis
   int rank = 0;  // this rank's index on it
+  // Sharded along dim 0, a Param with parts: per part, how many consecutive ranks hold each of its
+  // blocks. 1: the part splits into `size` blocks, one a rank. r > 1 (a part of fewer whole units
+  // than ranks: grouped-query attention's key and value heads when tp > n_kv_heads, as Megatron-LM
+  // replicates them): it splits into size/r blocks and rank t holds block t / r, replicated over the
+  // r ranks [t/r·r, t/r·r + r); their gradients of it are summed over exactly those r ranks.
+  // Empty: 1 for every part.
+  std::vector<int> part_replicas;
+  int replicas_of_part(size_t part) const {
+    return part < part_replicas.size() ? part_replicas[part] : 1;
+  }
   bool sharded() const { return kind == Kind::Sharded && size > 1; }
 };
 

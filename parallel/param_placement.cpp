@@ -32,19 +32,35 @@ TensorBox intersect(const TensorBox& a, const TensorBox& b) {
   return r;
 }
 
-void shard_over_tp(Param& p, int dim, int size, int rank) {
+int part_replicas_for(int64_t units, int size, bool replicate_parts) {
+  if (units <= 0 || size < 1) return 0;
+  if (units % size == 0) return 1;
+  if (replicate_parts && size % units == 0) return static_cast<int>(size / units);
+  return 0;
+}
+
+void shard_over_tp(Param& p, int dim, int size, int rank, bool replicate_parts) {
   TETRA_CHECK(size >= 1 && rank >= 0 && rank < size, "shard_over_tp: rank ", rank, " of ", size, " (", p.name, ")");
   TETRA_CHECK(dim >= 0 && dim < static_cast<int>(p.full_shape.size()), "shard_over_tp: ", p.name, " ",
               shape_str(p.full_shape), " has no dimension ", dim);
   Shape local = p.full_shape;
+  std::vector<int> replicas;
   if (dim == 0 && !p.parts.empty()) {
+    local[0] = 0;
+    bool any_replicated = false;
     for (const ParamPart& part : p.parts) {
       const int64_t unit = std::max<int64_t>(1, part.unit_rows);
-      if (part.rows % unit != 0 || (part.rows / unit) % size != 0)
+      const int r = part.rows % unit == 0 ? part_replicas_for(part.rows / unit, size, replicate_parts) : 0;
+      if (r == 0)
         TETRA_FAIL(Config, "parallel.tp: ", p.name, ": its part ", part.name.empty() ? "at row " + std::to_string(part.row_begin) : part.name,
-                   " has ", part.rows / unit, " units of ", unit, " rows (heads), which do not split over tp = ", size);
+                   " has ", part.rows / unit, " units of ", unit, " rows (heads), which do not split over tp = ", size,
+                   replicate_parts ? " (nor is tp a multiple of them, which would replicate each over tp / units ranks)"
+                                   : "");
+      replicas.push_back(r);
+      any_replicated |= r > 1;
+      local[0] += part.rows / (size / r);
     }
-    local[0] = p.full_shape[0] / size;
+    if (!any_replicated) replicas.clear();
   } else {
     const int64_t n = p.full_shape[static_cast<size_t>(dim)];
     if (n % size != 0)
@@ -53,7 +69,7 @@ void shard_over_tp(Param& p, int dim, int size, int rank) {
     local[static_cast<size_t>(dim)] = n / size;
   }
   p.local_shape = local;
-  p.placement.tp = {AxisPlacement::Kind::Sharded, dim, size, rank};
+  p.placement.tp = {AxisPlacement::Kind::Sharded, dim, size, rank, std::move(replicas)};
   p.placement.grad_over_tp = false;
 }
 
@@ -61,7 +77,7 @@ void replicate_over_tp(Param& p, int size, int rank, bool grad_over_tp) {
   TETRA_CHECK(size >= 1 && rank >= 0 && rank < size, "replicate_over_tp: rank ", rank, " of ", size, " (", p.name,
               ")");
   p.local_shape = p.full_shape;
-  p.placement.tp = {AxisPlacement::Kind::Replicated, -1, size, rank};
+  p.placement.tp = {AxisPlacement::Kind::Replicated, -1, size, rank, {}};
   p.placement.grad_over_tp = grad_over_tp && size > 1;
 }
 
@@ -72,10 +88,12 @@ std::vector<LocalBox> local_boxes(const Param& p) {
   if (dim == 0 && !p.parts.empty()) {
     std::vector<LocalBox> out;
     int64_t row = 0;
-    for (const ParamPart& part : p.parts) {
-      const int64_t rows = part.rows / tp.size;
+    for (size_t i = 0; i < p.parts.size(); ++i) {
+      const ParamPart& part = p.parts[i];
+      const int r = tp.replicas_of_part(i);  // block rank / r of size / r
+      const int64_t rows = part.rows / (tp.size / r);
       TensorBox b = whole_box(p.full_shape);
-      b.offset[0] = part.row_begin + tp.rank * rows;
+      b.offset[0] = part.row_begin + (tp.rank / r) * rows;
       b.shape[0] = rows;
       out.push_back({b, row});
       row += rows;
@@ -127,6 +145,37 @@ std::vector<BoxRange> box_ranges(const Param& p, int64_t begin, int64_t end) {
 }
 
 bool counted_here(const Param& p) { return p.placement.tp.sharded() || p.placement.tp.rank == 0; }
+
+std::vector<ReplicaRange> replica_ranges(const Param& p) {
+  const AxisPlacement& tp = p.placement.tp;
+  std::vector<ReplicaRange> out;
+  if (!tp.sharded() || tp.part_replicas.empty()) return out;
+  const std::vector<LocalBox> boxes = local_boxes(p);
+  const int64_t row_elems = p.local_shape[0] == 0 ? 1 : p.numel() / p.local_shape[0];
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    const int r = tp.replicas_of_part(i);
+    if (r <= 1) continue;
+    const int64_t begin = boxes[i].local_row * row_elems, end = begin + boxes[i].box.numel();
+    if (!out.empty() && out.back().end == begin && out.back().replicas == r)
+      out.back().end = end;
+    else
+      out.push_back({begin, end, r});
+  }
+  return out;
+}
+
+std::vector<std::pair<int64_t, int64_t>> counted_ranges(const Param& p) {
+  if (!counted_here(p)) return {};
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t at = 0;
+  for (const ReplicaRange& r : replica_ranges(p)) {
+    if (p.placement.tp.rank % r.replicas == 0) continue;  // the first of its replicas counts it
+    if (r.begin > at) out.emplace_back(at, r.begin);
+    at = r.end;
+  }
+  if (p.numel() > at) out.emplace_back(at, p.numel());
+  return out;
+}
 
 std::vector<MeshAxis> grad_reduce_axes(const Param& p) {
   std::vector<MeshAxis> out{p.placement.ep.kind == AxisPlacement::Kind::Expert ? MeshAxis::ExpertDP : MeshAxis::DP};

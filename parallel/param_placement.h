@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/mesh.h"
@@ -38,8 +39,15 @@ void for_each_run(const TensorBox& box, const Shape& full, F&& f);
 
 // Shards `p` along `dim` over `size` tp ranks (this one: `rank`): sets placement.tp and local_shape.
 // dim 0 of a Param with parts splits every part into size blocks of whole units (a head's rows).
+// replicate_parts: a part whose units are fewer than `size` and divide it is split into one block a
+// unit instead, each held by size/units consecutive ranks (AxisPlacement::part_replicas; grouped-
+// query attention's key/value heads when tp > n_kv_heads).
 // Throws a Config error naming the parameter when the dimension (or a part's units) does not divide.
-void shard_over_tp(Param& p, int dim, int size, int rank);
+void shard_over_tp(Param& p, int dim, int size, int rank, bool replicate_parts = false);
+// How many consecutive tp ranks hold each block of a part of `units` whole units split over `size`
+// ranks: 1 where size divides the units; size/units where replicate_parts and units divide size;
+// 0 where it does not split.
+int part_replicas_for(int64_t units, int size, bool replicate_parts);
 // A full copy on each of `size` tp ranks; grad_over_tp as ParamPlacement says.
 void replicate_over_tp(Param& p, int size, int rank, bool grad_over_tp);
 
@@ -71,8 +79,24 @@ std::vector<BoxRange> box_ranges(const Param& p, int64_t begin, int64_t end);
 
 // Whether this rank's copy of `p` is the one that counts where every element must count once
 // (gradient norm, checkpoint pieces): a sharded slice always, a tp-replicated copy on tp rank 0 only
-// (its copies are identical).
+// (its copies are identical). A slice with replicated parts counts here in part: counted_ranges.
 bool counted_here(const Param& p);
+
+// Element ranges [begin, end) of p's local tensor (flattened) held by several tp ranks at once: the
+// blocks of its replicated parts (AxisPlacement::part_replicas), with the number of consecutive tp
+// ranks holding each. Their gradients are summed over those ranks. Ascending, adjacent ranges of one
+// replica count merged. Empty for a parameter without replicated parts (a wholly tp-replicated
+// one included: its gradient is complete on every rank, or summed over all of tp by grad_over_tp).
+struct ReplicaRange {
+  int64_t begin = 0, end = 0;
+  int replicas = 1;
+};
+std::vector<ReplicaRange> replica_ranges(const Param& p);
+
+// The local element ranges [begin, end) whose copy on this rank counts (see counted_here): all of a
+// sharded slice but its replicated parts' blocks on every tp rank except the first of their
+// replicas; all of a replicated parameter on tp rank 0, none elsewhere. Ascending, disjoint.
+std::vector<std::pair<int64_t, int64_t>> counted_ranges(const Param& p);
 
 // The mesh axes `p`'s gradient is summed over: dp (expert-dp for an expert's weights), and tp for a
 // sequence-parallel weight (ParamPlacement::grad_over_tp).

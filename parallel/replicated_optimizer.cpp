@@ -8,7 +8,7 @@
 namespace tetra {
 
 ReplicatedOptimizer::ReplicatedOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler,
-                                         const DistributedOptimizerOptions& o, Communicator* tp)
+                                         const DistributedOptimizerOptions& o, const TpGradGroups& tp)
     : params_(params),
       dp_(dp),
       scheduler_(scheduler),
@@ -60,10 +60,10 @@ void ReplicatedOptimizer::step(const Tensor& control) { adamw_.step(control); }
 std::vector<StatePiece> ReplicatedOptimizer::all_pieces(bool saved_only) {
   std::vector<StatePiece> out;
   for (Param* p : params_.params()) {
-    if (saved_only && !counted_here(*p)) continue;  // another tp rank saves its identical copy
-    append_state_pieces(out, *p, 0, p->numel(), adamw_.master().slice_flat(p->offset, {p->numel()}),
-                        adamw_.exp_avg().slice_flat(p->offset, {p->numel()}),
-                        adamw_.exp_avg_sq().slice_flat(p->offset, {p->numel()}));
+    // Saving: not what another tp rank saves (its identical copy of a replicated parameter or block).
+    auto append = saved_only ? append_saved_state_pieces : append_state_pieces;
+    append(out, *p, 0, p->numel(), adamw_.master().slice_flat(p->offset, {p->numel()}),
+           adamw_.exp_avg().slice_flat(p->offset, {p->numel()}), adamw_.exp_avg_sq().slice_flat(p->offset, {p->numel()}));
   }
   return out;
 }

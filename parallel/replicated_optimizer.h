@@ -11,7 +11,7 @@ namespace tetra {
 class ReplicatedOptimizer : public DistributedOptimizer {
  public:
   ReplicatedOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler,
-                      const DistributedOptimizerOptions& options, Communicator* tp = nullptr);
+                      const DistributedOptimizerOptions& options, const TpGradGroups& tp = {});
   Device device() const override { return params_.device(); }
   int zero_stage() const override { return 0; }
   void begin_step() override;

@@ -3,13 +3,19 @@
 //   - The gradients of sequence-parallel weights (ParamPlacement::grad_over_tp) cover this rank's
 //     tokens only: before a unit's data-parallel reduction they are all-reduced over the tp group,
 //     one all-reduce of the unit's tp-reduced range (ZeroLayout puts them last in their unit).
+//   - The blocks of parameter parts held by r < tp consecutive tp ranks (grouped-query key/value
+//     heads when tp > n_kv_heads; ZeroUnit::tp_replicated) have on each rank the gradient of that
+//     rank's query heads only: they are all-reduced over the sub-group of those r ranks
+//     (TpGradGroups::replicas), in the same place.
 //   - The gradient norm counts every element once: a rank sums the squares of its sharded slices
 //     and, on tp rank 0 only, of its replicated parameters (identical on every tp rank once
-//     reduced); the sums are then added over dp (when sharded by ZeRO) and over tp.
+//     reduced), and of a replicated block on the first of its r ranks only (counted_ranges); the
+//     sums are then added over dp (when sharded by ZeRO) and over tp.
 // Inactive (every call a no-op, the plain single-group norm) without a tp group of 2+ ranks, so a
 // run without tensor parallelism does exactly what it did before.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -19,10 +25,20 @@
 
 namespace tetra {
 
+// The tensor-parallel groups a rank's gradients are summed over (Mesh::create_tp_replica_group
+// makes the sub-groups): the tp group (null: no tensor parallelism), and per replica count r of a
+// replicated part, the r consecutive tp ranks that hold this rank's block.
+struct TpGradGroups {
+  TpGradGroups(Communicator* group = nullptr) : tp(group) {}  // NOLINT: a plain tp group converts
+  Communicator* tp = nullptr;
+  std::map<int, Communicator*> replicas;
+};
+
 class TpGradSync {
  public:
-  // `tp` may be null (no tensor parallelism). The layout, communicator and scheduler outlive this.
-  TpGradSync(const ZeroLayout& layout, Communicator* tp, CommScheduler& scheduler);
+  // `groups.tp` may be null (no tensor parallelism). The layout, communicators and scheduler outlive
+  // this. Fails unless every replica count of the layout's units has its group of that size.
+  TpGradSync(const ZeroLayout& layout, const TpGradGroups& groups, CommScheduler& scheduler);
 
   bool active() const { return tp_ != nullptr && tp_->size() > 1; }
   // Some unit has gradients to all-reduce over tp.
@@ -30,7 +46,8 @@ class TpGradSync {
   Communicator* group() const { return active() ? tp_ : nullptr; }
 
   // unit_grads: unit u's full-size gradients (its padded elements from ZeroUnit::offset). All-reduces
-  // the range of its sequence-parallel weights over tp; compute waits for it.
+  // the range of its sequence-parallel weights over tp and its replicated blocks over their
+  // sub-groups; compute waits for them.
   void sync_unit(int u, Tensor unit_grads);
 
   // Element ranges [begin, end) of a gradient buffer whose squares this rank adds to the norm:
@@ -48,6 +65,7 @@ class TpGradSync {
  private:
   const ZeroLayout& layout_;
   Communicator* tp_;
+  std::map<int, Communicator*> replicas_;
   CommScheduler& scheduler_;
   bool any_reduced_ = false;
 };

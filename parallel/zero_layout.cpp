@@ -38,6 +38,7 @@ ZeroLayout::ZeroLayout(const std::vector<Param*>& params, int shards, int64_t al
     for (Param* p : ps) {
       for (int t : p->tied_layers) users.insert(t);
       if (p->placement.grad_over_tp && u.tp_reduced_begin < 0) u.tp_reduced_begin = off;
+      for (const ReplicaRange& r : replica_ranges(*p)) u.tp_replicated.push_back({off + r.begin, off + r.end, r.replicas});
       u.params.push_back(static_cast<int>(params_.size()));
       params_.push_back(p);
       offsets_.push_back(total_ + off);  // fixed up below once the unit's offset is known

@@ -14,13 +14,17 @@
 // Inside a unit the parameters keep the model's order, except that those whose gradient is also
 // summed over the tensor-parallel group (ParamPlacement::grad_over_tp: sequence-parallel norms and
 // biases) come last, so each unit's such gradients are one range (ZeroUnit::tp_reduced_begin to
-// its numel): one all-reduce over tp per unit. Without tensor parallelism nothing moves.
+// its numel): one all-reduce over tp per unit. Without tensor parallelism nothing moves. The blocks
+// of parameter parts held by several tp ranks (AxisPlacement::part_replicas: grouped-query key/value
+// heads when tp > n_kv_heads) are listed per unit (ZeroUnit::tp_replicated), to be summed over the
+// ranks that hold them.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "parallel/param.h"
+#include "parallel/param_placement.h"
 
 namespace tetra {
 
@@ -35,6 +39,9 @@ struct ZeroUnit {
   int64_t shard_offset = 0;  // offset / shards: first element of this unit in a rank's shard buffer
   // First element (from offset) of the parameters whose gradient is summed over tp; numel if none.
   int64_t tp_reduced_begin = 0;
+  // Element ranges (from offset) of the blocks several tp ranks hold (parallel/param_placement.h
+  // replica_ranges), ascending: their gradients are summed over the `replicas` ranks holding them.
+  std::vector<ReplicaRange> tp_replicated;
   bool tied() const { return users.size() > 1; }
   bool has_tp_reduced() const { return tp_reduced_begin < numel; }
 };

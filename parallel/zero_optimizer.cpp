@@ -9,7 +9,7 @@
 namespace tetra {
 
 ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler,
-                             const DistributedOptimizerOptions& options, Communicator* tp)
+                             const DistributedOptimizerOptions& options, const TpGradGroups& tp)
     : params_(params),
       dp_(dp),
       scheduler_(scheduler),
@@ -220,10 +220,10 @@ std::vector<StatePiece> ZeroOptimizer::shard_pieces(bool saved_only) {
   for (const std::vector<ShardSegment>& segs : segments_)
     for (const ShardSegment& s : segs) {
       const Param* p = layout.params()[static_cast<size_t>(s.param)];
-      if (saved_only && !counted_here(*p)) continue;  // another tp rank saves its identical copy
-      append_state_pieces(out, *p, s.param_begin, s.param_end, master_.slice_flat(s.shard_offset, {s.numel()}),
-                          exp_avg_.slice_flat(s.shard_offset, {s.numel()}),
-                          exp_avg_sq_.slice_flat(s.shard_offset, {s.numel()}));
+      // Saving: not what another tp rank saves (its identical copy of a replicated parameter or block).
+      auto append = saved_only ? append_saved_state_pieces : append_state_pieces;
+      append(out, *p, s.param_begin, s.param_end, master_.slice_flat(s.shard_offset, {s.numel()}),
+             exp_avg_.slice_flat(s.shard_offset, {s.numel()}), exp_avg_sq_.slice_flat(s.shard_offset, {s.numel()}));
     }
   return out;
 }

@@ -22,7 +22,8 @@
 // parameter boundaries, so a checkpoint reshards to any stage and dp size on load.
 // With tensor parallelism the units hold this rank's tp slices and the shards are over this tp
 // rank's dp group; the norm also sums over tp (each element once), and a tp-replicated parameter's
-// shard pieces are saved by tp rank 0 only (parallel/tp_grad_sync.h).
+// shard pieces are saved by tp rank 0 only, a replicated block's by the first of its ranks
+// (parallel/param_placement.h counted_ranges).
 #pragma once
 #include <memory>
 #include <optional>
@@ -37,7 +38,7 @@ namespace tetra {
 class ZeroOptimizer : public DistributedOptimizer {
  public:
   ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler, const DistributedOptimizerOptions& options,
-                Communicator* tp = nullptr);
+                const TpGradGroups& tp = {});
   ~ZeroOptimizer() override;
 
   Device device() const override { return params_.device(); }

@@ -187,8 +187,14 @@ std::vector<BadCase> bad_cases() {
       {"kv_heads_not_dividing", edit("model:", "model:\n  arch: llama\n  n_kv_heads: 3"), {}, 2,
        {"cfg.yaml:3: model.n_kv_heads: 3 key/value heads do not divide model.n_heads = 4", "use one of 1, 2, 4",
         "[model.n_heads at ", "cfg.yaml:8]"}},
-      {"kv_heads_vs_tp", edit("model:", "model:\n  arch: llama\n  n_kv_heads: 1", edit("  dp: 2", "  dp: 1", edit("  tp: 1", "  tp: 2"))), {}, 2,
-       {"cfg.yaml:3: model.n_kv_heads: 1 key/value heads do not split over parallel.tp = 2 ranks", "[parallel.tp at "}},
+      // tp neither dividing the key/value heads nor a multiple of them (2 against 3; 1, 3 or 6 would do).
+      {"kv_heads_vs_tp",
+       edit("model:", "model:\n  arch: llama\n  n_kv_heads: 3",
+            edit("  d_model: 64", "  d_model: 48", edit("  n_heads: 4", "  n_heads: 6", edit("  dp: 2", "  dp: 1", edit("  tp: 1", "  tp: 2"))))),
+       {}, 2,
+       {"cfg.yaml:3: model.n_kv_heads: 3 key/value heads and parallel.tp = 2 ranks: tp must divide the key/value "
+        "heads (each rank holds whole heads) or be a multiple of them (each head replicated over tp / n_kv_heads "
+        "ranks); use tp among 1, 3, 6", "[parallel.tp at "}},
       {"odd_head_dim", edit("  d_model: 64", "  d_model: 60", edit("model:", "model:\n  arch: llama")), {}, 2,
        {"cfg.yaml:5: model.d_model: 60 / model.n_heads = 15 channels per head, an odd number", "e.g. d_model 64"}},
       // --- sizes whose products overflow (a d_model near 2^31) --------------------------------

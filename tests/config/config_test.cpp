@@ -537,9 +537,11 @@ TEST(ShippedConfigs, LlamaConfigs) {
     Config w = load_config(kConfigs + "llama-1b.yaml", {"train.global_batch=" + std::to_string(4 * world)});
     EXPECT_NO_THROW(resolve(w, world, true)) << world;
   }
-  // Tensor parallelism over 8 ranks splits its 8 key/value heads; 16 would not.
+  // Tensor parallelism over 8 ranks splits its 8 key/value heads; over 16 it replicates each on 2
+  // ranks; 64 ranks are more than its 32 query heads.
   EXPECT_NO_THROW(validate(load_config(kConfigs + "llama-1b.yaml", {"parallel.tp=8", "train.global_batch=4"}), 8));
-  EXPECT_THROW(validate(load_config(kConfigs + "llama-1b.yaml", {"parallel.tp=16", "train.global_batch=4"}), 16),
+  EXPECT_NO_THROW(validate(load_config(kConfigs + "llama-1b.yaml", {"parallel.tp=16", "train.global_batch=4"}), 16));
+  EXPECT_THROW(validate(load_config(kConfigs + "llama-1b.yaml", {"parallel.tp=64", "train.global_batch=4"}), 64),
                Error);
 }
 

@@ -291,8 +291,14 @@ TEST(LlamaFamily, NumbersAndShapeErrors) {
   b.n_kv_heads = 5;
   EXPECT_EQ(keys_of(b, 1), (std::vector<std::string>{"model.n_kv_heads", "model.n_heads"}));
   b.n_kv_heads = 2;
-  EXPECT_EQ(keys_of(b, 4), (std::vector<std::string>{"model.n_kv_heads", "parallel.tp"}));
   EXPECT_TRUE(keys_of(b, 2).empty());
+  EXPECT_TRUE(keys_of(b, 4).empty()) << "tp a multiple of the key/value heads replicates each over tp / 2 ranks";
+  EXPECT_TRUE(keys_of(b, 32).empty());
+  // tp neither dividing nor a multiple of the key/value heads: 4 heads at tp 6 (12 query heads).
+  b.n_heads = 12;
+  b.d_model = 12 * 128;
+  b.n_kv_heads = 4;
+  EXPECT_EQ(keys_of(b, 6), (std::vector<std::string>{"model.n_kv_heads", "parallel.tp"}));
   b = a;
   b.n_heads = 16;
   b.d_model = 16 * 33;

@@ -56,6 +56,14 @@ Param fused_qkv(int64_t heads, int64_t d, int64_t in) {
   return p;
 }
 
+// A Llama-style fused [q | k | v] weight: `heads` query heads and `kv` key/value heads of `d` rows.
+Param gqa_qkv(int64_t heads, int64_t kv, int64_t d, int64_t in) {
+  Param p = make("self_attn.qkv_proj.weight", {(heads + 2 * kv) * d, in});
+  p.parts = {{"q_proj.weight", 0, heads * d, d}, {"k_proj.weight", heads * d, kv * d, d},
+             {"v_proj.weight", (heads + kv) * d, kv * d, d}};
+  return p;
+}
+
 // Row-major values i of a full tensor, as fp32.
 Tensor iota(const Shape& shape) {
   Tensor t = Tensor::empty(shape, DType::F32);
@@ -125,6 +133,54 @@ TEST(ParamPlacement, FusedWeightSplitsEachPartInWholeHeads) {
   EXPECT_NE(error_of([&] { shard_over_tp(plain, 0, 2, 0); }).find("does not split over tp = 2"), std::string::npos);
 }
 
+// Key/value parts of fewer heads than tp ranks (tp a multiple of them) are replicated: rank t holds
+// query heads [t·H/tp, ...) and key/value head t / (tp / Hkv); the blocks several ranks hold count
+// once (on the first of them), and their gradients are summed over exactly those ranks.
+TEST(ParamPlacement, PartsOfFewerHeadsThanRanksAreReplicated) {
+  // 4 query heads, 2 key/value heads of 2 rows, 3 columns, at tp 4: kv head t / 2 on rank t.
+  for (int rank = 0; rank < 4; ++rank) {
+    Param p = gqa_qkv(4, 2, 2, 3);
+    shard_over_tp(p, 0, 4, rank, /*replicate_parts=*/true);
+    EXPECT_EQ(p.placement.tp.part_replicas, (std::vector<int>{1, 2, 2}));
+    EXPECT_EQ(p.local_shape, (Shape{6, 3}));
+    const auto boxes = local_boxes(p);
+    ASSERT_EQ(boxes.size(), 3u);
+    EXPECT_EQ(boxes[0].box.offset[0], 2 * rank);             // query head `rank`
+    EXPECT_EQ(boxes[1].box.offset[0], 8 + 2 * (rank / 2));   // key head rank / 2
+    EXPECT_EQ(boxes[2].box.offset[0], 12 + 2 * (rank / 2));  // value head rank / 2
+    EXPECT_EQ(boxes[2].local_row, 4);
+    const auto rep = replica_ranges(p);
+    ASSERT_EQ(rep.size(), 1u);  // k and v blocks: one range of the local tensor
+    EXPECT_EQ(rep[0].begin, 6);
+    EXPECT_EQ(rep[0].end, 18);
+    EXPECT_EQ(rep[0].replicas, 2);
+    EXPECT_TRUE(counted_here(p));
+    using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+    EXPECT_EQ(counted_ranges(p), rank % 2 == 0 ? (Ranges{{0, 18}}) : (Ranges{{0, 6}})) << "rank " << rank;
+  }
+  // One key/value head (multi-query) at tp 2: held by both ranks.
+  Param mqa = gqa_qkv(4, 1, 2, 3);
+  shard_over_tp(mqa, 0, 2, 1, true);
+  EXPECT_EQ(mqa.local_shape, (Shape{8, 3}));
+  EXPECT_EQ(local_boxes(mqa)[1].box.offset[0], 8);
+  EXPECT_EQ(replica_ranges(mqa)[0].replicas, 2);
+  // Parts that split need no replicas; tp neither dividing nor a multiple of the heads is refused,
+  // as is replication where the plan does not ask for it.
+  Param split = gqa_qkv(4, 2, 2, 3);
+  shard_over_tp(split, 0, 2, 1, true);
+  EXPECT_TRUE(split.placement.tp.part_replicas.empty());
+  EXPECT_TRUE(replica_ranges(split).empty());
+  Param odd = gqa_qkv(6, 2, 2, 3);
+  EXPECT_NE(error_of([&] { shard_over_tp(odd, 0, 3, 0, true); }).find("nor is tp a multiple of them"),
+            std::string::npos);
+  Param plain = gqa_qkv(4, 2, 2, 3);
+  EXPECT_NE(error_of([&] { shard_over_tp(plain, 0, 4, 0); }).find("which do not split over tp = 4"), std::string::npos);
+  EXPECT_EQ(part_replicas_for(2, 4, true), 2);
+  EXPECT_EQ(part_replicas_for(2, 4, false), 0);
+  EXPECT_EQ(part_replicas_for(4, 2, true), 1);
+  EXPECT_EQ(part_replicas_for(2, 3, true), 0);
+}
+
 TEST(ParamPlacement, CountedOnceAndReducedOverTp) {
   Param shard = make("w", {4, 4});
   shard_over_tp(shard, 1, 2, 1);
@@ -145,8 +201,8 @@ TEST(ParamPlacement, CountedOnceAndReducedOverTp) {
 // Every layout draws its slice of the same full tensor: the split parameters' values equal the
 // unsplit parameter's values at the slices' elements.
 TEST(ParamPlacement, InitialisationDrawsTheSliceOfTheFullTensor) {
-  for (int dim : {0, 1}) {
-    Param whole = dim == 0 ? fused_qkv(4, 2, 6) : make("attn.c_attn.weight", {24, 6});
+  for (int dim : {0, 1, 2}) {  // 2: dim 0 with replicated key/value heads (1 head over 2 ranks)
+    Param whole = dim == 0 ? fused_qkv(4, 2, 6) : dim == 1 ? make("attn.c_attn.weight", {24, 6}) : gqa_qkv(4, 1, 2, 6);
     whole.init_std = 0.5f;
     ParamSet full;
     full.build({&whole}, Device::cpu(), DType::F32, DType::F32);
@@ -154,7 +210,7 @@ TEST(ParamPlacement, InitialisationDrawsTheSliceOfTheFullTensor) {
     for (int r = 0; r < 2; ++r) {
       Param part = whole;
       part.value = part.grad = Tensor();
-      shard_over_tp(part, dim, 2, r);
+      shard_over_tp(part, dim % 2, 2, r, /*replicate_parts=*/dim == 2);
       ParamSet set;
       set.build({&part}, Device::cpu(), DType::F32, DType::F32);
       set.initialize(99);
@@ -183,6 +239,24 @@ TEST(ZeroLayoutTp, SequenceParallelWeightsGoLastInTheirUnit) {
   ZeroLayout plain({&ln1, &w1}, 1, 4);
   EXPECT_EQ(plain.params()[0]->name, "ln.weight");
   EXPECT_FALSE(plain.units()[0].has_tp_reduced());
+  EXPECT_TRUE(plain.units()[0].tp_replicated.empty());
+}
+
+// The replicated key/value blocks of a unit are listed as ranges of the unit, with their replicas.
+TEST(ZeroLayoutTp, ReplicatedBlocksAreListedPerUnit) {
+  Param ln = make("ln.weight", {3}, 0), qkv = gqa_qkv(4, 1, 2, 3), o = make("o.weight", {3, 8}, 0);
+  replicate_over_tp(ln, 4, 1, true);
+  shard_over_tp(qkv, 0, 4, 1, true);  // q rows [2, 4), the k and v heads whole: 6 rows of 3
+  shard_over_tp(o, 1, 4, 1);
+  ZeroLayout layout({&ln, &qkv, &o}, 2, 4);
+  ASSERT_EQ(layout.units().size(), 1u);
+  const ZeroUnit& u = layout.units()[0];
+  ASSERT_EQ(u.tp_replicated.size(), 1u);
+  const int64_t at = layout.offset_of(0) - u.offset;  // qkv is the unit's first parameter
+  EXPECT_EQ(layout.params()[0]->name, qkv.name);
+  EXPECT_EQ(u.tp_replicated[0].begin, at + 6);
+  EXPECT_EQ(u.tp_replicated[0].end, at + 18);
+  EXPECT_EQ(u.tp_replicated[0].replicas, 4);
 }
 
 // GPT-2's plan: c_attn per head of q, k, v; c_fc by rows; both c_proj by columns; the tied wte by
@@ -252,13 +326,33 @@ TEST(TensorParallelPlan, LlamaSplitsHeadsAndHalves) {
   EXPECT_EQ(byname["model.layers.0.mlp.down_proj.weight"]->local_shape, (Shape{32, 12}));
   EXPECT_EQ(byname["lm_head.weight"]->local_shape, (Shape{32, 32}));
   EXPECT_TRUE(byname["model.norm.weight"]->placement.grad_over_tp);
+  // tp 8, twice the key/value heads: one query head a rank, each key/value head on 2 ranks.
+  EXPECT_NO_THROW(llama.validate(a, 8));
+  auto at8 = llama.build(a);
+  apply_tensor_parallel_plan(llama.tensor_parallel_plan(a), *at8, 8, 5, true);
+  for (Param* p : at8->params())
+    if (p->name == "model.layers.0.self_attn.qkv_proj.weight") {
+      EXPECT_EQ(p->local_shape, (Shape{3 * 4, 32}));
+      EXPECT_EQ(local_boxes(*p)[0].box.offset[0], 5 * 4);        // query head 5
+      EXPECT_EQ(local_boxes(*p)[1].box.offset[0], 32 + 2 * 4);   // reads key/value head 5 / 2 = 2
+      EXPECT_EQ(replica_ranges(*p).at(0).replicas, 2);
+      EXPECT_EQ(counted_ranges(*p).size(), 1u);  // rank 5: its query head only
+    }
+  // tp neither dividing nor a multiple of the key/value heads (3 of 6 query heads at tp 2): refused
+  // naming both keys, and the plan does not split either.
+  ModelArgs b = a;
+  b.n_heads = 6;
+  b.n_kv_heads = 3;
+  b.d_model = 24;
   std::string e;
   try {
-    llama.validate(a, 8);
+    llama.validate(b, 2);
   } catch (const ModelArgsError& err) {
     e = err.what();
   }
-  EXPECT_NE(e.find("model.n_kv_heads"), std::string::npos) << e;
+  EXPECT_NE(e.find("use tp among 1, 3, 6"), std::string::npos) << e;
+  auto odd = llama.build(b);
+  EXPECT_FALSE(tensor_parallel_plan_problems(llama.tensor_parallel_plan(b), *odd, 2).empty());
 }
 
 // ---- the vocabulary-parallel ops (CPU) against the unsplit ones -----------------------------------
@@ -332,10 +426,12 @@ TEST(VocabParallelOps, EmbeddingShardsSumToTheLookup) {
 
 // ---- checkpoint pieces as boxes -----------------------------------------------------------------
 
-// The pieces a tp rank of a (tp, dp-shards) layout saves of p, each a range of its box, the state
-// values derived from the full tensor's element index so every element is recognisable.
-std::vector<StatePiece> pieces_of(Param p, int tp, int rank, int shards) {
-  if (tp > 1) shard_over_tp(p, p.parts.empty() ? 1 : 0, tp, rank);
+// The pieces a tp rank of a (tp, dp-shards) layout saves of p (saving: not the copies of replicated
+// blocks another rank saves) or loads, each a range of its box, the state values derived from the
+// full tensor's element index so every element is recognisable. Parts of fewer heads than tp ranks
+// are replicated.
+std::vector<StatePiece> pieces_of(Param p, int tp, int rank, int shards, bool saving = false) {
+  if (tp > 1) shard_over_tp(p, p.parts.empty() ? 1 : 0, tp, rank, /*replicate_parts=*/true);
   Tensor full = iota(p.full_shape);
   Tensor local = local_piece(p, full);
   std::vector<StatePiece> out;
@@ -348,7 +444,7 @@ std::vector<StatePiece> pieces_of(Param p, int tp, int rank, int shards) {
       neg.data<float>()[i] = -m.data<float>()[i];
       sq.data<float>()[i] = m.data<float>()[i] * 2.0f;
     }
-    append_state_pieces(out, p, b, e, m, neg, sq);
+    (saving ? append_saved_state_pieces : append_state_pieces)(out, p, b, e, m, neg, sq);
   }
   return out;
 }
@@ -367,7 +463,7 @@ std::string write_tp_checkpoint(const std::string& dir, const std::vector<Param>
     info.file = rank_file_name(r);
     info.rank = r;
     for (const Param& p : params)
-      for (StatePiece& s : pieces_of(p, tp, r, shards)) {
+      for (StatePiece& s : pieces_of(p, tp, r, shards, /*saving=*/true)) {
         info.pieces.push_back({s.name, s.begin, s.end, s.box});
         pieces.push_back(std::move(s));
       }
@@ -383,7 +479,8 @@ std::string write_tp_checkpoint(const std::string& dir, const std::vector<Param>
 }
 
 TEST(CheckpointBoxes, AnyTensorParallelSplitReadsBackAtAnyOther) {
-  const std::vector<Param> params = {fused_qkv(4, 2, 6), make("proj.weight", {6, 8})};
+  // gqa_qkv: 1 key/value head, replicated over every rank at tp 2 and 4 (written once, by rank 0).
+  const std::vector<Param> params = {fused_qkv(4, 2, 6), make("proj.weight", {6, 8}), gqa_qkv(4, 1, 2, 6)};
   const std::string root = (fs::temp_directory_path() / ("tetra_tp_boxes_" + std::to_string(::getpid()))).string();
   for (int tp_saved : {1, 2, 4})
     for (int shards : {1, 3}) {

@@ -1,6 +1,7 @@
 // Tensor parallelism reproduces the single-rank run (CPU, fp32, under mpirun): the Trainer at
 // tp × dp × ZeRO stage, sequence parallelism on and off, GPT-2 and Llama (grouped-query attention,
-// tied and untied output layer), against the same config trained by one process alone. Odd sizes
+// tied and untied output layer; key/value heads split over tp, or replicated where tp is a multiple
+// of them), against the same config trained by one process alone. Odd sizes
 // that still divide: 12 heads (3 a rank at tp 4), a vocabulary of 260 (65 rows a rank at tp 4),
 // micro-batches of 2 × 10 tokens (5 a rank with sequence parallelism at tp 4), Llama's MLP of 60
 // (15 a rank). Gradient accumulation and clipping are active.
@@ -14,7 +15,8 @@
 // tp 2, every other element within an ulp; plain data parallelism does the same elsewhere). A
 // large eps keeps every step well-conditioned, so the final weights can be held to 1e-6 too.
 //
-// usage: mpirun -np N tp_equivalence_test WORK_DIR ARCH VARIANT...   (ARCH: gpt2, llama, llama_tied)
+// usage: mpirun -np N tp_equivalence_test WORK_DIR ARCH VARIANT...
+//   (ARCH: gpt2, llama, llama_tied, llama_kv2, llama_kv1)
 //   VARIANT = tpT_dpD_zZ[_nosp][_rfull|_rmlp][_ppP][_ovl]  (T·D·P must divide N; N / (T·D·P) groups run
 //   it side by side; _nosp: sequence parallelism off; _ovl: parallel.tp_comm_overlap on (the chunked
 //   ring exchanges of parallel/tp_linear.h; off otherwise); _rfull, _rmlp: train.recompute full, mlp; _ppP:
@@ -74,14 +76,16 @@ Variant parse_variant(const std::string& s) {
 
 // gpt2: 12 heads of 3 channels. llama: 12 query heads of 4 channels in 4 key/value groups (one group
 // a rank at tp 4), an MLP of 60 (15 a rank at tp 4); llama_tied: the same with the output layer
-// tied to the embedding.
+// tied to the embedding. llama_kv2, llama_kv1: 2 key/value heads (each replicated over 2 ranks at
+// tp 4) and 1 (multi-query: on every rank at tp 2 and 4).
 std::string model_yaml(const std::string& arch) {
   if (arch == "gpt2") return "{arch: gpt2, vocab_size: 260, seq_len: 10, d_model: 36, n_layers: 2, n_heads: 12}";
   const std::string tied = arch == "llama_tied" ? "true" : "false";
-  if (arch == "llama" || arch == "llama_tied")
-    return "{arch: llama, vocab_size: 260, seq_len: 10, d_model: 48, n_layers: 2, n_heads: 12, n_kv_heads: 4, "
-           "ffn_dim: 60, tie_embeddings: " + tied + "}";
-  throw std::runtime_error("unknown ARCH " + arch + " (gpt2, llama, llama_tied)");
+  const std::string kv = arch == "llama_kv2" ? "2" : arch == "llama_kv1" ? "1" : "4";
+  if (arch == "llama" || arch == "llama_tied" || arch == "llama_kv2" || arch == "llama_kv1")
+    return "{arch: llama, vocab_size: 260, seq_len: 10, d_model: 48, n_layers: 2, n_heads: 12, n_kv_heads: " + kv +
+           ", ffn_dim: 60, tie_embeddings: " + tied + "}";
+  throw std::runtime_error("unknown ARCH " + arch + " (gpt2, llama, llama_tied, llama_kv2, llama_kv1)");
 }
 
 std::string config_yaml(const std::string& work, const std::string& data, const std::string& arch) {

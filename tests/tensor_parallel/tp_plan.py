@@ -4,7 +4,9 @@ device holds are at most 55% of the same run's at tp 1 (same dp and ZeRO stage; 
 every tp rank — norms, the row-parallel biases, positions — is the excess over 50%), every ZeRO
 stage's row shrinks too, and the tensor-parallel communication is shown. A mixture-of-experts config
 (model.moe.n_experts > 0) is refused at tp 2 with a config error naming parallel.tp and
-model.moe.n_experts (its MoE blocks have no tensor-parallel form yet). Needs no GPU.
+model.moe.n_experts (its MoE blocks have no tensor-parallel form yet). llama-1b.yaml at tp 16, twice
+its 8 key/value heads: each rank holds the one key/value head its 2 query heads read, replicated over 2
+ranks, and the plan counts those rows in full on every rank that holds them. Needs no GPU.
 
 usage: tp_plan.py TETRA_BIN SOURCE_DIR"""
 import glob
@@ -83,4 +85,19 @@ for cfg in configs:
     if "tensor parallel:" in one:
         fail(f"{name}: tetra plan at tp 1 speaks of tensor parallelism")
     print(f"ok: {name}: tp 2 holds {share}% of tp 1's state per device (worst stage {100 * worst:.1f}%)")
+
+# Replicated key/value heads: llama-1b (16 layers, d 2048, 32 query heads over 8 key/value heads of 64,
+# MLP 8192, vocabulary 128256, untied) at tp 16.
+L, C, D, F, V = 16, 2048, 64, 8192, 128256
+out = plan(os.path.join(source, "configs", "llama-1b.yaml"), 16)
+kv = L * 2 * D * C  # one key head and one value head of [64, 2048] a layer on every rank
+m = re.search(r"tensor parallel: (\d+) of them in blocks held by (\d+) tp ranks each", out)
+if not m or int(m.group(1)) != kv or int(m.group(2)) != 2:
+    fail(f"llama-1b.yaml at tp 16: tetra plan should show {kv} parameters in blocks held by 2 tp ranks:\n{out}")
+per_rank = 2 * V * C / 16 + C + L * (2 * C + 2 * D * C + kv / L + C * C / 16 + 3 * F * C / 16)
+m = re.search(r"tensor parallel: tp 16 holds ([\d.]+)M of the parameters per device", out)
+if not m or abs(float(m.group(1)) - per_rank / 1e6) > 0.051:
+    fail(f"llama-1b.yaml at tp 16: a device holds {per_rank / 1e6:.2f}M parameters with its key/value heads "
+         f"counted in full, tetra plan says {m.group(1) if m else '?'}M")
+print(f"ok: llama-1b.yaml at tp 16: {kv} key/value parameters held by 2 ranks each, {per_rank / 1e6:.1f}M a device")
 print("PASS")

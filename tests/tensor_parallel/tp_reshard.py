@@ -9,6 +9,9 @@
 2. A run resumed at another tp trains on as the uninterrupted one (losses within 1e-5).
 3. kill -9 one rank of a tp=2 × dp=2 run, resume with checkpoint.resume: auto: the same losses and
    final state bit for bit as the run that was never interrupted.
+4. Llama with 2 key/value heads, each replicated over 2 ranks at tp 4: resharding tp 4 -> 1 -> 2 as in
+   1 (the replicated heads are written once, by the first of their ranks), and training on at tp 4
+   from the tp 2 checkpoint.
 
 usage: tp_reshard.py TETRA_BIN WORK_DIR"""
 import os
@@ -38,11 +41,12 @@ def consolidated(run, step):
         return {n: f[n][()] for n in f.keys()}
 
 
-def reload_at(run, np_, tp, source):
+def reload_at(run, np_, tp, source, w=None, sets=(HEADS,)):
     """Resumes `source` at tp (np_ ranks) and stops before its first update: saves what it loaded."""
+    w = w or ws
     fault = ",".join(f"nan@5:rank={r}" for r in range(np_))
-    out, _, _ = ws.train(run, np_, [HEADS, f"parallel.tp={tp}", "train.on_nonfinite=stop",
-                                    f"checkpoint.resume={source}"], fault=fault, expect=NONFINITE_EXIT)
+    out, _, _ = w.train(run, np_, list(sets) + [f"parallel.tp={tp}", "train.on_nonfinite=stop",
+                                                f"checkpoint.resume={source}"], fault=fault, expect=NONFINITE_EXIT)
     return out
 
 
@@ -83,4 +87,44 @@ check("resumed from" in out and "step_4" in out, "the restarted tp=2 job resumed
 check(losses(ws.run_dir("crash")) == losses(ws.run_dir("base")), "every step's loss equals the uninterrupted run's")
 worst, n = compare_states(step_dir("base", 8), step_dir("crash", 8))
 check(worst == 0.0, f"step_8: the state of all {n} parameters equals the uninterrupted run's bit for bit")
+# Llama, 4 query heads over 2 key/value heads of 8 channels: at tp 4 each key/value head is replicated
+# over 2 ranks; at tp 2 they split; at tp 1 they are whole.
+lw = Workspace(tetra, os.path.join(work, "llama_kv2"), steps=8, every=4,
+               base_sets=["model.arch=llama", "model.n_heads=4", "model.n_kv_heads=2"])
+
+
+def lstep(run, step):
+    return os.path.join(lw.run_dir(run), "checkpoints", f"step_{step}")
+
+
+def lconsolidated(run, step):
+    out = os.path.join(lw.work, f"{run}_step{step}.h5")
+    lw.tetra_cmd("ckpt", "consolidate", lstep(run, step), "--out", out)
+    with h5py.File(out, "r") as f:
+        return {n: f[n][()] for n in f.keys()}
+
+
+out, _, _ = lw.train("tp4", 4, ["parallel.tp=4"])
+check("tensor parallel over 4 ranks" in out, "Llama with 2 key/value heads trains at tp 4")
+meta4, _ = state_of(lstep("tp4", 4))
+kv_pieces = [p for f in meta4["files"] for p in f["pieces"] if p[0].endswith("qkv_proj.weight")]
+check(len(kv_pieces) > 0, "the tp=4 checkpoint holds pieces of the fused q | k | v weights")
+reload_at("tp1", 1, 1, lstep("tp4", 4), w=lw, sets=())
+reload_at("tp2", 2, 2, lstep("tp1", 4), w=lw, sets=())
+for a, b in (("tp4", "tp1"), ("tp1", "tp2")):
+    worst, n = compare_states(lstep(a, 4), lstep(b, 4))
+    check(worst == 0.0, f"llama kv 2: {a} -> {b}: the state of all {n} parameters equal bit for bit")
+l4, l1, l2 = lconsolidated("tp4", 4), lconsolidated("tp1", 4), lconsolidated("tp2", 4)
+k = "model.layers.0.self_attn.k_proj.weight"
+check(k in l4 and l4[k].shape == (16, 32), f"the consolidated file holds {k} whole, [2 heads · 8, 32]")
+same = all(l4.keys() == c.keys() and all(l4[n].tobytes() == c[n].tobytes() and l4[n].shape == c[n].shape
+                                         for n in l4) for c in (l1, l2))
+check(same, f"tetra ckpt consolidate writes the same {len(l4)} Llama tensors, bit for bit, from tp 4, 1 and 2")
+lw.train("tp2_full", 2, ["parallel.tp=2"])
+lw.train("tp4_on", 4, ["parallel.tp=4", f"checkpoint.resume={lstep('tp2_full', 4)}"])
+ref, got = losses(lw.run_dir("tp2_full")), losses(lw.run_dir("tp4_on"))
+worst = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in range(5, 9))
+check(sorted(got) == [5, 6, 7, 8] and worst <= 1e-5,
+      f"llama kv 2: tp 2 -> tp 4 (replicated key/value heads) trains steps 5..8 as the uninterrupted run "
+      f"(worst loss difference {worst:.1e})")
 print("PASS")
