@@ -257,6 +257,11 @@ void grouped_gemm_wgmma_ws(const GroupedGemm& p, Device device, cudaStream_t str
   const char* why = nullptr;
   if (!grouped_gemm_wgmma_ws_applies(p, &why))
     TETRA_FAIL(Internal, p.op, " (wgmma ws kernel): not applicable: ", why);
+  if (p.R == 0) {  // no rows (a tensor map cannot have a zero extent): the weight gradient is zero or unchanged
+    if (p.kind == GroupedGemmKind::BackwardWeight && !p.accumulate)
+      TETRA_CUDA_CHECK(cudaMemsetAsync(p.c, 0, static_cast<size_t>(p.G * p.O * p.I) * dtype_size(p.c_type), stream));
+    return;
+  }
   const int64_t N = p.kind == GroupedGemmKind::Forward ? p.O : p.I;
   Params prm{static_cast<const bf16*>(p.a), static_cast<const bf16*>(p.b), p.c, p.offsets, static_cast<int>(p.G), p.R,
              p.O, p.I, static_cast<int>((p.O + kBM - 1) / kBM), static_cast<int>((N + kBN - 1) / kBN), p.accumulate};

@@ -19,6 +19,7 @@
 #include "runtime/counts_readback.h"
 #include "runtime/cuda_graph.h"
 #include "runtime/step_control.h"
+#include "runtime/cuda/device_context.h"
 #include "runtime/cuda/moe_grouped_gemm.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -448,6 +449,32 @@ TEST(GpuMoeGroupedGemm, ManyTilesPerBlock) {
   const std::vector<int64_t> rows = {2000, 0, 3100, 1500, 77, 2600, 1900, 1200};
   check_gemm(rows, 512, 1024, DType::BF16, DType::BF16, {Impl::Wgmma, Impl::WgmmaWs, Impl::Mma}, 53);
   check_gemm(rows, 256, 520, DType::BF16, DType::F32, {Impl::Wgmma, Impl::WgmmaWs}, 54, 3, 5);
+}
+
+// No rows at all (R = 0, e.g. a rank that received no tokens): the warp-specialised kernel, whose
+// tensor maps cannot have a zero extent, stores a zero weight gradient or leaves an accumulated one.
+TEST(GpuMoeGroupedGemm, WarpSpecialisedKernelWithoutRows) {
+  TETRA_REQUIRE_GPU();
+  if (!wgmma_runs()) GTEST_SKIP() << "no wgmma here";
+  const int64_t G = 3, O = 64, I = 128;
+  const Tensor off = upload_raw(offsets_of({0, 0, 0}));
+  Rng rng(56);
+  const Tensor start = rand_bf16(rng, {G, O, I}, 1.0);
+  for (bool accumulate : {false, true}) {
+    Tensor dw = upload(start, DType::F32);
+    cuda::GroupedGemm p;
+    p.kind = cuda::GroupedGemmKind::BackwardWeight;
+    p.G = G, p.R = 0, p.O = O, p.I = I;
+    p.offsets = off.data<int32_t>();
+    p.a = p.b = nullptr;
+    p.c = dw.data_ptr();
+    p.ab_type = DType::BF16, p.c_type = DType::F32, p.accumulate = accumulate;
+    cuda::grouped_gemm(p, dw.device(), cuda::stream_of(dw.device()), cuda::GroupedGemmImpl::WgmmaWs);
+    const std::vector<double> got = download(dw), before = values(start);
+    int64_t wrong = 0;
+    for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != (accumulate ? before[i] : 0.0);
+    EXPECT_EQ(wrong, 0) << (accumulate ? "accumulating: the gradient must stay" : "storing: the gradient must be zero");
+  }
 }
 
 TEST(GpuMoeGroupedGemm, EveryImplementationOnOddShapes) {
