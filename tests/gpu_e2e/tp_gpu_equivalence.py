@@ -2,7 +2,9 @@
 """Tensor parallelism on GPUs: bf16 training at tp 2 (and, with 4 GPUs, tp 4 and tp 2 × dp 2 with
 ZeRO-1) reproduces the 1-GPU run within bf16 tolerance (per-step losses within 2e-2 relative over
 30 steps, the loss falling as far), for GPT-2 with sequence parallelism on and off and for Llama
-(grouped-query attention); at tp 2 a run captured as CUDA graphs, and one with
+(grouped-query attention: 2 key/value heads of 4 query heads, split at tp 2 and replicated over 2
+ranks each at tp 4; and a multi-query Llama, its one key/value head on both ranks of tp 2, with ZeRO-1
+and ZeRO-3 at tp 2 × dp 2 on 4 GPUs); at tp 2 a run captured as CUDA graphs, and one with
 parallel.tp_comm_overlap off, give the eager overlapped run's losses bit for bit. Exits 77 (skipped) with fewer than 2 GPUs: NCCL does not run two ranks on one GPU, so the
 one-GPU checks of the tensor-parallel pieces are the ops' GPU tests (GpuVocabParallel*).
 
@@ -78,4 +80,14 @@ for arch, extra in (("gpt2", []), ("llama", LLAMA)):
                                                                                "--set", "parallel.zero_stage=1"]), base)
     else:
         print(f"{arch}: tp 4 and tp 2 x dp 2 need 4 GPUs, {gpus} visible: not run")
+# Key/value heads replicated over the tp ranks whose query heads read them (tp a multiple of
+# model.n_kv_heads): one key/value head (multi-query) at tp 2, its gradient summed over both ranks.
+MQA = LLAMA + ["--set", "model.n_kv_heads=1"]
+base = run("llama_kv1_one_gpu", 1, MQA)
+against("llama kv 1 tp 2 (key/value head replicated)", run("llama_kv1_tp2", 2, MQA + ["--set", "parallel.tp=2"]), base)
+if gpus >= 4:
+    for stage in (1, 3):
+        against(f"llama kv 1 tp 2 x dp 2 ZeRO-{stage} (key/value head replicated)",
+                run(f"llama_kv1_tp2_dp2_z{stage}", 4, MQA + ["--set", "parallel.tp=2",
+                                                             "--set", f"parallel.zero_stage={stage}"]), base)
 sys.exit(0 if ok else 1)
