@@ -67,15 +67,17 @@ void LlamaConfig::validate(int tp) const {
   // tp dividing the key/value heads splits them; a multiple of them (dividing n_heads, checked
   // above) replicates each over tp / n_kv_heads ranks, which then hold its query heads.
   if (kv % tp != 0 && tp % kv != 0) {
-    std::string valid;
-    for (int64_t t = 1; t <= n_heads; ++t)
-      if (n_heads % t == 0 && (kv % t == 0 || t % kv == 0)) valid += (valid.empty() ? "" : ", ") + str(t);
+    std::string valid_tp, valid_kv;
+    for (int64_t t = 1; t <= n_heads; ++t) {
+      if (n_heads % t != 0) continue;
+      if (kv % t == 0 || t % kv == 0) valid_tp += (valid_tp.empty() ? "" : ", ") + str(t);
+      if (t % tp == 0 || tp % t == 0) valid_kv += (valid_kv.empty() ? "" : ", ") + str(t);
+    }
     throw ModelArgsError({"model.n_kv_heads", "parallel.tp"},
                          str(kv) + " key/value heads and parallel.tp = " + str(tp) +
                              " ranks: tp must divide the key/value heads (each rank holds whole heads) or be a "
                              "multiple of them (each head replicated over tp / n_kv_heads ranks); use tp among " +
-                             valid + ", or n_kv_heads among " + divisors(n_heads) + " that " + str(tp) +
-                             " divides or is a multiple of");
+                             valid_tp + ", or n_kv_heads among " + valid_kv);
   }
   if (head_dim() % 2 != 0)
     throw ModelArgsError({"model.d_model", "model.n_heads"},

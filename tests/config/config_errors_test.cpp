@@ -194,7 +194,7 @@ std::vector<BadCase> bad_cases() {
        {}, 2,
        {"cfg.yaml:3: model.n_kv_heads: 3 key/value heads and parallel.tp = 2 ranks: tp must divide the key/value "
         "heads (each rank holds whole heads) or be a multiple of them (each head replicated over tp / n_kv_heads "
-        "ranks); use tp among 1, 3, 6", "[parallel.tp at "}},
+        "ranks); use tp among 1, 3, 6, or n_kv_heads among 1, 2, 6", "[parallel.tp at "}},
       {"odd_head_dim", edit("  d_model: 64", "  d_model: 60", edit("model:", "model:\n  arch: llama")), {}, 2,
        {"cfg.yaml:5: model.d_model: 60 / model.n_heads = 15 channels per head, an odd number", "e.g. d_model 64"}},
       // --- sizes whose products overflow (a d_model near 2^31) --------------------------------
