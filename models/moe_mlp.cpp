@@ -44,6 +44,9 @@ void MoeMlp::init(const std::string& prefix, int block, const MoeShape& shape, i
   down_.placement.ep.kind = AxisPlacement::Kind::Expert;
   down_.layer_index = layer;
   down_.init_std = down_std;
+  // backward_weight is the only writer of the experts' gradients and stores at a step's first write
+  // (Param::grad_whole_writes): preparing the buffers for a step need not zero them.
+  gate_up_.grad_whole_writes = down_.grad_whole_writes = true;
   for (int64_t e = 0; e < E; ++e) {
     const std::string ex = prefix + ".experts." + std::to_string(e) + ".";
     gate_up_.parts.push_back({ex + "gate_proj.weight", e * 2 * F, F, 1});
@@ -284,9 +287,9 @@ void MoeMlp::backward_weight(State& s) {
   const int64_t El = local_experts(), C = shape_.d_model, F = shape_.expert_ffn;
   // The grouped GEMMs write every element of the experts' gradients (an expert without rows gets
   // zeros; runtime/ops.h), and these calls are their only writers: where the buffer holds nothing
-  // of this step yet (Param::grad_zeroed: the step's first micro-batch to reach this layer, in
-  // whatever order a schedule runs them) they store, sparing the read of the zeros (the whole
-  // [El, O, I] gradient, per tile: docs/moe.md "Weight gradients"); later ones add.
+  // of this step yet (Param::grad_empty: the step's first micro-batch to reach this layer, in
+  // whatever order a schedule runs them) they store, sparing the read of the whole [El, O, I]
+  // gradient per tile and the buffer's zeroing (docs/moe.md "Weight gradients"); later ones add.
   Tensor d_down = down_.grad.view({El, C, F});
   ops::moe_grouped_linear_backward_weight(d_down, s.d_out_e, s.act_e, s.e_offsets,
                                           /*accumulate=*/!down_.first_grad_write());

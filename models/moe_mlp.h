@@ -113,7 +113,7 @@ class MoeMlp {
   // 2: the gradient of h (s.d_h, also returned): permutation, router, shared experts together.
   Tensor backward_route(MicroBatchContext& ctx, State& s);
   // Weight gradients (accumulate over micro-batches; the routed experts' are stored by the step's
-  // first write into a zeroed buffer, Param::grad_zeroed).
+  // first write into their buffer, not zeroed for them: Param::grad_empty, grad_whole_writes).
   void backward_weight(State& s);
   // Drops what the forward keeps that the backward recomputes under Recompute::Mlp (the SwiGLU
   // hidden activations of the routed and the shared experts).

@@ -55,6 +55,9 @@ GradReducer::GradReducer(ParamSet& params, Communicator& dp, CommScheduler& sche
     buckets_.back().begin = 0;
     buckets_.front().end = params.flat_numel();
   }
+  for (Param* p : params.params())
+    for (Bucket& b : buckets_)
+      if (p->offset >= b.begin && p->offset < b.end) b.params.push_back(p);
 }
 
 void GradReducer::begin_step() {
@@ -66,6 +69,7 @@ void GradReducer::begin_step() {
 
 void GradReducer::issue(Bucket& b) {
   b.issued = true;
+  settle_grads(b.params);  // a gradient no backward reached this step reduces as zeros
   if (tp_ && tp_->needed()) {
     const ZeroLayout& layout = params_.layout();
     for (size_t u = 0; u < layout.units().size(); ++u) {

@@ -32,6 +32,7 @@ class GradReducer {
     int64_t begin = 0, end = 0;  // element range of the flat gradient buffer
     int min_layer = 0;           // the bucket is ready once layers ≥ min_layer... are all done
     std::vector<int> layers;     // layers with parameters in the bucket
+    std::vector<Param*> params;  // the parameters whose gradients lie in [begin, end)
     int pending = 0;             // layers not yet done this step
     CommScheduler::Ticket ticket;
     bool issued = false;

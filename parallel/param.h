@@ -99,21 +99,28 @@ struct Param {
   int64_t offset = 0;  // element offset of this param in its ParamSet's flat buffers
   int64_t numel() const { return shape_numel(local_shape); }
 
-  // `grad` holds nothing of this step yet (all zeros). Set exactly where a gradient buffer is zeroed
-  // for a step (ParamSet::zero_grads, ZeroGradReducer's per-unit buffers), cleared by the step's
-  // first write (first_grad_write). A writer that writes every element of `grad` (the routed
-  // experts' grouped weight-gradient GEMMs, models/moe_mlp.cpp) then stores instead of accumulating,
-  // which spares reading the zeros. It is host state, set and cleared at the same points of every
-  // step whatever the schedule, so a step captured as a CUDA graph makes the same choices at every
-  // replay. Only a parameter every writer of which asks first_grad_write may be written so: a
-  // writer that adds without asking would be overwritten by the next one that asks. false (unknown)
-  // is always safe: the writer accumulates.
-  bool grad_zeroed = false;
-  // true: this is the step's first write into `grad`, which holds zeros, so the writer may store
-  // instead of adding; false: accumulate. Either way, `grad` then holds something of this step.
+  // `grad` holds nothing of this step yet. Set exactly where a step's gradient buffer is prepared
+  // (ParamSet::zero_grads, ZeroGradReducer's per-unit buffers), cleared by the step's first write
+  // (first_grad_write). A writer that writes every element of `grad` (the routed experts' grouped
+  // weight-gradient GEMMs, models/moe_mlp.cpp) then stores instead of accumulating, which spares
+  // reading what the buffer held. It is host state, set and cleared at the same points of every step
+  // whatever the schedule, so a step captured as a CUDA graph makes the same choices at every
+  // replay. false (unknown) is always safe: the writer accumulates.
+  bool grad_empty = false;
+  // Every writer of `grad` asks first_grad_write and the first write of a step writes every element
+  // (set by the layer that owns such a parameter): preparing the buffer for a step need not zero
+  // it. Only then may grad_stale be set.
+  bool grad_whole_writes = false;
+  // Empty and not zeroed: `grad` holds values of an earlier step (or none) until the step's first
+  // write. Whatever reads `grad` where that write may not have come first (a reduction) settles it
+  // first (settle_grads in parallel/param_set.h: zeros).
+  bool grad_stale = false;
+  // true: this is the step's first write into `grad`, which holds nothing of the step, so the
+  // writer must write every element (store, not add); false: accumulate. Either way, `grad` then
+  // holds something of this step.
   bool first_grad_write() {
-    const bool first = grad_zeroed;
-    grad_zeroed = false;
+    const bool first = grad_empty;
+    grad_empty = grad_stale = false;
     return first;
   }
 };

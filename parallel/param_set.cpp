@@ -25,7 +25,7 @@ void ParamSet::build(std::vector<Param*> params, Device device, DType value_dtyp
   for (Param* p : params_) {
     p->value = values_.slice_flat(p->offset, p->local_shape);
     p->grad = full_grads ? grads_.slice_flat(p->offset, p->local_shape) : Tensor();
-    p->grad_zeroed = false;  // zeros, but not yet of a step: the first step's zero_grads says so
+    p->grad_empty = p->grad_stale = false;  // zeros, but not yet of a step: the first step's zero_grads says so
   }
   for (Param* p : buffers_) {
     p->value = Tensor::zeros(p->local_shape, DType::F32, device);
@@ -97,10 +97,47 @@ void ParamSet::initialize(uint64_t seed) {
   }
 }
 
+void prepare_grads(Tensor& buf, int64_t begin, const std::vector<Param*>& params) {
+  std::vector<Param*> skip;
+  for (Param* p : params)
+    if (p->grad_whole_writes) skip.push_back(p);
+  if (skip.empty()) {
+    ops::zero(buf);  // one memset
+  } else {
+    // The ranges between the skipped gradients (padding included).
+    std::sort(skip.begin(), skip.end(), [](const Param* a, const Param* b) { return a->offset < b->offset; });
+    const int64_t end = begin + buf.numel();
+    int64_t at = begin;
+    for (const Param* p : skip) {
+      TETRA_CHECK(p->offset >= at && p->offset + p->numel() <= end, "prepare_grads: ", p->name, " at [", p->offset,
+                  ", ", p->offset + p->numel(), ") is not inside [", begin, ", ", end, ") after the parameters before it");
+      if (p->offset > at) {
+        Tensor gap = buf.slice_flat(at - begin, {p->offset - at});
+        ops::zero(gap);
+      }
+      at = p->offset + p->numel();
+    }
+    if (end > at) {
+      Tensor gap = buf.slice_flat(at - begin, {end - at});
+      ops::zero(gap);
+    }
+  }
+  for (Param* p : params) {
+    p->grad_empty = true;
+    p->grad_stale = p->grad_whole_writes;
+  }
+}
+
+void settle_grads(const std::vector<Param*>& params) {
+  for (Param* p : params) {
+    if (!p->grad_stale) continue;
+    ops::zero(p->grad);
+    p->grad_stale = false;
+  }
+}
+
 void ParamSet::zero_grads() {
-  if (!grads_.defined()) return;
-  ops::zero(grads_);
-  for (Param* p : params_) p->grad_zeroed = true;  // Param::grad_zeroed
+  if (grads_.defined()) prepare_grads(grads_, 0, params_);
 }
 
 void ParamSet::release_values() {

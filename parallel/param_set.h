@@ -16,6 +16,17 @@
 
 namespace tetra {
 
+// Prepares `buf`, which holds elements [begin, begin + buf.numel()) of a ParamSet's flat gradient
+// layout, for a step: zeroes it, except the gradients of those `params` (each lying in that range at
+// Param::offset) whose first write writes every element (Param::grad_whole_writes: left stale), and
+// marks each of the params as holding nothing of the step (Param::grad_empty, grad_stale). Padding
+// and every other element become zero.
+void prepare_grads(Tensor& buf, int64_t begin, const std::vector<Param*>& params);
+// Zeroes the gradients among `params` that are still stale (Param::grad_stale: prepared without
+// zeroing, not written since): call before reading gradients that a step's writes may not all have
+// reached (a reduction). Each stays empty (Param::grad_empty), now as zeros.
+void settle_grads(const std::vector<Param*>& params);
+
 class ParamSet {
  public:
   static constexpr int64_t kAlignElems = ZeroLayout::kAlignElems;
@@ -29,8 +40,7 @@ class ParamSet {
   // tensor comes from a seed derived from (seed, name) and i, and each rank draws the elements of
   // its local piece only, so any split (tensor parallelism) or order gives the same model.
   void initialize(uint64_t seed);
-  // Zeroes the flat gradient buffer (if any) and marks every trainable Param's gradient as holding
-  // nothing of this step (Param::grad_zeroed), so that its first writer may store instead of adding.
+  // Prepares the flat gradient buffer (if any) for a step: prepare_grads below over all of it.
   void zero_grads();
   // Moves the flat gradient buffer into `grads` (same numel and dtype, on the same device: e.g.
   // memory a communicator registered for its peers) and binds every Param::grad to it.

@@ -37,6 +37,8 @@ void ReplicatedOptimizer::tie(std::vector<Param*> params, Communicator& group, b
 }
 
 void ReplicatedOptimizer::finish_gradients() {
+  // Without reduction (dp 1) nothing has read the gradients yet; the norm and AdamW read them all.
+  settle_grads(params_.params());
   reducer_.finish();
   // Pipeline copies: the data-parallel sums of every copy, added up.
   if (!tie_group_ || tie_group_->size() <= 1) return;

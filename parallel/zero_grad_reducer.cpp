@@ -50,14 +50,23 @@ void ZeroGradReducer::allocate(int u) {
   const ZeroUnit& zu = layout_.units()[static_cast<size_t>(u)];
   TETRA_CHECK(!unit.issued, "ZeroGradReducer: layer writes gradients of unit (layer ", zu.layer,
               ") after its reduce-scatter was issued (a backward after the last micro-batch's?)");
-  unit.full = Tensor::zeros({zu.padded}, params_.grad_dtype(), params_.device());
+  unit.full = Tensor::empty({zu.padded}, params_.grad_dtype(), params_.device());
+  std::vector<Param*> ps;
   for (int pi : zu.params) {
     Param* p = layout_.params()[static_cast<size_t>(pi)];
     p->grad = unit.full.slice_flat(layout_.offset_of(pi) - zu.offset, p->local_shape);
-    p->grad_zeroed = true;  // Param::grad_zeroed: the first backward writing it may store
+    ps.push_back(p);
   }
+  // Zeroed but for gradients whose first write stores every element (Param::grad_whole_writes).
+  prepare_grads(unit.full, zu.offset, ps);
   live_elems_ += zu.padded;
   peak_elems_ = std::max(peak_elems_, live_elems_);
+}
+
+std::vector<Param*> ZeroGradReducer::params_of(int u) const {
+  std::vector<Param*> out;
+  for (int pi : layout_.units()[static_cast<size_t>(u)].params) out.push_back(layout_.params()[static_cast<size_t>(pi)]);
+  return out;
 }
 
 void ZeroGradReducer::free_buffer(int u) {
@@ -67,7 +76,7 @@ void ZeroGradReducer::free_buffer(int u) {
   for (int pi : zu.params) {
     Param* p = layout_.params()[static_cast<size_t>(pi)];
     p->grad = Tensor();
-    p->grad_zeroed = false;
+    p->grad_empty = p->grad_stale = false;
   }
   unit.full = Tensor();
   live_elems_ -= zu.padded;
@@ -88,6 +97,7 @@ void ZeroGradReducer::issue(int u) {
     ops::zero(out);
     return;
   }
+  settle_grads(params_of(u));  // a gradient no backward reached this step reduces as zeros
   Tensor in = full_of(u);
   if (tp_) tp_->sync_unit(u, in);
   if (dp_.size() == 1) {

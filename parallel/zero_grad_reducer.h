@@ -4,8 +4,9 @@
 //   stage 1    gradients accumulate in the ParamSet's full flat buffer; unit u is reduce-scattered
 //              from its range of that buffer into the rank's gradient shard.
 //   stage 2–3  there is no full flat buffer. Unit u's full-size gradient buffer is allocated
-//              (zeroed, its Params marked Param::grad_zeroed) at the first backward that writes
-//              it, bound to Param::grad, accumulates over the micro-batches of the step (as
+//              (zeroed, but for gradients whose first write stores every element, its Params
+//              marked Param::grad_empty) at the first backward that writes it, bound to
+//              Param::grad, accumulates over the micro-batches of the step (as
 //              FSDP's no_sync: one reduce-scatter per step instead of one per micro-batch), is
 //              reduce-scattered once the last micro-batch's backward of every layer reading the
 //              unit is done, and freed when that ends.
@@ -54,6 +55,7 @@ class ZeroGradReducer {
     CommScheduler::Ticket ticket;
   };
   Tensor full_of(int u);
+  std::vector<Param*> params_of(int u) const;
   void allocate(int u);
   void free_buffer(int u);
   void issue(int u);

@@ -508,7 +508,7 @@ TEST(GpuMoeGroupedGemm, AutoTakesTheSimtKernelWhereTensorCoresDoNotApply) {
   EXPECT_NE(std::string(why ? why : "").find("multiple of 8"), std::string::npos);
 }
 
-// The model's weight gradient over two micro-batches (models/moe_mlp.cpp, Param::grad_zeroed): the
+// The model's weight gradient over two micro-batches (models/moe_mlp.cpp, Param::grad_empty): the
 // step's first call stores (accumulate = false) into a poisoned buffer, the second adds. Every expert
 // must be written by the first call, those without rows in it too (zeros; else the second adds to
 // NaN), including experts that get rows only in the second micro-batch and one that gets none in

@@ -338,7 +338,7 @@ TEST(MoeGroupedLinear, MatchesOneLinearPerExpert) {
   }
 }
 
-// The model's weight gradient over two micro-batches (models/moe_mlp.cpp, Param::grad_zeroed): the
+// The model's weight gradient over two micro-batches (models/moe_mlp.cpp, Param::grad_empty): the
 // step's first call stores into a poisoned buffer, writing every expert (zeros where it has no rows),
 // the second adds; experts empty in one micro-batch or both included.
 TEST(MoeGroupedLinear, FirstMicroBatchStoresEveryExpertSecondAdds) {

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """The routed experts' weight gradients add up over every micro-batch of a step, whatever runs them
 (docs/moe.md "Weight gradients"): the step's first write into a zeroed gradient buffer stores, every
-later one adds (Param::grad_zeroed). Through `tetra train` on CPU ranks under mpirun (fp32), a Llama
+later one adds (Param::grad_empty). Through `tetra train` on CPU ranks under mpirun (fp32), a Llama
 with MoE layers (8 experts, top 2 of 2-of-4 groups, a shared expert, a dense first layer, the
 balance loss, a bias update that moves routing within the run).
 
-The oracle is the same global batch as ONE micro-batch on one rank: each gradient is written once
-there, so nothing depends on accumulation. Against it, every split of the step into several
-micro-batches — and so several writes into the same gradient buffer — must give the same losses,
-gradient norms and final weights within 1e-6 (rounding of a different summation order):
+The oracle is the same global batch as ONE micro-batch on one rank, ONE step per process (each
+step resumes the previous one's checkpoint): each gradient is written once into a buffer the
+process has just allocated as zeros, so nothing depends on accumulation nor on how a step prepares
+its gradient buffers (the experts' are not zeroed, docs/moe.md). Against it, the uninterrupted run
+of that layout (stale gradients of an earlier step must not leak into a later one) and every split
+of the step into several micro-batches — several writes into the same gradient buffer — must give
+the same losses, gradient norms and final weights within 1e-6 (rounding of a different summation
+order):
   1 rank   2 and 4 micro-batches, ZeRO 0 and 2; the two-micro-batch interleave (moe_overlap);
            recomputation of the MLPs
   dp 2     ep 1 and 2 (4 and 2 micro-batches a rank), ZeRO 0, 1, 2 and 3
@@ -62,14 +66,27 @@ def final_state(run):
 
 
 t_start = time.time()
-ws.train("one", np_=1, sets=layout(micro=8))
-base, base_loads, base_state = metrics(ws.run_dir("one")), loads("one"), final_state("one")
-check(sorted(base) == list(range(1, STEPS + 1)) and len(base_loads[1]) == 3,
-      "the oracle (one micro-batch of 8 sequences a step) logs every step and its 3 MoE layers' loads")
+# The oracle: one micro-batch of 8 sequences, one step per process: each process resumes the last
+# one's checkpoint and stops after its first step (SIGTERM: checkpoint written, exit 75 — preempted).
+PREEMPTED = 75  # launch/signals.h exit_code::kPreempted
+base, base_loads = {}, {}
+for step in range(1, STEPS + 1):
+    resume = [f"checkpoint.resume={os.path.join(ws.run_dir(f'oracle{step - 1}'), 'checkpoints', f'step_{step - 1}')}"] \
+        if step > 1 else []
+    ws.train(f"oracle{step}", np_=1, sets=layout(micro=8) + ["checkpoint.every=1"] + resume,
+             fault=f"term@{step}", expect=PREEMPTED if step < STEPS else 0)
+    m = metrics(ws.run_dir(f"oracle{step}"))
+    check(sorted(m) == [step], f"oracle step {step}: one step in its own process")
+    base.update(m)
+    base_loads.update(loads(f"oracle{step}"))
+_, base_state = state_of(os.path.join(ws.run_dir(f"oracle{STEPS}"), "checkpoints", f"step_{STEPS}"))
+check(len(base_loads[1]) == 3, "the oracle logs its 3 MoE layers' loads")
 experts = [n for n in base_state if ".mlp.experts." in n]
 check(len(experts) == 3 * 2, f"the oracle's checkpoint holds the 3 MoE layers' fused expert weights ({experts})")
 
 VARIANTS = [  # name, ranks, layout; micro-batches per rank and step = 8 / (dp · micro)
+    ("one", 1, layout(micro=8)),
+    ("one_z2", 1, layout(micro=8, zero=2)),
     ("mb2_z0", 1, layout(micro=4)),
     ("mb4_z0", 1, layout(micro=2)),
     ("mb4_z2", 1, layout(micro=2, zero=2)),

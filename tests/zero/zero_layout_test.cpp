@@ -210,7 +210,7 @@ TEST(ZeroMemory, GradientDtypeIsTheOptimizersChoice) {
   EXPECT_THROW(param_storage_for(o, DType::F32, 2), Error);
 }
 
-// Param::grad_zeroed: set exactly where a step's gradient buffer is zeroed, cleared by the first
+// Param::grad_empty: set exactly where a step's gradient buffer is zeroed, cleared by the first
 // write (the routed experts' weight gradients then store instead of adding, models/moe_mlp.cpp).
 TEST(ZeroLayout, ZeroGradsMarksGradientsEmptyUntilTheirFirstWrite) {
   OddModel m;
@@ -222,18 +222,18 @@ TEST(ZeroLayout, ZeroGradsMarksGradientsEmptyUntilTheirFirstWrite) {
   all.push_back(&buffer);
   ParamSet ps;
   ps.build(all, Device::cpu(), DType::F32, DType::F32, /*shards=*/2, /*full_grads=*/true);
-  for (Param* p : m.params) EXPECT_FALSE(p->grad_zeroed) << p->name << ": not yet zeroed for a step";
+  for (Param* p : m.params) EXPECT_FALSE(p->grad_empty) << p->name << ": not yet zeroed for a step";
   ops::fill(ps.flat_grads(), 3.0f);
   ps.zero_grads();
   const float* g = ps.flat_grads().data<float>();
   for (int64_t i = 0; i < ps.flat_numel(); ++i) ASSERT_EQ(g[i], 0.0f) << "element " << i;
-  for (Param* p : m.params) EXPECT_TRUE(p->grad_zeroed) << p->name;
-  EXPECT_FALSE(buffer.grad_zeroed) << "a buffer has no gradient";
+  for (Param* p : m.params) EXPECT_TRUE(p->grad_empty) << p->name;
+  EXPECT_FALSE(buffer.grad_empty) << "a buffer has no gradient";
   Param* p = m.params[2];
   EXPECT_TRUE(p->first_grad_write()) << "the step's first write may store";
-  EXPECT_FALSE(p->grad_zeroed);
+  EXPECT_FALSE(p->grad_empty);
   EXPECT_FALSE(p->first_grad_write()) << "a second write must add";
-  EXPECT_TRUE(m.params[3]->grad_zeroed) << "another parameter's write leaves this one's state";
+  EXPECT_TRUE(m.params[3]->grad_empty) << "another parameter's write leaves this one's state";
   ps.zero_grads();
   EXPECT_TRUE(p->first_grad_write()) << "the next step's zeroing marks it again";
   // Stages 2–3 keep no flat buffer: nothing is zeroed here, so nothing is marked (ZeroGradReducer
@@ -242,5 +242,44 @@ TEST(ZeroLayout, ZeroGradsMarksGradientsEmptyUntilTheirFirstWrite) {
   ParamSet ps2;
   ps2.build(sharded.params, Device::cpu(), DType::F32, DType::F32, /*shards=*/2, /*full_grads=*/false);
   ps2.zero_grads();
-  for (Param* q : sharded.params) EXPECT_FALSE(q->grad_zeroed) << q->name;
+  for (Param* q : sharded.params) EXPECT_FALSE(q->grad_empty) << q->name;
+}
+
+// A gradient whose first write stores every element (Param::grad_whole_writes: the routed experts')
+// is left as it was by the step's preparation (stale), everything else — padding included — is zeroed;
+// settle_grads zeroes what is still stale before a reader, and a write ends the staleness.
+TEST(ZeroLayout, PreparingSkipsGradientsWrittenWholeAndSettlingZeroesThem) {
+  OddModel m;
+  m.params[2]->grad_whole_writes = true;  // layer 1, first of three
+  m.params[7]->grad_whole_writes = true;  // layer 3, last (its unit's padding follows)
+  ParamSet ps;
+  ps.build(m.params, Device::cpu(), DType::F32, DType::F32, /*shards=*/2, /*full_grads=*/true);
+  ops::fill(ps.flat_grads(), 3.0f);
+  ps.zero_grads();
+  const float* g = ps.flat_grads().data<float>();
+  auto inside = [&](int64_t i, const Param* p) { return i >= p->offset && i < p->offset + p->numel(); };
+  for (int64_t i = 0; i < ps.flat_numel(); ++i) {
+    const bool whole = inside(i, m.params[2]) || inside(i, m.params[7]);
+    ASSERT_EQ(g[i], whole ? 3.0f : 0.0f) << "element " << i << (whole ? " (left stale)" : " (zeroed)");
+  }
+  for (Param* p : m.params) {
+    EXPECT_TRUE(p->grad_empty) << p->name;
+    EXPECT_EQ(p->grad_stale, p->grad_whole_writes) << p->name;
+  }
+  EXPECT_TRUE(m.params[7]->first_grad_write()) << "the first write stores";
+  EXPECT_FALSE(m.params[7]->grad_stale) << "and leaves nothing stale";
+  settle_grads(m.params);  // a reader: params[2] was never written this step
+  for (int64_t i = 0; i < ps.flat_numel(); ++i)
+    ASSERT_EQ(g[i], inside(i, m.params[7]) ? 3.0f : 0.0f) << "element " << i << " after settling";
+  EXPECT_FALSE(m.params[2]->grad_stale);
+  EXPECT_TRUE(m.params[2]->grad_empty) << "settled: zeros, still nothing of the step";
+  // A unit buffer of its own (ZeRO 2–3: ZeroGradReducer prepares each as it allocates it).
+  const ZeroUnit& u = ps.layout().units()[1];
+  Tensor unit = Tensor::empty({u.padded}, DType::F32);
+  ops::fill(unit, 5.0f);
+  std::vector<Param*> unit_params;
+  for (int pi : u.params) unit_params.push_back(ps.layout().params()[static_cast<size_t>(pi)]);
+  prepare_grads(unit, u.offset, unit_params);
+  for (int64_t i = 0; i < u.padded; ++i)
+    ASSERT_EQ(unit.data<float>()[i], inside(u.offset + i, m.params[2]) ? 5.0f : 0.0f) << "unit element " << i;
 }
