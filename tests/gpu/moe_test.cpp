@@ -512,7 +512,8 @@ TEST(GpuMoeGroupedGemm, AutoTakesTheSimtKernelWhereTensorCoresDoNotApply) {
 // step's first call stores (accumulate = false) into a poisoned buffer, the second adds. Every expert
 // must be written by the first call, those without rows in it too (zeros; else the second adds to
 // NaN), including experts that get rows only in the second micro-batch and one that gets none in
-// either. Each implementation, bf16 and fp32 gradients, against the CPU twin's dw1 + dw2.
+// either; and a micro-batch of no rows at all. Each implementation, bf16 and fp32 gradients, against
+// the CPU twin's dw1 + dw2.
 TEST(GpuMoeGroupedGemm, FirstMicroBatchStoresEveryExpertSecondAdds) {
   TETRA_REQUIRE_GPU();
   using Impl = cuda::GroupedGemmImpl;
@@ -533,8 +534,18 @@ TEST(GpuMoeGroupedGemm, FirstMicroBatchStoresEveryExpertSecondAdds) {
     for (Impl impl : kImpls) {
       if (impl == Impl::Cublas && out != DType::BF16) continue;  // cuBLAS's grouped GEMM: one type
       const std::string what = std::string(cuda::grouped_gemm_impl_name(impl)) + " → " + dtype_name(out);
-      if (impl == Impl::Wgmma && !wgmma_runs()) continue;
+      if ((impl == Impl::Wgmma || impl == Impl::WgmmaWs) && !wgmma_runs()) continue;
       cuda::set_grouped_gemm_impl(impl);
+      // A micro-batch without any rows (an expert-parallel rank that received none) stores zeros
+      // when it comes first and adds nothing after.
+      Tensor g_none = poisoned({G, O, I}, out);
+      Tensor g_x0 = Tensor::empty({0, I}, DType::BF16, gpu()), g_dy0 = Tensor::empty({0, O}, DType::BF16, gpu());
+      Tensor g_off0 = upload_raw(offsets_of(std::vector<int64_t>(static_cast<size_t>(G), 0)));
+      ops::moe_grouped_linear_backward_weight(g_none, g_dy0, g_x0, g_off0, /*accumulate=*/false);
+      ops::moe_grouped_linear_backward_weight(g_none, g_dy0, g_x0, g_off0, /*accumulate=*/true);
+      int64_t not_zero = 0;
+      for (double v : download(g_none)) not_zero += v != 0.0;
+      EXPECT_EQ(not_zero, 0) << what << ": a micro-batch of no rows";
       Tensor g_dw = poisoned({G, O, I}, out);
       Tensor g_x1 = upload(x1, DType::BF16), g_dy1 = upload(dy1, DType::BF16), g_off1 = upload_raw(off1);
       Tensor g_x2 = upload(x2, DType::BF16), g_dy2 = upload(dy2, DType::BF16), g_off2 = upload_raw(off2);
