@@ -410,7 +410,7 @@ void Trainer::setup() {
   control_cfg_.beta2 = oo.adamw.beta2;
   control_cfg_.stop_on_nonfinite = cfg_.train.on_nonfinite == "stop";
   for (Slot& s : slots_) {
-    s.readback = std::make_unique<HostReadback>(device_, kStepControlSlots);
+    s.readback = std::make_unique<HostReadback<double>>(device_, kStepControlSlots);
     s.opt_begin = std::make_unique<Event>(device_);
     s.opt_end = std::make_unique<Event>(device_);
     if (cfg_.train.cuda_graphs) s.graph = std::make_unique<CudaGraph>(device_);
@@ -582,7 +582,7 @@ Trainer::Launched Trainer::launch_step(int64_t step) {
 }
 
 const double* Trainer::wait_readback(int64_t step) {
-  HostReadback& rb = *slots_[slot_of(step)].readback;
+  HostReadback<double>& rb = *slots_[slot_of(step)].readback;
   const double timeout = cfg_.run.comm_timeout_s;
   const double t0 = now_s();
   while (!rb.ready()) {

@@ -182,7 +182,7 @@ class Trainer {
   Tensor loss_sum_, grad_sq_, control_, lr_table_;
   StepControlConfig control_cfg_;
   struct Slot {
-    std::unique_ptr<HostReadback> readback;
+    std::unique_ptr<HostReadback<double>> readback;
     std::unique_ptr<Event> opt_begin, opt_end;
     std::unique_ptr<CudaGraph> graph;
   };

@@ -14,7 +14,7 @@
 
 #include "models/moe_mlp.h"
 #include "runtime/communicator.h"
-#include "runtime/counts_readback.h"
+#include "runtime/host_readback.h"
 
 namespace tetra {
 

@@ -22,7 +22,7 @@
 
 #include "parallel/comm_scheduler.h"
 #include "runtime/communicator.h"
-#include "runtime/counts_readback.h"
+#include "runtime/host_readback.h"
 
 namespace tetra {
 

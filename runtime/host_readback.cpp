@@ -1,6 +1,7 @@
 #include "runtime/host_readback.h"
 
 #include <cstring>
+#include <string>
 
 #include "runtime/error.h"
 #ifdef TETRA_WITH_CUDA
@@ -10,20 +11,29 @@
 
 namespace tetra {
 
-HostReadback::HostReadback(Device device, int64_t count) : device_(device), count_(count), done_(device) {
-  TETRA_CHECK(count > 0, "HostReadback of ", count, " values");
+namespace {
+// The name errors give: what the callers know the readback as.
+template <class T> const char* readback_name();
+template <> const char* readback_name<int32_t>() { return "CountsReadback"; }
+template <> const char* readback_name<double>() { return "HostReadback"; }
+}  // namespace
+
+template <class T>
+HostReadback<T>::HostReadback(Device device, int64_t capacity) : device_(device), capacity_(capacity), done_(device) {
+  TETRA_CHECK(capacity > 0, readback_name<T>(), " of ", capacity, " values");
 #ifdef TETRA_WITH_CUDA
   if (device.is_cuda()) {
-    const size_t bytes = static_cast<size_t>(count) * sizeof(double);
-    host_ = static_cast<double*>(cuda::allocate_pinned(bytes));
+    const size_t bytes = static_cast<size_t>(capacity) * sizeof(T);
+    host_ = static_cast<T*>(cuda::allocate_pinned(bytes));
     std::memset(host_, 0, bytes);
     return;
   }
 #endif
-  host_ = new double[static_cast<size_t>(count)]();
+  host_ = new T[static_cast<size_t>(capacity)]();
 }
 
-HostReadback::~HostReadback() {
+template <class T>
+HostReadback<T>::~HostReadback() {
 #ifdef TETRA_WITH_CUDA
   if (device_.is_cuda()) {
     if (pending_) {
@@ -39,31 +49,57 @@ HostReadback::~HostReadback() {
   delete[] host_;
 }
 
-void HostReadback::copy_from(const Tensor& src) {
-  TETRA_CHECK(src.dtype() == DType::F64 && src.numel() == count_ && src.device() == device_,
-              "HostReadback::copy_from: want fp64 [", count_, "] on ", device_.str(), ", got ", src.describe());
+template <class T>
+void HostReadback<T>::copy_from(std::initializer_list<const Tensor*> srcs) {
+  int64_t total = 0;
+  for (const Tensor* t : srcs) {
+    TETRA_CHECK(t != nullptr && t->defined() && t->dtype() == dtype_of<T>() && t->device() == device_,
+                readback_name<T>(), "::copy_from: want ", dtype_name(dtype_of<T>()), " tensors on ", device_.str(),
+                ", got ", t && t->defined() ? t->describe() : std::string("none"));
+    total += t->numel();
+  }
+  TETRA_CHECK(total <= capacity_, readback_name<T>(), "::copy_from: ", total, " values exceed the capacity of ",
+              capacity_);
 #ifdef TETRA_WITH_CUDA
   if (device_.is_cuda()) {
     if (pending_) wait();  // the pinned buffer is about to be overwritten
     const Stream s = current_stream(device_);
-    TETRA_CUDA_CHECK(cudaMemcpyAsync(host_, src.data_ptr(), static_cast<size_t>(count_) * sizeof(double),
-                                     cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(s.handle())));
+    int64_t at = 0;
+    for (const Tensor* t : srcs) {
+      if (t->numel() > 0)
+        TETRA_CUDA_CHECK(cudaMemcpyAsync(host_ + at, t->data_ptr(), t->nbytes(), cudaMemcpyDeviceToHost,
+                                         static_cast<cudaStream_t>(s.handle())));
+      at += t->numel();
+    }
     done_.record(s);
     pending_ = true;
+    copied_ = total;
     return;
   }
 #endif
-  std::memcpy(host_, src.data_ptr(), static_cast<size_t>(count_) * sizeof(double));
+  int64_t at = 0;
+  for (const Tensor* t : srcs) {
+    if (t->numel() > 0) std::memcpy(host_ + at, t->data_ptr(), t->nbytes());
+    at += t->numel();
+  }
+  copied_ = total;
 }
 
-bool HostReadback::ready() const { return !pending_ || done_.query(); }
+template <class T>
+bool HostReadback<T>::ready() const {
+  return !pending_ || done_.query();
+}
 
-const double* HostReadback::wait() {
+template <class T>
+const T* HostReadback<T>::wait() {
   if (pending_) {
     done_.synchronize();
     pending_ = false;
   }
   return host_;
 }
+
+template class HostReadback<int32_t>;
+template class HostReadback<double>;
 
 }  // namespace tetra

@@ -25,12 +25,12 @@
 #include <string>
 #include <vector>
 
-#include "runtime/counts_readback.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda_graph.h"
 #include "runtime/cuda/moe_grouped_gemm.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/host_readback.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
 #include "runtime/stream.h"
@@ -207,7 +207,7 @@ void bench_sequence(Layer& L, const std::string& how, const std::string& name, b
   print(line);
 }
 
-// What the expert-parallel exchange pays to learn its sizes (runtime/counts_readback.h): the host time
+// What the expert-parallel exchange pays to learn its sizes (runtime/host_readback.h): the host time
 // from enqueueing the router to holding its counts, with CountsReadback (copy to pinned memory, one
 // event wait), against the router followed by a plain stream synchronisation. µs per layer.
 void bench_counts_readback(Layer& L, int reps) {

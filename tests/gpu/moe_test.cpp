@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/counts_readback.h"
 #include "runtime/cuda_graph.h"
+#include "runtime/host_readback.h"
 #include "runtime/step_control.h"
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/moe_grouped_gemm.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "op_test_util.h"
-#include "runtime/counts_readback.h"
+#include "runtime/host_readback.h"
 #include "runtime/step_control.h"
 
 namespace tetra::test {
