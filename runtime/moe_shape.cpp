@@ -23,6 +23,23 @@ void check_2d(const char* op, const char* what, const Tensor& t, const char* lay
   if (!t.defined() || t.ndim() != 2) TETRA_FAIL(Internal, op, ": ", what, " must be 2-D ", layout, ", got ", t.describe());
 }
 
+// row_of int32 [N, k] of the N tokens of `tokens`; returns k.
+int64_t check_row_of(const char* op, const Tensor& row_of, int64_t N, const char* tokens) {
+  check_dtype(op, "row_of", row_of, DType::I32);
+  check_2d(op, "row_of", row_of, "[N, k]");
+  if (row_of.dim(0) != N)
+    TETRA_FAIL(Internal, op, ": row_of ", row_of.describe(), " must have ", tokens, "'s N = ", N, " rows");
+  return row_of.dim(1);
+}
+
+// Routed rows [R, d] of `tokens`' width d; returns R.
+int64_t check_rows_like(const char* op, const char* what, const Tensor& rows, int64_t d, const char* tokens) {
+  check_2d(op, what, rows, "[R, d]");
+  if (rows.dim(1) != d)
+    TETRA_FAIL(Internal, op, ": ", what, " ", rows.describe(), " must be [R, d = ", d, "] like ", tokens);
+  return rows.dim(0);
+}
+
 // Tensors that are only read must not share memory with an output.
 void check_outputs_disjoint(const char* op, const Tensor& out, const char* out_name,
                             std::initializer_list<std::pair<const char*, const Tensor*>> ins) {
@@ -187,9 +204,7 @@ MoeRowDims check_moe_permute_map(const char* op, const Tensor& offsets, const Te
 MoeRowDims check_moe_permute(const char* op, const Tensor& rows, const Tensor& x, const Tensor& slot_of,
                              int64_t top_k) {
   const int64_t N = token_rows(op, "x", x), d = x.dim(-1);
-  check_2d(op, "rows", rows, "[R, d]");
-  const int64_t R = rows.dim(0);
-  if (rows.dim(1) != d) TETRA_FAIL(Internal, op, ": rows ", rows.describe(), " must be [R, d = ", d, "] like x");
+  const int64_t R = check_rows_like(op, "rows", rows, d, "x");
   check_dtype(op, "slot_of", slot_of, DType::I32);
   check_shape(op, "slot_of", slot_of, {R});
   if (top_k < 1) TETRA_FAIL(Internal, op, ": top_k must be ≥ 1, got ", top_k);
@@ -200,53 +215,42 @@ MoeRowDims check_moe_permute(const char* op, const Tensor& rows, const Tensor& x
 
 MoeRowDims check_moe_permute_backward(const char* op, const Tensor& dx, const Tensor& d_rows, const Tensor& row_of) {
   const int64_t N = token_rows(op, "dx", dx), d = dx.dim(-1);
-  check_dtype(op, "row_of", row_of, DType::I32);
-  check_2d(op, "row_of", row_of, "[N, k]");
-  if (row_of.dim(0) != N) TETRA_FAIL(Internal, op, ": row_of ", row_of.describe(), " must have dx's N = ", N, " rows");
-  check_2d(op, "d_rows", d_rows, "[R, d]");
-  if (d_rows.dim(1) != d) TETRA_FAIL(Internal, op, ": d_rows ", d_rows.describe(), " must be [R, d = ", d, "] like dx");
+  const int64_t k = check_row_of(op, row_of, N, "dx");
+  const int64_t R = check_rows_like(op, "d_rows", d_rows, d, "dx");
   check_same_device(op, {&dx, &d_rows, &row_of});
   check_outputs_disjoint(op, dx, "dx", {{"d_rows", &d_rows}, {"row_of", &row_of}});
-  return {N, row_of.dim(1), d_rows.dim(0), d};
+  return {N, k, R, d};
 }
 
 MoeRowDims check_moe_unpermute(const char* op, const Tensor& y, const Tensor& rows, const Tensor& weights,
                                const Tensor& row_of) {
   const int64_t N = token_rows(op, "y", y), d = y.dim(-1);
-  check_dtype(op, "row_of", row_of, DType::I32);
-  check_2d(op, "row_of", row_of, "[N, k]");
-  if (row_of.dim(0) != N) TETRA_FAIL(Internal, op, ": row_of ", row_of.describe(), " must have y's N = ", N, " rows");
-  const int64_t k = row_of.dim(1);
+  const int64_t k = check_row_of(op, row_of, N, "y");
   check_dtype(op, "weights", weights, DType::F32);
   check_shape(op, "weights", weights, {N, k});
-  check_2d(op, "rows", rows, "[R, d]");
-  if (rows.dim(1) != d) TETRA_FAIL(Internal, op, ": rows ", rows.describe(), " must be [R, d = ", d, "] like y");
+  const int64_t R = check_rows_like(op, "rows", rows, d, "y");
   check_same_device(op, {&y, &rows, &weights, &row_of});
   check_outputs_disjoint(op, y, "y", {{"rows", &rows}, {"weights", &weights}, {"row_of", &row_of}});
-  return {N, k, rows.dim(0), d};
+  return {N, k, R, d};
 }
 
 MoeRowDims check_moe_unpermute_backward(const char* op, const Tensor& d_rows, const Tensor& d_weights,
                                         const Tensor& dy, const Tensor& rows, const Tensor& weights,
                                         const Tensor& row_of) {
   const int64_t N = token_rows(op, "dy", dy), d = dy.dim(-1);
-  check_dtype(op, "row_of", row_of, DType::I32);
-  check_2d(op, "row_of", row_of, "[N, k]");
-  if (row_of.dim(0) != N) TETRA_FAIL(Internal, op, ": row_of ", row_of.describe(), " must have dy's N = ", N, " rows");
-  const int64_t k = row_of.dim(1);
+  const int64_t k = check_row_of(op, row_of, N, "dy");
   check_dtype(op, "weights", weights, DType::F32);
   check_shape(op, "weights", weights, {N, k});
   check_dtype(op, "d_weights", d_weights, DType::F32);
   check_shape(op, "d_weights", d_weights, {N, k});
-  check_2d(op, "rows", rows, "[R, d]");
-  if (rows.dim(1) != d) TETRA_FAIL(Internal, op, ": rows ", rows.describe(), " must be [R, d = ", d, "] like dy");
+  const int64_t R = check_rows_like(op, "rows", rows, d, "dy");
   check_shape(op, "d_rows", d_rows, rows.shape());
   check_same_device(op, {&d_rows, &d_weights, &dy, &rows, &weights, &row_of});
   for (const Tensor* out : {&d_rows, &d_weights})
     check_outputs_disjoint(op, *out, "an output",
                            {{"dy", &dy}, {"rows", &rows}, {"weights", &weights}, {"row_of", &row_of}});
   check_disjoint(op, "d_weights", d_rows, d_weights);
-  return {N, k, rows.dim(0), d};
+  return {N, k, R, d};
 }
 
 MoeRowDims check_moe_sort_chunks(const char* op, const Tensor& out, const Tensor& in, const Tensor& chunk_counts) {
@@ -284,45 +288,44 @@ void check_rows_fit(const char* op, int64_t R) {
   if (R > kMaxInt32) TETRA_FAIL(Internal, op, ": R = ", R, " rows exceed int32 offsets");
 }
 
+struct Operand {
+  const char* name;
+  const Tensor& t;
+};
+
+// What the three grouped GEMMs check alike: w [G, O, I] with offsets int32 [G + 1]; `lead` fixes R and
+// is [R, I] (forward: x) or [R, O] (backward: dy); `rows` is the other row tensor, [R, O] or [R, I]
+// then. The output is w (backward weight) or `rows`; everything on one device, the output apart from
+// what is read.
+MoeGemmDims check_grouped_gemm(const char* op, Operand w, Operand lead, Operand rows, bool forward, bool w_is_output,
+                               const Tensor& offsets) {
+  const int64_t G = check_grouped_weight(op, w.name, w.t, offsets), O = w.t.dim(1), I = w.t.dim(2);
+  check_2d(op, lead.name, lead.t, forward ? "[R, I]" : "[R, O]");
+  const int64_t R = lead.t.dim(0);
+  check_shape(op, lead.name, lead.t, {R, forward ? I : O});
+  check_shape(op, rows.name, rows.t, {R, forward ? O : I});
+  check_rows_fit(op, R);
+  const Operand out = w_is_output ? w : rows, in = w_is_output ? rows : w;
+  check_same_device(op, {&out.t, &lead.t, &in.t, &offsets});
+  check_outputs_disjoint(op, out.t, out.name, {{lead.name, &lead.t}, {in.name, &in.t}, {"offsets", &offsets}});
+  return {G, R, O, I};
+}
+
 }  // namespace
 
 MoeGemmDims check_moe_grouped_forward(const char* op, const Tensor& y, const Tensor& x, const Tensor& w,
                                       const Tensor& offsets) {
-  const int64_t G = check_grouped_weight(op, "w", w, offsets), O = w.dim(1), I = w.dim(2);
-  check_2d(op, "x", x, "[R, I]");
-  const int64_t R = x.dim(0);
-  check_shape(op, "x", x, {R, I});
-  check_shape(op, "y", y, {R, O});
-  check_rows_fit(op, R);
-  check_same_device(op, {&y, &x, &w, &offsets});
-  check_outputs_disjoint(op, y, "y", {{"x", &x}, {"w", &w}, {"offsets", &offsets}});
-  return {G, R, O, I};
+  return check_grouped_gemm(op, {"w", w}, {"x", x}, {"y", y}, /*forward=*/true, /*w_is_output=*/false, offsets);
 }
 
 MoeGemmDims check_moe_grouped_backward_input(const char* op, const Tensor& dx, const Tensor& dy, const Tensor& w,
                                              const Tensor& offsets) {
-  const int64_t G = check_grouped_weight(op, "w", w, offsets), O = w.dim(1), I = w.dim(2);
-  check_2d(op, "dy", dy, "[R, O]");
-  const int64_t R = dy.dim(0);
-  check_shape(op, "dy", dy, {R, O});
-  check_shape(op, "dx", dx, {R, I});
-  check_rows_fit(op, R);
-  check_same_device(op, {&dx, &dy, &w, &offsets});
-  check_outputs_disjoint(op, dx, "dx", {{"dy", &dy}, {"w", &w}, {"offsets", &offsets}});
-  return {G, R, O, I};
+  return check_grouped_gemm(op, {"w", w}, {"dy", dy}, {"dx", dx}, /*forward=*/false, /*w_is_output=*/false, offsets);
 }
 
 MoeGemmDims check_moe_grouped_backward_weight(const char* op, const Tensor& dw, const Tensor& dy, const Tensor& x,
                                               const Tensor& offsets) {
-  const int64_t G = check_grouped_weight(op, "dw", dw, offsets), O = dw.dim(1), I = dw.dim(2);
-  check_2d(op, "dy", dy, "[R, O]");
-  const int64_t R = dy.dim(0);
-  check_shape(op, "dy", dy, {R, O});
-  check_shape(op, "x", x, {R, I});
-  check_rows_fit(op, R);
-  check_same_device(op, {&dw, &dy, &x, &offsets});
-  check_outputs_disjoint(op, dw, "dw", {{"dy", &dy}, {"x", &x}, {"offsets", &offsets}});
-  return {G, R, O, I};
+  return check_grouped_gemm(op, {"dw", dw}, {"dy", dy}, {"x", x}, /*forward=*/false, /*w_is_output=*/true, offsets);
 }
 
 }  // namespace tetra

@@ -28,63 +28,60 @@ const int32_t* checked_offsets(const char* op, const Tensor& offsets, int64_t G,
   return o;
 }
 
+struct Operand {
+  const char* name;
+  const Tensor& t;
+};
+
+// c = a ∘ b of one grouped GEMM, after runtime/moe_shape.h's shape checks: all fp32, offsets valid.
+const int32_t* checked_operands(const char* op, Operand c, Operand a, Operand b, const Tensor& offsets,
+                                const MoeGemmDims& d) {
+  check_dtype(op, c.name, c.t, DType::F32);
+  check_dtype(op, a.name, a.t, DType::F32);
+  check_dtype(op, b.name, b.t, DType::F32);
+  return checked_offsets(op, offsets, d.G, d.R);
+}
+
+// The row GEMMs of forward and backward input: per expert g with m rows, out[rows of g] [m, n] =
+// in[rows of g] [m, k] · w[g]ᵀ (w[g] [n, k]: forward) or · w[g] (w[g] [k, n]: backward input);
+// zeros where k = 0.
+void row_gemms(const int32_t* o, int64_t G, const float* in, const float* w, float* out, int64_t n, int64_t k,
+               bool w_transposed) {
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t m = o[g + 1] - o[g];
+    if (m == 0 || n == 0) continue;
+    float* outg = out + o[g] * n;
+    if (k == 0) {
+      std::fill(outg, outg + m * n, 0.0f);
+      continue;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, w_transposed ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                static_cast<int>(n), static_cast<int>(k), 1.0f, in + o[g] * k, ld(k), w + g * n * k,
+                ld(w_transposed ? k : n), 0.0f, outg, ld(n));
+  }
+}
+
 }  // namespace
 
 void moe_grouped_linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& offsets) {
   const char* op = "moe_grouped_linear_forward";
   const MoeGemmDims d = check_moe_grouped_forward(op, y, x, w, offsets);
-  check_dtype(op, "y", y, DType::F32);
-  check_dtype(op, "x", x, DType::F32);
-  check_dtype(op, "w", w, DType::F32);
-  const int32_t* o = checked_offsets(op, offsets, d.G, d.R);
-  const float* px = x.data<float>();
-  const float* pw = w.data<float>();
-  float* py = y.data<float>();
-  for (int64_t g = 0; g < d.G; ++g) {
-    const int64_t m = o[g + 1] - o[g];
-    if (m == 0 || d.O == 0) continue;
-    float* yg = py + o[g] * d.O;
-    if (d.I == 0) {
-      std::fill(yg, yg + m * d.O, 0.0f);
-      continue;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(d.O),
-                static_cast<int>(d.I), 1.0f, px + o[g] * d.I, ld(d.I), pw + g * d.O * d.I, ld(d.I), 0.0f, yg, ld(d.O));
-  }
+  const int32_t* o = checked_operands(op, {"y", y}, {"x", x}, {"w", w}, offsets, d);
+  row_gemms(o, d.G, x.data<float>(), w.data<float>(), y.data<float>(), d.O, d.I, /*w_transposed=*/true);
 }
 
 void moe_grouped_linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& offsets) {
   const char* op = "moe_grouped_linear_backward_input";
   const MoeGemmDims d = check_moe_grouped_backward_input(op, dx, dy, w, offsets);
-  check_dtype(op, "dx", dx, DType::F32);
-  check_dtype(op, "dy", dy, DType::F32);
-  check_dtype(op, "w", w, DType::F32);
-  const int32_t* o = checked_offsets(op, offsets, d.G, d.R);
-  const float* pdy = dy.data<float>();
-  const float* pw = w.data<float>();
-  float* pdx = dx.data<float>();
-  for (int64_t g = 0; g < d.G; ++g) {
-    const int64_t m = o[g + 1] - o[g];
-    if (m == 0 || d.I == 0) continue;
-    float* dxg = pdx + o[g] * d.I;
-    if (d.O == 0) {
-      std::fill(dxg, dxg + m * d.I, 0.0f);
-      continue;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(d.I),
-                static_cast<int>(d.O), 1.0f, pdy + o[g] * d.O, ld(d.O), pw + g * d.O * d.I, ld(d.I), 0.0f, dxg,
-                ld(d.I));
-  }
+  const int32_t* o = checked_operands(op, {"dx", dx}, {"dy", dy}, {"w", w}, offsets, d);
+  row_gemms(o, d.G, dy.data<float>(), w.data<float>(), dx.data<float>(), d.I, d.O, /*w_transposed=*/false);
 }
 
 void moe_grouped_linear_backward_weight(Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& offsets,
                                         bool accumulate) {
   const char* op = "moe_grouped_linear_backward_weight";
   const MoeGemmDims d = check_moe_grouped_backward_weight(op, dw, dy, x, offsets);
-  check_dtype(op, "dw", dw, DType::F32);
-  check_dtype(op, "dy", dy, DType::F32);
-  check_dtype(op, "x", x, DType::F32);
-  const int32_t* o = checked_offsets(op, offsets, d.G, d.R);
+  const int32_t* o = checked_operands(op, {"dw", dw}, {"dy", dy}, {"x", x}, offsets, d);
   const float* pdy = dy.data<float>();
   const float* px = x.data<float>();
   float* pdw = dw.data<float>();

@@ -37,10 +37,35 @@ void check_output(const char* op, const char* what, const Tensor& out, DType in)
                " (outputs must have the inputs' dtype or fp32)");
 }
 
-void run(const char* op, GroupedGemm p, const Tensor& out) {
-  const Device dev = out.device();
-  DeviceScope scope(dev);
+struct Operand {
+  const char* name;
+  const Tensor& t;
+};
+
+// c = a ∘ b of one grouped GEMM (after runtime/moe_shape.h's shape checks): all CUDA float tensors,
+// a and b of one dtype, c of theirs or fp32, offsets on the device.
+void check_operands(const char* op, Operand c, Operand a, Operand b, const Tensor& offsets) {
+  check_cuda_float(op, c.name, c.t);
+  check_cuda_float(op, a.name, a.t);
+  check_cuda_float(op, b.name, b.t);
+  check_cuda_tensor(op, "offsets", offsets);
+  check_dtype(op, b.name, b.t, a.t.dtype());
+  check_output(op, c.name, c.t, a.t.dtype());
+}
+
+// Enqueues c (+)= a ∘ b in `kind`'s layout (runtime/cuda/moe_grouped_gemm.h) on c's device and stream.
+void run(const char* op, GroupedGemmKind kind, const MoeGemmDims& d, Tensor& c, const Tensor& a, const Tensor& b,
+         const Tensor& offsets, bool accumulate = false) {
+  GroupedGemm p;
+  p.kind = kind;
+  p.G = d.G, p.R = d.R, p.O = d.O, p.I = d.I;
+  p.offsets = offsets.data<int32_t>();
+  p.a = a.data_ptr(), p.b = b.data_ptr(), p.c = c.data_ptr();
+  p.ab_type = a.dtype(), p.c_type = c.dtype();
+  p.accumulate = accumulate;
   p.op = op;
+  const Device dev = c.device();
+  DeviceScope scope(dev);
   grouped_gemm(p, dev, stream_of(dev));
 }
 
@@ -89,60 +114,26 @@ void grouped_gemm(const GroupedGemm& p, Device device, cudaStream_t stream, Grou
 void moe_grouped_linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& offsets) {
   const char* op = "moe_grouped_linear_forward";
   const MoeGemmDims d = check_moe_grouped_forward(op, y, x, w, offsets);
-  check_cuda_float(op, "y", y);
-  check_cuda_float(op, "x", x);
-  check_cuda_float(op, "w", w);
-  check_cuda_tensor(op, "offsets", offsets);
-  check_dtype(op, "w", w, x.dtype());
-  check_output(op, "y", y, x.dtype());
+  check_operands(op, {"y", y}, {"x", x}, {"w", w}, offsets);
   if (d.R == 0 || d.O == 0) return;
-  GroupedGemm p;
-  p.kind = GroupedGemmKind::Forward;
-  p.G = d.G, p.R = d.R, p.O = d.O, p.I = d.I;
-  p.offsets = offsets.data<int32_t>();
-  p.a = x.data_ptr(), p.b = w.data_ptr(), p.c = y.data_ptr();
-  p.ab_type = x.dtype(), p.c_type = y.dtype();
-  run(op, p, y);
+  run(op, GroupedGemmKind::Forward, d, y, x, w, offsets);
 }
 
 void moe_grouped_linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& offsets) {
   const char* op = "moe_grouped_linear_backward_input";
   const MoeGemmDims d = check_moe_grouped_backward_input(op, dx, dy, w, offsets);
-  check_cuda_float(op, "dx", dx);
-  check_cuda_float(op, "dy", dy);
-  check_cuda_float(op, "w", w);
-  check_cuda_tensor(op, "offsets", offsets);
-  check_dtype(op, "w", w, dy.dtype());
-  check_output(op, "dx", dx, dy.dtype());
+  check_operands(op, {"dx", dx}, {"dy", dy}, {"w", w}, offsets);
   if (d.R == 0 || d.I == 0) return;
-  GroupedGemm p;
-  p.kind = GroupedGemmKind::BackwardInput;
-  p.G = d.G, p.R = d.R, p.O = d.O, p.I = d.I;
-  p.offsets = offsets.data<int32_t>();
-  p.a = dy.data_ptr(), p.b = w.data_ptr(), p.c = dx.data_ptr();
-  p.ab_type = dy.dtype(), p.c_type = dx.dtype();
-  run(op, p, dx);
+  run(op, GroupedGemmKind::BackwardInput, d, dx, dy, w, offsets);
 }
 
 void moe_grouped_linear_backward_weight(Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& offsets,
                                         bool accumulate) {
   const char* op = "moe_grouped_linear_backward_weight";
   const MoeGemmDims d = check_moe_grouped_backward_weight(op, dw, dy, x, offsets);
-  check_cuda_float(op, "dw", dw);
-  check_cuda_float(op, "dy", dy);
-  check_cuda_float(op, "x", x);
-  check_cuda_tensor(op, "offsets", offsets);
-  check_dtype(op, "x", x, dy.dtype());
-  check_output(op, "dw", dw, dy.dtype());
+  check_operands(op, {"dw", dw}, {"dy", dy}, {"x", x}, offsets);
   if (d.G == 0 || d.O == 0 || d.I == 0) return;
-  GroupedGemm p;
-  p.kind = GroupedGemmKind::BackwardWeight;
-  p.G = d.G, p.R = d.R, p.O = d.O, p.I = d.I;
-  p.offsets = offsets.data<int32_t>();
-  p.a = dy.data_ptr(), p.b = x.data_ptr(), p.c = dw.data_ptr();
-  p.ab_type = dy.dtype(), p.c_type = dw.dtype();
-  p.accumulate = accumulate;
-  run(op, p, dw);
+  run(op, GroupedGemmKind::BackwardWeight, d, dw, dy, x, offsets, accumulate);
 }
 
 }  // namespace tetra::cuda
