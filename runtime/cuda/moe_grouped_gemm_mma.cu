@@ -21,6 +21,7 @@
 #include <mutex>
 #include <set>
 
+#include "runtime/cuda/cp_async.cuh"
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/kernel_common.cuh"
 #include "runtime/cuda/moe_grouped_gemm.h"
@@ -52,21 +53,6 @@ struct Params {
   int tiles_m;      // BackwardWeight: ⌈O/128⌉
   bool accumulate;
 };
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global → shared, or 16 zero bytes when !valid (src is then not read).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  const int size = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(size));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

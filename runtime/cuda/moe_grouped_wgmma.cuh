@@ -1,8 +1,8 @@
 // What the Hopper grouped GEMM kernels (runtime/cuda/moe_grouped_gemm_*sm90a.cu) share: the launch
-// parameters, the PTX wrappers (cp.async, wgmma, fences, mbarriers), the loads into wgmma's
-// 128-byte-swizzled shared-memory layouts, and the persistent tile list built from the device
-// offsets. Header-only, for *_sm90a.cu files; the device code exists only in sm_90a passes
-// (TETRA_WGMMA).
+// parameters, the PTX wrappers (wgmma, fences, mbarriers; cp.async in runtime/cuda/cp_async.cuh),
+// the loads into wgmma's 128-byte-swizzled shared-memory layouts, and the persistent tile list built
+// from the device offsets. Header-only, for *_sm90a.cu files; the device code exists only in sm_90a
+// passes (TETRA_WGMMA).
 //
 // Shared-memory layouts are wgmma's canonical 128-byte-swizzled ones (1024-byte atoms of 8 rows of
 // 128 bytes, 16-byte chunk index XOR the row within the atom), k steps of kBK = 64:
@@ -23,6 +23,7 @@
 #include <utility>
 #include <type_traits>
 
+#include "runtime/cuda/cp_async.cuh"
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/kernel_common.cuh"
 #include "runtime/cuda/moe_grouped_gemm.h"
@@ -75,19 +76,6 @@ inline int64_t tile_bound(const GroupedGemm& p, int tiles_m, int tiles_n, int bm
 
 #ifdef TETRA_WGMMA
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  const int size = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(size));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
