@@ -31,10 +31,15 @@
 #include "runtime/random.h"
 #include "runtime/stream.h"
 #include "runtime/tensor.h"
+#include "tests/gpu/bench_util.h"
 
 namespace tetra {
 namespace {
 
+using bench::gpu;
+using bench::print;
+using bench::random_device;
+using bench::time_ms;
 using ops::Activation;
 
 struct Options {
@@ -52,41 +57,6 @@ struct Model {
 
 const Model kModels[] = {{"gpt2-124m", 768, 50304, 12}, {"gpt-1.3b", 2048, 50304, 24}};
 
-Device gpu() { return Device::cuda(0); }
-
-// A device tensor of random values (normal, scaled): a block of up to 2^20 values generated on the
-// host, uploaded, and repeated on the device to fill the tensor (the logits are 800M elements).
-Tensor random_device(const Shape& shape, DType dt, double scale, uint64_t seed) {
-  Tensor d = Tensor::empty(shape, dt, gpu());
-  const int64_t n = d.numel(), block_n = std::min<int64_t>(n, int64_t{1} << 20);
-  if (n == 0) return d;
-  Rng rng(seed);
-  Tensor host = Tensor::empty({block_n}, DType::F32);
-  float* p = host.data<float>();
-  for (int64_t i = 0; i < block_n; ++i) p[i] = static_cast<float>(scale * rng.normal());
-  Tensor block = Tensor::empty({block_n}, dt, gpu());
-  ops::copy(block, host);
-  const size_t elem = dtype_size(dt);
-  for (int64_t at = 0; at < n; at += block_n) {
-    const int64_t len = std::min(block_n, n - at);
-    cuda::copy_bytes(static_cast<char*>(d.data_ptr()) + at * elem, gpu(), block.data_ptr(), gpu(),
-                     static_cast<size_t>(len) * elem, /*blocking=*/false);
-  }
-  device_synchronize(gpu());
-  return d;
-}
-
-// Milliseconds per call of f on the current stream: 3 warm-up calls, then `reps` timed by events.
-double time_ms(const std::function<void()>& f, int reps) {
-  for (int i = 0; i < 3; ++i) f();
-  Event start(gpu()), stop(gpu());
-  start.record();
-  for (int i = 0; i < reps; ++i) f();
-  stop.record();
-  stop.synchronize();
-  return static_cast<double>(stop.elapsed_ms(start)) / reps;
-}
-
 struct Result {
   double heuristic_ms = 0, tuned_ms = 0;
 };
@@ -102,8 +72,6 @@ Result time_both(const std::function<void()>& f, const Options& o) {
   r.tuned_ms = time_ms(f, o.reps);
   return r;
 }
-
-void print(nlohmann::json j) { std::printf("%s\n", j.dump().c_str()); std::fflush(stdout); }
 
 struct Totals {
   double heuristic_ms = 0, tuned_ms = 0, flops = 0;
@@ -329,15 +297,7 @@ int run(int argc, char** argv) {
   if (o.tokens <= 0 || o.reps <= 0 || !only_ok ||
       (o.model != "all" && o.model != "gpt2-124m" && o.model != "gpt-1.3b"))
     return usage(argv[0]);
-  if (cuda::device_count() == 0) {
-    std::fprintf(stderr, "tetra_gemm_bench: no GPU\n");
-    return 1;
-  }
-  cuda::set_device(gpu());
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return 1;
-  print({{"bench", "device"}, {"name", prop.name}, {"sms", prop.multiProcessorCount}, {"tokens", o.tokens},
-         {"reps", o.reps}});
+  if (!bench::use_gpu("tetra_gemm_bench") || !bench::print_device({{"tokens", o.tokens}, {"reps", o.reps}})) return 1;
   for (const Model& m : kModels) {
     if (o.model != "all" && o.model != m.name) continue;
     if (o.only == "all" || o.only == "gemm") bench_gemms(m, o);
@@ -350,11 +310,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace tetra
 
-int main(int argc, char** argv) {
-  try {
-    return tetra::run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tetra_gemm_bench: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return tetra::bench::run_main("tetra_gemm_bench", tetra::run, argc, argv); }

@@ -29,9 +29,13 @@
 #include "runtime/random.h"
 #include "runtime/stream.h"
 #include "runtime/tensor.h"
+#include "tests/gpu/bench_util.h"
 
 namespace tetra {
 namespace {
+
+using bench::gpu;
+using bench::print;
 
 constexpr double kBf16Flops = 790e12;  // bf16 dense, measured on an H200 (cuBLASLt)
 constexpr double kPeakFlops = 989e12;  // H200 bf16 dense peak, for MFU
@@ -50,50 +54,9 @@ struct Llama {
   int64_t qkv() const { return (heads + 2 * kv_heads) * head_dim; }
 };
 
-Device gpu() { return Device::cuda(0); }
-
-// A device tensor of random values (normal, scaled): a block of up to 2^20 values made on the host,
-// uploaded and repeated on the device (the logits are 2.1G elements).
+// Random device tensors with no exact zeros.
 Tensor random_device(const Shape& shape, DType dt, double scale, uint64_t seed) {
-  Tensor d = Tensor::empty(shape, dt, gpu());
-  const int64_t n = d.numel(), block_n = std::min<int64_t>(n, int64_t{1} << 20);
-  if (n == 0) return d;
-  Rng rng(seed);
-  Tensor host = Tensor::empty({block_n}, DType::F32);
-  float* p = host.data<float>();
-  for (int64_t i = 0; i < block_n; ++i) {
-    p[i] = static_cast<float>(scale * rng.normal());
-    if (p[i] == 0.0f) p[i] = static_cast<float>(scale * 1e-3);
-  }
-  Tensor block = Tensor::empty({block_n}, dt, gpu());
-  ops::copy(block, host);
-  const size_t elem = dtype_size(dt);
-  for (int64_t at = 0; at < n; at += block_n) {
-    const int64_t len = std::min(block_n, n - at);
-    cuda::copy_bytes(static_cast<char*>(d.data_ptr()) + at * static_cast<int64_t>(elem), gpu(), block.data_ptr(),
-                     gpu(), static_cast<size_t>(len) * elem, /*blocking=*/false);
-  }
-  device_synchronize(gpu());
-  return d;
-}
-
-// Milliseconds per call of f: one untimed call (GEMM tuning, plan building), 2 warm-up calls, then
-// `reps` calls timed with events on the current stream.
-double time_ms(const std::function<void()>& f, int reps) {
-  f();
-  device_synchronize(gpu());
-  for (int i = 0; i < 2; ++i) f();
-  Event start(gpu()), stop(gpu());
-  start.record();
-  for (int i = 0; i < reps; ++i) f();
-  stop.record();
-  stop.synchronize();
-  return static_cast<double>(stop.elapsed_ms(start)) / reps;
-}
-
-void print(const nlohmann::json& j) {
-  std::printf("%s\n", j.dump().c_str());
-  std::fflush(stdout);
+  return bench::random_device(shape, dt, scale, seed, /*nonzero=*/true);
 }
 
 struct Step {
@@ -105,7 +68,7 @@ struct Step {
 // (gemm, attention, norm, rope, swiglu, loss, embedding, optimizer).
 void run(Step& step, const std::string& kind, const std::string& op, const std::string& shape, double flops,
          double bytes, int64_t calls, const Options& o, const std::function<void()>& f) {
-  const double ms = time_ms(f, o.reps);
+  const double ms = bench::time_ms(f, o.reps, /*settle_first=*/true);  // GEMM tuning, plan building first
   const double flops_ms = flops / kBf16Flops * 1e3, bytes_ms = bytes / kHbmBytes * 1e3;
   const double floor_ms = std::max(flops_ms, bytes_ms);
   nlohmann::json j = {{"bench", "llama"},        {"kind", kind},   {"op", op},
@@ -168,10 +131,7 @@ int run_bench(const Options& o) {
   const Llama m;
   const int64_t B = o.batch, T = o.seq, N = B * T, L = o.layers, d = m.d, F = m.ffn, V = m.vocab;
   const DType bf = DType::BF16, f32 = DType::F32;
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return 1;
-  print({{"bench", "device"}, {"name", prop.name}, {"sms", prop.multiProcessorCount}, {"tokens", N},
-         {"layers", L}, {"reps", o.reps}});
+  if (!bench::print_device({{"tokens", N}, {"layers", L}, {"reps", o.reps}})) return 1;
   Step step;
 
   // ---- GEMMs: per layer QKV, o_proj (+ residual), gate/up, down (+ residual); the head once ----
@@ -312,22 +272,11 @@ int main_impl(int argc, char** argv) {
     }
   }
   if (o.batch <= 0 || o.seq <= 0 || o.reps <= 0 || o.layers <= 0) return usage(argv[0]);
-  if (cuda::device_count() == 0) {
-    std::fprintf(stderr, "tetra_llama_bench: no GPU\n");
-    return 1;
-  }
-  cuda::set_device(gpu());
+  if (!bench::use_gpu("tetra_llama_bench")) return 1;
   return run_bench(o);
 }
 
 }  // namespace
 }  // namespace tetra
 
-int main(int argc, char** argv) {
-  try {
-    return tetra::main_impl(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tetra_llama_bench: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return tetra::bench::run_main("tetra_llama_bench", tetra::main_impl, argc, argv); }

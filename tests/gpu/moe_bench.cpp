@@ -35,9 +35,15 @@
 #include "runtime/random.h"
 #include "runtime/stream.h"
 #include "runtime/tensor.h"
+#include "tests/gpu/bench_util.h"
 
 namespace tetra {
 namespace {
+
+using bench::gpu;
+using bench::print;
+using bench::random_device;
+using bench::time_ms;
 
 constexpr double kPeakFlops = 989e12;  // H200 dense bf16
 constexpr double kPeakBytes = 4.8e12;  // H200 HBM3e
@@ -47,43 +53,6 @@ struct Options {
   int reps = 20;
   std::string routing = "all", impl = "all";
 };
-
-Device gpu() { return Device::cuda(0); }
-
-void print(const nlohmann::json& j) {
-  std::printf("%s\n", j.dump().c_str());
-  std::fflush(stdout);
-}
-
-// A device tensor of N(offset, scale²) values: a host block of up to 2^20 values, repeated.
-Tensor random_device(const Shape& shape, DType dt, double scale, uint64_t seed, double offset = 0.0) {
-  Tensor d = Tensor::empty(shape, dt, gpu());
-  const int64_t n = d.numel(), block_n = std::min<int64_t>(n, int64_t{1} << 20);
-  if (n == 0) return d;
-  Rng rng(seed);
-  Tensor host = Tensor::empty({block_n}, DType::F32);
-  for (int64_t i = 0; i < block_n; ++i) host.data<float>()[i] = static_cast<float>(offset + scale * rng.normal());
-  Tensor block = Tensor::empty({block_n}, dt, gpu());
-  ops::copy(block, host);
-  const size_t elem = dtype_size(dt);
-  for (int64_t at = 0; at < n; at += block_n) {
-    const int64_t len = std::min(block_n, n - at);
-    cuda::copy_bytes(static_cast<char*>(d.data_ptr()) + at * elem, gpu(), block.data_ptr(), gpu(),
-                     static_cast<size_t>(len) * elem, /*blocking=*/false);
-  }
-  device_synchronize(gpu());
-  return d;
-}
-
-double time_ms(const std::function<void()>& f, int reps) {
-  for (int i = 0; i < 3; ++i) f();
-  Event start(gpu()), stop(gpu());
-  start.record();
-  for (int i = 0; i < reps; ++i) f();
-  stop.record();
-  stop.synchronize();
-  return static_cast<double>(stop.elapsed_ms(start)) / reps;
-}
 
 struct Layer {
   int64_t N, d, E, k, F, R;
@@ -367,15 +336,10 @@ int run(int argc, char** argv) {
   if (o.impl == "simt") impls.push_back(cuda::GroupedGemmImpl::Simt);
   if (impls.empty()) return usage(argv[0]);
   if (o.topk > o.experts) return usage(argv[0]);
-  if (cuda::device_count() == 0) {
-    std::fprintf(stderr, "tetra_moe_bench: no GPU\n");
+  if (!bench::use_gpu("tetra_moe_bench") ||
+      !bench::print_device({{"tokens", o.tokens}, {"dim", o.dim}, {"experts", o.experts}, {"topk", o.topk},
+                            {"ffn", o.ffn}, {"reps", o.reps}}))
     return 1;
-  }
-  cuda::set_device(gpu());
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return 1;
-  print({{"bench", "device"}, {"name", prop.name}, {"sms", prop.multiProcessorCount}, {"tokens", o.tokens},
-         {"dim", o.dim}, {"experts", o.experts}, {"topk", o.topk}, {"ffn", o.ffn}, {"reps", o.reps}});
   Layer L = make_layer(o);
   for (const std::string& how : all_routings)
     if (o.routing == "all" || o.routing == how) bench_routing(L, how, impls, o.reps);
@@ -386,11 +350,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace tetra
 
-int main(int argc, char** argv) {
-  try {
-    return tetra::run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tetra_moe_bench: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return tetra::bench::run_main("tetra_moe_bench", tetra::run, argc, argv); }
