@@ -15,9 +15,11 @@
 #include "parallel/param_set.h"
 #include "runtime/hdf5_file.h"
 #include "runtime/ops.h"
+#include "tests/model/torch_reference_test.h"
 
 namespace fs = std::filesystem;
 using namespace tetra;
+using tetra::torchref::rel_err;
 
 namespace {
 
@@ -41,15 +43,6 @@ GptConfig tiny_config() {
   c.n_layers = 2;
   c.n_heads = 4;
   return c;
-}
-
-double rel_err(const float* a, const double* b, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / (den > 0 ? den : 1));
 }
 
 // One forward and backward of the reference batch (the first global batch: 4 windows of 17 tokens,
