@@ -28,29 +28,17 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "data/data_tools.h"
-#include "launch/config.h"
-#include "launch/trainer.h"
-#include "runtime/mpi_communicator.h"
+#include "tests/parallel/trainer_equivalence.h"
 
 namespace fs = std::filesystem;
 using namespace tetra;
 using namespace tetra::launch;
+using namespace tetra::equivalence;
 
 namespace {
-
-int g_failures = 0;
-int g_rank = 0;
-
-void fail(const std::string& what) {
-  ++g_failures;
-  std::fprintf(stderr, "rank %d: FAIL: %s\n", g_rank, what.c_str());
-}
 
 constexpr double kTol = 1e-6;  // per-step loss, gradient norm, val loss; final state, norm-wise
 
@@ -101,60 +89,6 @@ std::string config_yaml(const std::string& work, const std::string& data, const 
   return os.str();
 }
 
-struct Run {
-  std::vector<double> loss, grad_norm, val_loss;
-  std::map<std::string, std::vector<float>> master, exp_avg, exp_avg_sq;  // full, from the reference
-};
-
-std::vector<float> host_floats(const Tensor& t) {
-  const float* p = t.data<float>();
-  return std::vector<float>(p, p + t.numel());
-}
-
-void read_metrics(const std::string& run_dir, Run& r) {
-  std::ifstream f(fs::path(run_dir) / "metrics.jsonl");
-  std::string line;
-  while (std::getline(f, line)) {
-    auto j = nlohmann::json::parse(line);
-    r.grad_norm.push_back(j["grad_norm"].get<double>());
-    if (j.contains("val_loss")) r.val_loss.push_back(j["val_loss"].get<double>());
-  }
-}
-
-std::unique_ptr<Trainer> train(MpiCommunicator& world, const std::string& yaml, const std::string& name,
-                               const std::vector<std::string>& overrides) {
-  std::vector<std::string> o = overrides;
-  o.push_back("run.name=" + name);
-  Config cfg = resolve(parse_config(yaml, name + ".yaml", o), world.size(), /*cuda_available=*/false);
-  validate_for_training(cfg);
-  LaunchEnvironment env;
-  env.launcher = "mpirun";
-  env.rank = world.rank();
-  env.world_size = world.size();
-  env.local_rank = world.rank();
-  env.local_size = world.size();
-  env.host = "localhost";
-  env.process_start_unix =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  auto t = std::make_unique<Trainer>(cfg, env, world);
-  t->run();
-  return t;
-}
-
-double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
-
-double worst_rel(const std::vector<double>& a, const std::vector<double>& b, const std::string& what,
-                 const std::string& variant) {
-  if (a.size() != b.size() || a.empty()) {
-    fail(variant + ": " + what + " has " + std::to_string(a.size()) + " values, reference " + std::to_string(b.size()));
-    return INFINITY;
-  }
-  double w = 0;
-  for (size_t i = 0; i < a.size(); ++i) w = std::max(w, rel(a[i], b[i]));
-  if (!(w <= kTol)) fail(variant + ": " + what + " differs from the single-rank run by " + std::to_string(w));
-  return w;
-}
-
 // Element i of a box (row-major over the box) as an index into the flattened full tensor.
 int64_t full_index(const TensorBox& box, const Shape& full, int64_t i) {
   if (box.shape.empty()) return i;
@@ -194,12 +128,12 @@ void check_variant(MpiCommunicator& world, const std::string& yaml, const std::s
 
     Run got;
     got.loss = tr->losses();
-    double wl = worst_rel(got.loss, ref.loss, "per-step loss", v.name);
+    double wl = worst_rel(got.loss, ref.loss, "per-step loss", v.name, kTol);
     double wg = 0, wv = 0;
     if (sub.rank() == 0) {
       read_metrics(work + "/runs/" + name, got);
-      wg = worst_rel(got.grad_norm, ref.grad_norm, "gradient norm", v.name);
-      wv = worst_rel(got.val_loss, ref.val_loss, "val loss", v.name);
+      wg = worst_rel(got.grad_norm, ref.grad_norm, "gradient norm", v.name, kTol);
+      wv = worst_rel(got.val_loss, ref.val_loss, "val loss", v.name, kTol);
     }
 
     // Final optimizer state: every piece this rank saves matches the reference at its box's
@@ -276,34 +210,13 @@ int main(int argc, char** argv) {
     }
     const std::string work = fs::absolute(argv[1]).string();
     const std::string arch = argv[2];
-    const std::string data = work + "/train.h5";
     try {
-      if (g_rank == 0) {
-        fs::create_directories(work);
-        if (!fs::exists(data)) {
-          data::PrepareOptions po;
-          po.inputs = {"/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/Apache-2.0"};
-          po.out = data;
-          std::ostringstream log;
-          data::prepare_dataset(po, log);
-        }
-      }
-      world->barrier();
+      const std::string data = prepare_data(*world, work);
       const std::string yaml = config_yaml(work, data, arch);
 
       // The reference: one process alone, all 8 sequences of a step in 4 micro-batches.
-      Run ref;
+      const Run ref = train_reference(yaml, work, {});
       {
-        MpiCommunicator self(MPI_COMM_SELF);
-        const std::string name = "reference_rank" + std::to_string(g_rank);
-        std::unique_ptr<Trainer> tr = train(self, yaml, name, {});
-        ref.loss = tr->losses();
-        read_metrics(work + "/runs/" + name, ref);
-        for (const StatePiece& s : tr->optimizer().pieces_to_save()) {
-          ref.master[s.name] = host_floats(s.master);
-          ref.exp_avg[s.name] = host_floats(s.exp_avg);
-          ref.exp_avg_sq[s.name] = host_floats(s.exp_avg_sq);
-        }
         const int clipped = static_cast<int>(
             std::count_if(ref.grad_norm.begin(), ref.grad_norm.end(), [](double g) { return g > 0.5; }));
         if (clipped == 0) fail("clipping never active in the reference");
@@ -316,10 +229,7 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       fail(std::string("exception: ") + e.what());
     }
-    int failures = g_failures;
-    MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (g_rank == 0) std::printf("[tp] %s (%d failures over all ranks)\n", failures ? "FAILED" : "PASSED", failures);
-    code = failures ? 1 : 0;
+    code = finish("tp");
   }
   mpi_finalize();
   return code;
