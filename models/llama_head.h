@@ -1,14 +1,12 @@
-// Llama output layer: final RMSNorm (model.norm), the output layer (lm_head, or the token
-// embedding when tied) and the fused softmax cross-entropy. In training its forward also writes
-// the logits' gradient in place of the logits, so [N, V] is allocated once per micro-batch.
-// Tensor-parallel (as models/gpt_head.h): the output layer is this rank's vocabulary rows, the
-// normed input is gathered from the sequence shards, the loss is computed from per-row statistics
-// all-gathered over tp and the logits are never gathered.
+// Llama output layer: final RMSNorm (model.norm), then the output layer (lm_head, or the token
+// embedding when tied) and the fused softmax cross-entropy (models/output_projection.h: the logits'
+// gradient in place of the logits, [N, V] allocated once per micro-batch). Tensor-parallel (as
+// models/gpt_head.h): the output layer is this rank's vocabulary rows, the logits never gathered.
 #pragma once
 #include "models/layer.h"
 #include "models/llama_config.h"
 #include "models/modules.h"
-#include "parallel/tensor_parallel.h"
+#include "models/output_projection.h"
 
 namespace tetra {
 
@@ -23,14 +21,13 @@ class LlamaHead : public Layer {
   // dy is ignored: the loss gradient scale is ctx.loss_grad_scale. Returns dx [N, C].
   Tensor backward_input(MicroBatchContext& ctx, const Tensor& dy) override;
   void backward_weight(MicroBatchContext& ctx) override;
-  void set_tensor_parallel(TensorParallel* tp) { tp_ = tp; }
+  void set_tensor_parallel(TensorParallel* tp) { proj_.tp = tp; }
 
  private:
   LlamaConfig cfg_;
-  TensorParallel* tp_ = nullptr;
   RMSNorm norm_;
-  Param lm_head_;   // used when untied
-  Param* output_;   // &lm_head_ or the tied embedding
+  Param lm_head_;          // used when untied
+  OutputProjection proj_;  // &lm_head_ or the tied embedding
 };
 
 }  // namespace tetra
