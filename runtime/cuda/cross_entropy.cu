@@ -46,17 +46,11 @@ __device__ __forceinline__ MaxSum warp_combine(MaxSum v) {
   return v;
 }
 
+// The row's softmax denominator over its `vocab` columns x (every thread of the block calls it; it
+// synchronises through scratch[32]): each thread folds its vectors, then the warps, then the warps'
+// partials, every warp folding the same values in the same order.
 template <int V, class T>
-__global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T* logits, const int32_t* targets,
-                                             int64_t vocab, float grad_scale) {
-  __shared__ MaxSum scratch[32];
-  const int64_t row = blockIdx.x;
-  const T* x = logits + row * vocab;
-  const int32_t target = targets[row];
-  const bool valid = target >= 0 && target < vocab;
-  // Read logits[target] now: after the barriers below, pass 2 may overwrite it (dlogits == logits).
-  const float x_target = (threadIdx.x == 0 && valid) ? to_f32(x[target]) : 0.0f;
-
+__device__ __forceinline__ MaxSum block_max_sum(const T* x, int64_t vocab, MaxSum* scratch) {
   MaxSum acc{-INFINITY, 0.0f};
   for (int64_t i = static_cast<int64_t>(threadIdx.x) * V; i < vocab; i += static_cast<int64_t>(blockDim.x) * V) {
     float v[V];
@@ -75,27 +69,48 @@ __global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T*
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   if (lane == 0) scratch[warp] = acc;
   __syncthreads();
-  MaxSum total = lane < warps ? scratch[lane] : MaxSum{-INFINITY, 0.0f};
-  total = warp_combine(total);  // every warp folds the same values in the same order
-  const float lse = total.m + logf(total.s);
+  const MaxSum total = lane < warps ? scratch[lane] : MaxSum{-INFINITY, 0.0f};
+  return warp_combine(total);
+}
 
-  if (threadIdx.x == 0)
-    losses[row] = target < 0 ? 0.0f : (valid ? lse - x_target : __int_as_float(0x7fc00000));
-  if (!dlogits) return;
-  __syncthreads();  // thread 0 has read logits[target] before anyone overwrites the row
-  T* d = dlogits + row * vocab;
+// d[c] = grad_scale · (exp(x[c] − lse) − [c == target]) over the row's `vocab` columns (zero
+// probabilities where the row's target is not valid); target is the column index within these columns.
+template <int V, class T>
+__device__ __forceinline__ void write_row_gradient(T* d, const T* x, int64_t vocab, float lse, int64_t target,
+                                                   bool valid, float grad_scale) {
   for (int64_t i = static_cast<int64_t>(threadIdx.x) * V; i < vocab; i += static_cast<int64_t>(blockDim.x) * V) {
     float v[V];
     load_vec<V>(x + i, v);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const float p = valid ? expf(v[j] - lse) : 0.0f;
-      v[j] = grad_scale * (p - (i + j == target ? 1.0f : 0.0f));
+      v[j] = grad_scale * (p - (valid && i + j == target ? 1.0f : 0.0f));
     }
     store_vec<V>(d + i, v);
   }
 }
 
+template <int V, class T>
+__global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T* logits, const int32_t* targets,
+                                             int64_t vocab, float grad_scale) {
+  __shared__ MaxSum scratch[32];
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * vocab;
+  const int32_t target = targets[row];
+  const bool valid = target >= 0 && target < vocab;
+  // Read logits[target] now: after the barriers below, pass 2 may overwrite it (dlogits == logits).
+  const float x_target = (threadIdx.x == 0 && valid) ? to_f32(x[target]) : 0.0f;
+
+  const MaxSum total = block_max_sum<V>(x, vocab, scratch);
+  const float lse = total.m + logf(total.s);
+
+  if (threadIdx.x == 0)
+    losses[row] = target < 0 ? 0.0f : (valid ? lse - x_target : __int_as_float(0x7fc00000));
+  if (!dlogits) return;
+  __syncthreads();  // thread 0 has read logits[target] before anyone overwrites the row
+  // an invalid target (< 0 or ≥ vocab) matches no column
+  write_row_gradient<V>(dlogits + row * vocab, x, vocab, lse, target, valid, grad_scale);
+}
 
 // Pass 1 over the shard of one row: stats[0, n] = max, stats[1, n] = Σ exp(x − max), stats[2, n] =
 // the target's logit if it lies in [begin, begin + vocab) (else 0).
@@ -105,26 +120,7 @@ __global__ void cross_entropy_shard_stats_kernel(float* stats, const T* logits, 
   __shared__ MaxSum scratch[32];
   const int64_t row = blockIdx.x;
   const T* x = logits + row * vocab;
-  MaxSum acc{-INFINITY, 0.0f};
-  for (int64_t i = static_cast<int64_t>(threadIdx.x) * V; i < vocab; i += static_cast<int64_t>(blockDim.x) * V) {
-    float v[V];
-    load_vec<V>(x + i, v);
-    float mv = v[0];
-#pragma unroll
-    for (int j = 1; j < V; ++j) mv = fmaxf(mv, v[j]);
-    const float m = fmaxf(acc.m, mv);
-    if (m == -INFINITY) continue;
-    float s = acc.m == -INFINITY ? 0.0f : acc.s * expf(acc.m - m);
-#pragma unroll
-    for (int j = 0; j < V; ++j) s += expf(v[j] - m);
-    acc = {m, s};
-  }
-  acc = warp_combine(acc);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  if (lane == 0) scratch[warp] = acc;
-  __syncthreads();
-  MaxSum total = lane < warps ? scratch[lane] : MaxSum{-INFINITY, 0.0f};
-  total = warp_combine(total);
+  const MaxSum total = block_max_sum<V>(x, vocab, scratch);
   if (threadIdx.x == 0) {
     const int64_t t = static_cast<int64_t>(targets[row]) - begin;
     stats[row] = total.m;
@@ -154,18 +150,7 @@ __global__ void cross_entropy_from_stats_kernel(float* losses, T* dlogits, const
   if (threadIdx.x == 0) losses[row] = target < 0 ? 0.0f : (valid ? lse - picked : __int_as_float(0x7fc00000));
   if (!dlogits) return;
   const T* x = logits + row * vocab;
-  T* d = dlogits + row * vocab;
-  const int64_t t = static_cast<int64_t>(target) - begin;
-  for (int64_t i = static_cast<int64_t>(threadIdx.x) * V; i < vocab; i += static_cast<int64_t>(blockDim.x) * V) {
-    float v[V];
-    load_vec<V>(x + i, v);
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const float p = valid ? expf(v[j] - lse) : 0.0f;
-      v[j] = grad_scale * (p - (valid && i + j == t ? 1.0f : 0.0f));
-    }
-    store_vec<V>(d + i, v);
-  }
+  write_row_gradient<V>(dlogits + row * vocab, x, vocab, lse, static_cast<int64_t>(target) - begin, valid, grad_scale);
 }
 
 // The shapes both vocabulary-parallel passes share; returns N.
