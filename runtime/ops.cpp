@@ -165,6 +165,13 @@ void moe_grouped_linear_backward_weight(Tensor& dw, const Tensor& dy, const Tens
   check_same_device("moe_grouped_linear_backward_weight", {&dw, &dy, &x, &offsets});
   TETRA_DISPATCH(dy.device(), moe_grouped_linear_backward_weight, dw, dy, x, offsets, accumulate);
 }
+int64_t shard_vocabulary(const char* op, const VocabShard& shard, int64_t rows) {
+  if (shard.vocab == 0 && shard.begin == 0) return rows;
+  if (shard.begin < 0 || shard.begin + rows > shard.vocab)
+    TETRA_FAIL(Internal, op, ": vocabulary shard [", shard.begin, ", ", shard.begin + rows, ") outside [0, ",
+               shard.vocab, ")");
+  return shard.vocab;
+}
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len,
                        VocabShard shard) {
   check_same_device("embedding_forward", {&y, &ids, &wte, &wpe});

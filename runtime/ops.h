@@ -212,6 +212,9 @@ struct VocabShard {
   int64_t begin = 0;
   int64_t vocab = 0;
 };
+// The vocabulary that ids index for a table or logits of `rows` rows: rows without a shard, else
+// shard.vocab after checking that [begin, begin + rows) lies in it (an Internal error naming op).
+int64_t shard_vocabulary(const char* op, const VocabShard& shard, int64_t rows);
 // y[N, C] = wte[ids[n], :] + wpe[n mod T, :]   (ids int32 [N], N = B·T; wpe [≥T, C] may be undefined)
 // CUDA: y fp32 or bf16 whatever the tables' dtype (an fp32 residual stream from bf16 tables).
 // With a shard: wte [Vr, C] holds rows [begin, begin + Vr); an id of the vocabulary outside them

@@ -42,15 +42,6 @@ void check_positions(const char* op, const char* what, const Tensor& wpe, int64_
                " positions), got ", wpe.describe());
 }
 
-// The vocabulary the ids index (the whole table unless a shard says otherwise); checks the shard.
-int64_t vocabulary(const char* op, const ops::VocabShard& shard, int64_t rows) {
-  if (shard.vocab == 0 && shard.begin == 0) return rows;
-  if (shard.begin < 0 || shard.begin + rows > shard.vocab)
-    TETRA_FAIL(Internal, op, ": vocabulary shard [", shard.begin, ", ", shard.begin + rows, ") outside [0, ",
-               shard.vocab, ")");
-  return shard.vocab;
-}
-
 }  // namespace
 
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len,
@@ -58,7 +49,7 @@ void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Te
   const char* op = "embedding_forward";
   check_table(op, "wte", wte);
   const int64_t V = wte.dim(0), C = wte.dim(1);
-  const int64_t vocab = vocabulary(op, shard, V);
+  const int64_t vocab = ops::shard_vocabulary(op, shard, V);
   const bool with_pos = wpe.defined();
   if (with_pos) check_positions(op, "wpe", wpe, C, seq_len);
   check_dtype(op, "y", y, DType::F32);
@@ -91,7 +82,7 @@ void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tens
   const char* op = "embedding_backward";
   check_table(op, "dwte", dwte);
   const int64_t V = dwte.dim(0), C = dwte.dim(1);
-  const int64_t vocab = vocabulary(op, shard, V);
+  const int64_t vocab = ops::shard_vocabulary(op, shard, V);
   const bool with_pos = given(dwpe);
   if (with_pos) check_positions(op, "dwpe", *dwpe, C, seq_len);
   check_dtype(op, "dy", dy, DType::F32);

@@ -137,15 +137,6 @@ int check_channels(const char* op, int64_t C) {
   return static_cast<int>(C);
 }
 
-// The vocabulary the ids index (the whole table unless a shard says otherwise); checks the shard.
-int64_t vocabulary(const char* op, const ops::VocabShard& shard, int64_t rows) {
-  if (shard.vocab == 0 && shard.begin == 0) return rows;
-  if (shard.begin < 0 || shard.begin + rows > shard.vocab)
-    TETRA_FAIL(Internal, op, ": vocabulary shard [", shard.begin, ", ", shard.begin + rows, ") outside [0, ",
-               shard.vocab, ")");
-  return shard.vocab;
-}
-
 }  // namespace
 
 void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Tensor& wpe, int64_t seq_len,
@@ -153,7 +144,7 @@ void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& wte, const Te
   const char* op = "embedding_forward";
   check_table(op, "wte", wte);
   const int64_t V = wte.dim(0);
-  const int64_t vocab = vocabulary(op, shard, V);
+  const int64_t vocab = ops::shard_vocabulary(op, shard, V);
   const int C = check_channels(op, wte.dim(1));
   if (wpe.defined()) check_positions(op, "wpe", wpe, wte, seq_len);
   check_cuda_float(op, "y", y);
@@ -183,7 +174,7 @@ void embedding_backward(Tensor& dwte, Tensor* dwpe, const Tensor& dy, const Tens
   const char* op = "embedding_backward";
   check_table(op, "dwte", dwte);
   const int64_t V = dwte.dim(0);
-  (void)vocabulary(op, shard, V);
+  (void)ops::shard_vocabulary(op, shard, V);
   const int C = check_channels(op, dwte.dim(1));
   const bool with_pos = given(dwpe);
   if (with_pos) check_positions(op, "dwpe", *dwpe, dwte, seq_len);
