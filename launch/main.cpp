@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "data/data_tools.h"
-#include "launch/commands.h"
+#include "launch/cli/commands.h"
 #include "runtime/error.h"
 
 int main(int argc, char** argv) {

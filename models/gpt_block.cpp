@@ -152,7 +152,7 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   s.fc_pre = Tensor();  // no longer needed; W uses fc_act and ln2
   Tensor d_ln2 = ctx.activation({R, C});
   // Under tensor parallelism with W right after B, the MLP's weight gradients run while the input
-  // gradient's reduce-scatter moves (parallel/tp_linear.h); tp = 1 keeps B and W apart as before.
+  // gradient's reduce-scatter moves (parallel/tensor/linear.h); tp = 1 keeps B and W apart as before.
   s.weights_done = tp_ && ctx.weights_follow;
   if (tp_)
     tp_->column_backward_input(d_ln2, d_fc, c_fc_.weight.value,

@@ -6,13 +6,13 @@
 // column-parallel (c_attn per head of each of q, k, v: this rank computes H/tp heads), the two c_proj
 // row-parallel. With sequence parallelism the block's input, output, LayerNorms and residual adds
 // hold this rank's N/tp rows; the column-parallel inputs are all-gathered and the row-parallel
-// outputs reduce-scattered (parallel/tensor_parallel.h). Without it every rank holds all N rows and
+// outputs reduce-scattered (parallel/tensor/tensor_parallel.h). Without it every rank holds all N rows and
 // the row-parallel outputs (and column-parallel input gradients) are all-reduced.
 #pragma once
 #include "models/gpt_config.h"
 #include "models/layer.h"
 #include "models/modules.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 namespace tetra {
 

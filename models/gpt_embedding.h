@@ -6,7 +6,7 @@
 #pragma once
 #include "models/gpt_config.h"
 #include "models/layer.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 namespace tetra {
 

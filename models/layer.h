@@ -63,7 +63,7 @@ class MicroBatchContext {
   bool training = true;
   // Each layer's backward_weight runs right after its backward_input (no schedule that delays W):
   // a tensor-parallel layer may then compute its weight gradients inside backward_input, under the
-  // reduce-scatter of an input gradient (parallel/tp_linear.h), and its backward_weight only
+  // reduce-scatter of an input gradient (parallel/tensor/linear.h), and its backward_weight only
   // releases the slot. Set by the caller of backward_input for each micro-batch's backward.
   bool weights_follow = false;
   // d(global mean loss)/d(per-token loss) = 1 / (tokens in the global batch).

@@ -11,7 +11,7 @@
 #include "models/layer.h"
 #include "models/llama_config.h"
 #include "models/modules.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 namespace tetra {
 

@@ -118,7 +118,7 @@ Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   s.gate_up = Tensor();  // W uses act and h2_in
   Tensor d_h2 = ctx.activation({R, C});
   // Under tensor parallelism with W right after B, the MLP's weight gradients run while the input
-  // gradient's reduce-scatter moves (parallel/tp_linear.h); tp = 1 keeps B and W apart as before.
+  // gradient's reduce-scatter moves (parallel/tensor/linear.h); tp = 1 keeps B and W apart as before.
   s.weights_done = tp_ && ctx.weights_follow;
   if (tp_)
     tp_->column_backward_input(d_h2, s.d_gate_up, gate_up_proj_.weight.value,

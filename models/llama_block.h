@@ -15,7 +15,7 @@
 #include "models/llama_attention.h"
 #include "models/llama_config.h"
 #include "models/modules.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 namespace tetra {
 

@@ -25,7 +25,7 @@ Tensor LlamaEmbedding::forward(MicroBatchContext& ctx, const Tensor& ids) {
     ops::embedding_forward(partial, ids.flatten(), embed_->value, Tensor(), ids.dim(1),
                            tp_->vocab_shard(cfg_.vocab_size));
     if (tp_->sequence_parallel()) {
-      // The stream's dtype is the activation dtype under tp > 1 (launch/config_validate.cpp).
+      // The stream's dtype is the activation dtype under tp > 1 (launch/config/validate.cpp).
       y = ctx.residual({tp_->local_rows(N, "embedding"), C});
       tp_->reduce_scatter_rows(y, partial, "embedding");
     } else {

@@ -3,7 +3,7 @@
 #pragma once
 #include "models/layer.h"
 #include "models/llama_config.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 namespace tetra {
 

@@ -103,7 +103,7 @@ class LlamaFamily : public ModelFamily {
     const double tp = std::max(1, shape.tp), rows = shape.sequence_parallel ? tp : 1.0;
     // Tensor-parallel (the stream at the working width): the [F]- and qkv-wide gradients split, the
     // [C] ones on 1/tp of the tokens with sequence parallelism, plus the two gathered output
-    // gradients. MoE blocks run at tp 1 (launch/config_validate.cpp refuses tp > 1 with model.moe).
+    // gradients. MoE blocks run at tp 1 (launch/config/validate.cpp refuses tp > 1 with model.moe).
     double per_token = tp <= 1 ? a * static_cast<double>(3 * c.ffn() + c.d_model + c.qkv_rows()) + 2.0 * C * r +
                                      (shape.rounded_stream_gradient() ? 2.0 * C * a : 0.0)
                                : a * (static_cast<double>(3 * c.ffn()) / tp +

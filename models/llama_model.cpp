@@ -40,7 +40,7 @@ void LlamaModel::set_tensor_parallel(TensorParallel* tp) {
   for (auto& b : blocks_) {
     if (auto* dense = dynamic_cast<LlamaBlock*>(b.get()))
       dense->set_tensor_parallel(tp);
-    else if (tp)  // launch/config_validate.cpp refuses tp > 1 with model.moe before this
+    else if (tp)  // launch/config/validate.cpp refuses tp > 1 with model.moe before this
       TETRA_FAIL(Config, "parallel.tp: ", tp->size(), " with model.moe: the MoE blocks have no tensor-parallel form "
                  "yet (use parallel.tp: 1 with model.moe.n_experts > 0)");
   }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "models/layer.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 namespace tetra {
 

@@ -59,7 +59,7 @@ struct ActivationShape {
   bool rounded_stream_gradient() const { return residual_bytes != value_bytes; }
   // Tensor parallelism: the activations of one of tp ranks (heads and MLP widths split; with
   // sequence parallelism the residual stream and norms on 1/tp of the tokens). tp > 1 runs with
-  // the residual stream at the working width (launch/config_validate.cpp).
+  // the residual stream at the working width (launch/config/validate.cpp).
   int tp = 1;
   bool sequence_parallel = false;
 };

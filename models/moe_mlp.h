@@ -32,7 +32,7 @@
 #include "models/layer.h"
 #include "models/model_args.h"
 #include "models/modules.h"
-#include "parallel/expert_parallel.h"
+#include "parallel/expert/expert_parallel.h"
 #include "runtime/ops.h"
 
 namespace tetra {

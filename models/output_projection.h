@@ -3,13 +3,13 @@
 // output matrix [V, C] (tensor-parallel: this rank's vocabulary rows [V/tp, C]) give the logits
 // [N, V] ([N, V/tp]), and the fused softmax cross-entropy gives the per-token losses. In training the
 // logits' gradient is written in place of the logits. Tensor-parallel: xn is gathered from the
-// sequence shards (in chunks under the GEMM with parallel.tp_comm_overlap, parallel/tp_linear.h),
+// sequence shards (in chunks under the GEMM with parallel.tp_comm_overlap, parallel/tensor/linear.h),
 // the loss comes from per-row statistics all-gathered over tp (loss parallel: the logits are never
 // gathered), and the input gradient is reduce-scattered (all-reduced without sequence parallelism).
 #pragma once
 #include "models/layer.h"
 #include "parallel/param.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 namespace tetra {
 

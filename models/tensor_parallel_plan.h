@@ -83,7 +83,7 @@ void apply_tensor_parallel_plan(const TensorParallelPlan& plan, Model& model, in
                                 bool sequence_parallel);
 
 // The tensor-parallel communication of one rank, from the plan and the parameters' full shapes,
-// as the layers issue it (parallel/tensor_parallel.h): bytes this rank sends with ring collectives
+// as the layers issue it (parallel/tensor/tensor_parallel.h): bytes this rank sends with ring collectives
 // ((tp − 1)/tp of a gathered or scattered [N, W] tensor, twice that for an all-reduce).
 //   per micro-batch of `tokens` tokens, forward and backward: with sequence parallelism an
 //     all-gather before and a reduce-scatter after every column-parallel weight's GEMM (forward)

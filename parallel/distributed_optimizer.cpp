@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "parallel/replicated_optimizer.h"
-#include "parallel/zero_optimizer.h"
+#include "parallel/zero/optimizer.h"
 
 namespace tetra {
 

@@ -20,7 +20,7 @@
 // Tensor parallelism: the ParamSet holds this rank's local slices (parallel/param_placement.h) and
 // the data-parallel group is that of this tp rank, so gradient reduction and ZeRO sharding run over
 // dp for each local slice. The tp group (given to make_distributed_optimizer) adds what the slices
-// need beyond that (parallel/tp_grad_sync.h): sequence-parallel gradients summed over tp, and a
+// need beyond that (parallel/tensor/grad_sync.h): sequence-parallel gradients summed over tp, and a
 // gradient norm that counts every element once.
 #pragma once
 #include <memory>
@@ -31,7 +31,7 @@
 #include "parallel/comm_scheduler.h"
 #include "parallel/param_placement.h"
 #include "parallel/param_set.h"
-#include "parallel/tp_grad_sync.h"
+#include "parallel/tensor/grad_sync.h"
 #include "runtime/communicator.h"
 
 namespace tetra {

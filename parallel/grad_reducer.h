@@ -4,14 +4,14 @@
 // all-reduce (sum) is issued at once, so communication overlaps the rest of backward; finish()
 // makes compute wait for all of them (through the CommScheduler, which measures the wait). Gradients are sums, not means: the loss is already scaled by 1/(global tokens).
 // With tensor parallelism (`tp` active) a bucket's units first all-reduce their sequence-parallel
-// gradients over the tp group (parallel/tp_grad_sync.h), also at dp = 1.
+// gradients over the tp group (parallel/tensor/grad_sync.h), also at dp = 1.
 #pragma once
 #include <memory>
 #include <vector>
 
 #include "parallel/comm_scheduler.h"
 #include "parallel/param_set.h"
-#include "parallel/tp_grad_sync.h"
+#include "parallel/tensor/grad_sync.h"
 #include "runtime/communicator.h"
 
 namespace tetra {

@@ -54,7 +54,7 @@ void ParamSet::initialize(uint64_t seed) {
   all.insert(all.end(), buffers_.begin(), buffers_.end());
   for (Param* p : all) {
     // A tp slice draws its own elements of the full tensor; an expert-parallel slice is initialised
-    // by expert parallelism (parallel/expert_placement.h).
+    // by expert parallelism (parallel/expert/placement.h).
     TETRA_CHECK(p->placement.ep.kind != AxisPlacement::Kind::Expert || p->local_shape == p->full_shape,
                 "initialize: expert-parallel parameters are initialised by their strategy (", p->name, ")");
     TETRA_CHECK(p->value.defined(), "initialize: ", p->name, " has no value buffer (released by a sharded optimizer)");

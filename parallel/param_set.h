@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "parallel/param.h"
-#include "parallel/zero_layout.h"
+#include "parallel/zero/layout.h"
 
 namespace tetra {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "parallel/zero_memory.h"
+#include "parallel/zero/memory.h"
 #include "runtime/ops.h"
 
 namespace tetra {

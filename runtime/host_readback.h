@@ -6,7 +6,7 @@
 // next copy_from. On the CPU the copy is immediate. A wait cannot be part of a captured CUDA graph:
 // a dropless expert-parallel exchange splits a graph at each wait.
 //   HostReadback<double>: the trainer reads a step's loss, gradient norm and skip decision this way
-//     while the next step already runs (launch/trainer.cpp).
+//     while the next step already runs (launch/train/trainer.cpp).
 //   CountsReadback = HostReadback<int32_t>: the router's per-expert counts and the counts an
 //     expert-parallel rank receives, for sizes the host must know, such as NCCL all_to_all_v's send
 //     and receive counts (runtime/ops.h, moe_*; docs/kernels.md "Mixture of experts").

@@ -6,12 +6,12 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev
           libgtest-dev libopenblas-dev nlohmann-json3-dev libcli11-dev python3 python3-numpy python3-h5py
           python3-torch)
-# The SLURM test (tests/slurm) starts a one-node cluster from these; TETRA_SETUP_SLURM=0 leaves them
+# The SLURM test (tests/launch/job) starts a one-node cluster from these; TETRA_SETUP_SLURM=0 leaves them
 # out (the test then skips).
 if [ "${TETRA_SETUP_SLURM:-1}" != 0 ]; then
   packages+=(munge slurmctld slurmd slurm-client)
 fi
-# The report page's rendering test (tests/report/browser_render.py) takes a screenshot in headless
+# The report page's rendering test (tests/launch/report/browser_render.py) takes a screenshot in headless
 # Chromium; TETRA_SETUP_CHROMIUM=0 leaves it out (the test then skips).
 if [ "${TETRA_SETUP_CHROMIUM:-1}" != 0 ]; then
   packages+=(chromium)

@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 gb=${1:-8}
 dir=${2:-runs/bench/loader}
-bench=${BENCH_BIN:-${BUILD:-build}/tests/loader/tetra_loader_bench}
+bench=${BENCH_BIN:-${BUILD:-build}/scripts/bench/tetra_loader_bench}
 py=/usr/bin/python3  # Debian's, with numpy; else the first python3 on PATH that has it
 "$py" -c "import numpy" 2>/dev/null || py=$(command -v python3)
 [ -x "$bench" ] || { echo "loader.sh: $bench is not built (scripts/build.sh, or set BUILD= / BENCH_BIN=)" >&2; exit 2; }

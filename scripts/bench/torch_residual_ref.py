@@ -27,7 +27,7 @@ epoch i / W maps to window perm_epoch(i mod W) with a Fisher-Yates permutation d
 splitmix64(seed XOR epoch) (--shuffle), else window i mod W. The optimizer is tetra's: AdamW with
 decay on tensors of 2+ dimensions, linear warmup (s+1)/warmup, cosine to --min-lr at the last step,
 global-norm clipping. Needs PyTorch (2.x with CUDA for the measurement; --device cpu runs every
-mode on the CPU, slowly, with CPU autocast: tests/model/residual_reference_harness.py checks the
+mode on the CPU, slowly, with CPU autocast: tests/models/residual_reference_harness.py checks the
 fp32 mode there against tetra step by step)."""
 import argparse, glob, json, math, os, struct, sys, sysconfig, time
 

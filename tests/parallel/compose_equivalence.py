@@ -32,7 +32,7 @@ import time
 import h5py
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "checkpoint"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/: shared helpers
 from tetra_runs import Workspace, check, checkpoint_steps, compare_states, metrics, state_of  # noqa: E402
 
 tetra, work, group = sys.argv[1], sys.argv[2], sys.argv[3]

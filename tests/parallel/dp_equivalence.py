@@ -16,8 +16,7 @@ usage: dp_equivalence.py TETRA_BIN WORK_DIR [extra --set overrides for every run
 """
 import json, os, subprocess, sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "checkpoint"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/: shared helpers
 from script_util import ENV as env, licence_dataset, step_losses
 from tetra_runs import state_of
 import numpy as np

@@ -1,5 +1,5 @@
-// What the in-process multi-rank equivalence tests share (tests/tensor_parallel/tp_equivalence_test,
-// tests/zero/zero_equivalence_test; CPU, fp32, under mpirun): failures counted per rank and summed at
+// What the in-process multi-rank equivalence tests share (tests/parallel/tensor/tp_equivalence_test,
+// tests/parallel/zero/zero_equivalence_test; CPU, fp32, under mpirun): failures counted per rank and summed at
 // the end, the dataset they train on, the Trainer run on a communicator, the per-step results a run
 // wrote, and the single-rank reference with its full final optimizer state.
 #pragma once
@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "data/data_tools.h"
-#include "launch/config.h"
-#include "launch/trainer.h"
+#include "launch/config/config.h"
+#include "launch/train/trainer.h"
 #include "runtime/mpi_communicator.h"
 
 namespace tetra::equivalence {

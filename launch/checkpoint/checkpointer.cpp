@@ -1,0 +1,590 @@
+#include "launch/checkpoint/checkpointer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "launch/checkpoint/checksum.h"
+#include "launch/checkpoint/files.h"
+#include "launch/checkpoint/reader.h"
+#include "launch/checkpoint/shard.h"
+#include "launch/config/schema.h"
+#include "launch/train/lr_schedule.h"
+#include "launch/job/rank_agreement.h"
+
+namespace tetra::launch {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// One save between its start and its commit.
+struct Checkpointer::Pending {
+  TrainingProgress progress;
+  int64_t optimizer_steps = 0;  // taken at the save: the optimizer moves on while an async write runs
+  std::string tmp_dir, final_dir, file;
+  bool async = false;
+  double start = 0, blocked_end = 0, write_end = 0;  // ledger clock
+  std::vector<StatePiece> host;                      // what the writer writes (host fp32)
+  std::vector<SavedPiece> saved;
+  ShardHeader header;
+  std::thread writer;
+  std::atomic<bool> done{false};
+  bool ok = false;
+  std::string error;
+  FileDigest digest;
+};
+
+namespace {
+
+void print_rank0(const Communicator& world, const std::string& line) {
+  if (world.rank() != 0) return;
+  std::printf("tetra: %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+std::string mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  return buf;
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
+}
+
+// The first non-empty `mine` over the ranks, as "rank R: ...", known to every rank (collective;
+// only called when some rank has a problem, so the fixed-size gather costs nothing in good runs).
+std::string first_problem(Communicator& world, const std::string& mine) {
+  constexpr int64_t kBytes = 512;
+  Tensor in = Tensor::zeros({kBytes}, DType::U8);
+  std::memcpy(in.data_ptr(), mine.data(), std::min<size_t>(mine.size(), kBytes - 1));
+  Tensor out = Tensor::zeros({kBytes * world.size()}, DType::U8);
+  world.all_gather(out, in)->wait();
+  const char* all = static_cast<const char*>(out.data_ptr());
+  for (int r = 0; r < world.size(); ++r) {
+    const char* m = all + r * kBytes;
+    if (*m) return (world.size() > 1 ? "rank " + std::to_string(r) + ": " : std::string()) + std::string(m, strnlen(m, kBytes));
+  }
+  return "";
+}
+
+bool same_dir(const fs::path& a, const fs::path& b) {
+  std::error_code ec1, ec2;
+  fs::path ca = fs::weakly_canonical(a, ec1), cb = fs::weakly_canonical(b, ec2);
+  return !ec1 && !ec2 && ca == cb;
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const Config& cfg, const std::string& run_dir, Communicator& world, const Mesh& mesh,
+                           DistributedOptimizer& optimizer, const std::vector<Param*>& params, GoodputLedger* ledger)
+    : cfg_(cfg),
+      run_dir_(run_dir),
+      dir_(checkpoints_dir(run_dir)),
+      world_(world),
+      mesh_(mesh),
+      optimizer_(optimizer),
+      ledger_(ledger) {
+  for (const Param* p : params) params_.push_back({p->name, p->full_shape});
+}
+
+Checkpointer::~Checkpointer() {
+  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+}
+
+double Checkpointer::now() const { return ledger_ ? ledger_->now() : unix_now(); }
+
+bool Checkpointer::writing() const { return pending_ && pending_->async && !pending_->done.load(); }
+
+// ---- save -------------------------------------------------------------------------------------
+
+void Checkpointer::save(const TrainingProgress& progress) {
+  const double t0 = now();
+  if (pending_) {  // an earlier background write is still uncommitted: it goes first
+    if (pending_->writer.joinable()) pending_->writer.join();
+    commit();
+  }
+  const std::string name = step_dir_name(progress.step);
+  auto p = std::make_unique<Pending>();
+  p->progress = progress;
+  p->optimizer_steps = optimizer_.steps_taken();
+  p->async = cfg_.checkpoint.async;
+  p->start = t0;
+  p->tmp_dir = (fs::path(dir_) / (name + ".tmp")).string();
+  p->final_dir = (fs::path(dir_) / name).string();
+  p->file = (fs::path(p->tmp_dir) / rank_file_name(world_.rank())).string();
+
+  // Rank 0 makes a clean step_N.tmp (a leftover of an interrupted save may be there); the
+  // all-reduce of its success is also the barrier before any rank writes into it.
+  std::string dir_error;
+  if (is_rank0()) {
+    std::error_code ec;
+    fs::remove_all(p->tmp_dir, ec);
+    fs::create_directories(p->tmp_dir, ec);
+    if (ec) dir_error = ec.message();
+  }
+  std::vector<double> ok{dir_error.empty() ? 1.0 : 0.0};
+  world_.all_reduce_host(ok, ReduceOp::Min);
+  if (ok[0] != 1.0)  // every rank knows it: the job ends cleanly, rank 0 says why
+    fail_on_every_rank(ErrorKind::Checkpoint,
+                       "cannot create " + p->tmp_dir +
+                           (is_rank0() ? ": " + dir_error : std::string(" (rank 0 reports why)")) +
+                           "; check that run.output_dir is writable and not full");
+
+  std::vector<StatePiece> pieces = optimizer_.pieces_to_save();
+  bool host_fp32 = true;
+  for (const StatePiece& s : pieces) {
+    p->saved.push_back({s.name, s.begin, s.end, s.box});
+    for (const Tensor* t : {&s.master, &s.exp_avg, &s.exp_avg_sq})
+      host_fp32 &= t->device().is_cpu() && t->dtype() == DType::F32;
+  }
+  // A synchronous save of host state writes it in place; anything else goes through host copies.
+  p->host = p->async || !host_fp32 ? snapshot_.take(pieces) : pieces;
+  p->blocked_end = now();
+
+  const MeshCoords& c = mesh_.coords();
+  p->header = {progress.step, world_.rank(), world_.size(), c.dp, c.tp, c.pp, optimizer_.zero_stage()};
+  Pending* raw = p.get();
+  pending_ = std::move(p);
+  if (raw->async) {
+    raw->writer = std::thread([this, raw] { write_file(*raw); });
+  } else {
+    write_file(*raw);
+    commit();
+  }
+}
+
+// Runs on the writer thread (async) or the caller's: never throws, never talks MPI.
+void Checkpointer::write_file(Pending& pending) {
+  Pending* p = &pending;
+  try {
+    std::function<void()> halfway;
+    if (faults_) halfway = [&] { faults_->inside_save(p->progress.step, world_.rank()); };
+    write_shard(p->file, p->header, p->host, halfway);
+    fsync_path(p->file);
+    p->digest = digest_file(p->file);
+    p->ok = true;
+  } catch (const std::exception& e) {
+    p->error = e.what();
+    p->ok = false;
+  }
+  p->write_end = now();
+  p->host.clear();  // drop the views (the snapshot buffer stays with the Checkpointer)
+  p->done.store(true);
+}
+
+std::vector<RankFileInfo> Checkpointer::gather_index(const std::vector<SavedPiece>& mine) {
+  std::map<std::string, int64_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) index[params_[i].name] = static_cast<int64_t>(i);
+  const int world = world_.size();
+  std::vector<RankFileInfo> files(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    files[static_cast<size_t>(r)].file = rank_file_name(r);
+    files[static_cast<size_t>(r)].rank = r;
+  }
+  std::vector<double> count{static_cast<double>(mine.size())};
+  world_.all_reduce_host(count, ReduceOp::Max);
+  const int64_t m = static_cast<int64_t>(count[0]);
+  if (m == 0) return files;
+  // Per piece: parameter index, begin, end, then its box (offsets, extents; −1 for a whole tensor)
+  // over K dimensions, padded with −1 to the longest list.
+  size_t K = 0;
+  for (const ParamInfo& p : params_) K = std::max(K, p.full_shape.size());
+  const int64_t W = 3 + 2 * static_cast<int64_t>(K);
+  Tensor in = Tensor::empty({W * m}, DType::I64);
+  int64_t* pin = in.data<int64_t>();
+  std::fill(pin, pin + W * m, int64_t{-1});
+  for (size_t k = 0; k < mine.size(); ++k) {
+    auto it = index.find(mine[k].name);
+    TETRA_CHECK(it != index.end(), "checkpoint: the optimizer saves '", mine[k].name, "', not a model parameter");
+    int64_t* t = pin + static_cast<int64_t>(k) * W;
+    t[0] = it->second;
+    t[1] = mine[k].begin;
+    t[2] = mine[k].end;
+    for (size_t d = 0; d < mine[k].box.shape.size(); ++d) {
+      t[3 + d] = mine[k].box.offset[d];
+      t[3 + K + d] = mine[k].box.shape[d];
+    }
+  }
+  Tensor out = Tensor::empty({world * W * m}, DType::I64);
+  world_.all_gather(out, in)->wait();
+  const int64_t* po = out.data<int64_t>();
+  for (int r = 0; r < world; ++r)
+    for (int64_t k = 0; k < m; ++k) {
+      const int64_t* t = po + (static_cast<int64_t>(r) * m + k) * W;
+      if (t[0] < 0) continue;
+      SavedPiece piece{params_[static_cast<size_t>(t[0])].name, t[1], t[2], {}};
+      const size_t nd = params_[static_cast<size_t>(t[0])].full_shape.size();
+      if (K > 0 && t[3 + K] >= 0)
+        for (size_t d = 0; d < nd; ++d) {
+          piece.box.offset.push_back(t[3 + d]);
+          piece.box.shape.push_back(t[3 + K + d]);
+        }
+      files[static_cast<size_t>(r)].pieces.push_back(std::move(piece));
+    }
+  return files;
+}
+
+CheckpointMeta Checkpointer::make_meta(const Pending& p) const {
+  CheckpointMeta m;
+  m.step = p.progress.step;
+  m.tokens_seen = p.progress.tokens_seen;
+  m.skipped_steps = p.progress.skipped_steps;
+  m.optimizer_steps = p.optimizer_steps;
+  m.attempt = ledger_ ? ledger_->attempt() : 0;
+  m.time = unix_now();
+  m.config_yaml = to_yaml(cfg_);
+  const MeshShape& s = mesh_.shape();
+  m.world_size = world_.size();
+  m.dp = s.dp;
+  m.tp = s.tp;
+  m.pp = s.pp;
+  m.ep = s.ep;
+  m.zero_stage = optimizer_.zero_stage();
+  // The sampler is a pure function of (config, step): its position is the next step.
+  m.sampler = {{"next_step", p.progress.step},
+               {"consumed_sequences", p.progress.step * cfg_.train.global_batch},
+               {"global_batch", cfg_.train.global_batch},
+               {"seq_len", cfg_.train.seq_len},
+               {"shuffle", cfg_.data.shuffle},
+               {"seed", cfg_.run.seed},
+               {"data", cfg_.data.train},
+               {"data_fingerprint", data_fingerprint_}};
+  const LrSchedule sched = LrSchedule::of(cfg_);
+  m.lr_schedule = {{"next_step", p.progress.step},
+                   {"next_lr", sched.at(p.progress.step)},
+                   {"kind", sched.kind},
+                   {"warmup_steps", sched.warmup_steps},
+                   {"total_steps", sched.total_steps}};
+  // Every random stream of this version is a pure function of the seed and a position (parameter
+  // name at init, epoch for the data order), so there is no generator state to carry; stateful
+  // generators (dropout) add theirs under "states".
+  m.rng = {{"seed", cfg_.run.seed},
+           {"streams", {{"init", "seed XOR hash(parameter name)"}, {"data_order", "seed XOR epoch"}}},
+           {"states", json::object()}};
+  m.params = params_;
+  return m;
+}
+
+void Checkpointer::commit() {
+  TETRA_CHECK(pending_ != nullptr, "Checkpointer::commit without a pending save");
+  Pending& p = *pending_;
+  const double c0 = now();
+  if (p.writer.joinable()) p.writer.join();
+  const std::string name = step_dir_name(p.progress.step);
+
+  // Every rank's outcome, size and checksum, in rank order.
+  const int world = world_.size(), rank = world_.rank();
+  std::vector<double> v(static_cast<size_t>(3 * world), 0.0);
+  v[static_cast<size_t>(3 * rank)] = p.ok ? 1.0 : 0.0;
+  v[static_cast<size_t>(3 * rank + 1)] = static_cast<double>(p.digest.bytes);
+  v[static_cast<size_t>(3 * rank + 2)] = static_cast<double>(p.digest.crc32);
+  world_.all_reduce_host(v, ReduceOp::Sum);
+  std::string failed;
+  for (int r = 0; r < world; ++r)
+    if (v[static_cast<size_t>(3 * r)] != 1.0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  if (!failed.empty()) {
+    const std::string first = first_problem(world_, p.ok ? std::string() : p.error);
+    const std::string tmp = p.tmp_dir;
+    pending_.reset();
+    fail_on_every_rank(ErrorKind::Checkpoint,
+                       "checkpoint " + name + ": rank(s) " + failed + " could not write their file (" + first + "); " +
+                           tmp + " stays incomplete and resume will ignore it (check free space and permissions of " +
+                           dir_ + ")");
+  }
+  if (!index_) index_ = gather_index(p.saved);
+  std::vector<RankFileInfo> files = *index_;
+  double total_bytes = 0;
+  for (int r = 0; r < world; ++r) {
+    files[static_cast<size_t>(r)].bytes = static_cast<uint64_t>(v[static_cast<size_t>(3 * r + 1)]);
+    files[static_cast<size_t>(r)].crc32 = static_cast<uint32_t>(v[static_cast<size_t>(3 * r + 2)]);
+    total_bytes += v[static_cast<size_t>(3 * r + 1)];
+  }
+
+  std::string error;
+  if (is_rank0()) {
+    try {
+      commit_on_rank0(p, files);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  std::vector<double> ok{error.empty() ? 1.0 : 0.0};
+  world_.all_reduce_host(ok, ReduceOp::Min);
+  if (ok[0] != 1.0) {
+    pending_.reset();
+    fail_on_every_rank(ErrorKind::Checkpoint, "checkpoint " + name + ": rank 0 could not commit it" +
+                                                  (is_rank0() ? ": " + error : std::string(" (rank 0 prints why)")));
+  }
+
+  const double c1 = now();
+  const int64_t step = p.progress.step;
+  if (ledger_) {
+    if (p.async) {
+      // What blocked training: the snapshot, then the commit (and any wait for the writer).
+      ledger_->ckpt_save(p.start, p.blocked_end, step, std::max(0.0, p.write_end - p.start));
+      if (c1 > c0)
+        ledger_->append({{"event", goodput_event::kCkptSave},
+                         {"start", c0},
+                         {"end", c1},
+                         {"step", step},
+                         {"async", true},
+                         {"part", "commit"}},
+                        /*durable=*/true);
+    } else {
+      ledger_->ckpt_save(p.start, c1, step);
+    }
+  }
+  std::string line = "checkpoint " + name + ": " + mib(total_bytes) + " in " + std::to_string(world) +
+                     " rank files, training blocked " +
+                     seconds((p.async ? p.blocked_end - p.start + (c1 - c0) : c1 - p.start));
+  if (p.async) line += ", written in the background in " + seconds(p.write_end - p.start);
+  print_rank0(world_, line);
+  last_committed_ = step;
+  pending_.reset();
+}
+
+void Checkpointer::commit_on_rank0(Pending& p, const std::vector<RankFileInfo>& files) {
+  CheckpointMeta meta = make_meta(p);
+  meta.files = files;
+  // meta.json last: its presence marks the files complete. write_file_durably also fsyncs the
+  // directory, which makes the other ranks' new file entries durable with it.
+  write_file_durably((fs::path(p.tmp_dir) / kMetaFile).string(), to_json(meta).dump(1));
+  std::error_code ec;
+  const std::string replaced = p.final_dir + ".replaced";
+  const bool existed = fs::exists(p.final_dir, ec);
+  if (existed) {  // the same step from an abandoned timeline (a resume from an earlier step)
+    fs::remove_all(replaced, ec);
+    fs::rename(p.final_dir, replaced, ec);
+    if (ec) TETRA_FAIL(Checkpoint, "cannot move the earlier ", p.final_dir, " aside: ", ec.message());
+  }
+  fs::rename(p.tmp_dir, p.final_dir, ec);
+  if (ec) TETRA_FAIL(Checkpoint, "cannot rename ", p.tmp_dir, " to ", p.final_dir, ": ", ec.message());
+  fsync_path(dir_);
+  if (existed) fs::remove_all(replaced, ec);
+  apply_retention();
+}
+
+void Checkpointer::apply_retention() {
+  std::error_code ec;
+  int kept = 0;
+  for (const CheckpointDir& d : list_checkpoint_dirs(dir_)) {
+    if (!d.has_meta) continue;
+    if (cfg_.checkpoint.keep == 0 || kept < cfg_.checkpoint.keep) {
+      ++kept;
+      continue;
+    }
+    fs::remove_all(d.path, ec);
+    if (ec) std::cerr << "tetra: warning: cannot delete old checkpoint " << d.path << ": " << ec.message() << "\n";
+  }
+  // Leftovers of saves that never committed (a crash mid-write): no save is in flight now.
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
+    if (!parse_tmp_step_dir(e.path().filename().string())) continue;
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+    if (!rm) std::printf("tetra: removed %s (left by an interrupted save)\n", e.path().c_str());
+  }
+}
+
+void Checkpointer::finish() {
+  if (!pending_) return;
+  if (pending_->writer.joinable()) pending_->writer.join();
+  commit();
+}
+
+// ---- resume -----------------------------------------------------------------------------------
+
+void Checkpointer::set_aside(const std::string& path, const std::string& why) {
+  std::error_code ec;
+  std::string target = path + ".discarded";
+  for (int i = 2; fs::exists(target, ec); ++i) target = path + ".discarded-" + std::to_string(i);
+  fs::rename(path, target, ec);
+  if (ec)
+    std::cerr << "tetra: warning: could not rename " << path << " to " << target << ": " << ec.message() << "\n";
+  else
+    std::printf("tetra: set %s aside as %s (%s)\n", path.c_str(), target.c_str(), why.c_str());
+}
+
+// The checkpoint must hold this model — the same parameters, and the same model.* keys, since a
+// change that keeps every shape (heads, norm epsilon, an architecture variant) would load weights
+// that mean something else — and, unless checkpoint.allow_data_change, be read on the same data.
+// Other differences that make the resumed run differ from an uninterrupted one are warnings.
+void Checkpointer::check_resumable(const CheckpointReader& chosen) const {
+  const CheckpointMeta& meta = chosen.meta();
+  const std::string where = "checkpoint.resume: " + chosen.dir();
+  for (const ParamInfo& p : params_) {
+    const ParamInfo* q = chosen.param(p.name);
+    if (!q)
+      TETRA_FAIL(Config, where, " has no parameter '", p.name,
+                 "': it holds another model (compare model.* with the config in its meta.json; to start over use "
+                 "checkpoint.resume: none or another run.name)");
+    if (q->full_shape != p.full_shape)
+      TETRA_FAIL(Config, where, ": '", p.name, "' is ", shape_str(q->full_shape), " there but ",
+                 shape_str(p.full_shape), " in this model (model.* changed since it was written?)");
+  }
+  if (meta.params.size() != params_.size())
+    TETRA_FAIL(Config, where, " holds ", meta.params.size(), " parameters, this model ", params_.size(),
+               " (model.n_layers changed since it was written?)");
+
+  Config old;
+  try {
+    old = parse_config(meta.config_yaml, chosen.dir() + "/meta.json");
+  } catch (const Error& e) {
+    if (is_rank0())
+      std::cout << "tetra: warning: cannot compare the checkpoint's config with this one (only its parameter names "
+                   "and shapes were checked): "
+                << e.what() << "\n";
+    return;
+  }
+  // Every key of the model section, whatever the family defines (config_schema.h), but
+  // model.init_from: the weights come from the checkpoint.
+  std::string changed;
+  for (const schema::Field& f : schema::fields()) {
+    if (std::string(f.section) != "model" || f.path() == "model.init_from") continue;
+    const std::string was = schema::value_text(f, old), is = schema::value_text(f, cfg_);
+    if (was != is) changed += (changed.empty() ? "" : ", ") + f.path() + " " + was + " then, " + is + " now";
+  }
+  if (!changed.empty())
+    TETRA_FAIL(Config, where, " was written by another model: ", changed,
+               ". Its parameter shapes fit, but the weights would mean something else; set these keys back, or "
+               "start a new run (checkpoint.resume: none, or another run.name)");
+
+  const std::string then = meta.sampler.is_object() ? meta.sampler.value("data_fingerprint", "") : "";
+  if (!then.empty() && !data_fingerprint_.empty() && then != data_fingerprint_) {
+    const std::string what = "the training data changed since step " + std::to_string(meta.step) +
+                             " was saved: corpus fingerprint " + then + " then, " + data_fingerprint_ +
+                             " now (data.train: shards added, removed, renamed or resized, other weights, or another "
+                             "train.seq_len), so the resumed run reads other tokens than the original would have";
+    if (!cfg_.checkpoint.allow_data_change)
+      TETRA_FAIL(Config, where, ": ", what,
+                 "; restore the data, or set checkpoint.allow_data_change: true to continue on the new data");
+    if (is_rank0()) std::cout << "tetra: warning: " << what << " (checkpoint.allow_data_change is true)\n";
+  }
+
+  if (!is_rank0()) return;
+  // What would make the resumed run differ from an uninterrupted one.
+  auto differs = [&](const std::string& key, const auto& was, const auto& now_value) {
+    if (was == now_value) return;
+    std::ostringstream os;
+    os << "tetra: warning: " << key << " was " << was << " when step " << meta.step << " was saved, now " << now_value
+       << ": the resumed run will not continue exactly as the original would have\n";
+    std::cout << os.str();
+  };
+  differs("run.seed", old.run.seed, cfg_.run.seed);
+  differs("train.global_batch", old.train.global_batch, cfg_.train.global_batch);
+  differs("train.seq_len", old.train.seq_len, cfg_.train.seq_len);
+  differs("data.train", old.data.train, cfg_.data.train);
+  differs("data.shuffle", old.data.shuffle, cfg_.data.shuffle);
+  differs("optimizer.lr", old.optimizer.lr, cfg_.optimizer.lr);
+  differs("optimizer.schedule", old.optimizer.schedule, cfg_.optimizer.schedule);
+  differs("optimizer.warmup_steps", old.optimizer.warmup_steps, cfg_.optimizer.warmup_steps);
+  differs("train.steps", old.train.steps, cfg_.train.steps);
+}
+
+std::optional<TrainingProgress> Checkpointer::resume() {
+  const std::string& mode = cfg_.checkpoint.resume;
+  if (mode == "none") return std::nullopt;
+  const double t0 = now();
+  const bool automatic = mode == "auto";
+
+  // Candidates, newest first: rank 0 lists them, everyone gets the same list.
+  std::vector<std::string> candidates;
+  if (automatic) {
+    std::vector<double> steps;
+    if (is_rank0())
+      for (const CheckpointDir& d : list_checkpoint_dirs(dir_)) steps.push_back(static_cast<double>(d.step));
+    std::vector<double> n{static_cast<double>(steps.size())};
+    world_.all_reduce_host(n, ReduceOp::Max);
+    steps.resize(static_cast<size_t>(n[0]), 0.0);
+    if (!steps.empty()) world_.all_reduce_host(steps, ReduceOp::Sum);
+    for (double s : steps)
+      candidates.push_back((fs::path(dir_) / step_dir_name(static_cast<int64_t>(s))).string());
+  } else {
+    candidates.push_back(mode);
+  }
+
+  std::unique_ptr<CheckpointReader> chosen;
+  std::vector<std::pair<std::string, std::string>> rejected;  // path, why (as rank 0 knows it)
+  for (const std::string& path : candidates) {
+    std::unique_ptr<CheckpointReader> reader;
+    std::string problem;
+    try {
+      reader = std::make_unique<CheckpointReader>(path);
+      // Each rank checksums every world-th file, so a big checkpoint is read once, in parallel.
+      problem = reader->verify(world_.rank(), world_.size());
+    } catch (const std::exception& e) {  // tetra::Error, or anything a damaged file provokes
+      problem = e.what();
+    }
+    std::vector<double> ok{problem.empty() ? 1.0 : 0.0};
+    world_.all_reduce_host(ok, ReduceOp::Min);
+    if (ok[0] == 1.0) {
+      chosen = std::move(reader);
+      break;
+    }
+    const std::string why = first_problem(world_, problem);
+    if (!automatic)
+      fail_on_every_rank(ErrorKind::Config, "checkpoint.resume: " + path + " cannot be loaded: " + why +
+                                                " (use checkpoint.resume: auto for the newest usable checkpoint, or "
+                                                "another step_N)");
+    if (is_rank0()) std::printf("tetra: ignoring %s: %s\n", path.c_str(), why.c_str());
+    rejected.emplace_back(path, why);
+  }
+  // Whether it is this run's model and data is checked before anything is renamed, so that a
+  // mistaken resume changes nothing on disk.
+  if (chosen) agree(world_, [&] { check_resumable(*chosen); });
+  if (is_rank0()) {
+    for (const auto& [path, why] : rejected) set_aside(path, "not usable");
+    // Rolling back to an earlier checkpoint of this run: later ones belong to the abandoned
+    // timeline and must not be picked by a later resume.
+    if (chosen && same_dir(fs::path(chosen->dir()).parent_path(), dir_))
+      for (const CheckpointDir& d : list_checkpoint_dirs(dir_))
+        if (d.step > chosen->meta().step)
+          set_aside(d.path, "newer than step " + std::to_string(chosen->meta().step) + ", which this run resumes from");
+    std::fflush(stdout);
+  }
+  if (!chosen) {
+    print_rank0(world_, "checkpoint.resume: auto found no usable checkpoint in " + dir_ + ": starting from step 0");
+    return std::nullopt;
+  }
+
+  const CheckpointMeta& meta = chosen->meta();
+  std::vector<StatePiece> pieces = optimizer_.pieces_to_load();
+  agree(world_, [&] {
+    for (StatePiece& piece : pieces) chosen->fill(piece);
+  });
+  optimizer_.after_load();
+  optimizer_.set_steps_taken(meta.optimizer_steps);
+
+  if (is_rank0()) {
+    const MeshShape& s = mesh_.shape();
+    const bool reshard = meta.world_size != world_.size() || meta.dp != s.dp || meta.tp != s.tp || meta.pp != s.pp ||
+                         meta.ep != s.ep || meta.zero_stage != optimizer_.zero_stage();
+    // The expert-parallel sizes, where either side has expert parallelism.
+    const bool experts = meta.ep > 1 || s.ep > 1;
+    auto ep_text = [experts](int ep) { return experts ? " ep " + std::to_string(ep) : std::string(); };
+    std::string line = "resumed from " + chosen->dir() + " (step " + std::to_string(meta.step) + ", " +
+                       std::to_string(meta.tokens_seen) + " tokens";
+    if (reshard)
+      line += "; written at dp " + std::to_string(meta.dp) + " tp " + std::to_string(meta.tp) + " pp " +
+              std::to_string(meta.pp) + ep_text(meta.ep) +
+              " ZeRO-" + std::to_string(meta.zero_stage) + ", resharded to dp " + std::to_string(s.dp) + " tp " +
+              std::to_string(s.tp) + " pp " + std::to_string(s.pp) +
+              ep_text(s.ep) + " ZeRO-" +
+              std::to_string(optimizer_.zero_stage());
+    print_rank0(world_, line + ")");
+  }
+  if (ledger_) ledger_->ckpt_load(t0, now(), meta.step);
+  TrainingProgress progress;
+  progress.step = meta.step;
+  progress.tokens_seen = meta.tokens_seen;
+  progress.skipped_steps = meta.skipped_steps;
+  return progress;
+}
+
+}  // namespace tetra::launch

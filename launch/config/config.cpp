@@ -1,0 +1,37 @@
+// Config helpers shared by loading, validation and the run: key origins, equality, mesh arithmetic.
+#include "launch/config/config.h"
+
+#include "launch/config/schema.h"
+
+namespace tetra::launch {
+
+std::string KeyOrigins::where(const std::string& key) const {
+  if (overridden.count(key)) return "--set " + key;
+  std::string f = file.empty() ? "config" : file;
+  auto it = line.find(key);
+  if (it != line.end() && it->second > 0) return f + ":" + std::to_string(it->second);
+  return f;
+}
+
+bool Config::operator==(const Config& other) const {
+  // Compared key by key through the schema, so a key added there is compared too.
+  for (const schema::Field& f : schema::fields())
+    if (schema::value_text(f, *this) != schema::value_text(f, other)) return false;
+  return true;
+}
+
+int data_parallel_size(const ParallelConfig& p, int world_size) {
+  if (p.dp > 0) return p.dp;
+  int tp_pp = p.tp * p.pp;
+  return tp_pp > 0 ? world_size / tp_pp : 0;
+}
+
+int pipeline_chunks_per_rank(const std::string& schedule) {
+  return schedule == "interleaved_1f1b" || schedule == "dualpipev" ? 2 : 1;
+}
+
+int pipeline_stages(const ParallelConfig& p) {
+  return p.pp == 1 ? 1 : p.pp * pipeline_chunks_per_rank(p.schedule);
+}
+
+}  // namespace tetra::launch

@@ -1,0 +1,214 @@
+// The experiment config: one YAML file per run (ARCHITECTURE.md §5). The structs below mirror
+// the file key for key (section.key, snake_case); load_config checks the file against that schema,
+// validate checks the combinations against the job before any work, to_yaml writes it back.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace tetra::launch {
+
+struct RunConfig {
+  std::string name = "tetra";        // RUN_DIR = output_dir/name
+  std::string output_dir = "runs";
+  std::int64_t seed = 1234;          // model init, data order, dropout: the same seed, the same run
+  double comm_timeout_s = 600;       // a collective that takes longer than this aborts the job
+  bool html_report = true;           // write RUN_DIR/report.html at the end of every attempt
+};
+
+// model.moe (llama): DeepSeek-style mixture-of-experts MLPs (docs/models.md "Mixture of experts").
+// Absent, or n_experts 0: a dense model.
+struct MoeConfig {
+  int n_experts = 0;                 // routed experts per MoE layer; 0 = dense (no MoE layers)
+  int top_k = 2;                     // experts each token is routed to
+  int n_shared = 0;                  // shared experts: one SwiGLU of width n_shared·ffn_dim every token passes
+  int ffn_dim = 0;                   // each expert's SwiGLU width; 0 = model.ffn_dim (resolved)
+  int first_k_dense = 0;             // leading layers that keep the dense MLP of model.ffn_dim
+  double route_scale = 1.0;          // the normalised routing weights are multiplied by this
+  int n_group = 1;                   // expert groups of group-limited routing; 1 = none
+  int topk_group = 1;                // groups a token may choose experts from
+  double bias_update_rate = 1e-3;    // auxiliary-loss-free balancing step γ; 0 = the bias stays 0
+  double aux_loss_coef = 0;          // α of the sequence-wise balance loss; 0 = off
+  bool force_balance = false;        // benchmarks only: token t goes to experts (t·k + j) mod E
+};
+
+struct ModelConfig {
+  std::string arch = "gpt2";         // a model family (models/model_family.h): gpt2 | llama
+  int vocab_size = 0;                // required
+  int seq_len = 0;                   // required: the longest context, the positional table size
+  int d_model = 0;                   // required
+  int n_layers = 0;                  // required
+  int n_heads = 0;                   // required
+  std::string init_from;             // a consolidated HDF5 checkpoint or Hugging Face folder; "" = random init
+  double ln_eps = 1e-5;              // gpt2: LayerNorm epsilon
+  // llama (docs/models.md):
+  int n_kv_heads = 0;                // key/value heads (grouped-query attention); 0 = n_heads
+  int ffn_dim = 0;                   // SwiGLU hidden width; 0 = 8·d_model/3 rounded up to a multiple of 256
+  double norm_eps = 1e-5;            // RMSNorm epsilon
+  double rope_theta = 10000;         // rotary embedding base (Llama 3: 500000)
+  bool tie_embeddings = false;       // the output layer is the token embedding
+  MoeConfig moe;                     // llama: the model.moe mapping
+};
+
+struct ParallelConfig {
+  int dp = 0;                        // 0 = world / (tp·pp)
+  int tp = 1;
+  int pp = 1;
+  int ep = 1;                        // carved out of dp; must divide it
+  int zero_stage = 0;                // 0 plain DP, 1 optimizer states, 2 + grads, 3 + params (FSDP)
+  int fsdp_prefetch = 1;             // layers whose parameters are all-gathered ahead (stage 3)
+  std::string schedule = "1f1b";     // gpipe | 1f1b | interleaved_1f1b | zb_h1 | dualpipe | dualpipev
+  int micro_batches = 0;             // per step and pipeline; 0 = global_batch / (dp·micro_batch)
+  // model.n_layers per pipeline stage, in stage order; empty = divided by cost (parallel/pipeline/stage_split.h).
+  std::vector<int> stage_layers;
+  bool overlap_grad_reduce = true;
+  double bucket_mb = 25;             // gradient bucket size for the reduce
+  // dtype gradients are accumulated and reduced in: auto = bf16 when training in bf16, except at
+  // stages 0–1 with several micro-batches per step (an fp32 buffer keeps their sum exact).
+  std::string grad_dtype = "auto";
+  // Who moves stage 0's gradient all-reduce: nccl (kernels on the SMs), or copy_engine (the GPUs'
+  // copy engines through CUDA IPC; every dp rank on one host; runtime/peer_copy_communicator.h).
+  std::string grad_all_reduce = "nccl";
+  // Mixture of experts at pp = 1: run the micro-batches of a step two at a time, interleaved at the
+  // MoE layers' dispatch and combine, so one's all-to-all runs while the other computes.
+  bool moe_overlap = false;
+  // tp > 1: norms, residuals and elementwise work on 1/tp of the tokens, all-gather before the
+  // column-parallel GEMMs and reduce-scatter after the row-parallel ones (else all-reduces).
+  bool sequence_parallel = true;
+  // tp > 1: the tensor-parallel collectives split into chunks pipelined with their GEMMs:
+  // auto (on a GPU) | on | off.
+  std::string tp_comm_overlap = "auto";
+};
+
+// train.residual_dtype's default. The one that reaches a given loss sooner on a GPU is the default:
+// scripts/bench/residual_precision.sh measures both against PyTorch autocast (docs/models.md).
+inline constexpr const char* kDefaultResidualDtype = "bf16";
+
+struct TrainConfig {
+  int steps = 0;                     // required
+  int global_batch = 0;              // required: sequences per optimizer step, over all dp ranks
+  int micro_batch = 1;               // sequences per rank per micro-batch
+  int seq_len = 0;                   // tokens per sequence; load_config fills in model.seq_len
+  std::string precision = "auto";    // auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16
+  // The residual stream between blocks (and its gradient) under precision bf16: bf16 | fp32
+  // (Megatron's --fp32-residual-connection); fp32 precision keeps it fp32 whatever this says.
+  std::string residual_dtype = kDefaultResidualDtype;
+  std::string device = "auto";       // auto (cuda where a GPU is visible) | cpu | cuda
+  double grad_clip = 1.0;            // global gradient norm; 0 = off
+  int eval_every = 0;                // steps between evaluations on data.val; 0 = off
+  int eval_batches = 10;             // global batches per evaluation
+  std::string recompute = "none";    // none | mlp | full
+  std::string on_nonfinite = "skip"; // skip the update of a step with a non-finite loss or grad, or stop
+  bool cuda_graphs = false;
+  std::string run_ahead = "auto";    // launch step s+1 before step s is read back: auto (on a GPU) | on | off
+};
+
+struct OptimizerConfig {
+  std::string name = "adamw";
+  double lr = 3e-4;                  // peak learning rate, reached after warmup_steps
+  std::array<double, 2> betas = {0.9, 0.95};
+  double eps = 1e-8;
+  double weight_decay = 0.1;         // decoupled; applied to matrices, not to biases and norms
+  int warmup_steps = 0;              // linear warmup from 0 to lr
+  std::string schedule = "cosine";   // cosine | constant | linear (decay to min_lr at the last step)
+  double min_lr = 0;
+};
+
+struct DataConfig {
+  // Token files (HDF5 or llm.c .bin): a path, a glob, a list of shards, or a weighted blend,
+  // stored as text (launch/config/data.h: data_spec() reads it; docs/data.md). Required to train.
+  std::string train;
+  std::string val;                   // the same without weights; "" = no validation set
+  double val_fraction = 0;           // hold out this share of each training dataset (its tail) instead
+  bool shuffle = true;
+  int prefetch = 4;                  // micro-batches read ahead; 0 = read when needed
+  std::string io = "auto";           // auto | gds | pinned | posix
+  int loader_threads = 2;
+};
+
+struct CheckpointConfig {
+  int every = 0;                     // steps between checkpoints; 0 = off
+  int keep = 2;                      // newest checkpoints kept; 0 = keep all
+  std::string resume = "none";       // none | auto (newest in RUN_DIR/checkpoints) | a step_N path
+  bool async = false;                // write in the background after the blocking copy
+  bool allow_data_change = false;    // resume on training data other than the checkpoint's (fingerprint)
+};
+
+struct LogConfig {
+  int every = 1;                     // steps between printed lines (metrics.jsonl has every step)
+  double peak_tflops = 0;            // per-device peak for MFU; 0 = from the device
+  int profile_steps = 0;             // trace the last N steps into trace.json; 0 = off
+};
+
+// Where each key's value came from, so that errors can point at the line to fix.
+struct KeyOrigins {
+  std::string file;                       // the config file as given; "" for a Config built in code
+  std::map<std::string, int> line;        // "train.steps" → 1-based line in file (sections too: "train")
+  std::set<std::string> overridden;       // keys set by --set (they win over the file)
+
+  // "FILE:LINE" for a key of the file, "--set KEY" for an override, "FILE" (or "config") otherwise.
+  std::string where(const std::string& key) const;
+  // True when the user wrote this key (in the file or with --set), false when it is a default.
+  bool given(const std::string& key) const { return line.count(key) || overridden.count(key); }
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  OptimizerConfig optimizer;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  KeyOrigins origins;  // not part of the experiment: ignored by operator== and to_yaml
+
+  // Equal experiments: every key of every section (origins are not compared).
+  bool operator==(const Config& other) const;
+};
+
+// Reads the YAML file, applies the overrides ("section.key=value", value parsed as YAML: 3, 3e-4,
+// true, [0.9, 0.95], a string), and checks every key against the schema: unknown keys, wrong types,
+// values out of range, invalid choices and missing required keys throw a tetra::Error of kind
+// Config, "FILE:LINE: key.path: what is wrong (what would be valid)". Fills train.seq_len from
+// model.seq_len when absent. Does not look at the job: that is validate().
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The same from YAML text; source_name stands for the file in messages.
+Config parse_config(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides = {});
+
+// Checks every value and every combination against a job of world_size ranks: the mesh
+// (dp·tp·pp = world, ep | dp), the model against the mesh (tp | n_heads, pp stages | n_layers),
+// batch sizes, schedule constraints, the optimizer. Throws a Config error naming the keys involved,
+// their lines, and what would be valid. Needs no GPU and touches no file.
+void validate(const Config& cfg, int world_size);
+
+// The checks that only a training run needs: data.train is set and exists, data.val,
+// model.init_from and a checkpoint.resume path exist.
+void validate_for_training(const Config& cfg);
+
+// The config a run works with: validate()d, dp derived, micro_batches derived, train.device and
+// train.precision resolved from "auto" (cuda_available: a GPU is visible to this process).
+// Throws when train.device is cuda but cuda_available is false.
+Config resolve(const Config& cfg, int world_size, bool cuda_available);
+
+// Every key of every section, defaults included, as YAML that load_config reads back to an equal
+// Config (RUN_DIR/config.yaml).
+std::string to_yaml(const Config& cfg);
+
+// dp as configured, or world / (tp·pp) when parallel.dp is 0 (no divisibility check: see validate).
+int data_parallel_size(const ParallelConfig& p, int world_size);
+
+// Model chunks each pipeline rank holds under a schedule: 2 for interleaved_1f1b (two virtual
+// stages per rank) and dualpipev (the V: chunks r and 2·pp-1-r), else 1. DualPipe holds two
+// chunks too, but they are copies of stages r and pp-1-r, so the model still has pp stages.
+int pipeline_chunks_per_rank(const std::string& schedule);
+
+// The number of pipeline stages the model is cut into: pp · pipeline_chunks_per_rank(schedule).
+int pipeline_stages(const ParallelConfig& p);
+
+}  // namespace tetra::launch

@@ -1,0 +1,486 @@
+// The config schema table, and the helpers that describe, check and print one key's value.
+#include "launch/config/schema.h"
+
+#include "launch/config/data.h"
+#include "models/model_family.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+
+namespace tetra::launch::schema {
+
+namespace {
+
+// KEY(section, key, Type): the designators every row starts with.
+#define KEY(sec, k, T)                                                  \
+  .section = #sec, .key = #k, .type = Type::T, .get = [](Config& c) -> void* { return &c.sec.k; }
+
+// MOE_KEY(key, Type): a key of the model.moe mapping, "model.moe.KEY" (Field::key "moe.KEY").
+#define MOE_KEY(k, T) \
+  .section = "model", .key = "moe." #k, .type = Type::T, .get = [](Config& c) -> void* { return &c.model.moe.k; }
+
+constexpr double kIntMax = 2147483647.0;
+
+std::vector<Field> make_fields() {
+  return {
+      // run: where the run directory goes and what makes it reproducible.
+      {KEY(run, name, String), .nonempty = true, .note = "a directory name under run.output_dir, e.g. tiny"},
+      {KEY(run, output_dir, String), .nonempty = true},
+      {KEY(run, seed, Int64), .lo = 0, .hi = 9.2e18},
+      {KEY(run, comm_timeout_s, Float), .lo = 0, .lo_open = true, .note = "seconds"},
+      {KEY(run, html_report, Bool), .note = "RUN_DIR/report.html at the end of every attempt (docs/goodput.md)"},
+
+      // model: the network.
+      {KEY(model, arch, Choice), .choices = model_family_names(), .note = "the model family (docs/models.md)"},
+      {KEY(model, vocab_size, Int), .required = true, .lo = 1, .hi = kIntMax,
+       .note = "e.g. 256 for byte-level text, 50304 for GPT-2"},
+      {KEY(model, seq_len, Int), .required = true, .lo = 1, .hi = kIntMax,
+       .note = "the longest context, e.g. 1024"},
+      {KEY(model, d_model, Int), .required = true, .lo = 1, .hi = kIntMax, .note = "e.g. 768"},
+      {KEY(model, n_layers, Int), .required = true, .lo = 1, .hi = kIntMax, .note = "e.g. 12"},
+      {KEY(model, n_heads, Int), .required = true, .lo = 1, .hi = kIntMax, .note = "e.g. 12"},
+      {KEY(model, init_from, String),
+       .note = "a consolidated HDF5 checkpoint or a Hugging Face model folder; empty = random init"},
+      {KEY(model, ln_eps, Float), .lo = 0, .lo_open = true, .note = "gpt2's LayerNorm epsilon"},
+      {KEY(model, n_kv_heads, Int), .lo = 0, .hi = kIntMax,
+       .note = "llama: key/value heads, a divisor of model.n_heads (grouped-query attention); 0 = n_heads"},
+      {KEY(model, ffn_dim, Int), .lo = 0, .hi = kIntMax,
+       .note = "llama: SwiGLU hidden width, e.g. 8192; 0 = 8·d_model/3 rounded up to a multiple of 256"},
+      {KEY(model, norm_eps, Float), .lo = 0, .lo_open = true, .note = "llama's RMSNorm epsilon"},
+      {KEY(model, rope_theta, Float), .lo = 0, .lo_open = true, .note = "llama: rotary base, e.g. 500000 for Llama 3"},
+      {KEY(model, tie_embeddings, Bool), .note = "llama: the output layer is the token embedding"},
+      // model.moe: DeepSeek-style mixture of experts (llama; docs/models.md). Absent = dense.
+      {MOE_KEY(n_experts, Int), .lo = 0, .hi = kIntMax,
+       .note = "llama: routed experts per MoE layer, e.g. 64; 0 = dense (no MoE layers)"},
+      {MOE_KEY(top_k, Int), .lo = 1, .hi = kIntMax, .note = "experts per token, at most model.moe.n_experts"},
+      {MOE_KEY(n_shared, Int), .lo = 0, .hi = kIntMax,
+       .note = "shared experts, one SwiGLU of width n_shared·ffn_dim every token passes; 0 = none"},
+      {MOE_KEY(ffn_dim, Int), .lo = 0, .hi = kIntMax, .note = "each expert's SwiGLU width, e.g. 512; 0 = model.ffn_dim"},
+      {MOE_KEY(first_k_dense, Int), .lo = 0, .hi = kIntMax,
+       .note = "leading layers that keep the dense MLP of model.ffn_dim, fewer than model.n_layers"},
+      {MOE_KEY(route_scale, Float), .lo = 0, .lo_open = true,
+       .note = "the normalised routing weights are multiplied by it (Hugging Face's routed_scaling_factor)"},
+      {MOE_KEY(n_group, Int), .lo = 1, .hi = kIntMax,
+       .note = "expert groups for group-limited routing, a divisor of model.moe.n_experts; 1 = none"},
+      {MOE_KEY(topk_group, Int), .lo = 1, .hi = kIntMax, .note = "groups a token may route to, at most model.moe.n_group"},
+      {MOE_KEY(bias_update_rate, Float), .lo = 0,
+       .note = "auxiliary-loss-free balancing: the bias step after each optimizer step; 0 = off"},
+      {MOE_KEY(aux_loss_coef, Float), .lo = 0, .note = "α of the sequence-wise balance loss, e.g. 1e-4; 0 = off"},
+      {MOE_KEY(force_balance, Bool),
+       .note = "a benchmark aid, not a model: token t goes to experts (t·top_k + j) mod n_experts"},
+
+      // parallel: the mesh and how communication overlaps compute.
+      {KEY(parallel, dp, Int), .lo = 0, .hi = kIntMax, .note = "0 = world / (tp·pp)"},
+      {KEY(parallel, tp, Int), .lo = 1, .hi = kIntMax},
+      {KEY(parallel, pp, Int), .lo = 1, .hi = kIntMax},
+      {KEY(parallel, ep, Int), .lo = 1, .hi = kIntMax, .note = "a divisor of dp"},
+      {KEY(parallel, zero_stage, Int), .lo = 0, .hi = 3},
+      {KEY(parallel, fsdp_prefetch, Int), .lo = 0, .hi = kIntMax, .note = "layers gathered ahead; 0 = none"},
+      {KEY(parallel, schedule, Choice),
+       .choices = {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "dualpipe", "dualpipev"}},
+      {KEY(parallel, micro_batches, Int), .lo = 0, .hi = kIntMax,
+       .note = "0 = train.global_batch / (dp·train.micro_batch)"},
+      {KEY(parallel, stage_layers, IntList), .lo = 1, .hi = kIntMax,
+       .note = "model.n_layers per pipeline stage, e.g. [7, 8, 8, 5]; [] = split by cost"},
+      {KEY(parallel, overlap_grad_reduce, Bool)},
+      {KEY(parallel, bucket_mb, Float), .lo = 0, .lo_open = true, .note = "megabytes"},
+      {KEY(parallel, grad_dtype, Choice), .choices = {"auto", "fp32", "bf16"},
+       .note = "gradient accumulation and reduction; auto: bf16 for bf16 training unless stage 0-1 accumulates"},
+      {KEY(parallel, grad_all_reduce, Choice), .choices = {"nccl", "copy_engine"},
+       .note = "stage 0: copy_engine moves gradients with the copy engines (one host)"},
+      {KEY(parallel, moe_overlap, Bool),
+       .note = "mixture of experts at pp = 1: two micro-batches interleaved so one's all-to-all runs while the "
+               "other computes"},
+      {KEY(parallel, sequence_parallel, Bool),
+       .note = "tp > 1: norms and residuals on 1/tp of the tokens (docs/tensor_parallel.md)"},
+      {KEY(parallel, tp_comm_overlap, Choice), .choices = {"auto", "on", "off"},
+       .note = "tp > 1: tensor-parallel collectives chunked under their GEMMs; auto: on a GPU"},
+
+      // train: the loop.
+      {KEY(train, steps, Int), .required = true, .lo = 1, .hi = kIntMax},
+      {KEY(train, global_batch, Int), .required = true, .lo = 1, .hi = kIntMax,
+       .note = "sequences per step over all dp ranks"},
+      {KEY(train, micro_batch, Int), .lo = 1, .hi = kIntMax, .note = "sequences per rank per micro-batch"},
+      {KEY(train, seq_len, Int), .lo = 0, .hi = kIntMax, .note = "at most model.seq_len; 0 = model.seq_len"},
+      {KEY(train, precision, Choice), .choices = {"auto", "fp32", "bf16"}},
+      {KEY(train, residual_dtype, Choice), .choices = {"bf16", "fp32"},
+       .note = "the residual stream between blocks under bf16 precision; fp32 on the CPU whatever it says"},
+      {KEY(train, device, Choice), .choices = {"auto", "cpu", "cuda"}},
+      {KEY(train, grad_clip, Float), .lo = 0, .note = "0 = off"},
+      {KEY(train, eval_every, Int), .lo = 0, .hi = kIntMax, .note = "0 = off"},
+      {KEY(train, eval_batches, Int), .lo = 1, .hi = kIntMax},
+      {KEY(train, recompute, Choice), .choices = {"none", "mlp", "full"}},
+      {KEY(train, on_nonfinite, Choice), .choices = {"skip", "stop"}},
+      {KEY(train, run_ahead, Choice), .choices = {"auto", "on", "off"},
+       .note = "launch the next step before this one is read back; auto: on a GPU (docs/kernels.md)"},
+      {KEY(train, cuda_graphs, Bool), .note = "replay steps as CUDA graphs from the third on (ZeRO 0-2; docs/kernels.md)"},
+
+      // optimizer: AdamW and its learning-rate schedule.
+      {KEY(optimizer, name, Choice), .choices = {"adamw"}},
+      {KEY(optimizer, lr, Float), .lo = 0, .lo_open = true, .note = "e.g. 3e-4"},
+      {KEY(optimizer, betas, FloatPair), .lo = 0, .hi = 1, .hi_open = true},
+      {KEY(optimizer, eps, Float), .lo = 0, .lo_open = true},
+      {KEY(optimizer, weight_decay, Float), .lo = 0},
+      {KEY(optimizer, warmup_steps, Int), .lo = 0, .hi = kIntMax, .note = "at most train.steps"},
+      {KEY(optimizer, schedule, Choice), .choices = {"cosine", "constant", "linear"}},
+      {KEY(optimizer, min_lr, Float), .lo = 0, .note = "at most optimizer.lr"},
+
+      // data: token files and the loader.
+      {KEY(data, train, DataSources), .note = "e.g. data/tiny/train.h5 (docs/data.md)"},
+      {KEY(data, val, DataSources), .note = "no weights; empty = no validation set"},
+      {KEY(data, val_fraction, Float), .lo = 0, .hi = 1, .hi_open = true,
+       .note = "share of each training dataset's windows (its tail) held out for validation; 0 = none"},
+      {KEY(data, shuffle, Bool)},
+      {KEY(data, prefetch, Int), .lo = 0, .hi = kIntMax, .note = "micro-batches read ahead"},
+      {KEY(data, io, Choice), .choices = {"auto", "gds", "pinned", "posix"}},
+      {KEY(data, loader_threads, Int), .lo = 1, .hi = kIntMax},
+
+      // checkpoint: when to save, what to keep, where to resume.
+      {KEY(checkpoint, every, Int), .lo = 0, .hi = kIntMax, .note = "0 = off"},
+      {KEY(checkpoint, keep, Int), .lo = 0, .hi = kIntMax, .note = "0 = keep all"},
+      {KEY(checkpoint, resume, String), .nonempty = true,
+       .note = "none, auto, or a checkpoint directory RUN_DIR/checkpoints/step_N"},
+      {KEY(checkpoint, async, Bool)},
+      {KEY(checkpoint, allow_data_change, Bool),
+       .note = "resume although the training data's fingerprint differs from the checkpoint's"},
+
+      // log: what is printed and profiled.
+      {KEY(log, every, Int), .lo = 1, .hi = kIntMax},
+      {KEY(log, peak_tflops, Float), .lo = 0, .note = "0 = from the device"},
+      {KEY(log, profile_steps, Int), .lo = 0, .hi = kIntMax, .note = "0 = off"},
+  };
+}
+#undef KEY
+#undef MOE_KEY
+
+// Damerau-Levenshtein (optimal string alignment) distance, case-insensitive.
+int edit_distance(const std::string& a, const std::string& b) {
+  auto low = [](char ch) { return static_cast<char>(std::tolower(static_cast<unsigned char>(ch))); };
+  const size_t n = a.size(), m = b.size();
+  std::vector<std::vector<int>> d(n + 1, std::vector<int>(m + 1));
+  for (size_t i = 0; i <= n; ++i) d[i][0] = static_cast<int>(i);
+  for (size_t j = 0; j <= m; ++j) d[0][j] = static_cast<int>(j);
+  for (size_t i = 1; i <= n; ++i) {
+    for (size_t j = 1; j <= m; ++j) {
+      int cost = low(a[i - 1]) == low(b[j - 1]) ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && low(a[i - 1]) == low(b[j - 2]) && low(a[i - 2]) == low(b[j - 1]))
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[n][m];
+}
+
+std::string join(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
+  return out;
+}
+
+bool in_range(const Field& f, double v) {
+  if (v < f.lo || (f.lo_open && v == f.lo)) return false;
+  if (v > f.hi || (f.hi_open && v == f.hi)) return false;
+  return true;
+}
+
+std::string range_fail(const Field& f, double v, const std::string& shown) {
+  if (!std::isfinite(v)) return shown + " is not a finite number";
+  return shown + (v < f.lo || (f.lo_open && v == f.lo) ? " is too small" : " is too large");
+}
+
+}  // namespace
+
+const std::vector<std::string>& sections() {
+  static const std::vector<std::string> s = {"run",  "model", "parallel",   "train",
+                                             "optimizer", "data", "checkpoint", "log"};
+  return s;
+}
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> f = make_fields();
+  return f;
+}
+
+const Field* find(const std::string& section, const std::string& key) {
+  for (const Field& f : fields())
+    if (section == f.section && key == f.key) return &f;
+  return nullptr;
+}
+
+bool is_mapping(const std::string& section, const std::string& name) { return !mapping_keys(section, name).empty(); }
+
+std::vector<std::string> mapping_keys(const std::string& section, const std::string& name) {
+  std::vector<std::string> keys;
+  const std::string prefix = name + ".";
+  for (const Field& f : fields()) {
+    const std::string key = f.key;
+    if (section == f.section && key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0)
+      keys.push_back(key.substr(prefix.size()));
+  }
+  return keys;
+}
+
+std::string valid_text(const Field& f) {
+  auto num = [](double v) { return format_double(v); };
+  std::string s;
+  switch (f.type) {
+    case Type::Int:
+    case Type::Int64: {
+      bool has_hi = f.hi < kIntMax;
+      if (f.lo > -kIntMax && has_hi)
+        s = "an integer in " + num(f.lo) + ".." + num(f.hi);
+      else if (f.lo > -kIntMax)
+        s = "an integer ≥ " + num(f.lo);
+      else
+        s = "an integer";
+      break;
+    }
+    case Type::Float:
+    case Type::FloatPair: {
+      std::string range;
+      bool has_lo = std::isfinite(f.lo), has_hi = std::isfinite(f.hi);
+      if (has_lo && has_hi)
+        range = std::string(f.lo_open ? "(" : "[") + num(f.lo) + ", " + num(f.hi) + (f.hi_open ? ")" : "]");
+      if (f.type == Type::FloatPair) {
+        s = "a list of two numbers" + (range.empty() ? "" : " in " + range) + ", e.g. [0.9, 0.95]";
+      } else if (!range.empty()) {
+        s = "a number in " + range;
+      } else if (has_lo) {
+        s = std::string("a number ") + (f.lo_open ? "> " : "≥ ") + num(f.lo);
+      } else {
+        s = "a number";
+      }
+      break;
+    }
+    case Type::IntList: s = "a list of integers ≥ " + num(f.lo); break;
+    case Type::Bool: s = "true or false"; break;
+    case Type::String: s = f.nonempty ? "a non-empty string" : "a string"; break;
+    case Type::Choice: s = "one of: " + join(f.choices, ", "); break;
+    case Type::DataSources: s = data_sources_valid_text(); break;
+  }
+  if (f.note[0]) s += std::string("; ") + f.note;
+  return s;
+}
+
+std::string value_text(const Field& f, const Config& c) {
+  const void* p = f.cget(c);
+  switch (f.type) {
+    case Type::Int: return std::to_string(*static_cast<const int*>(p));
+    case Type::Int64: return std::to_string(*static_cast<const std::int64_t*>(p));
+    case Type::Float: return format_double(*static_cast<const double*>(p));
+    case Type::Bool: return *static_cast<const bool*>(p) ? "true" : "false";
+    case Type::String:
+    case Type::Choice: return quote_if_needed(*static_cast<const std::string*>(p));
+    case Type::DataSources: return data_sources_yaml(*static_cast<const std::string*>(p));
+    case Type::FloatPair: {
+      const auto& a = *static_cast<const std::array<double, 2>*>(p);
+      std::string s = "[";  // built by appending: GCC 12 warns falsely on "[" + std::string
+      s += format_double(a[0]);
+      s += ", ";
+      s += format_double(a[1]);
+      return s + "]";
+    }
+    case Type::IntList: {
+      const auto& v = *static_cast<const std::vector<int>*>(p);
+      std::string s = "[";
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (i) s += ", ";
+        s += std::to_string(v[i]);
+      }
+      return s + "]";
+    }
+  }
+  return "";
+}
+
+std::string check_value(const Field& f, const Config& c) {
+  const void* p = f.cget(c);
+  switch (f.type) {
+    case Type::Int: {
+      int v = *static_cast<const int*>(p);
+      return in_range(f, v) ? "" : range_fail(f, v, std::to_string(v));
+    }
+    case Type::Int64: {
+      std::int64_t v = *static_cast<const std::int64_t*>(p);
+      double d = static_cast<double>(v);
+      return in_range(f, d) ? "" : range_fail(f, d, std::to_string(v));
+    }
+    case Type::Float: {
+      double v = *static_cast<const double*>(p);
+      return std::isfinite(v) && in_range(f, v) ? "" : range_fail(f, v, format_double(v));
+    }
+    case Type::FloatPair: {
+      const auto& a = *static_cast<const std::array<double, 2>*>(p);
+      for (int i = 0; i < 2; ++i)
+        if (!std::isfinite(a[i]) || !in_range(f, a[i]))
+          return range_fail(f, a[i], std::string(i ? "the second value " : "the first value ") + format_double(a[i]));
+      return "";
+    }
+    case Type::IntList: {
+      const auto& v = *static_cast<const std::vector<int>*>(p);
+      for (size_t i = 0; i < v.size(); ++i)
+        if (!in_range(f, v[i])) return range_fail(f, v[i], "entry " + std::to_string(i) + " = " + std::to_string(v[i]));
+      return "";
+    }
+    case Type::Bool: return "";
+    case Type::DataSources: return "";  // checked as it is read (read_data_sources)
+    case Type::String: {
+      const auto& s = *static_cast<const std::string*>(p);
+      return f.nonempty && s.empty() ? "must not be empty" : "";
+    }
+    case Type::Choice: {
+      const auto& s = *static_cast<const std::string*>(p);
+      if (std::find(f.choices.begin(), f.choices.end(), s) != f.choices.end()) return "";
+      std::string best = closest(s, f.choices);
+      return quote_if_needed(s) + " is not a valid choice" + (best.empty() ? "" : " (did you mean " + best + "?)");
+    }
+  }
+  return "";
+}
+
+std::string closest(const std::string& name, const std::vector<std::string>& candidates) {
+  std::string best;
+  int best_d = 1 << 30;
+  for (const std::string& c : candidates) {
+    int d = edit_distance(name, c);
+    // A prefix of at least 4 letters also counts as close ("warmup" for "warmup_steps").
+    bool prefix = std::min(name.size(), c.size()) >= 4 &&
+                  (c.rfind(name, 0) == 0 || name.rfind(c, 0) == 0);
+    if (prefix) d = std::min(d, 1);
+    if (d < best_d) best_d = d, best = c;
+  }
+  int limit = std::max<int>(2, static_cast<int>(name.size()) / 3);
+  return best_d <= limit && best_d < static_cast<int>(name.size()) ? best : "";
+}
+
+std::string known_alias(const std::string& name) {
+  // Names that other trainers (Megatron-LM, torchtitan, nanoGPT/llm.c, DeepSpeed) use for our keys.
+  static const std::vector<std::pair<std::vector<const char*>, const char*>> aliases = {
+      {{"batch_size", "train_batch_size"}, "train.global_batch (sequences per step) or train.micro_batch"},
+      {{"global_batch_size"}, "train.global_batch"},
+      {{"micro_batch_size", "local_batch_size", "train_micro_batch_size_per_gpu"}, "train.micro_batch"},
+      {{"train_iters", "max_steps", "max_iters", "num_steps", "training_steps", "total_steps"}, "train.steps"},
+      {{"seq_length", "max_seq_len", "max_position_embeddings", "block_size", "n_positions", "n_ctx",
+        "context_length"}, "model.seq_len (and train.seq_len)"},
+      {{"hidden_size", "n_embd", "dim", "d_embd", "embed_dim"}, "model.d_model"},
+      {{"num_layers", "n_layer", "num_hidden_layers"}, "model.n_layers"},
+      {{"num_attention_heads", "n_head", "num_heads"}, "model.n_heads"},
+      {{"padded_vocab_size", "n_vocab"}, "model.vocab_size"},
+      {{"layernorm_epsilon", "layer_norm_epsilon"}, "model.ln_eps"},
+      {{"rms_norm_eps"}, "model.norm_eps"},
+      {{"num_key_value_heads", "num_query_groups", "n_kv_head", "kv_heads"}, "model.n_kv_heads"},
+      {{"intermediate_size", "ffn_hidden_size", "hidden_dim", "ffn_size"}, "model.ffn_dim"},
+      {{"rope_base", "rotary_base", "rotary_emb_base"}, "model.rope_theta"},
+      {{"tie_word_embeddings", "untie_embeddings_and_output_weights", "weight_tying"}, "model.tie_embeddings"},
+      {{"num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"}, "model.moe.n_experts"},
+      {{"num_experts_per_tok", "moe_router_topk", "moe_top_k", "top_k"}, "model.moe.top_k"},
+      {{"n_shared_experts", "num_shared_experts", "moe_shared_expert_count"}, "model.moe.n_shared"},
+      {{"moe_intermediate_size", "moe_ffn_hidden_size", "moe_inter_dim"}, "model.moe.ffn_dim"},
+      {{"first_k_dense_replace", "n_dense_layers"}, "model.moe.first_k_dense"},
+      {{"routed_scaling_factor", "route_scale", "moe_router_topk_scaling_factor"}, "model.moe.route_scale"},
+      {{"moe_router_num_groups", "n_expert_groups"}, "model.moe.n_group"},
+      {{"moe_router_group_topk", "n_limited_groups"}, "model.moe.topk_group"},
+      {{"moe_router_bias_update_rate", "bias_update_speed"}, "model.moe.bias_update_rate"},
+      {{"moe_aux_loss_coeff", "aux_loss_alpha", "load_balance_coeff", "router_aux_loss_coef"}, "model.moe.aux_loss_coef"},
+      {{"force_load_balancing", "moe_router_force_load_balancing"}, "model.moe.force_balance"},
+      {{"moe_a2a_overlap", "overlap_moe_expert_parallel_comm", "moe_comm_overlap"}, "parallel.moe_overlap"},
+      {{"tensor_model_parallel_size", "tensor_parallel_degree"}, "parallel.tp"},
+      {{"pipeline_model_parallel_size", "pipeline_parallel_degree"}, "parallel.pp"},
+      {{"expert_model_parallel_size", "expert_parallel_degree"}, "parallel.ep"},
+      {{"data_parallel_size", "data_parallel_shard_degree", "data_parallel_replicate_degree"}, "parallel.dp"},
+      {{"zero", "zero_optimization", "stage"}, "parallel.zero_stage"},
+      {{"pipeline_parallel_schedule", "pipeline_schedule"}, "parallel.schedule"},
+      {{"num_microbatches", "n_microbatches"}, "parallel.micro_batches"},
+      {{"learning_rate", "max_lr"}, "optimizer.lr"},
+      {{"lr_min", "min_learning_rate", "final_lr"}, "optimizer.min_lr"},
+      {{"warmup", "warmup_iters", "lr_warmup_iters", "lr_warmup_steps"}, "optimizer.warmup_steps"},
+      {{"lr_decay_style", "lr_scheduler", "decay_type"}, "optimizer.schedule"},
+      {{"adam_beta1", "adam_beta2", "beta1", "beta2"}, "optimizer.betas"},
+      {{"adam_eps"}, "optimizer.eps"},
+      {{"clip_grad", "max_norm", "max_grad_norm", "gradient_clipping"}, "train.grad_clip"},
+      {{"activation_checkpoint", "activation_checkpointing", "recompute_granularity", "ac"}, "train.recompute"},
+      {{"mixed_precision", "dtype", "mixed_precision_param", "bf16", "fp16"}, "train.precision"},
+      {{"fp32_residual_connection", "residual_in_fp32"}, "train.residual_dtype"},
+      {{"eval_interval", "eval_iters"}, "train.eval_every / train.eval_batches"},
+      {{"save_interval", "interval", "checkpoint_interval"}, "checkpoint.every"},
+      {{"keep_latest_k"}, "checkpoint.keep"},
+      {{"load", "resume_from"}, "checkpoint.resume"},
+      {{"log_interval", "log_freq"}, "log.every"},
+      {{"dataset_path", "data_path", "train_data"}, "data.train"},
+      {{"num_workers"}, "data.loader_threads"},
+  };
+  for (const auto& [names, target] : aliases)
+    for (const char* n : names)
+      if (name == n) return target;
+  return "";
+}
+
+std::string suggest_key(const std::string& section, const std::string& key) {
+  std::vector<std::string> keys;
+  for (const Field& f : fields())
+    if (section == f.section) keys.push_back(f.key);
+  std::string best = closest(key, keys);
+  if (!best.empty()) return "did you mean " + section + "." + best + "?";
+  // The right key in the wrong section ("train.lr" for "optimizer.lr").
+  for (const Field& f : fields())
+    if (key == f.key) return "did you mean " + f.path() + "?";
+  if (std::string alias = known_alias(key); !alias.empty()) return "did you mean " + alias + "?";
+  // A close key of another section ("train.warmup" for "optimizer.warmup_steps").
+  std::vector<std::string> all;
+  for (const Field& f : fields()) all.push_back(f.key);
+  best = closest(key, all);
+  if (!best.empty())
+    for (const Field& f : fields())
+      if (best == f.key) return "did you mean " + f.path() + "?";
+  return "valid keys of " + section + ": " + join(keys, ", ");
+}
+
+std::string quote_if_needed(const std::string& s) {
+  bool plain = !s.empty();
+  for (size_t i = 0; i < s.size() && plain; ++i) {
+    unsigned char ch = static_cast<unsigned char>(s[i]);
+    bool ok = std::isalnum(ch) || ch == '_' || ch == '.' || ch == '/' || (i > 0 && (ch == '-' || ch == '+'));
+    plain = ok;
+  }
+  // Words that YAML reads as null (or as a bool or number in other readers) stay quoted.
+  static const std::array<const char*, 10> special = {"null", "~", "true", "false", "yes", "no", "on", "off", "y", "n"};
+  std::string low = s;
+  for (char& ch : low) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* w : special)
+    if (low == w) plain = false;
+  if (plain) return s;
+  std::string out = "\"";
+  for (char ch : s) {
+    unsigned char u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+std::string format_double(double v) {
+  if (std::isnan(v)) return ".nan";
+  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+}  // namespace tetra::launch::schema

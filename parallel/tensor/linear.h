@@ -1,0 +1,86 @@
+// The tensor-parallel linear layers' GEMMs with their collectives (Megatron-LM's column- and
+// row-parallel linear, with and without sequence parallelism), for a tensor-parallel group of tp
+// ranks (parallel/tensor/group.h) — the API the models' tensor-parallel layers call. Every function
+// takes tensors on one device (CPU fp32 or CUDA bf16/fp32), preallocated by the caller, and
+// writes its outputs; nothing is kept. Weights are [out, in] (nn.Linear), this rank's slice:
+// a column-parallel weight is w[O/tp, I] (bias b[O/tp]), a row-parallel one w[O, I/tp] (bias b[O],
+// replicated). N = tokens of the micro-batch, M = N/tp (rank r's sequence-parallel shard: rows
+// [r·M, (r+1)·M)). tp must divide N. At tp = 1 each function is exactly the plain op
+// (runtime/ops.h) with no communication and no workspace.
+//
+// Overlap (parallel.tp_comm_overlap, TpGroup::overlap()): the all-gathers and reduce-scatters are
+// split into tp chunks exchanged around the group while the GEMMs of the chunks already there run
+// (parallel/tensor/all_gather.h and tp_reduce_scatter.h say how). With overlap off the same chunked
+// GEMMs run after (all-gather) or before (reduce-scatter) one non-overlapped exchange. The two
+// paths give bit-identical results (same GEMMs on the same memory, same summation order); only
+// where compute waits differs. The waits are measured per step as exposed TP communication
+// (CommScheduler::exposed_ms(MeshAxis::TP)).
+//
+// Sequence parallelism (norms and residuals on the M-row shard), Megatron's naming:
+//   column-parallel forward  y[N, O/tp] = act(all_gather_rows(x_shard[M, I]) · wᵀ + b)
+//                            all_gather_linear_forward
+//   row-parallel forward     y_shard[M, O] = reduce_scatter_rows(x[N, I/tp] · wᵀ) + b + residual
+//                            linear_forward_reduce_scatter
+//   column-parallel backward dx_shard[M, I] = reduce_scatter_rows(dy[N, O/tp] · w), overlapped with
+//   (input)                  the caller's weight-gradient GEMM: linear_backward_input_reduce_scatter
+//   row-parallel backward    dx[N, I/tp] = all_gather_rows(dy_shard[M, O]) · w  (⊙ gelu'(pre))
+//   (input)                  all_gather_linear_backward_input, keeping the gathered dy for dW
+//   weight gradients         local: ops::linear_backward_weight with the gathered x (column-
+//                            parallel: dw = dyᵀ · x_gathered) or the gathered dy (row-parallel:
+//                            dw = dy_gatheredᵀ · x; its replicated bias gradient Σ_N dy_gathered
+//                            is then complete on every rank, no reduction needed).
+// The gathered x of a column-parallel layer: all_gather_linear_forward can hand it back
+// (x_gathered) to keep until the weight gradient — N·I elements per layer held from forward to
+// W, no second gather — or the caller keeps only x_shard and gathers again in backward with
+// PendingAllGather (parallel/tensor/all_gather.h), started before the input-gradient GEMMs so it moves
+// under them (M·I kept, one more all-gather of (tp−1)·M·I elements per layer; Megatron's choice).
+//
+// Without sequence parallelism (activations replicated, [N, ·] on every rank), Megatron's f / g:
+//   f (before a column-parallel layer): forward identity (ops::linear_forward on the replicated x);
+//     backward dx[N, I] = all_reduce(dy[N, O/tp] · w): linear_backward_input_all_reduce
+//   g (after a row-parallel layer): forward y[N, O] = all_reduce(x[N, I/tp] · wᵀ) + b + residual:
+//     linear_forward_all_reduce; backward identity (ops::linear_backward_input on the replicated dy).
+// The all-reduce is the deterministic reduce-scatter above plus an all-gather, so every rank holds
+// the same bits and both paths agree bit for bit.
+#pragma once
+#include <functional>
+
+#include "parallel/tensor/group.h"
+#include "runtime/ops.h"
+
+namespace tetra::tp {
+
+// y[N, O/tp] = act(all_gather_rows(x_shard[M, I]) · w[O/tp, I]ᵀ + b[O/tp]); pre_act [N, O/tp] as in
+// ops::linear_forward. x_gathered ([N, I], optional): receives the gathered input (kept by the
+// caller for the weight gradient); without it a workspace of N·I elements is used and released.
+void all_gather_linear_forward(TpGroup& g, Tensor& y, const Tensor& x_shard, const Tensor& w, const Tensor& b,
+                               ops::Activation act = ops::Activation::None, Tensor* pre_act = nullptr,
+                               Tensor* x_gathered = nullptr);
+
+// y_shard[M, O] = reduce_scatter_rows(x[N, I/tp] · w[O, I/tp]ᵀ) + b[O] + residual_shard[M, O]
+// (b undefined / residual null: left out). y_shard may be the residual itself.
+void linear_forward_reduce_scatter(TpGroup& g, Tensor& y_shard, const Tensor& x, const Tensor& w, const Tensor& b,
+                                   const Tensor* residual_shard = nullptr);
+
+// dx_shard[M, I] = reduce_scatter_rows(dy[N, O/tp] · w[O/tp, I]). overlap (optional) runs on the
+// compute stream once the input-gradient GEMMs are issued — in the overlapped path while the last
+// exchanges move (give it the weight-gradient GEMM), in the plain path after the reduce-scatter.
+void linear_backward_input_reduce_scatter(TpGroup& g, Tensor& dx_shard, const Tensor& dy, const Tensor& w,
+                                          const std::function<void()>& overlap = {});
+
+// dx[N, I/tp] = all_gather_rows(dy_shard[M, O]) · w[O, I/tp], times gelu'(gelu_pre[N, I/tp]) when
+// gelu_pre is given (ops::linear_backward_input_gelu: the input of this layer was gelu(gelu_pre)).
+// dy_gathered ([N, O], optional): receives the gathered dy for the weight gradient.
+void all_gather_linear_backward_input(TpGroup& g, Tensor& dx, const Tensor& dy_shard, const Tensor& w,
+                                      const Tensor* gelu_pre = nullptr, Tensor* dy_gathered = nullptr);
+
+// g: y[N, O] = all_reduce(x[N, I/tp] · w[O, I/tp]ᵀ) + b[O] + residual[N, O]; y may be the residual.
+void linear_forward_all_reduce(TpGroup& g, Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
+                               const Tensor* residual = nullptr);
+
+// f's backward: dx[N, I] = all_reduce(dy[N, O/tp] · w[O/tp, I]); overlap as for the reduce-scatter
+// form (runs while the final all-gather moves, in the overlapped path).
+void linear_backward_input_all_reduce(TpGroup& g, Tensor& dx, const Tensor& dy, const Tensor& w,
+                                      const std::function<void()>& overlap = {});
+
+}  // namespace tetra::tp

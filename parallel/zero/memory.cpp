@@ -1,0 +1,65 @@
+#include "parallel/zero/memory.h"
+
+#include <algorithm>
+
+#include "runtime/error.h"
+
+namespace tetra {
+
+int zero_reduce_scatters_in_flight(int fsdp_prefetch) { return std::max(1, fsdp_prefetch); }
+
+StateMemory zero_state_memory(const ZeroLayout& layout, const ZeroMemorySpec& spec) {
+  TETRA_CHECK(spec.stage >= 0 && spec.stage <= 3, "zero_state_memory: stage ", spec.stage, " outside 0..3");
+  const double T = static_cast<double>(layout.total());
+  const double S = static_cast<double>(layout.shard_total());
+  const double w = static_cast<double>(dtype_size(spec.weight_dtype));
+  const double g = static_cast<double>(dtype_size(spec.grad_dtype));
+  const bool separate_master = spec.weight_dtype != DType::F32;
+  StateMemory m;
+  if (spec.stage == 0) {
+    m.weights = w * T;
+    m.gradients = g * T;
+    m.optimizer = (separate_master ? 12.0 : 8.0) * T;
+    m.persistent = m.total();
+    return m;
+  }
+  // Full-size gradient buffers of stages 2–3: per unit, alive from the unit's first backward to
+  // the end of its reduce-scatter. With several micro-batches (or reductions deferred to the end)
+  // every unit's buffer lives through the step; otherwise at most the tied units, the unit whose
+  // backward runs, and the reduce-scatters in flight.
+  double unit_grads = T;
+  if (spec.accumulation_steps <= 1 && spec.overlap_grad_reduce)
+    unit_grads = static_cast<double>(layout.tied_elements() +
+                                     layout.largest_units(zero_reduce_scatters_in_flight(spec.fsdp_prefetch) + 1,
+                                                          /*include_tied=*/false));
+  unit_grads = std::min(unit_grads, T);
+  switch (spec.stage) {
+    case 1:
+      m.weights = w * T;
+      m.gradients = g * (T + S);
+      m.optimizer = 12.0 * S;
+      m.communication = separate_master ? w * S : 0.0;
+      m.persistent = m.total();
+      break;
+    case 2:
+      m.weights = w * T;
+      m.gradients = g * (S + unit_grads);
+      m.optimizer = 12.0 * S;
+      m.communication = separate_master ? w * S : 0.0;
+      m.persistent = w * T + g * S + m.optimizer + m.communication;
+      break;
+    case 3: {
+      m.weights = w * S;
+      m.gradients = g * (S + unit_grads);
+      m.optimizer = (separate_master ? 12.0 : 8.0) * S;
+      const double gathered = static_cast<double>(
+          layout.tied_elements() + layout.largest_units(1 + std::max(0, spec.fsdp_prefetch), /*include_tied=*/false));
+      m.communication = w * std::min(gathered, T);
+      m.persistent = m.weights + g * S + m.optimizer;
+      break;
+    }
+  }
+  return m;
+}
+
+}  // namespace tetra

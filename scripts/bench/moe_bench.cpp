@@ -1,0 +1,353 @@
+// MoE op micro-benchmark (a program, not a test): the routed part of one DeepSeek-style MoE layer at
+// the issue's shape (16384 tokens of d 1536, 64 experts of width 512, top-6) through the op library
+// as a model calls it — router forward and backward, the permutation map, permute and unpermute with
+// their backwards, SwiGLU, and the six grouped GEMMs of the SwiGLU experts (gate|up and down: forward,
+// backward input, backward weight) — for three routings: balanced (token t to experts (t·k + j) mod E,
+// the peer's --force-balance), the router on random logits, and imbalanced (one expert in every
+// token: max/mean load 10.7, as the peer's own router reached), and for each grouped-GEMM
+// implementation asked for. Each op's line gives ms, and its floor: bytes at 4.8 TB/s for the
+// memory-bound ops, FLOPs at 989 TFLOP/s for the GEMMs. A summary line per routing and implementation
+// adds the layer's forward and backward (moe_layer), and a second one times them issued back to back,
+// eagerly and replayed from a CUDA graph (moe_layer_sequence). Last, counts_readback: what the host
+// waits to learn the router's counts (the expert-parallel exchange's sizes) per layer.
+//
+//   tetra_moe_bench [--tokens N] [--dim D] [--experts E] [--topk K] [--ffn F] [--reps R]
+//                   [--routing balanced|router|imbalanced|all] [--impl wgmma|wgmma_ws|mma|simt|cublas|all]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda_graph.h"
+#include "runtime/cuda/moe_grouped_gemm.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/host_readback.h"
+#include "runtime/ops.h"
+#include "runtime/random.h"
+#include "runtime/stream.h"
+#include "runtime/tensor.h"
+#include "scripts/bench/bench_util.h"
+
+namespace tetra {
+namespace {
+
+using bench::gpu;
+using bench::print;
+using bench::random_device;
+using bench::time_ms;
+
+constexpr double kPeakFlops = 989e12;  // H200 dense bf16
+constexpr double kPeakBytes = 4.8e12;  // H200 HBM3e
+
+struct Options {
+  int64_t tokens = 16384, dim = 1536, experts = 64, topk = 6, ffn = 512;
+  int reps = 20;
+  std::string routing = "all", impl = "all";
+};
+
+struct Layer {
+  int64_t N, d, E, k, F, R;
+  Tensor x, logits, bias, ids, w, counts, offsets, row_of, slot_of;
+  Tensor xs, gu, h, out, y, dy, d_out, d_w, dh, dgu, dxs, dx, d_logits;
+  Tensor w_gu, w_down, dw_gu, dw_down;
+  Tensor dw_gu_bf16, dw_down_bf16;  // for cuBLAS's grouped GEMM, whose output has the operands' type
+  Tensor& dw_gu_of(bool cublas) { return cublas ? dw_gu_bf16 : dw_gu; }
+  Tensor& dw_down_of(bool cublas) { return cublas ? dw_down_bf16 : dw_down; }
+};
+
+Layer make_layer(const Options& o) {
+  Layer L;
+  L.N = o.tokens, L.d = o.dim, L.E = o.experts, L.k = o.topk, L.F = o.ffn, L.R = L.N * L.k;
+  const Device g = gpu();
+  const DType bf = DType::BF16;
+  L.x = random_device({L.N, L.d}, bf, 1.0, 1);
+  L.bias = Tensor::zeros({L.E}, DType::F32, g);
+  L.ids = Tensor::empty({L.N, L.k}, DType::I32, g);
+  L.w = Tensor::empty({L.N, L.k}, DType::F32, g);
+  L.counts = Tensor::empty({L.E}, DType::I32, g);
+  L.offsets = Tensor::empty({L.E + 1}, DType::I32, g);
+  L.row_of = Tensor::empty({L.N, L.k}, DType::I32, g);
+  L.slot_of = Tensor::empty({L.R}, DType::I32, g);
+  L.xs = Tensor::empty({L.R, L.d}, bf, g);
+  L.gu = random_device({L.R, 2 * L.F}, bf, 1.0, 2);
+  L.h = random_device({L.R, L.F}, bf, 1.0, 3);
+  L.out = random_device({L.R, L.d}, bf, 1.0, 4);
+  L.y = Tensor::empty({L.N, L.d}, bf, g);
+  L.dy = random_device({L.N, L.d}, bf, 1.0, 5);
+  L.d_out = random_device({L.R, L.d}, bf, 1.0, 6);
+  L.d_w = Tensor::empty({L.N, L.k}, DType::F32, g);
+  L.dh = random_device({L.R, L.F}, bf, 1.0, 7);
+  L.dgu = random_device({L.R, 2 * L.F}, bf, 1.0, 8);
+  L.dxs = Tensor::empty({L.R, L.d}, bf, g);
+  L.dx = Tensor::empty({L.N, L.d}, bf, g);
+  L.d_logits = Tensor::empty({L.N, L.E}, DType::F32, g);
+  L.w_gu = random_device({L.E, 2 * L.F, L.d}, bf, 0.02, 9);
+  L.w_down = random_device({L.E, L.d, L.F}, bf, 0.02, 10);
+  // fp32, as the model's gradient buffers
+  L.dw_gu = Tensor::empty({L.E, 2 * L.F, L.d}, DType::F32, g);
+  L.dw_down = Tensor::empty({L.E, L.d, L.F}, DType::F32, g);
+  L.dw_gu_bf16 = Tensor::empty({L.E, 2 * L.F, L.d}, bf, g);
+  L.dw_down_bf16 = Tensor::empty({L.E, L.d, L.F}, bf, g);
+  return L;
+}
+
+ops::MoeRouting routing_of(const Layer& L, bool force) {
+  ops::MoeRouting r;
+  r.top_k = L.k;
+  r.force_balance = force;
+  return r;
+}
+
+struct Line {
+  std::string op, phase;  // phase: "forward" or "backward"
+  double ms, floor_ms;
+};
+
+// Routes with `how`, builds the map, and returns max/mean load.
+double route(Layer& L, const std::string& how) {
+  L.logits = random_device({L.N, L.E}, DType::F32, 1.0, 11);
+  if (how == "imbalanced") {  // expert 0 first in every token
+    Tensor col = Tensor::empty({L.N, L.E}, DType::F32, gpu());
+    std::vector<float> host(static_cast<size_t>(L.N * L.E), 0.0f);
+    for (int64_t n = 0; n < L.N; ++n) host[static_cast<size_t>(n * L.E)] = 6.0f;
+    Tensor h = Tensor::from_vector(host, {L.N, L.E});
+    ops::copy(col, h);
+    ops::add(L.logits, L.logits, col);
+  }
+  ops::moe_router_forward(L.ids, L.w, L.counts, L.logits, L.bias, routing_of(L, how == "balanced"));
+  ops::moe_permute_map(L.offsets, L.row_of, L.slot_of, L.ids);
+  Tensor counts = Tensor::empty({L.E}, DType::I32);
+  ops::copy(counts, L.counts);
+  int64_t mx = 0;
+  for (int64_t e = 0; e < L.E; ++e) mx = std::max<int64_t>(mx, counts.data<int32_t>()[e]);
+  return static_cast<double>(mx) / (static_cast<double>(L.R) / static_cast<double>(L.E));
+}
+
+// The routed layer's forward then backward as a model issues them, one op after the other on one
+// stream (so launch gaps and the tails between kernels count, which the per-op lines leave out):
+// eager, and captured into one CUDA graph where the implementation needs no host synchronisation
+// (all but cublas), the graph replayed. The routing is recomputed from the same logits every time.
+void bench_sequence(Layer& L, const std::string& how, const std::string& name, bool capturable, double floor_ms,
+                    double load, const ops::MoeRouting& r, int reps) {
+  auto layer = [&] {
+    ops::moe_router_forward(L.ids, L.w, L.counts, L.logits, L.bias, r);
+    ops::moe_permute_map(L.offsets, L.row_of, L.slot_of, L.ids);
+    ops::moe_permute(L.xs, L.x, L.slot_of, L.k);
+    ops::moe_grouped_linear_forward(L.gu, L.xs, L.w_gu, L.offsets);
+    ops::swiglu_forward(L.h, L.gu);
+    ops::moe_grouped_linear_forward(L.out, L.h, L.w_down, L.offsets);
+    ops::moe_unpermute(L.y, L.out, L.w, L.row_of);
+    ops::moe_unpermute_backward(L.d_out, L.d_w, L.dy, L.out, L.w, L.row_of);
+    ops::moe_grouped_linear_backward_input(L.dh, L.d_out, L.w_down, L.offsets);
+    ops::moe_grouped_linear_backward_weight(L.dw_down_of(!capturable), L.d_out, L.h, L.offsets, false);
+    ops::swiglu_backward(L.dgu, L.dh, L.gu);
+    ops::moe_grouped_linear_backward_weight(L.dw_gu_of(!capturable), L.dgu, L.xs, L.offsets, false);
+    ops::moe_grouped_linear_backward_input(L.dxs, L.dgu, L.w_gu, L.offsets);
+    ops::moe_permute_backward(L.dx, L.dxs, L.row_of);
+    ops::moe_router_backward(L.d_logits, L.d_w, L.logits, L.ids, r);
+  };
+  const Stream stream = Stream::create(gpu());
+  StreamGuard guard(stream);
+  const double eager_ms = time_ms(layer, reps);
+  nlohmann::json line = {{"bench", "moe_layer_sequence"}, {"routing", how}, {"impl", name},
+                         {"max_over_mean_load", load}, {"eager_ms", eager_ms}, {"floor_ms", floor_ms}};
+  if (capturable) {
+    CudaGraph graph(gpu());
+    graph.begin_capture();
+    try {
+      layer();
+    } catch (...) {
+      graph.abort_capture();
+      throw;
+    }
+    graph.end_capture();
+    line["graph_ms"] = time_ms([&] { graph.replay(); }, reps);
+    line["graph_nodes"] = graph.nodes();
+  }
+  print(line);
+}
+
+// What the expert-parallel exchange pays to learn its sizes (runtime/host_readback.h): the host time
+// from enqueueing the router to holding its counts, with CountsReadback (copy to pinned memory, one
+// event wait), against the router followed by a plain stream synchronisation. µs per layer.
+void bench_counts_readback(Layer& L, int reps) {
+  const ops::MoeRouting r = routing_of(L, false);
+  const Stream stream = current_stream(gpu());
+  CountsReadback rb(gpu(), L.E);
+  auto host_us = [&](const std::function<void()>& f) {
+    for (int i = 0; i < 3; ++i) f();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) f();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
+  };
+  int64_t check = 0;
+  const double readback_us = host_us([&] {
+    ops::moe_router_forward(L.ids, L.w, L.counts, L.logits, L.bias, r);
+    rb.copy_from(L.counts);
+    const int32_t* c = rb.wait();
+    check += c[0];
+  });
+  const double sync_us = host_us([&] {
+    ops::moe_router_forward(L.ids, L.w, L.counts, L.logits, L.bias, r);
+    stream.synchronize();
+  });
+  int64_t sum = 0;
+  for (int64_t e = 0; e < L.E; ++e) sum += rb.wait()[e];
+  if (sum != L.R) TETRA_FAIL(Internal, "tetra_moe_bench: the counts read back sum to ", sum, ", not ", L.R);
+  print({{"bench", "counts_readback"}, {"tokens", L.N}, {"experts", L.E}, {"router_then_readback_us", readback_us},
+         {"router_then_sync_us", sync_us}});
+}
+
+void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::GroupedGemmImpl>& impls, int reps) {
+  const double load = route(L, how);
+  const ops::MoeRouting r = routing_of(L, how == "balanced");
+  const double N = static_cast<double>(L.N), R = static_cast<double>(L.R), d = static_cast<double>(L.d),
+               E = static_cast<double>(L.E), k = static_cast<double>(L.k), F = static_cast<double>(L.F);
+  std::vector<Line> lines;
+  auto mem = [&](const std::string& op, const std::string& phase, double bytes, const std::function<void()>& f) {
+    const double ms = time_ms(f, reps);
+    lines.push_back({op, phase, ms, bytes / kPeakBytes * 1e3});
+    print({{"bench", "moe_op"}, {"routing", how}, {"op", op}, {"phase", phase}, {"ms", ms},
+           {"floor_ms", bytes / kPeakBytes * 1e3}, {"gb_per_s", bytes / (ms * 1e-3) / 1e9}, {"max_over_mean_load", load}});
+  };
+  // bf16 activations (2 bytes), fp32 logits, weights and their gradients, int32 indices
+  mem("router_forward", "forward", N * E * 4 + N * k * 8, [&] {
+    ops::moe_router_forward(L.ids, L.w, L.counts, L.logits, L.bias, r);
+  });
+  mem("permute_map", "forward", N * k * 4 * 4, [&] { ops::moe_permute_map(L.offsets, L.row_of, L.slot_of, L.ids); });
+  mem("permute", "forward", N * d * 2 + R * d * 2 + R * 4, [&] { ops::moe_permute(L.xs, L.x, L.slot_of, L.k); });
+  mem("swiglu_forward", "forward", R * F * 2 * 3, [&] { ops::swiglu_forward(L.h, L.gu); });
+  mem("unpermute", "forward", R * d * 2 + N * d * 2 + N * k * 8, [&] { ops::moe_unpermute(L.y, L.out, L.w, L.row_of); });
+  mem("unpermute_backward", "backward", N * d * 2 + 2 * R * d * 2 + N * k * 12,
+      [&] { ops::moe_unpermute_backward(L.d_out, L.d_w, L.dy, L.out, L.w, L.row_of); });
+  mem("swiglu_backward", "backward", R * F * 2 * 5, [&] { ops::swiglu_backward(L.dgu, L.dh, L.gu); });
+  mem("permute_backward", "backward", R * d * 2 + N * d * 2 + N * k * 4,
+      [&] { ops::moe_permute_backward(L.dx, L.dxs, L.row_of); });
+  mem("router_backward", "backward", N * E * 8 + N * k * 12,
+      [&] { ops::moe_router_backward(L.d_logits, L.d_w, L.logits, L.ids, r); });
+  const std::vector<Line> memory_lines = lines;
+
+  for (cuda::GroupedGemmImpl impl : impls) {
+    const std::string name = cuda::grouped_gemm_impl_name(impl);
+    if (impl == cuda::GroupedGemmImpl::Wgmma || impl == cuda::GroupedGemmImpl::WgmmaWs) {
+      cuda::GroupedGemm probe;
+      probe.O = probe.I = 64;
+      const char* why = "";
+      if (!cuda::grouped_gemm_wgmma_applies(probe, &why)) {
+        print({{"bench", "skipped"}, {"impl", name}, {"why", why}});
+        continue;
+      }
+    }
+    cuda::set_grouped_gemm_impl(impl);
+    const bool cublas = impl == cuda::GroupedGemmImpl::Cublas;
+    std::vector<Line> gemm_lines;
+    auto gemm = [&](const std::string& op, const std::string& phase, double M, double Nn, double K,
+                    const std::function<void()>& f) {
+      const double flops = 2.0 * M * Nn * K, ms = time_ms(f, reps);
+      gemm_lines.push_back({op, phase, ms, flops / kPeakFlops * 1e3});
+      print({{"bench", "moe_gemm"}, {"routing", how}, {"impl", name}, {"op", op}, {"phase", phase}, {"rows", L.R},
+             {"n", Nn}, {"k", K}, {"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12},
+             {"floor_ms", flops / kPeakFlops * 1e3}, {"max_over_mean_load", load}});
+    };
+    gemm("gate_up_forward", "forward", R, 2 * F, d, [&] { ops::moe_grouped_linear_forward(L.gu, L.xs, L.w_gu, L.offsets); });
+    gemm("down_forward", "forward", R, d, F, [&] { ops::moe_grouped_linear_forward(L.out, L.h, L.w_down, L.offsets); });
+    gemm("down_backward_input", "backward", R, F, d,
+         [&] { ops::moe_grouped_linear_backward_input(L.dh, L.d_out, L.w_down, L.offsets); });
+    gemm("down_backward_weight", "backward", d, F, R,
+         [&] { ops::moe_grouped_linear_backward_weight(L.dw_down_of(cublas), L.d_out, L.h, L.offsets, false); });
+    gemm("gate_up_backward_weight", "backward", 2 * F, d, R,
+         [&] { ops::moe_grouped_linear_backward_weight(L.dw_gu_of(cublas), L.dgu, L.xs, L.offsets, false); });
+    gemm("gate_up_backward_input", "backward", R, d, 2 * F,
+         [&] { ops::moe_grouped_linear_backward_input(L.dxs, L.dgu, L.w_gu, L.offsets); });
+    {  // the weight gradients added to the previous ones (a later micro-batch), not in the layer's sum
+      const size_t kept = gemm_lines.size();
+      gemm("down_backward_weight_accumulate", "backward", d, F, R,
+           [&] { ops::moe_grouped_linear_backward_weight(L.dw_down_of(cublas), L.d_out, L.h, L.offsets, true); });
+      gemm("gate_up_backward_weight_accumulate", "backward", 2 * F, d, R,
+           [&] { ops::moe_grouped_linear_backward_weight(L.dw_gu_of(cublas), L.dgu, L.xs, L.offsets, true); });
+      gemm_lines.resize(kept);
+    }
+    double fwd = 0, bwd = 0, floor = 0, gemm_ms = 0, gemm_floor = 0;
+    for (const std::vector<Line>* ls : {&memory_lines, static_cast<const std::vector<Line>*>(&gemm_lines)})
+      for (const Line& l : *ls) {
+        (l.phase == "forward" ? fwd : bwd) += l.ms;
+        floor += l.floor_ms;
+      }
+    for (const Line& l : gemm_lines) gemm_ms += l.ms, gemm_floor += l.floor_ms;
+    print({{"bench", "moe_layer"}, {"routing", how}, {"impl", name}, {"max_over_mean_load", load},
+           {"forward_ms", fwd}, {"backward_ms", bwd}, {"total_ms", fwd + bwd}, {"floor_ms", floor},
+           {"gemm_ms", gemm_ms}, {"gemm_floor_ms", gemm_floor}, {"gemm_tflops", gemm_floor / gemm_ms * kPeakFlops / 1e12}});
+    bench_sequence(L, how, name, impl != cuda::GroupedGemmImpl::Cublas, floor, load, r, reps);
+  }
+  cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
+}
+
+int usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--tokens N] [--dim D] [--experts E] [--topk K] [--ffn F] [--reps R] "
+               "[--routing balanced|router|imbalanced|all] [--impl wgmma|wgmma_ws|mma|simt|cublas|all]\n",
+               argv0);
+  return 2;
+}
+
+int run(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    auto number = [&](int64_t& out) {
+      if (!v) return false;
+      out = std::atoll(v);
+      ++i;
+      return out > 0;
+    };
+    bool ok = true;
+    if (a == "--tokens") ok = number(o.tokens);
+    else if (a == "--dim") ok = number(o.dim);
+    else if (a == "--experts") ok = number(o.experts);
+    else if (a == "--topk") ok = number(o.topk);
+    else if (a == "--ffn") ok = number(o.ffn);
+    else if (a == "--reps") {
+      int64_t r = 0;
+      ok = number(r);
+      o.reps = static_cast<int>(r);
+    } else if (a == "--routing" && v) o.routing = v, ++i;
+    else if (a == "--impl" && v) o.impl = v, ++i;
+    else ok = false;
+    if (!ok) return usage(argv[0]);
+  }
+  const std::vector<std::string> all_routings = {"balanced", "router", "imbalanced"};
+  if (o.routing != "all" && std::find(all_routings.begin(), all_routings.end(), o.routing) == all_routings.end())
+    return usage(argv[0]);
+  std::vector<cuda::GroupedGemmImpl> impls;
+  if (o.impl == "all" || o.impl == "wgmma") impls.push_back(cuda::GroupedGemmImpl::Wgmma);
+  if (o.impl == "all" || o.impl == "wgmma_ws") impls.push_back(cuda::GroupedGemmImpl::WgmmaWs);
+  if (o.impl == "all" || o.impl == "mma") impls.push_back(cuda::GroupedGemmImpl::Mma);
+  if (o.impl == "all" || o.impl == "cublas") impls.push_back(cuda::GroupedGemmImpl::Cublas);
+  if (o.impl == "simt") impls.push_back(cuda::GroupedGemmImpl::Simt);
+  if (impls.empty()) return usage(argv[0]);
+  if (o.topk > o.experts) return usage(argv[0]);
+  if (!bench::use_gpu("tetra_moe_bench") ||
+      !bench::print_device({{"tokens", o.tokens}, {"dim", o.dim}, {"experts", o.experts}, {"topk", o.topk},
+                            {"ffn", o.ffn}, {"reps", o.reps}}))
+    return 1;
+  Layer L = make_layer(o);
+  for (const std::string& how : all_routings)
+    if (o.routing == "all" || o.routing == how) bench_routing(L, how, impls, o.reps);
+  bench_counts_readback(L, o.reps);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tetra
+
+int main(int argc, char** argv) { return tetra::bench::run_main("tetra_moe_bench", tetra::run, argc, argv); }

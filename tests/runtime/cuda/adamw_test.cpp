@@ -1,0 +1,125 @@
+// CUDA AdamW (single tensor and multi-tensor) against the CPU twin: fp32 and bf16 gradients, working
+// copies in fp32, bf16 or none, vectorised and misaligned segments, hundreds of segments (several
+// launches), empty segments, and per-segment weight decay.
+#include <cmath>
+#include <sstream>
+
+#include "runtime/multi_tensor.h"
+#include "tests/runtime/cuda/gpu_test_util.h"
+
+namespace tetra::gputest {
+namespace {
+
+ops::AdamWHyper hyper() {
+  ops::AdamWHyper h;
+  h.lr = 3e-3f;
+  h.beta1 = 0.9f;
+  h.beta2 = 0.95f;
+  h.eps = 1e-8f;
+  h.weight_decay = 0.1f;
+  h.step = 3;
+  h.grad_scale = 0.7f;
+  return h;
+}
+
+struct HostState {
+  Tensor master, grad, m, v;
+};
+
+HostState random_state(Rng& rng, int64_t n, DType grad_dtype) {
+  HostState s;
+  s.master = random_host(rng, {n}, 0.05);
+  s.grad = representable(random_host(rng, {n}, 0.01), grad_dtype);
+  s.m = random_host(rng, {n}, 0.001);
+  s.v = random_host(rng, {n}, 1e-5, 2e-5);  // v ≥ 0 in practice
+  float* pv = s.v.data<float>();
+  for (int64_t i = 0; i < n; ++i) pv[i] = std::abs(pv[i]) + 1e-7f;
+  return s;
+}
+
+Tensor host_copy(const Tensor& t) { return representable(t, DType::F32); }
+
+TEST(GpuAdamW, SingleTensorEveryDtypeMix) {
+  TETRA_REQUIRE_GPU();
+  const ops::AdamWHyper h = hyper();
+  for (int64_t n : {int64_t{3 * 8192 + 16}, int64_t{1001}}) {
+    for (DType gd : {DType::F32, DType::BF16}) {
+      for (int work : {0, 1, 2}) {  // none, fp32, bf16
+        std::ostringstream what;
+        what << "n=" << n << " grad " << dtype_name(gd) << " working " << (work == 0 ? "none" : work == 1 ? "fp32" : "bf16");
+        Rng rng(static_cast<uint64_t>(n) * 10 + static_cast<uint64_t>(work));
+        HostState s = random_state(rng, n, gd);
+        Tensor p = host_copy(s.master), m = host_copy(s.m), v = host_copy(s.v);
+        Tensor wk = Tensor::empty({n}, DType::F32);
+        ops::adamw_update(p, s.grad, m, v, h, &wk);
+
+        Tensor gp = upload(s.master, DType::F32), gm = upload(s.m, DType::F32), gv = upload(s.v, DType::F32);
+        Tensor gg = upload(s.grad, gd);
+        const DType wdt = work == 2 ? DType::BF16 : DType::F32;
+        Tensor gw = poisoned({n}, wdt);
+        ops::adamw_update(gp, gg, gm, gv, h, work == 0 ? nullptr : &gw);
+        EXPECT_LE(close_error(gp, p), kTolF32) << "master, " << what.str();
+        EXPECT_LE(close_error(gm, m), kTolF32) << "m, " << what.str();
+        EXPECT_LE(close_error(gv, v), kTolF32) << "v, " << what.str();
+        if (work != 0) {
+          EXPECT_LE(close_error(gw, p), tol(wdt)) << "working, " << what.str();
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuAdamW, MultiTensorManySegments) {
+  TETRA_REQUIRE_GPU();
+  const ops::AdamWHyper h = hyper();
+  Rng rng(77);
+  const int count = 300;  // more than one launch's 256 segments
+  std::vector<ops::AdamWSegment> cpu_segs, gpu_segs;
+  std::vector<Tensor> expect_master, expect_m, expect_v, gpu_working;
+  std::vector<DType> working_dtype;
+  for (int i = 0; i < count; ++i) {
+    const int64_t n = i % 50 == 7 ? 0 : (i % 3 == 0 ? 8192 * (1 + i % 4) + 4 : 1 + (i * 37) % 999);
+    const DType gd = i % 2 ? DType::BF16 : DType::F32;
+    HostState s = random_state(rng, n, gd);
+    ops::AdamWSegment c;
+    c.master = host_copy(s.master);
+    c.grad = s.grad;
+    c.m = host_copy(s.m);
+    c.v = host_copy(s.v);
+    c.working = Tensor::empty({n}, DType::F32);
+    c.weight_decay = i % 5 == 0 ? 0.0f : 0.1f;
+    cpu_segs.push_back(c);
+
+    ops::AdamWSegment g;
+    g.master = upload(s.master, DType::F32);
+    g.grad = upload(s.grad, gd);
+    g.m = upload(s.m, DType::F32);
+    g.v = upload(s.v, DType::F32);
+    const DType wdt = i % 3 == 1 ? DType::F32 : DType::BF16;
+    if (i % 7 != 3) g.working = poisoned({n}, wdt);
+    g.weight_decay = c.weight_decay;
+    if (i % 11 == 5 && n > 1) {  // a misaligned view: one element into its buffers
+      Tensor big_master = upload(representable(random_host(rng, {n + 1}), DType::F32), DType::F32);
+      Tensor view = big_master.slice_flat(1, {n});
+      ops::copy(view, g.master);
+      g.master = view;
+    }
+    gpu_segs.push_back(g);
+    working_dtype.push_back(wdt);
+  }
+  ops::adamw_update_multi(cpu_segs, h);
+  ops::adamw_update_multi(gpu_segs, h);
+  for (int i = 0; i < count; ++i) {
+    if (cpu_segs[i].master.numel() == 0) continue;
+    EXPECT_LE(close_error(gpu_segs[i].master, cpu_segs[i].master), kTolF32) << "segment " << i << " master";
+    EXPECT_LE(close_error(gpu_segs[i].m, cpu_segs[i].m), kTolF32) << "segment " << i << " m";
+    EXPECT_LE(close_error(gpu_segs[i].v, cpu_segs[i].v), kTolF32) << "segment " << i << " v";
+    if (gpu_segs[i].working.defined()) {
+      EXPECT_LE(close_error(gpu_segs[i].working, cpu_segs[i].master), tol(working_dtype[i]))
+          << "segment " << i << " working";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tetra::gputest

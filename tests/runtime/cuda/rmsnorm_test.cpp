@@ -1,0 +1,191 @@
+// CUDA RMSNorm against the CPU twin (runtime/cpu/rmsnorm.cpp): the LayerNorm row kernels' RMSNorm
+// instantiation at Llama 3.2 1B's [16384, 2048] and at the widths where their team and vector counts
+// change (1 to 16 warps per row), row counts that leave blocks partly idle, and the fallback kernels
+// (C % 8 != 0, unaligned views, C beyond the backward row kernels); fp32 and bf16, bf16 activations with
+// fp32 weights; dx overwritten, accumulated, or dresidual + the norm's gradient (separately, over
+// dresidual and over dy); y over x; deterministic dw. Outputs are poisoned with NaN first; each result
+// must be within the dtype's norm-wise and worst-element tolerances (tests/runtime/cuda/gpu_test_util.h).
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "tests/runtime/cuda/gpu_test_util.h"
+
+namespace tetra::gputest {
+namespace {
+
+Tensor host_sum(const Tensor& a, const Tensor& b) {
+  Tensor s = Tensor::empty(a.shape(), DType::F32);
+  ops::add(s, a, b);
+  return s;
+}
+
+// The dtype of w and dw: the activations' dtype, or fp32 whatever the activations.
+enum class ParamType { SameAsX, F32 };
+
+void check_rmsnorm(const Shape& x_shape, uint64_t seed, ParamType ptype = ParamType::SameAsX) {
+  Rng rng(seed);
+  const int64_t C = x_shape.back();
+  const Shape rows(x_shape.begin(), x_shape.end() - 1);
+  const float eps = 1e-5f;
+  const DType rd = DType::BF16;  // inputs representable in bf16 serve both dtypes
+  Tensor x = representable(random_host(rng, x_shape, 1.5, 0.3), rd);
+  Tensor w = representable(random_host(rng, {C}, 0.3, 1.0), rd);
+  Tensor dy = representable(random_host(rng, x_shape), rd);
+  Tensor dx0 = representable(random_host(rng, x_shape), rd);
+  Tensor dw0 = representable(random_host(rng, {C}, 0.1), rd);
+  Tensor dres = representable(random_host(rng, x_shape, 0.5), rd);
+
+  Tensor y = Tensor::empty(x_shape, DType::F32), rstd = Tensor::empty(rows, DType::F32);
+  ops::rmsnorm_forward(y, rstd, x, w, eps);
+  Tensor dx = Tensor::empty(x_shape, DType::F32), dw = representable(dw0, rd);  // dw accumulates over dw0
+  ops::rmsnorm_backward(dx, dw, dy, x, w, rstd, false);
+  const Tensor dx_acc = host_sum(dx, dx0), dx_res = host_sum(dx, dres);
+
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const DType pt = ptype == ParamType::F32 ? DType::F32 : dt;
+    std::ostringstream os;
+    os << "x " << shape_str(x_shape) << " " << dtype_name(dt) << ", w " << dtype_name(pt);
+    const std::string what = os.str();
+    Tensor gx = upload(x, dt), gw = upload(w, pt), gdy = upload(dy, dt);
+    Tensor gy = poisoned(x_shape, dt), grstd = poisoned(rows, DType::F32);
+    ops::rmsnorm_forward(gy, grstd, gx, gw, eps);
+    expect_close(gy, y, dt, "forward y, " + what);
+    expect_close(grstd, rstd, DType::F32, "forward rstd, " + what);
+
+    // Backward from the GPU's own rstd (it matches the CPU's to fp32 precision).
+    Tensor gdx = poisoned(x_shape, dt), gdw = upload(dw0, pt);
+    ops::rmsnorm_backward(gdx, gdw, gdy, gx, gw, grstd, false);
+    expect_close(gdx, dx, dt, "backward dx, " + what);
+    expect_close(gdw, dw, pt == DType::F32 && dt == DType::F32 ? DType::F32 : DType::BF16, "backward dw, " + what);
+
+    Tensor gdx_acc = upload(dx0, dt), gdw2 = upload(dw0, pt);
+    ops::rmsnorm_backward(gdx_acc, gdw2, gdy, gx, gw, grstd, true);
+    expect_close(gdx_acc, dx_acc, dt, "backward dx accumulated, " + what);
+
+    // In place: y over x, dx over dy.
+    Tensor gx2 = upload(x, dt);
+    ops::rmsnorm_forward(gx2, grstd, gx2, gw, eps);
+    expect_close(gx2, y, dt, "forward in place, " + what);
+    Tensor gdy2 = upload(dy, dt), gdw3 = upload(dw0, pt);
+    ops::rmsnorm_backward(gdy2, gdw3, gdy2, gx, gw, grstd, false);
+    expect_close(gdy2, dx, dt, "backward in place over dy, " + what);
+
+    // dx = dresidual + the norm's gradient: into a separate dx, over dresidual, and over dy.
+    Tensor gdres = upload(dres, dt), gdx_res = poisoned(x_shape, dt), gdw4 = upload(dw0, pt);
+    ops::rmsnorm_backward(gdx_res, gdw4, gdy, gx, gw, grstd, false, &gdres);
+    expect_close(gdx_res, dx_res, dt, "backward with dresidual, " + what);
+    EXPECT_EQ(rel_error(gdres, dres), 0.0) << "dresidual unchanged, " << what;
+    Tensor over_res = upload(dres, dt), gdw5 = upload(dw0, pt);
+    ops::rmsnorm_backward(over_res, gdw5, gdy, gx, gw, grstd, false, &over_res);
+    expect_close(over_res, dx_res, dt, "backward with dresidual, dx over dresidual, " + what);
+    Tensor over_dy = upload(dy, dt), gdw6 = upload(dw0, pt);
+    ops::rmsnorm_backward(over_dy, gdw6, over_dy, gx, gw, grstd, false, &gdres);
+    expect_close(over_dy, dx_res, dt, "backward with dresidual, dx over dy, " + what);
+  }
+}
+
+// Llama 3.2 1B: one micro-batch of 4 × 4096 tokens at d = 2048, with bf16 and with fp32 weights.
+TEST(GpuRmsNorm, Llama1bShape) {
+  TETRA_REQUIRE_GPU();
+  check_rmsnorm({4, 4096, 2048}, 1);
+  check_rmsnorm({4, 4096, 2048}, 2, ParamType::F32);
+}
+
+// Where the row kernels change shape: vectors per thread (1 to 4) and warps per row (1 to 16), with
+// row counts that leave the last rows of blocks idle.
+TEST(GpuRmsNorm, RowKernelWidths) {
+  TETRA_REQUIRE_GPU();
+  uint64_t seed = 20;
+  for (int64_t C : {8, 256, 768, 1000, 1024, 2048, 3072, 4096}) {
+    SCOPED_TRACE(testing::Message() << "C = " << C);
+    check_rmsnorm({37, C}, seed++);
+    check_rmsnorm({1001, C}, seed++, C % 2048 == 0 ? ParamType::F32 : ParamType::SameAsX);
+  }
+  check_rmsnorm({1, 2048}, seed++);
+}
+
+TEST(GpuRmsNorm, OddWidthAndRows) {
+  TETRA_REQUIRE_GPU();
+  check_rmsnorm({37, 45}, 2);
+  // One row of odd width. Not C = 1: there dx = w·dy·rstd·eps/(x² + eps), an fp32 cancellation of
+  // 1 − x²·rstd² whose relative error (~6e-3 on the device, measured) says nothing about the kernel.
+  check_rmsnorm({1, 3}, 3);
+  check_rmsnorm({5, 3, 100}, 4);  // C % 8 != 0 with leading dimensions
+}
+
+TEST(GpuRmsNorm, WideRowsNeedOptInSharedMemory) {
+  TETRA_REQUIRE_GPU();
+  check_rmsnorm({64, 8192}, 6);   // teams of 8 (forward) and 11 (backward) warps
+  check_rmsnorm({19, 12288}, 7);  // the widest backward row kernel: 16 warps
+  check_rmsnorm({9, 16384}, 8);   // forward row kernel of 16 warps; backward fallback
+}
+
+// The [N, C] tensors as views at an 8-byte offset into a buffer: not 16-byte aligned, so the row
+// kernels must step aside for the element-wise fallback.
+TEST(GpuRmsNorm, UnalignedViewsTakeTheFallback) {
+  TETRA_REQUIRE_GPU();
+  const int64_t N = 513, C = 2048;
+  const DType dt = DType::BF16;
+  Rng rng(10);
+  Tensor x = representable(random_host(rng, {N, C}, 1.5, 0.3), dt), dy = representable(random_host(rng, {N, C}), dt);
+  Tensor dres = representable(random_host(rng, {N, C}), dt), w = representable(random_host(rng, {C}, 0.3, 1.0), dt);
+  Tensor y = Tensor::empty({N, C}, DType::F32), rstd = Tensor::empty({N}, DType::F32);
+  ops::rmsnorm_forward(y, rstd, x, w, 1e-5f);
+  Tensor dx = Tensor::empty({N, C}, DType::F32), dw = Tensor::zeros({C}, DType::F32);
+  ops::rmsnorm_backward(dx, dw, dy, x, w, rstd, false, &dres);
+  auto unaligned = [&](const Tensor& host) {  // 4 bf16 = 8 bytes in
+    Tensor buf = Tensor::zeros({N * C + 4}, DType::F32);
+    std::memcpy(buf.data<float>() + 4, host.data<float>(), host.nbytes());
+    return upload(buf, dt).slice_flat(4, {N, C});
+  };
+  Tensor gx = unaligned(x), gdy = unaligned(dy), gdres = unaligned(dres), gy = unaligned(x), gdx = unaligned(x);
+  poison(gy);
+  poison(gdx);
+  Tensor gw = upload(w, dt), grstd = poisoned({N}, DType::F32), gdw = Tensor::zeros({C}, DType::F32, gpu());
+  ops::rmsnorm_forward(gy, grstd, gx, gw, 1e-5f);
+  expect_close(gy, y, dt, "unaligned forward y");
+  ops::rmsnorm_backward(gdx, gdw, gdy, gx, gw, grstd, false, &gdres);
+  expect_close(gdx, dx, dt, "unaligned backward dx");
+  expect_close(gdw, dw, dt, "unaligned backward dw");
+}
+
+// dw is reduced in a fixed order: two backward passes over the same inputs give the same bits of dw
+// and dx, with one warp per row and with teams of warps.
+TEST(GpuRmsNorm, BackwardIsDeterministic) {
+  TETRA_REQUIRE_GPU();
+  for (const auto& [N, C] : {std::pair<int64_t, int64_t>{8192, 768}, {3000, 2048}}) {
+    Rng rng(static_cast<uint64_t>(C));
+    Tensor x = upload(random_host(rng, {N, C}), DType::BF16), dy = upload(random_host(rng, {N, C}), DType::BF16);
+    Tensor dres = upload(random_host(rng, {N, C}), DType::BF16), w = upload(random_host(rng, {C}), DType::BF16);
+    Tensor y = Tensor::empty({N, C}, DType::BF16, gpu()), rstd = Tensor::empty({N}, DType::F32, gpu());
+    Tensor dx = Tensor::empty({N, C}, DType::BF16, gpu());
+    ops::rmsnorm_forward(y, rstd, x, w, 1e-5f);
+    std::vector<Tensor> runs;
+    for (int r = 0; r < 2; ++r) {
+      Tensor dw = Tensor::zeros({C}, DType::F32, gpu());
+      ops::rmsnorm_backward(dx, dw, dy, x, w, rstd, false, &dres);
+      runs.push_back(download_raw(dw));
+      runs.push_back(download_raw(dx));
+    }
+    for (int k = 0; k < 2; ++k)
+      EXPECT_EQ(std::memcmp(runs[k].data_ptr(), runs[k + 2].data_ptr(), runs[k].nbytes()), 0)
+          << "output " << k << " at C = " << C;
+  }
+}
+
+TEST(GpuRmsNorm, RejectsBadArguments) {
+  TETRA_REQUIRE_GPU();
+  const int64_t N = 4, C = 16;
+  Tensor x = Tensor::zeros({N, C}, DType::BF16, gpu()), dy = Tensor::zeros({N, C}, DType::BF16, gpu());
+  Tensor w = Tensor::zeros({C}, DType::BF16, gpu()), dw = Tensor::zeros({C}, DType::F32, gpu());
+  Tensor dx = Tensor::zeros({N, C}, DType::BF16, gpu()), rstd = Tensor::zeros({N}, DType::F32, gpu());
+  Tensor rstd_bad = Tensor::zeros({C}, DType::F32, gpu()), y = Tensor::zeros({N, C}, DType::BF16, gpu());
+  Tensor dres = Tensor::zeros({N, C}, DType::BF16, gpu()), dres32 = Tensor::zeros({N, C}, DType::F32, gpu());
+  EXPECT_THROW(ops::rmsnorm_forward(y, rstd_bad, x, w, 1e-5f), Error);
+  EXPECT_THROW(ops::rmsnorm_backward(dx, dw, dy, x, w, rstd, true, &dres), Error);    // accumulate too
+  EXPECT_THROW(ops::rmsnorm_backward(dx, dw, dy, x, w, rstd, false, &dres32), Error);  // dtype
+}
+
+}  // namespace
+}  // namespace tetra::gputest
