@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "launch/report/html_sections.h"
+#include "launch/report/mesh_layout.h"
 #include "launch/report/svg_chart.h"
-#include "parallel/mesh.h"
 #include "runtime/error.h"
 
 namespace tetra::launch::html {
@@ -27,8 +27,7 @@ std::string group_text(const std::vector<int>& g) {
   return s + "]";
 }
 
-std::string drawing(const Mesh& m) {
-  const MeshShape& sh = m.shape();
+std::string drawing(const MeshLayout& sh) {
   const int box_w = sh.tp * kCell + 6;
   const int per_line = std::max(1, (kPageWidth - 80) / (box_w + kGap));
   const int lines_per_stage = (sh.dp + per_line - 1) / per_line;
@@ -48,8 +47,8 @@ std::string drawing(const Mesh& m) {
            ", dp " + std::to_string(d) + (sh.ep > 1 ? ", expert group " + std::to_string(d / sh.ep) : "") +
            "</title></rect>";
       for (int t = 0; t < sh.tp; ++t) {
-        const int r = m.rank_of(p, d, t);
-        const MeshCoords c = m.coords_of(r);
+        const int r = sh.rank_of(p, d, t);
+        const MeshLayout::Coords c = sh.coords_of(r);
         const int cx = bx + 3 + t * kCell;
         s += "<rect class=\"rank e" + std::to_string(sh.ep > 1 ? c.ep % 4 : p % 2) + "\" x=\"" + std::to_string(cx) +
              "\" y=\"" + std::to_string(by + 3) + "\" width=\"" + std::to_string(kCell - 2) + "\" height=\"" +
@@ -68,7 +67,7 @@ std::string drawing(const Mesh& m) {
 }  // namespace
 
 std::string mesh(const Config& cfg, int world) {
-  MeshShape shape;
+  MeshLayout shape;
   shape.tp = cfg.parallel.tp;
   shape.pp = cfg.parallel.pp;
   shape.ep = cfg.parallel.ep;
@@ -82,19 +81,19 @@ std::string mesh(const Config& cfg, int world) {
   if (shape.world() != world || shape.dp < 1 || shape.dp % shape.ep != 0)
     return s + "<p class=\"note warn\">The config's mesh (pp · dp · tp = " + std::to_string(shape.world()) +
            ") does not match the " + std::to_string(world) + " ranks the run had: not drawn.</p>";
-  Mesh m(shape, 0);
   s += "<table class=\"groups\"><tr><th>axis</th><th>size</th><th>groups</th><th>rank 0's group</th>"
        "<th>the last rank's group</th></tr>";
-  for (MeshAxis a : {MeshAxis::TP, MeshAxis::DP, MeshAxis::PP, MeshAxis::EP, MeshAxis::ExpertDP}) {
-    if ((a == MeshAxis::EP || a == MeshAxis::ExpertDP) && shape.ep == 1) continue;  // expert groups only with ep > 1
-    const std::vector<int> g0 = m.group(a, 0), gl = m.group(a, world - 1);
-    s += "<tr><td>" + std::string(axis_name(a)) + "</td><td class=\"num\">" + std::to_string(g0.size()) +
+  for (MeshLayout::Axis a : MeshLayout::kAxes) {
+    if ((a == MeshLayout::Axis::EP || a == MeshLayout::Axis::ExpertDP) && shape.ep == 1)
+      continue;  // expert groups only with ep > 1
+    const std::vector<int> g0 = shape.group(a, 0), gl = shape.group(a, world - 1);
+    s += "<tr><td>" + std::string(MeshLayout::name(a)) + "</td><td class=\"num\">" + std::to_string(g0.size()) +
          "</td><td class=\"num\">" + std::to_string(world / static_cast<int>(g0.size())) + "</td><td>" +
          group_text(g0) + "</td><td>" + group_text(gl) + "</td></tr>";
   }
   s += "</table>";
   if (world <= kMaxDrawn)
-    s += drawing(m);
+    s += drawing(shape);
   else
     s += "<p class=\"note\">" + std::to_string(world) + " ranks: too many to draw one by one.</p>";
   return s;
