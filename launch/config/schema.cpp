@@ -26,134 +26,178 @@ namespace {
 
 constexpr double kIntMax = 2147483647.0;
 
-std::vector<Field> make_fields() {
+// run: where the run directory goes and what makes it reproducible.
+std::vector<Field> run_fields() {
   return {
-      // run: where the run directory goes and what makes it reproducible.
-      {KEY(run, name, String), .nonempty = true, .note = "a directory name under run.output_dir, e.g. tiny"},
-      {KEY(run, output_dir, String), .nonempty = true},
-      {KEY(run, seed, Int64), .lo = 0, .hi = 9.2e18},
-      {KEY(run, comm_timeout_s, Float), .lo = 0, .lo_open = true, .note = "seconds"},
-      {KEY(run, html_report, Bool), .note = "RUN_DIR/report.html at the end of every attempt (docs/goodput.md)"},
-
-      // model: the network.
-      {KEY(model, arch, Choice), .choices = model_family_names(), .note = "the model family (docs/models.md)"},
-      {KEY(model, vocab_size, Int), .required = true, .lo = 1, .hi = kIntMax,
-       .note = "e.g. 256 for byte-level text, 50304 for GPT-2"},
-      {KEY(model, seq_len, Int), .required = true, .lo = 1, .hi = kIntMax,
-       .note = "the longest context, e.g. 1024"},
-      {KEY(model, d_model, Int), .required = true, .lo = 1, .hi = kIntMax, .note = "e.g. 768"},
-      {KEY(model, n_layers, Int), .required = true, .lo = 1, .hi = kIntMax, .note = "e.g. 12"},
-      {KEY(model, n_heads, Int), .required = true, .lo = 1, .hi = kIntMax, .note = "e.g. 12"},
-      {KEY(model, init_from, String),
-       .note = "a consolidated HDF5 checkpoint or a Hugging Face model folder; empty = random init"},
-      {KEY(model, ln_eps, Float), .lo = 0, .lo_open = true, .note = "gpt2's LayerNorm epsilon"},
-      {KEY(model, n_kv_heads, Int), .lo = 0, .hi = kIntMax,
-       .note = "llama: key/value heads, a divisor of model.n_heads (grouped-query attention); 0 = n_heads"},
-      {KEY(model, ffn_dim, Int), .lo = 0, .hi = kIntMax,
-       .note = "llama: SwiGLU hidden width, e.g. 8192; 0 = 8·d_model/3 rounded up to a multiple of 256"},
-      {KEY(model, norm_eps, Float), .lo = 0, .lo_open = true, .note = "llama's RMSNorm epsilon"},
-      {KEY(model, rope_theta, Float), .lo = 0, .lo_open = true, .note = "llama: rotary base, e.g. 500000 for Llama 3"},
-      {KEY(model, tie_embeddings, Bool), .note = "llama: the output layer is the token embedding"},
-      // model.moe: DeepSeek-style mixture of experts (llama; docs/models.md). Absent = dense.
-      {MOE_KEY(n_experts, Int), .lo = 0, .hi = kIntMax,
-       .note = "llama: routed experts per MoE layer, e.g. 64; 0 = dense (no MoE layers)"},
-      {MOE_KEY(top_k, Int), .lo = 1, .hi = kIntMax, .note = "experts per token, at most model.moe.n_experts"},
-      {MOE_KEY(n_shared, Int), .lo = 0, .hi = kIntMax,
-       .note = "shared experts, one SwiGLU of width n_shared·ffn_dim every token passes; 0 = none"},
-      {MOE_KEY(ffn_dim, Int), .lo = 0, .hi = kIntMax, .note = "each expert's SwiGLU width, e.g. 512; 0 = model.ffn_dim"},
-      {MOE_KEY(first_k_dense, Int), .lo = 0, .hi = kIntMax,
-       .note = "leading layers that keep the dense MLP of model.ffn_dim, fewer than model.n_layers"},
-      {MOE_KEY(route_scale, Float), .lo = 0, .lo_open = true,
-       .note = "the normalised routing weights are multiplied by it (Hugging Face's routed_scaling_factor)"},
-      {MOE_KEY(n_group, Int), .lo = 1, .hi = kIntMax,
-       .note = "expert groups for group-limited routing, a divisor of model.moe.n_experts; 1 = none"},
-      {MOE_KEY(topk_group, Int), .lo = 1, .hi = kIntMax, .note = "groups a token may route to, at most model.moe.n_group"},
-      {MOE_KEY(bias_update_rate, Float), .lo = 0,
-       .note = "auxiliary-loss-free balancing: the bias step after each optimizer step; 0 = off"},
-      {MOE_KEY(aux_loss_coef, Float), .lo = 0, .note = "α of the sequence-wise balance loss, e.g. 1e-4; 0 = off"},
-      {MOE_KEY(force_balance, Bool),
-       .note = "a benchmark aid, not a model: token t goes to experts (t·top_k + j) mod n_experts"},
-
-      // parallel: the mesh and how communication overlaps compute.
-      {KEY(parallel, dp, Int), .lo = 0, .hi = kIntMax, .note = "0 = world / (tp·pp)"},
-      {KEY(parallel, tp, Int), .lo = 1, .hi = kIntMax},
-      {KEY(parallel, pp, Int), .lo = 1, .hi = kIntMax},
-      {KEY(parallel, ep, Int), .lo = 1, .hi = kIntMax, .note = "a divisor of dp"},
-      {KEY(parallel, zero_stage, Int), .lo = 0, .hi = 3},
-      {KEY(parallel, fsdp_prefetch, Int), .lo = 0, .hi = kIntMax, .note = "layers gathered ahead; 0 = none"},
-      {KEY(parallel, schedule, Choice),
-       .choices = {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "dualpipe", "dualpipev"}},
-      {KEY(parallel, micro_batches, Int), .lo = 0, .hi = kIntMax,
-       .note = "0 = train.global_batch / (dp·train.micro_batch)"},
-      {KEY(parallel, stage_layers, IntList), .lo = 1, .hi = kIntMax,
-       .note = "model.n_layers per pipeline stage, e.g. [7, 8, 8, 5]; [] = split by cost"},
-      {KEY(parallel, overlap_grad_reduce, Bool)},
-      {KEY(parallel, bucket_mb, Float), .lo = 0, .lo_open = true, .note = "megabytes"},
-      {KEY(parallel, grad_dtype, Choice), .choices = {"auto", "fp32", "bf16"},
-       .note = "gradient accumulation and reduction; auto: bf16 for bf16 training unless stage 0-1 accumulates"},
-      {KEY(parallel, grad_all_reduce, Choice), .choices = {"nccl", "copy_engine"},
-       .note = "stage 0: copy_engine moves gradients with the copy engines (one host)"},
-      {KEY(parallel, moe_overlap, Bool),
-       .note = "mixture of experts at pp = 1: two micro-batches interleaved so one's all-to-all runs while the "
-               "other computes"},
-      {KEY(parallel, sequence_parallel, Bool),
-       .note = "tp > 1: norms and residuals on 1/tp of the tokens (docs/tensor_parallel.md)"},
-      {KEY(parallel, tp_comm_overlap, Choice), .choices = {"auto", "on", "off"},
-       .note = "tp > 1: tensor-parallel collectives chunked under their GEMMs; auto: on a GPU"},
-
-      // train: the loop.
-      {KEY(train, steps, Int), .required = true, .lo = 1, .hi = kIntMax},
-      {KEY(train, global_batch, Int), .required = true, .lo = 1, .hi = kIntMax,
-       .note = "sequences per step over all dp ranks"},
-      {KEY(train, micro_batch, Int), .lo = 1, .hi = kIntMax, .note = "sequences per rank per micro-batch"},
-      {KEY(train, seq_len, Int), .lo = 0, .hi = kIntMax, .note = "at most model.seq_len; 0 = model.seq_len"},
-      {KEY(train, precision, Choice), .choices = {"auto", "fp32", "bf16"}},
-      {KEY(train, residual_dtype, Choice), .choices = {"bf16", "fp32"},
-       .note = "the residual stream between blocks under bf16 precision; fp32 on the CPU whatever it says"},
-      {KEY(train, device, Choice), .choices = {"auto", "cpu", "cuda"}},
-      {KEY(train, grad_clip, Float), .lo = 0, .note = "0 = off"},
-      {KEY(train, eval_every, Int), .lo = 0, .hi = kIntMax, .note = "0 = off"},
-      {KEY(train, eval_batches, Int), .lo = 1, .hi = kIntMax},
-      {KEY(train, recompute, Choice), .choices = {"none", "mlp", "full"}},
-      {KEY(train, on_nonfinite, Choice), .choices = {"skip", "stop"}},
-      {KEY(train, run_ahead, Choice), .choices = {"auto", "on", "off"},
-       .note = "launch the next step before this one is read back; auto: on a GPU (docs/kernels.md)"},
-      {KEY(train, cuda_graphs, Bool), .note = "replay steps as CUDA graphs from the third on (ZeRO 0-2; docs/kernels.md)"},
-
-      // optimizer: AdamW and its learning-rate schedule.
-      {KEY(optimizer, name, Choice), .choices = {"adamw"}},
-      {KEY(optimizer, lr, Float), .lo = 0, .lo_open = true, .note = "e.g. 3e-4"},
-      {KEY(optimizer, betas, FloatPair), .lo = 0, .hi = 1, .hi_open = true},
-      {KEY(optimizer, eps, Float), .lo = 0, .lo_open = true},
-      {KEY(optimizer, weight_decay, Float), .lo = 0},
-      {KEY(optimizer, warmup_steps, Int), .lo = 0, .hi = kIntMax, .note = "at most train.steps"},
-      {KEY(optimizer, schedule, Choice), .choices = {"cosine", "constant", "linear"}},
-      {KEY(optimizer, min_lr, Float), .lo = 0, .note = "at most optimizer.lr"},
-
-      // data: token files and the loader.
-      {KEY(data, train, DataSources), .note = "e.g. data/tiny/train.h5 (docs/data.md)"},
-      {KEY(data, val, DataSources), .note = "no weights; empty = no validation set"},
-      {KEY(data, val_fraction, Float), .lo = 0, .hi = 1, .hi_open = true,
-       .note = "share of each training dataset's windows (its tail) held out for validation; 0 = none"},
-      {KEY(data, shuffle, Bool)},
-      {KEY(data, prefetch, Int), .lo = 0, .hi = kIntMax, .note = "micro-batches read ahead"},
-      {KEY(data, io, Choice), .choices = {"auto", "gds", "pinned", "posix"}},
-      {KEY(data, loader_threads, Int), .lo = 1, .hi = kIntMax},
-
-      // checkpoint: when to save, what to keep, where to resume.
-      {KEY(checkpoint, every, Int), .lo = 0, .hi = kIntMax, .note = "0 = off"},
-      {KEY(checkpoint, keep, Int), .lo = 0, .hi = kIntMax, .note = "0 = keep all"},
-      {KEY(checkpoint, resume, String), .nonempty = true,
-       .note = "none, auto, or a checkpoint directory RUN_DIR/checkpoints/step_N"},
-      {KEY(checkpoint, async, Bool)},
-      {KEY(checkpoint, allow_data_change, Bool),
-       .note = "resume although the training data's fingerprint differs from the checkpoint's"},
-
-      // log: what is printed and profiled.
-      {KEY(log, every, Int), .lo = 1, .hi = kIntMax},
-      {KEY(log, peak_tflops, Float), .lo = 0, .note = "0 = from the device"},
-      {KEY(log, profile_steps, Int), .lo = 0, .hi = kIntMax, .note = "0 = off"},
+    {KEY(run, name, String), .nonempty = true, .note = "a directory name under run.output_dir, e.g. tiny"},
+    {KEY(run, output_dir, String), .nonempty = true},
+    {KEY(run, seed, Int64), .lo = 0, .hi = 9.2e18},
+    {KEY(run, comm_timeout_s, Float), .lo = 0, .lo_open = true, .note = "seconds"},
+    {KEY(run, html_report, Bool), .note = "RUN_DIR/report.html at the end of every attempt (docs/goodput.md)"},
   };
+}
+
+// model: the network.
+std::vector<Field> model_fields() {
+  return {
+    {KEY(model, arch, Choice), .choices = model_family_names(), .note = "the model family (docs/models.md)"},
+    {KEY(model, vocab_size, Int), .required = true, .lo = 1, .hi = kIntMax,
+     .note = "e.g. 256 for byte-level text, 50304 for GPT-2"},
+    {KEY(model, seq_len, Int), .required = true, .lo = 1, .hi = kIntMax,
+     .note = "the longest context, e.g. 1024"},
+    {KEY(model, d_model, Int), .required = true, .lo = 1, .hi = kIntMax, .note = "e.g. 768"},
+    {KEY(model, n_layers, Int), .required = true, .lo = 1, .hi = kIntMax, .note = "e.g. 12"},
+    {KEY(model, n_heads, Int), .required = true, .lo = 1, .hi = kIntMax, .note = "e.g. 12"},
+    {KEY(model, init_from, String),
+     .note = "a consolidated HDF5 checkpoint or a Hugging Face model folder; empty = random init"},
+    {KEY(model, ln_eps, Float), .lo = 0, .lo_open = true, .note = "gpt2's LayerNorm epsilon"},
+    {KEY(model, n_kv_heads, Int), .lo = 0, .hi = kIntMax,
+     .note = "llama: key/value heads, a divisor of model.n_heads (grouped-query attention); 0 = n_heads"},
+    {KEY(model, ffn_dim, Int), .lo = 0, .hi = kIntMax,
+     .note = "llama: SwiGLU hidden width, e.g. 8192; 0 = 8·d_model/3 rounded up to a multiple of 256"},
+    {KEY(model, norm_eps, Float), .lo = 0, .lo_open = true, .note = "llama's RMSNorm epsilon"},
+    {KEY(model, rope_theta, Float), .lo = 0, .lo_open = true, .note = "llama: rotary base, e.g. 500000 for Llama 3"},
+    {KEY(model, tie_embeddings, Bool), .note = "llama: the output layer is the token embedding"},
+  };
+}
+
+// model.moe: DeepSeek-style mixture of experts (llama; docs/models.md). Absent = dense.
+std::vector<Field> moe_fields() {
+  return {
+    {MOE_KEY(n_experts, Int), .lo = 0, .hi = kIntMax,
+     .note = "llama: routed experts per MoE layer, e.g. 64; 0 = dense (no MoE layers)"},
+    {MOE_KEY(top_k, Int), .lo = 1, .hi = kIntMax, .note = "experts per token, at most model.moe.n_experts"},
+    {MOE_KEY(n_shared, Int), .lo = 0, .hi = kIntMax,
+     .note = "shared experts, one SwiGLU of width n_shared·ffn_dim every token passes; 0 = none"},
+    {MOE_KEY(ffn_dim, Int), .lo = 0, .hi = kIntMax, .note = "each expert's SwiGLU width, e.g. 512; 0 = model.ffn_dim"},
+    {MOE_KEY(first_k_dense, Int), .lo = 0, .hi = kIntMax,
+     .note = "leading layers that keep the dense MLP of model.ffn_dim, fewer than model.n_layers"},
+    {MOE_KEY(route_scale, Float), .lo = 0, .lo_open = true,
+     .note = "the normalised routing weights are multiplied by it (Hugging Face's routed_scaling_factor)"},
+    {MOE_KEY(n_group, Int), .lo = 1, .hi = kIntMax,
+     .note = "expert groups for group-limited routing, a divisor of model.moe.n_experts; 1 = none"},
+    {MOE_KEY(topk_group, Int), .lo = 1, .hi = kIntMax, .note = "groups a token may route to, at most model.moe.n_group"},
+    {MOE_KEY(bias_update_rate, Float), .lo = 0,
+     .note = "auxiliary-loss-free balancing: the bias step after each optimizer step; 0 = off"},
+    {MOE_KEY(aux_loss_coef, Float), .lo = 0, .note = "α of the sequence-wise balance loss, e.g. 1e-4; 0 = off"},
+    {MOE_KEY(force_balance, Bool),
+     .note = "a benchmark aid, not a model: token t goes to experts (t·top_k + j) mod n_experts"},
+  };
+}
+
+// parallel: the mesh and how communication overlaps compute.
+std::vector<Field> parallel_fields() {
+  return {
+    {KEY(parallel, dp, Int), .lo = 0, .hi = kIntMax, .note = "0 = world / (tp·pp)"},
+    {KEY(parallel, tp, Int), .lo = 1, .hi = kIntMax},
+    {KEY(parallel, pp, Int), .lo = 1, .hi = kIntMax},
+    {KEY(parallel, ep, Int), .lo = 1, .hi = kIntMax, .note = "a divisor of dp"},
+    {KEY(parallel, zero_stage, Int), .lo = 0, .hi = 3},
+    {KEY(parallel, fsdp_prefetch, Int), .lo = 0, .hi = kIntMax, .note = "layers gathered ahead; 0 = none"},
+    {KEY(parallel, schedule, Choice),
+     .choices = {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "dualpipe", "dualpipev"}},
+    {KEY(parallel, micro_batches, Int), .lo = 0, .hi = kIntMax,
+     .note = "0 = train.global_batch / (dp·train.micro_batch)"},
+    {KEY(parallel, stage_layers, IntList), .lo = 1, .hi = kIntMax,
+     .note = "model.n_layers per pipeline stage, e.g. [7, 8, 8, 5]; [] = split by cost"},
+    {KEY(parallel, overlap_grad_reduce, Bool)},
+    {KEY(parallel, bucket_mb, Float), .lo = 0, .lo_open = true, .note = "megabytes"},
+    {KEY(parallel, grad_dtype, Choice), .choices = {"auto", "fp32", "bf16"},
+     .note = "gradient accumulation and reduction; auto: bf16 for bf16 training unless stage 0-1 accumulates"},
+    {KEY(parallel, grad_all_reduce, Choice), .choices = {"nccl", "copy_engine"},
+     .note = "stage 0: copy_engine moves gradients with the copy engines (one host)"},
+    {KEY(parallel, moe_overlap, Bool),
+     .note = "mixture of experts at pp = 1: two micro-batches interleaved so one's all-to-all runs while the "
+             "other computes"},
+    {KEY(parallel, sequence_parallel, Bool),
+     .note = "tp > 1: norms and residuals on 1/tp of the tokens (docs/tensor_parallel.md)"},
+    {KEY(parallel, tp_comm_overlap, Choice), .choices = {"auto", "on", "off"},
+     .note = "tp > 1: tensor-parallel collectives chunked under their GEMMs; auto: on a GPU"},
+  };
+}
+
+// train: the loop.
+std::vector<Field> train_fields() {
+  return {
+    {KEY(train, steps, Int), .required = true, .lo = 1, .hi = kIntMax},
+    {KEY(train, global_batch, Int), .required = true, .lo = 1, .hi = kIntMax,
+     .note = "sequences per step over all dp ranks"},
+    {KEY(train, micro_batch, Int), .lo = 1, .hi = kIntMax, .note = "sequences per rank per micro-batch"},
+    {KEY(train, seq_len, Int), .lo = 0, .hi = kIntMax, .note = "at most model.seq_len; 0 = model.seq_len"},
+    {KEY(train, precision, Choice), .choices = {"auto", "fp32", "bf16"}},
+    {KEY(train, residual_dtype, Choice), .choices = {"bf16", "fp32"},
+     .note = "the residual stream between blocks under bf16 precision; fp32 on the CPU whatever it says"},
+    {KEY(train, device, Choice), .choices = {"auto", "cpu", "cuda"}},
+    {KEY(train, grad_clip, Float), .lo = 0, .note = "0 = off"},
+    {KEY(train, eval_every, Int), .lo = 0, .hi = kIntMax, .note = "0 = off"},
+    {KEY(train, eval_batches, Int), .lo = 1, .hi = kIntMax},
+    {KEY(train, recompute, Choice), .choices = {"none", "mlp", "full"}},
+    {KEY(train, on_nonfinite, Choice), .choices = {"skip", "stop"}},
+    {KEY(train, run_ahead, Choice), .choices = {"auto", "on", "off"},
+     .note = "launch the next step before this one is read back; auto: on a GPU (docs/kernels.md)"},
+    {KEY(train, cuda_graphs, Bool), .note = "replay steps as CUDA graphs from the third on (ZeRO 0-2; docs/kernels.md)"},
+  };
+}
+
+// optimizer: AdamW and its learning-rate schedule.
+std::vector<Field> optimizer_fields() {
+  return {
+    {KEY(optimizer, name, Choice), .choices = {"adamw"}},
+    {KEY(optimizer, lr, Float), .lo = 0, .lo_open = true, .note = "e.g. 3e-4"},
+    {KEY(optimizer, betas, FloatPair), .lo = 0, .hi = 1, .hi_open = true},
+    {KEY(optimizer, eps, Float), .lo = 0, .lo_open = true},
+    {KEY(optimizer, weight_decay, Float), .lo = 0},
+    {KEY(optimizer, warmup_steps, Int), .lo = 0, .hi = kIntMax, .note = "at most train.steps"},
+    {KEY(optimizer, schedule, Choice), .choices = {"cosine", "constant", "linear"}},
+    {KEY(optimizer, min_lr, Float), .lo = 0, .note = "at most optimizer.lr"},
+  };
+}
+
+// data: token files and the loader.
+std::vector<Field> data_fields() {
+  return {
+    {KEY(data, train, DataSources), .note = "e.g. data/tiny/train.h5 (docs/data.md)"},
+    {KEY(data, val, DataSources), .note = "no weights; empty = no validation set"},
+    {KEY(data, val_fraction, Float), .lo = 0, .hi = 1, .hi_open = true,
+     .note = "share of each training dataset's windows (its tail) held out for validation; 0 = none"},
+    {KEY(data, shuffle, Bool)},
+    {KEY(data, prefetch, Int), .lo = 0, .hi = kIntMax, .note = "micro-batches read ahead"},
+    {KEY(data, io, Choice), .choices = {"auto", "gds", "pinned", "posix"}},
+    {KEY(data, loader_threads, Int), .lo = 1, .hi = kIntMax},
+  };
+}
+
+// checkpoint: when to save, what to keep, where to resume.
+std::vector<Field> checkpoint_fields() {
+  return {
+    {KEY(checkpoint, every, Int), .lo = 0, .hi = kIntMax, .note = "0 = off"},
+    {KEY(checkpoint, keep, Int), .lo = 0, .hi = kIntMax, .note = "0 = keep all"},
+    {KEY(checkpoint, resume, String), .nonempty = true,
+     .note = "none, auto, or a checkpoint directory RUN_DIR/checkpoints/step_N"},
+    {KEY(checkpoint, async, Bool)},
+    {KEY(checkpoint, allow_data_change, Bool),
+     .note = "resume although the training data's fingerprint differs from the checkpoint's"},
+  };
+}
+
+// log: what is printed and profiled.
+std::vector<Field> log_fields() {
+  return {
+    {KEY(log, every, Int), .lo = 1, .hi = kIntMax},
+    {KEY(log, peak_tflops, Float), .lo = 0, .note = "0 = from the device"},
+    {KEY(log, profile_steps, Int), .lo = 0, .hi = kIntMax, .note = "0 = off"},
+  };
+}
+
+// Every key, section by section in the order of sections(), model.moe after model.
+std::vector<Field> make_fields() {
+  std::vector<Field> all;
+  for (auto* section : {run_fields, model_fields, moe_fields, parallel_fields, train_fields, optimizer_fields,
+                        data_fields, checkpoint_fields, log_fields}) {
+    std::vector<Field> f = section();
+    all.insert(all.end(), std::make_move_iterator(f.begin()), std::make_move_iterator(f.end()));
+  }
+  return all;
 }
 #undef KEY
 #undef MOE_KEY
