@@ -1,4 +1,4 @@
-// The pipeline of a resolved config, planned without devices (issue 18, docs/pipeline.md): how
+// The pipeline of a resolved config, planned without devices (docs/pipeline.md): how
 // the model's layers are cut into stages, every pipeline rank's schedule, the costs per stage and
 // the simulated step. `tetra plan` prints it; the trainer cuts its model the same way.
 #pragma once

@@ -95,7 +95,7 @@ struct Instruction {
   bool operator==(const Instruction&) const = default;
 };
 
-// The op syntax of `tetra plan --print-schedule` (issue 18 item 4): F0.3, B1.2, B1.2w (input
+// The op syntax of `tetra plan --print-schedule`: F0.3, B1.2, B1.2w (input
 // gradient only), W1.2, FB(F0.3,B1.2); a P2P batch prints as P2P[send act s2.m3>1, recv grad s4.m1<1].
 std::string to_string(const Instruction& op);
 // The inverse for compute instructions; throws a Usage error naming the text otherwise.

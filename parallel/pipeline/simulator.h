@@ -1,5 +1,5 @@
 // Replays a Schedule (parallel/pipeline/schedule.h) with per-stage costs and reports what a step would take
-// (issue 18 item 5, docs/pipeline.md): makespan, bubble (makespan − the busiest rank's compute),
+// (docs/pipeline.md): makespan, bubble (makespan − the busiest rank's compute),
 // peak activations per rank, and the timeline as a Chrome trace. Finds deadlocks and names the
 // ranks and instructions stuck.
 //

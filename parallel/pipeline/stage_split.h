@@ -1,4 +1,4 @@
-// How a model's layers are cut into pipeline stages (issue 18 item 3): contiguous groups of its
+// How a model's layers are cut into pipeline stages (docs/pipeline.md): contiguous groups of its
 // blocks, chosen so that the costliest stage is as cheap as possible, where the embedding counts
 // towards the first stage and the output layer (final norm, LM head, loss) towards the last — with
 // a large vocabulary those two would otherwise be the heaviest stages.
