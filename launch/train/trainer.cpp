@@ -26,7 +26,7 @@
 #include "models/tensor_parallel_plan.h"
 #include "models/weight_source.h"
 #include "parallel/expert/placement.h"
-#include "parallel/expert/moe_optimizer.h"
+#include "parallel/expert/dense_and_expert_optimizer.h"
 #include "runtime/device_info.h"
 #include "runtime/memory.h"
 #include "runtime/ops.h"
@@ -326,15 +326,15 @@ void Trainer::setup() {
   if (expert_parallel_) {
     // The experts' state is reduced and sharded over the expert-data group (ARCHITECTURE.md §4).
     Communicator& edp = expert_grad_group();
-    optimizer_ = std::make_unique<MoeOptimizer>(std::move(optimizer_),
-                                                make_distributed_optimizer(expert_params_, edp, *comm_, oo),
-                                                expert_params_.params(), &mesh_->device_comm(MeshAxis::EP),
-                                                params_.buffers(), mesh_->coords().dp == 0 && mesh_->coords().tp == 0);
+    optimizer_ = std::make_unique<DenseAndExpertOptimizer>(
+        std::move(optimizer_), make_distributed_optimizer(expert_params_, edp, *comm_, oo), expert_params_.params(),
+        &mesh_->device_comm(MeshAxis::EP), params_.buffers(), mesh_->coords().dp == 0 && mesh_->coords().tp == 0);
   } else if (!params_.buffers().empty()) {
     // Buffers (the MoE routers' biases) ride along in checkpoints: written by data-parallel rank 0
     // (the same on every rank of a pipeline stage).
-    optimizer_ = std::make_unique<MoeOptimizer>(std::move(optimizer_), nullptr, std::vector<Param*>{}, nullptr,
-                                                params_.buffers(), mesh_->coords().dp == 0 && mesh_->coords().tp == 0);
+    optimizer_ = std::make_unique<DenseAndExpertOptimizer>(std::move(optimizer_), nullptr, std::vector<Param*>{},
+                                                           nullptr, params_.buffers(),
+                                                           mesh_->coords().dp == 0 && mesh_->coords().tp == 0);
   }
   // Mixture of experts: the routers' load balancing after every optimizer step (models/moe_balance.h).
   // Loads are summed over every rank of this tp index (dp, and the pipeline's ranks: a rank counts

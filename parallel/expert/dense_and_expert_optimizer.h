@@ -1,12 +1,13 @@
-// MoeOptimizer: the DistributedOptimizer of a model with routed experts (ARCHITECTURE.md §4;
-// docs/moe.md). With expert parallelism the experts' weights live in a ParamSet of their own, laid
-// out and ZeRO-sharded over the expert-data group (the ranks holding the same experts) and reduced
-// over it, while the dense parameters' ParamSet is reduced and sharded over dp: two optimizers, one
-// per group, driven by the same hooks. The gradient norm adds the experts' share summed over the
-// expert-parallel group (each rank's experts are different), so every element counts once.
-// The routers' bias buffers (Param::trainable false) ride along in checkpoints as pieces whose
-// moments are zero: one rank per pipeline stage writes them (they are the same on every rank),
-// every rank loads them.
+// DenseAndExpertOptimizer: the DistributedOptimizer of a model with routed experts, made of two
+// (ARCHITECTURE.md §4; docs/moe.md). With expert parallelism the experts' weights live in a
+// ParamSet of their own, laid out and ZeRO-sharded over the expert-data group (the ranks holding
+// the same experts) and reduced over it, while the dense parameters' ParamSet is reduced and
+// sharded over dp: two optimizers, one per group, driven by the same hooks. The gradient norm adds
+// the experts' share summed over the expert-parallel group (each rank's experts are different), so
+// every element counts once. The routers' bias buffers (Param::trainable false) ride along in
+// checkpoints as pieces whose moments are zero: one rank per pipeline stage writes them (they are
+// the same on every rank), every rank loads them. Without expert parallelism it holds the dense
+// optimizer alone, for the buffers.
 #pragma once
 #include <map>
 #include <memory>
@@ -18,14 +19,14 @@
 
 namespace tetra {
 
-class MoeOptimizer : public DistributedOptimizer {
+class DenseAndExpertOptimizer : public DistributedOptimizer {
  public:
   // dense: over dp. experts: over the expert-data group, of `expert_params` (this rank's slices,
   // parallel/expert/placement.h), or null where the experts are among the dense parameters (ep = 1).
   // ep: the expert-parallel group for device tensors (null or of size 1: no experts' norm to sum;
   // its rank places the slices in the full tensors of checkpoint pieces). buffers: the model's
   // buffers (ParamSet::buffers()); save_buffers: this rank writes them into checkpoints.
-  MoeOptimizer(std::unique_ptr<DistributedOptimizer> dense, std::unique_ptr<DistributedOptimizer> experts,
+  DenseAndExpertOptimizer(std::unique_ptr<DistributedOptimizer> dense, std::unique_ptr<DistributedOptimizer> experts,
                const std::vector<Param*>& expert_params, Communicator* ep, std::vector<Param*> buffers,
                bool save_buffers);
 
