@@ -271,8 +271,10 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
 
 // Checks every value and every combination against a job of world_size ranks: the mesh
 // (dp·tp·pp = world, ep | dp), the model against the mesh (tp | n_heads, pp stages | n_layers),
-// batch sizes, schedule constraints, the optimizer. Throws a Config error naming the keys involved,
-// their lines, and what would be valid. Needs no GPU and touches no file.
+// batch sizes, schedule constraints, the optimizer, what the training step cannot combine. Every
+// check that depends on the config and the world size alone lives here, so that `tetra plan` and
+// `tetra train` accept the same configs. Throws a Config error naming the keys involved, their
+// lines, and what would be valid. Needs no GPU and touches no file.
 void validate(const Config& cfg, int world_size);
 
 // The checks that only a training run needs: data.train is set and exists, data.val,

@@ -342,6 +342,23 @@ void check_device(const Config& c) {
   }
 }
 
+// What the training step cannot combine, whatever the device: the pipeline's transfers are issued
+// from the host between its instructions (no CUDA graph, no copy-engine all-reduce, which serves
+// the one flat gradient buffer of pp = 1), and ZeRO-3 gathers each layer's weights into buffers
+// that outlive a step's end, while a captured step must free what it allocates (runtime/cuda_graph.h).
+void check_step_modes(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  if (p.pp > 1 && c.train.cuda_graphs)
+    fail(c, {"train.cuda_graphs", "parallel.pp"},
+         "not supported with parallel.pp > 1 (the pipeline's transfers are issued from the host between its "
+         "instructions); set train.cuda_graphs: false");
+  if (p.pp > 1 && p.grad_all_reduce == GradAllReduce::CopyEngine)
+    fail(c, {"parallel.grad_all_reduce", "parallel.pp"}, "copy_engine is not supported with parallel.pp > 1; use nccl");
+  if (c.train.cuda_graphs && p.zero_stage == 3)
+    fail(c, {"train.cuda_graphs", "parallel.zero_stage"},
+         "not supported with parallel.zero_stage 3 (use stage 0, 1 or 2, or set train.cuda_graphs: false)");
+}
+
 // data.train / data.val read as data sources (launch/config/data.h) and their combinations.
 void check_data(const Config& c) {
   const data::DataSpec val = data_spec(c.data.val, "data.val");
@@ -369,6 +386,7 @@ void validate(const Config& cfg, int world_size) {
   check_tensor_parallel(cfg);
   check_optimizer(cfg);
   check_device(cfg);
+  check_step_modes(cfg);
   check_data(cfg);
 }
 

@@ -228,20 +228,7 @@ void Trainer::setup() {
   // What can fail on some ranks only — rank 0's run directory, this rank's device — is agreed on
   // before the first collective, so that no rank is left waiting in it (launch/job/rank_agreement.h).
   agree(world_, [&] {
-    if (shape.pp > 1 && cfg_.train.cuda_graphs)
-      TETRA_FAIL(Config, cfg_.origins.where("train.cuda_graphs"),
-                 ": train.cuda_graphs: not supported with parallel.pp > 1 (the pipeline's transfers are issued from "
-                 "the host between its instructions); set train.cuda_graphs: false");
-    if (shape.pp > 1 && cfg_.parallel.grad_all_reduce == GradAllReduce::CopyEngine)
-      TETRA_FAIL(Config, cfg_.origins.where("parallel.grad_all_reduce"),
-                 ": parallel.grad_all_reduce: copy_engine is not supported with parallel.pp > 1; use nccl");
-    // ZeRO-3 gathers each layer's weights into buffers that outlive a step's end; a captured step
-    // must free what it allocates (runtime/cuda_graph.h).
-    if (cfg_.train.cuda_graphs && cfg_.parallel.zero_stage == 3)
-      TETRA_FAIL(Config, cfg_.origins.where("train.cuda_graphs"),
-                 ": train.cuda_graphs: not supported with parallel.zero_stage 3 (use stage 0, 1 or 2, or set "
-                 "train.cuda_graphs: false)");
-    // Device and precision.
+    // Device and precision (validate() refused the combinations they cannot run).
     if (cfg_.train.device == DeviceChoice::Cuda) {
       int n = cuda_device_count();
       device_ = Device::cuda(env_.local_rank % (n > 0 ? n : 1));
@@ -250,8 +237,6 @@ void Trainer::setup() {
     }
     act_dtype_ = activation_dtype(cfg_);
     residual_dtype_ = residual_dtype(cfg_);
-    if (device_.is_cpu() && act_dtype_ != DType::F32)
-      TETRA_FAIL(Config, "train.precision: bf16 needs train.device cuda (the CPU backend computes in fp32)");
     check_memory_fits(shape.dp);
     faults_ = FaultPlan::from_environment();
     if (is_rank0()) prepare_run_dir();
