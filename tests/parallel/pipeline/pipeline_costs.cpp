@@ -154,7 +154,7 @@ int run(int argc, char** argv) {
   nlohmann::ordered_json j = {{"config", config_path},
                               {"device", device.str()},
                               {"precision", dtype_name(act)},
-                              {"schedule", cfg.parallel.schedule},
+                              {"schedule", choice_name(cfg.parallel.schedule)},
                               {"pp", cfg.parallel.pp},
                               {"stages", stages},
                               {"stage_layers", plan.stage_layers},
