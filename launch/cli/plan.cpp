@@ -133,8 +133,8 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
   if (cfg.model.moe.n_experts > 0)
     std::printf("  experts: %d per MoE layer, %d on each rank of an expert-parallel group of %d; their gradients "
                 "reduced (and ZeRO-sharded) over expert-data groups of %d ranks, the rest over dp %d\n",
-                static_cast<int>(cfg.model.moe.n_experts), static_cast<int>(cfg.model.moe.n_experts / shape.ep), shape.ep,
-                shape.dp / shape.ep, shape.dp);
+                static_cast<int>(cfg.model.moe.n_experts), static_cast<int>(cfg.model.moe.n_experts / shape.ep),
+                shape.ep, shape.dp / shape.ep, shape.dp);
   std::vector<MemoryPlan> per_rank;
   for (int r = 0; r < shape.pp; ++r) per_rank.push_back(pipeline_memory_plan(cfg, pipe, r, all, shape.dp));
   const auto largest = std::max_element(per_rank.begin(), per_rank.end(),
@@ -146,7 +146,8 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
   std::printf("  (activations: micro-batch %d × %d tokens, recompute %s, %s residual stream, %d held at the peak;\n"
               "   communication and per-layer gradient buffers are bounds at fsdp_prefetch %d, %d micro-batch(es) per\n"
               "   step; docs/zero.md)\n",
-              cfg.train.micro_batch, cfg.train.seq_len, choice_name(cfg.train.recompute), dtype_name(cfg.resolved.residual_dtype),
+              cfg.train.micro_batch, cfg.train.seq_len, choice_name(cfg.train.recompute),
+              dtype_name(cfg.resolved.residual_dtype),
               pipe.sim.peak_activations[static_cast<size_t>(big)], cfg.parallel.fsdp_prefetch,
               optimizer_options(cfg, shape.dp).accumulation_steps);
   if (shape.tp > 1) {
@@ -171,8 +172,10 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
                   static_cast<long long>(n), r, r);
     const TpTraffic t = tensor_parallel_traffic(tp_plan, *whole, static_cast<int64_t>(cfg.train.micro_batch) *
                                                                      cfg.train.seq_len,
-                                                shape.tp, sp, static_cast<int>(dtype_size(cfg.resolved.activation_dtype)),
-                                                largest->grad_dtype == "bf16" ? 2 : 4, cfg.train.recompute == Recompute::Full);
+                                                shape.tp, sp,
+                                                static_cast<int>(dtype_size(cfg.resolved.activation_dtype)),
+                                                largest->grad_dtype == "bf16" ? 2 : 4,
+                                                cfg.train.recompute == Recompute::Full);
     const double mib = 1024.0 * 1024.0;
     const int accum = optimizer_options(cfg, shape.dp).accumulation_steps;
     std::printf("  tensor-parallel communication per device (sent, ring collectives; every layer of the model), "
@@ -184,7 +187,8 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
     std::printf("    per step (%d micro-batch(es)): %.1f MiB, and %.2f MiB of sequence-parallel and replicated gradients all-reduced\n",
                 accum, accum * t.micro_batch_bytes() / mib, t.step_all_reduce_bytes / mib);
     std::printf("    each collective runs whole, not overlapped with the GEMMs%s\n",
-                cfg.train.recompute == Recompute::Mlp ? "; recompute mlp gathers each MLP input again (not counted)" : "");
+                cfg.train.recompute == Recompute::Mlp ? "; recompute mlp gathers each MLP input again (not counted)"
+                                                      : "");
   }
   // Every stage side by side, so the effect of parallel.zero_stage is visible at a glance.
   std::printf("  by zero_stage (GiB)   parameters  gradients  optimizer  activations  communication    total\n");

@@ -162,7 +162,9 @@ std::string parse_value(const Field& f, const YAML::Node& n, Config& c) {
       if (!n.IsScalar()) return "expected a string, got " + shown(n);
       auto& r = *static_cast<ResumeFrom*>(p);
       const std::string& text = n.Scalar();
-      r.kind = text == "none" ? ResumeFrom::Kind::None : text == "auto" ? ResumeFrom::Kind::Auto : ResumeFrom::Kind::Path;
+      r.kind = text == "none"   ? ResumeFrom::Kind::None
+               : text == "auto" ? ResumeFrom::Kind::Auto
+                                : ResumeFrom::Kind::Path;
       r.path = r.kind == ResumeFrom::Kind::Path ? text : "";
       return "";
     }

@@ -24,7 +24,9 @@ ModelArgs model_args(const Config& cfg) {
 
 const ModelFamily& model_family_of(const Config& cfg) { return model_family(cfg.model.arch); }
 
-DType activation_dtype(const Config& cfg) { return cfg.train.precision == DtypeChoice::BF16 ? DType::BF16 : DType::F32; }
+DType activation_dtype(const Config& cfg) {
+  return cfg.train.precision == DtypeChoice::BF16 ? DType::BF16 : DType::F32;
+}
 
 DType residual_dtype(const Config& cfg) {
   return cfg.train.residual_dtype == ResidualDtype::FP32 ? DType::F32 : activation_dtype(cfg);

@@ -195,7 +195,8 @@ void check_model_split(const Config& c, int dp) {
   // (the embedding counted with the first, the output layer with the last) or parallel.stage_layers.
   int stages = pipeline_stages(p);
   std::string into = pipeline_chunks_per_rank(p.schedule) > 1 && p.pp > 1
-                         ? str(stages) + " pipeline stages (parallel.pp = " + str(p.pp) + " ranks × 2 chunks each for schedule " + choice_name(p.schedule) + ")"
+                         ? str(stages) + " pipeline stages (parallel.pp = " + str(p.pp) +
+                               " ranks × 2 chunks each for schedule " + choice_name(p.schedule) + ")"
                          : str(stages) + " pipeline stages of parallel.pp";
   if (m.n_layers < stages)
     fail(c, {"model.n_layers", "parallel.pp", "parallel.schedule"},
