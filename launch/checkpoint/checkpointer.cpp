@@ -482,16 +482,17 @@ void Checkpointer::check_resumable(const CheckpointReader& chosen) const {
   differs("data.train", old.data.train, cfg_.data.train);
   differs("data.shuffle", old.data.shuffle, cfg_.data.shuffle);
   differs("optimizer.lr", old.optimizer.lr, cfg_.optimizer.lr);
-  differs("optimizer.schedule", old.optimizer.schedule, cfg_.optimizer.schedule);
+  differs("optimizer.schedule", std::string(choice_name(old.optimizer.schedule)),
+          std::string(choice_name(cfg_.optimizer.schedule)));
   differs("optimizer.warmup_steps", old.optimizer.warmup_steps, cfg_.optimizer.warmup_steps);
   differs("train.steps", old.train.steps, cfg_.train.steps);
 }
 
 std::optional<TrainingProgress> Checkpointer::resume() {
-  const std::string& mode = cfg_.checkpoint.resume;
-  if (mode == "none") return std::nullopt;
+  const ResumeFrom& mode = cfg_.checkpoint.resume;
+  if (mode.kind == ResumeFrom::Kind::None) return std::nullopt;
   const double t0 = now();
-  const bool automatic = mode == "auto";
+  const bool automatic = mode.kind == ResumeFrom::Kind::Auto;
 
   // Candidates, newest first: rank 0 lists them, everyone gets the same list.
   std::vector<std::string> candidates;
@@ -506,7 +507,7 @@ std::optional<TrainingProgress> Checkpointer::resume() {
     for (double s : steps)
       candidates.push_back((fs::path(dir_) / step_dir_name(static_cast<int64_t>(s))).string());
   } else {
-    candidates.push_back(mode);
+    candidates.push_back(mode.path);
   }
 
   std::unique_ptr<CheckpointReader> chosen;

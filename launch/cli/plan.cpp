@@ -55,7 +55,7 @@ std::string group_text(const std::vector<int>& g) {
 // Keys in the order the docs give them (nlohmann::json would sort them).
 nlohmann::ordered_json pipeline_json(const Config& cfg, const PipelinePlan& p) {
   const PipelineSimulation& sim = p.sim;
-  return {{"schedule", cfg.parallel.schedule},
+  return {{"schedule", choice_name(cfg.parallel.schedule)},
           {"pp", cfg.parallel.pp},
           {"stages", p.schedule.layout.stages()},
           {"stage_layers", p.stage_layers},
@@ -95,7 +95,8 @@ void print_model(const Config& cfg, const ModelFamily& family, const ModelArgs& 
   if (cfg.model.moe.n_experts > 0)
     std::printf("  experts: %d per MoE layer, %d on each rank of an expert-parallel group of %d; their gradients "
                 "reduced (and ZeRO-sharded) over expert-data groups of %d ranks, the rest over dp %d\n",
-                cfg.model.moe.n_experts, cfg.model.moe.n_experts / shape.ep, shape.ep, shape.dp / shape.ep, shape.dp);
+                static_cast<int>(cfg.model.moe.n_experts), static_cast<int>(cfg.model.moe.n_experts / shape.ep),
+                shape.ep, shape.dp / shape.ep, shape.dp);
 }
 
 // What tensor parallelism saves on the largest pipeline rank `big` (whose plan is `largest` and
@@ -125,8 +126,8 @@ void print_tensor_parallel(const Config& cfg, const ModelFamily& family, const M
                 static_cast<long long>(n), r, r);
   const TpTraffic t = tensor_parallel_traffic(tp_plan, *whole, static_cast<int64_t>(cfg.train.micro_batch) *
                                                                    cfg.train.seq_len,
-                                              shape.tp, sp, cfg.train.precision == "bf16" ? 2 : 4,
-                                              largest.grad_dtype == "bf16" ? 2 : 4, cfg.train.recompute == "full");
+                                              shape.tp, sp, static_cast<int>(dtype_size(cfg.resolved.activation_dtype)),
+                                              largest.grad_dtype == "bf16" ? 2 : 4, cfg.train.recompute == Recompute::Full);
   const double mib = 1024.0 * 1024.0;
   const int accum = optimizer_options(cfg, shape.dp).accumulation_steps;
   std::printf("  tensor-parallel communication per device (sent, ring collectives; every layer of the model), "
@@ -138,7 +139,7 @@ void print_tensor_parallel(const Config& cfg, const ModelFamily& family, const M
   std::printf("    per step (%d micro-batch(es)): %.1f MiB, and %.2f MiB of sequence-parallel and replicated gradients all-reduced\n",
               accum, accum * t.micro_batch_bytes() / mib, t.step_all_reduce_bytes / mib);
   std::printf("    each collective runs whole, not overlapped with the GEMMs%s\n",
-              cfg.train.recompute == "mlp" ? "; recompute mlp gathers each MLP input again (not counted)" : "");
+              cfg.train.recompute == Recompute::Mlp ? "; recompute mlp gathers each MLP input again (not counted)" : "");
 }
 
 // Every ZeRO stage side by side for the parameters `big_params`, so the effect of
@@ -165,7 +166,7 @@ void print_pipeline(const Config& cfg, const PipelinePlan& pipe, const std::vect
     return;
   }
   std::printf("pipeline: pp %d, schedule %s, %d stages of %s layers (%s), %d micro-batches per step\n", pp,
-              cfg.parallel.schedule.c_str(), pipe.schedule.layout.stages(), int_list(pipe.stage_layers).c_str(),
+              choice_name(cfg.parallel.schedule), pipe.schedule.layout.stages(), int_list(pipe.stage_layers).c_str(),
               pipe.split_by_cost ? "split by forward FLOPs, embedding and output layer counted"
                                  : "parallel.stage_layers",
               cfg.parallel.micro_batches);
@@ -192,7 +193,7 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
   const int world = o.world;
   Config cfg = resolve(load_config(config_path, overrides), world, /*cuda_available=*/true);
   MeshShape shape;
-  shape.dp = data_parallel_size(cfg.parallel, world);
+  shape.dp = cfg.resolved.dp;
   shape.tp = cfg.parallel.tp;
   shape.pp = cfg.parallel.pp;
   shape.ep = cfg.parallel.ep;
@@ -240,7 +241,8 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
   std::printf("  (activations: micro-batch %d × %d tokens, recompute %s, %s residual stream, %d held at the peak;\n"
               "   communication and per-layer gradient buffers are bounds at fsdp_prefetch %d, %d micro-batch(es) per\n"
               "   step; docs/zero.md)\n",
-              cfg.train.micro_batch, cfg.train.seq_len, cfg.train.recompute.c_str(), dtype_name(residual_dtype(cfg)),
+              cfg.train.micro_batch, cfg.train.seq_len, choice_name(cfg.train.recompute),
+              dtype_name(cfg.resolved.residual_dtype),
               pipe.sim.peak_activations[static_cast<size_t>(big)], cfg.parallel.fsdp_prefetch,
               optimizer_options(cfg, shape.dp).accumulation_steps);
   if (shape.tp > 1) print_tensor_parallel(cfg, family, args, tp_plan, pipe, big, big_params, *largest, shape);

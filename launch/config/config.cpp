@@ -26,8 +26,8 @@ int data_parallel_size(const ParallelConfig& p, int world_size) {
   return tp_pp > 0 ? world_size / tp_pp : 0;
 }
 
-int pipeline_chunks_per_rank(const std::string& schedule) {
-  return schedule == "interleaved_1f1b" || schedule == "dualpipev" ? 2 : 1;
+int pipeline_chunks_per_rank(PipelineSchedule schedule) {
+  return schedule == PipelineSchedule::Interleaved1F1B || schedule == PipelineSchedule::DualPipeV ? 2 : 1;
 }
 
 int pipeline_stages(const ParallelConfig& p) {

@@ -3,13 +3,105 @@
 // validate checks the combinations against the job before any work, to_yaml writes it back.
 #pragma once
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "models/model_args.h"
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+
 namespace tetra::launch {
+
+// The choice keys' values. The schema (launch/config/schema.h) parses each key's text into its
+// enum once and writes the same text back; ChoiceText<E>::names[i] is the text of E's value i, so
+// an enum's values and its names are declared in the same order.
+enum class DtypeChoice { Auto, FP32, BF16 };              // train.precision, parallel.grad_dtype
+enum class ResidualDtype { BF16, FP32 };                  // train.residual_dtype
+enum class DeviceChoice { Auto, Cpu, Cuda };              // train.device
+enum class PipelineSchedule { GPipe, OneFOneB, Interleaved1F1B, ZbH1, DualPipe, DualPipeV };  // parallel.schedule
+enum class GradAllReduce { Nccl, CopyEngine };            // parallel.grad_all_reduce
+enum class Switch { Auto, On, Off };                      // parallel.tp_comm_overlap, train.run_ahead
+enum class OnNonfinite { Skip, Stop };                    // train.on_nonfinite
+enum class OptimizerName { AdamW };                       // optimizer.name
+enum class LrDecay { Cosine, Constant, Linear };          // optimizer.schedule
+enum class DataIo { Auto, Gds, Pinned, Posix };           // data.io
+// train.recompute is models/'s Recompute (None, Mlp, Full).
+
+template <class E>
+struct ChoiceText;
+template <>
+struct ChoiceText<DtypeChoice> {
+  static constexpr std::array<const char*, 3> names = {"auto", "fp32", "bf16"};
+};
+template <>
+struct ChoiceText<ResidualDtype> {
+  static constexpr std::array<const char*, 2> names = {"bf16", "fp32"};
+};
+template <>
+struct ChoiceText<DeviceChoice> {
+  static constexpr std::array<const char*, 3> names = {"auto", "cpu", "cuda"};
+};
+template <>
+struct ChoiceText<PipelineSchedule> {
+  static constexpr std::array<const char*, 6> names = {"gpipe", "1f1b", "interleaved_1f1b",
+                                                       "zb_h1", "dualpipe", "dualpipev"};
+};
+template <>
+struct ChoiceText<GradAllReduce> {
+  static constexpr std::array<const char*, 2> names = {"nccl", "copy_engine"};
+};
+template <>
+struct ChoiceText<Switch> {
+  static constexpr std::array<const char*, 3> names = {"auto", "on", "off"};
+};
+template <>
+struct ChoiceText<OnNonfinite> {
+  static constexpr std::array<const char*, 2> names = {"skip", "stop"};
+};
+template <>
+struct ChoiceText<OptimizerName> {
+  static constexpr std::array<const char*, 1> names = {"adamw"};
+};
+template <>
+struct ChoiceText<LrDecay> {
+  static constexpr std::array<const char*, 3> names = {"cosine", "constant", "linear"};
+};
+template <>
+struct ChoiceText<DataIo> {
+  static constexpr std::array<const char*, 4> names = {"auto", "gds", "pinned", "posix"};
+};
+template <>
+struct ChoiceText<Recompute> {
+  static constexpr std::array<const char*, 3> names = {"none", "mlp", "full"};
+};
+
+// The config text of a choice ("1f1b" for PipelineSchedule::OneFOneB); "?" for a value outside
+// the enum (a Config built in code with a cast).
+template <class E>
+const char* choice_name(E value) {
+  const auto i = static_cast<std::size_t>(value);
+  return i < ChoiceText<E>::names.size() ? ChoiceText<E>::names[i] : "?";
+}
+
+// Every choice's text, in enum order (the schema's "one of: ...").
+template <class E>
+std::vector<std::string> choice_names() {
+  return {ChoiceText<E>::names.begin(), ChoiceText<E>::names.end()};
+}
+
+// checkpoint.resume: none (a fresh run), auto (the newest usable checkpoint of RUN_DIR), or the
+// path of a step_N directory; text() is how the config writes it.
+struct ResumeFrom {
+  enum class Kind { None, Auto, Path };
+  Kind kind = Kind::None;
+  std::string path;  // Kind::Path only
+  std::string text() const { return kind == Kind::None ? "none" : kind == Kind::Auto ? "auto" : path; }
+  bool operator==(const ResumeFrom&) const = default;
+};
 
 struct RunConfig {
   std::string name = "tetra";        // RUN_DIR = output_dir/name
@@ -17,22 +109,6 @@ struct RunConfig {
   std::int64_t seed = 1234;          // model init, data order, dropout: the same seed, the same run
   double comm_timeout_s = 600;       // a collective that takes longer than this aborts the job
   bool html_report = true;           // write RUN_DIR/report.html at the end of every attempt
-};
-
-// model.moe (llama): DeepSeek-style mixture-of-experts MLPs (docs/models.md "Mixture of experts").
-// Absent, or n_experts 0: a dense model.
-struct MoeConfig {
-  int n_experts = 0;                 // routed experts per MoE layer; 0 = dense (no MoE layers)
-  int top_k = 2;                     // experts each token is routed to
-  int n_shared = 0;                  // shared experts: one SwiGLU of width n_shared·ffn_dim every token passes
-  int ffn_dim = 0;                   // each expert's SwiGLU width; 0 = model.ffn_dim (resolved)
-  int first_k_dense = 0;             // leading layers that keep the dense MLP of model.ffn_dim
-  double route_scale = 1.0;          // the normalised routing weights are multiplied by this
-  int n_group = 1;                   // expert groups of group-limited routing; 1 = none
-  int topk_group = 1;                // groups a token may choose experts from
-  double bias_update_rate = 1e-3;    // auxiliary-loss-free balancing step γ; 0 = the bias stays 0
-  double aux_loss_coef = 0;          // α of the sequence-wise balance loss; 0 = off
-  bool force_balance = false;        // benchmarks only: token t goes to experts (t·k + j) mod E
 };
 
 struct ModelConfig {
@@ -50,7 +126,7 @@ struct ModelConfig {
   double norm_eps = 1e-5;            // RMSNorm epsilon
   double rope_theta = 10000;         // rotary embedding base (Llama 3: 500000)
   bool tie_embeddings = false;       // the output layer is the token embedding
-  MoeConfig moe;                     // llama: the model.moe mapping
+  MoeArgs moe;                       // llama: the model.moe mapping, as models/ takes it (models/model_args.h)
 };
 
 struct ParallelConfig {
@@ -60,7 +136,7 @@ struct ParallelConfig {
   int ep = 1;                        // carved out of dp; must divide it
   int zero_stage = 0;                // 0 plain DP, 1 optimizer states, 2 + grads, 3 + params (FSDP)
   int fsdp_prefetch = 1;             // layers whose parameters are all-gathered ahead (stage 3)
-  std::string schedule = "1f1b";     // gpipe | 1f1b | interleaved_1f1b | zb_h1 | dualpipe | dualpipev
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   int micro_batches = 0;             // per step and pipeline; 0 = global_batch / (dp·micro_batch)
   // model.n_layers per pipeline stage, in stage order; empty = divided by cost (parallel/pipeline/stage_split.h).
   std::vector<int> stage_layers;
@@ -68,10 +144,10 @@ struct ParallelConfig {
   double bucket_mb = 25;             // gradient bucket size for the reduce
   // dtype gradients are accumulated and reduced in: auto = bf16 when training in bf16, except at
   // stages 0–1 with several micro-batches per step (an fp32 buffer keeps their sum exact).
-  std::string grad_dtype = "auto";
+  DtypeChoice grad_dtype = DtypeChoice::Auto;
   // Who moves stage 0's gradient all-reduce: nccl (kernels on the SMs), or copy_engine (the GPUs'
   // copy engines through CUDA IPC; every dp rank on one host; runtime/peer_copy_communicator.h).
-  std::string grad_all_reduce = "nccl";
+  GradAllReduce grad_all_reduce = GradAllReduce::Nccl;
   // Mixture of experts at pp = 1: run the micro-batches of a step two at a time, interleaved at the
   // MoE layers' dispatch and combine, so one's all-to-all runs while the other computes.
   bool moe_overlap = false;
@@ -80,40 +156,40 @@ struct ParallelConfig {
   bool sequence_parallel = true;
   // tp > 1: the tensor-parallel collectives split into chunks pipelined with their GEMMs:
   // auto (on a GPU) | on | off.
-  std::string tp_comm_overlap = "auto";
+  Switch tp_comm_overlap = Switch::Auto;
 };
 
 // train.residual_dtype's default. The one that reaches a given loss sooner on a GPU is the default:
 // scripts/bench/residual_precision.sh measures both against PyTorch autocast (docs/models.md).
-inline constexpr const char* kDefaultResidualDtype = "bf16";
+inline constexpr ResidualDtype kDefaultResidualDtype = ResidualDtype::BF16;
 
 struct TrainConfig {
   int steps = 0;                     // required
   int global_batch = 0;              // required: sequences per optimizer step, over all dp ranks
   int micro_batch = 1;               // sequences per rank per micro-batch
   int seq_len = 0;                   // tokens per sequence; load_config fills in model.seq_len
-  std::string precision = "auto";    // auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16
+  DtypeChoice precision = DtypeChoice::Auto;  // auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16
   // The residual stream between blocks (and its gradient) under precision bf16: bf16 | fp32
   // (Megatron's --fp32-residual-connection); fp32 precision keeps it fp32 whatever this says.
-  std::string residual_dtype = kDefaultResidualDtype;
-  std::string device = "auto";       // auto (cuda where a GPU is visible) | cpu | cuda
+  ResidualDtype residual_dtype = kDefaultResidualDtype;
+  DeviceChoice device = DeviceChoice::Auto;  // auto (cuda where a GPU is visible) | cpu | cuda
   double grad_clip = 1.0;            // global gradient norm; 0 = off
   int eval_every = 0;                // steps between evaluations on data.val; 0 = off
   int eval_batches = 10;             // global batches per evaluation
-  std::string recompute = "none";    // none | mlp | full
-  std::string on_nonfinite = "skip"; // skip the update of a step with a non-finite loss or grad, or stop
+  Recompute recompute = Recompute::None;  // none | mlp | full
+  OnNonfinite on_nonfinite = OnNonfinite::Skip;  // skip the update of a step with a non-finite loss or grad, or stop
   bool cuda_graphs = false;
-  std::string run_ahead = "auto";    // launch step s+1 before step s is read back: auto (on a GPU) | on | off
+  Switch run_ahead = Switch::Auto;   // launch step s+1 before step s is read back: auto (on a GPU) | on | off
 };
 
 struct OptimizerConfig {
-  std::string name = "adamw";
+  OptimizerName name = OptimizerName::AdamW;
   double lr = 3e-4;                  // peak learning rate, reached after warmup_steps
   std::array<double, 2> betas = {0.9, 0.95};
   double eps = 1e-8;
   double weight_decay = 0.1;         // decoupled; applied to matrices, not to biases and norms
   int warmup_steps = 0;              // linear warmup from 0 to lr
-  std::string schedule = "cosine";   // cosine | constant | linear (decay to min_lr at the last step)
+  LrDecay schedule = LrDecay::Cosine;  // cosine | constant | linear (decay to min_lr at the last step)
   double min_lr = 0;
 };
 
@@ -125,14 +201,14 @@ struct DataConfig {
   double val_fraction = 0;           // hold out this share of each training dataset (its tail) instead
   bool shuffle = true;
   int prefetch = 4;                  // micro-batches read ahead; 0 = read when needed
-  std::string io = "auto";           // auto | gds | pinned | posix
+  DataIo io = DataIo::Auto;          // auto | gds | pinned | posix
   int loader_threads = 2;
 };
 
 struct CheckpointConfig {
   int every = 0;                     // steps between checkpoints; 0 = off
   int keep = 2;                      // newest checkpoints kept; 0 = keep all
-  std::string resume = "none";       // none | auto (newest in RUN_DIR/checkpoints) | a step_N path
+  ResumeFrom resume;                 // none | auto (newest in RUN_DIR/checkpoints) | a step_N path
   bool async = false;                // write in the background after the blocking copy
   bool allow_data_change = false;    // resume on training data other than the checkpoint's (fingerprint)
 };
@@ -155,6 +231,17 @@ struct KeyOrigins {
   bool given(const std::string& key) const { return line.count(key) || overridden.count(key); }
 };
 
+// What resolve() derives for a run, typed. Not keys of the file: to_yaml and operator== ignore it;
+// a Config that resolve() did not return has done == false and the defaults below.
+struct Resolved {
+  bool done = false;
+  int dp = 0;                            // data-parallel ranks: parallel.dp, or world / (tp·pp)
+  int accumulation_steps = 0;            // micro-batches per step and pipeline: global_batch / (dp·micro_batch)
+  DeviceKind device = DeviceKind::CPU;   // train.device, auto decided by whether a GPU is visible
+  DType activation_dtype = DType::F32;   // train.precision, auto decided by the device
+  DType residual_dtype = DType::F32;     // the residual stream's (train.residual_dtype; docs/models.md)
+};
+
 struct Config {
   RunConfig run;
   ModelConfig model;
@@ -165,6 +252,7 @@ struct Config {
   CheckpointConfig checkpoint;
   LogConfig log;
   KeyOrigins origins;  // not part of the experiment: ignored by operator== and to_yaml
+  Resolved resolved;   // likewise: filled by resolve()
 
   // Equal experiments: every key of every section (origins are not compared).
   bool operator==(const Config& other) const;
@@ -183,17 +271,20 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
 
 // Checks every value and every combination against a job of world_size ranks: the mesh
 // (dp·tp·pp = world, ep | dp), the model against the mesh (tp | n_heads, pp stages | n_layers),
-// batch sizes, schedule constraints, the optimizer. Throws a Config error naming the keys involved,
-// their lines, and what would be valid. Needs no GPU and touches no file.
+// batch sizes, schedule constraints, the optimizer, what the training step cannot combine. Every
+// check that depends on the config and the world size alone lives here, so that `tetra plan` and
+// `tetra train` accept the same configs. Throws a Config error naming the keys involved, their
+// lines, and what would be valid. Needs no GPU and touches no file.
 void validate(const Config& cfg, int world_size);
 
 // The checks that only a training run needs: data.train is set and exists, data.val,
 // model.init_from and a checkpoint.resume path exist.
 void validate_for_training(const Config& cfg);
 
-// The config a run works with: validate()d, dp derived, micro_batches derived, train.device and
-// train.precision resolved from "auto" (cuda_available: a GPU is visible to this process).
-// Throws when train.device is cuda but cuda_available is false.
+// The config a run works with: validate()d; parallel.dp, parallel.micro_batches, train.device and
+// train.precision set to what they stand for when 0 or auto (so that RUN_DIR/config.yaml says what
+// ran), and `resolved` filled (cuda_available: a GPU is visible to this process). Throws when
+// train.device is cuda but cuda_available is false, or when auto found no GPU for a key that needs one.
 Config resolve(const Config& cfg, int world_size, bool cuda_available);
 
 // Every key of every section, defaults included, as YAML that load_config reads back to an equal
@@ -206,7 +297,7 @@ int data_parallel_size(const ParallelConfig& p, int world_size);
 // Model chunks each pipeline rank holds under a schedule: 2 for interleaved_1f1b (two virtual
 // stages per rank) and dualpipev (the V: chunks r and 2·pp-1-r), else 1. DualPipe holds two
 // chunks too, but they are copies of stages r and pp-1-r, so the model still has pp stages.
-int pipeline_chunks_per_rank(const std::string& schedule);
+int pipeline_chunks_per_rank(PipelineSchedule schedule);
 
 // The number of pipeline stages the model is cut into: pp · pipeline_chunks_per_rank(schedule).
 int pipeline_stages(const ParallelConfig& p);

@@ -2,6 +2,7 @@
 // (launch/config/schema.h). Errors point at FILE:LINE of the key, or at the --set that gave it.
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -146,6 +147,25 @@ std::string parse_value(const Field& f, const YAML::Node& n, Config& c) {
       }
       if (!n.IsScalar()) return "expected " + std::string(f.type == Type::Choice ? "a name" : "a string") + ", got " + shown(n);
       s = n.Scalar();
+      return "";
+    }
+    case Type::Enum: {
+      if (n.IsNull()) return "missing value";
+      if (!n.IsScalar()) return "expected a name, got " + shown(n);
+      const auto it = std::find(f.choices.begin(), f.choices.end(), n.Scalar());
+      if (it == f.choices.end()) return schema::choice_error(f, n.Scalar());
+      f.set_index(c, static_cast<int>(it - f.choices.begin()));
+      return "";
+    }
+    case Type::Resume: {
+      if (n.IsNull()) return "missing value";
+      if (!n.IsScalar()) return "expected a string, got " + shown(n);
+      auto& r = *static_cast<ResumeFrom*>(p);
+      const std::string& text = n.Scalar();
+      r.kind = text == "none"   ? ResumeFrom::Kind::None
+               : text == "auto" ? ResumeFrom::Kind::Auto
+                                : ResumeFrom::Kind::Path;
+      r.path = r.kind == ResumeFrom::Kind::Path ? text : "";
       return "";
     }
     case Type::DataSources: return read_data_sources(n, *static_cast<std::string*>(p));

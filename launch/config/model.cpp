@@ -17,27 +17,19 @@ ModelArgs model_args(const Config& cfg) {
   a.norm_eps = m.norm_eps;
   a.rope_theta = m.rope_theta;
   a.tie_embeddings = m.tie_embeddings;
-  a.moe.n_experts = m.moe.n_experts;
-  a.moe.top_k = m.moe.top_k;
-  a.moe.n_shared = m.moe.n_shared;
-  a.moe.ffn_dim = m.moe.ffn_dim;
-  a.moe.first_k_dense = m.moe.first_k_dense;
-  a.moe.route_scale = m.moe.route_scale;
-  a.moe.n_group = m.moe.n_group;
-  a.moe.topk_group = m.moe.topk_group;
-  a.moe.bias_update_rate = m.moe.bias_update_rate;
-  a.moe.aux_loss_coef = m.moe.aux_loss_coef;
-  a.moe.force_balance = m.moe.force_balance;
-  a.recompute = recompute_from_name(cfg.train.recompute);
+  a.moe = m.moe;
+  a.recompute = cfg.train.recompute;
   return a;
 }
 
 const ModelFamily& model_family_of(const Config& cfg) { return model_family(cfg.model.arch); }
 
-DType activation_dtype(const Config& cfg) { return cfg.train.precision == "bf16" ? DType::BF16 : DType::F32; }
+DType activation_dtype(const Config& cfg) {
+  return cfg.train.precision == DtypeChoice::BF16 ? DType::BF16 : DType::F32;
+}
 
 DType residual_dtype(const Config& cfg) {
-  return cfg.train.residual_dtype == "fp32" ? DType::F32 : activation_dtype(cfg);
+  return cfg.train.residual_dtype == ResidualDtype::FP32 ? DType::F32 : activation_dtype(cfg);
 }
 
 ActivationShape activation_shape(const Config& cfg) {

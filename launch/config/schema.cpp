@@ -20,7 +20,15 @@ namespace {
 #define KEY(sec, k, T)                                                  \
   .section = #sec, .key = #k, .type = Type::T, .get = [](Config& c) -> void* { return &c.sec.k; }
 
-// MOE_KEY(key, Type): a key of the model.moe mapping, "model.moe.KEY" (Field::key "moe.KEY").
+// ENUM_KEY(section, key): a choice key kept as an enum, its choices the enum's names (ChoiceText).
+#define ENUM_KEY(sec, k)                                                                           \
+  .section = #sec, .key = #k, .type = Type::Enum, .get = [](Config& c) -> void* { return &c.sec.k; }, \
+  .index = [](const Config& c) { return static_cast<int>(c.sec.k); },                              \
+  .set_index = [](Config& c, int i) { c.sec.k = static_cast<decltype(Config{}.sec.k)>(i); },        \
+  .choices = choice_names<decltype(Config{}.sec.k)>()
+
+// MOE_KEY(key, Type): a key of the model.moe mapping, "model.moe.KEY" (Field::key "moe.KEY"), a
+// field of models/' MoeArgs.
 #define MOE_KEY(k, T) \
   .section = "model", .key = "moe." #k, .type = Type::T, .get = [](Config& c) -> void* { return &c.model.moe.k; }
 
@@ -64,19 +72,19 @@ std::vector<Field> model_fields() {
 // model.moe: DeepSeek-style mixture of experts (llama; docs/models.md). Absent = dense.
 std::vector<Field> moe_fields() {
   return {
-    {MOE_KEY(n_experts, Int), .lo = 0, .hi = kIntMax,
+    {MOE_KEY(n_experts, Int64), .lo = 0, .hi = kIntMax,
      .note = "llama: routed experts per MoE layer, e.g. 64; 0 = dense (no MoE layers)"},
-    {MOE_KEY(top_k, Int), .lo = 1, .hi = kIntMax, .note = "experts per token, at most model.moe.n_experts"},
-    {MOE_KEY(n_shared, Int), .lo = 0, .hi = kIntMax,
+    {MOE_KEY(top_k, Int64), .lo = 1, .hi = kIntMax, .note = "experts per token, at most model.moe.n_experts"},
+    {MOE_KEY(n_shared, Int64), .lo = 0, .hi = kIntMax,
      .note = "shared experts, one SwiGLU of width n_shared·ffn_dim every token passes; 0 = none"},
-    {MOE_KEY(ffn_dim, Int), .lo = 0, .hi = kIntMax, .note = "each expert's SwiGLU width, e.g. 512; 0 = model.ffn_dim"},
-    {MOE_KEY(first_k_dense, Int), .lo = 0, .hi = kIntMax,
+    {MOE_KEY(ffn_dim, Int64), .lo = 0, .hi = kIntMax, .note = "each expert's SwiGLU width, e.g. 512; 0 = model.ffn_dim"},
+    {MOE_KEY(first_k_dense, Int64), .lo = 0, .hi = kIntMax,
      .note = "leading layers that keep the dense MLP of model.ffn_dim, fewer than model.n_layers"},
     {MOE_KEY(route_scale, Float), .lo = 0, .lo_open = true,
      .note = "the normalised routing weights are multiplied by it (Hugging Face's routed_scaling_factor)"},
-    {MOE_KEY(n_group, Int), .lo = 1, .hi = kIntMax,
+    {MOE_KEY(n_group, Int64), .lo = 1, .hi = kIntMax,
      .note = "expert groups for group-limited routing, a divisor of model.moe.n_experts; 1 = none"},
-    {MOE_KEY(topk_group, Int), .lo = 1, .hi = kIntMax, .note = "groups a token may route to, at most model.moe.n_group"},
+    {MOE_KEY(topk_group, Int64), .lo = 1, .hi = kIntMax, .note = "groups a token may route to, at most model.moe.n_group"},
     {MOE_KEY(bias_update_rate, Float), .lo = 0,
      .note = "auxiliary-loss-free balancing: the bias step after each optimizer step; 0 = off"},
     {MOE_KEY(aux_loss_coef, Float), .lo = 0, .note = "α of the sequence-wise balance loss, e.g. 1e-4; 0 = off"},
@@ -94,24 +102,23 @@ std::vector<Field> parallel_fields() {
     {KEY(parallel, ep, Int), .lo = 1, .hi = kIntMax, .note = "a divisor of dp"},
     {KEY(parallel, zero_stage, Int), .lo = 0, .hi = 3},
     {KEY(parallel, fsdp_prefetch, Int), .lo = 0, .hi = kIntMax, .note = "layers gathered ahead; 0 = none"},
-    {KEY(parallel, schedule, Choice),
-     .choices = {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "dualpipe", "dualpipev"}},
+    {ENUM_KEY(parallel, schedule)},
     {KEY(parallel, micro_batches, Int), .lo = 0, .hi = kIntMax,
      .note = "0 = train.global_batch / (dp·train.micro_batch)"},
     {KEY(parallel, stage_layers, IntList), .lo = 1, .hi = kIntMax,
      .note = "model.n_layers per pipeline stage, e.g. [7, 8, 8, 5]; [] = split by cost"},
     {KEY(parallel, overlap_grad_reduce, Bool)},
     {KEY(parallel, bucket_mb, Float), .lo = 0, .lo_open = true, .note = "megabytes"},
-    {KEY(parallel, grad_dtype, Choice), .choices = {"auto", "fp32", "bf16"},
+    {ENUM_KEY(parallel, grad_dtype),
      .note = "gradient accumulation and reduction; auto: bf16 for bf16 training unless stage 0-1 accumulates"},
-    {KEY(parallel, grad_all_reduce, Choice), .choices = {"nccl", "copy_engine"},
+    {ENUM_KEY(parallel, grad_all_reduce),
      .note = "stage 0: copy_engine moves gradients with the copy engines (one host)"},
     {KEY(parallel, moe_overlap, Bool),
      .note = "mixture of experts at pp = 1: two micro-batches interleaved so one's all-to-all runs while the "
              "other computes"},
     {KEY(parallel, sequence_parallel, Bool),
      .note = "tp > 1: norms and residuals on 1/tp of the tokens (docs/tensor_parallel.md)"},
-    {KEY(parallel, tp_comm_overlap, Choice), .choices = {"auto", "on", "off"},
+    {ENUM_KEY(parallel, tp_comm_overlap),
      .note = "tp > 1: tensor-parallel collectives chunked under their GEMMs; auto: on a GPU"},
   };
 }
@@ -124,16 +131,16 @@ std::vector<Field> train_fields() {
      .note = "sequences per step over all dp ranks"},
     {KEY(train, micro_batch, Int), .lo = 1, .hi = kIntMax, .note = "sequences per rank per micro-batch"},
     {KEY(train, seq_len, Int), .lo = 0, .hi = kIntMax, .note = "at most model.seq_len; 0 = model.seq_len"},
-    {KEY(train, precision, Choice), .choices = {"auto", "fp32", "bf16"}},
-    {KEY(train, residual_dtype, Choice), .choices = {"bf16", "fp32"},
+    {ENUM_KEY(train, precision)},
+    {ENUM_KEY(train, residual_dtype),
      .note = "the residual stream between blocks under bf16 precision; fp32 on the CPU whatever it says"},
-    {KEY(train, device, Choice), .choices = {"auto", "cpu", "cuda"}},
+    {ENUM_KEY(train, device)},
     {KEY(train, grad_clip, Float), .lo = 0, .note = "0 = off"},
     {KEY(train, eval_every, Int), .lo = 0, .hi = kIntMax, .note = "0 = off"},
     {KEY(train, eval_batches, Int), .lo = 1, .hi = kIntMax},
-    {KEY(train, recompute, Choice), .choices = {"none", "mlp", "full"}},
-    {KEY(train, on_nonfinite, Choice), .choices = {"skip", "stop"}},
-    {KEY(train, run_ahead, Choice), .choices = {"auto", "on", "off"},
+    {ENUM_KEY(train, recompute)},
+    {ENUM_KEY(train, on_nonfinite)},
+    {ENUM_KEY(train, run_ahead),
      .note = "launch the next step before this one is read back; auto: on a GPU (docs/kernels.md)"},
     {KEY(train, cuda_graphs, Bool), .note = "replay steps as CUDA graphs from the third on (ZeRO 0-2; docs/kernels.md)"},
   };
@@ -142,13 +149,13 @@ std::vector<Field> train_fields() {
 // optimizer: AdamW and its learning-rate schedule.
 std::vector<Field> optimizer_fields() {
   return {
-    {KEY(optimizer, name, Choice), .choices = {"adamw"}},
+    {ENUM_KEY(optimizer, name)},
     {KEY(optimizer, lr, Float), .lo = 0, .lo_open = true, .note = "e.g. 3e-4"},
     {KEY(optimizer, betas, FloatPair), .lo = 0, .hi = 1, .hi_open = true},
     {KEY(optimizer, eps, Float), .lo = 0, .lo_open = true},
     {KEY(optimizer, weight_decay, Float), .lo = 0},
     {KEY(optimizer, warmup_steps, Int), .lo = 0, .hi = kIntMax, .note = "at most train.steps"},
-    {KEY(optimizer, schedule, Choice), .choices = {"cosine", "constant", "linear"}},
+    {ENUM_KEY(optimizer, schedule)},
     {KEY(optimizer, min_lr, Float), .lo = 0, .note = "at most optimizer.lr"},
   };
 }
@@ -162,7 +169,7 @@ std::vector<Field> data_fields() {
      .note = "share of each training dataset's windows (its tail) held out for validation; 0 = none"},
     {KEY(data, shuffle, Bool)},
     {KEY(data, prefetch, Int), .lo = 0, .hi = kIntMax, .note = "micro-batches read ahead"},
-    {KEY(data, io, Choice), .choices = {"auto", "gds", "pinned", "posix"}},
+    {ENUM_KEY(data, io)},
     {KEY(data, loader_threads, Int), .lo = 1, .hi = kIntMax},
   };
 }
@@ -172,7 +179,7 @@ std::vector<Field> checkpoint_fields() {
   return {
     {KEY(checkpoint, every, Int), .lo = 0, .hi = kIntMax, .note = "0 = off"},
     {KEY(checkpoint, keep, Int), .lo = 0, .hi = kIntMax, .note = "0 = keep all"},
-    {KEY(checkpoint, resume, String), .nonempty = true,
+    {KEY(checkpoint, resume, Resume), .nonempty = true,
      .note = "none, auto, or a checkpoint directory RUN_DIR/checkpoints/step_N"},
     {KEY(checkpoint, async, Bool)},
     {KEY(checkpoint, allow_data_change, Bool),
@@ -200,6 +207,7 @@ std::vector<Field> make_fields() {
   return all;
 }
 #undef KEY
+#undef ENUM_KEY
 #undef MOE_KEY
 
 // Damerau-Levenshtein (optimal string alignment) distance, case-insensitive.
@@ -303,8 +311,10 @@ std::string valid_text(const Field& f) {
     }
     case Type::IntList: s = "a list of integers ≥ " + num(f.lo); break;
     case Type::Bool: s = "true or false"; break;
-    case Type::String: s = f.nonempty ? "a non-empty string" : "a string"; break;
-    case Type::Choice: s = "one of: " + join(f.choices, ", "); break;
+    case Type::String:
+    case Type::Resume: s = f.nonempty ? "a non-empty string" : "a string"; break;
+    case Type::Choice:
+    case Type::Enum: s = "one of: " + join(f.choices, ", "); break;
     case Type::DataSources: s = data_sources_valid_text(); break;
   }
   if (f.note[0]) s += std::string("; ") + f.note;
@@ -320,6 +330,12 @@ std::string value_text(const Field& f, const Config& c) {
     case Type::Bool: return *static_cast<const bool*>(p) ? "true" : "false";
     case Type::String:
     case Type::Choice: return quote_if_needed(*static_cast<const std::string*>(p));
+    case Type::Enum: {
+      const int i = f.index(c);
+      return i >= 0 && i < static_cast<int>(f.choices.size()) ? quote_if_needed(f.choices[static_cast<size_t>(i)])
+                                                              : std::to_string(i);
+    }
+    case Type::Resume: return quote_if_needed(static_cast<const ResumeFrom*>(p)->text());
     case Type::DataSources: return data_sources_yaml(*static_cast<const std::string*>(p));
     case Type::FloatPair: {
       const auto& a = *static_cast<const std::array<double, 2>*>(p);
@@ -377,14 +393,26 @@ std::string check_value(const Field& f, const Config& c) {
       const auto& s = *static_cast<const std::string*>(p);
       return f.nonempty && s.empty() ? "must not be empty" : "";
     }
+    case Type::Resume: {
+      const auto& r = *static_cast<const ResumeFrom*>(p);
+      return f.nonempty && r.kind == ResumeFrom::Kind::Path && r.path.empty() ? "must not be empty" : "";
+    }
     case Type::Choice: {
       const auto& s = *static_cast<const std::string*>(p);
       if (std::find(f.choices.begin(), f.choices.end(), s) != f.choices.end()) return "";
-      std::string best = closest(s, f.choices);
-      return quote_if_needed(s) + " is not a valid choice" + (best.empty() ? "" : " (did you mean " + best + "?)");
+      return choice_error(f, s);
+    }
+    case Type::Enum: {
+      const int i = f.index(c);
+      return i >= 0 && i < static_cast<int>(f.choices.size()) ? "" : choice_error(f, std::to_string(i));
     }
   }
   return "";
+}
+
+std::string choice_error(const Field& f, const std::string& text) {
+  std::string best = closest(text, f.choices);
+  return quote_if_needed(text) + " is not a valid choice" + (best.empty() ? "" : " (did you mean " + best + "?)");
 }
 
 std::string closest(const std::string& name, const std::vector<std::string>& candidates) {

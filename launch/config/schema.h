@@ -10,21 +10,27 @@
 
 namespace tetra::launch::schema {
 
+// Choice: a name among `choices` kept as text (model.arch: the registered families).
+// Enum: a name among `choices` kept as an enum whose value i is choices[i] (ChoiceText in config.h);
+// read and written through `index` and `set_index`.
+// Resume: checkpoint.resume (ResumeFrom): none, auto or a path.
 // DataSources: data.train / data.val — a path, glob, list or blend, stored as text (config_data.h).
 // IntList: a list of integers (std::vector<int>), each in [lo, hi]; [] when not set.
-enum class Type { Int, Int64, Float, Bool, String, Choice, FloatPair, IntList, DataSources };
+enum class Type { Int, Int64, Float, Bool, String, Choice, Enum, Resume, FloatPair, IntList, DataSources };
 
 struct Field {
   const char* section;
   const char* key;
   Type type;
   void* (*get)(Config&);                 // the member of Config this key sets
+  int (*index)(const Config&) = nullptr;     // Type::Enum: the member's value as an index into choices
+  void (*set_index)(Config&, int) = nullptr; // Type::Enum: sets the member to choices[i]'s value
   bool required = false;
   double lo = -std::numeric_limits<double>::infinity();  // numeric range
   bool lo_open = false;                  // lo itself excluded
   double hi = std::numeric_limits<double>::infinity();
   bool hi_open = false;
-  std::vector<std::string> choices = {}; // Type::Choice
+  std::vector<std::string> choices = {}; // Type::Choice and Type::Enum
   bool nonempty = false;                 // Type::String: "" is not allowed
   const char* note = "";                 // appended to "what would be valid": meaning of 0, an example
 
@@ -51,6 +57,10 @@ std::string value_text(const Field& f, const Config& c);
 // Checks a value against its range, choices and emptiness; returns "" or what is wrong
 // ("-3 is below the minimum", "\"fp16\" is not a valid choice").
 std::string check_value(const Field& f, const Config& c);
+
+// What is wrong with `text` as a value of a Choice or Enum key: "\"fp16\" is not a valid choice
+// (did you mean fp32?)".
+std::string choice_error(const Field& f, const std::string& text);
 
 // The closest known name to `name` (for "did you mean"), or "" when none is close.
 std::string closest(const std::string& name, const std::vector<std::string>& candidates);

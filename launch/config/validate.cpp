@@ -97,7 +97,7 @@ void check_model_keys(const Config& c) {
 // key; tp > 1 is refused (no tensor-parallel MoE layers yet); ep shards the experts; the two-micro-batch overlap needs MoE layers, pp = 1 and two
 // micro-batches to interleave.
 void check_moe(const Config& c, int dp) {
-  const MoeConfig& moe = c.model.moe;
+  const MoeArgs& moe = c.model.moe;
   const ParallelConfig& p = c.parallel;
   if (moe.n_experts == 0) {
     const Config defaults;
@@ -127,7 +127,7 @@ void check_moe(const Config& c, int dp) {
          str(p.tp) + " with model.moe.n_experts = " + str(moe.n_experts) + ": tensor parallelism of the MoE layers "
          "(routed and shared experts, router) is not implemented yet; use parallel.tp: 1 with model.moe (shard the "
          "experts with parallel.ep), or a dense model (no model.moe) with tp > 1");
-  if (c.train.residual_dtype == "fp32" && c.train.precision == "bf16")
+  if (c.train.residual_dtype == ResidualDtype::FP32 && c.train.precision == DtypeChoice::BF16)
     fail(c, {"train.residual_dtype", "model.moe.n_experts"},
          "fp32 with MoE layers (model.moe.n_experts = " + str(moe.n_experts) + ") under bf16 precision: the MoE "
          "MLP's combine adds into a residual stream of the activation dtype only (docs/models.md \"Residual stream "
@@ -136,7 +136,7 @@ void check_moe(const Config& c, int dp) {
     fail(c, {"parallel.ep", "model.moe.n_experts"},
          "ep = " + str(p.ep) + " does not divide model.moe.n_experts = " + str(moe.n_experts) +
              " (each expert-parallel rank holds n_experts / ep experts); use ep among the common divisors of " +
-             str(moe.n_experts) + " and dp = " + str(dp) + ": " + common_divisors(moe.n_experts, dp));
+             str(moe.n_experts) + " and dp = " + str(dp) + ": " + common_divisors(static_cast<int>(moe.n_experts), dp));
   if (p.ep > 1 && c.train.cuda_graphs)
     fail(c, {"train.cuda_graphs", "parallel.ep"},
          "true with parallel.ep = " + str(p.ep) + ": the expert-parallel all-to-all sizes its buffers from token "
@@ -195,7 +195,8 @@ void check_model_split(const Config& c, int dp) {
   // (the embedding counted with the first, the output layer with the last) or parallel.stage_layers.
   int stages = pipeline_stages(p);
   std::string into = pipeline_chunks_per_rank(p.schedule) > 1 && p.pp > 1
-                         ? str(stages) + " pipeline stages (parallel.pp = " + str(p.pp) + " ranks × 2 chunks each for schedule " + p.schedule + ")"
+                         ? str(stages) + " pipeline stages (parallel.pp = " + str(p.pp) +
+                               " ranks × 2 chunks each for schedule " + choice_name(p.schedule) + ")"
                          : str(stages) + " pipeline stages of parallel.pp";
   if (m.n_layers < stages)
     fail(c, {"model.n_layers", "parallel.pp", "parallel.schedule"},
@@ -214,7 +215,7 @@ void check_tensor_parallel(const Config& c) {
   const ParallelConfig& p = c.parallel;
   const TrainConfig& t = c.train;
   if (p.tp <= 1) return;
-  if (t.residual_dtype == "fp32" && t.precision == "bf16")
+  if (t.residual_dtype == ResidualDtype::FP32 && t.precision == DtypeChoice::BF16)
     fail(c, {"train.residual_dtype", "parallel.tp"},
          "fp32 with parallel.tp = " + str(p.tp) + " under bf16 precision: the tensor-parallel layers' collectives "
          "and fused residual adds run in the activation dtype only (docs/tensor_parallel.md); use "
@@ -247,9 +248,9 @@ void check_batches(const Config& c, int dp) {
          str(p.micro_batches) + " but train.global_batch / (dp·train.micro_batch) = " + str(t.global_batch) + " / (" +
              str(dp) + "·" + str(t.micro_batch) + ") = " + str(m) + "; set it to " + str(m) + " or 0 (derived)");
   // What each schedule needs of pp and the micro-batch count (parallel/pipeline/generators.h).
-  const std::string needs = schedule_requirement(p.schedule, p.pp, m);
+  const std::string needs = schedule_requirement(choice_name(p.schedule), p.pp, m);
   if (!needs.empty()) {
-    if (p.schedule == "dualpipe" && p.pp % 2 != 0)
+    if (p.schedule == PipelineSchedule::DualPipe && p.pp % 2 != 0)
       fail(c, {"parallel.pp", "parallel.schedule"}, needs + "; use an even pp or schedule dualpipev");
     fail(c, {"parallel.schedule", "train.global_batch", "train.micro_batch", "parallel.pp"},
          needs + " micro-batches per step (global_batch / (dp·micro_batch)); change train.global_batch or "
@@ -322,16 +323,17 @@ void check_optimizer(const Config& c) {
 
 void check_device(const Config& c) {
   const TrainConfig& t = c.train;
-  if (t.device == "cpu" && t.precision == "bf16")
+  const bool cpu = t.device == DeviceChoice::Cpu;
+  if (cpu && t.precision == DtypeChoice::BF16)
     fail(c, {"train.precision", "train.device"},
          "bf16 with train.device = cpu; the CPU backend computes in fp32 (use fp32 or auto)");
-  if (t.device == "cpu" && t.cuda_graphs)
+  if (cpu && t.cuda_graphs)
     fail(c, {"train.cuda_graphs", "train.device"}, "true with train.device = cpu; CUDA graphs need a GPU (set it to false)");
-  if (t.device == "cpu" && c.data.io == "gds")
+  if (cpu && c.data.io == DataIo::Gds)
     fail(c, {"data.io", "train.device"},
          "gds reads straight into GPU memory, but train.device = cpu; use auto, pinned or posix");
-  if (c.parallel.grad_all_reduce == "copy_engine") {
-    if (t.device == "cpu")
+  if (c.parallel.grad_all_reduce == GradAllReduce::CopyEngine) {
+    if (cpu)
       fail(c, {"parallel.grad_all_reduce", "train.device"},
            "copy_engine moves gradients between GPUs, but train.device = cpu; use nccl");
     if (c.parallel.zero_stage != 0)
@@ -339,6 +341,23 @@ void check_device(const Config& c) {
            "copy_engine serves stage 0's all-reduce only, but parallel.zero_stage = " + str(c.parallel.zero_stage) +
                "; use nccl or stage 0");
   }
+}
+
+// What the training step cannot combine, whatever the device: the pipeline's transfers are issued
+// from the host between its instructions (no CUDA graph, no copy-engine all-reduce, which serves
+// the one flat gradient buffer of pp = 1), and ZeRO-3 gathers each layer's weights into buffers
+// that outlive a step's end, while a captured step must free what it allocates (runtime/cuda_graph.h).
+void check_step_modes(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  if (p.pp > 1 && c.train.cuda_graphs)
+    fail(c, {"train.cuda_graphs", "parallel.pp"},
+         "not supported with parallel.pp > 1 (the pipeline's transfers are issued from the host between its "
+         "instructions); set train.cuda_graphs: false");
+  if (p.pp > 1 && p.grad_all_reduce == GradAllReduce::CopyEngine)
+    fail(c, {"parallel.grad_all_reduce", "parallel.pp"}, "copy_engine is not supported with parallel.pp > 1; use nccl");
+  if (c.train.cuda_graphs && p.zero_stage == 3)
+    fail(c, {"train.cuda_graphs", "parallel.zero_stage"},
+         "not supported with parallel.zero_stage 3 (use stage 0, 1 or 2, or set train.cuda_graphs: false)");
 }
 
 // data.train / data.val read as data sources (launch/config/data.h) and their combinations.
@@ -368,6 +387,7 @@ void validate(const Config& cfg, int world_size) {
   check_tensor_parallel(cfg);
   check_optimizer(cfg);
   check_device(cfg);
+  check_step_modes(cfg);
   check_data(cfg);
 }
 
@@ -402,41 +422,52 @@ void validate_for_training(const Config& cfg) {
     need_file("model.init_from", cfg.model.init_from,
               "give a consolidated HDF5 file or a Hugging Face model folder (make one with `tetra ckpt consolidate`), "
               "or fix the path");
-  const std::string& r = cfg.checkpoint.resume;
-  if (r != "none" && r != "auto")
-    need_file("checkpoint.resume", r, "use none, auto (the newest checkpoint of the run) or a step_N directory");
+  const ResumeFrom& r = cfg.checkpoint.resume;
+  if (r.kind == ResumeFrom::Kind::Path)
+    need_file("checkpoint.resume", r.path, "use none, auto (the newest checkpoint of the run) or a step_N directory");
 }
 
 Config resolve(const Config& cfg, int world_size, bool cuda_available) {
   validate(cfg, world_size);
   Config r = cfg;
-  r.parallel.dp = data_parallel_size(cfg.parallel, world_size);
-  r.parallel.micro_batches = cfg.train.global_batch / (r.parallel.dp * cfg.train.micro_batch);
-  if (r.train.seq_len == 0) r.train.seq_len = r.model.seq_len;
-  if (r.train.device == "cuda" && !cuda_available)
+  const TrainConfig& t = cfg.train;
+  if (t.device == DeviceChoice::Cuda && !cuda_available)
     fail(cfg, {"train.device"},
          "cuda, but no GPU is visible to this process (check the driver and CUDA_VISIBLE_DEVICES, or "
 #ifndef TETRA_WITH_CUDA
          "build tetra with CUDA; "
 #endif
          "use train.device: auto or cpu)");
-  if (r.train.device == "auto") r.train.device = cuda_available ? "cuda" : "cpu";
-  if (r.train.precision == "auto") r.train.precision = r.train.device == "cuda" ? "bf16" : "fp32";
-  if (r.train.device == "cpu" && cfg.train.device == "auto") {
-    if (r.train.precision == "bf16")
+  const bool on_cuda = t.device == DeviceChoice::Cuda || (t.device == DeviceChoice::Auto && cuda_available);
+  const DtypeChoice precision =
+      t.precision != DtypeChoice::Auto ? t.precision : on_cuda ? DtypeChoice::BF16 : DtypeChoice::FP32;
+  if (!on_cuda && t.device == DeviceChoice::Auto) {
+    if (precision == DtypeChoice::BF16)
       fail(cfg, {"train.precision", "train.device"},
            "bf16, but train.device = auto found no GPU and the CPU backend computes in fp32; use fp32 or auto");
-    if (r.train.cuda_graphs)
+    if (t.cuda_graphs)
       fail(cfg, {"train.cuda_graphs", "train.device"},
            "true, but train.device = auto found no GPU and runs on the CPU; set train.cuda_graphs to false");
-    if (r.data.io == "gds")
+    if (cfg.data.io == DataIo::Gds)
       fail(cfg, {"data.io", "train.device"},
            "gds, but train.device = auto found no GPU and runs on the CPU; use auto, pinned or posix");
-    if (r.parallel.grad_all_reduce == "copy_engine")
+    if (cfg.parallel.grad_all_reduce == GradAllReduce::CopyEngine)
       fail(cfg, {"parallel.grad_all_reduce", "train.device"},
            "copy_engine, but train.device = auto found no GPU and runs on the CPU; use nccl");
   }
+  // The keys say what runs (RUN_DIR/config.yaml); `resolved` holds the same, typed for the run.
+  r.parallel.dp = data_parallel_size(cfg.parallel, world_size);
+  r.parallel.micro_batches = t.global_batch / (r.parallel.dp * t.micro_batch);
+  if (r.train.seq_len == 0) r.train.seq_len = r.model.seq_len;
+  r.train.device = on_cuda ? DeviceChoice::Cuda : DeviceChoice::Cpu;
+  r.train.precision = precision;
   validate(r, world_size);
+  r.resolved.done = true;
+  r.resolved.dp = r.parallel.dp;
+  r.resolved.accumulation_steps = r.parallel.micro_batches;
+  r.resolved.device = on_cuda ? DeviceKind::CUDA : DeviceKind::CPU;
+  r.resolved.activation_dtype = activation_dtype(r);
+  r.resolved.residual_dtype = residual_dtype(r);
   return r;
 }
 

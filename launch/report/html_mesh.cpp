@@ -76,8 +76,8 @@ std::string mesh(const Config& cfg, int world) {
   std::string s = "<p><b>world " + std::to_string(world) + "</b> = pp " + std::to_string(shape.pp) + " × dp " +
                   std::to_string(shape.dp) + " × tp " + std::to_string(shape.tp) + " (ep " + std::to_string(shape.ep) +
                   " inside dp; ranks numbered tp fastest, then dp, then pp) · ZeRO stage " +
-                  std::to_string(cfg.parallel.zero_stage) + " · " + xml_escape(cfg.train.device) + ", " +
-                  xml_escape(cfg.train.precision) + "</p>";
+                  std::to_string(cfg.parallel.zero_stage) + " · " + xml_escape(choice_name(cfg.train.device)) + ", " +
+                  xml_escape(choice_name(cfg.train.precision)) + "</p>";
   if (shape.world() != world || shape.dp < 1 || shape.dp % shape.ep != 0)
     return s + "<p class=\"note warn\">The config's mesh (pp · dp · tp = " + std::to_string(shape.world()) +
            ") does not match the " + std::to_string(world) + " ranks the run had: not drawn.</p>";

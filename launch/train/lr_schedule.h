@@ -2,14 +2,13 @@
 // min_lr at the last step, or constant. step is 0-based: the LR used by optimizer step `step`.
 #pragma once
 #include <cstdint>
-#include <string>
+
+#include "launch/config/config.h"
 
 namespace tetra::launch {
 
-struct Config;
-
 struct LrSchedule {
-  std::string kind = "cosine";  // cosine | linear | constant
+  LrDecay kind = LrDecay::Cosine;  // optimizer.schedule
   double lr = 3e-4, min_lr = 0.0;
   int64_t warmup_steps = 0, total_steps = 1;
   double at(int64_t step) const;

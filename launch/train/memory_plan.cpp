@@ -16,7 +16,7 @@ DistributedOptimizerOptions optimizer_options(const Config& cfg, int dp) {
   oo.fsdp_prefetch = cfg.parallel.fsdp_prefetch;
   const int per_micro = std::max(1, dp * std::max(1, cfg.train.micro_batch));
   oo.accumulation_steps = std::max(1, cfg.train.global_batch / per_micro);
-  oo.grad_dtype = cfg.parallel.grad_dtype;
+  oo.grad_dtype = choice_name(cfg.parallel.grad_dtype);  // parallel/ takes the text (auto | fp32 | bf16)
   oo.adamw.beta1 = static_cast<float>(cfg.optimizer.betas[0]);
   oo.adamw.beta2 = static_cast<float>(cfg.optimizer.betas[1]);
   oo.adamw.eps = static_cast<float>(cfg.optimizer.eps);
@@ -33,7 +33,7 @@ namespace {
 // parallel.grad_all_reduce: copy_engine stages dp − 1 copies of the flat gradient buffer per rank,
 // communication buffers that live for the whole run.
 void add_copy_engine_staging(StateMemory& state, const Config& cfg, int dp, int64_t flat_numel, DType grad_dtype) {
-  if (cfg.parallel.grad_all_reduce != "copy_engine" || dp <= 1) return;
+  if (cfg.parallel.grad_all_reduce != GradAllReduce::CopyEngine || dp <= 1) return;
   const double bytes =
       static_cast<double>(dp - 1) * static_cast<double>(flat_numel) * static_cast<double>(dtype_size(grad_dtype));
   state.communication += bytes;
@@ -44,7 +44,7 @@ void add_copy_engine_staging(StateMemory& state, const Config& cfg, int dp, int6
 
 MemoryPlan plan_memory(const Config& cfg, const std::vector<Param*>& params, int dp) {
   const DistributedOptimizerOptions oo = optimizer_options(cfg, dp);
-  const DType working = cfg.train.precision == "bf16" ? DType::BF16 : DType::F32;
+  const DType working = activation_dtype(cfg);
   const ParamStorage storage = param_storage_for(oo, working, dp);
   // Expert parallelism: each rank holds its experts' slices, laid out and sharded over the
   // expert-data group (dp / ep ranks); buffers (the routers' biases) are fp32 outside both layouts.

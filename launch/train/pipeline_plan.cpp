@@ -38,7 +38,7 @@ std::vector<int> pipeline_stage_layers(const Config& cfg) {
 PipelinePlan plan_pipeline(const Config& cfg, const std::string& costs_text) {
   PipelinePlan p;
   const ParallelConfig& par = cfg.parallel;
-  p.schedule = make_schedule(par.schedule, par.pp, par.micro_batches);
+  p.schedule = make_schedule(choice_name(par.schedule), par.pp, par.micro_batches);
   if (par.pp == 1 && par.moe_overlap) {
     // Two micro-batches in flight: each forward beside the previous one's backward (docs/moe.md).
     p.schedule.name = "forward_backward_pairs";

@@ -103,7 +103,7 @@ void Trainer::prepare_run_dir() {
                ": cannot create the run directory ", run_dir_, " (run.output_dir/run.name): ", ec.message(),
                "; choose a directory this job can write to, or fix its permissions");
   }
-  if (cfg_.checkpoint.resume == "none") archive_previous_run();
+  if (cfg_.checkpoint.resume.kind == ResumeFrom::Kind::None) archive_previous_run();
   ledger_ = std::make_unique<GoodputLedger>(GoodputLedger::path_in(run_dir_));
   ledger_->attempt_start(env_.process_start_unix, env_.world_size, env_.host);
   const fs::path config_copy = fs::path(run_dir_) / "config.yaml";
@@ -151,7 +151,7 @@ void Trainer::check_memory_fits(int dp) const {
                                        std::to_string(dp) + "), or a smaller model (" + at("model.d_model") + ", " +
                                        at("model.n_layers") + ", " + at("model.vocab_size") + ")"
                                  : at("train.micro_batch") + " (now " + std::to_string(cfg_.train.micro_batch) + "), " +
-                                       at("train.recompute") + " (now " + cfg_.train.recompute + "), or " +
+                                       at("train.recompute") + " (now " + choice_name(cfg_.train.recompute) + "), or " +
                                        at("train.seq_len");
   TETRA_FAIL(Config, head, ": ", parts, " (`tetra plan` prints it). Change ", keys,
              "; the run stopped before allocating anything");
@@ -194,7 +194,8 @@ void Trainer::print_startup(const MeshShape& shape) {
   if (expert_parallel_)
     std::printf("tetra: expert parallel over %d ranks: %lld of %d experts per MoE layer on each, expert gradients "
                 "over expert-data groups of %d\n",
-                shape.ep, static_cast<long long>(expert_parallel_->local_experts()), cfg_.model.moe.n_experts,
+                shape.ep, static_cast<long long>(expert_parallel_->local_experts()),
+                static_cast<int>(cfg_.model.moe.n_experts),
                 shape.dp / shape.ep);
   if (cfg_.parallel.moe_overlap)
     std::printf("tetra: MoE overlap: each forward runs beside the previous micro-batch's backward, interleaved at "
@@ -206,7 +207,7 @@ void Trainer::print_startup(const MeshShape& shape) {
     for (size_t s = 0; s < pipe_->stage_layers.size(); ++s) split += (s ? ", " : "") + std::to_string(pipe_->stage_layers[s]);
     std::printf("tetra: pipeline over %d ranks: schedule %s, %d micro-batches, %d stages of [%s] layers; simulated "
                 "bubble %.1f%% (docs/pipeline.md)\n",
-                shape.pp, cfg_.parallel.schedule.c_str(), pipe_->schedule.layout.micro_batches(),
+                shape.pp, choice_name(cfg_.parallel.schedule), pipe_->schedule.layout.micro_batches(),
                 pipe_->schedule.layout.stages(), split.c_str(), 100.0 * pipe_->sim.bubble_fraction);
   }
   print_memory_plan(stdout, memory_plan(), "tetra: ");
@@ -227,21 +228,8 @@ void Trainer::setup() {
   // What can fail on some ranks only — rank 0's run directory, this rank's device — is agreed on
   // before the first collective, so that no rank is left waiting in it (launch/job/rank_agreement.h).
   agree(world_, [&] {
-    if (shape.pp > 1 && cfg_.train.cuda_graphs)
-      TETRA_FAIL(Config, cfg_.origins.where("train.cuda_graphs"),
-                 ": train.cuda_graphs: not supported with parallel.pp > 1 (the pipeline's transfers are issued from "
-                 "the host between its instructions); set train.cuda_graphs: false");
-    if (shape.pp > 1 && cfg_.parallel.grad_all_reduce == "copy_engine")
-      TETRA_FAIL(Config, cfg_.origins.where("parallel.grad_all_reduce"),
-                 ": parallel.grad_all_reduce: copy_engine is not supported with parallel.pp > 1; use nccl");
-    // ZeRO-3 gathers each layer's weights into buffers that outlive a step's end; a captured step
-    // must free what it allocates (runtime/cuda_graph.h).
-    if (cfg_.train.cuda_graphs && cfg_.parallel.zero_stage == 3)
-      TETRA_FAIL(Config, cfg_.origins.where("train.cuda_graphs"),
-                 ": train.cuda_graphs: not supported with parallel.zero_stage 3 (use stage 0, 1 or 2, or set "
-                 "train.cuda_graphs: false)");
-    // Device and precision.
-    if (cfg_.train.device == "cuda") {
+    // Device and precision (validate() refused the combinations they cannot run).
+    if (cfg_.train.device == DeviceChoice::Cuda) {
       int n = cuda_device_count();
       device_ = Device::cuda(env_.local_rank % (n > 0 ? n : 1));
     } else {
@@ -249,8 +237,6 @@ void Trainer::setup() {
     }
     act_dtype_ = activation_dtype(cfg_);
     residual_dtype_ = residual_dtype(cfg_);
-    if (device_.is_cpu() && act_dtype_ != DType::F32)
-      TETRA_FAIL(Config, "train.precision: bf16 needs train.device cuda (the CPU backend computes in fp32)");
     check_memory_fits(shape.dp);
     faults_ = FaultPlan::from_environment();
     if (is_rank0()) prepare_run_dir();
@@ -295,14 +281,14 @@ void Trainer::setup() {
   });
   if (shape.tp > 1) {
     // parallel.tp_comm_overlap auto: on a GPU (on the CPU collectives progress beside compute anyway).
-    const bool overlap = cfg_.parallel.tp_comm_overlap == "on" ||
-                         (cfg_.parallel.tp_comm_overlap == "auto" && device_.is_cuda());
+    const bool overlap = cfg_.parallel.tp_comm_overlap == Switch::On ||
+                         (cfg_.parallel.tp_comm_overlap == Switch::Auto && device_.is_cuda());
     tp_ = std::make_unique<TensorParallel>(mesh_->device_comm(MeshAxis::TP), *comm_, cfg_.parallel.sequence_parallel,
                                            overlap);
     model_->set_tensor_parallel(tp_.get());
   }
   Communicator* grad_comm = &grad_group();
-  if (cfg_.parallel.grad_all_reduce == "copy_engine" && shape.dp > 1) {
+  if (cfg_.parallel.grad_all_reduce == GradAllReduce::CopyEngine && shape.dp > 1) {
 #ifdef TETRA_WITH_CUDA
     const std::string why = PeerCopyCommunicator::unsupported_reason(mesh_->comm(MeshAxis::DP), device_);
     if (!why.empty())
@@ -366,7 +352,7 @@ void Trainer::setup() {
   lo.sampler = sc;
   lo.model_vocab = cfg_.model.vocab_size;
   lo.device = device_;
-  lo.io = cfg_.data.io;
+  lo.io = choice_name(cfg_.data.io);  // data/ takes the text (auto | gds | pinned | posix)
   lo.threads = cfg_.data.loader_threads;
   lo.prefetch = cfg_.data.prefetch;
   lo.eval_batches = cfg_.train.eval_batches;
@@ -408,7 +394,7 @@ void Trainer::setup() {
   control_cfg_.tokens = static_cast<double>(loader_->tokens_per_step());
   control_cfg_.beta1 = oo.adamw.beta1;
   control_cfg_.beta2 = oo.adamw.beta2;
-  control_cfg_.stop_on_nonfinite = cfg_.train.on_nonfinite == "stop";
+  control_cfg_.stop_on_nonfinite = cfg_.train.on_nonfinite == OnNonfinite::Stop;
   for (Slot& s : slots_) {
     s.readback = std::make_unique<HostReadback<double>>(device_, kStepControlSlots);
     s.opt_begin = std::make_unique<Event>(device_);
@@ -611,7 +597,7 @@ Trainer::StepResult Trainer::finish_step(const Launched& l) {
   r.lr = c[kCtlLr];
   r.skipped = c[kCtlSkipped] != 0.0;
   if (r.skipped) ++skipped_steps_;
-  r.stop_nonfinite = c[kCtlNonFinite] != 0.0 && cfg_.train.on_nonfinite == "stop";
+  r.stop_nonfinite = c[kCtlNonFinite] != 0.0 && cfg_.train.on_nonfinite == OnNonfinite::Stop;
   optimizer_->set_steps_taken(static_cast<int64_t>(c[kCtlUpdates]));
   Slot& slot = slots_[slot_of(l.step)];
   r.optimizer_s = slot.opt_end->elapsed_ms(*slot.opt_begin) / 1e3;
@@ -649,7 +635,7 @@ bool Trainer::checkpoint_due(int64_t step) const {
 // fault.
 bool Trainer::may_run_ahead(int64_t step) const {
   // train.run_ahead auto: on a GPU only (CPU ops run as they are issued: nothing to overlap).
-  if (cfg_.train.run_ahead == "off" || (cfg_.train.run_ahead == "auto" && device_.is_cpu())) return false;
+  if (cfg_.train.run_ahead == Switch::Off || (cfg_.train.run_ahead == Switch::Auto && device_.is_cpu())) return false;
   if (step + 1 >= cfg_.train.steps || eval_due(step) || checkpoint_due(step)) return false;
   if (cfg_.log.profile_steps > 0 && step + 1 >= cfg_.train.steps - cfg_.log.profile_steps) return false;
   return !faults_.blocks_run_ahead(step + 1);  // a drill acts after this step, or inside the next

@@ -141,7 +141,7 @@ void Trainer::setup_pipeline() {
   stages_->set_after_weight([this](const Layer& layer) {
     if (poison_grad_) poison_gradient(layer);
   });
-  const Schedule eval = make_forward_only_schedule(cfg_.parallel.schedule, l.ranks(), l.micro_batches());
+  const Schedule eval = make_forward_only_schedule(choice_name(cfg_.parallel.schedule), l.ranks(), l.micro_batches());
   if (l.ranks() > 1) {
     p2p_ = std::make_unique<CommScheduler>(device_);
     Communicator& pp = mesh_->comm(MeshAxis::PP);

@@ -172,6 +172,17 @@ std::vector<BadCase> bad_cases() {
        {"--set parallel.grad_all_reduce: copy_engine moves gradients between GPUs, but train.device = cpu; use nccl"}},
       {"copy_engine_with_zero", kBase, {"parallel.grad_all_reduce=copy_engine", "parallel.zero_stage=1"}, 2,
        {"--set parallel.grad_all_reduce: copy_engine serves stage 0's all-reduce only, but parallel.zero_stage = 1"}},
+      // What the training step cannot combine, whatever the device (tetra train checked these only as
+      // it set up; tests/launch/config/plan_train_agree.py runs both commands on them).
+      {"cuda_graphs_with_pipeline", edit("  dp: 2", "  dp: 1", edit("  pp: 1", "  pp: 2")), {"train.cuda_graphs=true"}, 2,
+       {"--set train.cuda_graphs: not supported with parallel.pp > 1 (the pipeline's transfers are issued from the "
+        "host between its instructions); set train.cuda_graphs: false [parallel.pp at "}},
+      {"copy_engine_with_pipeline", edit("  dp: 2", "  dp: 1", edit("  pp: 1", "  pp: 2")),
+       {"parallel.grad_all_reduce=copy_engine"}, 2,
+       {"--set parallel.grad_all_reduce: copy_engine is not supported with parallel.pp > 1; use nccl [parallel.pp at "}},
+      {"cuda_graphs_with_zero3", kBase, {"train.cuda_graphs=true", "parallel.zero_stage=3"}, 2,
+       {"--set train.cuda_graphs: not supported with parallel.zero_stage 3 (use stage 0, 1 or 2, or set "
+        "train.cuda_graphs: false) [parallel.zero_stage at --set parallel.zero_stage]"}},
       {"unknown_arch", "model:\n  arch: mamba\n" + edit("model:", ""), {}, 2,
        {"cfg.yaml:2: model.arch: mamba is not a valid choice", "(one of: gpt2, llama"}},
       // --- model families: keys of another family, impossible Llama shapes ---------------------

@@ -71,33 +71,33 @@ TEST(Config, DefaultsAreFilledIn) {
   EXPECT_EQ(c.parallel.ep, 1);
   EXPECT_EQ(c.parallel.zero_stage, 0);
   EXPECT_EQ(c.parallel.fsdp_prefetch, 1);
-  EXPECT_EQ(c.parallel.schedule, "1f1b");
+  EXPECT_EQ(c.parallel.schedule, PipelineSchedule::OneFOneB);
   EXPECT_EQ(c.parallel.micro_batches, 0);
   EXPECT_TRUE(c.parallel.overlap_grad_reduce);
   EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 25);
   EXPECT_EQ(c.train.seq_len, 64);  // from model.seq_len
-  EXPECT_EQ(c.train.precision, "auto");
-  EXPECT_EQ(c.train.device, "auto");
+  EXPECT_EQ(c.train.precision, DtypeChoice::Auto);
+  EXPECT_EQ(c.train.device, DeviceChoice::Auto);
   EXPECT_DOUBLE_EQ(c.train.grad_clip, 1.0);
   EXPECT_EQ(c.train.eval_every, 0);
-  EXPECT_EQ(c.train.recompute, "none");
-  EXPECT_EQ(c.train.on_nonfinite, "skip");
+  EXPECT_EQ(c.train.recompute, Recompute::None);
+  EXPECT_EQ(c.train.on_nonfinite, OnNonfinite::Skip);
   EXPECT_FALSE(c.train.cuda_graphs);
-  EXPECT_EQ(c.optimizer.name, "adamw");
+  EXPECT_EQ(c.optimizer.name, OptimizerName::AdamW);
   EXPECT_DOUBLE_EQ(c.optimizer.betas[0], 0.9);
   EXPECT_DOUBLE_EQ(c.optimizer.betas[1], 0.95);
   EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-8);
   EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.1);
-  EXPECT_EQ(c.optimizer.schedule, "cosine");
+  EXPECT_EQ(c.optimizer.schedule, LrDecay::Cosine);
   EXPECT_DOUBLE_EQ(c.optimizer.min_lr, 0);
   EXPECT_EQ(c.data.val, "");
   EXPECT_TRUE(c.data.shuffle);
   EXPECT_EQ(c.data.prefetch, 4);
-  EXPECT_EQ(c.data.io, "auto");
+  EXPECT_EQ(c.data.io, DataIo::Auto);
   EXPECT_EQ(c.data.loader_threads, 2);
   EXPECT_EQ(c.checkpoint.every, 0);
   EXPECT_EQ(c.checkpoint.keep, 2);
-  EXPECT_EQ(c.checkpoint.resume, "none");
+  EXPECT_EQ(c.checkpoint.resume.text(), "none");
   EXPECT_FALSE(c.checkpoint.async);
   EXPECT_EQ(c.log.every, 1);
   EXPECT_DOUBLE_EQ(c.log.peak_tflops, 0);
@@ -120,7 +120,7 @@ TEST(Config, EveryKindOfValueParses) {
   Config c = load_config(dir.write("cfg.yaml", yaml));
   EXPECT_EQ(c.data.val, "data/my val.h5");
   EXPECT_FALSE(c.data.shuffle);
-  EXPECT_EQ(c.data.io, "posix");
+  EXPECT_EQ(c.data.io, DataIo::Posix);
   EXPECT_EQ(c.run.name, "exp #1");
   EXPECT_EQ(c.run.seed, 42);
   EXPECT_DOUBLE_EQ(c.run.comm_timeout_s, 30);
@@ -137,12 +137,12 @@ TEST(Config, OverridesNestedKeysListsAndStrings) {
   EXPECT_EQ(c.train.steps, 19);  // the last --set of a key wins
   EXPECT_DOUBLE_EQ(c.optimizer.betas[0], 0.8);
   EXPECT_DOUBLE_EQ(c.optimizer.betas[1], 0.99);
-  EXPECT_EQ(c.parallel.schedule, "gpipe");
+  EXPECT_EQ(c.parallel.schedule, PipelineSchedule::GPipe);
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
   EXPECT_FALSE(c.data.shuffle);
   EXPECT_EQ(c.run.name, "override run");
   EXPECT_EQ(c.data.val, "");
-  EXPECT_EQ(c.checkpoint.resume, "auto");
+  EXPECT_EQ(c.checkpoint.resume.text(), "auto");
   EXPECT_DOUBLE_EQ(c.log.peak_tflops, 100);
   EXPECT_EQ(c.origins.where("train.steps"), "--set train.steps");
   EXPECT_EQ(c.origins.where("optimizer.betas"), "--set optimizer.betas");
@@ -187,6 +187,8 @@ TEST(Config, DerivedDataParallelSize) {
     Config r = resolve(c, world, false);
     EXPECT_EQ(r.parallel.dp, world);
     EXPECT_EQ(r.parallel.micro_batches, 16 / (world * 2));
+    EXPECT_EQ(r.resolved.dp, world);
+    EXPECT_EQ(r.resolved.accumulation_steps, 16 / (world * 2));
   }
   Config t = load_config(dir.write("cfg2.yaml", yaml), {"parallel.tp=2", "parallel.pp=2", "train.global_batch=16"});
   EXPECT_EQ(resolve(t, 8, false).parallel.dp, 2);
@@ -199,13 +201,24 @@ TEST(Config, ResolveDeviceAndPrecision) {
   testing::TempDir dir;
   Config c = load_config(dir.write("cfg.yaml", kBase));
   Config cpu = resolve(c, 2, false);
-  EXPECT_EQ(cpu.train.device, "cpu");
-  EXPECT_EQ(cpu.train.precision, "fp32");
+  EXPECT_EQ(cpu.train.device, DeviceChoice::Cpu);
+  EXPECT_EQ(cpu.train.precision, DtypeChoice::FP32);
   Config gpu = resolve(c, 2, true);
-  EXPECT_EQ(gpu.train.device, "cuda");
-  EXPECT_EQ(gpu.train.precision, "bf16");
+  EXPECT_EQ(gpu.train.device, DeviceChoice::Cuda);
+  EXPECT_EQ(gpu.train.precision, DtypeChoice::BF16);
   Config fp32 = resolve(load_config(dir.write("c2.yaml", kBase), {"train.precision=fp32"}), 2, true);
-  EXPECT_EQ(fp32.train.precision, "fp32");
+  EXPECT_EQ(fp32.train.precision, DtypeChoice::FP32);
+  // The same, typed, in `resolved`; a Config that resolve() did not return has none of it.
+  EXPECT_FALSE(c.resolved.done);
+  EXPECT_TRUE(cpu.resolved.done);
+  EXPECT_EQ(cpu.resolved.device, DeviceKind::CPU);
+  EXPECT_EQ(cpu.resolved.activation_dtype, DType::F32);
+  EXPECT_EQ(cpu.resolved.residual_dtype, DType::F32);
+  EXPECT_EQ(gpu.resolved.device, DeviceKind::CUDA);
+  EXPECT_EQ(gpu.resolved.activation_dtype, DType::BF16);
+  EXPECT_EQ(gpu.resolved.residual_dtype, DType::BF16);
+  EXPECT_EQ(fp32.resolved.device, DeviceKind::CUDA);
+  EXPECT_EQ(fp32.resolved.activation_dtype, DType::F32);
 
   Config want_gpu = load_config(dir.write("c3.yaml", kBase), {"train.device=cuda"});
   EXPECT_NO_THROW(validate(want_gpu, 2));  // validate needs no GPU
@@ -263,7 +276,7 @@ TEST(Config, RoundTripThroughYaml) {
   Config r_back = load_config(dir.write("plain_resolved.yaml", to_yaml(r)));
   EXPECT_TRUE(r_back == r);
   EXPECT_EQ(r_back.parallel.dp, 2);
-  EXPECT_EQ(r_back.train.device, "cpu");
+  EXPECT_EQ(r_back.train.device, DeviceChoice::Cpu);
 }
 
 // A Llama config: its own keys round-trip, GPT-2's ln_eps is left out of its YAML.
@@ -351,7 +364,7 @@ TEST(Config, ResidualDtype) {
     EXPECT_EQ(s.value_bytes, std::string(c.precision) == "bf16" ? 2 : 4);
     // The estimate grows with the stream's width, never shrinks.
     Config narrow = cfg;
-    narrow.train.residual_dtype = "bf16";
+    narrow.train.residual_dtype = ResidualDtype::BF16;
     EXPECT_GE(activation_bytes(cfg), activation_bytes(narrow));
   }
   // Accepted on the CPU, where it changes nothing.
@@ -364,10 +377,10 @@ TEST(Config, ResidualDtype) {
   const std::string msg = message_of([&] { validate(moe, 2); });
   EXPECT_NE(msg.find("train.residual_dtype"), std::string::npos) << msg;
   EXPECT_NE(msg.find("model.moe.n_experts"), std::string::npos) << msg;
-  moe.train.residual_dtype = "bf16";
+  moe.train.residual_dtype = ResidualDtype::BF16;
   EXPECT_NO_THROW(validate(moe, 2));
-  moe.train.residual_dtype = "fp32";
-  moe.train.precision = "fp32";
+  moe.train.residual_dtype = ResidualDtype::FP32;
+  moe.train.precision = DtypeChoice::FP32;
   EXPECT_NO_THROW(validate(moe, 2));
 }
 
@@ -385,6 +398,8 @@ TEST(Config, EqualityComparesEveryKey) {
       case schema::Type::String:
       case schema::Type::Choice:
       case schema::Type::DataSources: *static_cast<std::string*>(p) += "x"; break;
+      case schema::Type::Enum: f.set_index(b, f.index(b) + 1); break;
+      case schema::Type::Resume: *static_cast<ResumeFrom*>(p) = ResumeFrom{ResumeFrom::Kind::Path, "x"}; break;
       case schema::Type::FloatPair: (*static_cast<std::array<double, 2>*>(p))[1] += 0.01; break;
       case schema::Type::IntList: static_cast<std::vector<int>*>(p)->push_back(3); break;
     }
@@ -410,19 +425,20 @@ TEST(Config, BuiltInCodeValidates) {
   std::string msg = message_of([&] { validate(c, 4); });
   EXPECT_EQ(msg, "config: train.steps: 0 is too small (an integer ≥ 1)");
   c.train.steps = 10;
-  c.parallel.schedule = "pipedream";
+  c.parallel.schedule = static_cast<PipelineSchedule>(17);  // no such schedule
   msg = message_of([&] { validate(c, 4); });
-  EXPECT_NE(msg.find("config: parallel.schedule: pipedream is not a valid choice (one of: gpipe"), std::string::npos)
+  EXPECT_NE(msg.find("config: parallel.schedule: 17 is not a valid choice (one of: gpipe"), std::string::npos)
       << msg;
 }
 
 TEST(Config, PipelineStagesPerSchedule) {
   ParallelConfig p;
   p.pp = 4;
-  for (auto [s, stages] : std::vector<std::pair<std::string, int>>{
-           {"gpipe", 4}, {"1f1b", 4}, {"zb_h1", 4}, {"dualpipe", 4}, {"interleaved_1f1b", 8}, {"dualpipev", 8}}) {
+  using S = PipelineSchedule;
+  for (auto [s, stages] : std::vector<std::pair<S, int>>{
+           {S::GPipe, 4}, {S::OneFOneB, 4}, {S::ZbH1, 4}, {S::DualPipe, 4}, {S::Interleaved1F1B, 8}, {S::DualPipeV, 8}}) {
     p.schedule = s;
-    EXPECT_EQ(pipeline_stages(p), stages) << s;
+    EXPECT_EQ(pipeline_stages(p), stages) << choice_name(s);
   }
   p.pp = 1;
   EXPECT_EQ(pipeline_stages(p), 1);
@@ -498,7 +514,7 @@ TEST(ShippedConfigs, TinyLoadsAndValidatesAtWorld2) {
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-3);
   EXPECT_DOUBLE_EQ(c.optimizer.min_lr, 3e-4);
   EXPECT_EQ(c.optimizer.warmup_steps, 20);
-  EXPECT_EQ(c.optimizer.schedule, "cosine");
+  EXPECT_EQ(c.optimizer.schedule, LrDecay::Cosine);
   EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.1);
   EXPECT_EQ(c.data.train, "data/tiny/train.h5");
   EXPECT_EQ(c.data.val, "data/tiny/val.h5");
@@ -507,7 +523,7 @@ TEST(ShippedConfigs, TinyLoadsAndValidatesAtWorld2) {
   EXPECT_EQ(c.log.every, 10);
   Config r = resolve(c, 2, false);
   EXPECT_EQ(r.parallel.micro_batches, 2);
-  EXPECT_EQ(r.train.precision, "fp32");
+  EXPECT_EQ(r.train.precision, DtypeChoice::FP32);
   EXPECT_THROW(validate(c, 1), Error);  // dp 2 is fixed: tiny wants two ranks
   EXPECT_NO_THROW(validate(load_config(kConfigs + "tiny.yaml", {"parallel.dp=1"}), 1));
 }
@@ -517,7 +533,7 @@ TEST(ShippedConfigs, LlamaConfigs) {
   EXPECT_NO_THROW(validate(tiny, 2));
   EXPECT_EQ(tiny.model.arch, "llama");
   EXPECT_EQ(tiny.model.n_kv_heads, 2);
-  EXPECT_EQ(resolve(tiny, 2, false).train.precision, "fp32");
+  EXPECT_EQ(resolve(tiny, 2, false).train.precision, DtypeChoice::FP32);
 
   Config c = load_config(kConfigs + "llama-1b.yaml");
   EXPECT_EQ(c.model.arch, "llama");
@@ -531,8 +547,8 @@ TEST(ShippedConfigs, LlamaConfigs) {
   EXPECT_FALSE(c.model.tie_embeddings);
   EXPECT_EQ(c.model.seq_len, 4096);
   EXPECT_EQ(c.train.micro_batch, 4);
-  EXPECT_EQ(c.train.precision, "bf16");
-  EXPECT_EQ(c.train.device, "cuda");
+  EXPECT_EQ(c.train.precision, DtypeChoice::BF16);
+  EXPECT_EQ(c.train.device, DeviceChoice::Cuda);
   for (int world : {1, 2}) {
     Config w = load_config(kConfigs + "llama-1b.yaml", {"train.global_batch=" + std::to_string(4 * world)});
     EXPECT_NO_THROW(resolve(w, world, true)) << world;
@@ -555,8 +571,8 @@ TEST(ShippedConfigs, Gpt2At1And2Ranks) {
   EXPECT_EQ(c.parallel.dp, 0);
   EXPECT_EQ(c.train.micro_batch, 16);
   EXPECT_EQ(c.train.global_batch, 32);
-  EXPECT_EQ(c.train.precision, "bf16");
-  EXPECT_EQ(c.train.device, "cuda");
+  EXPECT_EQ(c.train.precision, DtypeChoice::BF16);
+  EXPECT_EQ(c.train.device, DeviceChoice::Cuda);
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 6e-4);
   EXPECT_DOUBLE_EQ(c.optimizer.min_lr, 6e-5);
   EXPECT_EQ(c.optimizer.warmup_steps, 700);

@@ -91,8 +91,8 @@ int run(int argc, char** argv) {
   const Config given = load_config(config_path, overrides);
   const int world = given.parallel.pp * given.parallel.tp * std::max(1, given.parallel.dp);
   Config cfg = resolve(given, world, cuda_available());
-  const Device device = cfg.train.device == "cuda" ? Device::cuda(0) : Device::cpu();
-  const DType act = cfg.train.precision == "bf16" ? DType::BF16 : DType::F32;
+  const Device device = cfg.resolved.device == DeviceKind::CUDA ? Device::cuda(0) : Device::cpu();
+  const DType act = cfg.resolved.activation_dtype;
   const PipelinePlan plan = plan_pipeline(cfg);
   std::unique_ptr<Model> model = model_family_of(cfg).build(model_args(cfg));
   ParamSet params;
@@ -154,7 +154,7 @@ int run(int argc, char** argv) {
   nlohmann::ordered_json j = {{"config", config_path},
                               {"device", device.str()},
                               {"precision", dtype_name(act)},
-                              {"schedule", cfg.parallel.schedule},
+                              {"schedule", choice_name(cfg.parallel.schedule)},
                               {"pp", cfg.parallel.pp},
                               {"stages", stages},
                               {"stage_layers", plan.stage_layers},
