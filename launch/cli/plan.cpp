@@ -15,7 +15,7 @@
 #include "launch/train/memory_plan.h"
 #include "launch/config/model.h"
 #include "launch/train/pipeline_plan.h"
-#include "models/tensor_parallel_plan.h"
+#include "models/parallelize.h"
 #include "parallel/mesh.h"
 #include "parallel/param_placement.h"
 #include "runtime/error.h"
@@ -121,9 +121,8 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
   const ModelFamily& family = model_family_of(cfg);
   const ModelArgs args = model_args(cfg);
   std::unique_ptr<Model> model = family.build(args);
-  const TensorParallelPlan tp_plan = shape.tp > 1 ? family.tensor_parallel_plan(args) : TensorParallelPlan{};
   const bool sp = cfg.parallel.sequence_parallel;
-  if (shape.tp > 1) apply_tensor_parallel_plan(tp_plan, *model, shape.tp, 0, sp);
+  parallelize(*model, family, args, {shape.tp, 0, sp, nullptr, shape.ep, nullptr});
   const std::vector<Param*> all = model->params();
   const ParamCount count = family.param_count(args);
   std::printf("model: %s\n", family.describe(args).c_str());
@@ -153,6 +152,7 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
     Config one = cfg;
     one.parallel.tp = 1;
     std::unique_ptr<Model> whole = family.build(args);
+    parallelize(*whole, family, args, {1, 0, sp, nullptr, shape.ep, nullptr});
     const MemoryPlan base = plan_memory(one, pipeline_rank_params(pipe, big, whole->params()), shape.dp);
     auto state = [](const MemoryPlan& p) { return p.state.weights + p.state.gradients + p.state.optimizer; };
     std::printf("  tensor parallel: tp %d holds %.1fM of the parameters per device; weights + gradients + optimizer "
@@ -168,9 +168,9 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
       std::printf("  tensor parallel: %lld of them in blocks held by %d tp ranks each (parameter parts of fewer "
                   "units than tp ranks: key/value heads), their gradients summed over those %d ranks\n",
                   static_cast<long long>(n), r, r);
-    const TpTraffic t = tensor_parallel_traffic(tp_plan, *whole, static_cast<int64_t>(cfg.train.micro_batch) *
-                                                                     cfg.train.seq_len,
-                                                shape.tp, sp, cfg.train.precision == "bf16" ? 2 : 4,
+    const int64_t tokens = static_cast<int64_t>(cfg.train.micro_batch) * cfg.train.seq_len;
+    const TpTraffic t = tensor_parallel_traffic(family.tensor_parallel_plan(args), *whole, tokens, shape.tp, sp,
+                                                cfg.train.precision == "bf16" ? 2 : 4,
                                                 largest->grad_dtype == "bf16" ? 2 : 4, cfg.train.recompute == "full");
     const double mib = 1024.0 * 1024.0;
     const int accum = optimizer_options(cfg, shape.dp).accumulation_steps;
