@@ -60,6 +60,10 @@ std::vector<Param*> GptBlock::params() {
   return out;
 }
 
+void GptBlock::set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& plan) {
+  for (Linear* l : {&c_attn_, &attn_proj_, &c_fc_, &mlp_proj_}) l->set_tensor_parallel(tp, plan);
+}
+
 void GptBlock::run_attention_half(MicroBatchContext& ctx, Saved& s) {
   const int64_t R = s.x.dim(0), N = ctx.tokens(), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
   const int64_t H = local_heads(), HD = H * cfg_.head_dim();
@@ -68,20 +72,14 @@ void GptBlock::run_attention_half(MicroBatchContext& ctx, Saved& s) {
   s.rstd1 = ctx.fp32({R});
   ln_1_.forward(s.ln1, s.mean1, s.rstd1, s.x);
   s.qkv = ctx.activation({N, 3 * HD});
-  s.ln1_in = rows_sharded() ? ctx.activation({N, C}) : s.ln1;
-  if (tp_)
-    tp_->column_forward(s.qkv, s.ln1, &s.ln1_in, c_attn_.weight.value, c_attn_.bias.value);
-  else
-    c_attn_.forward(s.qkv, s.ln1);
+  s.ln1_in = c_attn_.sequence_sharded() ? ctx.activation({N, C}) : s.ln1;
+  c_attn_.forward(s.qkv, s.ln1, &s.ln1_in);
   s.att = ctx.activation({N, HD});
   s.lse = ctx.fp32({B, H, T});
   Tensor qkv3 = s.qkv.view({B, T, 3 * HD}), att3 = s.att.view({B, T, HD});
   ops::attention_forward(att3, s.lse, qkv3, H);
   s.x2 = ctx.residual({R, C});
-  if (tp_)
-    tp_->row_forward(s.x2, s.att, attn_proj_.weight.value, attn_proj_.bias.value, &s.x);
-  else
-    attn_proj_.forward_residual(s.x2, s.att, s.x);
+  attn_proj_.forward_residual(s.x2, s.att, s.x);
 }
 
 void GptBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y) {
@@ -92,17 +90,10 @@ void GptBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y) {
   ln_2_.forward(s.ln2, s.mean2, s.rstd2, s.x2);
   s.fc_pre = ctx.activation({N, F});
   s.fc_act = ctx.activation({N, F});
-  s.ln2_in = rows_sharded() ? ctx.activation({N, C}) : s.ln2;
-  if (tp_)
-    tp_->column_forward(s.fc_act, s.ln2, &s.ln2_in, c_fc_.weight.value, c_fc_.bias.value, ops::Activation::Gelu,
-                        &s.fc_pre);
-  else
-    c_fc_.forward(s.fc_act, s.ln2, ops::Activation::Gelu, &s.fc_pre);
+  s.ln2_in = c_fc_.sequence_sharded() ? ctx.activation({N, C}) : s.ln2;
+  c_fc_.forward(s.fc_act, s.ln2, &s.ln2_in, ops::Activation::Gelu, &s.fc_pre);
   if (!y) return;
-  if (tp_)
-    tp_->row_forward(*y, s.fc_act, mlp_proj_.weight.value, mlp_proj_.bias.value, &s.x2);
-  else
-    mlp_proj_.forward_residual(*y, s.fc_act, s.x2);
+  mlp_proj_.forward_residual(*y, s.fc_act, s.x2);
 }
 
 Tensor GptBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
@@ -143,22 +134,15 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   s.d_mlp_out = ctx.in_activation_dtype(dy, in.rounded);
   s.d_mlp_out_sum = std::move(in.column_sum);
   Tensor d_fc = ctx.activation({N, F});
-  s.d_mlp_out_full = rows_sharded() ? ctx.activation({N, C}) : s.d_mlp_out;
-  if (tp_)
-    tp_->row_backward_input(d_fc, s.d_mlp_out, &s.d_mlp_out_full, mlp_proj_.weight.value, &s.fc_pre);
-  else
-    mlp_proj_.backward_input_gelu(d_fc, s.d_mlp_out, s.fc_pre);
+  s.d_mlp_out_full = mlp_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.d_mlp_out;
+  mlp_proj_.backward_input_residual(d_fc, s.d_mlp_out, &s.d_mlp_out_full, &s.fc_pre);
   s.d_fc_pre = d_fc;
   s.fc_pre = Tensor();  // no longer needed; W uses fc_act and ln2
   Tensor d_ln2 = ctx.activation({R, C});
-  // Under tensor parallelism with W right after B, the MLP's weight gradients run while the input
-  // gradient's reduce-scatter moves (parallel/tensor/linear.h); tp = 1 keeps B and W apart as before.
-  s.weights_done = tp_ && ctx.weights_follow;
-  if (tp_)
-    tp_->column_backward_input(d_ln2, d_fc, c_fc_.weight.value,
-                               s.weights_done ? std::function<void()>([&] { mlp_weight_grads(s); }) : nullptr);
-  else
-    c_fc_.backward_input(d_ln2, d_fc);
+  // With W right after B, a column-parallel c_fc runs the MLP's weight gradients while its input
+  // gradient's reduction moves (parallel/tensor/linear.h); the plain layer keeps B and W apart.
+  s.weights_done = c_fc_.backward_input(
+      d_ln2, d_fc, ctx.weights_follow ? std::function<void()>([this, &s] { mlp_weight_grads(s); }) : nullptr);
   StreamGradient dx2 = ctx.stream_gradient({R, C});
   s.d_attn_out_sum = ctx.fp32({C});
   ln_2_.backward_residual(dx2.grad, d_ln2, s.x2, s.mean2, s.rstd2, /*dresidual=*/dy, &s.d_attn_out_sum,
@@ -166,21 +150,15 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
 
   // Attention: x2 = x + c_proj(attn(c_attn(ln_1(x))))
   s.d_attn_out = dx2.rounded;
-  s.d_attn_out_full = rows_sharded() ? ctx.activation({N, C}) : dx2.rounded;
-  Tensor d_att = tp_ ? ctx.activation({N, HD}) : d_ln2;  // tp = 1: reuse the [N, C] buffer
-  if (tp_)
-    tp_->row_backward_input(d_att, dx2.rounded, &s.d_attn_out_full, attn_proj_.weight.value);
-  else
-    attn_proj_.backward_input(d_att, dx2.rounded);
+  s.d_attn_out_full = attn_proj_.sequence_sharded() ? ctx.activation({N, C}) : dx2.rounded;
+  Tensor d_att = ctx.activation_reusing(d_ln2, {N, HD});  // tp = 1: d_ln2's [N, C] buffer
+  attn_proj_.backward_input_residual(d_att, dx2.rounded, &s.d_attn_out_full);
   s.d_qkv = ctx.activation({N, 3 * HD});
   Tensor dqkv3 = s.d_qkv.view({B, T, 3 * HD}), datt3 = d_att.view({B, T, HD});
   ops::attention_backward(dqkv3, datt3, s.qkv.view({B, T, 3 * HD}), s.att.view({B, T, HD}), s.lse, H);
-  Tensor d_ln1 = tp_ ? ctx.activation({R, C}) : d_att;
-  if (tp_)
-    tp_->column_backward_input(d_ln1, s.d_qkv, c_attn_.weight.value,
-                               s.weights_done ? std::function<void()>([&] { attention_weight_grads(s); }) : nullptr);
-  else
-    c_attn_.backward_input(d_ln1, s.d_qkv);
+  Tensor d_ln1 = ctx.activation_reusing(d_att, {R, C});  // tp = 1: d_att's buffer
+  c_attn_.backward_input(d_ln1, s.d_qkv,
+                         s.weights_done ? std::function<void()>([this, &s] { attention_weight_grads(s); }) : nullptr);
   StreamGradient dx = ctx.stream_gradient({R, C});
   Tensor dx_sum = ctx.fp32({C});
   ln_1_.backward_residual(dx.grad, d_ln1, s.x, s.mean1, s.rstd1, /*dresidual=*/dx2.grad, &dx_sum, dx.rounded_output());
@@ -194,18 +172,12 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
 void GptBlock::mlp_weight_grads(Saved& s) {
   // c_fc from its (gathered) input; mlp.c_proj from the gathered output gradient, its bias from this
   // rank's rows under sequence parallelism.
-  if (rows_sharded())
-    mlp_proj_.backward_weight_rows(s.d_mlp_out_full, s.fc_act, s.d_mlp_out, s.d_mlp_out_sum);
-  else
-    mlp_proj_.backward_weight(s.d_mlp_out, s.fc_act, s.d_mlp_out_sum);
+  mlp_proj_.backward_weight_residual(s.d_mlp_out_full, s.fc_act, s.d_mlp_out, s.d_mlp_out_sum);
   c_fc_.backward_weight(s.d_fc_pre, s.ln2_in);
 }
 
 void GptBlock::attention_weight_grads(Saved& s) {
-  if (rows_sharded())
-    attn_proj_.backward_weight_rows(s.d_attn_out_full, s.att, s.d_attn_out, s.d_attn_out_sum);
-  else
-    attn_proj_.backward_weight(s.d_attn_out, s.att, s.d_attn_out_sum);
+  attn_proj_.backward_weight_residual(s.d_attn_out_full, s.att, s.d_attn_out, s.d_attn_out_sum);
   c_attn_.backward_weight(s.d_qkv, s.ln1_in);
 }
 

@@ -12,7 +12,6 @@
 #include "models/gpt_config.h"
 #include "models/layer.h"
 #include "models/modules.h"
-#include "parallel/tensor/tensor_parallel.h"
 
 namespace tetra {
 
@@ -24,7 +23,8 @@ class GptBlock : public Layer {
   Tensor forward(MicroBatchContext& ctx, const Tensor& x) override;
   Tensor backward_input(MicroBatchContext& ctx, const Tensor& dy) override;
   void backward_weight(MicroBatchContext& ctx) override;
-  void set_tensor_parallel(TensorParallel* tp) { tp_ = tp; }
+  // The projections in the styles `plan` gives them over `tp`'s group (null: plain).
+  void set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& plan);
 
  private:
   struct Saved;
@@ -38,11 +38,9 @@ class GptBlock : public Layer {
 
   // Heads this rank computes (n_heads, or n_heads / tp).
   int64_t local_heads() const { return c_attn_.weight.local_shape[0] / (3 * cfg_.head_dim()); }
-  bool rows_sharded() const { return tp_ && tp_->sequence_parallel(); }
 
   GptConfig cfg_;
   int block_;
-  TensorParallel* tp_ = nullptr;
   LayerNorm ln_1_, ln_2_;
   Linear c_attn_, attn_proj_, c_fc_, mlp_proj_;
 };

@@ -1,6 +1,6 @@
 #include "models/gpt_embedding.h"
 
-#include "runtime/ops.h"
+#include "runtime/error.h"
 
 namespace tetra {
 
@@ -16,31 +16,15 @@ GptEmbedding::GptEmbedding(const GptConfig& cfg, Param* wte) : cfg_(cfg), wte_(w
   wpe_.init_std = 0.01f;  // GPT-2 draws positions with std 0.01
   wpe_.weight_decay = true;
   wpe_.layer_index = 0;
+  lookup_.weight = wte_;
+  lookup_.positions = &wpe_;
+  lookup_.vocab_size = cfg.vocab_size;
 }
 
 Tensor GptEmbedding::forward(MicroBatchContext& ctx, const Tensor& ids) {
   TETRA_CHECK(ids.ndim() == 2 && ids.dim(1) <= cfg_.max_seq_len, "embedding: ids ", ids.describe(),
               " (sequence longer than model.seq_len = ", cfg_.max_seq_len, "?)");
-  const int64_t N = ids.numel(), C = cfg_.d_model;
-  Tensor y;
-  if (!tp_) {
-    y = ctx.residual({N, C});  // the residual stream starts here
-    ops::embedding_forward(y, ids.flatten(), wte_->value, wpe_.value, ids.dim(1));
-  } else {
-    // This rank's vocabulary rows, the positions once (tp rank 0), summed over the group: adding the
-    // other ranks' zero rows is exact, so every tp gives the tp = 1 values.
-    Tensor partial = ctx.activation({N, C});
-    ops::embedding_forward(partial, ids.flatten(), wte_->value, tp_->rank() == 0 ? wpe_.value : Tensor(), ids.dim(1),
-                           tp_->vocab_shard(cfg_.vocab_size));
-    if (tp_->sequence_parallel()) {
-      // The stream's dtype is the activation dtype under tp > 1 (launch/config/validate.cpp).
-      y = ctx.residual({tp_->local_rows(N, "embedding"), C});
-      tp_->reduce_scatter_rows(y, partial, "embedding");
-    } else {
-      tp_->all_reduce(partial, "embedding");
-      y = partial;
-    }
-  }
+  Tensor y = lookup_.forward(ctx, ids);
   if (ctx.training) ctx.slot<EmbeddingActivations>(index_).ids = ids;
   return y;
 }
@@ -53,22 +37,7 @@ Tensor GptEmbedding::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
 
 void GptEmbedding::backward_weight(MicroBatchContext& ctx) {
   auto& a = ctx.slot<EmbeddingActivations>(index_);
-  if (!tp_) {
-    ops::embedding_backward(wte_->grad, &wpe_.grad, a.dy, a.ids.flatten(), a.ids.dim(1));
-  } else {
-    // Every token's gradient reaches the rank that holds its vocabulary row: gather the sequence
-    // shards. The positions' gradient: complete on every rank from the replicated dy without
-    // sequence parallelism; with it tp rank 0 takes all of it and the others none, and the sum over
-    // tp (wpe is a sequence-parallel weight) adds exact zeros.
-    Tensor dy = a.dy;
-    if (tp_->sequence_parallel()) {
-      dy = ctx.activation({a.ids.numel(), cfg_.d_model});
-      tp_->all_gather_rows(dy, a.dy, "embedding gradient");
-    }
-    const bool positions = !tp_->sequence_parallel() || tp_->rank() == 0;
-    ops::embedding_backward(wte_->grad, positions ? &wpe_.grad : nullptr, dy, a.ids.flatten(), a.ids.dim(1),
-                            tp_->vocab_shard(cfg_.vocab_size));
-  }
+  lookup_.backward_weight(ctx, a.ids, a.dy);
   ctx.release(index_);
 }
 

@@ -1,12 +1,10 @@
 // GPT-2 input layer: token embedding (wte, shared with the LM head) plus learned positions (wpe).
-// Tensor-parallel (vocabulary-parallel embedding): wte is this rank's vocabulary rows [V/tp, C];
-// each rank looks up the ids in its rows (zero rows elsewhere; tp rank 0 adds the positions) and the
-// partial lookups are summed over tp — reduce-scattered into this rank's sequence shard [N/tp, C]
-// with sequence parallelism, all-reduced to [N, C] without.
+// Tensor-parallel: a vocabulary-parallel lookup (models/vocab_embedding.h), wte this rank's
+// vocabulary rows [V/tp, C], wpe replicated (added by tp rank 0).
 #pragma once
 #include "models/gpt_config.h"
 #include "models/layer.h"
-#include "parallel/tensor/tensor_parallel.h"
+#include "models/vocab_embedding.h"
 
 namespace tetra {
 
@@ -21,13 +19,13 @@ class GptEmbedding : public Layer {
   // Keeps dy for backward_weight; an embedding has no input gradient (returns undefined).
   Tensor backward_input(MicroBatchContext& ctx, const Tensor& dy) override;
   void backward_weight(MicroBatchContext& ctx) override;
-  void set_tensor_parallel(TensorParallel* tp) { tp_ = tp; }
+  void set_tensor_parallel(TensorParallel* tp) { lookup_.tp = tp; }
 
  private:
   GptConfig cfg_;
-  TensorParallel* tp_ = nullptr;
   Param* wte_;
   Param wpe_;
+  VocabEmbedding lookup_;  // wte_ + wpe_
 };
 
 }  // namespace tetra

@@ -29,10 +29,10 @@ std::vector<Layer*> GptModel::layers() {
   return out;
 }
 
-void GptModel::set_tensor_parallel(TensorParallel* tp) {
+void GptModel::set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& plan) {
   if (tp && tp->size() == 1) tp = nullptr;  // one rank: the plain layers
   embedding_->set_tensor_parallel(tp);
-  for (auto& b : blocks_) b->set_tensor_parallel(tp);
+  for (auto& b : blocks_) b->set_tensor_parallel(tp, plan);
   head_->set_tensor_parallel(tp);
 }
 

@@ -20,7 +20,7 @@ class GptModel : public Model {
   std::vector<ModelAttribute> config_attributes() const override;
   nlohmann::json hf_config() const override;
   std::vector<std::string> ignorable_checkpoint_names() const override;
-  void set_tensor_parallel(TensorParallel* tp) override;
+  void set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& plan) override;
   const GptConfig& config() const { return cfg_; }
 
  private:

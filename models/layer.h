@@ -108,6 +108,11 @@ class MicroBatchContext {
 
   // A new activation tensor of this context's dtype and device.
   Tensor activation(const Shape& shape) const { return Tensor::empty(shape, dtype_, device_); }
+  // `spare` (a tensor of this context's dtype the caller no longer needs, may be undefined) where its
+  // shape is `shape`, else a new activation tensor.
+  Tensor activation_reusing(const Tensor& spare, const Shape& shape) const {
+    return spare.defined() && spare.dtype() == dtype_ && spare.shape() == shape ? spare : activation(shape);
+  }
   Tensor fp32(const Shape& shape) const { return Tensor::empty(shape, DType::F32, device_); }
   // A new residual-stream tensor (residual_dtype()).
   Tensor residual(const Shape& shape) const { return Tensor::empty(shape, residual_dtype_, device_); }

@@ -20,6 +20,11 @@ void LlamaAttention::init(const LlamaConfig& cfg, const std::string& p, int laye
   o_proj_.init(p + "self_attn.o_proj", C, H * D, false, resid_std, false, layer);
 }
 
+void LlamaAttention::set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& plan) {
+  qkv_proj_.set_tensor_parallel(tp, plan);
+  o_proj_.set_tensor_parallel(tp, plan);
+}
+
 void LlamaAttention::collect(std::vector<Param*>& out) {
   input_norm_.collect(out);
   qkv_proj_.collect(out);
@@ -27,18 +32,14 @@ void LlamaAttention::collect(std::vector<Param*>& out) {
 }
 
 Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
-  const int64_t R = s.x.dim(0), N = rows_sharded() ? ctx.tokens() : R, C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
-  const int64_t H = cfg_.n_heads / tp_size(), Hkv = cfg_.kv_heads_per_rank(tp_size()), Q = qkv_proj_.out_features(),
-                HD = H * cfg_.head_dim();
+  const int64_t R = s.x.dim(0), N = qkv_proj_.full_rows(R), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
+  const int64_t H = local_heads(), Hkv = local_kv_heads(), Q = qkv_proj_.out_features(), HD = H * cfg_.head_dim();
   s.h1 = ctx.activation({R, C});
   s.rstd1 = ctx.fp32({R});
   input_norm_.forward(s.h1, s.rstd1, s.x);
   s.qkv = ctx.activation({N, Q});
-  s.h1_in = rows_sharded() ? ctx.activation({N, C}) : s.h1;
-  if (tp_)
-    tp_->column_forward(s.qkv, s.h1, &s.h1_in, qkv_proj_.weight.value, Tensor());
-  else
-    qkv_proj_.forward(s.qkv, s.h1);
+  s.h1_in = qkv_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.h1;
+  qkv_proj_.forward(s.qkv, s.h1, &s.h1_in);
   Tensor qkv3 = s.qkv.view({B, T, Q});
   ops::rope_forward(qkv3, H, Hkv, cfg_.rope_theta);
   s.att = ctx.activation({N, HD});
@@ -46,39 +47,28 @@ Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
   Tensor att3 = s.att.view({B, T, HD});
   ops::attention_forward(att3, s.lse, qkv3, H, Hkv);
   Tensor x2 = ctx.residual({R, C});
-  if (tp_)
-    tp_->row_forward(x2, s.att, o_proj_.weight.value, Tensor(), &s.x);
-  else
-    o_proj_.forward_residual(x2, s.att, s.x);
+  o_proj_.forward_residual(x2, s.att, s.x);
   return x2;
 }
 
 Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const StreamGradient& dx2, Tensor scratch) {
-  const int64_t R = s.x.dim(0), N = rows_sharded() ? ctx.tokens() : R, C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
-  const int64_t H = cfg_.n_heads / tp_size(), Hkv = cfg_.kv_heads_per_rank(tp_size()), Q = qkv_proj_.out_features(),
-                HD = H * cfg_.head_dim();
+  const int64_t R = s.x.dim(0), N = o_proj_.full_rows(R), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
+  const int64_t H = local_heads(), Hkv = local_kv_heads(), Q = qkv_proj_.out_features(), HD = H * cfg_.head_dim();
   TETRA_CHECK(cfg_.n_heads * cfg_.head_dim() == C, "LlamaAttention: H·D = ", cfg_.n_heads * cfg_.head_dim(),
               " must equal d_model = ", C);
   s.d_x2 = dx2.rounded;  // the stream gradient as o_proj's GEMMs read it
-  s.d_x2_full = rows_sharded() ? ctx.activation({N, C}) : s.d_x2;
+  s.d_x2_full = o_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.d_x2;
   // tp = 1: one [N, C] buffer for the gradients of att and then h1 (H·D = C).
-  Tensor d_att = !tp_ && scratch.defined() ? scratch : ctx.activation({N, HD});
-  if (tp_)
-    tp_->row_backward_input(d_att, s.d_x2, &s.d_x2_full, o_proj_.weight.value);
-  else
-    o_proj_.backward_input(d_att, s.d_x2);
+  Tensor d_att = ctx.activation_reusing(scratch, {N, HD});
+  o_proj_.backward_input_residual(d_att, s.d_x2, &s.d_x2_full);
   s.d_qkv = ctx.activation({N, Q});
   Tensor dqkv3 = s.d_qkv.view({B, T, Q});
   ops::attention_backward(dqkv3, d_att.view({B, T, HD}), s.qkv.view({B, T, Q}), s.att.view({B, T, HD}), s.lse, H,
                           Hkv);
   ops::rope_backward(dqkv3, H, Hkv, cfg_.rope_theta);  // the gradient of the projection's output
-  Tensor d_h1 = tp_ ? ctx.activation({R, C}) : d_att;
-  s.weights_done = tp_ && ctx.weights_follow;
-  if (tp_)
-    tp_->column_backward_input(d_h1, s.d_qkv, qkv_proj_.weight.value,
-                               s.weights_done ? std::function<void()>([&] { weight_grads(s); }) : nullptr);
-  else
-    qkv_proj_.backward_input(d_h1, s.d_qkv);
+  Tensor d_h1 = ctx.activation_reusing(d_att, {R, C});
+  s.weights_done = qkv_proj_.backward_input(
+      d_h1, s.d_qkv, ctx.weights_follow ? std::function<void()>([this, &s] { weight_grads(s); }) : nullptr);
   StreamGradient dx = ctx.stream_gradient({R, C});
   input_norm_.backward_residual(dx.grad, d_h1, s.x, s.rstd1, /*dresidual=*/dx2.grad, dx.rounded_output());
   if (dx.rounded_output()) ctx.offer_grad(dx.grad, {Tensor(), dx.rounded});  // what the block below's GEMMs read

@@ -11,7 +11,6 @@
 #include "models/layer.h"
 #include "models/llama_config.h"
 #include "models/modules.h"
-#include "parallel/tensor/tensor_parallel.h"
 
 namespace tetra {
 
@@ -34,14 +33,14 @@ class LlamaAttention {
   // `prefix`: "model.layers.N."; `layer`: the owning Layer's index.
   void init(const LlamaConfig& cfg, const std::string& prefix, int layer);
   void collect(std::vector<Param*>& out);
-  // Null: the plain layer (tp = 1).
-  void set_tensor_parallel(TensorParallel* tp) { tp_ = tp; }
+  // The projections in the styles `plan` gives them over `tp`'s group (null: the plain layer).
+  void set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& plan);
   // x2 [R, C] (residual dtype) from s.x.
   Tensor forward(MicroBatchContext& ctx, State& s) const;
   // dx [R, C] (residual dtype) from d_x2 (the gradient of x2, the residual stream after attention,
   // with its activation-dtype copy); dx's copy is offered to the layer below (models/layer.h).
-  // `scratch` ([N, C], may be undefined; used at tp = 1 only): a buffer the caller no longer needs,
-  // used for the transient gradients. Under tensor parallelism with ctx.weights_follow, the weight
+  // `scratch` ([R, C], may be undefined): a buffer the caller no longer needs, used for the transient
+  // gradients where their shape is its own (tp = 1). Under tensor parallelism with ctx.weights_follow, the weight
   // gradients run here, under qkv_proj's input-gradient reduce-scatter, and backward_weight does
   // nothing.
   Tensor backward_input(MicroBatchContext& ctx, State& s, const StreamGradient& d_x2, Tensor scratch = Tensor());
@@ -49,11 +48,12 @@ class LlamaAttention {
 
  private:
   void weight_grads(State& s);
-  int tp_size() const { return tp_ ? tp_->size() : 1; }
-  bool rows_sharded() const { return tp_ && tp_->sequence_parallel(); }
+  // This rank's query heads (H/tp: o_proj reads H/tp·D features) and key/value heads
+  // (kv_heads_per_rank: qkv_proj writes (H/tp + 2·Hkv)·D features).
+  int64_t local_heads() const { return o_proj_.in_features() / cfg_.head_dim(); }
+  int64_t local_kv_heads() const { return (qkv_proj_.out_features() / cfg_.head_dim() - local_heads()) / 2; }
 
   LlamaConfig cfg_;
-  TensorParallel* tp_ = nullptr;
   RMSNorm input_norm_;
   Linear qkv_proj_, o_proj_;
 };

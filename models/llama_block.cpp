@@ -47,9 +47,10 @@ std::vector<Param*> LlamaBlock::params() {
   return out;
 }
 
-void LlamaBlock::set_tensor_parallel(TensorParallel* tp) {
-  tp_ = tp;
-  attention_.set_tensor_parallel(tp);
+void LlamaBlock::set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& plan) {
+  attention_.set_tensor_parallel(tp, plan);
+  gate_up_proj_.set_tensor_parallel(tp, plan);
+  down_proj_.set_tensor_parallel(tp, plan);
 }
 
 void LlamaBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y) {
@@ -58,18 +59,12 @@ void LlamaBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y) {
   s.rstd2 = ctx.fp32({R});
   post_norm_.forward(s.h2, s.rstd2, s.x2);
   s.gate_up = ctx.activation({N, 2 * F});
-  s.h2_in = rows_sharded() ? ctx.activation({N, C}) : s.h2;
-  if (tp_)
-    tp_->column_forward(s.gate_up, s.h2, &s.h2_in, gate_up_proj_.weight.value, Tensor());
-  else
-    gate_up_proj_.forward(s.gate_up, s.h2);
+  s.h2_in = gate_up_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.h2;
+  gate_up_proj_.forward(s.gate_up, s.h2, &s.h2_in);
   s.act = ctx.activation({N, F});
   ops::swiglu_forward(s.act, s.gate_up);
   if (!y) return;
-  if (tp_)
-    tp_->row_forward(*y, s.act, down_proj_.weight.value, Tensor(), &s.x2);
-  else
-    down_proj_.forward_residual(*y, s.act, s.x2);
+  down_proj_.forward_residual(*y, s.act, s.x2);
 }
 
 Tensor LlamaBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
@@ -108,23 +103,16 @@ Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   // while writing it).
   s.d_out = ctx.in_activation_dtype(dy, ctx.take_grad(dy).rounded);
   Tensor d_act = ctx.activation({N, F});
-  s.d_out_full = rows_sharded() ? ctx.activation({N, C}) : s.d_out;
-  if (tp_)
-    tp_->row_backward_input(d_act, s.d_out, &s.d_out_full, down_proj_.weight.value);
-  else
-    down_proj_.backward_input(d_act, s.d_out);
+  s.d_out_full = down_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.d_out;
+  down_proj_.backward_input_residual(d_act, s.d_out, &s.d_out_full);
   s.d_gate_up = ctx.activation({N, 2 * F});
   ops::swiglu_backward(s.d_gate_up, d_act, s.gate_up);
   s.gate_up = Tensor();  // W uses act and h2_in
   Tensor d_h2 = ctx.activation({R, C});
-  // Under tensor parallelism with W right after B, the MLP's weight gradients run while the input
-  // gradient's reduce-scatter moves (parallel/tensor/linear.h); tp = 1 keeps B and W apart as before.
-  s.weights_done = tp_ && ctx.weights_follow;
-  if (tp_)
-    tp_->column_backward_input(d_h2, s.d_gate_up, gate_up_proj_.weight.value,
-                               s.weights_done ? std::function<void()>([&] { mlp_weight_grads(s); }) : nullptr);
-  else
-    gate_up_proj_.backward_input(d_h2, s.d_gate_up);
+  // With W right after B, a column-parallel gate_up_proj runs the MLP's weight gradients while its
+  // input gradient's reduction moves (parallel/tensor/linear.h); the plain layer keeps B and W apart.
+  s.weights_done = gate_up_proj_.backward_input(
+      d_h2, s.d_gate_up, ctx.weights_follow ? std::function<void()>([this, &s] { mlp_weight_grads(s); }) : nullptr);
   StreamGradient dx2 = ctx.stream_gradient({R, C});
   post_norm_.backward_residual(dx2.grad, d_h2, s.x2, s.rstd2, /*dresidual=*/dy, dx2.rounded_output());
 

@@ -15,7 +15,6 @@
 #include "models/llama_attention.h"
 #include "models/llama_config.h"
 #include "models/modules.h"
-#include "parallel/tensor/tensor_parallel.h"
 
 namespace tetra {
 
@@ -27,8 +26,9 @@ class LlamaBlock : public Layer {
   Tensor forward(MicroBatchContext& ctx, const Tensor& x) override;
   Tensor backward_input(MicroBatchContext& ctx, const Tensor& dy) override;
   void backward_weight(MicroBatchContext& ctx) override;
-  // Null: the plain layers (tp = 1); else attention and MLP tensor-parallel over tp's group.
-  void set_tensor_parallel(TensorParallel* tp);
+  // The projections of attention and MLP in the styles `plan` gives them over `tp`'s group (null:
+  // the plain layers).
+  void set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& plan);
 
  private:
   struct Saved;
@@ -40,11 +40,9 @@ class LlamaBlock : public Layer {
 
   // This rank's MLP width (all of it without tensor parallelism).
   int64_t ffn() const { return down_proj_.in_features(); }
-  bool rows_sharded() const { return tp_ && tp_->sequence_parallel(); }
 
   LlamaConfig cfg_;
   int block_;
-  TensorParallel* tp_ = nullptr;  // shared with attention_
   LlamaAttention attention_;  // input_layernorm, q/k/v, o
   RMSNorm post_norm_;
   Linear gate_up_proj_, down_proj_;

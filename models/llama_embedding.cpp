@@ -1,6 +1,6 @@
 #include "models/llama_embedding.h"
 
-#include "runtime/ops.h"
+#include "runtime/error.h"
 
 namespace tetra {
 
@@ -10,29 +10,14 @@ struct EmbeddingActivations : Activations {
 };
 }  // namespace
 
-LlamaEmbedding::LlamaEmbedding(const LlamaConfig& cfg, Param* embed_tokens) : cfg_(cfg), embed_(embed_tokens) {}
+LlamaEmbedding::LlamaEmbedding(const LlamaConfig& cfg, Param* embed_tokens) : cfg_(cfg), embed_(embed_tokens) {
+  lookup_.weight = embed_;
+  lookup_.vocab_size = cfg.vocab_size;
+}
 
 Tensor LlamaEmbedding::forward(MicroBatchContext& ctx, const Tensor& ids) {
   TETRA_CHECK(ids.ndim() == 2, "embedding: ids ", ids.describe());
-  const int64_t N = ids.numel(), C = cfg_.d_model;
-  Tensor y;
-  if (!tp_) {
-    y = ctx.residual({N, C});  // the residual stream starts here
-    ops::embedding_forward(y, ids.flatten(), embed_->value, Tensor(), ids.dim(1));
-  } else {
-    // This rank's vocabulary rows (zero rows for the others' ids), summed over the group.
-    Tensor partial = ctx.activation({N, C});
-    ops::embedding_forward(partial, ids.flatten(), embed_->value, Tensor(), ids.dim(1),
-                           tp_->vocab_shard(cfg_.vocab_size));
-    if (tp_->sequence_parallel()) {
-      // The stream's dtype is the activation dtype under tp > 1 (launch/config/validate.cpp).
-      y = ctx.residual({tp_->local_rows(N, "embedding"), C});
-      tp_->reduce_scatter_rows(y, partial, "embedding");
-    } else {
-      tp_->all_reduce(partial, "embedding");
-      y = partial;
-    }
-  }
+  Tensor y = lookup_.forward(ctx, ids);
   if (ctx.training) ctx.slot<EmbeddingActivations>(index_).ids = ids;
   return y;
 }
@@ -45,17 +30,7 @@ Tensor LlamaEmbedding::backward_input(MicroBatchContext& ctx, const Tensor& dy) 
 
 void LlamaEmbedding::backward_weight(MicroBatchContext& ctx) {
   auto& a = ctx.slot<EmbeddingActivations>(index_);
-  if (!tp_) {
-    ops::embedding_backward(embed_->grad, nullptr, a.dy, a.ids.flatten(), a.ids.dim(1));
-  } else {
-    Tensor dy = a.dy;  // every token's gradient, for the rank that holds its row
-    if (tp_->sequence_parallel()) {
-      dy = ctx.activation({a.ids.numel(), cfg_.d_model});
-      tp_->all_gather_rows(dy, a.dy, "embedding gradient");
-    }
-    ops::embedding_backward(embed_->grad, nullptr, dy, a.ids.flatten(), a.ids.dim(1),
-                            tp_->vocab_shard(cfg_.vocab_size));
-  }
+  lookup_.backward_weight(ctx, a.ids, a.dy);
   ctx.release(index_);
 }
 

@@ -3,7 +3,7 @@
 #pragma once
 #include "models/layer.h"
 #include "models/llama_config.h"
-#include "parallel/tensor/tensor_parallel.h"
+#include "models/vocab_embedding.h"
 
 namespace tetra {
 
@@ -17,15 +17,13 @@ class LlamaEmbedding : public Layer {
   // Keeps dy for backward_weight; an embedding has no input gradient (returns undefined).
   Tensor backward_input(MicroBatchContext& ctx, const Tensor& dy) override;
   void backward_weight(MicroBatchContext& ctx) override;
-  // Vocabulary-parallel (as models/gpt_embedding.h, without positions): this rank's vocabulary rows,
-  // the partial lookups reduce-scattered into the sequence shard (all-reduced without sequence
-  // parallelism).
-  void set_tensor_parallel(TensorParallel* tp) { tp_ = tp; }
+  // Vocabulary-parallel (models/vocab_embedding.h, without positions).
+  void set_tensor_parallel(TensorParallel* tp) { lookup_.tp = tp; }
 
  private:
   LlamaConfig cfg_;
   Param* embed_;
-  TensorParallel* tp_ = nullptr;
+  VocabEmbedding lookup_;
 };
 
 }  // namespace tetra

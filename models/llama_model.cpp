@@ -34,12 +34,12 @@ std::vector<Layer*> LlamaModel::layers() {
   return out;
 }
 
-void LlamaModel::set_tensor_parallel(TensorParallel* tp) {
+void LlamaModel::set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& plan) {
   if (tp && tp->size() == 1) tp = nullptr;  // one rank: the plain layers
   embedding_->set_tensor_parallel(tp);
   for (auto& b : blocks_) {
     if (auto* dense = dynamic_cast<LlamaBlock*>(b.get()))
-      dense->set_tensor_parallel(tp);
+      dense->set_tensor_parallel(tp, plan);
     else if (tp)  // launch/config/validate.cpp refuses tp > 1 with model.moe before this
       TETRA_FAIL(Config, "parallel.tp: ", tp->size(), " with model.moe: the MoE blocks have no tensor-parallel form "
                  "yet (use parallel.tp: 1 with model.moe.n_experts > 0)");

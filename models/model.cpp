@@ -29,7 +29,7 @@ std::vector<MoeMlp*> Model::moe_layers() {
   return out;
 }
 
-void Model::set_tensor_parallel(TensorParallel* tp) {
+void Model::set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan&) {
   if (tp && tp->size() > 1)
     TETRA_FAIL(Config, "parallel.tp: the ", arch(), " model has no tensor-parallel layers yet (use parallel.tp: 1)");
 }

@@ -12,6 +12,8 @@
 
 namespace tetra {
 
+struct TensorParallelPlan;
+
 // One entry of the model's config as checkpoints carry it, under Hugging Face's name: HDF5
 // attributes of a consolidated file, fields of an HF config.json. Loading compares the file's
 // entries with the model's: a different Int or Bool is an error (the shapes or the wiring differ),
@@ -48,10 +50,11 @@ class Model {
   virtual std::vector<std::string> ignorable_checkpoint_names() const { return {}; }
   // The mixture-of-experts MLPs of the layers, in layer order (empty for a dense model).
   std::vector<MoeMlp*> moe_layers();
-  // Runs the layers tensor-parallel over `tp`'s group (apply_tensor_parallel_plan has placed the
-  // parameters as the family's plan says). Null, or a group of one rank: the plain layers. A family
-  // whose layers have no tensor-parallel form fails with a Config error naming parallel.tp.
-  virtual void set_tensor_parallel(TensorParallel* tp);
+  // Runs the layers tensor-parallel over `tp`'s group, each projection in the style `plan` (the
+  // family's, which placed the parameters) gives it; parallelize() (models/parallelize.h) calls it.
+  // Null, or a group of one rank: the plain layers. A family whose layers have no tensor-parallel
+  // form fails with a Config error naming parallel.tp.
+  virtual void set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& plan);
 };
 
 }  // namespace tetra

@@ -1,5 +1,8 @@
 #include "models/modules.h"
 
+#include "models/tensor_parallel_plan.h"
+#include "runtime/error.h"
+
 namespace tetra {
 
 namespace {
@@ -32,15 +35,61 @@ void Linear::collect(std::vector<Param*>& out) {
   if (has_bias) out.push_back(&bias);
 }
 
-void Linear::backward_weight_rows(const Tensor& dy_full, const Tensor& x, const Tensor& dy_rows,
-                                  const Tensor& dy_rows_sum) {
+void Linear::set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& plan) {
+  const TpParamPlan* entry = plan.find(weight.name);
+  style_ = entry ? entry->style : TpStyle::Replicated;
+  const bool split = style_ == TpStyle::ColumnParallel || style_ == TpStyle::RowParallel;
+  tp_ = split && tp && tp->size() > 1 ? tp : nullptr;
+}
+
+void Linear::forward(Tensor& y, const Tensor& x, Tensor* x_full, ops::Activation act, Tensor* pre_act) const {
+  const Tensor b = has_bias ? bias.value : Tensor();
+  if (!tp_) return ops::linear_forward(y, x, weight.value, b, act, pre_act);
+  TETRA_CHECK(style_ == TpStyle::ColumnParallel, weight.name, ": forward runs a column-parallel layer, this one is ",
+              tp_style_name(style_), " (forward_residual)");
+  tp_->column_forward(y, x, x_full, weight.value, b, act, pre_act);
+}
+
+void Linear::forward_residual(Tensor& y, const Tensor& x, const Tensor& residual) const {
+  const Tensor b = has_bias ? bias.value : Tensor();
+  if (!tp_) return ops::linear_forward(y, x, weight.value, b, ops::Activation::None, nullptr, &residual);
+  TETRA_CHECK(style_ == TpStyle::RowParallel, weight.name, ": forward_residual runs a row-parallel layer, this one is ",
+              tp_style_name(style_), " (forward)");
+  tp_->row_forward(y, x, weight.value, b, &residual);
+}
+
+bool Linear::backward_input(Tensor& dx, const Tensor& dy, const std::function<void()>& overlap, bool accumulate) const {
+  if (!tp_) {
+    ops::linear_backward_input(dx, dy, weight.value, accumulate);
+    return false;
+  }
+  TETRA_CHECK(style_ == TpStyle::ColumnParallel && !accumulate, weight.name,
+              ": backward_input runs a column-parallel layer (without accumulate), this one is ", tp_style_name(style_));
+  tp_->column_backward_input(dx, dy, weight.value, overlap);
+  return static_cast<bool>(overlap);
+}
+
+void Linear::backward_input_residual(Tensor& dx, const Tensor& dy, Tensor* dy_full, const Tensor* gelu_pre) const {
+  if (!tp_) {
+    if (gelu_pre)
+      ops::linear_backward_input_gelu(dx, dy, weight.value, *gelu_pre);
+    else
+      ops::linear_backward_input(dx, dy, weight.value);
+    return;
+  }
+  TETRA_CHECK(style_ == TpStyle::RowParallel, weight.name,
+              ": backward_input_residual runs a row-parallel layer, this one is ", tp_style_name(style_));
+  tp_->row_backward_input(dx, dy, dy_full, weight.value, gelu_pre);
+}
+
+void Linear::backward_weight_residual(const Tensor& dy_full, const Tensor& x, const Tensor& dy, const Tensor& dy_sum) {
+  if (!sequence_sharded()) return backward_weight(dy, x, dy_sum);
   ops::linear_backward_weight(weight.grad, nullptr, dy_full, x, /*accumulate=*/true);
   if (!has_bias) return;
   // The bias alone: linear_backward_weight over an input of no features runs only its bias path.
   Tensor no_dw = Tensor::empty({weight.grad.dim(0), 0}, weight.grad.dtype(), weight.grad.device());
-  Tensor no_x = Tensor::empty({dy_rows.dim(0), 0}, dy_rows.dtype(), dy_rows.device());
-  ops::linear_backward_weight(no_dw, &bias.grad, dy_rows, no_x, /*accumulate=*/true,
-                              dy_rows_sum.defined() ? &dy_rows_sum : nullptr);
+  Tensor no_x = Tensor::empty({dy.dim(0), 0}, dy.dtype(), dy.device());
+  ops::linear_backward_weight(no_dw, &bias.grad, dy, no_x, /*accumulate=*/true, dy_sum.defined() ? &dy_sum : nullptr);
 }
 
 void LayerNorm::init(const std::string& name, int64_t channels, float epsilon, int layer) {

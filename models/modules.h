@@ -1,16 +1,29 @@
 // Building blocks shared by the model layers: a dense projection, a LayerNorm and an RMSNorm, each
-// owning its Params and calling the op library. They hold no activations (those live in the
+// owning its Params and calling the op library (the projection, under tensor parallelism, the
+// tensor-parallel steps its style names). They hold no activations (those live in the
 // layer's slot).
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "models/tp_style.h"
 #include "parallel/param.h"
+#include "parallel/tensor/tensor_parallel.h"
 #include "runtime/ops.h"
 
 namespace tetra {
 
-// y[N, out] = x[N, in] · Wᵀ + b, W stored [out, in].
+struct TensorParallelPlan;
+
+// y[N, out] = x[N, in] · Wᵀ + b, W stored [out, in]. Under tensor parallelism the layer runs in
+// the style its weight's entry in the model's plan gives (set_tensor_parallel; Megatron-LM's
+// column- and row-parallel linear, parallel/tensor/tensor_parallel.h), else — no group, or any
+// other style — as the plain op:
+//   ColumnParallel  W [O/tp, I], b [O/tp]: reads the stream (x [R, I], R = N/tp under sequence
+//                   parallelism, else N), writes [N, O/tp]; its input gradient is reduced over tp.
+//   RowParallel     W [O, I/tp], b [O]: reads [N, I/tp], writes the stream [R, O], reduced over tp.
+// The methods below that name a style run either it or the plain op.
 struct Linear {
   Param weight, bias;
   bool has_bias = true;
@@ -22,33 +35,47 @@ struct Linear {
   void collect(std::vector<Param*>& out);
   int64_t out_features() const { return weight.local_shape[0]; }
   int64_t in_features() const { return weight.local_shape[1]; }
+  // The style of `plan`'s entry for this weight, over `tp`'s group (null, or one rank: plain).
+  void set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& plan);
+  // Whether the layer's side of the stream is sequence-sharded: its stream rows R are N/tp, and the
+  // [N, ·] tensor that side gathers (a column-parallel input, a row-parallel output gradient) is a
+  // buffer of its own rather than the stream tensor itself.
+  bool sequence_sharded() const { return tp_ && tp_->sequence_parallel(); }
+  // Rows N of the [N, ·] side for stream rows R (R, or R·tp when sequence-sharded).
+  int64_t full_rows(int64_t stream_rows) const { return sequence_sharded() ? stream_rows * tp_->size() : stream_rows; }
 
-  void forward(Tensor& y, const Tensor& x, ops::Activation act = ops::Activation::None,
-               Tensor* pre_act = nullptr) const {
-    ops::linear_forward(y, x, weight.value, has_bias ? bias.value : Tensor(), act, pre_act);
-  }
-  // y = x·Wᵀ + b + residual: the residual connection fused into the GEMM.
-  void forward_residual(Tensor& y, const Tensor& x, const Tensor& residual) const {
-    ops::linear_forward(y, x, weight.value, has_bias ? bias.value : Tensor(), ops::Activation::None, nullptr,
-                        &residual);
-  }
-  void backward_input(Tensor& dx, const Tensor& dy, bool accumulate = false) const {
-    ops::linear_backward_input(dx, dy, weight.value, accumulate);
-  }
-  // dx = (dy · W) ⊙ gelu'(gelu_pre), for a layer whose input was gelu(gelu_pre).
-  void backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& gelu_pre) const {
-    ops::linear_backward_input_gelu(dx, dy, weight.value, gelu_pre);
-  }
+  // ColumnParallel or plain: y[N, out] = act(x·Wᵀ + b); pre_act as in ops::linear_forward. x_full
+  // ([N, in], may be null): receives the gathered input when sequence-sharded (else x is whole).
+  void forward(Tensor& y, const Tensor& x, Tensor* x_full = nullptr, ops::Activation act = ops::Activation::None,
+               Tensor* pre_act = nullptr) const;
+  // RowParallel or plain: y = x·Wᵀ + b + residual, the residual connection fused into the GEMM (and
+  // into the reduction over tp); y may be the residual.
+  void forward_residual(Tensor& y, const Tensor& x, const Tensor& residual) const;
+  // ColumnParallel or plain: dx[R, in] (+)= dy[N, out] · W, reduced over tp. `overlap` (may be
+  // empty): work that does not read dx — the layer's weight gradients — run while the reduction
+  // moves; the plain op runs no such work. Returns whether it ran `overlap`. accumulate: plain only.
+  bool backward_input(Tensor& dx, const Tensor& dy, const std::function<void()>& overlap = {},
+                      bool accumulate = false) const;
+  // RowParallel or plain (forward_residual's): dx[N, in] = dy · W, times gelu'(gelu_pre) when given
+  // (the input was gelu(gelu_pre)). dy [R, out]; dy_full ([N, out], may be null) receives it
+  // gathered when sequence-sharded.
+  void backward_input_residual(Tensor& dx, const Tensor& dy, Tensor* dy_full = nullptr,
+                               const Tensor* gelu_pre = nullptr) const;
   // Gradients accumulate over micro-batches. dy_sum (fp32 [out], may be undefined): Σ_n dy[n, :]
   // if already known, which the bias gradient then takes instead of reading dy again.
   void backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dy_sum = Tensor()) {
     ops::linear_backward_weight(weight.grad, has_bias ? &bias.grad : nullptr, dy, x, /*accumulate=*/true,
                                 has_bias && dy_sum.defined() ? &dy_sum : nullptr);
   }
-  // A row-parallel layer under sequence parallelism: dw from the gathered dy_full [N, O] and x
-  // [N, I/tp]; the replicated bias from this rank's rows dy_rows [N/tp, O] only (their column sum
-  // dy_rows_sum if known), as its gradient is summed over tp afterwards (ParamPlacement::grad_over_tp).
-  void backward_weight_rows(const Tensor& dy_full, const Tensor& x, const Tensor& dy_rows, const Tensor& dy_rows_sum);
+  // forward_residual's weight gradients: dw from dy_full [N, out] (the gathered dy when
+  // sequence-sharded, else dy itself) and x [N, in]; a sequence-sharded row-parallel layer's
+  // replicated bias from this rank's rows dy [R, out] only (their column sum dy_sum if known), as its
+  // gradient is summed over tp afterwards (ParamPlacement::grad_over_tp).
+  void backward_weight_residual(const Tensor& dy_full, const Tensor& x, const Tensor& dy, const Tensor& dy_sum);
+
+ private:
+  TensorParallel* tp_ = nullptr;  // set where the style is column- or row-parallel
+  TpStyle style_ = TpStyle::Replicated;
 };
 
 struct LayerNorm {

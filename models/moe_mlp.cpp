@@ -275,7 +275,7 @@ Tensor MoeMlp::backward_route(MicroBatchContext& ctx, State& s) {
   s.d_logits = ctx.activation({N, E});
   ops::moe_router_backward(s.d_logits, s.d_weights, s.logits, s.expert_ids, shape_.routing,
                            s.d_prob_sums.defined() ? &s.d_prob_sums : nullptr);
-  gate_.backward_input(s.d_h, s.d_logits, /*accumulate=*/true);
+  gate_.backward_input(s.d_h, s.d_logits, /*overlap=*/{}, /*accumulate=*/true);
   s.logits = s.d_weights = s.d_prob_sums = s.rows = Tensor();
   Tensor dh = s.d_h;
   s.d_h = Tensor();

@@ -15,7 +15,7 @@
 #include "launch/train/memory_plan.h"
 #include "launch/config/model.h"
 #include "launch/train/pipeline_plan.h"
-#include "models/tensor_parallel_plan.h"
+#include "models/parallelize.h"
 #include "parallel/mesh.h"
 #include "parallel/param_placement.h"
 #include "runtime/error.h"
@@ -109,6 +109,7 @@ void print_tensor_parallel(const Config& cfg, const ModelFamily& family, const M
   Config one = cfg;
   one.parallel.tp = 1;
   std::unique_ptr<Model> whole = family.build(args);
+  parallelize(*whole, family, args, {1, 0, sp, nullptr, shape.ep, nullptr});
   const MemoryPlan base = plan_memory(one, pipeline_rank_params(pipe, big, whole->params()), shape.dp);
   auto state = [](const MemoryPlan& p) { return p.state.weights + p.state.gradients + p.state.optimizer; };
   std::printf("  tensor parallel: tp %d holds %.1fM of the parameters per device; weights + gradients + optimizer "
@@ -227,7 +228,7 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
   const ModelArgs args = model_args(cfg);
   std::unique_ptr<Model> model = family.build(args);
   const TensorParallelPlan tp_plan = shape.tp > 1 ? family.tensor_parallel_plan(args) : TensorParallelPlan{};
-  if (shape.tp > 1) apply_tensor_parallel_plan(tp_plan, *model, shape.tp, 0, cfg.parallel.sequence_parallel);
+  parallelize(*model, family, args, {shape.tp, 0, cfg.parallel.sequence_parallel, nullptr, shape.ep, nullptr});
   const std::vector<Param*> all = model->params();
   print_model(cfg, family, args, shape);
   std::vector<MemoryPlan> per_rank;

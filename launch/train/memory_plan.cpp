@@ -57,7 +57,6 @@ MemoryPlan plan_memory(const Config& cfg, const std::vector<Param*>& params, int
     else
       (ep > 1 && expert_owned(*p) ? experts : dense).push_back(p);
   }
-  place_experts(experts, ep);
   ZeroLayout layout(dense, storage.shards);
   ZeroMemorySpec spec;
   spec.stage = oo.zero_stage;

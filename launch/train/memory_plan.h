@@ -30,7 +30,9 @@ struct MemoryPlan {
   double total() const { return state.total() + activations; }
 };
 
-// From the config and the model's parameters alone (no allocation): what a run would hold.
+// From the config and the model's parameters alone (no allocation): what a run would hold. The
+// parameters are one rank's as parallelize() placed them (models/parallelize.h): its tensor-parallel
+// slices, its experts' rows.
 MemoryPlan plan_memory(const Config& cfg, const std::vector<Param*>& params, int dp);
 
 // The same for a running job, from its optimizer's own accounting.

@@ -23,7 +23,7 @@
 #include "launch/config/model.h"
 #include "models/layer_pass.h"
 #include "models/moe_balance.h"
-#include "models/tensor_parallel_plan.h"
+#include "models/parallelize.h"
 #include "models/weight_source.h"
 #include "parallel/expert/placement.h"
 #include "parallel/expert/dense_and_expert_optimizer.h"
@@ -122,9 +122,8 @@ void Trainer::check_memory_fits(int dp) const {
   // Under a pipeline, this rank's stages only (its pipeline rank: rank / (dp·tp), ARCHITECTURE.md §4).
   // Under tensor parallelism, this rank's slices (every tp rank holds the same sizes).
   const std::unique_ptr<Model> shapes = model_family_of(cfg_).build(model_args(cfg_));
-  if (cfg_.parallel.tp > 1)
-    apply_tensor_parallel_plan(model_family_of(cfg_).tensor_parallel_plan(model_args(cfg_)), *shapes,
-                               cfg_.parallel.tp, 0, cfg_.parallel.sequence_parallel);
+  parallelize(*shapes, model_family_of(cfg_), model_args(cfg_),
+              {cfg_.parallel.tp, 0, cfg_.parallel.sequence_parallel, nullptr, cfg_.parallel.ep, nullptr});
   const MemoryPlan plan = pipeline_memory_plan(cfg_, *pipe_, env_.rank / (dp * cfg_.parallel.tp), shapes->params(), dp);
   const double capacity = static_cast<double>(device_capacity_bytes(device_));
   const double sharing = device_.is_cpu() ? std::max(1, env_.local_size) : 1;
@@ -251,12 +250,25 @@ void Trainer::setup() {
   // shards), the gradient dtype and which full buffers exist (parallel/distributed_optimizer.h).
   // Every rank materialises the full weights of its pipeline stages once here; stage 3 keeps only
   // its shard of them. Agreed: an allocation or a model.init_from file can fail on one rank.
-  // Tensor parallelism: the family's plan places every parameter (this rank's slices; init and
-  // loading below fill exactly those) before the ParamSet lays them out.
+  // Tensor and expert parallelism (models/parallelize.h) place every parameter (this rank's slices;
+  // init and loading below fill exactly those) before the ParamSet lays them out.
   model_ = model_family_of(cfg_).build(model_args(cfg_));  // shapes only: nothing allocated yet
-  if (shape.tp > 1)
-    apply_tensor_parallel_plan(model_family_of(cfg_).tensor_parallel_plan(model_args(cfg_)), *model_, shape.tp,
-                               mesh_->coords().tp, cfg_.parallel.sequence_parallel);
+  comm_ = std::make_unique<CommScheduler>(device_);
+  ParallelizeContext pc{shape.tp, mesh_->coords().tp, cfg_.parallel.sequence_parallel, nullptr, shape.ep, nullptr};
+  if (shape.tp > 1) {
+    // parallel.tp_comm_overlap auto: on a GPU (on the CPU collectives progress beside compute anyway).
+    const bool overlap = cfg_.parallel.tp_comm_overlap == Switch::On ||
+                         (cfg_.parallel.tp_comm_overlap == Switch::Auto && device_.is_cuda());
+    tp_ = std::make_unique<TensorParallel>(mesh_->device_comm(MeshAxis::TP), *comm_, cfg_.parallel.sequence_parallel,
+                                           overlap);
+    pc.tensor_parallel = tp_.get();
+  }
+  if (shape.ep > 1) {
+    expert_parallel_ = std::make_unique<ExpertParallel>(mesh_->device_comm(MeshAxis::EP), *comm_,
+                                                        static_cast<int64_t>(cfg_.model.moe.n_experts));
+    pc.expert_parallel = expert_parallel_.get();
+  }
+  parallelize(*model_, model_family_of(cfg_), model_args(cfg_), pc);
   const std::vector<Param*> held = pipeline_params();
   create_pipeline_groups();
   // Parts replicated over r of the tp ranks: the groups their gradients are summed over, one per r
@@ -269,7 +281,6 @@ void Trainer::setup() {
   // Stage 3 under a schedule that interleaves micro-batches (a pipeline, or forward-backward pairs):
   // units stay gathered through the step.
   oo.keep_gathered_in_step = shape.pp > 1 || cfg_.parallel.moe_overlap;
-  comm_ = std::make_unique<CommScheduler>(device_);
   agree(world_, [&] {
     if (shape.ep > 1) {
       setup_experts(oo, held);
@@ -279,14 +290,6 @@ void Trainer::setup() {
       initial_weights(params_);
     }
   });
-  if (shape.tp > 1) {
-    // parallel.tp_comm_overlap auto: on a GPU (on the CPU collectives progress beside compute anyway).
-    const bool overlap = cfg_.parallel.tp_comm_overlap == Switch::On ||
-                         (cfg_.parallel.tp_comm_overlap == Switch::Auto && device_.is_cuda());
-    tp_ = std::make_unique<TensorParallel>(mesh_->device_comm(MeshAxis::TP), *comm_, cfg_.parallel.sequence_parallel,
-                                           overlap);
-    model_->set_tensor_parallel(tp_.get());
-  }
   Communicator* grad_comm = &grad_group();
   if (cfg_.parallel.grad_all_reduce == GradAllReduce::CopyEngine && shape.dp > 1) {
 #ifdef TETRA_WITH_CUDA
@@ -435,18 +438,23 @@ void Trainer::initial_weights(ParamSet& set) {
 }
 
 // Expert parallelism (parallel.ep > 1; parallel/expert/expert_parallel.h): every rank draws (or loads) the
-// full weights once on the host, as any mesh does, then keeps its experts' slices
-// (parallel/expert/placement.h) in a ParamSet of their own, laid out for ZeRO over the expert-data
-// group; the other parameters and the buffers stay in params_, laid out over dp.
+// full weights once on the host, as any mesh does, then keeps its experts' slices (placed by
+// parallelize: parallel/expert/placement.h) in a ParamSet of their own, laid out for ZeRO over the
+// expert-data group; the other parameters and the buffers stay in params_, laid out over dp.
 void Trainer::setup_experts(const DistributedOptimizerOptions& oo, const std::vector<Param*>& held) {
-  const MeshShape& shape = mesh_->shape();
   std::vector<Param*> all = held;
+  // The host copy holds the experts' full rows: their local shapes widen to the full ones for it.
+  std::vector<Shape> placed;
+  for (Param* p : all) {
+    placed.push_back(p->local_shape);
+    if (expert_owned(*p)) p->local_shape = p->full_shape;
+  }
   ParamSet full;
   full.build(all, Device::cpu(), DType::F32, DType::F32, 1, /*full_grads=*/false);
   initial_weights(full);
   std::vector<Tensor> values;
   for (Param* p : all) values.push_back(p->value);
-  place_experts(all, shape.ep);
+  for (size_t i = 0; i < all.size(); ++i) all[i]->local_shape = placed[i];
   std::vector<Param*> dense, experts;
   for (Param* p : all) (expert_owned(*p) ? experts : dense).push_back(p);
   const int edp = expert_grad_group().size();
@@ -457,9 +465,6 @@ void Trainer::setup_experts(const DistributedOptimizerOptions& oo, const std::ve
   const int rank = mesh_->coords().ep;
   for (size_t i = 0; i < all.size(); ++i)
     ops::copy(all[i]->value, expert_owned(*all[i]) ? expert_slice(*all[i], values[i], rank) : values[i]);
-  expert_parallel_ = std::make_unique<ExpertParallel>(mesh_->device_comm(MeshAxis::EP), *comm_,
-                                                      static_cast<int64_t>(cfg_.model.moe.n_experts));
-  for (MoeMlp* m : model_->moe_layers()) m->set_expert_parallel(expert_parallel_.get());
 }
 
 bool Trainer::graph_step(int64_t step) const {
