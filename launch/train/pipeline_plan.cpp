@@ -1,11 +1,11 @@
 #include "launch/train/pipeline_plan.h"
 
 #include <numeric>
-#include <set>
 
 #include "launch/config/model.h"
 #include "parallel/pipeline/generators.h"
 #include "parallel/pipeline/stage_split.h"
+#include "parallel/rank_groups.h"
 
 namespace tetra::launch {
 
@@ -78,13 +78,9 @@ PipelinePlan plan_pipeline(const Config& cfg, const std::string& costs_text) {
 
 std::vector<Param*> pipeline_rank_params(const PipelinePlan& plan, int rank, const std::vector<Param*>& all) {
   const std::vector<int> layers = pipeline_rank_layers(plan, rank);
-  const std::set<int> held(layers.begin(), layers.end());
   std::vector<Param*> out;
-  for (Param* p : all) {
-    bool used = held.count(p->layer_index) > 0;
-    for (int t : p->tied_layers) used = used || held.count(t) > 0;
-    if (used) out.push_back(p);
-  }
+  for (Param* p : all)
+    if (holds(layers, param_use(*p))) out.push_back(p);
   return out;
 }
 
@@ -98,11 +94,7 @@ MemoryPlan pipeline_memory_plan(const Config& cfg, const PipelinePlan& plan, int
 }
 
 std::vector<int> pipeline_rank_layers(const PipelinePlan& plan, int rank) {
-  std::vector<int> out;
-  const PipelineLayout& l = plan.schedule.layout;
-  for (int c = 0; c < l.chunks(); ++c)
-    for (int layer : stage_layer_indices(plan.stage_layers, l.stage_of(rank, c))) out.push_back(layer);
-  return out;
+  return tetra::pipeline_rank_layers(plan.schedule.layout, plan.stage_layers, rank);
 }
 
 }  // namespace tetra::launch

@@ -32,7 +32,8 @@ struct PipelinePlan {
 // in units of the model's forward divided by pp).
 PipelinePlan plan_pipeline(const Config& cfg, const std::string& costs_text = "");
 
-// The layers (Layer::index) pipeline rank `rank` holds: those of its chunks' stages, in chunk order.
+// The layers (Layer::index) pipeline rank `rank` holds: those of its chunks' stages, in chunk order
+// (parallel/rank_groups.h).
 std::vector<int> pipeline_rank_layers(const PipelinePlan& plan, int rank);
 
 // The parameters of the model's `all` that pipeline rank `rank` holds: those of its layers, tied
