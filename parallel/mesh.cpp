@@ -161,15 +161,6 @@ Mesh::Group Mesh::create_group(Communicator& world, const std::vector<int>& memb
   return g;
 }
 
-Mesh::Group Mesh::create_tp_replica_group(Communicator& world, int replicas) {
-  TETRA_CHECK(replicas >= 1 && shape_.tp % replicas == 0, "Mesh::create_tp_replica_group: ", replicas,
-              " replicas do not divide tp = ", shape_.tp);
-  const int first = coords_.tp / replicas * replicas;
-  std::vector<int> members;
-  for (int t = first; t < first + replicas; ++t) members.push_back(rank_of(coords_.pp, coords_.dp, t));
-  return create_group(world, members, "tp_replicas");
-}
-
 Communicator& Mesh::device_comm(MeshAxis axis) const {
   if (device_comms_.empty()) return comm(axis);
   return *device_comms_[static_cast<size_t>(axis)];

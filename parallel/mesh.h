@@ -54,20 +54,16 @@ class Mesh {
   bool has_communicators() const { return !comms_.empty(); }
 
   // A group a strategy needs besides the axes (ARCHITECTURE.md §4): the ranks holding copies of
-  // the same pipeline stages (DualPipe's pairs, with their data-parallel replicas) or of a tied
-  // weight (the first and last stage). Collective over every rank of `world`: each passes the
-  // members (world ranks, in group order) of the group it belongs to. Holds the host (MPI)
-  // communicator and, where device communicators exist, its NCCL twin.
+  // the same pipeline stages (DualPipe's pairs, with their data-parallel replicas), of a tied weight
+  // (the first and last stage), of a tp-replicated block; parallel/mesh_groups.h makes those a rank
+  // joins. Collective over every rank of `world`: each passes the members (world ranks, in group
+  // order) of the group it belongs to. Holds the host (MPI) communicator and, where device
+  // communicators exist, its NCCL twin.
   struct Group {
     std::shared_ptr<Communicator> host, device;
     Communicator& on_device() const { return device ? *device : *host; }
   };
   Group create_group(Communicator& world, const std::vector<int>& members, const std::string& name);
-  // The `replicas` consecutive tp ranks [t/r·r, t/r·r + r) of this rank's tp group (t: its tp index,
-  // r = replicas, dividing tp), in tp order: the ranks that hold the same block of a parameter part
-  // replicated over r tp ranks (grouped-query key/value heads when tp > n_kv_heads), whose gradients
-  // are summed over them. Collective over every rank of `world`.
-  Group create_tp_replica_group(Communicator& world, int replicas);
   // The device (NCCL) twin of a host communicator over some of this mesh's ranks, on the device of
   // create_device_communicators (the host communicator itself when there is none). own_stream:
   // its operations go on a stream of their own (a pipeline channel, whose sends must not hold up

@@ -25,7 +25,7 @@
 
 namespace tetra {
 
-// The tensor-parallel groups a rank's gradients are summed over (Mesh::create_tp_replica_group
+// The tensor-parallel groups a rank's gradients are summed over (parallel/mesh_groups.h
 // makes the sub-groups): the tp group (null: no tensor parallelism), and per replica count r of a
 // replicated part, the r consecutive tp ranks that hold this rank's block.
 struct TpGradGroups {

@@ -1,0 +1,107 @@
+// How a Trainer's attempt ends: finished, stopped by a signal or by a non-finite step — the last
+// checkpoint, the trace, the memory peaks, rank 0's ledger entry, goodput report and page.
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "launch/checkpoint/files.h"
+#include "launch/job/signals.h"
+#include "launch/report/goodput.h"
+#include "launch/report/html_page.h"
+#include "launch/train/trainer.h"
+#include "runtime/memory.h"
+
+namespace tetra::launch {
+
+int Trainer::end_run(int64_t step, int stop, bool nonfinite) {
+  Checkpointer& ckpt = *parts_->checkpointer;
+  const std::string& run_dir = parts_->run_dir;
+  ckpt.finish();
+  accounting_->write_trace(run_dir);
+  if (nonfinite) {
+    // Step `step + 1` was skipped: the state is the one after `step` steps; save it for a look or
+    // a resume with other settings, unless that is the checkpoint just written.
+    TrainingProgress p = progress(step);
+    p.tokens_seen -= parts_->loader->tokens_per_step();
+    p.skipped_steps -= 1;
+    if (ckpt.last_committed_step() != step) {
+      ckpt.save(p);
+      ckpt.finish();
+    }
+    return end_attempt("nonfinite", exit_code::kNonFinite,
+                       "step " + std::to_string(step + 1) + " had a non-finite loss or gradient norm and " +
+                           "train.on_nonfinite is stop: saved the state after step " + std::to_string(step) + " as " +
+                           checkpoints_dir(run_dir) + "/" + step_dir_name(step) +
+                           "; lower optimizer.lr or train.grad_clip, or set train.on_nonfinite: skip, and resume with "
+                           "checkpoint.resume: auto (exit code " + std::to_string(exit_code::kNonFinite) + ")");
+  }
+  if (stop != 0 && step < cfg_.train.steps) {
+    const bool interrupted = stop == SIGINT;
+    const int code = interrupted ? exit_code::kInterrupted : exit_code::kPreempted;
+    return end_attempt(interrupted ? "interrupted" : "preempted", code,
+                       std::string(signal_name(stop)) + " received: stopped after step " + std::to_string(step) +
+                           " on every rank and saved " + checkpoints_dir(run_dir) + "/" + step_dir_name(step) +
+                           (interrupted ? "; resume with checkpoint.resume: auto"
+                                        : "; exit code " + std::to_string(code) +
+                                              " asks the scheduler to requeue the job, which resumes with "
+                                              "checkpoint.resume: auto"));
+  }
+  report_memory_peaks();
+  if (is_rank0()) {
+    parts_->ledger->attempt_end("finished", 0);
+    GoodputReport report = load_and_compute(run_dir);
+    write_report(run_dir, report);
+    print_report(report, std::cout);
+    write_page(&report);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+// The measured peak of tetra's allocations on the device over the steps, the largest over all
+// ranks, beside the plan printed at start-up; each pipeline rank's peak of micro-batches in flight.
+void Trainer::report_memory_peaks() {
+  const Device device = parts_->device;
+  const double peak = world_.all_reduce_scalar(static_cast<double>(peak_allocated_bytes(device)), ReduceOp::Max);
+  const double startup_peak = world_.all_reduce_scalar(parts_->startup_peak_bytes, ReduceOp::Max);
+  const double planned = world_.all_reduce_scalar(rank_memory_plan(cfg_, *parts_).total(), ReduceOp::Max);
+  report_pipeline_peaks();
+  if (is_rank0()) {
+    std::printf("tetra: memory peak %.0f B (%.3f GiB) measured over the steps on %s (largest rank; start-up %.0f B), "
+                "planned %.0f B (%.3f GiB)\n",
+                peak, peak / (1024.0 * 1024.0 * 1024.0), device.str().c_str(), startup_peak, planned,
+                planned / (1024.0 * 1024.0 * 1024.0));
+  }
+}
+
+int Trainer::end_attempt(const std::string& reason, int code, const std::string& message) {
+  if (is_rank0()) {
+    std::printf("tetra: %s\n", message.c_str());
+    parts_->ledger->attempt_end(reason, code);
+    GoodputReport report = load_and_compute(parts_->run_dir);
+    write_report(parts_->run_dir, report);
+    print_report(report, std::cout);
+    write_page(&report);
+    std::fflush(stdout);
+  }
+  // A launcher may kill the whole job as soon as one rank exits non-zero (mpirun does): nobody
+  // leaves before rank 0 has recorded the end of the attempt.
+  if (world_.size() > 1) world_.barrier();
+  return code;
+}
+
+void Trainer::write_page(const GoodputReport* report) {
+  if (!cfg_.run.html_report) return;
+  const std::string& run_dir = parts_->run_dir;
+  try {  // the page is a view of the run: its failure never changes the run's outcome
+    const std::string path = report ? write_html_report(run_dir, *report)
+                                    : write_html_report(run_dir, load_and_compute(run_dir));
+    std::printf("tetra: wrote %s\n", path.c_str());
+    std::fflush(stdout);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "tetra: warning: the report page was not written: %s\n", e.what());
+  }
+}
+
+}  // namespace tetra::launch
