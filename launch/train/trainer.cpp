@@ -19,6 +19,7 @@
 #include "launch/report/html_page.h"
 #include "launch/job/rank_agreement.h"
 #include "launch/job/signals.h"
+#include "launch/train/copy_engine.h"
 #include "launch/train/memory_plan.h"
 #include "launch/config/model.h"
 #include "models/layer_pass.h"
@@ -30,9 +31,6 @@
 #include "runtime/device_info.h"
 #include "runtime/memory.h"
 #include "runtime/ops.h"
-#ifdef TETRA_WITH_CUDA
-#include "runtime/peer_copy_communicator.h"
-#endif
 #include "runtime/stream.h"
 #include "runtime/trace.h"
 
@@ -292,21 +290,8 @@ void Trainer::setup() {
   });
   Communicator* grad_comm = &grad_group();
   if (cfg_.parallel.grad_all_reduce == GradAllReduce::CopyEngine && shape.dp > 1) {
-#ifdef TETRA_WITH_CUDA
-    const std::string why = PeerCopyCommunicator::unsupported_reason(mesh_->comm(MeshAxis::DP), device_);
-    if (!why.empty())
-      TETRA_FAIL(Config, cfg_.origins.where("parallel.grad_all_reduce"),
-                 ": parallel.grad_all_reduce: copy_engine needs every data-parallel rank on one host with peer "
-                 "access between their GPUs, but ",
-                 why, " (use nccl)");
-    auto peer = std::make_unique<PeerCopyCommunicator>(*grad_comm, mesh_->comm(MeshAxis::DP), device_,
-                                                       params_.flat_numel(), params_.grad_dtype());
-    params_.adopt_flat_grads(peer->buffer());
-    grad_comm_ = std::move(peer);
+    grad_comm_ = make_copy_engine_grad_comm(cfg_, *grad_comm, mesh_->comm(MeshAxis::DP), device_, params_);
     grad_comm = grad_comm_.get();
-#else
-    TETRA_FAIL(Config, "parallel.grad_all_reduce: copy_engine needs tetra built with CUDA");
-#endif
   }
   TpGradGroups tp_groups(shape.tp > 1 ? &mesh_->device_comm(MeshAxis::TP) : nullptr);
   for (const auto& [r, g] : tp_replica_groups_) tp_groups.replicas[r] = &g.on_device();
