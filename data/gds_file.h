@@ -1,7 +1,7 @@
 // GPUDirect Storage: reads from a file straight into GPU memory through cuFile (the NVMe or
 // network storage DMA-writes into the GPU, no host copy). This header is plain C++; the cuFile
 // calls live in gds_file_cufile.cpp, compiled only where libcufile was found at build time
-// (TETRA_WITH_CUFILE); elsewhere gds_file_stub.cpp says that GDS is not available.
+// (CMakeLists.txt); elsewhere gds_file_stub.cpp says that GDS is not available.
 //
 // Alignment: O_DIRECT and the direct DMA path want 4 KiB aligned file offsets, sizes and buffer
 // offsets; the loader reads the 4 KiB-aligned superset of each run of windows (kGdsAlign) into

@@ -1,10 +1,10 @@
-// GPUDirect Storage through cuFile (compiled only where libcufile was found: TETRA_WITH_CUFILE).
+// GPUDirect Storage through cuFile (compiled only where libcufile was found; CMakeLists.txt picks
+// this file or gds_file_stub.cpp).
 // Calls used: cuFileDriverOpen / cuFileDriverGetProperties (once per process), open(O_DIRECT) +
 // cuFileHandleRegister (CU_FILE_HANDLE_TYPE_OPAQUE_FD) per file, cuFileBufRegister per device
 // buffer, cuFileRead(handle, dev_base, size, file_offset, dev_offset) per run of windows.
 // cuFileRead returns the bytes read, -1 with errno set for a system error, or the negative
 // CUfileOpError code; cuFile status structs carry .err (CUfileOpError) and .cu_err (CUresult).
-#ifdef TETRA_WITH_CUFILE
 #include <cufile.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -148,4 +148,3 @@ GdsBufferRegistration::~GdsBufferRegistration() {
 }
 
 }  // namespace tetra::data
-#endif  // TETRA_WITH_CUFILE

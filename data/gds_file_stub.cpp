@@ -1,17 +1,16 @@
-// GPUDirect Storage where tetra was built without cuFile: the probe says so, nothing opens.
-#ifndef TETRA_WITH_CUFILE
+// GPUDirect Storage where tetra was built without cuFile (without CUDA, or where libcufile was not
+// found; CMakeLists.txt picks this file or gds_file_cufile.cpp): the probe says so, nothing opens.
 #include "data/gds_file.h"
+#include "runtime/device.h"
 #include "runtime/error.h"
 
 namespace tetra::data {
 
 GdsProbe gds_probe() {
   GdsProbe p;
-#ifdef TETRA_WITH_CUDA
-  p.detail = "tetra was built without cuFile (libcufile was not found next to the CUDA toolkit at build time)";
-#else
-  p.detail = "tetra was built without CUDA";
-#endif
+  p.detail = built_with_cuda()
+                 ? "tetra was built without cuFile (libcufile was not found next to the CUDA toolkit at build time)"
+                 : "tetra was built without CUDA";
   return p;
 }
 
@@ -25,4 +24,3 @@ GdsBufferRegistration::GdsBufferRegistration(void* dev_ptr, size_t) : ptr_(dev_p
 GdsBufferRegistration::~GdsBufferRegistration() = default;
 
 }  // namespace tetra::data
-#endif

@@ -9,10 +9,8 @@
 
 #include "data/cuda_stage.h"
 #include "data/gds_file.h"
-#include "runtime/error.h"
-#ifdef TETRA_WITH_CUDA
 #include "runtime/cuda/cuda_backend.h"
-#endif
+#include "runtime/error.h"
 
 namespace tetra::data {
 
@@ -21,7 +19,7 @@ namespace {
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
-[[maybe_unused]] int64_t round_down(int64_t v, int64_t to) { return v / to * to; }
+int64_t round_down(int64_t v, int64_t to) { return v / to * to; }
 
 }  // namespace
 
@@ -92,7 +90,7 @@ LoaderPipeline::LoaderPipeline(std::shared_ptr<Corpus> corpus, UnitPlan plan, co
       s.targets = Tensor::empty({o_.micro_batch, o_.seq_len}, DType::I32);
     }
   } else {
-#ifdef TETRA_WITH_CUDA
+    // Without CUDA, CudaStage (cuda_stage_stub.cpp) says that the loader cannot feed the device.
     CudaStage::Options so;
     so.device = o_.device;
     so.slots = ring_;
@@ -105,9 +103,6 @@ LoaderPipeline::LoaderPipeline(std::shared_ptr<Corpus> corpus, UnitPlan plan, co
     if (o_.path == IoPath::Gds)
       gds_registration_ =
           std::make_unique<GdsBufferRegistration>(stage_->device_staging_base(), stage_->device_staging_bytes());
-#else
-    TETRA_FAIL(Device, "the data loader cannot feed ", o_.device.str(), ": tetra was built without CUDA");
-#endif
   }
   for (int i = 0; i < o_.threads; ++i) threads_.emplace_back([this] { reader_loop(); });
 }
@@ -127,9 +122,7 @@ void LoaderPipeline::restart_locked(std::unique_lock<std::mutex>& lk, int64_t un
   cv_done_.wait(lk, [&] { return in_flight_ == 0; });
   if (handed_ >= 0) {
     // The slot the trainer held may be refilled now: its last use is the work issued so far.
-#ifdef TETRA_WITH_CUDA
     if (stage_) stage_->release(static_cast<int>(handed_ % ring_));
-#endif
     handed_ = -1;
   }
   for (Slot& s : slots_) {
@@ -153,9 +146,7 @@ LoaderPipeline::Batch LoaderPipeline::get(int64_t unit) {
   std::unique_lock<std::mutex> lk(mu_);
   if (!running_ || unit != expected_) restart_locked(lk, unit);
   if (handed_ >= 0) {
-#ifdef TETRA_WITH_CUDA
     if (stage_) stage_->release(static_cast<int>(handed_ % ring_));
-#endif
     handed_ = -1;
   }
   released_ = unit;  // every unit before this one is done with
@@ -183,14 +174,12 @@ LoaderPipeline::Batch LoaderPipeline::get(int64_t unit) {
   stats_.rows += o_.micro_batch;
   Batch b;
   b.wait_s = waited;
-#ifdef TETRA_WITH_CUDA
   if (stage_) {
     if (stage_->acquire(index)) ++stats_.device_late;
     b.inputs = stage_->inputs(index);
     b.targets = stage_->targets(index);
     return b;
   }
-#endif
   b.inputs = s.inputs;
   b.targets = s.targets;
   return b;
@@ -206,9 +195,7 @@ LoaderStats LoaderPipeline::stats() const {
 }
 
 void LoaderPipeline::reader_loop() {
-#ifdef TETRA_WITH_CUDA
   if (o_.device.is_cuda()) cuda::set_device(o_.device);  // cuFile and the copies use this thread's device
-#endif
   for (;;) {
     std::unique_lock<std::mutex> lk(mu_);
     cv_fill_.wait(lk, [&] { return stop_ || (running_ && next_fill_ < released_ + ring_); });
@@ -292,14 +279,11 @@ int64_t LoaderPipeline::hint_runs(const std::vector<Run>& runs) const {
 void LoaderPipeline::fill_host(Slot& s, int index, const std::vector<Run>& runs) {
   unsigned char* staging = nullptr;
   StagedRow* rows = nullptr;
-#ifdef TETRA_WITH_CUDA
   if (stage_) {
     stage_->wait_writable(index);  // the last copy out of this slot's host staging is done
     staging = static_cast<unsigned char*>(stage_->host_staging(index));
     rows = stage_->host_rows(index);
-  }
-#endif
-  if (!stage_) {
+  } else {
     staging = s.host_staging.data();
     rows = s.staged.data();
   }
@@ -325,9 +309,7 @@ void LoaderPipeline::fill_host(Slot& s, int index, const std::vector<Run>& runs)
   int32_t* targets = stage_ ? nullptr : s.targets.data<int32_t>();
   const int64_t bad = widen_tokens(staging, width_, rows, o_.micro_batch, T, inputs, targets);
   if (bad >= 0) fail_bad(s, bad, staged_id(staging, width_, rows, T, bad));
-#ifdef TETRA_WITH_CUDA
   if (stage_) stage_->submit(index, pos, o_.micro_batch, width_, /*check_on_device=*/false);
-#endif
   std::lock_guard<std::mutex> lk(mu_);
   stats_.file_bytes += file_bytes;
   stats_.token_bytes += token_bytes;
@@ -337,7 +319,6 @@ void LoaderPipeline::fill_host(Slot& s, int index, const std::vector<Run>& runs)
 }
 
 void LoaderPipeline::fill_gds(Slot& s, int index, const std::vector<Run>& runs) {
-#ifdef TETRA_WITH_CUDA
   stage_->wait_writable(index);  // the last widening out of this slot's device staging is done
   StagedRow* rows = stage_->host_rows(index);
   const int64_t T = o_.seq_len;
@@ -374,10 +355,6 @@ void LoaderPipeline::fill_gds(Slot& s, int index, const std::vector<Run>& runs) 
   stats_.token_bytes += token_bytes;
   stats_.reads += static_cast<int64_t>(runs.size());
   stats_.read_s += read_s;
-#else
-  (void)s, (void)index, (void)runs;
-  TETRA_FAIL(Device, "the gds path needs tetra built with CUDA");
-#endif
 }
 
 }  // namespace tetra::data

@@ -24,12 +24,11 @@ int64_t widen_tokens(const void* staging, int width, const StagedRow* rows, int6
 // The id at flat index `flat` (as widen_tokens numbers them), read from host staging bytes.
 uint32_t staged_id(const void* staging, int width, const StagedRow* rows, int64_t seq_len, int64_t flat);
 
-#ifdef TETRA_WITH_CUDA
-// The kernel, enqueued on `stream` (a cudaStream_t). staging, rows, inputs, targets and bad are
-// device memory; inputs and targets may be null (check only); if bad is not null, the smallest bad
-// flat index is atomicMin-ed into it (preset it to all ones: no bad id leaves it so).
+// The kernel (token_widen.cu, built with CUDA only), enqueued on `stream` (a cudaStream_t). staging,
+// rows, inputs, targets and bad are device memory; inputs and targets may be null (check only); if
+// bad is not null, the smallest bad flat index is atomicMin-ed into it (preset it to all ones: no bad
+// id leaves it so).
 void widen_tokens_cuda(const void* staging, int width, const StagedRow* rows, int64_t n_rows, int64_t seq_len,
                        int32_t* inputs, int32_t* targets, unsigned long long* bad, void* stream);
-#endif
 
 }  // namespace tetra::data

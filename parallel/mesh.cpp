@@ -3,10 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "runtime/mpi_communicator.h"
-#ifdef TETRA_WITH_CUDA
 #include "runtime/nccl_communicator.h"
-#endif
 
 namespace tetra {
 
@@ -110,38 +107,13 @@ void Mesh::create_device_communicators(Device device) {
   device_comms_.clear();
   device_ = device;
   if (!device.is_cuda()) return;
-#ifdef TETRA_WITH_CUDA
   TETRA_CHECK(!comms_.empty(), "create_communicators must come before create_device_communicators");
-  for (auto& c : comms_) {
-    auto* mpi = dynamic_cast<MpiCommunicator*>(c.get());
-    TETRA_CHECK(mpi, "the mesh's host communicators must be MPI communicators to bootstrap NCCL");
-    auto nccl = make_nccl_communicator(mpi->handle(), device, c);
-    nccl->set_name(c->name());
-    nccl->set_timeout(c->timeout());
-    device_comms_.push_back(std::move(nccl));
-  }
-#else
-  TETRA_FAIL(Device, "device communicators on ", device.str(), ": tetra was built without CUDA");
-#endif
+  for (auto& c : comms_) device_comms_.push_back(make_nccl_twin(c, device));
 }
 
 std::shared_ptr<Communicator> Mesh::device_twin(std::shared_ptr<Communicator> host, bool own_stream) const {
   if (!device_.is_cuda()) return host;
-#ifdef TETRA_WITH_CUDA
-  auto* mpi = dynamic_cast<MpiCommunicator*>(host.get());
-  TETRA_CHECK(mpi, "the host communicator ", host->name(), " must be an MPI communicator to bootstrap NCCL");
-  std::shared_ptr<Communicator> nccl = make_nccl_communicator(mpi->handle(), device_, host);
-  nccl->set_name(host->name());
-  nccl->set_timeout(host->timeout());
-  if (own_stream) {
-    auto* n = dynamic_cast<NcclCommunicator*>(nccl.get());
-    TETRA_CHECK(n, "make_nccl_communicator made no NcclCommunicator");
-    n->set_stream(Stream::create(device_));
-  }
-  return nccl;
-#else
-  TETRA_FAIL(Device, "device communicators on ", device_.str(), ": tetra was built without CUDA");
-#endif
+  return make_nccl_twin(host, device_, own_stream);
 }
 
 Mesh::Group Mesh::create_group(Communicator& world, const std::vector<int>& members, const std::string& name) {

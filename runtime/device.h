@@ -21,5 +21,7 @@ struct Device {
 // True when this binary has the CUDA backend and at least one GPU is visible.
 bool cuda_available();
 int cuda_device_count();
+// Whether this binary has the CUDA backend at all (GPUs visible or not).
+bool built_with_cuda();
 
 }  // namespace tetra

@@ -4,11 +4,8 @@
 #include <string>
 #include <thread>
 #include <sys/resource.h>
-#ifdef TETRA_WITH_CUDA
-#include <cuda_runtime.h>
 
 #include "runtime/cuda/cuda_backend.h"
-#endif
 
 namespace tetra {
 
@@ -33,16 +30,7 @@ std::string cpu_model() {
 }
 }  // namespace
 
-std::string device_name(Device d) {
-#ifdef TETRA_WITH_CUDA
-  if (d.is_cuda()) {
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, d.index) == cudaSuccess) return prop.name;
-    return d.str();
-  }
-#endif
-  return cpu_model();
-}
+std::string device_name(Device d) { return d.is_cuda() ? cuda::device_name(d) : cpu_model(); }
 
 double peak_flops(Device d, DType compute, int ranks_on_host) {
   if (d.is_cuda()) {
@@ -60,12 +48,8 @@ double peak_flops(Device d, DType compute, int ranks_on_host) {
   return per_rank_cores * cpu_mhz() * 1e6 * 32.0;
 }
 
-
-
 double peak_memory_bytes(Device d) {
-#ifdef TETRA_WITH_CUDA
   if (d.is_cuda()) return static_cast<double>(cuda::peak_allocated_bytes(d));
-#endif
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return static_cast<double>(u.ru_maxrss) * 1024.0;  // kilobytes on Linux

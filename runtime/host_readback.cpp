@@ -3,11 +3,8 @@
 #include <cstring>
 #include <string>
 
-#include "runtime/error.h"
-#ifdef TETRA_WITH_CUDA
 #include "runtime/cuda/cuda_backend.h"
-#include "runtime/cuda/cuda_check.h"
-#endif
+#include "runtime/error.h"
 
 namespace tetra {
 
@@ -21,20 +18,17 @@ template <> const char* readback_name<double>() { return "HostReadback"; }
 template <class T>
 HostReadback<T>::HostReadback(Device device, int64_t capacity) : device_(device), capacity_(capacity), done_(device) {
   TETRA_CHECK(capacity > 0, readback_name<T>(), " of ", capacity, " values");
-#ifdef TETRA_WITH_CUDA
   if (device.is_cuda()) {
     const size_t bytes = static_cast<size_t>(capacity) * sizeof(T);
     host_ = static_cast<T*>(cuda::allocate_pinned(bytes));
     std::memset(host_, 0, bytes);
     return;
   }
-#endif
   host_ = new T[static_cast<size_t>(capacity)]();
 }
 
 template <class T>
 HostReadback<T>::~HostReadback() {
-#ifdef TETRA_WITH_CUDA
   if (device_.is_cuda()) {
     if (pending_) {
       try {
@@ -45,7 +39,6 @@ HostReadback<T>::~HostReadback() {
     cuda::release_pinned(host_);
     return;
   }
-#endif
   delete[] host_;
 }
 
@@ -60,15 +53,13 @@ void HostReadback<T>::copy_from(std::initializer_list<const Tensor*> srcs) {
   }
   TETRA_CHECK(total <= capacity_, readback_name<T>(), "::copy_from: ", total, " values exceed the capacity of ",
               capacity_);
-#ifdef TETRA_WITH_CUDA
   if (device_.is_cuda()) {
     if (pending_) wait();  // the pinned buffer is about to be overwritten
     const Stream s = current_stream(device_);
     int64_t at = 0;
     for (const Tensor* t : srcs) {
-      if (t->numel() > 0)
-        TETRA_CUDA_CHECK(cudaMemcpyAsync(host_ + at, t->data_ptr(), t->nbytes(), cudaMemcpyDeviceToHost,
-                                         static_cast<cudaStream_t>(s.handle())));
+      // Asynchronous, on the device's current stream s (the host buffer is pinned).
+      cuda::copy_bytes(host_ + at, Device::cpu(), t->data_ptr(), device_, t->nbytes(), /*blocking=*/false);
       at += t->numel();
     }
     done_.record(s);
@@ -76,7 +67,6 @@ void HostReadback<T>::copy_from(std::initializer_list<const Tensor*> srcs) {
     copied_ = total;
     return;
   }
-#endif
   int64_t at = 0;
   for (const Tensor* t : srcs) {
     if (t->numel() > 0) std::memcpy(host_ + at, t->data_ptr(), t->nbytes());

@@ -1,4 +1,5 @@
-// Storage allocation and zero-filled tensors for both backends.
+// Storage allocation and zero-filled tensors for both backends: the host here, a GPU through
+// runtime/cuda/cuda_backend.h (whose stub, in a build without CUDA, has no GPU to allocate on).
 #include "runtime/memory.h"
 
 #include <unistd.h>
@@ -7,10 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/tensor.h"
-#ifdef TETRA_WITH_CUDA
 #include "runtime/cuda/cuda_backend.h"
-#endif
+#include "runtime/tensor.h"
 
 namespace tetra {
 
@@ -29,9 +28,7 @@ void release_host(void* p, size_t bytes, Device) {
   std::free(p);
   g_host_live.fetch_sub(bytes);
 }
-#ifdef TETRA_WITH_CUDA
 void release_cuda(void* p, size_t bytes, Device d) { cuda::release(p, bytes, d); }
-#endif
 }  // namespace
 
 std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
@@ -43,12 +40,8 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
     count_host_alloc(bytes);
     return std::make_shared<Storage>(p, bytes, device, &release_host);
   }
-#ifdef TETRA_WITH_CUDA
   void* p = cuda::allocate(bytes, device);
   return std::make_shared<Storage>(p, bytes, device, &release_cuda);
-#else
-  TETRA_FAIL(Device, "cannot allocate on ", device.str(), ": tetra was built without CUDA");
-#endif
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
@@ -57,54 +50,32 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   if (device.is_cpu()) {
     std::memset(t.data_ptr(), 0, t.nbytes());
   } else {
-#ifdef TETRA_WITH_CUDA
     cuda::memset_zero(t.data_ptr(), t.nbytes(), device);
-#endif
   }
   return t;
 }
 
 size_t allocated_bytes(Device device) {
-#ifdef TETRA_WITH_CUDA
-  if (device.is_cuda()) return cuda::allocated_bytes(device);
-#endif
-  return device.is_cpu() ? g_host_live.load() : 0;
+  return device.is_cpu() ? g_host_live.load() : cuda::allocated_bytes(device);
 }
 
 size_t peak_allocated_bytes(Device device) {
-#ifdef TETRA_WITH_CUDA
-  if (device.is_cuda()) return cuda::peak_allocated_bytes(device);
-#endif
-  return device.is_cpu() ? g_host_peak.load() : 0;
+  return device.is_cpu() ? g_host_peak.load() : cuda::peak_allocated_bytes(device);
 }
 
 size_t device_capacity_bytes(Device device) {
-#ifdef TETRA_WITH_CUDA
   if (device.is_cuda()) return cuda::capacity_bytes(device);
-#endif
-  if (!device.is_cpu()) return 0;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
 }
 
 void reset_peak_allocated(Device device) {
-#ifdef TETRA_WITH_CUDA
-  if (device.is_cuda()) {
-    cuda::reset_peak(device);
-    return;
-  }
-#endif
-  if (device.is_cpu()) g_host_peak.store(g_host_live.load());
+  if (device.is_cuda()) return cuda::reset_peak(device);
+  g_host_peak.store(g_host_live.load());
 }
 
 bool cuda_available() { return cuda_device_count() > 0; }
 
-int cuda_device_count() {
-#ifdef TETRA_WITH_CUDA
-  return cuda::device_count();
-#else
-  return 0;
-#endif
-}
+int cuda_device_count() { return cuda::device_count(); }
 
 }  // namespace tetra

@@ -1,11 +1,8 @@
 // Device dispatch of the multi-tensor ops (runtime/multi_tensor.h).
 #include "runtime/multi_tensor.h"
 
+#include "runtime/op_table.h"
 #include "runtime/trace.h"
-
-#ifdef TETRA_WITH_CUDA
-#include "runtime/cuda/cuda_ops.h"
-#endif
 
 namespace tetra::ops {
 
@@ -20,12 +17,7 @@ void adamw_update_multi(const std::vector<AdamWSegment>& segments, const AdamWHy
     check_dtype("adamw_update_multi", "control", *control, DType::F64);
     check_shape("adamw_update_multi", "control", *control, {kStepControlSlots});
   }
-  if (dev.is_cpu()) return cpu::adamw_update_multi(segments, h, control);
-#ifdef TETRA_WITH_CUDA
-  return cuda::adamw_update_multi(segments, h, control);
-#else
-  TETRA_FAIL(Device, "adamw_update_multi: tensors on ", dev.str(), " but tetra was built without CUDA");
-#endif
+  op_table_for("adamw_update_multi", dev).adamw_update_multi(segments, h, control);
 }
 
 }  // namespace tetra::ops

@@ -28,8 +28,3 @@ void adamw_update_multi(const std::vector<AdamWSegment>& segments, const AdamWHy
                         const Tensor* control = nullptr);
 
 }  // namespace tetra::ops
-
-namespace tetra::cpu {
-void adamw_update_multi(const std::vector<ops::AdamWSegment>& segments, const ops::AdamWHyper& h,
-                        const Tensor* control);
-}  // namespace tetra::cpu

@@ -6,7 +6,8 @@
 // blocking the host; is_completed() polls it. NCCL runs non-blocking (ncclConfig.blocking = 0), so
 // initialisation, split and host-blocking waits (barrier, all_reduce_host) honour timeout(): past it
 // the communicator is aborted and a Comm error names the collective and the group.
-// Plain C++ declarations (no CUDA or NCCL headers), so launch/ can include it under TETRA_WITH_CUDA.
+// Plain C++ declarations (no CUDA or NCCL headers). Where tetra is built without CUDA only
+// make_nccl_twin exists, and says so (nccl_communicator_stub.cpp).
 #pragma once
 #include <mpi.h>
 
@@ -63,5 +64,11 @@ class NcclCommunicator : public Communicator {
 // The NCCL communicator of `comm`'s ranks on `device` (see NcclCommunicator).
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, Device device,
                                                      std::shared_ptr<Communicator> host_comm);
+
+// The NCCL twin of `host` (an MPI communicator, which bootstraps it) on `device`: the same ranks,
+// name and timeout, with `host` for all_reduce_host. own_stream: its collectives run on a new stream
+// of their own (set_stream), else on the current stream at each call.
+std::shared_ptr<Communicator> make_nccl_twin(const std::shared_ptr<Communicator>& host, Device device,
+                                             bool own_stream = false);
 
 }  // namespace tetra

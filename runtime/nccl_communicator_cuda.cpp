@@ -15,6 +15,7 @@
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/device_context.h"
+#include "runtime/mpi_communicator.h"
 
 namespace tetra {
 
@@ -535,6 +536,17 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, Device device,
                                                      std::shared_ptr<Communicator> host_comm) {
   return std::make_unique<NcclCommunicator>(comm, device, std::move(host_comm));
+}
+
+std::shared_ptr<Communicator> make_nccl_twin(const std::shared_ptr<Communicator>& host, Device device,
+                                             bool own_stream) {
+  auto* mpi = dynamic_cast<MpiCommunicator*>(host.get());
+  TETRA_CHECK(mpi, "the host communicator ", host->name(), " must be an MPI communicator to bootstrap NCCL");
+  auto nccl = std::make_shared<NcclCommunicator>(mpi->handle(), device, host);
+  nccl->set_name(host->name());
+  nccl->set_timeout(host->timeout());
+  if (own_stream) nccl->set_stream(Stream::create(device));
+  return nccl;
 }
 
 }  // namespace tetra

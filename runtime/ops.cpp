@@ -1,23 +1,27 @@
-// Device dispatch of the op library: CPU kernels in runtime/cpu/, CUDA kernels in runtime/cuda/.
+// Device dispatch of the op library: each op calls the kernel of its tensors' device through that
+// backend's op table (runtime/op_table.h): CPU kernels in runtime/cpu/, CUDA kernels in runtime/cuda/.
 #include "runtime/ops.h"
 
-#include "runtime/cpu/cpu_ops.h"
+#include "runtime/op_table.h"
 #include "runtime/trace.h"
-#ifdef TETRA_WITH_CUDA
-#include "runtime/cuda/cuda_ops.h"
+
+namespace tetra {
+
+const OpTable& op_table_for(const char* op, Device device) {
+  if (!device.is_cuda()) return cpu::op_table;
+  if (!cuda::op_table) TETRA_FAIL(Device, op, ": tensor on ", device.str(), " but tetra was built without CUDA");
+  return *cuda::op_table;
+}
+
+}  // namespace tetra
+
+// One traced call through the table of `dev`.
 #define TETRA_DISPATCH(dev, fn, ...)                                                             \
   do {                                                                                           \
+    const ::tetra::OpTable& tetra_table_ = ::tetra::op_table_for(#fn, dev);                      \
     ::tetra::TraceScope tetra_trace_(#fn, "op");                                                 \
-    return (dev).is_cuda() ? ::tetra::cuda::fn(__VA_ARGS__) : ::tetra::cpu::fn(__VA_ARGS__);     \
+    return tetra_table_.fn(__VA_ARGS__);                                                         \
   } while (0)
-#else
-#define TETRA_DISPATCH(dev, fn, ...)                                                          \
-  do {                                                                                        \
-    if ((dev).is_cuda()) TETRA_FAIL(Device, #fn ": tensor on " , (dev).str(), " but tetra was built without CUDA"); \
-    ::tetra::TraceScope tetra_trace_(#fn, "op");                                              \
-    return ::tetra::cpu::fn(__VA_ARGS__);                                                     \
-  } while (0)
-#endif
 
 namespace tetra::ops {
 
@@ -32,12 +36,11 @@ void scale(Tensor& x, float s) { TETRA_DISPATCH(x.device(), scale, x, s); }
 void copy(Tensor& dst, const Tensor& src) {
   TraceScope trace("copy", "op");
   TETRA_CHECK(dst.numel() == src.numel(), "copy: ", src.describe(), " into ", dst.describe());
-  if (dst.device().is_cpu() && src.device().is_cpu()) return cpu::copy(dst, src);
-#ifdef TETRA_WITH_CUDA
-  return cuda::copy(dst, src);
-#else
-  TETRA_FAIL(Device, "copy between ", src.device().str(), " and ", dst.device().str(), ": built without CUDA");
-#endif
+  if (dst.device().is_cpu() && src.device().is_cpu()) return cpu::op_table.copy(dst, src);
+  // Any copy that involves a GPU is CUDA's.
+  if (!cuda::op_table)
+    TETRA_FAIL(Device, "copy between ", src.device().str(), " and ", dst.device().str(), ": built without CUDA");
+  return cuda::op_table->copy(dst, src);
 }
 
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act, Tensor* pre_act,

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 
+#include "runtime/op_list.h"
 #include "runtime/step_control.h"
 #include "runtime/tensor.h"
 
@@ -238,14 +239,8 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_he
 // of each group.
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         int64_t n_heads, int64_t n_kv_heads);
-// Plain multi-head attention (n_kv_heads = n_heads).
-inline void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads) {
-  attention_forward(out, lse, qkv, n_heads, n_heads);
-}
-inline void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                               const Tensor& lse, int64_t n_heads) {
-  attention_backward(dqkv, dout, qkv, out, lse, n_heads, n_heads);
-}
+// Plain multi-head attention (n_kv_heads = n_heads): attention_forward(out, lse, qkv, n_heads) and
+// attention_backward(dqkv, dout, qkv, out, lse, n_heads), at the end of this file.
 
 // ---------- loss ----------
 // Fused softmax cross-entropy. logits[N, V], targets int32[N] (target < 0: ignored, loss 0).
@@ -307,5 +302,25 @@ void sum_partials(Tensor& out, const Tensor& parts, const Tensor& b, const Tenso
 // is updated from loss_sum fp64 [1], grad_sq fp64 [1] and lr_table fp64 [steps], all on one device.
 void step_control(Tensor& control, const Tensor& loss_sum, const Tensor& grad_sq, const Tensor& lr_table,
                   const StepControlConfig& cfg);
+
+// ---------- the op table ----------
+// The type of each op the backends implement (runtime/op_list.h), taken from its declaration above:
+// the backends declare their kernels with it and the op table holds pointers of it
+// (runtime/op_table.h), so every signature is written once, here. Before the overloads below, so
+// that each name still means one function.
+namespace op_type {
+#define TETRA_OP_TYPE(name) using name = decltype(::tetra::ops::name);
+TETRA_OPS(TETRA_OP_TYPE)
+#undef TETRA_OP_TYPE
+}  // namespace op_type
+
+// Plain multi-head attention (n_kv_heads = n_heads).
+inline void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads) {
+  attention_forward(out, lse, qkv, n_heads, n_heads);
+}
+inline void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                               const Tensor& lse, int64_t n_heads) {
+  attention_backward(dqkv, dout, qkv, out, lse, n_heads, n_heads);
+}
 
 }  // namespace tetra::ops

@@ -18,8 +18,8 @@
 // ordered, timed and captured into CUDA graphs like any collective. Staging costs (size − 1) ×
 // the buffer's bytes on each rank. Needs: every rank on this host, peer access between every pair
 // of their GPUs (one GPU per rank), and the same call sequence on every rank (as every collective).
-// Plain C++ declarations; the implementation exists only with CUDA (launch/ includes this under
-// TETRA_WITH_CUDA).
+// Plain C++ declarations; the implementation exists only with CUDA (peer_copy_communicator_cuda.cpp),
+// so its users are CUDA code too (launch/train/copy_engine_cuda.cpp).
 #pragma once
 #include <memory>
 #include <string>

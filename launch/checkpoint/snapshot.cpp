@@ -2,21 +2,18 @@
 
 #include <algorithm>
 #include <iostream>
+#include <string>
 
+#include "runtime/cuda/cuda_backend.h"
 #include "runtime/ops.h"
 #include "runtime/stream.h"
-#ifdef TETRA_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace tetra::launch {
 
 HostSnapshot::~HostSnapshot() { release(); }
 
 void HostSnapshot::release() {
-#ifdef TETRA_WITH_CUDA
-  if (pinned_ && buffer_.defined()) cudaHostUnregister(buffer_.data_ptr());
-#endif
+  if (pinned_ && buffer_.defined()) cuda::unregister_host(buffer_.data_ptr());
   pinned_ = false;
   buffer_ = Tensor();
 }
@@ -32,21 +29,15 @@ std::vector<StatePiece> HostSnapshot::take(const std::vector<StatePiece>& pieces
     release();
     buffer_ = Tensor::empty({std::max<int64_t>(total, 1)}, DType::F32);
   }
-#ifdef TETRA_WITH_CUDA
   if (on_device && !pinned_) {
-    cudaError_t e = cudaHostRegister(buffer_.data_ptr(), buffer_.nbytes(), cudaHostRegisterDefault);
-    if (e == cudaSuccess) {
+    const std::string why = cuda::register_host(buffer_.data_ptr(), buffer_.nbytes());
+    if (why.empty()) {
       pinned_ = true;
     } else {
-      (void)cudaGetLastError();
       std::cerr << "tetra: warning: could not pin " << buffer_.nbytes() / (1 << 20)
-                << " MiB of host memory for checkpoint snapshots (" << cudaGetErrorString(e)
-                << "); copies will be slower\n";
+                << " MiB of host memory for checkpoint snapshots (" << why << "); copies will be slower\n";
     }
   }
-#else
-  (void)on_device;
-#endif
   std::vector<StatePiece> out;
   out.reserve(pieces.size());
   int64_t off = 0;

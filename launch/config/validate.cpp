@@ -13,6 +13,7 @@
 #include "launch/config/model.h"
 #include "parallel/pipeline/generators.h"
 #include "parallel/pipeline/stage_split.h"
+#include "runtime/device.h"
 #include "runtime/error.h"
 
 namespace tetra::launch {
@@ -433,11 +434,8 @@ Config resolve(const Config& cfg, int world_size, bool cuda_available) {
   const TrainConfig& t = cfg.train;
   if (t.device == DeviceChoice::Cuda && !cuda_available)
     fail(cfg, {"train.device"},
-         "cuda, but no GPU is visible to this process (check the driver and CUDA_VISIBLE_DEVICES, or "
-#ifndef TETRA_WITH_CUDA
-         "build tetra with CUDA; "
-#endif
-         "use train.device: auto or cpu)");
+         std::string("cuda, but no GPU is visible to this process (check the driver and CUDA_VISIBLE_DEVICES, or ") +
+             (built_with_cuda() ? "" : "build tetra with CUDA; ") + "use train.device: auto or cpu)");
   const bool on_cuda = t.device == DeviceChoice::Cuda || (t.device == DeviceChoice::Auto && cuda_available);
   const DtypeChoice precision =
       t.precision != DtypeChoice::Auto ? t.precision : on_cuda ? DtypeChoice::BF16 : DtypeChoice::FP32;

@@ -253,7 +253,7 @@ void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, cons
   s.v = v;
   if (given(working)) s.working = *working;
   s.weight_decay = h.weight_decay;
-  cuda::adamw_update_multi({s}, h);
+  cuda::adamw_update_multi({s}, h, nullptr);
 }
 
 }  // namespace tetra::cuda

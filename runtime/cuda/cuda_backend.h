@@ -1,7 +1,10 @@
-// Host-side entry points of the CUDA backend, callable from plain C++ (no CUDA headers here).
-// Only compiled and linked when TETRA_WITH_CUDA is defined.
+// Host-side entry points of the CUDA backend, callable from plain C++ (no CUDA headers here):
+// memory_cuda.cpp and device_context_cuda.cpp. Where tetra is built without CUDA,
+// cuda_backend_stub.cpp stands in: no devices, nothing allocated, and an error that says so from
+// whatever would need a GPU.
 #pragma once
 #include <cstddef>
+#include <string>
 
 #include "runtime/device.h"
 
@@ -25,6 +28,10 @@ size_t capacity_bytes(Device device);
 // Page-locked host memory for fast asynchronous copies.
 void* allocate_pinned(size_t bytes);
 void release_pinned(void* ptr);
+// Page-locks host memory allocated elsewhere (cudaHostRegister): "" when done, else why not (the
+// memory stays usable, pageable). unregister_host undoes it.
+std::string register_host(void* ptr, size_t bytes);
+void unregister_host(void* ptr);
 
 void memset_zero(void* ptr, size_t bytes, Device device);
 // Copies between host and device (or device and device) on the current stream of the device side.
@@ -33,5 +40,7 @@ void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size
 
 int device_count();
 void set_device(Device device);
+// The GPU's name (cudaGetDeviceProperties), or device.str() when it cannot be read.
+std::string device_name(Device device);
 
 }  // namespace tetra::cuda

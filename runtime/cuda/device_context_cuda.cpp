@@ -1,5 +1,5 @@
 // Device selection and launch context for the CUDA ops (runtime/cuda/device_context.h), and the
-// device queries of runtime/cuda/cuda_backend.h (device_count, set_device).
+// device queries of runtime/cuda/cuda_backend.h (device_count, set_device, device_name).
 #include <algorithm>
 #include <atomic>
 
@@ -48,6 +48,12 @@ int device_count() {
 void set_device(Device device) {
   checked_index(device);
   TETRA_CUDA_CHECK(cudaSetDevice(device.index));
+}
+
+std::string device_name(Device device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device.index) == cudaSuccess) return prop.name;
+  return device.str();
 }
 
 DeviceScope::DeviceScope(Device device) {
@@ -107,3 +113,9 @@ void check_last_dim(const char* op, const char* what, const Tensor& t, int64_t f
 }
 
 }  // namespace tetra::cuda
+
+namespace tetra {
+
+bool built_with_cuda() { return true; }  // runtime/device.h
+
+}  // namespace tetra

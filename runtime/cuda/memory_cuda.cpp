@@ -4,7 +4,8 @@
 //   the pool and are handed out again; after the first step no allocation reaches the driver;
 // - allocated / peak byte counters per device (which also count the plain cudaMalloc blocks that
 //   peers map through CUDA IPC, which pool memory cannot be);
-// - pinned host memory, memset and byte copies on the current stream of the device involved.
+// - pinned host memory (allocated here, or registered), memset and byte copies on the current
+//   stream of the device involved.
 //
 // Stream semantics (as PyTorch's caching allocator): a block is allocated and freed on the current
 // stream of its device at the time of the call. A block used on another stream (a communication
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/device_context.h"
@@ -156,6 +158,15 @@ void* allocate_pinned(size_t bytes) {
 void release_pinned(void* ptr) {
   if (ptr && cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
 }
+
+std::string register_host(void* ptr, size_t bytes) {
+  const cudaError_t e = cudaHostRegister(ptr, bytes, cudaHostRegisterDefault);
+  if (e == cudaSuccess) return "";
+  (void)cudaGetLastError();
+  return cudaGetErrorString(e);
+}
+
+void unregister_host(void* ptr) { cudaHostUnregister(ptr); }
 
 void memset_zero(void* ptr, size_t bytes, Device device) {
   if (bytes == 0) return;

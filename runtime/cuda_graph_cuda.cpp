@@ -1,15 +1,14 @@
+// CudaGraph on the CUDA runtime (runtime/cuda_graph.h); cuda_graph_stub.cpp where tetra is built
+// without CUDA.
 #include "runtime/cuda_graph.h"
 
+#include "runtime/cuda/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/stream.h"
-#ifdef TETRA_WITH_CUDA
-#include "runtime/cuda/cuda_check.h"
-#endif
 
 namespace tetra {
 
 struct CudaGraph::Impl {
-#ifdef TETRA_WITH_CUDA
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   cudaStream_t stream = nullptr;  // the stream the capture ran on
@@ -18,14 +17,10 @@ struct CudaGraph::Impl {
     if (exec) (void)cudaGraphExecDestroy(exec);
     if (graph) (void)cudaGraphDestroy(graph);
   }
-#endif
 };
 
 CudaGraph::CudaGraph(Device device) : device_(device), impl_(std::make_unique<Impl>()) {
   if (!device.is_cuda()) TETRA_FAIL(Device, "CUDA graphs need a CUDA device, got ", device.str());
-#ifndef TETRA_WITH_CUDA
-  TETRA_FAIL(Device, "CUDA graphs: tetra was built without CUDA");
-#endif
 }
 
 CudaGraph::~CudaGraph() {
@@ -33,18 +28,15 @@ CudaGraph::~CudaGraph() {
 }
 
 void CudaGraph::begin_capture() {
-#ifdef TETRA_WITH_CUDA
   TETRA_CHECK(!capturing_ && !captured(), "CudaGraph::begin_capture: already captured");
   TETRA_CUDA_CHECK(cudaSetDevice(device_.index));
   impl_->stream = static_cast<cudaStream_t>(current_stream(device_).handle());
   // Relaxed: other threads (the data loader's) keep using CUDA while the step is captured.
   TETRA_CUDA_CHECK(cudaStreamBeginCapture(impl_->stream, cudaStreamCaptureModeRelaxed));
   capturing_ = true;
-#endif
 }
 
 void CudaGraph::end_capture() {
-#ifdef TETRA_WITH_CUDA
   TETRA_CHECK(capturing_, "CudaGraph::end_capture without begin_capture");
   capturing_ = false;
   cudaGraph_t graph = nullptr;
@@ -64,42 +56,29 @@ void CudaGraph::end_capture() {
     TETRA_FAIL(Device, "CUDA graph instantiation failed on ", device_.str(), ": ", cudaGetErrorName(ie), " (",
                cudaGetErrorString(ie), ")");
   }
-#endif
 }
 
 void CudaGraph::abort_capture() noexcept {
-#ifdef TETRA_WITH_CUDA
   if (!capturing_) return;
   capturing_ = false;
   cudaGraph_t graph = nullptr;
   (void)cudaStreamEndCapture(impl_->stream, &graph);
   if (graph) (void)cudaGraphDestroy(graph);
   (void)cudaGetLastError();
-#endif
 }
 
 bool CudaGraph::captured() const {
-#ifdef TETRA_WITH_CUDA
   return impl_->exec != nullptr;
-#else
-  return false;
-#endif
 }
 
 size_t CudaGraph::nodes() const {
-#ifdef TETRA_WITH_CUDA
   return impl_->nodes;
-#else
-  return 0;
-#endif
 }
 
 void CudaGraph::replay() {
-#ifdef TETRA_WITH_CUDA
   TETRA_CHECK(captured(), "CudaGraph::replay before a capture");
   TETRA_CUDA_CHECK(cudaSetDevice(device_.index));
   TETRA_CUDA_CHECK(cudaGraphLaunch(impl_->exec, static_cast<cudaStream_t>(current_stream(device_).handle())));
-#endif
 }
 
 }  // namespace tetra
