@@ -4,13 +4,6 @@
 
 namespace tetra {
 
-Recompute recompute_from_name(const std::string& name) {
-  if (name == "none") return Recompute::None;
-  if (name == "mlp") return Recompute::Mlp;
-  if (name == "full") return Recompute::Full;
-  TETRA_FAIL(Config, "train.recompute: unknown mode '", name, "' (valid: none, mlp, full)");
-}
-
 StreamGradient MicroBatchContext::stream_gradient(const Shape& shape) const {
   StreamGradient g;
   g.grad = residual(shape);

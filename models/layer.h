@@ -25,7 +25,6 @@ struct Activations {
 // Activation recomputation, per layer: keep everything, recompute the MLP's hidden activations,
 // or keep only the layer input and recompute the whole forward during backward.
 enum class Recompute { None, Mlp, Full };
-Recompute recompute_from_name(const std::string& name);
 
 // The residual stream's gradient as a block's backward writes it: `grad` in the stream's dtype and
 // `rounded`, the same values in the activation dtype for the GEMMs that read it (the output
