@@ -8,12 +8,8 @@ namespace tetra::data {
 
 DataLoader::DataLoader(const DataLoaderOptions& options) : o_(options) {
   const SamplerConfig& sc = o_.sampler;
-  CorpusOptions co;
-  co.train = o_.train;
-  co.val = o_.val;
-  co.val_fraction = o_.val_fraction;
-  co.seq_len = sc.seq_len;
-  co.model_vocab = o_.model_vocab;
+  const CorpusOptions co{.train = o_.train, .val = o_.val, .val_fraction = o_.val_fraction, .seq_len = sc.seq_len,
+                         .model_vocab = o_.model_vocab};
   TETRA_CHECK(sc.seq_len > 0, "DataLoader needs a positive sequence length, got ", sc.seq_len);
   corpus_ = std::make_shared<Corpus>(co);
 

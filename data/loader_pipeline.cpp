@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "data/cuda_stage.h"
+#include "data/device_ring.h"
 #include "data/gds_file.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/error.h"
@@ -90,8 +90,8 @@ LoaderPipeline::LoaderPipeline(std::shared_ptr<Corpus> corpus, UnitPlan plan, co
       s.targets = Tensor::empty({o_.micro_batch, o_.seq_len}, DType::I32);
     }
   } else {
-    // Without CUDA, CudaStage (cuda_stage_stub.cpp) says that the loader cannot feed the device.
-    CudaStage::Options so;
+    // Without CUDA, DeviceRing (device_ring_stub.cpp) says that the loader cannot feed the device.
+    DeviceRing::Options so;
     so.device = o_.device;
     so.slots = ring_;
     so.staging_bytes = staging_bytes_;
@@ -99,10 +99,10 @@ LoaderPipeline::LoaderPipeline(std::shared_ptr<Corpus> corpus, UnitPlan plan, co
     so.seq_len = o_.seq_len;
     so.host_staging = o_.path != IoPath::Gds;
     so.pinned = o_.path == IoPath::Pinned;
-    stage_ = std::make_unique<CudaStage>(so);
+    device_ring_ = std::make_unique<DeviceRing>(so);
     if (o_.path == IoPath::Gds)
       gds_registration_ =
-          std::make_unique<GdsBufferRegistration>(stage_->device_staging_base(), stage_->device_staging_bytes());
+          std::make_unique<GdsBufferRegistration>(device_ring_->device_staging_base(), device_ring_->device_staging_bytes());
   }
   for (int i = 0; i < o_.threads; ++i) threads_.emplace_back([this] { reader_loop(); });
 }
@@ -114,7 +114,7 @@ LoaderPipeline::~LoaderPipeline() {
   }
   cv_fill_.notify_all();
   for (std::thread& t : threads_) t.join();
-  gds_registration_.reset();  // before the device staging it covers goes away with stage_
+  gds_registration_.reset();  // before the device staging it covers goes away with device_ring_
 }
 
 void LoaderPipeline::restart_locked(std::unique_lock<std::mutex>& lk, int64_t unit) {
@@ -122,7 +122,7 @@ void LoaderPipeline::restart_locked(std::unique_lock<std::mutex>& lk, int64_t un
   cv_done_.wait(lk, [&] { return in_flight_ == 0; });
   if (handed_ >= 0) {
     // The slot the trainer held may be refilled now: its last use is the work issued so far.
-    if (stage_) stage_->release(static_cast<int>(handed_ % ring_));
+    if (device_ring_) device_ring_->release(static_cast<int>(handed_ % ring_));
     handed_ = -1;
   }
   for (Slot& s : slots_) {
@@ -146,7 +146,7 @@ LoaderPipeline::Batch LoaderPipeline::get(int64_t unit) {
   std::unique_lock<std::mutex> lk(mu_);
   if (!running_ || unit != expected_) restart_locked(lk, unit);
   if (handed_ >= 0) {
-    if (stage_) stage_->release(static_cast<int>(handed_ % ring_));
+    if (device_ring_) device_ring_->release(static_cast<int>(handed_ % ring_));
     handed_ = -1;
   }
   released_ = unit;  // every unit before this one is done with
@@ -174,10 +174,10 @@ LoaderPipeline::Batch LoaderPipeline::get(int64_t unit) {
   stats_.rows += o_.micro_batch;
   Batch b;
   b.wait_s = waited;
-  if (stage_) {
-    if (stage_->acquire(index)) ++stats_.device_late;
-    b.inputs = stage_->inputs(index);
-    b.targets = stage_->targets(index);
+  if (device_ring_) {
+    if (device_ring_->acquire(index)) ++stats_.device_late;
+    b.inputs = device_ring_->inputs(index);
+    b.targets = device_ring_->targets(index);
     return b;
   }
   b.inputs = s.inputs;
@@ -279,10 +279,10 @@ int64_t LoaderPipeline::hint_runs(const std::vector<Run>& runs) const {
 void LoaderPipeline::fill_host(Slot& s, int index, const std::vector<Run>& runs) {
   unsigned char* staging = nullptr;
   StagedRow* rows = nullptr;
-  if (stage_) {
-    stage_->wait_writable(index);  // the last copy out of this slot's host staging is done
-    staging = static_cast<unsigned char*>(stage_->host_staging(index));
-    rows = stage_->host_rows(index);
+  if (device_ring_) {
+    device_ring_->wait_writable(index);  // the last copy out of this slot's host staging is done
+    staging = static_cast<unsigned char*>(device_ring_->host_staging(index));
+    rows = device_ring_->host_rows(index);
   } else {
     staging = s.host_staging.data();
     rows = s.staged.data();
@@ -305,11 +305,11 @@ void LoaderPipeline::fill_host(Slot& s, int index, const std::vector<Run>& runs)
 
   // The CPU backend widens here (the CPU twin of the device kernel); CUDA checks here and widens
   // on the device. Either way every id is checked against its file's vocabulary.
-  int32_t* inputs = stage_ ? nullptr : s.inputs.data<int32_t>();
-  int32_t* targets = stage_ ? nullptr : s.targets.data<int32_t>();
+  int32_t* inputs = device_ring_ ? nullptr : s.inputs.data<int32_t>();
+  int32_t* targets = device_ring_ ? nullptr : s.targets.data<int32_t>();
   const int64_t bad = widen_tokens(staging, width_, rows, o_.micro_batch, T, inputs, targets);
   if (bad >= 0) fail_bad(s, bad, staged_id(staging, width_, rows, T, bad));
-  if (stage_) stage_->submit(index, pos, o_.micro_batch, width_, /*check_on_device=*/false);
+  if (device_ring_) device_ring_->submit(index, pos, o_.micro_batch, width_, /*check_on_device=*/false);
   std::lock_guard<std::mutex> lk(mu_);
   stats_.file_bytes += file_bytes;
   stats_.token_bytes += token_bytes;
@@ -319,10 +319,10 @@ void LoaderPipeline::fill_host(Slot& s, int index, const std::vector<Run>& runs)
 }
 
 void LoaderPipeline::fill_gds(Slot& s, int index, const std::vector<Run>& runs) {
-  stage_->wait_writable(index);  // the last widening out of this slot's device staging is done
-  StagedRow* rows = stage_->host_rows(index);
+  device_ring_->wait_writable(index);  // the last widening out of this slot's device staging is done
+  StagedRow* rows = device_ring_->host_rows(index);
   const int64_t T = o_.seq_len;
-  const int64_t slot_base = stage_->device_staging_offset(index);
+  const int64_t slot_base = device_ring_->device_staging_offset(index);
   int64_t pos = 0, file_bytes = 0, token_bytes = 0;
   const double t0 = now_s();
   for (const Run& run : runs) {
@@ -331,7 +331,7 @@ void LoaderPipeline::fill_gds(Slot& s, int index, const std::vector<Run>& runs) 
     const int64_t begin = sh.raw_offset + run.offset * width_, end = begin + run.tokens * width_;
     const int64_t a = round_down(begin, kGdsAlign), b = static_cast<int64_t>(round_up(static_cast<size_t>(end), kGdsAlign));
     TETRA_CHECK(pos + (b - a) <= static_cast<int64_t>(staging_bytes_), "gds staging overflow");
-    const int64_t got = sh.gds().read(stage_->device_staging_base(), static_cast<size_t>(b - a), a, slot_base + pos);
+    const int64_t got = sh.gds().read(device_ring_->device_staging_base(), static_cast<size_t>(b - a), a, slot_base + pos);
     if (got < end - a)
       TETRA_FAIL(Data, "dataset ", sh.path, " ended early: cuFileRead at byte ", a, " returned ", got, " bytes, ",
                  end - a, " needed (was the file truncated while training?)");
@@ -342,12 +342,12 @@ void LoaderPipeline::fill_gds(Slot& s, int index, const std::vector<Run>& runs) 
   }
   const double read_s = now_s() - t0;
   // The ids are checked on the device, then widened; only the check's result comes back.
-  stage_->submit(index, 0, o_.micro_batch, width_, /*check_on_device=*/true);
-  const int64_t bad = stage_->device_check(index);
+  device_ring_->submit(index, 0, o_.micro_batch, width_, /*check_on_device=*/true);
+  const int64_t bad = device_ring_->device_check(index);
   if (bad >= 0) {
     const int64_t r = bad / (T + 1), t = bad % (T + 1);
     uint32_t id = 0;
-    stage_->read_back(index, rows[r].byte_offset + t * width_, &id, static_cast<size_t>(width_));
+    device_ring_->read_back(index, rows[r].byte_offset + t * width_, &id, static_cast<size_t>(width_));
     fail_bad(s, bad, id);
   }
   std::lock_guard<std::mutex> lk(mu_);

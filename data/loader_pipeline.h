@@ -2,7 +2,7 @@
 // unit (a micro-batch, numbered in the order the trainer consumes them); `threads` reader threads
 // take the next unit, read its windows (coalescing adjacent windows of a shard into one read) into
 // a ring slot by the chosen path (io_path.h), and hand it to the device on the loader's copy stream
-// (cuda_stage.h); the trainer's get(unit) blocks only if that unit is not read yet, and its stream
+// (device_ring.h); the trainer's get(unit) blocks only if that unit is not read yet, and its stream
 // waits on the slot's `ready` event only if the copy is still running.
 //
 // The ring holds prefetch + 1 slots: the one the trainer is using and `prefetch` read ahead. A slot
@@ -36,7 +36,7 @@
 
 namespace tetra::data {
 
-class CudaStage;
+class DeviceRing;
 class GdsBufferRegistration;
 
 // Fills rows[0..micro_batch) with the windows of unit `unit`. Called from reader threads, one unit
@@ -141,7 +141,7 @@ class LoaderPipeline {
   int width_ = 4;  // bytes per staged id: 2 when every shard stores uint16 raw, else 4
   size_t staging_bytes_ = 0;
   std::vector<Slot> slots_;
-  std::unique_ptr<CudaStage> stage_;
+  std::unique_ptr<DeviceRing> device_ring_;
   std::unique_ptr<GdsBufferRegistration> gds_registration_;
   HintFiles hints_;
 

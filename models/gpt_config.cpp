@@ -22,30 +22,14 @@ void GptConfig::validate() const {
 }
 
 GptConfig GptConfig::from(const ModelArgs& a) {
-  GptConfig g;
-  g.arch = a.arch;
-  g.vocab_size = a.vocab_size;
-  g.max_seq_len = a.seq_len;
-  g.d_model = a.d_model;
-  g.n_layers = a.n_layers;
-  g.n_heads = a.n_heads;
-  g.ln_eps = static_cast<float>(a.ln_eps);
-  g.recompute = a.recompute;
-  return g;
+  return {.arch = a.arch, .vocab_size = a.vocab_size, .max_seq_len = a.seq_len, .d_model = a.d_model,
+          .n_layers = a.n_layers, .n_heads = a.n_heads, .ln_eps = static_cast<float>(a.ln_eps),
+          .recompute = a.recompute};
 }
 
 ModelArgs GptConfig::args() const {
-  ModelArgs a;
-  a.arch = arch;
-  a.vocab_size = vocab_size;
-  a.seq_len = max_seq_len;
-  a.d_model = d_model;
-  a.n_layers = n_layers;
-  a.n_heads = n_heads;
-  a.ln_eps = ln_eps;
-  a.tie_embeddings = true;
-  a.recompute = recompute;
-  return a;
+  return {.arch = arch, .vocab_size = vocab_size, .seq_len = max_seq_len, .d_model = d_model, .n_layers = n_layers,
+          .n_heads = n_heads, .ln_eps = ln_eps, .tie_embeddings = true, .recompute = recompute};
 }
 
 }  // namespace tetra

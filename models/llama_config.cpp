@@ -129,38 +129,16 @@ void LlamaConfig::validate_moe() const {
 }
 
 LlamaConfig LlamaConfig::from(const ModelArgs& a) {
-  LlamaConfig c;
-  c.vocab_size = a.vocab_size;
-  c.max_seq_len = a.seq_len;
-  c.d_model = a.d_model;
-  c.n_layers = a.n_layers;
-  c.n_heads = a.n_heads;
-  c.n_kv_heads = a.n_kv_heads;
-  c.ffn_dim = a.ffn_dim;
-  c.norm_eps = static_cast<float>(a.norm_eps);
-  c.rope_theta = static_cast<float>(a.rope_theta);
-  c.tie_embeddings = a.tie_embeddings;
-  c.moe = a.moe;
-  c.recompute = a.recompute;
-  return c;
+  return {.vocab_size = a.vocab_size, .max_seq_len = a.seq_len, .d_model = a.d_model, .n_layers = a.n_layers,
+          .n_heads = a.n_heads, .n_kv_heads = a.n_kv_heads, .ffn_dim = a.ffn_dim,
+          .norm_eps = static_cast<float>(a.norm_eps), .rope_theta = static_cast<float>(a.rope_theta),
+          .tie_embeddings = a.tie_embeddings, .moe = a.moe, .recompute = a.recompute};
 }
 
 ModelArgs LlamaConfig::args() const {
-  ModelArgs a;
-  a.arch = "llama";
-  a.vocab_size = vocab_size;
-  a.seq_len = max_seq_len;
-  a.d_model = d_model;
-  a.n_layers = n_layers;
-  a.n_heads = n_heads;
-  a.n_kv_heads = n_kv_heads;
-  a.ffn_dim = ffn_dim;
-  a.norm_eps = norm_eps;
-  a.rope_theta = rope_theta;
-  a.tie_embeddings = tie_embeddings;
-  a.moe = moe;
-  a.recompute = recompute;
-  return a;
+  return {.arch = "llama", .vocab_size = vocab_size, .seq_len = max_seq_len, .d_model = d_model, .n_layers = n_layers,
+          .n_heads = n_heads, .n_kv_heads = n_kv_heads, .ffn_dim = ffn_dim, .norm_eps = norm_eps,
+          .rope_theta = rope_theta, .tie_embeddings = tie_embeddings, .moe = moe, .recompute = recompute};
 }
 
 }  // namespace tetra

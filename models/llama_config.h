@@ -23,7 +23,7 @@ struct LlamaConfig {
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   bool tie_embeddings = false;
-  MoeArgs moe;  // n_experts 0: every block dense
+  MoeArgs moe{};  // n_experts 0: every block dense
   Recompute recompute = Recompute::None;
 
   int64_t head_dim() const { return d_model / n_heads; }

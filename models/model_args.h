@@ -42,7 +42,7 @@ struct ModelArgs {
   double norm_eps = 1e-5;     // RMSNorm epsilon (Llama)
   double rope_theta = 10000;  // rotary embedding base (Llama)
   bool tie_embeddings = false;  // output layer shares the token embedding (Llama; GPT-2 always ties)
-  MoeArgs moe;                  // Llama: mixture-of-experts MLPs
+  MoeArgs moe{};                // Llama: mixture-of-experts MLPs
   Recompute recompute = Recompute::None;  // train.recompute, applied to every block
 };
 

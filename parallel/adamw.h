@@ -14,14 +14,7 @@ struct AdamWConfig {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
   // The op's hyper-parameters for update number `step` (1-based); weight decay is per segment.
   ops::AdamWHyper hyper(float lr, int64_t step, float grad_scale) const {
-    ops::AdamWHyper h;
-    h.lr = lr;
-    h.beta1 = beta1;
-    h.beta2 = beta2;
-    h.eps = eps;
-    h.step = step;
-    h.grad_scale = grad_scale;
-    return h;
+    return {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .step = step, .grad_scale = grad_scale};
   }
 };
 

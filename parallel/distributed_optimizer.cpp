@@ -15,14 +15,16 @@ ParamStorage param_storage_for(const DistributedOptimizerOptions& options, DType
   ParamStorage s;
   s.shards = options.zero_stage == 0 ? 1 : dp_size;
   s.full_grads = options.zero_stage <= 1;
-  if (options.grad_dtype == "fp32") {
+  if (options.grad_dtype == DType::F32) {
     s.grad_dtype = DType::F32;
-  } else if (options.grad_dtype == "bf16") {
+  } else if (options.grad_dtype == DType::BF16) {
     if (working_dtype != DType::BF16)
       TETRA_FAIL(Config, "parallel.grad_dtype: bf16 needs train.precision bf16 (the weights are ",
                  dtype_name(working_dtype), ")");
     s.grad_dtype = DType::BF16;
   } else {
+    TETRA_CHECK(!options.grad_dtype, "param_storage_for: gradients in ", dtype_name(*options.grad_dtype),
+                " (fp32 or bf16 only)");
     const bool bf16 = working_dtype == DType::BF16;
     s.grad_dtype = bf16 && (options.zero_stage >= 2 || options.accumulation_steps == 1) ? DType::BF16 : DType::F32;
   }

@@ -24,6 +24,7 @@
 // gradient norm that counts every element once.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,7 @@ struct StatePiece {
   Shape full_shape;
   TensorBox box;  // empty: the whole tensor (a parameter this rank holds unsplit)
   int64_t begin = 0, end = 0;
-  Tensor master, exp_avg, exp_avg_sq;  // fp32 [end − begin], device views
+  Tensor master{}, exp_avg{}, exp_avg_sq{};  // fp32 [end − begin], device views
 };
 
 // The pieces of elements [begin, end) of p's local tensor whose fp32 state lies in master, exp_avg
@@ -129,7 +130,7 @@ struct DistributedOptimizerOptions {
   // step's end, instead of being gathered again for every micro-batch's forward and backward (as
   // torchtitan runs FSDP with pipeline parallelism, reshard_after_forward off).
   bool keep_gathered_in_step = false;
-  std::string grad_dtype = "auto";           // auto | fp32 | bf16 (see param_storage_for)
+  std::optional<DType> grad_dtype;           // fp32 | bf16; none: chosen by param_storage_for
   AdamWConfig adamw;
 };
 

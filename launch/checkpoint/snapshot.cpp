@@ -43,12 +43,7 @@ std::vector<StatePiece> HostSnapshot::take(const std::vector<StatePiece>& pieces
   int64_t off = 0;
   for (const StatePiece& p : pieces) {
     const int64_t n = p.end - p.begin;
-    StatePiece h;
-    h.name = p.name;
-    h.full_shape = p.full_shape;
-    h.box = p.box;
-    h.begin = p.begin;
-    h.end = p.end;
+    StatePiece h{.name = p.name, .full_shape = p.full_shape, .box = p.box, .begin = p.begin, .end = p.end};
     Tensor* dst[3] = {&h.master, &h.exp_avg, &h.exp_avg_sq};
     const Tensor* src[3] = {&p.master, &p.exp_avg, &p.exp_avg_sq};
     for (int k = 0; k < 3; ++k) {

@@ -111,22 +111,10 @@ struct RunConfig {
   bool html_report = true;           // write RUN_DIR/report.html at the end of every attempt
 };
 
-struct ModelConfig {
-  std::string arch = "gpt2";         // a model family (models/model_family.h): gpt2 | llama
-  int vocab_size = 0;                // required
-  int seq_len = 0;                   // required: the longest context, the positional table size
-  int d_model = 0;                   // required
-  int n_layers = 0;                  // required
-  int n_heads = 0;                   // required
+// The model section: models/' ModelArgs as the schema fills them (docs/models.md; `recompute` is
+// train.recompute, set by model_args), and where the weights come from.
+struct ModelConfig : ModelArgs {
   std::string init_from;             // a consolidated HDF5 checkpoint or Hugging Face folder; "" = random init
-  double ln_eps = 1e-5;              // gpt2: LayerNorm epsilon
-  // llama (docs/models.md):
-  int n_kv_heads = 0;                // key/value heads (grouped-query attention); 0 = n_heads
-  int ffn_dim = 0;                   // SwiGLU hidden width; 0 = 8·d_model/3 rounded up to a multiple of 256
-  double norm_eps = 1e-5;            // RMSNorm epsilon
-  double rope_theta = 10000;         // rotary embedding base (Llama 3: 500000)
-  bool tie_embeddings = false;       // the output layer is the token embedding
-  MoeArgs moe;                       // llama: the model.moe mapping, as models/ takes it (models/model_args.h)
 };
 
 struct ParallelConfig {

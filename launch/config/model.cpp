@@ -3,21 +3,7 @@
 namespace tetra::launch {
 
 ModelArgs model_args(const Config& cfg) {
-  const ModelConfig& m = cfg.model;
-  ModelArgs a;
-  a.arch = m.arch;
-  a.vocab_size = m.vocab_size;
-  a.seq_len = m.seq_len;
-  a.d_model = m.d_model;
-  a.n_layers = m.n_layers;
-  a.n_heads = m.n_heads;
-  a.ln_eps = m.ln_eps;
-  a.n_kv_heads = m.n_kv_heads;
-  a.ffn_dim = m.ffn_dim;
-  a.norm_eps = m.norm_eps;
-  a.rope_theta = m.rope_theta;
-  a.tie_embeddings = m.tie_embeddings;
-  a.moe = m.moe;
+  ModelArgs a = cfg.model;
   a.recompute = cfg.train.recompute;
   return a;
 }

@@ -109,15 +109,9 @@ std::vector<AttemptSummary> summarize_attempts(const ledger::Events& events,
   std::vector<AttemptSummary> out;
   size_t i = 0;
   for (const auto& [id, a] : events.attempts) {
-    AttemptSummary s;
-    s.attempt = a.id;
-    s.host = a.host;
-    s.world_size = a.world_size;
-    s.start = a.start;
-    s.end = a.end;
-    s.end_reason = a.has_end ? a.reason : "";
-    s.exit_code = a.exit_code;
-    s.startup_seconds = startup_seconds[i++];
+    AttemptSummary s{.attempt = a.id, .host = a.host, .world_size = a.world_size, .start = a.start, .end = a.end,
+                     .end_reason = a.has_end ? a.reason : "", .exit_code = a.exit_code,
+                     .startup_seconds = startup_seconds[i++]};
     for (const StepExec& e : events.steps) {
       if (e.attempt != a.id) continue;
       s.first_step = s.steps == 0 ? e.step : std::min(s.first_step, e.step);

@@ -52,7 +52,7 @@ struct AttemptSummary {
   std::optional<int> exit_code;
   int64_t steps = 0;                // step events it recorded
   int64_t first_step = 0, last_step = 0;  // 0 when it recorded no step
-  std::optional<int64_t> restored_step;   // from its ckpt_load
+  std::optional<int64_t> restored_step{};  // from its ckpt_load
   double startup_seconds = 0;
 };
 

@@ -16,7 +16,8 @@ DistributedOptimizerOptions optimizer_options(const Config& cfg, int dp) {
   oo.fsdp_prefetch = cfg.parallel.fsdp_prefetch;
   const int per_micro = std::max(1, dp * std::max(1, cfg.train.micro_batch));
   oo.accumulation_steps = std::max(1, cfg.train.global_batch / per_micro);
-  oo.grad_dtype = choice_name(cfg.parallel.grad_dtype);  // parallel/ takes the text (auto | fp32 | bf16)
+  if (cfg.parallel.grad_dtype != DtypeChoice::Auto)
+    oo.grad_dtype = cfg.parallel.grad_dtype == DtypeChoice::BF16 ? DType::BF16 : DType::F32;
   oo.adamw.beta1 = static_cast<float>(cfg.optimizer.betas[0]);
   oo.adamw.beta2 = static_cast<float>(cfg.optimizer.betas[1]);
   oo.adamw.eps = static_cast<float>(cfg.optimizer.eps);

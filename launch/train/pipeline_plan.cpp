@@ -31,7 +31,7 @@ std::vector<double> forward_flops(const std::vector<LayerCost>& costs) {
 std::vector<int> pipeline_stage_layers(const Config& cfg) {
   if (!cfg.parallel.stage_layers.empty()) return cfg.parallel.stage_layers;
   const int stages = pipeline_stages(cfg.parallel);
-  if (stages == 1) return {cfg.model.n_layers};
+  if (stages == 1) return {static_cast<int>(cfg.model.n_layers)};
   return split_layers_by_cost(forward_flops(layer_costs_of(cfg)), stages);
 }
 

@@ -52,26 +52,7 @@ void zero(Tensor& x) {
   TETRA_CUDA_CHECK(cudaMemsetAsync(x.data_ptr(), 0, x.nbytes(), stream_of(x.device())));
 }
 
-void add(Tensor& y, const Tensor& a, const Tensor& b) {
-  const char* op = "add";
-  check_cuda_float(op, "y", y);
-  check_cuda_float(op, "a", a);
-  check_cuda_float(op, "b", b);
-  check_shape(op, "a", a, y.shape());
-  check_shape(op, "b", b, y.shape());
-  DeviceScope scope(y.device());
-  dispatch_float(y.dtype(), op, "y", [&](auto ty) {
-    dispatch_float(a.dtype(), op, "a", [&](auto ta) {
-      dispatch_float(b.dtype(), op, "b", [&](auto tb) {
-        using TY = decltype(ty);
-        using TA = decltype(ta);
-        using TB = decltype(tb);
-        launch_map2(static_cast<TY*>(y.data_ptr()), static_cast<const TA*>(a.data_ptr()),
-                    static_cast<const TB*>(b.data_ptr()), y.numel(), AddOp{}, y.device());
-      });
-    });
-  });
-}
+void add(Tensor& y, const Tensor& a, const Tensor& b) { map2_op("add", AddOp{}, y, "y", a, "a", b, "b"); }
 
 void scale(Tensor& x, float s) {
   check_cuda_float("scale", "x", x);

@@ -83,6 +83,29 @@ void launch_map2(TY* y, const TA* a, const TB* b, int64_t n, F f, Device dev) {
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
+// An op y = f(a, b) over CUDA tensors of y's shape, each fp32 or bf16 (any mix): the argument
+// checks, errors naming the op and each argument as the op's signature does, then map2.
+template <class F>
+void map2_op(const char* op, F f, Tensor& y, const char* y_name, const Tensor& a, const char* a_name,
+             const Tensor& b, const char* b_name) {
+  check_cuda_float(op, y_name, y);
+  check_cuda_float(op, a_name, a);
+  check_cuda_float(op, b_name, b);
+  check_shape(op, a_name, a, y.shape());
+  check_shape(op, b_name, b, y.shape());
+  DeviceScope scope(y.device());
+  dispatch_floats(
+      op,
+      [&](auto ty, auto ta, auto tb) {
+        using TY = decltype(ty);
+        using TA = decltype(ta);
+        using TB = decltype(tb);
+        launch_map2(static_cast<TY*>(y.data_ptr()), static_cast<const TA*>(a.data_ptr()),
+                    static_cast<const TB*>(b.data_ptr()), y.numel(), f, y.device());
+      },
+      y.dtype(), y_name, a.dtype(), a_name, b.dtype(), b_name);
+}
+
 // The elementwise functors.
 struct ConstantOp {
   float value;

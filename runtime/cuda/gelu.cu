@@ -46,25 +46,11 @@ void gelu_forward(Tensor& y, const Tensor& x) {
   });
 }
 
+// dx = f(dy, x), launched as y = f(a, b); the shapes are x's (the CPU op's order of checks).
 void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
-  const char* op = "gelu_backward";
-  check_cuda_float(op, "x", x);
-  check_cuda_float(op, "dy", dy);
-  check_cuda_float(op, "dx", dx);
-  check_shape(op, "dy", dy, x.shape());
-  check_shape(op, "dx", dx, x.shape());
-  DeviceScope scope(dx.device());
-  dispatch_float(dx.dtype(), op, "dx", [&](auto tdx) {
-    dispatch_float(dy.dtype(), op, "dy", [&](auto tdy) {
-      dispatch_float(x.dtype(), op, "x", [&](auto tx) {
-        using TDX = decltype(tdx);
-        using TDY = decltype(tdy);
-        using TX = decltype(tx);
-        launch_map2(static_cast<TDX*>(dx.data_ptr()), static_cast<const TDY*>(dy.data_ptr()),
-                    static_cast<const TX*>(x.data_ptr()), dx.numel(), GeluBackwardOp{}, dx.device());
-      });
-    });
-  });
+  check_cuda_tensor("gelu_backward", "x", x);
+  check_shape("gelu_backward", "dx", dx, x.shape());
+  map2_op("gelu_backward", GeluBackwardOp{}, dx, "dx", dy, "dy", x, "x");
 }
 
 }  // namespace tetra::cuda

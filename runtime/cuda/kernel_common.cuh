@@ -117,4 +117,18 @@ void dispatch_float(DType t, const char* op, const char* what, F&& f) {
   }
 }
 
+// dispatch_floats(op, f, dtype0, "name0", dtype1, "name1", ...): f(T0{}, T1{}, ...), each Ti float
+// or bf16 as its dtype says (every combination instantiated); the operands' dtypes in one call
+// instead of one nested dispatch_float per operand.
+template <class F>
+void dispatch_floats(const char*, F&& f) {
+  f();
+}
+template <class F, class... Rest>
+void dispatch_floats(const char* op, F&& f, DType t, const char* what, Rest... rest) {
+  dispatch_float(t, op, what, [&](auto tag) {
+    dispatch_floats(op, [&](auto... tags) { f(tag, tags...); }, rest...);
+  });
+}
+
 }  // namespace tetra::cuda

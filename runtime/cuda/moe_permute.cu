@@ -442,9 +442,9 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
   const int warps = kRowThreads / 32;
   with_width(vec, [&](auto v) {
     constexpr int V = decltype(v)::value;
-    dispatch_float(d_rows.dtype(), op, "d_rows", [&](auto tdr) {
-      dispatch_float(dy.dtype(), op, "dy", [&](auto tdy) {
-        dispatch_float(rows.dtype(), op, "rows", [&](auto tr) {
+    dispatch_floats(
+        op,
+        [&](auto tdr, auto tdy, auto tr) {
           using TDR = decltype(tdr);
           using TDY = decltype(tdy);
           using TR = decltype(tr);
@@ -453,9 +453,8 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
               static_cast<const TR*>(rows.data_ptr()), weights.data<float>(), row_of.data<int32_t>(), d.N, d.k, d.d,
               d.R);
           TETRA_CUDA_CHECK_LAUNCH();
-        });
-      });
-    });
+        },
+        d_rows.dtype(), "d_rows", dy.dtype(), "dy", rows.dtype(), "rows");
   });
 }
 

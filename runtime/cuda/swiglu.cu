@@ -128,9 +128,9 @@ void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up)
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
   const bool vec = vectorizable(F, {&d_gate_up, &dh, &gate_up});
-  dispatch_float(d_gate_up.dtype(), op, "d_gate_up", [&](auto td) {
-    dispatch_float(dh.dtype(), op, "dh", [&](auto th) {
-      dispatch_float(gate_up.dtype(), op, "gate_up", [&](auto tg) {
+  dispatch_floats(
+      op,
+      [&](auto td, auto th, auto tg) {
         using TD = decltype(td);
         using TH = decltype(th);
         using TG = decltype(tg);
@@ -143,9 +143,8 @@ void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up)
         else
           swiglu_backward_kernel<1><<<blocks, kSwigluThreads, 0, stream>>>(pd, ph, pg, rows, F);
         TETRA_CUDA_CHECK_LAUNCH();
-      });
-    });
-  });
+      },
+      d_gate_up.dtype(), "d_gate_up", dh.dtype(), "dh", gate_up.dtype(), "gate_up");
 }
 
 }  // namespace tetra::cuda

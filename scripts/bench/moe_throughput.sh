@@ -2,7 +2,7 @@
 # Mixture-of-experts throughput on one GPU, beside the PyTorch peer, in one go: configs/moe-2b.yaml
 # (12 layers of d 1536, 12 heads, the first with a dense SwiGLU of 4096, the other 11 with 64 routed
 # experts of width 512, top 6, and 2 shared experts; vocabulary 32000; 1.94B parameters, 0.44B
-# active), 8 × 2048 tokens per step, bf16, on random tokens; the shape of issue 19's peer line.
+# active), 8 × 2048 tokens per step, bf16, on random tokens; the shape of the MoE peer line in the benchmark notes.
 # Each run prints one JSON line with the fields of scripts/bench/gpt_throughput.sh plus
 # max_load_over_mean (the busiest expert's load over the mean in the last step, the largest over the
 # MoE layers, as the peer reports it):

@@ -12,7 +12,7 @@
 # The whole result (every model's lines, the GPU, the torch version, the commit) goes to FILE as one
 # JSON object, or to $OUT/residual_precision.json when --json is not given and $OUT is a directory;
 # the lines also go to stdout, logs and run directories to BENCH_DIR.
-# gpt2: 6 layers, d 384, 6 heads (issue 15 item 6); llama: the same with 2 KV heads, SwiGLU 1024,
+# gpt2: 6 layers, d 384, 6 heads; llama: the same with 2 KV heads, SwiGLU 1024,
 # untied output layer. Byte-level text (vocabulary 256), batch 32 × 256, AdamW lr 1e-3 (20 warmup
 # steps, cosine to 1e-4), weight decay 0.1, clipping at 1.0, shuffled windows (seed 1234), 400 steps.
 # The text: /usr/share/common-licenses (every file but LGPL-3, as scripts/prepare_tiny_data.sh takes

@@ -36,12 +36,7 @@ const fs::path& reference_dir() {
 }
 
 GptConfig tiny_config() {
-  GptConfig c;
-  c.vocab_size = 96;
-  c.max_seq_len = 16;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
+  GptConfig c{.vocab_size = 96, .max_seq_len = 16, .d_model = 32, .n_layers = 2, .n_heads = 4};
   return c;
 }
 

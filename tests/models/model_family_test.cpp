@@ -17,13 +17,7 @@ namespace {
 // Small shapes of every registered family (tp 2 divides heads and vocabulary).
 std::vector<ModelArgs> sample_args() {
   std::vector<ModelArgs> out;
-  ModelArgs g;
-  g.arch = "gpt2";
-  g.vocab_size = 96;
-  g.seq_len = 16;
-  g.d_model = 32;
-  g.n_layers = 3;
-  g.n_heads = 4;
+  ModelArgs g{.arch = "gpt2", .vocab_size = 96, .seq_len = 16, .d_model = 32, .n_layers = 3, .n_heads = 4};
   out.push_back(g);
   // Llama: grouped-query attention with 1, 2 and all 4 key/value heads, tied and untied, an
   // explicit and the default MLP width.
@@ -167,7 +161,9 @@ TEST(ModelFamily, TensorParallelPlanCoversEveryParameterOnce) {
       std::string all;
       for (const std::string& p : problems) all += p + "\n";
       EXPECT_EQ(problems.empty(), splits) << "tp " << tp << ":\n" << all;
-      if (tp <= 2 && args.n_kv_heads != 1) EXPECT_TRUE(splits) << "tp " << tp;
+      if (tp <= 2 && args.n_kv_heads != 1) {
+        EXPECT_TRUE(splits) << "tp " << tp;
+      }
     }
     // The check can fail: a plan missing an entry, with one twice, or naming no parameter.
     TensorParallelPlan broken = plan;
@@ -204,13 +200,8 @@ TEST(ModelFamily, ShapeErrorsNameTheKey) {
 // GPT-2's numbers as launch/ computed them before the registry: 6·N + 12·L·d·T, and the activation
 // estimate of each block, the head and one block's backward.
 TEST(GptFamily, NumbersAsBefore) {
-  ModelArgs a;
-  a.arch = "gpt2";
-  a.vocab_size = 50304;
-  a.seq_len = 1024;
-  a.d_model = 768;
-  a.n_layers = 12;
-  a.n_heads = 12;
+  ModelArgs a{.arch = "gpt2", .vocab_size = 50304, .seq_len = 1024, .d_model = 768, .n_layers = 12,
+              .n_heads = 12};
   const ModelFamily& f = model_family("gpt2");
   EXPECT_EQ(f.param_count(a).total, 124475904);
   EXPECT_DOUBLE_EQ(f.flops_per_token(a, 1024), 6.0 * 124475904 + 12.0 * 12 * 768 * 1024);
@@ -233,13 +224,8 @@ TEST(GptFamily, NumbersAsBefore) {
 // 2-byte bf16 copies: C·(4·L + 2 + 8) bytes per token, C·(2·L + 2 + 8) under full recompute.
 TEST(ModelFamily, ActivationsCountAnFp32ResidualStream) {
   for (const std::string& arch : model_family_names()) {
-    ModelArgs a;
-    a.arch = arch;
-    a.vocab_size = 50304;
-    a.seq_len = 1024;
-    a.d_model = 768;
-    a.n_layers = 12;
-    a.n_heads = 12;
+    ModelArgs a{.arch = arch, .vocab_size = 50304, .seq_len = 1024, .d_model = 768, .n_layers = 12,
+                .n_heads = 12};
     const ModelFamily& f = model_family(arch);
     for (Recompute r : {Recompute::None, Recompute::Mlp, Recompute::Full}) {
       a.recompute = r;
@@ -257,16 +243,8 @@ TEST(ModelFamily, ActivationsCountAnFp32ResidualStream) {
 // Llama's numbers: the parameters of Llama 3.2 1B with an untied output layer, torchtitan's FLOPs,
 // Meta's default MLP width, and the errors of impossible grouped-query shapes.
 TEST(LlamaFamily, NumbersAndShapeErrors) {
-  ModelArgs a;
-  a.arch = "llama";
-  a.vocab_size = 128256;
-  a.seq_len = 4096;
-  a.d_model = 2048;
-  a.n_layers = 16;
-  a.n_heads = 32;
-  a.n_kv_heads = 8;
-  a.ffn_dim = 8192;
-  a.rope_theta = 500000;
+  ModelArgs a{.arch = "llama", .vocab_size = 128256, .seq_len = 4096, .d_model = 2048, .n_layers = 16,
+              .n_heads = 32, .n_kv_heads = 8, .ffn_dim = 8192, .rope_theta = 500000};
   const ModelFamily& f = model_family("llama");
   // Llama 3.2 1B has 1,235,814,400 parameters with its tied embedding; untied adds V·d.
   const int64_t untied = 1235814400 + 128256 * 2048;
@@ -309,18 +287,12 @@ TEST(LlamaFamily, NumbersAndShapeErrors) {
   EXPECT_EQ(keys_of(b, 4), (std::vector<std::string>{"model.ffn_dim", "parallel.tp"}));
 }
 
-// The MoE shape of the benchmark beside torch_llama.py (issue 19's peer: 12 layers of d 1536, 64
+// The MoE shape of the benchmark beside torch_llama.py (the MoE peer's shape: 12 layers of d 1536, 64
 // experts of 512, top 6, 2 shared, 1 dense layer): 1.94B parameters, 0.44B active; model FLOPs from
 // the active ones; names as Hugging Face's DeepseekV3; the MoE keys' errors.
 TEST(LlamaFamily, MoeNumbersNamesAndErrors) {
-  ModelArgs a;
-  a.arch = "llama";
-  a.vocab_size = 32000;
-  a.seq_len = 2048;
-  a.d_model = 1536;
-  a.n_layers = 12;
-  a.n_heads = 12;
-  a.ffn_dim = 4096;
+  ModelArgs a{.arch = "llama", .vocab_size = 32000, .seq_len = 2048, .d_model = 1536, .n_layers = 12,
+              .n_heads = 12, .ffn_dim = 4096};
   a.moe.n_experts = 64;
   a.moe.top_k = 6;
   a.moe.n_shared = 2;

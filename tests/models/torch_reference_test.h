@@ -61,13 +61,7 @@ inline const fs::path& reference_dir(const std::string& script, const std::strin
 // The Llama both reference scripts build (before a variant's changes): a vocabulary of 96, 16
 // tokens, d_model 32, 2 layers of 4 heads, an MLP of 48.
 inline LlamaConfig reference_llama_config() {
-  LlamaConfig c;
-  c.vocab_size = 96;
-  c.max_seq_len = 16;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.ffn_dim = 48;
+  LlamaConfig c{.vocab_size = 96, .max_seq_len = 16, .d_model = 32, .n_layers = 2, .n_heads = 4, .ffn_dim = 48};
   return c;
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every parallelism at once reproduces the single-rank run (issue 22, docs/pipeline.md "All four at
+"""Every parallelism at once reproduces the single-rank run (docs/pipeline.md "All four at
 once"): dp 2 × tp 2 × pp 2 on 8 CPU ranks under mpirun (fp32), through `tetra train`.
 
 Groups (one ctest each, so they run side by side and fail apart):

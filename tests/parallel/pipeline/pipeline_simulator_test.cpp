@@ -1,5 +1,5 @@
 // The pipeline simulator (parallel/pipeline/simulator.h) against the closed forms of the bubble
-// (issue 18; DualPipe's README table), deadlock detection, and the cost syntax.
+// (DualPipe's README table), deadlock detection, and the cost syntax.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`tetra plan` for pipelines (issue 18, docs/pipeline.md): --print-schedule prints one JSON line
+"""`tetra plan` for pipelines (docs/pipeline.md): --print-schedule prints one JSON line
 per pipeline rank in op syntax, --json one object whose "pipeline" holds the simulated step,
 --costs and --trace work and bad costs are refused with exit code 2, the plain plan prints the
 bubble and memory per stage, and 1,024 ranks at pp 16 are planned in under 2 s for every schedule.

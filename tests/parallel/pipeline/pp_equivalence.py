@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Pipeline parallelism reproduces the single-rank run (issue 18; docs/pipeline.md): every schedule
+"""Pipeline parallelism reproduces the single-rank run (docs/pipeline.md): every schedule
 at pp 2 and 4 (and pp 2 × dp 2 over the ZeRO stages), with recomputation on and off, gives the
 one-rank run's per-step loss and gradient norm (relative) and its final weights (absolute), all
 within 1e-6 (fp32 on the CPU backend, under mpirun). Each rank's measured peak of micro-batches in flight equals the

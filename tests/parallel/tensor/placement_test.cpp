@@ -263,12 +263,7 @@ TEST(ZeroLayoutTp, ReplicatedBlocksAreListedPerUnit) {
 // vocabulary; norms, positions and the row-parallel biases whole, summed over tp with sequence
 // parallelism only.
 TEST(TensorParallelPlan, Gpt2PlacesEveryParameter) {
-  ModelArgs a;
-  a.vocab_size = 64;
-  a.seq_len = 16;
-  a.d_model = 32;
-  a.n_layers = 2;
-  a.n_heads = 4;
+  ModelArgs a{.vocab_size = 64, .seq_len = 16, .d_model = 32, .n_layers = 2, .n_heads = 4};
   for (bool sp : {true, false}) {
     auto model = gpt_family().build(a);
     apply_tensor_parallel_plan(gpt_family().tensor_parallel_plan(a), *model, 2, 1, sp);
@@ -299,15 +294,8 @@ TEST(TensorParallelPlan, Gpt2PlacesEveryParameter) {
 // heads at tp 2 — 4 query and 2 key/value heads a rank), gate and up each in halves, the untied
 // lm_head by vocabulary; tp beyond the key/value heads refused naming model.n_kv_heads.
 TEST(TensorParallelPlan, LlamaSplitsHeadsAndHalves) {
-  ModelArgs a;
-  a.arch = "llama";
-  a.vocab_size = 64;
-  a.seq_len = 16;
-  a.d_model = 32;
-  a.n_layers = 1;
-  a.n_heads = 8;
-  a.n_kv_heads = 4;
-  a.ffn_dim = 24;
+  ModelArgs a{.arch = "llama", .vocab_size = 64, .seq_len = 16, .d_model = 32, .n_layers = 1, .n_heads = 8,
+              .n_kv_heads = 4, .ffn_dim = 24};
   const ModelFamily& llama = model_family("llama");
   auto model = llama.build(a);
   apply_tensor_parallel_plan(llama.tensor_parallel_plan(a), *model, 2, 1, true);

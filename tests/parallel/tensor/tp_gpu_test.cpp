@@ -29,13 +29,13 @@
 #include "runtime/mpi_communicator.h"
 #include "runtime/nccl_communicator.h"
 #include "tests/runtime/cuda/gpu_test_util.h"
+#include "tests/runtime/cuda/mpi_gpu_test_main.h"
 #include "tests/parallel/tensor/host_staged_communicator.h"
 #include "tests/parallel/tensor/tp_problem.h"
 
 namespace tetra::gputest {
 namespace {
 
-constexpr int kSkip = 77;
 std::unique_ptr<MpiCommunicator> g_mpi;
 std::unique_ptr<Communicator> g_comm;
 bool g_nccl = false;
@@ -235,54 +235,26 @@ TEST(TpGpu, OverlappedPathReplaysFromACudaGraph) {
 
 int main(int argc, char** argv) {
   using namespace tetra;
-  mpi_initialize(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
+  using namespace tetra::gputest;
   std::string mode = "nccl";
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--comm") mode = argv[i + 1];
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-  int local_rank = 0, local_size = 1;
-  MPI_Comm_rank(local, &local_rank);
-  MPI_Comm_size(local, &local_size);
-  MPI_Comm_free(&local);
-  const int gpus = cuda_device_count();
-  int ok = size >= 2 && gpus >= (mode == "nccl" ? local_size : 1) ? 1 : 0, all_ok = 0;
-  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!all_ok) {
-    if (rank == 0)
-      std::printf(
-          "SKIPPED: tensor-parallel GPU test (--comm %s) needs >= 2 ranks and %s (%d ranks, %d on this host "
-          "with %d GPUs)\n",
-          mode.c_str(), mode == "nccl" ? "a GPU per rank" : "a GPU", size, local_size, gpus);
-    mpi_finalize();
-    return tetra::gputest::kSkip;
+  if (mode != "nccl" && mode != "staged") {
+    std::fprintf(stderr, "tp_gpu_test: --comm %s: use nccl or staged\n", mode.c_str());
+    return 2;
   }
-  gputest::test_gpu() = Device::cuda(local_rank % gpus);
-  cuda::set_device(gputest::gpu());
-  int rc = 1;
-  try {
-    gputest::g_mpi = MpiCommunicator::world();
-    if (mode == "nccl") {
-      gputest::g_nccl = true;
-      gputest::g_comm = make_nccl_communicator(MPI_COMM_WORLD, gputest::gpu(), nullptr);
-    } else if (mode == "staged") {
-      gputest::g_comm = std::make_unique<gputest::HostStagedCommunicator>(*gputest::g_mpi);
-    } else {
-      TETRA_FAIL(Usage, "--comm ", mode, ": use nccl or staged");
-    }
-    rc = RUN_ALL_TESTS();
-    gputest::g_comm.reset();
-    gputest::g_mpi.reset();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-    mpi_abort(1);
-  }
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  mpi_finalize();
-  return worst;
+  return run_mpi_gpu_tests(
+      argc, argv, "the tensor-parallel GPU tests (--comm " + mode + ")", {.share_gpus = mode == "staged"},
+      [&] {
+        g_mpi = MpiCommunicator::world();
+        g_nccl = mode == "nccl";
+        if (g_nccl)
+          g_comm = make_nccl_communicator(MPI_COMM_WORLD, gpu(), nullptr);
+        else
+          g_comm = std::make_unique<HostStagedCommunicator>(*g_mpi);
+      },
+      [] {
+        g_comm.reset();
+        g_mpi.reset();
+      });
 }

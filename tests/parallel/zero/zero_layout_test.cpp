@@ -90,12 +90,7 @@ void check_layout(const std::vector<Param*>& params, int shards) {
 TEST(ZeroLayout, UnitsPaddedAlignedAndShardsCoverEveryParameterOnce) {
   OddModel m;
   for (int shards : {1, 2, 3, 4, 8}) check_layout(m.params, shards);
-  GptConfig g;
-  g.vocab_size = 257;
-  g.max_seq_len = 33;
-  g.d_model = 48;
-  g.n_layers = 3;
-  g.n_heads = 4;
+  GptConfig g{.vocab_size = 257, .max_seq_len = 33, .d_model = 48, .n_layers = 3, .n_heads = 4};
   GptModel gpt(g);
   for (int shards : {1, 2, 4, 7}) check_layout(gpt.params(), shards);
 }
@@ -114,12 +109,7 @@ TEST(ZeroLayout, UnitsFollowLayersAndTiedUsers) {
   EXPECT_EQ(L.tied_elements(), L.units()[0].padded);
   EXPECT_EQ(L.largest_units(1, false), L.units()[3].padded);  // 1000×3 + 7, the largest untied
   // GPT-2: wte lives in the embedding's unit and is read by the head too.
-  GptConfig g;
-  g.vocab_size = 64;
-  g.max_seq_len = 8;
-  g.d_model = 16;
-  g.n_layers = 2;
-  g.n_heads = 2;
+  GptConfig g{.vocab_size = 64, .max_seq_len = 8, .d_model = 16, .n_layers = 2, .n_heads = 2};
   GptModel gpt(g);
   const ZeroLayout G(gpt.params(), 2);
   EXPECT_EQ(G.units().front().users, (std::vector<int>{0, 3}));
@@ -190,7 +180,7 @@ TEST(ZeroMemory, GradientDtypeIsTheOptimizersChoice) {
     o.accumulation_steps = accumulation;
     for (int stage = 0; stage <= 3; ++stage) {
       o.zero_stage = stage;
-      o.grad_dtype = "auto";
+      o.grad_dtype.reset();
       const ParamStorage cpu = param_storage_for(o, DType::F32, 4);
       const ParamStorage gpu = param_storage_for(o, DType::BF16, 4);
       EXPECT_EQ(cpu.grad_dtype, DType::F32);
@@ -198,14 +188,14 @@ TEST(ZeroMemory, GradientDtypeIsTheOptimizersChoice) {
           << "stage " << stage << ", " << accumulation << " micro-batches";
       EXPECT_EQ(cpu.shards, stage == 0 ? 1 : 4);
       EXPECT_EQ(cpu.full_grads, stage <= 1);
-      o.grad_dtype = "fp32";
+      o.grad_dtype = DType::F32;
       EXPECT_EQ(param_storage_for(o, DType::BF16, 4).grad_dtype, DType::F32);
-      o.grad_dtype = "bf16";
+      o.grad_dtype = DType::BF16;
       EXPECT_EQ(param_storage_for(o, DType::BF16, 4).grad_dtype, DType::BF16);
       EXPECT_THROW(param_storage_for(o, DType::F32, 4), Error);  // bf16 gradients of fp32 weights
     }
   }
-  o.grad_dtype = "auto";
+  o.grad_dtype.reset();
   o.zero_stage = 4;
   EXPECT_THROW(param_storage_for(o, DType::F32, 2), Error);
 }

@@ -55,13 +55,7 @@ void expect_same_ints(const Tensor& dev, const Tensor& host, const std::string& 
 
 ops::MoeRouting routing(int64_t k, int64_t n_group = 1, int64_t topk_group = 1, float scale = 1.0f,
                         bool force = false) {
-  ops::MoeRouting r;
-  r.top_k = k;
-  r.n_group = n_group;
-  r.topk_group = topk_group;
-  r.route_scale = scale;
-  r.force_balance = force;
-  return r;
+  return {.top_k = k, .n_group = n_group, .topk_group = topk_group, .route_scale = scale, .force_balance = force};
 }
 
 std::string describe(int64_t N, int64_t E, const ops::MoeRouting& r) {

@@ -267,7 +267,7 @@ int main(int argc, char** argv) {
   using namespace tetra;
   using namespace tetra::gputest;
   return run_mpi_gpu_tests(
-      argc, argv, "the NCCL tests", /*one_host=*/false,
+      argc, argv, "the NCCL tests", {},
       [] {
         g_mpi = std::shared_ptr<Communicator>(MpiCommunicator::world().release());
         g_mpi->set_timeout(120);

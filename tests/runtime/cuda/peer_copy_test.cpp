@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
   using namespace tetra;
   using namespace tetra::gputest;
   return run_mpi_gpu_tests(
-      argc, argv, "the copy-engine tests", /*one_host=*/true,
+      argc, argv, "the copy-engine tests", {.one_host = true},
       [] {
         g_mpi = std::shared_ptr<Communicator>(MpiCommunicator::world().release());
         g_mpi->set_timeout(120);

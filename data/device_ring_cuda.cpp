@@ -1,11 +1,11 @@
-// CudaStage on the CUDA runtime (see data/cuda_stage.h for the event protocol).
+// DeviceRing on the CUDA runtime (see data/device_ring.h for the event protocol).
 #include <cuda_runtime.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "data/cuda_stage.h"
+#include "data/device_ring.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_context.h"
@@ -13,7 +13,7 @@
 
 namespace tetra::data {
 
-struct CudaStage::Impl {
+struct DeviceRing::Impl {
   Options o;
   cudaStream_t copy = nullptr;                       // the loader's copy stream
   std::vector<cudaEvent_t> staged, checked, ready, consumed;
@@ -26,8 +26,8 @@ struct CudaStage::Impl {
   std::vector<Tensor> inputs, targets;               // device int32 [micro_batch, seq_len]
 };
 
-CudaStage::CudaStage(const Options& o) : impl_(std::make_unique<Impl>()), slots_(o.slots), slot_bytes_(o.staging_bytes) {
-  TETRA_CHECK(o.device.is_cuda() && o.slots > 0 && o.staging_bytes % 4096 == 0, "CudaStage on ", o.device.str(),
+DeviceRing::DeviceRing(const Options& o) : impl_(std::make_unique<Impl>()), slots_(o.slots), slot_bytes_(o.staging_bytes) {
+  TETRA_CHECK(o.device.is_cuda() && o.slots > 0 && o.staging_bytes % 4096 == 0, "DeviceRing on ", o.device.str(),
               " with ", o.slots, " slots of ", o.staging_bytes, " bytes");
   Impl& m = *impl_;
   m.o = o;
@@ -67,7 +67,7 @@ CudaStage::CudaStage(const Options& o) : impl_(std::make_unique<Impl>()), slots_
   TETRA_CUDA_CHECK(cudaStreamSynchronize(cuda::stream_of(o.device)));
 }
 
-CudaStage::~CudaStage() {
+DeviceRing::~DeviceRing() {
   Impl& m = *impl_;
   cuda::DeviceScope scope(m.o.device);
   // The trainer may still compute on the last batch, and the copy stream may still widen: finish.
@@ -89,14 +89,14 @@ CudaStage::~CudaStage() {
   if (m.copy) (void)cudaStreamDestroy(m.copy);
 }
 
-void* CudaStage::host_staging(int s) const { return impl_->host_staging[static_cast<size_t>(s)]; }
+void* DeviceRing::host_staging(int s) const { return impl_->host_staging[static_cast<size_t>(s)]; }
 
-StagedRow* CudaStage::host_rows(int s) const { return impl_->host_rows + static_cast<int64_t>(s) * impl_->o.micro_batch; }
+StagedRow* DeviceRing::host_rows(int s) const { return impl_->host_rows + static_cast<int64_t>(s) * impl_->o.micro_batch; }
 
-const Tensor& CudaStage::inputs(int s) const { return impl_->inputs[static_cast<size_t>(s)]; }
-const Tensor& CudaStage::targets(int s) const { return impl_->targets[static_cast<size_t>(s)]; }
+const Tensor& DeviceRing::inputs(int s) const { return impl_->inputs[static_cast<size_t>(s)]; }
+const Tensor& DeviceRing::targets(int s) const { return impl_->targets[static_cast<size_t>(s)]; }
 
-void CudaStage::wait_writable(int s) {
+void DeviceRing::wait_writable(int s) {
   Impl& m = *impl_;
   const size_t i = static_cast<size_t>(s);
   cuda::DeviceScope scope(m.o.device);
@@ -104,7 +104,7 @@ void CudaStage::wait_writable(int s) {
   if (!m.o.host_staging && m.ready_rec[i]) TETRA_CUDA_CHECK(cudaEventSynchronize(m.ready[i]));
 }
 
-void CudaStage::submit(int s, size_t staged_bytes, int64_t n_rows, int width, bool check_on_device) {
+void DeviceRing::submit(int s, size_t staged_bytes, int64_t n_rows, int width, bool check_on_device) {
   Impl& m = *impl_;
   const size_t i = static_cast<size_t>(s);
   TETRA_CHECK(staged_bytes <= slot_bytes_ && n_rows <= m.o.micro_batch, "loader slot overflow: ", staged_bytes,
@@ -135,7 +135,7 @@ void CudaStage::submit(int s, size_t staged_bytes, int64_t n_rows, int width, bo
   m.ready_rec[i] = 1;
 }
 
-int64_t CudaStage::device_check(int s) {
+int64_t DeviceRing::device_check(int s) {
   Impl& m = *impl_;
   cuda::DeviceScope scope(m.o.device);
   TETRA_CUDA_CHECK(cudaEventSynchronize(m.checked[static_cast<size_t>(s)]));
@@ -143,7 +143,7 @@ int64_t CudaStage::device_check(int s) {
   return bad == ~0ull ? -1 : static_cast<int64_t>(bad);
 }
 
-void CudaStage::read_back(int s, int64_t offset, void* dst, size_t bytes) {
+void DeviceRing::read_back(int s, int64_t offset, void* dst, size_t bytes) {
   Impl& m = *impl_;
   cuda::DeviceScope scope(m.o.device);
   TETRA_CUDA_CHECK(cudaStreamSynchronize(m.copy));
@@ -151,7 +151,7 @@ void CudaStage::read_back(int s, int64_t offset, void* dst, size_t bytes) {
   TETRA_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
-void CudaStage::release(int s) {
+void DeviceRing::release(int s) {
   Impl& m = *impl_;
   const size_t i = static_cast<size_t>(s);
   cuda::DeviceScope scope(m.o.device);
@@ -159,7 +159,7 @@ void CudaStage::release(int s) {
   m.consumed_rec[i] = 1;
 }
 
-bool CudaStage::acquire(int s) {
+bool DeviceRing::acquire(int s) {
   Impl& m = *impl_;
   const size_t i = static_cast<size_t>(s);
   cuda::DeviceScope scope(m.o.device);

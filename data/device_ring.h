@@ -1,4 +1,4 @@
-// The device half of the loader's ring on a CUDA GPU (compiled only with CUDA: cuda_stage_cuda.cpp).
+// The device half of the loader's ring on a CUDA GPU (compiled only with CUDA: device_ring_cuda.cpp).
 // Per ring slot: a device staging buffer of raw ids (filled by cuFile, or by a copy from host
 // staging), its row table, the int32 inputs/targets [micro_batch, seq_len] handed to the trainer,
 // and four events that order them:
@@ -20,7 +20,7 @@
 
 namespace tetra::data {
 
-class CudaStage {
+class DeviceRing {
  public:
   struct Options {
     Device device;
@@ -31,10 +31,10 @@ class CudaStage {
     bool host_staging = true;   // readers fill host memory (pinned/posix); false: cuFile fills the device
     bool pinned = true;         // host staging page-locked (pinned path) or pageable (posix path)
   };
-  explicit CudaStage(const Options& o);
-  ~CudaStage();
-  CudaStage(const CudaStage&) = delete;
-  CudaStage& operator=(const CudaStage&) = delete;
+  explicit DeviceRing(const Options& o);
+  ~DeviceRing();
+  DeviceRing(const DeviceRing&) = delete;
+  DeviceRing& operator=(const DeviceRing&) = delete;
 
   // ---- reader side (any reader thread; one thread per slot at a time) ----
   void* host_staging(int s) const;  // null without host staging
