@@ -120,12 +120,12 @@ void Checkpointer::save(const TrainingProgress& progress) {
   p->final_dir = (fs::path(dir_) / name).string();
   p->file = (fs::path(p->tmp_dir) / rank_file_name(world_.rank())).string();
 
-  // Rank 0 makes a clean step_N.tmp (a leftover of an interrupted save may be there); the
-  // all-reduce of its success is also the barrier before any rank writes into it.
+  // Rank 0 removes what failed or interrupted saves left (step_*.tmp) and makes a clean
+  // step_N.tmp; the all-reduce of its success is also the barrier before any rank writes into it.
   std::string dir_error;
   if (is_rank0()) {
     std::error_code ec;
-    fs::remove_all(p->tmp_dir, ec);
+    remove_incomplete_saves(dir_);
     fs::create_directories(p->tmp_dir, ec);
     if (ec) dir_error = ec.message();
   }
@@ -293,10 +293,14 @@ void Checkpointer::commit() {
     const std::string first = first_problem(world_, p.ok ? std::string() : p.error);
     const std::string tmp = p.tmp_dir;
     pending_.reset();
+    // Every rank's writer finished (and closed its file) before the all-reduce above: rank 0
+    // frees the room the incomplete files took.
+    std::error_code ec;
+    if (is_rank0()) fs::remove_all(tmp, ec);
     fail_on_every_rank(ErrorKind::Checkpoint,
                        "checkpoint " + name + ": rank(s) " + failed + " could not write their file (" + first + "); " +
-                           tmp + " stays incomplete and resume will ignore it (check free space and permissions of " +
-                           dir_ + ")");
+                           (is_rank0() && !ec ? "removed " + tmp : tmp + " stays incomplete and resume will ignore it") +
+                           " (check free space and permissions of " + dir_ + ")");
   }
   if (!index_) index_ = gather_index(p.saved);
   std::vector<RankFileInfo> files = *index_;
@@ -383,13 +387,7 @@ void Checkpointer::apply_retention() {
     fs::remove_all(d.path, ec);
     if (ec) std::cerr << "tetra: warning: cannot delete old checkpoint " << d.path << ": " << ec.message() << "\n";
   }
-  // Leftovers of saves that never committed (a crash mid-write): no save is in flight now.
-  for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
-    if (!parse_tmp_step_dir(e.path().filename().string())) continue;
-    std::error_code rm;
-    fs::remove_all(e.path(), rm);
-    if (!rm) std::printf("tetra: removed %s (left by an interrupted save)\n", e.path().c_str());
-  }
+  remove_incomplete_saves(dir_);  // no save is in flight now
 }
 
 void Checkpointer::finish() {
