@@ -32,12 +32,18 @@ run = ws.run_dir("held")
 lock = os.path.join(run, "run.lock")
 
 
-def wait_stopped(pid):
-    """Until process `pid` is stopped (state T in /proc/PID/stat): it holds the lock then."""
+def wait_stopped(p):
+    """Until process p is stopped (state T in /proc/PID/stat): it holds the lock then. A process
+    that ends instead fails the test with its output."""
     while True:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
-                return
+        with open(f"/proc/{p.pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        if state in ("T", "t"):
+            return
+        if p.poll() is not None:
+            out, err = p.communicate()
+            print(out[-3000:], err[-3000:])
+            check(False, f"the run to hold the directory stopped itself after step 2 (it exited {p.returncode})")
         time.sleep(0.05)
 
 
@@ -47,7 +53,7 @@ def start_held(sets=()):
     env = dict(ws.env, TETRA_FAULT="stop@2")
     p = subprocess.Popen(ws.command("held", sets=["parallel.dp=1"] + list(sets), mpirun=False), env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_stopped(p.pid)
+    wait_stopped(p)
     return p
 
 
