@@ -9,6 +9,7 @@ to start say why:
   - a lock of a job on another host (another boot id) is judged by its heartbeat: one untouched
     for longer than the lease is taken over, one touched while the second job watches it is a
     live job (exit 2 naming that host), one that expires while watched is taken over;
+  - the attempts of those runs, back to back, are not reported as overlapping;
   - a fault plan naming a rank the job does not have is a usage error (exit 2);
   - an srun task without PMIx (SLURM_STEP_ID=0 SLURM_PROCID=1, no mpirun) says why it exits 2.
 
@@ -127,6 +128,11 @@ check("in use by a running job" in err and "host othernode, pid 4242" in err,
 foreign_lock(LEASE_S - 2)
 out, _, _ = ws.train("held", sets=["checkpoint.resume=auto"])
 check("waiting up to" in out and "took over" in out, "a lock whose lease runs out while watched is taken over")
+
+# The attempts above ran back to back: none is reported as overlapping the one before (each
+# attempt starts at its process's start, to the clock tick, not up to a second early).
+rep, _, _ = ws.tetra_cmd("report", run)
+check("overlap" not in rep, "back-to-back attempts are not reported as overlapping")
 
 # A fault plan for a rank the job does not have.
 _, err, _ = ws.train("fault_rank", np_=2, fault="kill@2:rank=5", expect=EXIT_CONFIG)
