@@ -1,7 +1,6 @@
 #include "launch/job/run_lock.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 

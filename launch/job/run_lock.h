@@ -13,7 +13,6 @@
 // A stale lock is taken over with rename + hard link, so two jobs that find it at once cannot both
 // win. A holder stopped (SIGSTOP) for longer than the lease counts as gone.
 #pragma once
-#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
