@@ -6,8 +6,10 @@
 #include "data/data_tools.h"
 #include "launch/cli/commands.h"
 #include "runtime/error.h"
+#include "runtime/hdf5_file.h"
 
 int main(int argc, char** argv) {
+  tetra::hdf5_no_cleanup_at_exit();
   CLI::App app{"tetra: train large language models on many GPUs"};
   app.require_subcommand(1);
 

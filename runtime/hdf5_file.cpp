@@ -1,5 +1,7 @@
 #include "runtime/hdf5_file.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 namespace tetra {
@@ -13,6 +15,14 @@ void silence_hdf5() {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     done = true;
   }
+}
+
+// Why the last write failed, as the system said (HDF5's own errors are silenced): ": No space left
+// on device", ": File too large" (a file-size limit), or nothing when errno names no I/O error.
+std::string io_reason() {
+  const int e = errno;
+  if (e == ENOSPC || e == EFBIG || e == EDQUOT || e == EIO || e == EROFS) return std::string(": ") + std::strerror(e);
+  return "";
 }
 
 hid_t native_type(DType t) {
@@ -44,6 +54,8 @@ struct Handle {
   do {                                                                                        \
     if ((expr) < 0) TETRA_FAIL(Checkpoint, path_, ": ", __VA_ARGS__);                          \
   } while (0)
+
+void hdf5_no_cleanup_at_exit() { H5dont_atexit(); }
 
 Hdf5File::Hdf5File(const std::string& path, Mode mode) : path_(path) {
   silence_hdf5();
@@ -242,6 +254,9 @@ std::string Hdf5File::attr_string(const std::string& name, const std::string& ob
   return s;
 }
 
-void Hdf5File::flush() { H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL), "flush failed"); }
+void Hdf5File::flush() {
+  errno = 0;
+  if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) TETRA_FAIL(Checkpoint, path_, ": flush failed", io_reason());
+}
 
 }  // namespace tetra

@@ -12,6 +12,13 @@
 
 namespace tetra {
 
+// Call first in main(), before any other HDF5 call: the library then installs no exit handler that
+// closes what is still open. A write that failed (a full disk, a file-size limit) makes H5Fclose
+// fail half-way and leaves the file's id behind with its shared state freed; HDF5's shutdown at
+// exit would close it again and crash (a segfault in H5F__close_cb). Every file tetra opens is
+// closed by its owner; what a failed close leaves is the kernel's to release at exit.
+void hdf5_no_cleanup_at_exit();
+
 class Hdf5File {
  public:
   enum class Mode { Read, Create };  // Create truncates

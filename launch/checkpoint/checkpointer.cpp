@@ -120,12 +120,12 @@ void Checkpointer::save(const TrainingProgress& progress) {
   p->final_dir = (fs::path(dir_) / name).string();
   p->file = (fs::path(p->tmp_dir) / rank_file_name(world_.rank())).string();
 
-  // Rank 0 makes a clean step_N.tmp (a leftover of an interrupted save may be there); the
-  // all-reduce of its success is also the barrier before any rank writes into it.
+  // Rank 0 removes what failed or interrupted saves left (step_*.tmp) and makes a clean
+  // step_N.tmp; the all-reduce of its success is also the barrier before any rank writes into it.
   std::string dir_error;
   if (is_rank0()) {
     std::error_code ec;
-    fs::remove_all(p->tmp_dir, ec);
+    remove_incomplete_saves(dir_);
     fs::create_directories(p->tmp_dir, ec);
     if (ec) dir_error = ec.message();
   }
@@ -293,10 +293,14 @@ void Checkpointer::commit() {
     const std::string first = first_problem(world_, p.ok ? std::string() : p.error);
     const std::string tmp = p.tmp_dir;
     pending_.reset();
+    // Every rank's writer finished (and closed its file) before the all-reduce above: rank 0
+    // frees the room the incomplete files took.
+    std::error_code ec;
+    if (is_rank0()) fs::remove_all(tmp, ec);
     fail_on_every_rank(ErrorKind::Checkpoint,
                        "checkpoint " + name + ": rank(s) " + failed + " could not write their file (" + first + "); " +
-                           tmp + " stays incomplete and resume will ignore it (check free space and permissions of " +
-                           dir_ + ")");
+                           (is_rank0() && !ec ? "removed " + tmp : tmp + " stays incomplete and resume will ignore it") +
+                           " (check free space and permissions of " + dir_ + ")");
   }
   if (!index_) index_ = gather_index(p.saved);
   std::vector<RankFileInfo> files = *index_;
@@ -383,13 +387,7 @@ void Checkpointer::apply_retention() {
     fs::remove_all(d.path, ec);
     if (ec) std::cerr << "tetra: warning: cannot delete old checkpoint " << d.path << ": " << ec.message() << "\n";
   }
-  // Leftovers of saves that never committed (a crash mid-write): no save is in flight now.
-  for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
-    if (!parse_tmp_step_dir(e.path().filename().string())) continue;
-    std::error_code rm;
-    fs::remove_all(e.path(), rm);
-    if (!rm) std::printf("tetra: removed %s (left by an interrupted save)\n", e.path().c_str());
-  }
+  remove_incomplete_saves(dir_);  // no save is in flight now
 }
 
 void Checkpointer::finish() {
@@ -409,83 +407,6 @@ void Checkpointer::set_aside(const std::string& path, const std::string& why) {
     std::cerr << "tetra: warning: could not rename " << path << " to " << target << ": " << ec.message() << "\n";
   else
     std::printf("tetra: set %s aside as %s (%s)\n", path.c_str(), target.c_str(), why.c_str());
-}
-
-// The checkpoint must hold this model — the same parameters, and the same model.* keys, since a
-// change that keeps every shape (heads, norm epsilon, an architecture variant) would load weights
-// that mean something else — and, unless checkpoint.allow_data_change, be read on the same data.
-// Other differences that make the resumed run differ from an uninterrupted one are warnings.
-void Checkpointer::check_resumable(const CheckpointReader& chosen) const {
-  const CheckpointMeta& meta = chosen.meta();
-  const std::string where = "checkpoint.resume: " + chosen.dir();
-  for (const ParamInfo& p : params_) {
-    const ParamInfo* q = chosen.param(p.name);
-    if (!q)
-      TETRA_FAIL(Config, where, " has no parameter '", p.name,
-                 "': it holds another model (compare model.* with the config in its meta.json; to start over use "
-                 "checkpoint.resume: none or another run.name)");
-    if (q->full_shape != p.full_shape)
-      TETRA_FAIL(Config, where, ": '", p.name, "' is ", shape_str(q->full_shape), " there but ",
-                 shape_str(p.full_shape), " in this model (model.* changed since it was written?)");
-  }
-  if (meta.params.size() != params_.size())
-    TETRA_FAIL(Config, where, " holds ", meta.params.size(), " parameters, this model ", params_.size(),
-               " (model.n_layers changed since it was written?)");
-
-  Config old;
-  try {
-    old = parse_config(meta.config_yaml, chosen.dir() + "/meta.json");
-  } catch (const Error& e) {
-    if (is_rank0())
-      std::cout << "tetra: warning: cannot compare the checkpoint's config with this one (only its parameter names "
-                   "and shapes were checked): "
-                << e.what() << "\n";
-    return;
-  }
-  // Every key of the model section, whatever the family defines (config_schema.h), but
-  // model.init_from: the weights come from the checkpoint.
-  std::string changed;
-  for (const schema::Field& f : schema::fields()) {
-    if (std::string(f.section) != "model" || f.path() == "model.init_from") continue;
-    const std::string was = schema::value_text(f, old), is = schema::value_text(f, cfg_);
-    if (was != is) changed += (changed.empty() ? "" : ", ") + f.path() + " " + was + " then, " + is + " now";
-  }
-  if (!changed.empty())
-    TETRA_FAIL(Config, where, " was written by another model: ", changed,
-               ". Its parameter shapes fit, but the weights would mean something else; set these keys back, or "
-               "start a new run (checkpoint.resume: none, or another run.name)");
-
-  const std::string then = meta.sampler.is_object() ? meta.sampler.value("data_fingerprint", "") : "";
-  if (!then.empty() && !data_fingerprint_.empty() && then != data_fingerprint_) {
-    const std::string what = "the training data changed since step " + std::to_string(meta.step) +
-                             " was saved: corpus fingerprint " + then + " then, " + data_fingerprint_ +
-                             " now (data.train: shards added, removed, renamed or resized, other weights, or another "
-                             "train.seq_len), so the resumed run reads other tokens than the original would have";
-    if (!cfg_.checkpoint.allow_data_change)
-      TETRA_FAIL(Config, where, ": ", what,
-                 "; restore the data, or set checkpoint.allow_data_change: true to continue on the new data");
-    if (is_rank0()) std::cout << "tetra: warning: " << what << " (checkpoint.allow_data_change is true)\n";
-  }
-
-  if (!is_rank0()) return;
-  // What would make the resumed run differ from an uninterrupted one.
-  auto differs = [&](const std::string& key, const auto& was, const auto& now_value) {
-    if (was == now_value) return;
-    std::ostringstream os;
-    os << "tetra: warning: " << key << " was " << was << " when step " << meta.step << " was saved, now " << now_value
-       << ": the resumed run will not continue exactly as the original would have\n";
-    std::cout << os.str();
-  };
-  differs("run.seed", old.run.seed, cfg_.run.seed);
-  differs("train.global_batch", old.train.global_batch, cfg_.train.global_batch);
-  differs("train.seq_len", old.train.seq_len, cfg_.train.seq_len);
-  differs("data.train", old.data.train, cfg_.data.train);
-  differs("data.shuffle", old.data.shuffle, cfg_.data.shuffle);
-  differs("optimizer.lr", old.optimizer.lr, cfg_.optimizer.lr);
-  differs("optimizer.schedule", std::string(choice_name(old.optimizer.schedule)),
-          std::string(choice_name(cfg_.optimizer.schedule)));
-  differs("optimizer.warmup_steps", old.optimizer.warmup_steps, cfg_.optimizer.warmup_steps);
-  differs("train.steps", old.train.steps, cfg_.train.steps);
 }
 
 std::optional<TrainingProgress> Checkpointer::resume() {

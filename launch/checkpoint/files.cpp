@@ -100,4 +100,22 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
+int remove_incomplete_saves(const std::string& dir) {
+  std::error_code ec;
+  int removed = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (!parse_tmp_step_dir(e.path().filename().string())) continue;
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+    if (rm) {
+      std::fprintf(stderr, "tetra: warning: cannot remove %s (left by a save that did not complete): %s\n",
+                   e.path().c_str(), rm.message().c_str());
+      continue;
+    }
+    std::printf("tetra: removed %s (left by a save that did not complete)\n", e.path().c_str());
+    ++removed;
+  }
+  return removed;
+}
+
 }  // namespace tetra::launch

@@ -27,6 +27,11 @@ std::optional<int64_t> parse_step_dir(const std::string& name);
 // N for "step_N.tmp"; nullopt otherwise.
 std::optional<int64_t> parse_tmp_step_dir(const std::string& name);
 
+// Removes every step_N.tmp under `dir` (saves that never committed: a crash, a full disk) and
+// prints each; a save calls it before it writes (no save is in flight then), so one failed save's
+// files never take the room of the next. Returns how many it removed.
+int remove_incomplete_saves(const std::string& dir);
+
 struct CheckpointDir {
   int64_t step = 0;
   std::string path;

@@ -16,6 +16,7 @@
 #include "launch/job/signals.h"
 #include "launch/train/trainer.h"
 #include "runtime/device.h"
+#include "runtime/goodput_clock.h"
 #include "runtime/mpi_communicator.h"
 
 namespace tetra::launch {
@@ -25,8 +26,10 @@ int train_command(const std::string& config_path, const std::vector<std::string>
   try {
     check_launcher_before_mpi();
   } catch (const Error& e) {
+    // Before MPI no rank can tell the others: each says why it stops (one whole line per write).
     const char* task = std::getenv("SLURM_PROCID");
-    if (!task || std::string(task) == "0") std::cerr << "tetra: error: " << e.what() << std::endl;
+    std::cerr << std::string("tetra: error") + (task ? std::string(" (task ") + task + ")" : "") + ": " + e.what() + "\n"
+              << std::flush;
     return exit_code_for(e.kind());
   }
   mpi_initialize(nullptr, nullptr);

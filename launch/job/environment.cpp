@@ -3,13 +3,13 @@
 #include <mpi.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "runtime/error.h"
+#include "runtime/goodput_clock.h"
 
 namespace tetra::launch {
 
@@ -40,9 +40,6 @@ int slurm_tasks_on_node(const std::string& list, int node) {
   return 0;
 }
 
-double now_unix() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 }  // namespace
 
 void check_launcher_before_mpi() {
@@ -59,31 +56,19 @@ void check_launcher_before_mpi() {
              "(`srun --mpi=list` shows what the cluster offers)");
 }
 
-double process_start_unix_time() {
-  static const double start = [] {
-    // Field 22 of /proc/self/stat: start time in clock ticks after boot; boot time from /proc/stat.
-    std::ifstream stat("/proc/self/stat");
-    std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    size_t close = content.rfind(')');
-    double btime = 0;
-    std::ifstream ps("/proc/stat");
-    for (std::string line; std::getline(ps, line);)
-      if (line.rfind("btime ", 0) == 0) btime = std::stod(line.substr(6));
-    if (close != std::string::npos && btime > 0) {
-      std::istringstream rest(content.substr(close + 2));
-      std::string field;
-      for (int i = 3; i <= 22 && rest >> field; ++i) {
-        if (i == 22) {
-          double ticks = std::stod(field);
-          double t = btime + ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-          double now = now_unix();
-          if (t <= now && now - t < 86400.0) return t;  // sane (not in a container with a foreign boot time)
-        }
-      }
-    }
-    return now_unix();
-  }();
-  return start;
+std::optional<unsigned long long> process_start_ticks(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return std::nullopt;
+  std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t close = content.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(content.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 3 && (field == "Z" || field == "X")) return std::nullopt;  // exited, not yet reaped
+    if (i == 22) return std::stoull(field);
+  }
+  return std::nullopt;
 }
 
 LaunchEnvironment discover_environment(int mpi_rank, int mpi_size) {

@@ -2,6 +2,7 @@
 // (Open MPI's OMPI_COMM_WORLD_*, an srun step's SLURM_PROCID / SLURM_STEP_NUM_TASKS /
 // SLURM_LOCALID / SLURM_STEP_TASKS_PER_NODE, PMIx's PMIX_RANK), or a lone process. The GPU is the local rank's device among CUDA_VISIBLE_DEVICES.
 #pragma once
+#include <optional>
 #include <string>
 
 namespace tetra::launch {
@@ -13,7 +14,8 @@ struct LaunchEnvironment {
   int local_rank = 0;
   int local_size = 1;
   std::string host;
-  double process_start_unix = 0;  // wall-clock time this process started (s since the epoch)
+  double process_start_unix = 0;  // wall-clock time this process started (s since the epoch, to the 10 ms tick:
+                                  // runtime/goodput_clock.h)
 };
 
 // Reads the launcher's variables; the MPI world (already initialised) must agree with them.
@@ -23,7 +25,8 @@ LaunchEnvironment discover_environment(int mpi_rank, int mpi_size);
 // cannot work with (srun without PMIx for Open MPI), instead of letting MPI abort obscurely.
 void check_launcher_before_mpi();
 
-// Unix time at which this process started (from /proc/self/stat; falls back to first call).
-double process_start_unix_time();
+// Start of process `pid` in clock ticks after boot (field 22 of /proc/PID/stat); none when there
+// is no such process, or it has exited (a zombie its parent has not reaped yet).
+std::optional<unsigned long long> process_start_ticks(int pid);
 
 }  // namespace tetra::launch

@@ -72,9 +72,14 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
   return plan;
 }
 
-FaultPlan FaultPlan::from_environment() {
+FaultPlan FaultPlan::from_environment(int world_size) {
   const char* v = std::getenv("TETRA_FAULT");
-  return v && *v ? parse(v) : FaultPlan();
+  FaultPlan plan = v && *v ? parse(v) : FaultPlan();
+  for (const Fault& f : plan.faults_)
+    if (f.rank < 0 || f.rank >= world_size)
+      TETRA_FAIL(Usage, "TETRA_FAULT='", v, "' names rank ", f.rank, ", but the job has ranks 0 to ", world_size - 1,
+                 " only; ", kSyntax);
+  return plan;
 }
 
 void FaultPlan::after_step(int64_t step, int rank) const {

@@ -33,8 +33,9 @@ class FaultPlan {
   FaultPlan() = default;
   // Parses `spec` (the syntax above); throws a Usage error naming the bad part.
   static FaultPlan parse(const std::string& spec);
-  // From TETRA_FAULT (empty plan when unset).
-  static FaultPlan from_environment();
+  // From TETRA_FAULT (empty plan when unset); a fault on a rank outside 0..world_size-1 is a Usage
+  // error (it would never happen, and the drill would pass for the wrong reason).
+  static FaultPlan from_environment(int world_size);
 
   bool empty() const { return faults_.empty(); }
   const std::vector<Fault>& faults() const { return faults_; }

@@ -65,6 +65,9 @@ void install_stop_signal_handlers() {
     if (sigaction(sig, &sa, nullptr) != 0)
       TETRA_FAIL(Internal, "cannot install the handler for ", signal_name(sig));
   }
+  // A write past the file-size limit (ulimit -f) fails with EFBIG, an error the writer reports
+  // and the job ends on (exit 1, the ledger closed), instead of killing the process by SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   installed = true;
 }
 

@@ -23,7 +23,7 @@ inline constexpr int kInterrupted = 130; // SIGINT: checkpoint written, not to b
 // The exit code for an error of this kind (Config/Usage → 2, Comm → 4, else 1).
 int exit_code_for(ErrorKind kind);
 
-// Installs the handlers for SIGTERM, SIGUSR1 and SIGINT (idempotent).
+// Installs the handlers for SIGTERM, SIGUSR1 and SIGINT, and ignores SIGXFSZ (idempotent).
 void install_stop_signal_handlers();
 // The signal that asked this process to stop (SIGTERM, SIGUSR1 or SIGINT), 0 if none yet.
 // When several arrived, the one that ranks highest in stop_signal_priority().

@@ -77,7 +77,7 @@ void Builder::start() {
     p_.act_dtype = activation_dtype(cfg_);
     p_.residual_dtype = residual_dtype(cfg_);
     check_memory_fits();
-    p_.faults = FaultPlan::from_environment();
+    p_.faults = FaultPlan::from_environment(env_.world_size);
     if (is_rank0()) prepare_run_dir();
   });
 }
@@ -152,6 +152,8 @@ void Builder::prepare_run_dir() {
                ": cannot create the run directory ", p_.run_dir, " (run.output_dir/run.name): ", ec.message(),
                "; choose a directory this job can write to, or fix its permissions");
   }
+  // Before anything in it changes: a live run there refuses this one (launch/job/run_lock.h).
+  p_.run_lock = RunLock::acquire(p_.run_dir, env_);
   if (cfg_.checkpoint.resume.kind == ResumeFrom::Kind::None) archive_previous_run();
   p_.ledger = std::make_unique<GoodputLedger>(GoodputLedger::path_in(p_.run_dir));
   p_.ledger->attempt_start(env_.process_start_unix, env_.world_size, env_.host);

@@ -14,6 +14,7 @@
 #include "launch/config/config.h"
 #include "launch/job/environment.h"
 #include "launch/job/fault_injection.h"
+#include "launch/job/run_lock.h"
 #include "launch/report/goodput.h"
 #include "launch/train/memory_plan.h"
 #include "launch/train/model_stages.h"
@@ -39,6 +40,7 @@ namespace tetra::launch {
 // comes after it).
 struct TrainingParts {
   std::string run_dir;
+  std::unique_ptr<RunLock> run_lock;  // rank 0: RUN_DIR/run.lock, held until the last part is gone
   Device device = Device::cpu();
   DType act_dtype = DType::F32;       // working activations (train.precision)
   DType residual_dtype = DType::F32;  // the residual stream between blocks (train.residual_dtype)

@@ -5,7 +5,8 @@
     were (by path, the newer ones are not set aside as a rollback would);
   - a training file with other contents (the corpus fingerprint in meta.json differs) is an error
     that says so, unless checkpoint.allow_data_change: true, which warns and resumes;
-  - checkpoint.keep keeps the newest N complete checkpoints and removes the others.
+  - checkpoint.keep keeps the newest N complete checkpoints and removes the others;
+  - a resume under other optimizer settings (betas, eps, weight decay, min_lr) warns of each.
 
 usage: resume_checks.py TETRA_BIN WORK_DIR"""
 import os
@@ -75,4 +76,14 @@ out, _, _ = ws.train("again", sets=["checkpoint.resume=auto", "train.steps=6"])
 warnings = [line for line in out.splitlines() if line.startswith("tetra: warning")]
 print("\n".join(warnings))
 check("resumed from" in out and not warnings, "an unchanged config resumes without a warning")
+
+# Every optimizer setting that changed since the checkpoint is warned of, each by its key.
+out, _, _ = ws.train("again", sets=["checkpoint.resume=auto", "train.steps=6", "optimizer.betas=[0.8, 0.99]",
+                                    "optimizer.eps=1.0e-6", "optimizer.weight_decay=0.01", "optimizer.min_lr=0.0"])
+warned = {line.split()[2] for line in out.splitlines() if line.startswith("tetra: warning:")}
+print(sorted(warned))
+check(warned == {"optimizer.betas", "optimizer.eps", "optimizer.weight_decay", "optimizer.min_lr"},
+      "changed betas, eps, weight decay and min_lr: one warning each, nothing else")
+check("optimizer.betas was [0.9, 0.95] when step 6 was saved, now [0.8, 0.99]" in out,
+      "the betas warning gives the old and new values")
 print("PASS")

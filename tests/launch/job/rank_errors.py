@@ -90,8 +90,8 @@ check(codes == {0: EXIT_ERROR, 1: EXIT_ERROR} and took < 30,
 check("checkpoint step_4: rank(s) 1 could not write their file" in err and "No space left on device" in err,
       "the error names the checkpoint, the rank and its reason")
 run = ws.run_dir("save_error")
-check(checkpoint_steps(run) == [] and os.path.isdir(os.path.join(run, "checkpoints", "step_4.tmp")),
-      "step_4 was never committed (step_4.tmp stays, resume ignores it)")
+check(checkpoint_steps(run) == [] and os.listdir(os.path.join(run, "checkpoints")) == [],
+      "step_4 was never committed, and rank 0 removed the incomplete step_4.tmp")
 ends = [(e["reason"], e["exit_code"]) for e in ledger(run) if e["event"] == "attempt_end"]
 check(ends == [("error", EXIT_ERROR)], "rank 0 recorded attempt_end error (1)")
 

@@ -1,12 +1,16 @@
 // The ledger writer: attempt numbering, the event schema on disk, crash-cut lines, spans, clocks,
 // and a ledger written through the API read back by the report.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <thread>
 
+#include "launch/job/environment.h"
 #include "launch/report/goodput.h"
 #include "runtime/error.h"
 #include "runtime/goodput_clock.h"
@@ -40,6 +44,35 @@ TEST(GoodputClock, ClocksAgreeAndAdvance) {
   // Unix seconds as double resolve 0.24 µs in this era.
   EXPECT_NEAR(clock.to_unix(m1) - clock.to_unix(m0), m1 - m0, 1e-6);
   EXPECT_GE(clock.now() - a, 0.019);
+}
+
+// The start is the process's own to the clock tick (10 ms), not a whole second early (boot time
+// from /proc/stat's btime is whole seconds, which made back-to-back attempts overlap): a child
+// forked between two clock readings reports a start between them, less one tick for the rounding
+// down of its start to a tick.
+TEST(GoodputClock, AttemptStartIsTheProcessStartToTheTick) {
+  const double tick = 1.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  for (int i = 0; i < 3; ++i) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const double before = unix_now();
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      // What the ledger's attempt_start records; not yet computed in this process: its own start.
+      const double start = launch::discover_environment(0, 1).process_start_unix;
+      (void)!write(fds[1], &start, sizeof start);
+      _exit(0);
+    }
+    double start = 0;
+    ASSERT_EQ(read(fds[0], &start, sizeof start), static_cast<ssize_t>(sizeof start));
+    const double after = unix_now();
+    waitpid(child, nullptr, 0);
+    close(fds[0]);
+    close(fds[1]);
+    EXPECT_GE(start, before - tick - 1e-3) << "start " << start << " is " << before - start << " s before the fork";
+    EXPECT_LE(start, after);
+  }
 }
 
 TEST(GoodputClock, ProcessStartIsBeforeNowAndStable) {
