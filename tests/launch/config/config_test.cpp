@@ -155,6 +155,21 @@ TEST(Config, OverridesNestedKeysListsAndStrings) {
   EXPECT_NO_THROW(validate(c, 2));
 }
 
+TEST(Config, OverrideThroughAnAliasChangesOnlyItsKey) {
+  // model.d_model anchors the value that train.steps aliases: a --set of either key leaves the
+  // other as written.
+  testing::TempDir dir;
+  std::string text = edit("  d_model: 64", "  d_model: &dm 64");
+  text = edit("  steps: 100", "  steps: *dm", text);
+  Config c = load_config(dir.write("cfg.yaml", text), {"train.steps=32"});
+  EXPECT_EQ(c.train.steps, 32);
+  EXPECT_EQ(c.model.d_model, 64);
+  EXPECT_EQ(c.origins.where("model.d_model"), dir.path() + "/cfg.yaml:4");
+  Config d = load_config(dir.write("cfg2.yaml", text), {"model.d_model=128"});
+  EXPECT_EQ(d.model.d_model, 128);
+  EXPECT_EQ(d.train.steps, 64);
+}
+
 TEST(Config, OverrideFixesAnInvalidFile) {
   // Overrides are applied before validation: a file that is wrong alone may be right with --set.
   testing::TempDir dir;
