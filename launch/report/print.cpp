@@ -174,7 +174,9 @@ void write_report(const std::string& run_dir, const GoodputReport& report) {
   {
     std::ofstream out(tmp, std::ios::trunc);
     if (!out) TETRA_FAIL(Data, "cannot write ", tmp, ": check that ", run_dir, " is writable");
-    out << to_json(report).dump(2) << "\n";
+    // Every text in the report came through the JSON parser, so it is valid UTF-8; should one not
+    // be, it is written with U+FFFD rather than leaving a half-written file behind.
+    out << to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     out.flush();
     if (!out) TETRA_FAIL(Data, "cannot write ", tmp, ": check free space on its file system");
   }
