@@ -204,6 +204,7 @@ void GoodputLedger::step(const StepTiming& s) {
                       {"data_wait", b.data_wait},
                       {"host_overhead", b.host_overhead}};
   if (s.loss) e["loss"] = *s.loss;
+  if (s.skipped) e["skipped"] = true;
   if (!b.exposed_comm_by_axis.empty()) e["exposed_comm_by_axis"] = b.exposed_comm_by_axis;
   append(std::move(e));
 }

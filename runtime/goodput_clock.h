@@ -92,6 +92,7 @@ struct StepTiming {
   int64_t tokens = 0;   // tokens trained in this step (global)
   StepBreakdown breakdown;
   std::optional<double> loss;
+  bool skipped = false;  // its update was not applied (non-finite loss or gradient): not kept
 };
 
 // Event kind names, shared by writer and reader.
