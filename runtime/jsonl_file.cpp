@@ -35,8 +35,8 @@ off_t end_of_last_full_line(int fd, off_t size, const std::string& path) {
   return 0;
 }
 
-// Offset of the first byte of `s` that is not part of well-formed UTF-8, or npos. Overlong forms,
-// surrogates and code points past U+10FFFF are ill-formed (RFC 3629).
+}  // namespace
+
 size_t first_bad_utf8(const std::string& s) {
   const auto* b = reinterpret_cast<const unsigned char*>(s.data());
   const size_t n = s.size();
@@ -58,8 +58,6 @@ size_t first_bad_utf8(const std::string& s) {
   }
   return std::string::npos;
 }
-
-}  // namespace
 
 JsonlAppender::JsonlAppender(const std::string& path) : path_(path) {
   std::filesystem::path parent = std::filesystem::path(path).parent_path();

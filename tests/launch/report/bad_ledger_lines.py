@@ -27,6 +27,8 @@ with open(path, "wb") as f:
     f.write(b"\n".join(lines) + b"\n")
 
 out, err, _ = ws.train("bad", sets=["checkpoint.resume=auto", "train.steps=6"])
+check(f"warning: {path} line 2: not valid UTF-8" in err and f"{path} line {n + 1}: not a JSON object" in err,
+      "the resumed run warns of both lines when it opens the ledger")
 check("goodput.jsonl line 2: not valid UTF-8" in out and f"goodput.jsonl line {n + 1}: not valid JSON" in out,
       "the resumed run finishes (exit 0) and its report names both skipped lines")
 check(max(metrics(run)) == 6 and checkpoint_steps(run) == [2, 4, 6], "the resumed run trained to step 6")
