@@ -70,8 +70,8 @@ class Trainer {
   void reduce_loss_and_norm();
   void report_pipeline_peaks();
   int run_steps();
-  // launch/train/trainer_end.cpp. After the last step: the non-finite stop, the stop by signal, or
-  // the end of a finished run; returns the exit code.
+  // launch/train/trainer_end.cpp. After the last step: the non-finite stop, the stop for too many
+  // skipped steps, the stop by signal, or the end of a finished run; returns the exit code.
   int end_run(int64_t step, int stop, bool nonfinite, bool skip_limit);
   // train.max_skipped_steps under train.on_nonfinite: skip: counts `step` (0-based) skipped or not
   // and notes when the limit is passed; the message says which bound and which steps.
