@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include "runtime/error.h"
@@ -87,14 +89,29 @@ double GoodputClock::to_unix(double monotonic) const { return unix_anchor_ + (mo
 
 // ---- the ledger -----------------------------------------------------------------------------
 
-int max_attempt_in(const std::string& path) {
+int max_attempt_in(const std::string& path, std::vector<JsonlProblem>* skipped) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return 0;
   static const std::string key = "\"attempt\"";
   int best = 0;
   std::string line;
+  size_t lineno = 0;
+  auto skip = [&](const std::string& what) {
+    if (skipped) skipped->push_back({lineno, what});
+  };
   while (std::getline(in, line)) {
+    ++lineno;
     if (in.eof()) break;  // a last line without '\n' was cut short: its number may be too
+    const size_t first = line.find_first_not_of(" \t\r"), last = line.find_last_not_of(" \t\r");
+    if (first == std::string::npos) continue;
+    if (size_t bad = first_bad_utf8(line); bad != std::string::npos) {
+      skip("not valid UTF-8 at byte " + std::to_string(bad + 1) + " (skipped)");
+      continue;
+    }
+    if (line[first] != '{' || line[last] != '}') {
+      skip("not a JSON object (skipped)");
+      continue;
+    }
     for (size_t at = line.find(key); at != std::string::npos; at = line.find(key, at + 1)) {
       size_t p = at + key.size();
       while (p < line.size() && std::isspace(static_cast<unsigned char>(line[p]))) ++p;
@@ -102,8 +119,14 @@ int max_attempt_in(const std::string& path) {
       ++p;
       while (p < line.size() && std::isspace(static_cast<unsigned char>(line[p]))) ++p;
       char* endp = nullptr;
-      long v = std::strtol(line.c_str() + p, &endp, 10);
+      errno = 0;
+      const long long v = std::strtoll(line.c_str() + p, &endp, 10);
       if (endp == line.c_str() + p) continue;
+      // The next attempt is best + 1: a damaged number must not make it wrap or go below 1.
+      if (errno == ERANGE || v < 1 || v >= std::numeric_limits<int>::max()) {
+        skip("\"attempt\" " + line.substr(p, static_cast<size_t>(endp - (line.c_str() + p))) + " is not a usable attempt number (skipped)");
+        break;
+      }
       if (v > best) best = static_cast<int>(v);
       break;
     }
@@ -113,7 +136,10 @@ int max_attempt_in(const std::string& path) {
 
 GoodputLedger::GoodputLedger(const std::string& path) : file_(std::make_unique<JsonlAppender>(path)) {
   // Open first: that drops a cut-short last line, whose attempt number may itself be cut.
-  attempt_ = max_attempt_in(path) + 1;
+  std::vector<JsonlProblem> skipped;
+  attempt_ = max_attempt_in(path, &skipped) + 1;
+  for (const JsonlProblem& p : skipped)
+    std::cerr << "tetra: warning: " << path << " line " << p.line << ": " << p.what << std::endl;
 }
 
 GoodputLedger::~GoodputLedger() {
@@ -204,6 +230,7 @@ void GoodputLedger::step(const StepTiming& s) {
                       {"data_wait", b.data_wait},
                       {"host_overhead", b.host_overhead}};
   if (s.loss) e["loss"] = *s.loss;
+  if (s.skipped) e["skipped"] = true;
   if (!b.exposed_comm_by_axis.empty()) e["exposed_comm_by_axis"] = b.exposed_comm_by_axis;
   append(std::move(e));
 }

@@ -35,10 +35,12 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tetra {
 
 class JsonlAppender;
+struct JsonlProblem;
 
 // ---- clocks ---------------------------------------------------------------------------------
 double unix_now();       // wall clock: seconds since 1970-01-01 UTC
@@ -92,6 +94,7 @@ struct StepTiming {
   int64_t tokens = 0;   // tokens trained in this step (global)
   StepBreakdown breakdown;
   std::optional<double> loss;
+  bool skipped = false;  // its update was not applied (non-finite loss or gradient): not kept
 };
 
 // Event kind names, shared by writer and reader.
@@ -159,8 +162,10 @@ class GoodputLedger {
 };
 
 // The largest "attempt" recorded in the ledger at `path` (0 if the file is missing or empty). It
-// scans lines for the "attempt" key instead of parsing them, so it is fast on long ledgers.
-int max_attempt_in(const std::string& path);
+// scans lines for the "attempt" key instead of parsing them, so it is fast on long ledgers. Lines
+// that are damaged (not UTF-8, not {...}, an attempt outside 1..2^31-2) are skipped and, with
+// `skipped`, described there, as the report skips them.
+int max_attempt_in(const std::string& path, std::vector<JsonlProblem>* skipped = nullptr);
 
 // RAII: times a span from construction to end() or destruction and records it as an event of its
 // kind (eval, ckpt_save with async=false, ckpt_load, or other). A span ended by an exception is

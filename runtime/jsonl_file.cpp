@@ -37,6 +37,28 @@ off_t end_of_last_full_line(int fd, off_t size, const std::string& path) {
 
 }  // namespace
 
+size_t first_bad_utf8(const std::string& s) {
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned c = b[i];
+    size_t len = 0;
+    unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+    if (c < 0x80) len = 1;
+    else if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return i;
+    if (i + len > n) return i;
+    for (size_t k = 1; k < len; ++k) {
+      const unsigned x = b[i + k];
+      if (k == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xBF)) return i;
+    }
+    i += len;
+  }
+  return std::string::npos;
+}
+
 JsonlAppender::JsonlAppender(const std::string& path) : path_(path) {
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) {
@@ -114,6 +136,14 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path, std::vector<Json
     bool cut = in.eof();  // the last line had no '\n': its writer died mid-line
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    // Checked before parsing: the parser's message would quote the bad bytes, and a warning that
+    // is not UTF-8 cannot be written into goodput.json.
+    if (size_t bad = first_bad_utf8(line); bad != std::string::npos) {
+      if (problems)
+        problems->push_back({lineno, cut ? "cut short, likely by a crash while it was written (skipped)"
+                                         : "not valid UTF-8 at byte " + std::to_string(bad + 1) + " (skipped)"});
+      continue;
+    }
     try {
       nlohmann::json j = nlohmann::json::parse(line);
       if (!j.is_object()) {

@@ -37,8 +37,13 @@ struct JsonlProblem {
   std::string what;
 };
 
+// Offset of the first byte of `s` that is not part of well-formed UTF-8, or npos. Overlong forms,
+// surrogates and code points past U+10FFFF are ill-formed (RFC 3629).
+size_t first_bad_utf8(const std::string& s);
+
 // Reads every line of `path` that holds a JSON object. Lines that do not parse (a last line cut by
-// a crash, or damage) and lines that are not objects are skipped and described in `problems`.
+// a crash, or damage: bytes that are not UTF-8, text that is not JSON) and lines that are not
+// objects are skipped and described in `problems`.
 // Blank lines are ignored. Fails (ErrorKind::Data) if the file cannot be opened.
 std::vector<nlohmann::json> read_jsonl(const std::string& path, std::vector<JsonlProblem>* problems);
 

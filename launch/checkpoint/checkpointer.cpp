@@ -58,9 +58,11 @@ std::string seconds(double s) {
   return buf;
 }
 
+}  // namespace
+
 // The first non-empty `mine` over the ranks, as "rank R: ...", known to every rank (collective;
 // only called when some rank has a problem, so the fixed-size gather costs nothing in good runs).
-std::string first_problem(Communicator& world, const std::string& mine) {
+std::string Checkpointer::first_problem(Communicator& world, const std::string& mine) {
   constexpr int64_t kBytes = 512;
   Tensor in = Tensor::zeros({kBytes}, DType::U8);
   std::memcpy(in.data_ptr(), mine.data(), std::min<size_t>(mine.size(), kBytes - 1));
@@ -73,14 +75,6 @@ std::string first_problem(Communicator& world, const std::string& mine) {
   }
   return "";
 }
-
-bool same_dir(const fs::path& a, const fs::path& b) {
-  std::error_code ec1, ec2;
-  fs::path ca = fs::weakly_canonical(a, ec1), cb = fs::weakly_canonical(b, ec2);
-  return !ec1 && !ec2 && ca == cb;
-}
-
-}  // namespace
 
 Checkpointer::Checkpointer(const Config& cfg, const std::string& run_dir, Communicator& world, const Mesh& mesh,
                            DistributedOptimizer& optimizer, const std::vector<Param*>& params, GoodputLedger* ledger)
@@ -396,117 +390,7 @@ void Checkpointer::finish() {
   commit();
 }
 
-// ---- resume -----------------------------------------------------------------------------------
-
-void Checkpointer::set_aside(const std::string& path, const std::string& why) {
-  std::error_code ec;
-  std::string target = path + ".discarded";
-  for (int i = 2; fs::exists(target, ec); ++i) target = path + ".discarded-" + std::to_string(i);
-  fs::rename(path, target, ec);
-  if (ec)
-    std::cerr << "tetra: warning: could not rename " << path << " to " << target << ": " << ec.message() << "\n";
-  else
-    std::printf("tetra: set %s aside as %s (%s)\n", path.c_str(), target.c_str(), why.c_str());
-}
-
-std::optional<TrainingProgress> Checkpointer::resume() {
-  const ResumeFrom& mode = cfg_.checkpoint.resume;
-  if (mode.kind == ResumeFrom::Kind::None) return std::nullopt;
-  const double t0 = now();
-  const bool automatic = mode.kind == ResumeFrom::Kind::Auto;
-
-  // Candidates, newest first: rank 0 lists them, everyone gets the same list.
-  std::vector<std::string> candidates;
-  if (automatic) {
-    std::vector<double> steps;
-    if (is_rank0())
-      for (const CheckpointDir& d : list_checkpoint_dirs(dir_)) steps.push_back(static_cast<double>(d.step));
-    std::vector<double> n{static_cast<double>(steps.size())};
-    world_.all_reduce_host(n, ReduceOp::Max);
-    steps.resize(static_cast<size_t>(n[0]), 0.0);
-    if (!steps.empty()) world_.all_reduce_host(steps, ReduceOp::Sum);
-    for (double s : steps)
-      candidates.push_back((fs::path(dir_) / step_dir_name(static_cast<int64_t>(s))).string());
-  } else {
-    candidates.push_back(mode.path);
-  }
-
-  std::unique_ptr<CheckpointReader> chosen;
-  std::vector<std::pair<std::string, std::string>> rejected;  // path, why (as rank 0 knows it)
-  for (const std::string& path : candidates) {
-    std::unique_ptr<CheckpointReader> reader;
-    std::string problem;
-    try {
-      reader = std::make_unique<CheckpointReader>(path);
-      // Each rank checksums every world-th file, so a big checkpoint is read once, in parallel.
-      problem = reader->verify(world_.rank(), world_.size());
-    } catch (const std::exception& e) {  // tetra::Error, or anything a damaged file provokes
-      problem = e.what();
-    }
-    std::vector<double> ok{problem.empty() ? 1.0 : 0.0};
-    world_.all_reduce_host(ok, ReduceOp::Min);
-    if (ok[0] == 1.0) {
-      chosen = std::move(reader);
-      break;
-    }
-    const std::string why = first_problem(world_, problem);
-    if (!automatic)
-      fail_on_every_rank(ErrorKind::Config, "checkpoint.resume: " + path + " cannot be loaded: " + why +
-                                                " (use checkpoint.resume: auto for the newest usable checkpoint, or "
-                                                "another step_N)");
-    if (is_rank0()) std::printf("tetra: ignoring %s: %s\n", path.c_str(), why.c_str());
-    rejected.emplace_back(path, why);
-  }
-  // Whether it is this run's model and data is checked before anything is renamed, so that a
-  // mistaken resume changes nothing on disk.
-  if (chosen) agree(world_, [&] { check_resumable(*chosen); });
-  if (is_rank0()) {
-    for (const auto& [path, why] : rejected) set_aside(path, "not usable");
-    // Rolling back to an earlier checkpoint of this run: later ones belong to the abandoned
-    // timeline and must not be picked by a later resume.
-    if (chosen && same_dir(fs::path(chosen->dir()).parent_path(), dir_))
-      for (const CheckpointDir& d : list_checkpoint_dirs(dir_))
-        if (d.step > chosen->meta().step)
-          set_aside(d.path, "newer than step " + std::to_string(chosen->meta().step) + ", which this run resumes from");
-    std::fflush(stdout);
-  }
-  if (!chosen) {
-    print_rank0(world_, "checkpoint.resume: auto found no usable checkpoint in " + dir_ + ": starting from step 0");
-    return std::nullopt;
-  }
-
-  const CheckpointMeta& meta = chosen->meta();
-  std::vector<StatePiece> pieces = optimizer_.pieces_to_load();
-  agree(world_, [&] {
-    for (StatePiece& piece : pieces) chosen->fill(piece);
-  });
-  optimizer_.after_load();
-  optimizer_.set_steps_taken(meta.optimizer_steps);
-
-  if (is_rank0()) {
-    const MeshShape& s = mesh_.shape();
-    const bool reshard = meta.world_size != world_.size() || meta.dp != s.dp || meta.tp != s.tp || meta.pp != s.pp ||
-                         meta.ep != s.ep || meta.zero_stage != optimizer_.zero_stage();
-    // The expert-parallel sizes, where either side has expert parallelism.
-    const bool experts = meta.ep > 1 || s.ep > 1;
-    auto ep_text = [experts](int ep) { return experts ? " ep " + std::to_string(ep) : std::string(); };
-    std::string line = "resumed from " + chosen->dir() + " (step " + std::to_string(meta.step) + ", " +
-                       std::to_string(meta.tokens_seen) + " tokens";
-    if (reshard)
-      line += "; written at dp " + std::to_string(meta.dp) + " tp " + std::to_string(meta.tp) + " pp " +
-              std::to_string(meta.pp) + ep_text(meta.ep) +
-              " ZeRO-" + std::to_string(meta.zero_stage) + ", resharded to dp " + std::to_string(s.dp) + " tp " +
-              std::to_string(s.tp) + " pp " + std::to_string(s.pp) +
-              ep_text(s.ep) + " ZeRO-" +
-              std::to_string(optimizer_.zero_stage());
-    print_rank0(world_, line + ")");
-  }
-  if (ledger_) ledger_->ckpt_load(t0, now(), meta.step);
-  TrainingProgress progress;
-  progress.step = meta.step;
-  progress.tokens_seen = meta.tokens_seen;
-  progress.skipped_steps = meta.skipped_steps;
-  return progress;
-}
+// Resume: launch/checkpoint/resume.cpp (choosing and loading), resume_checks.cpp (whether the
+// chosen checkpoint belongs to this run).
 
 }  // namespace tetra::launch

@@ -53,9 +53,12 @@ class Checkpointer {
 
   // Collective. checkpoint.resume none: nullopt. auto: the newest checkpoint under
   // RUN_DIR/checkpoints whose meta.json reads and whose rank files match their checksums (the
-  // others are reported and renamed step_N.discarded); nullopt when there is none. A path: that
-  // checkpoint, or a Config error saying why it cannot be used. Loads weights and optimizer state
-  // into the optimizer's pieces and returns the progress the checkpoint holds.
+  // newer damaged ones are reported and renamed step_N.discarded); nullopt when there is no
+  // checkpoint at all, a Config error listing each and why when there are some and none is usable
+  // (nothing renamed). A path: that checkpoint, or a Config error saying why it cannot be used.
+  // A checkpoint whose files cannot be read (permissions, I/O errors) stops the resume with a
+  // Checkpoint error and nothing renamed, auto or not. Loads weights and optimizer state into the
+  // optimizer's pieces and returns the progress the checkpoint holds.
   std::optional<TrainingProgress> resume();
 
   // Collective: checkpoints the state after progress.step. Synchronous: returns once committed.
@@ -84,6 +87,15 @@ class Checkpointer {
   void commit_on_rank0(Pending& p, const std::vector<RankFileInfo>& files);
   void apply_retention();
   void set_aside(const std::string& path, const std::string& why);
+  // Collective: the step_N directories resume: auto tries, newest first (rank 0's listing).
+  std::vector<std::string> resume_candidates();
+  // Collective: the first candidate every rank verifies; the rejected ones (path, why) before it.
+  std::unique_ptr<CheckpointReader> first_usable(const std::vector<std::string>& candidates,
+                                                 std::vector<std::pair<std::string, std::string>>& rejected);
+  // Collective: loads `chosen` into the optimizer and says so; the progress it holds.
+  TrainingProgress load(CheckpointReader& chosen, double t0);
+  // Collective: the first non-empty `mine` over the ranks, as "rank R: ...", known to every rank.
+  static std::string first_problem(Communicator& world, const std::string& mine);
   // Throws a Config error when `chosen` holds another model (parameter names and shapes, every
   // model.* key) or was trained on other data (unless checkpoint.allow_data_change); warns about
   // other config changes that make the resumed run differ from an uninterrupted one.

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "launch/checkpoint/files.h"
 #include "runtime/error.h"
 
 namespace tetra::launch {
@@ -55,7 +56,11 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t bytes) {
 
 FileDigest digest_file(const std::string& path) {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) TETRA_FAIL(Checkpoint, path, ": cannot open to checksum it: ", std::strerror(errno));
+  if (!f) {
+    const int err = errno;
+    if (err == ENOENT) TETRA_FAIL(Checkpoint, path, ": cannot open to checksum it: ", std::strerror(err));
+    throw CheckpointUnreadable(path + ": cannot open to checksum it: " + std::strerror(err));
+  }
   std::vector<unsigned char> buf(4u << 20);
   FileDigest d;
   for (;;) {
@@ -63,7 +68,9 @@ FileDigest digest_file(const std::string& path) {
     d.crc32 = crc32_update(d.crc32, buf.data(), n);
     d.bytes += n;
     if (n < buf.size()) {
-      if (std::ferror(f.get())) TETRA_FAIL(Checkpoint, path, ": read error after ", d.bytes, " bytes while checksumming");
+      if (std::ferror(f.get()))
+        throw CheckpointUnreadable(path + ": read error after " + std::to_string(d.bytes) +
+                                   " bytes while checksumming: " + std::strerror(errno));
       break;
     }
   }

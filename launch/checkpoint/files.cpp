@@ -92,12 +92,27 @@ void write_file_durably(const std::string& path, const std::string& content) {
 }
 
 std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) TETRA_FAIL(Checkpoint, path, ": cannot open: ", std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) TETRA_FAIL(Checkpoint, path, ": read error");
-  return ss.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) TETRA_FAIL(Checkpoint, path, ": cannot open: ", std::strerror(err));
+    throw CheckpointUnreadable(path + ": cannot open: " + std::strerror(err));
+  }
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;  // EISDIR for a directory in the file's place, EIO, ...
+      ::close(fd);
+      throw CheckpointUnreadable(path + ": cannot read: " + std::strerror(err));
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
 }
 
 int remove_incomplete_saves(const std::string& dir) {

@@ -14,7 +14,17 @@
 #include <string>
 #include <vector>
 
+#include "runtime/error.h"
+
 namespace tetra::launch {
+
+// A checkpoint file that exists but cannot be read (permission denied, an I/O error, a directory
+// where a file belongs): the checkpoint may be whole, so resume stops rather than set it aside as
+// damaged. A Checkpoint error, caught as one by code that does not tell the two apart.
+class CheckpointUnreadable : public Error {
+ public:
+  explicit CheckpointUnreadable(const std::string& message) : Error(ErrorKind::Checkpoint, message) {}
+};
 
 inline constexpr const char* kCheckpointsDir = "checkpoints";
 inline constexpr const char* kMetaFile = "meta.json";
@@ -46,7 +56,8 @@ std::vector<CheckpointDir> list_checkpoint_dirs(const std::string& dir);
 void fsync_path(const std::string& path);
 // Writes `content` to `path` durably: path.part, fsync, rename, fsync of the directory.
 void write_file_durably(const std::string& path, const std::string& content);
-// The whole file as a string; throws a Checkpoint error when it cannot be read.
+// The whole file as a string. Throws a Checkpoint error when it does not exist, and
+// CheckpointUnreadable when it exists but cannot be opened or read.
 std::string read_text_file(const std::string& path);
 
 }  // namespace tetra::launch

@@ -145,7 +145,9 @@ CheckpointMeta meta_from_json(const json& j, const std::string& where) {
 CheckpointMeta read_meta(const std::string& step_dir) {
   const std::string path = (std::filesystem::path(step_dir) / kMetaFile).string();
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec))
+  const bool exists = std::filesystem::exists(path, ec);
+  if (ec) throw CheckpointUnreadable(path + ": cannot look at it: " + ec.message());
+  if (!exists)
     TETRA_FAIL(Checkpoint, step_dir, ": no ", kMetaFile,
                " — not a complete checkpoint (its writer was stopped before the commit, or this is not a step_N "
                "directory)");

@@ -162,15 +162,21 @@ std::string CheckpointReader::verify(int offset, int stride) const {
     const RankFileInfo& f = meta_.files[i];
     const std::string path = (fs::path(dir_) / f.file).string();
     std::error_code ec;
-    if (!fs::is_regular_file(path, ec)) return f.file + " is missing";
+    const fs::file_status st = fs::status(path, ec);
+    if (st.type() == fs::file_type::not_found) return f.file + " is missing";
+    if (ec) throw CheckpointUnreadable(path + ": cannot look at it: " + ec.message());
+    if (st.type() != fs::file_type::regular)
+      throw CheckpointUnreadable(path + ": not a regular file (a directory or a device?): cannot read it");
     const uint64_t size = fs::file_size(path, ec);
-    if (ec) return f.file + ": cannot read its size: " + ec.message();
+    if (ec) throw CheckpointUnreadable(path + ": cannot read its size: " + ec.message());
     if (size != f.bytes)
       return f.file + " has " + std::to_string(size) + " bytes but meta.json says " + std::to_string(f.bytes) +
              " (cut short or rewritten)";
     FileDigest d;
     try {
       d = digest_file(path);
+    } catch (const CheckpointUnreadable&) {
+      throw;
     } catch (const Error& e) {
       return e.what();
     }

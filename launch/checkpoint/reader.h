@@ -24,7 +24,8 @@ class CheckpointReader {
  public:
   // Reads and checks meta.json: every rank file listed, every parameter covered exactly once by the
   // pieces (their boxes inside the tensor, no two pieces sharing an element, as many elements as the
-  // tensor). Throws a Checkpoint error naming the directory and what is wrong.
+  // tensor). Throws a Checkpoint error naming the directory and what is wrong, CheckpointUnreadable
+  // when meta.json is there but cannot be read.
   explicit CheckpointReader(const std::string& step_dir);
   ~CheckpointReader();
   CheckpointReader(const CheckpointReader&) = delete;
@@ -36,7 +37,8 @@ class CheckpointReader {
 
   // Checks that rank files i with i % stride == offset exist and have the size and CRC-32 that
   // meta.json records (ranks split the work: offset = rank, stride = world). Returns "" when they
-  // do, else what is wrong with the first that does not.
+  // do, else what is wrong with the first that does not. Throws CheckpointUnreadable when a file is
+  // there but cannot be read (launch/checkpoint/files.h): that says nothing about the checkpoint.
   std::string verify(int offset = 0, int stride = 1) const;
 
   // Fills piece.master, exp_avg and exp_avg_sq (host or device, fp32) with elements [begin, end) of

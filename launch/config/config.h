@@ -151,6 +151,15 @@ struct ParallelConfig {
 // scripts/bench/residual_precision.sh measures both against PyTorch autocast (docs/models.md).
 inline constexpr ResidualDtype kDefaultResidualDtype = ResidualDtype::BF16;
 
+// train.max_skipped_steps: how many steps train.on_nonfinite: skip may skip before the run stops
+// (exit 3). It stops at the first skipped step that makes more than `consecutive` in a row, or
+// more than `fraction` of the steps so far (resumed ones included) once more than `consecutive`
+// were skipped in all, so that one early skip in a short run does not stop it.
+struct SkipLimit {
+  int consecutive = 10;
+  double fraction = 0.05;
+};
+
 struct TrainConfig {
   int steps = 0;                     // required
   int global_batch = 0;              // required: sequences per optimizer step, over all dp ranks
@@ -166,6 +175,7 @@ struct TrainConfig {
   int eval_batches = 10;             // global batches per evaluation
   Recompute recompute = Recompute::None;  // none | mlp | full
   OnNonfinite on_nonfinite = OnNonfinite::Skip;  // skip the update of a step with a non-finite loss or grad, or stop
+  SkipLimit max_skipped_steps;       // under on_nonfinite: skip
   bool cuda_graphs = false;
   Switch run_ahead = Switch::Auto;   // launch step s+1 before step s is read back: auto (on a GPU) | on | off
 };

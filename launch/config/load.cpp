@@ -320,10 +320,15 @@ void apply_overrides(const std::vector<std::string>& overrides, std::vector<Entr
            "quote strings with special characters, write lists as [a, b]");
     }
     auto it = std::find_if(entries.begin(), entries.end(), [&](const Entry& en) { return en.field == f; });
-    if (it != entries.end())
-      *it = Entry{f, value, where, 0};
-    else
+    if (it != entries.end()) {
+      // reset() rebinds the entry to the new node. Assigning a YAML::Node would instead write into
+      // the node it refers to, which a YAML alias (`steps: *dm`) shares with its anchor's key.
+      it->value.reset(value);
+      it->where = where;
+      it->line = 0;
+    } else {
       entries.push_back(Entry{f, value, where, 0});
+    }
     origins.overridden.insert(path);
   }
 }

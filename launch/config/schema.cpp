@@ -140,6 +140,13 @@ std::vector<Field> train_fields() {
     {KEY(train, eval_batches, Int), .lo = 1, .hi = kIntMax},
     {ENUM_KEY(train, recompute)},
     {ENUM_KEY(train, on_nonfinite)},
+    {.section = "train", .key = "max_skipped_steps.consecutive", .type = Type::Int,
+     .get = [](Config& c) -> void* { return &c.train.max_skipped_steps.consecutive; }, .lo = 1, .hi = kIntMax,
+     .note = "under on_nonfinite: skip, more skipped steps in a row stop the run (exit 3)"},
+    {.section = "train", .key = "max_skipped_steps.fraction", .type = Type::Float,
+     .get = [](Config& c) -> void* { return &c.train.max_skipped_steps.fraction; }, .lo = 0, .lo_open = true, .hi = 1,
+     .note = "under on_nonfinite: skip, more skipped steps than this share of the steps so far stop the run (once "
+             "more than max_skipped_steps.consecutive were skipped); 1 = no limit by share"},
     {ENUM_KEY(train, run_ahead),
      .note = "launch the next step before this one is read back; auto: on a GPU (docs/kernels.md)"},
     {KEY(train, cuda_graphs, Bool), .note = "replay steps as CUDA graphs from the third on (ZeRO 0-2; docs/kernels.md)"},

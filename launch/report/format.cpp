@@ -58,6 +58,7 @@ std::string category_label(const std::string& name) {
       {"evaluation", "evaluation"},
       {"data_stall", "data stalls"},
       {"lost_to_failures", "steps lost to failures"},
+      {"skipped_steps", "steps skipped (non-finite)"},
       {"idle", "idle between attempts"},
       {"other", "other spans"},
       {"exposed_comm", "exposed communication"},

@@ -26,6 +26,7 @@ std::vector<std::pair<std::string, double>> GoodputBreakdown::badput() const {
           {"evaluation", evaluation},
           {"data_stall", data_stall},
           {"lost_to_failures", lost_to_failures},
+          {"skipped_steps", skipped_steps},
           {"idle", idle},
           {"other", other},
           {"exposed_comm", exposed_comm},

@@ -25,6 +25,7 @@ struct GoodputBreakdown {
   double evaluation = 0;
   double data_stall = 0;        // data_wait inside kept steps
   double lost_to_failures = 0;  // steps whose results were thrown away (redone after a restart)
+  double skipped_steps = 0;     // steps whose update was skipped (non-finite loss or gradient)
   double idle = 0;              // between one attempt's last event and the next attempt's start
   double other = 0;             // "other" spans (by name in GoodputReport::other_by_name)
   // step level, inside kept steps
@@ -89,6 +90,7 @@ struct GoodputReport {
 
   int64_t steps_kept = 0;    // distinct steps whose last execution was kept
   int64_t steps_lost = 0;    // step executions whose results were thrown away
+  int64_t steps_skipped = 0; // steps whose last execution skipped its update: neither kept nor lost
   int64_t first_kept_step = 0, last_kept_step = 0;
   std::optional<int64_t> last_checkpoint_step;  // of the last successful ckpt_save
   // Kept steps after the last checkpoint of a last attempt that did not finish: a resume redoes them.

@@ -89,6 +89,7 @@ svg .ln.s0,svg .ln.s1,svg .ln.s2,svg .ln.s3,svg .ln.s4,svg .ln.s5,svg .ln.s6,svg
 .c-evaluation{fill:#b07aa1;background:#b07aa1}
 .c-data-stall{fill:#e9b939;background:#e9b939}
 .c-lost-to-failures{fill:#e15759;background:#e15759}
+.c-skipped-steps{fill:#b6992d;background:#b6992d}
 .c-idle{fill:url(#hatch);background:repeating-linear-gradient(135deg,#c3c7cf 0 2px,#eef0f3 2px 5px)}
 .c-other{fill:#9c755f;background:#9c755f}
 .c-exposed-comm{fill:#f28e2b;background:#f28e2b}
@@ -141,7 +142,8 @@ std::string summary_cards(const GoodputReport& r) {
             std::to_string(r.attempts.size()) + " (" + std::to_string(r.restarts) +
                 (r.restarts == 1 ? " restart)" : " restarts)"),
             "the last one: " + fmt::ended(r.attempts.back(), true));
-  std::string steps_detail = std::to_string(r.steps_lost) + " lost to failures; last checkpoint: " +
+  std::string steps_detail = (r.steps_skipped > 0 ? std::to_string(r.steps_skipped) + " skipped (non-finite); " : "") +
+                             std::to_string(r.steps_lost) + " lost to failures; last checkpoint: " +
                              (r.last_checkpoint_step ? "step " + std::to_string(*r.last_checkpoint_step) : "none");
   if (r.steps_at_risk > 0) steps_detail += "; " + std::to_string(r.steps_at_risk) + " not yet in a checkpoint";
   s += card("steps", "steps kept", std::to_string(r.steps_kept),

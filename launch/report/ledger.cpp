@@ -135,6 +135,8 @@ void read_span_event(const json& e, size_t i, const std::string& kind, Attempt& 
     s.end = *end;
     s.tokens = integer(e, "tokens");
     s.order = i;
+    auto skipped = e.find("skipped");
+    s.skipped = skipped != e.end() && skipped->is_boolean() && skipped->get<bool>();
     read_step_parts(e, s, tally);
     out.steps.push_back(s);
     return;

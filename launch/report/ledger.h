@@ -41,6 +41,7 @@ struct StepExec {
   double exposed_comm = 0, bubble = 0, recompute = 0, optimizer = 0, data_wait = 0, host_overhead = 0;
   std::map<std::string, double> exposed_by_axis;  // optional split of exposed_comm
   size_t order = 0;  // position in the ledger, to break ties
+  bool skipped = false;  // its update was not applied (train.on_nonfinite: skip)
   bool kept = false;
   double covered = 0;  // seconds of wall time the sweep gave to this step
 };

@@ -57,6 +57,7 @@ void print_report(const GoodputReport& r, std::ostream& out) {
 
   out << "  steps           " << r.steps_kept << " kept";
   if (r.steps_kept > 0) out << " (" << r.first_kept_step << ".." << r.last_kept_step << ")";
+  if (r.steps_skipped > 0) out << ", " << r.steps_skipped << " skipped (non-finite)";
   out << ", " << r.steps_lost << " lost to failures; last checkpoint: "
       << (r.last_checkpoint_step ? "step " + std::to_string(*r.last_checkpoint_step) : std::string("none"));
   if (r.steps_at_risk > 0) out << "; " << r.steps_at_risk << " kept steps not yet in a checkpoint";
@@ -145,6 +146,7 @@ json to_json(const GoodputReport& r) {
           {"steps",
            {{"kept", r.steps_kept},
             {"lost", r.steps_lost},
+            {"skipped", r.steps_skipped},
             {"first_kept", r.first_kept_step},
             {"last_kept", r.last_kept_step},
             {"last_checkpoint", opt(r.last_checkpoint_step)},
@@ -174,7 +176,9 @@ void write_report(const std::string& run_dir, const GoodputReport& report) {
   {
     std::ofstream out(tmp, std::ios::trunc);
     if (!out) TETRA_FAIL(Data, "cannot write ", tmp, ": check that ", run_dir, " is writable");
-    out << to_json(report).dump(2) << "\n";
+    // Every text in the report came through the JSON parser, so it is valid UTF-8; should one not
+    // be, it is written with U+FFFD rather than leaving a half-written file behind.
+    out << to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     out.flush();
     if (!out) TETRA_FAIL(Data, "cannot write ", tmp, ": check free space on its file system");
   }

@@ -78,6 +78,11 @@ std::set<int64_t> account_steps(const ledger::Events& events, GoodputReport& r, 
       add_lost(s, tokens, r);
       continue;
     }
+    if (s.skipped) {  // ran, but changed nothing: badput, and not a kept step
+      r.seconds.skipped_steps += s.covered;
+      r.steps_skipped += 1;
+      continue;
+    }
     kept_numbers.insert(s.step);
     r.tokens_kept += tokens;
     add_kept(s, r, tally);

@@ -1,6 +1,7 @@
 // The step executions in the goodput report (launch/report/goodput.h): lost ones count as lost to
-// failures; kept ones split the wall time the sweep gave them (launch/report/sweep.h) into
-// productive time and the step-level badput the trainer measured inside them.
+// failures; kept ones whose update was skipped (non-finite) as skipped steps; the other kept ones
+// split the wall time the sweep gave them (launch/report/sweep.h) into productive time and the
+// step-level badput the trainer measured inside them.
 #pragma once
 #include <cstdint>
 #include <set>

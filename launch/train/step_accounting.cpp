@@ -110,6 +110,7 @@ void StepAccounting::ledger_row(int64_t step, StepResult& r, double seconds, dou
   t.breakdown.optimizer = r.optimizer_s;
   t.breakdown.data_wait = r.data_wait_s;
   t.loss = r.loss;
+  t.skipped = r.skipped;
   ledger_->step(t);
 }
 

@@ -171,6 +171,7 @@ StepResult Trainer::finish_step(const Launched& l) {
   r.lr = c[kCtlLr];
   r.skipped = c[kCtlSkipped] != 0.0;
   if (r.skipped) ++skipped_steps_;
+  count_skip(l.step, r.skipped);
   r.stop_nonfinite = c[kCtlNonFinite] != 0.0 && cfg_.train.on_nonfinite == OnNonfinite::Stop;
   p.optimizer->set_steps_taken(static_cast<int64_t>(c[kCtlUpdates]));
   r.optimizer_s = state_->optimizer_seconds(l.step);
@@ -246,19 +247,23 @@ TrainingProgress Trainer::progress(int64_t steps_done) const {
   return p;
 }
 
-int Trainer::agree_after_step() {
-  // One small all-reduce per step: the highest-priority stop signal any rank holds, and whether
-  // any rank's background checkpoint write is still going.
+int Trainer::agree_after_step(bool& skip_limit) {
+  // One small all-reduce per step: the highest-priority stop signal any rank holds, whether any
+  // rank's background checkpoint write is still going, whether any rank passed the skip limit
+  // (every rank counts the same skips, from the reduced loss and norm; agreeing costs nothing).
   Checkpointer& ckpt = *parts_->checkpointer;
-  std::vector<double> flags{static_cast<double>(stop_signal_priority(stop_signal())), ckpt.writing() ? 1.0 : 0.0};
+  std::vector<double> flags{static_cast<double>(stop_signal_priority(stop_signal())), ckpt.writing() ? 1.0 : 0.0,
+                            over_skip_limit_.empty() ? 0.0 : 1.0};
   if (world_.size() > 1) world_.all_reduce_host(flags, ReduceOp::Max);
   if (flags[1] == 0.0 && ckpt.uncommitted()) ckpt.commit();
+  skip_limit = flags[2] != 0.0;
   return signal_of_priority(static_cast<int>(flags[0]));
 }
 
 int Trainer::run_steps() {
   int stop = 0;            // the stop signal the ranks agreed on, 0 while none
   bool nonfinite = false;  // a non-finite step under train.on_nonfinite: stop
+  bool skip_limit = false;  // train.max_skipped_steps passed (on every rank alike)
   int64_t step = start_step_;
   std::optional<Launched> ahead;  // step + 1, launched before step was finished
   GoodputLedger* ledger = parts_->ledger.get();
@@ -271,7 +276,7 @@ int Trainer::run_steps() {
       accounting_->start(step);
       cur = launch_step(step);
     }
-    if (stop == 0 && may_run_ahead(step)) ahead = launch_step(step + 1);
+    if (stop == 0 && !skip_limit && may_run_ahead(step)) ahead = launch_step(step + 1);
     StepResult r = finish_step(cur);
     const double seconds = accounting_->finish(step, r);
     tokens_seen_ += parts_->loader->tokens_per_step();
@@ -291,17 +296,20 @@ int Trainer::run_steps() {
       break;
     }
     parts_->faults.after_step(step + 1, env_.rank);
-    const int agreed = agree_after_step();
+    bool over_limit = false;
+    const int agreed = agree_after_step(over_limit);
     if (stop == 0) stop = agreed;
-    // A stop signal takes effect after the step already launched ahead, if any.
-    if (ahead && stop != 0) continue;
-    if (stop != 0 || checkpoint_due(step)) parts_->checkpointer->save(progress(step + 1));
-    if (stop != 0) {
+    skip_limit = skip_limit || over_limit;
+    const bool stopping = stop != 0 || skip_limit;
+    // A stop takes effect after the step already launched ahead, if any.
+    if (ahead && stopping) continue;
+    if (stopping || checkpoint_due(step)) parts_->checkpointer->save(progress(step + 1));
+    if (stopping) {
       ++step;
       break;
     }
   }
-  return end_run(step, stop, nonfinite);
+  return end_run(step, stop, nonfinite, skip_limit);
 }
 
 }  // namespace tetra::launch

@@ -70,13 +70,18 @@ class Trainer {
   void reduce_loss_and_norm();
   void report_pipeline_peaks();
   int run_steps();
-  // launch/train/trainer_end.cpp. After the last step: the non-finite stop, the stop by signal, or
-  // the end of a finished run; returns the exit code.
-  int end_run(int64_t step, int stop, bool nonfinite);
+  // launch/train/trainer_end.cpp. After the last step: the non-finite stop, the stop for too many
+  // skipped steps, the stop by signal, or the end of a finished run; returns the exit code.
+  int end_run(int64_t step, int stop, bool nonfinite, bool skip_limit);
+  // train.max_skipped_steps under train.on_nonfinite: skip: counts `step` (0-based) skipped or not
+  // and notes when the limit is passed; the message says which bound and which steps.
+  void count_skip(int64_t step, bool skipped);
+  std::string skip_limit_message(int64_t steps_done) const;
   void report_memory_peaks();
-  // After every step, on every rank: the stop signal any rank received (0: none); commits a
-  // background checkpoint write once every rank's is done.
-  int agree_after_step();
+  // After every step, on every rank: the stop signal any rank received (0: none), and in
+  // `skip_limit` whether any rank passed train.max_skipped_steps; commits a background checkpoint
+  // write once every rank's is done.
+  int agree_after_step(bool& skip_limit);
   TrainingProgress progress(int64_t steps_done) const;
   // The end of an attempt that stops early: report, ledger, message; returns the exit code.
   int end_attempt(const std::string& reason, int code, const std::string& message);
@@ -94,7 +99,10 @@ class Trainer {
   bool poison_grad_ = false;  // a nan_grad drill acts in this step's first weight gradient
   int64_t start_step_ = 0;    // steps already done (resume)
   int64_t tokens_seen_ = 0;
-  int64_t skipped_steps_ = 0;
+  int64_t skipped_steps_ = 0;   // over the run, resumed attempts included
+  int64_t skipped_in_a_row_ = 0;
+  std::vector<int64_t> skipped_here_;  // steps (1-based) this attempt skipped
+  std::string over_skip_limit_;        // which bound was passed, once one was; "" before
   std::vector<double> losses_;
 };
 

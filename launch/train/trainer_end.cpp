@@ -1,8 +1,10 @@
-// How a Trainer's attempt ends: finished, stopped by a signal or by a non-finite step — the last
-// checkpoint, the trace, the memory peaks, rank 0's ledger entry, goodput report and page.
+// How a Trainer's attempt ends: finished, stopped by a signal, by a non-finite step or by too many
+// skipped ones — the last checkpoint, the trace, the memory peaks, rank 0's ledger entry, goodput
+// report and page.
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 
 #include "launch/checkpoint/files.h"
 #include "launch/job/signals.h"
@@ -13,7 +15,64 @@
 
 namespace tetra::launch {
 
-int Trainer::end_run(int64_t step, int stop, bool nonfinite) {
+namespace {
+
+// "3..13, 17, 20..22": the step numbers (ascending) as runs; at most `most` runs, then "…".
+std::string step_runs(const std::vector<int64_t>& steps, size_t most = 20) {
+  std::string out;
+  size_t runs = 0;
+  for (size_t i = 0; i < steps.size();) {
+    size_t j = i;
+    while (j + 1 < steps.size() && steps[j + 1] == steps[j] + 1) ++j;
+    if (runs++ == most) return out + ", …";
+    out += (out.empty() ? "" : ", ") + std::to_string(steps[i]) + (j > i ? ".." + std::to_string(steps[j]) : "");
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string number_text(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+void Trainer::count_skip(int64_t step, bool skipped) {
+  if (!skipped) {
+    skipped_in_a_row_ = 0;
+    return;
+  }
+  ++skipped_in_a_row_;
+  skipped_here_.push_back(step + 1);
+  if (cfg_.train.on_nonfinite != OnNonfinite::Skip || !over_skip_limit_.empty()) return;
+  const SkipLimit& limit = cfg_.train.max_skipped_steps;
+  const int64_t done = step + 1;
+  const std::string skipped_for = " were skipped for a non-finite loss or gradient norm, ";
+  if (skipped_in_a_row_ > limit.consecutive)
+    over_skip_limit_ = std::to_string(skipped_in_a_row_) + " steps in a row (" +
+                       std::to_string(done - skipped_in_a_row_ + 1) + ".." + std::to_string(done) + ")" + skipped_for +
+                       "more than train.max_skipped_steps.consecutive = " + std::to_string(limit.consecutive);
+  else if (skipped_steps_ > limit.consecutive && static_cast<double>(skipped_steps_) > limit.fraction * done)
+    over_skip_limit_ = std::to_string(skipped_steps_) + " of the " + std::to_string(done) + " steps so far" +
+                       skipped_for + "more than train.max_skipped_steps.fraction = " + number_text(limit.fraction) +
+                       " of them";
+}
+
+std::string Trainer::skip_limit_message(int64_t steps_done) const {
+  const std::string why = over_skip_limit_.empty() ? "another rank counted more skipped steps than "
+                                                     "train.max_skipped_steps allows"
+                                                   : over_skip_limit_;
+  return why + " (skipped in this attempt: steps " + step_runs(skipped_here_) +
+         "): saved the state after step " + std::to_string(steps_done) + " as " +
+         checkpoints_dir(parts_->run_dir) + "/" + step_dir_name(steps_done) +
+         "; lower optimizer.lr or train.grad_clip, or check the data, and resume with checkpoint.resume: auto (a "
+         "looser train.max_skipped_steps lets such a run go on) (exit code " + std::to_string(exit_code::kNonFinite) +
+         ")";
+}
+
+int Trainer::end_run(int64_t step, int stop, bool nonfinite, bool skip_limit) {
   Checkpointer& ckpt = *parts_->checkpointer;
   const std::string& run_dir = parts_->run_dir;
   ckpt.finish();
@@ -35,6 +94,7 @@ int Trainer::end_run(int64_t step, int stop, bool nonfinite) {
                            "; lower optimizer.lr or train.grad_clip, or set train.on_nonfinite: skip, and resume with "
                            "checkpoint.resume: auto (exit code " + std::to_string(exit_code::kNonFinite) + ")");
   }
+  if (skip_limit) return end_attempt("nonfinite", exit_code::kNonFinite, skip_limit_message(step));
   if (stop != 0 && step < cfg_.train.steps) {
     const bool interrupted = stop == SIGINT;
     const int code = interrupted ? exit_code::kInterrupted : exit_code::kPreempted;

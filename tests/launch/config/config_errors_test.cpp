@@ -31,6 +31,12 @@ std::vector<BadCase> bad_cases() {
       // --- the file against the schema -------------------------------------------------------
       {"unknown_key_typo", edit("  steps: 100", "  stpes: 100"), {}, 2,
        {"cfg.yaml:12: train.stpes: unknown key (did you mean train.steps?)"}},
+      {"skip_limit_not_a_mapping", edit("  micro_batch: 2", "  micro_batch: 2\n  max_skipped_steps: 10"), {}, 2,
+       {"cfg.yaml:15: train.max_skipped_steps: expected a mapping of keys, got 10",
+        "keys of train.max_skipped_steps: consecutive, fraction"}},
+      {"skip_fraction_zero",
+       edit("  micro_batch: 2", "  micro_batch: 2\n  max_skipped_steps: {consecutive: 5, fraction: 0}"), {}, 2,
+       {"cfg.yaml:15: train.max_skipped_steps.fraction: 0 is", "1 = no limit by share"}},
       {"key_in_wrong_section", edit("  micro_batch: 2", "  micro_batch: 2\n  lr: 0.1"), {}, 2,
        {"cfg.yaml:15: train.lr: unknown key (did you mean optimizer.lr?)"}},
       {"unknown_key_no_suggestion", edit("  pp: 1", "  pp: 1\n  quantum: 7"), {}, 2,

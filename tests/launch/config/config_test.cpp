@@ -155,6 +155,21 @@ TEST(Config, OverridesNestedKeysListsAndStrings) {
   EXPECT_NO_THROW(validate(c, 2));
 }
 
+TEST(Config, OverrideThroughAnAliasChangesOnlyItsKey) {
+  // model.d_model anchors the value that train.steps aliases: a --set of either key leaves the
+  // other as written.
+  testing::TempDir dir;
+  std::string text = edit("  d_model: 64", "  d_model: &dm 64");
+  text = edit("  steps: 100", "  steps: *dm", text);
+  Config c = load_config(dir.write("cfg.yaml", text), {"train.steps=32"});
+  EXPECT_EQ(c.train.steps, 32);
+  EXPECT_EQ(c.model.d_model, 64);
+  EXPECT_EQ(c.origins.where("model.d_model"), dir.path() + "/cfg.yaml:4");
+  Config d = load_config(dir.write("cfg2.yaml", text), {"model.d_model=128"});
+  EXPECT_EQ(d.model.d_model, 128);
+  EXPECT_EQ(d.train.steps, 64);
+}
+
 TEST(Config, OverrideFixesAnInvalidFile) {
   // Overrides are applied before validation: a file that is wrong alone may be right with --set.
   testing::TempDir dir;
@@ -239,7 +254,8 @@ TEST(Config, RoundTripThroughYaml) {
       "parallel.dp=1", "parallel.tp=2", "parallel.zero_stage=3", "parallel.fsdp_prefetch=2",
       "parallel.schedule=zb_h1", "parallel.stage_layers=[3, 1]", "parallel.overlap_grad_reduce=false", "parallel.bucket_mb=12.5",
       "train.seq_len=48", "train.precision=fp32", "train.device=cpu", "train.grad_clip=0", "train.eval_every=5",
-      "train.eval_batches=3", "train.recompute=mlp", "train.on_nonfinite=stop", "optimizer.lr=0.1",
+      "train.eval_batches=3", "train.recompute=mlp", "train.on_nonfinite=stop", "train.max_skipped_steps.consecutive=3",
+      "train.max_skipped_steps.fraction=0.25", "optimizer.lr=0.1",
       "optimizer.betas=[0.85, 0.999]", "optimizer.eps=1.0e-12", "optimizer.weight_decay=0.01",
       "optimizer.schedule=linear", "optimizer.min_lr=1e-5", "data.val=\"true\"", "data.shuffle=false",
       "data.prefetch=0", "data.io=pinned", "data.loader_threads=3", "checkpoint.every=10", "checkpoint.keep=0",
@@ -258,6 +274,9 @@ TEST(Config, RoundTripThroughYaml) {
   EXPECT_EQ(back.run.output_dir, "out dir/with: colon #hash");
   EXPECT_EQ(back.run.seed, 987654321012);
   EXPECT_DOUBLE_EQ(back.optimizer.betas[1], 0.999);
+  EXPECT_EQ(back.train.max_skipped_steps.consecutive, 3);
+  EXPECT_DOUBLE_EQ(back.train.max_skipped_steps.fraction, 0.25);
+  EXPECT_NE(yaml.find("  max_skipped_steps:\n    consecutive: 3\n    fraction: 0.25\n"), std::string::npos) << yaml;
 
   // Every key of the schema is in the YAML, each on its own line, except the model keys of
   // other families (gpt2 here: the llama keys, the model.moe mapping among them).
@@ -267,7 +286,10 @@ TEST(Config, RoundTripThroughYaml) {
     const bool other_family = std::string(f.section) == "model" &&
                               (std::find(llama_only.begin(), llama_only.end(), key) != llama_only.end() ||
                                key.rfind("moe.", 0) == 0);
-    EXPECT_EQ(yaml.find(std::string("\n  ") + f.key + ": ") != std::string::npos, !other_family) << f.path();
+    // A key of a nested mapping ("max_skipped_steps.fraction") is written under the mapping.
+    const size_t dot = key.find('.');
+    const std::string line = dot == std::string::npos ? "\n  " + key + ": " : "\n    " + key.substr(dot + 1) + ": ";
+    EXPECT_EQ(yaml.find(line) != std::string::npos, !other_family) << f.path();
   }
   EXPECT_EQ(yaml.find("moe"), yaml.find("moe_overlap")) << yaml;  // no model.moe mapping
 

@@ -6,9 +6,12 @@ train.on_nonfinite: stop — the state before the step is checkpointed, the mess
 do, attempt_end is "nonfinite" and the exit code 3; a resume from that checkpoint continues
 exactly as a run that never met the NaN. A non-finite gradient with a finite loss (TETRA_FAULT
 nan_grad: one element of one parameter's gradient on one rank, before the reduction) is caught by
-the gradient norm alike: skipped with its finite loss logged, or stopped.
+the gradient norm alike: skipped with its finite loss logged, or stopped. Skipping is bounded by
+train.max_skipped_steps (in a row, and a share of the steps so far): past it the run stops with
+exit 3, and the report counts skipped steps as badput, not as kept.
 
 usage: nonfinite.py TETRA_BIN WORK_DIR"""
+import json
 import os
 import sys
 
@@ -55,4 +58,43 @@ run = ws.run_dir("grad_stop")
 check("step 6 had a non-finite loss or gradient norm" in out and checkpoint_steps(run) == [4, 5],
       "nan_grad stop: exit 3, step_5 holds the state before step 6")
 check(metrics(run)[6]["loss"] is not None, "nan_grad stop: step 6's loss was finite")
+
+# train.max_skipped_steps: skipping is bounded. Eleven non-finite steps in a row (3..13) pass the
+# default of 10 in a row: the run stops with exit 3 naming them, a checkpoint of where it got to.
+def nan_steps(steps):
+    return ",".join(f"nan@{s}:rank=1" for s in steps)
+
+
+def last_attempt_end(run):
+    return [(e["reason"], e["exit_code"]) for e in ledger(run) if e["event"] == "attempt_end"][-1]
+
+
+def goodput(run):
+    with open(os.path.join(run, "goodput.json")) as f:
+        return json.load(f)
+
+
+out, _, _ = ws.train("streak", sets=["train.steps=20"], fault=nan_steps(range(3, 14)), expect=EXIT_NONFINITE)
+run = ws.run_dir("streak")
+done = max(metrics(run))  # 13, or 14 where step 14 was launched ahead of step 13's read-back
+check("11 steps in a row (3..13) were skipped for a non-finite loss or gradient norm, more than "
+      "train.max_skipped_steps.consecutive = 10" in out and
+      "steps 3..13" in out and f"saved the state after step {done} " in out and done in (13, 14),
+      "11 skipped in a row: exit 3, the message names the bound and the steps")
+check(checkpoint_steps(run)[-1] == done and last_attempt_end(run) == ("nonfinite", EXIT_NONFINITE),
+      "11 skipped in a row: the state saved, attempt_end nonfinite (3)")
+g = goodput(run)
+check(g["steps"]["kept"] == done - 11 and g["steps"]["skipped"] == 11 and g["seconds"]["skipped_steps"] > 0,
+      "11 skipped in a row: the report counts them as skipped (badput), not kept")
+# The share: at most 3 in a row and 20 % of the steps so far; every other step non-finite passes
+# the share at step 8 (4 of 8 skipped, more than 3 in all).
+out, _, _ = ws.train("share", sets=["train.steps=20", "train.max_skipped_steps.consecutive=3",
+                                    "train.max_skipped_steps.fraction=0.2"],
+                     fault=nan_steps(range(2, 21, 2)), expect=EXIT_NONFINITE)
+check("4 of the 8 steps so far were skipped for a non-finite loss or gradient norm, more than "
+      "train.max_skipped_steps.fraction = 0.2" in out and
+      "steps 2, 4, 6, 8" in out, "every other step skipped: exit 3 at step 8, by the share")
+# Within the bounds the run finishes; its report shows the skipped step as badput.
+g = goodput(ws.run_dir("skip"))
+check(g["steps"]["kept"] == 9 and g["steps"]["skipped"] == 1, "one skipped step of 10: 9 kept, 1 skipped")
 print("PASS")

@@ -110,6 +110,34 @@ TEST(GoodputLedger, MaxAttemptReadsAnyKeyOrderAndSpacing) {
   EXPECT_EQ(max_attempt_in(path), 7);
 }
 
+TEST(GoodputLedger, DamagedLinesGiveNoAttemptNumber) {
+  // Bytes that are not UTF-8, text that is not an object, numbers that would wrap or go below 1:
+  // skipped by line, as the report skips them; the next attempt is 1 + the largest usable one.
+  const std::string dir = test::fresh_dir("maxattempt_damaged");
+  const std::string path = GoodputLedger::path_in(dir);
+  std::ofstream(path) << "{\"event\":\"step\",\"attempt\":2}\n"
+                      << "{\"event\":\"\xff\",\"attempt\":50}\n"
+                      << "stray \"attempt\": 60\n"
+                      << "{\"event\":\"step\",\"attempt\":99999999999}\n"
+                      << "{\"event\":\"step\",\"attempt\":-4}\n";
+  std::vector<JsonlProblem> skipped;
+  EXPECT_EQ(max_attempt_in(path, &skipped), 2);
+  ASSERT_EQ(skipped.size(), 4u);
+  EXPECT_EQ(skipped[0].line, 2u);
+  EXPECT_EQ(skipped[0].what, "not valid UTF-8 at byte 11 (skipped)");
+  EXPECT_EQ(skipped[1].line, 3u);
+  EXPECT_EQ(skipped[1].what, "not a JSON object (skipped)");
+  EXPECT_EQ(skipped[2].line, 4u);
+  EXPECT_NE(skipped[2].what.find("99999999999 is not a usable attempt number"), std::string::npos);
+  EXPECT_EQ(skipped[3].line, 5u);
+  testing::internal::CaptureStderr();
+  GoodputLedger ledger(path);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(ledger.attempt(), 3);
+  EXPECT_NE(err.find(path + " line 2: not valid UTF-8"), std::string::npos) << err;
+  EXPECT_NE(err.find(path + " line 5: \"attempt\" -4 is not a usable attempt number"), std::string::npos) << err;
+}
+
 TEST(GoodputLedger, EventsFollowTheSchema) {
   const std::string dir = test::fresh_dir("schema");
   const std::string path = GoodputLedger::path_in(dir);

@@ -199,6 +199,41 @@ TEST(GoodputReport, LostStepRunsAndSpansForThePage) {
   expect_sums_to_wall(r);
 }
 
+TEST(GoodputReport, SkippedStepsAreBadputNotKept) {
+  // Attempt 1 skipped the updates of steps 3, 4 and 6 (train.on_nonfinite: skip), saved step 4 and
+  // crashed after step 6; attempt 2 redid 5 and 6 with updates. Steps 3 and 4 are 2 s of "steps
+  // skipped", neither kept steps nor kept tokens; the skipped first execution of step 6 was thrown
+  // away with step 5, so it is lost to the failure like any redone step.
+  LedgerBuilder l;
+  l.start(1, 0).wait(1).steps(1, 4, 1.0).span("ckpt_save", 1, 4).steps(5, 6, 1.0);
+  l.start(2, 20).wait(1).span("ckpt_load", 1, 4).steps(5, 8, 1.0).end();
+  std::vector<nlohmann::json> events = l.events();
+  for (nlohmann::json& e : events)
+    if (e["event"] == "step" && e["attempt"] == 1 && (e["step"] == 3 || e["step"] == 4 || e["step"] == 6)) {
+      e["skipped"] = true;
+      e.erase("loss");
+    }
+  GoodputReport plain = compute_goodput(l.events());
+  GoodputReport r = compute_goodput(events);
+  EXPECT_EQ(plain.steps_kept, 8);
+  EXPECT_EQ(r.steps_kept, 6);
+  EXPECT_EQ(r.steps_skipped, 2);
+  EXPECT_EQ(r.steps_lost, plain.steps_lost);
+  EXPECT_EQ(r.tokens_kept, 6000);
+  EXPECT_NEAR(r.seconds.skipped_steps, 2, kTol);
+  EXPECT_NEAR(r.seconds.lost_to_failures, plain.seconds.lost_to_failures, kTol);
+  EXPECT_NEAR(r.seconds.productive, plain.seconds.productive - 2, kTol);
+  expect_sums_to_wall(r);
+  nlohmann::json j = to_json(r);
+  EXPECT_EQ(j["steps"]["skipped"], 2);
+  EXPECT_NEAR(j["seconds"]["skipped_steps"].get<double>(), 2, kTol);
+  std::ostringstream printed;
+  print_report(r, printed);
+  EXPECT_NE(printed.str().find("6 kept (1..8), 2 skipped (non-finite), 2 lost to failures"), std::string::npos)
+      << printed.str();
+  EXPECT_NE(printed.str().find("steps skipped (non-finite)"), std::string::npos);
+}
+
 TEST(GoodputReport, FailedLoadDoesNotRollBack) {
   LedgerBuilder l;
   l.start(1, 0).wait(5).steps(1, 30, 1.0);

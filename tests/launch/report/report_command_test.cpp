@@ -83,6 +83,46 @@ TEST(ReportCommand, CrashCutLastLineIsSkippedWithAWarning) {
   EXPECT_NE(testing::internal::GetCapturedStdout().find("cut short"), std::string::npos);
 }
 
+TEST(ReportCommand, LinesNotUtf8OrNotJsonAreSkippedWithTheirLineNumbers) {
+  // Damage inside the ledger (a flipped byte, a stray write), not at its end: the lines after it
+  // still count, and goodput.json is written whole (its warnings quote no bytes that are not UTF-8).
+  const std::string dir = test::fresh_dir("report_bad_bytes");
+  LedgerBuilder l = small_job();
+  l.write(dir);
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(dir + "/goodput.jsonl");
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  ASSERT_GT(lines.size(), 6u);
+  lines.insert(lines.begin() + 3, "{\"event\":\"other\",\"attempt\":1,\"name\":\"\xff\xfe\"}");
+  lines.insert(lines.begin() + 5, "this line is \xc3 not JSON");
+  lines.insert(lines.begin() + 6, "{\"event\": \"step\", \"attempt\": 1,");
+  {
+    std::ofstream out(dir + "/goodput.jsonl", std::ios::trunc | std::ios::binary);
+    for (const std::string& line : lines) out << line << "\n";
+  }
+  GoodputReport r = load_and_compute(dir);
+  GoodputReport expected = compute_goodput(l.events());
+  EXPECT_EQ(r.steps_kept, expected.steps_kept);
+  EXPECT_NEAR(r.wall_seconds, expected.wall_seconds, 1e-9);
+  ASSERT_GE(r.warnings.size(), 3u);
+  EXPECT_NE(r.warnings[0].find("goodput.jsonl line 4: not valid UTF-8 at byte 38"), std::string::npos)
+      << r.warnings[0];
+  EXPECT_NE(r.warnings[1].find("goodput.jsonl line 6: not valid UTF-8 at byte 14"), std::string::npos)
+      << r.warnings[1];
+  EXPECT_NE(r.warnings[2].find("goodput.jsonl line 7: not valid JSON"), std::string::npos) << r.warnings[2];
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(report_command(dir), 0);
+  std::string printed = testing::internal::GetCapturedStdout();
+  EXPECT_NE(printed.find("goodput.jsonl line 7"), std::string::npos) << printed;
+  std::ifstream in(dir + "/goodput.json");
+  ASSERT_TRUE(in);
+  nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["warnings"].size(), r.warnings.size());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/goodput.json.tmp"));
+}
+
 TEST(ReportCommand, RunWithoutAttemptEndIsReported) {
   const std::string dir = test::fresh_dir("report_running");
   LedgerBuilder l;

@@ -50,7 +50,7 @@ def parse_page(path):
 def text_report_rows(text):
     """{label: (seconds, percent)} of the printed table, and the attempts table's lines."""
     rows = {}
-    for m in re.finditer(r"^  +([a-z][a-z ()]+?) +(\d+\.\d) +(\d+\.\d|-)$", text, re.M):
+    for m in re.finditer(r"^  +([a-z][a-z ()-]+?) +(\d+\.\d) +(\d+\.\d|-)$", text, re.M):
         rows[m.group(1)] = (m.group(2), m.group(3))
     return rows
 
@@ -92,7 +92,7 @@ for tr in table.iter(XHTML + "tr"):
     if abs(float(tr.get("data-seconds")) - want) > 1e-9 * max(1.0, abs(want)):
         fail(f"{name}: page {tr.get('data-seconds')} s, goodput.json {want} s")
     seen += 1
-check(seen == 16, f"every category and the total on the page equal the text report and goodput.json ({seen} rows)")
+check(seen == 17, f"every category and the total on the page equal the text report and goodput.json ({seen} rows)")
 # Exposed communication per mesh axis (dp 2 here): the text report's rows under it, goodput.json's seconds.
 axes = {tr.get("data-axis"): tr for tr in table.iter(XHTML + "tr") if tr.get("data-axis")}
 check(set(axes) == set(g["exposed_comm_by_axis"]) and "dp" in axes,
@@ -107,7 +107,10 @@ cards = {c.get("data-field"): text_of(c.find(f"{XHTML}div[@class='v']")) for c i
          if c.get("class") == "card"}
 goodput_line = re.search(r"goodput +(\S+) %", rep).group(1)
 check(cards["goodput"] == goodput_line + " %", f"the goodput card says {cards['goodput']}, as the text report")
-check(cards["attempts"] == "2 (1 restart)" and cards["steps"] == "12", "cards: 2 attempts (1 restart), 12 steps kept")
+check(cards["attempts"] == "2 (1 restart)" and cards["steps"] == "11",
+      "cards: 2 attempts (1 restart), 11 steps kept (the skipped step 3 is not)")
+check(g["steps"]["skipped"] == 1 and g["seconds"]["skipped_steps"] > 0 and "steps skipped (non-finite)" in rows,
+      "the skipped step 3 is badput of its own in goodput.json and the text report")
 
 # Every attempt: the attempts table as printed, a row of the timeline, a band on the curves.
 text_attempts = [l.split() for l in rep.splitlines() if re.match(r"^ +[12] +\S+ +2 +\d{4}-", l)]
