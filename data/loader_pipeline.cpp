@@ -219,6 +219,7 @@ void LoaderPipeline::reader_loop() {
     lk.lock();
     s.error = error;
     s.done = true;
+    ++stats_.filled;
     --in_flight_;
     cv_done_.notify_all();
   }

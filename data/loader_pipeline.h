@@ -63,6 +63,7 @@ struct LoaderStats {
   double read_s = 0;        // seconds reader threads spent reading (summed over threads)
   double wait_s = 0;        // seconds get() blocked because its unit was not read yet
   int64_t waits = 0;        // get() calls that blocked
+  int64_t filled = 0;       // units whose read has finished (their slot is ready to hand out)
   int64_t device_late = 0;  // CUDA: units whose copy to the device was still running when handed out
 };
 

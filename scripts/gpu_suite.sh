@@ -3,30 +3,59 @@
 # throughput benchmarks beside the PyTorch peer. Logs and JSON go to OUT_DIR (default runs/gpu).
 #   scripts/gpu_suite.sh [OUT_DIR] [tests|bench|all]
 #   PEER=path/to/torch_gpt.py scripts/gpu_suite.sh out all
-# Exits non-zero when the build fails, when any GPU test fails (a skipped test is listed, not a
-# failure), or when the benchmark fails.
+#   TETRA_PYTHON=/path/to/python3 scripts/gpu_suite.sh     # the tests' Python (default: chosen by CMake)
+# Every skipped GPU test is listed with its reason (OUT_DIR/gpu_skipped.txt). Exits non-zero when the
+# build fails, when any GPU test fails, when a test that one GPU can run was skipped (only tests
+# labelled multi_gpu, which need 2 GPUs or more, may skip), or when the benchmark fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/gpu}
 what=${2:-all}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-py=$(command -v python3)
 t0=$(date +%s)
-if [ ! -x build/tetra ]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DTETRA_CUDA=ON \
-        -DTETRA_PYTHON="$py" > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
-fi
+# Configured every time: the tests' Python is chosen anew (tests/CMakeLists.txt: TETRA_PYTHON if
+# given and it has numpy and h5py, else the python3 with the most of numpy, h5py, torch, torch+CUDA).
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DTETRA_CUDA=ON \
+      -DTETRA_PYTHON="${TETRA_PYTHON:-}" > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+grep -E "Tests' Python" "$out/configure.log"
 cmake --build build -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
 status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  ctest --test-dir build -L gpu --output-on-failure -j 1 --timeout 600 > "$out/gpu_tests.log" 2>&1
+  ctest --test-dir build -L gpu --output-on-failure -j 1 --timeout 900 --output-junit "$PWD/$out/gpu_tests.xml" \
+    > "$out/gpu_tests.log" 2>&1
   rc=$?
   echo "gpu tests: rc $rc ($(grep -E 'tests passed|tests failed' "$out/gpu_tests.log"))"
-  grep -E "^\s*[0-9]+/[0-9]+ Test.*(Failed|\*\*\*|Skipped)" "$out/gpu_tests.log" | head -40
+  grep -E "^\s*[0-9]+/[0-9]+ Test.*(Failed|\*\*\*)" "$out/gpu_tests.log" | head -40
   [ "$rc" -eq 0 ] || status=1
+  # The tests that need 2 GPUs or more (label multi_gpu) may skip; any other skip is a failure.
+  ctest --test-dir build -N -L multi_gpu | sed -nE 's/^ *Test +#[0-9]+: +([^ ]+).*/\1/p' > "$out/multi_gpu_tests.txt"
+  python3 - "$out/gpu_tests.xml" "$out/multi_gpu_tests.txt" "$out/gpu_skipped.txt" "$(nvidia-smi -L | grep -c ^GPU)" <<'PY' || status=1
+import sys, xml.etree.ElementTree as ET
+junit, multi_file, listing, gpus = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+multi = set(open(multi_file).read().split())
+lines, bad = [], []
+for case in ET.parse(junit).getroot().iter("testcase"):
+    if case.find("skipped") is None and case.get("status") not in ("notrun", "disabled"):
+        continue
+    name = case.get("name")
+    text = "".join(case.findtext(tag) or "" for tag in ("system-out", "system-err"))
+    said = [l.strip() for l in text.splitlines() if "skip" in l.lower() and l.strip()]
+    reason = said[-1] if said else (case.find("skipped").get("message", "") if case.find("skipped") is not None else "")
+    may = name in multi
+    lines.append(f"{'skipped (needs 2+ GPUs)' if may else 'SKIPPED, ONE GPU CAN RUN IT'}: {name}: {reason or 'no reason printed'}")
+    if not may:
+        bad.append(name)
+open(listing, "w").write("\n".join(lines) + ("\n" if lines else ""))
+print(f"skipped GPU tests ({len(lines)}, {gpus} GPU(s) visible):" if lines else "no GPU test skipped")
+for l in lines:
+    print("  " + l)
+if bad:
+    print(f"FAIL: {len(bad)} test(s) that one GPU can run were skipped: {' '.join(bad)}")
+    sys.exit(1)
+PY
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   BENCH_DIR="$out/bench" scripts/bench/gpt_throughput.sh 124m 40 | tee "$out/bench_124m.jsonl"

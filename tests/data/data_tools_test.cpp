@@ -23,8 +23,9 @@ using ::testing::Not;
 using testing::error_of;
 using testing::ScratchDir;
 
-const std::string kGpl = "/usr/share/common-licenses/GPL-3";
-const std::string kApache = "/usr/share/common-licenses/Apache-2.0";
+// Two licence texts kept in the repository (tests/data/text/), so every machine tokenizes the same bytes.
+const std::string kGpl = std::string(TETRA_SOURCE_DIR) + "/tests/data/text/GPL-3";
+const std::string kApache = std::string(TETRA_SOURCE_DIR) + "/tests/data/text/Apache-2.0";
 
 std::string tetra_bin() {
   const char* b = std::getenv("TETRA_BIN");

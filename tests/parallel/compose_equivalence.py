@@ -6,22 +6,21 @@ Groups (one ctest each, so they run side by side and fail apart):
   dense    Llama (grouped-query attention, SwiGLU, untied output layer, sequence parallelism) at
            dp 2 × tp 2 × pp 2 under 1f1b and dualpipev, each with ZeRO 1 and ZeRO 3: every step's
            loss and gradient norm within 1e-6 (relative) of the 1-rank run's and the final weights
-           within 1e-6, norm-wise per tensor.
+           within 1e-5, norm-wise per tensor (optimizer.eps 1e-3 in every group: the equivalence
+           tests' scheme, tests/tetra_runs.py, where its floors and reasons are written).
   moe      a Llama of MoE layers with ep 2 carved out of dp 2, × pp 2 (tp 1: MoE layers do not run
            under tensor parallelism yet) under 1f1b with ZeRO 1, dualpipev with ZeRO 3 and dualpipe
            (whose mirrored stage copies reduce their experts' gradients together) with ZeRO 1 on 4 ranks:
            every MoE layer's max/mean expert load equal to the 1-rank run's at every step (the same
-           routing), loss, gradient norm and final weights within 1e-6 as above (optimizer.eps 1e-3:
-           with 1e-8, AdamW's step is ill-conditioned where an expert's gradient is near zero, and a
-           rounding-level difference in the expert-parallel sums moves such an element by up to lr).
+           routing), loss, gradient norm and final weights within 1e-6 as above.
   resume   kill -9 one rank of a dp 2 × tp 2 × pp 2 run (1f1b, ZeRO 1) after its step_3 checkpoint;
            resume that checkpoint on dp 4 × tp 2 × pp 1. Exact comparison: the uninterrupted
            8-rank run's step_3 is resumed on the same dp 4 × tp 2 layout, and the two continuations'
            step_6 states (master, exp_avg, exp_avg_sq) and consolidated tensors are equal bit for
            bit (the killed run's step_3 is the uninterrupted run's bit for bit, and a given layout
            computes the same bits from the same state). Across layouts, rounding differs: the
-           resumed run's losses, gradient norms and final weights are also within 1e-6 of the
-           1-rank run's.
+           resumed run's losses, gradient norms and final weights are also within those limits of
+           the 1-rank run's.
 
 usage: compose_equivalence.py TETRA_BIN WORK_DIR GROUP   (GROUP: dense, moe, resume)
 """
@@ -33,15 +32,16 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/: shared helpers
-from tetra_runs import Workspace, check, checkpoint_steps, compare_states, metrics, state_of  # noqa: E402
+from tetra_runs import (EQUIVALENCE_EPS, EQUIVALENCE_TOL as TOL, EQUIVALENCE_WEIGHTS_TOL as WTOL,  # noqa: E402
+                        Workspace, check, checkpoint_steps, compare_states, metrics, relative as rel, state_of,
+                        weights_difference)
 
 tetra, work, group = sys.argv[1], sys.argv[2], sys.argv[3]
-TOL = 1e-6
 # 4 blocks of a 32-wide Llama: 4 heads and 2 key/value heads (one a rank at tp 2), so pp 2's
 # dualpipev cuts it into 4 stages; 8 sequences of 32 tokens a step, one per micro-batch: 4
 # micro-batches a step per pipeline at dp 2 (dualpipev needs 2·pp).
 LLAMA = ["model.arch=llama", "model.n_layers=4", "model.n_heads=4", "model.n_kv_heads=2", "model.ffn_dim=64",
-         "train.micro_batch=1", "train.global_batch=8"]
+         "train.micro_batch=1", "train.global_batch=8", EQUIVALENCE_EPS]
 t_start = time.time()
 VARIANTS = [("1f1b", 1), ("1f1b", 3), ("dualpipev", 1), ("dualpipev", 3)]
 
@@ -49,10 +49,6 @@ VARIANTS = [("1f1b", 1), ("1f1b", 3), ("dualpipev", 1), ("dualpipev", 3)]
 def layout(dp, tp, pp, schedule="1f1b", zero=1):
     return [f"parallel.dp={dp}", f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.schedule={schedule}",
             f"parallel.zero_stage={zero}"]
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-30)
 
 
 def step_dir(ws, run, step):
@@ -71,9 +67,7 @@ def compare_runs(ws, run, base, steps, first=1):
     _, sb = state_of(step_dir(ws, base, steps))
     check(sa.keys() == sb.keys(), f"{run}: the final checkpoint holds the same {len(sb)} tensors as {base}'s")
     check(all(not np.isnan(sa[n]["master"]).any() for n in sa), f"{run}: every element of every tensor saved")
-    weights = max(float(np.linalg.norm(sa[n]["master"] - sb[n]["master"]) / max(np.linalg.norm(sb[n]["master"]), 1e-30))
-                  for n in sb)
-    return loss, norm, weights
+    return loss, norm, weights_difference(sa, sb)
 
 
 if group == "dense":
@@ -87,12 +81,12 @@ if group == "dense":
         out, _, _ = ws.train(name, np_=8, sets=layout(2, 2, 2, schedule, zero), timeout=300)
         check("(dp 2 tp 2 pp 2)" in out, f"{name}: the run reports its 2 × 2 × 2 mesh")
         loss, norm, weights = compare_runs(ws, name, "base", STEPS)
-        ok = max(loss, norm, weights) <= TOL
+        ok = max(loss, norm) <= TOL and weights <= WTOL
         print(f"{name}: dp 2 × tp 2 × pp 2 {schedule} ZeRO-{zero}: loss {loss:.1e}, grad norm {norm:.1e}, "
               f"weights {weights:.1e} (norm-wise) {'ok' if ok else 'FAIL'} ({time.time() - t0:.1f} s)", flush=True)
         if not ok:
             failed.append(name)
-    check(not failed, f"dp 2 × tp 2 × pp 2 equals the one-rank run within {TOL} (failed: {failed})")
+    check(not failed, f"dp 2 × tp 2 × pp 2 equals the one-rank run within {TOL} (weights {WTOL}; failed: {failed})")
 elif group == "moe":
     # A Llama with MoE layers (8 experts, top 2 of 2-of-4 groups, a shared expert, a dense first
     # layer, the balance loss, a bias update that moves routing within the run), ep 2 inside dp 2.
@@ -100,7 +94,7 @@ elif group == "moe":
     moe = LLAMA + ["model.moe.n_experts=8", "model.moe.top_k=2", "model.moe.n_shared=1", "model.moe.ffn_dim=16",
                    "model.moe.first_k_dense=1", "model.moe.n_group=4", "model.moe.topk_group=2",
                    "model.moe.route_scale=1.5", "model.moe.aux_loss_coef=0.01", "model.moe.bias_update_rate=0.01"]
-    ws = Workspace(tetra, os.path.join(work, group), steps=STEPS, every=STEPS, base_sets=moe + ["optimizer.eps=1e-3"])
+    ws = Workspace(tetra, os.path.join(work, group), steps=STEPS, every=STEPS, base_sets=moe)
     ws.train("base", np_=1, sets=layout(1, 1, 1, zero=0))
     loads = lambda run: {s: {k: v for k, v in m.items() if k.startswith("moe_load_max_over_mean_")}
                          for s, m in metrics(ws.run_dir(run)).items()}
@@ -112,12 +106,12 @@ elif group == "moe":
         ws.train(name, np_=4, sets=layout(2, 1, 2, schedule, zero) + ["parallel.ep=2"], timeout=300)
         check(loads(name) == loads("base"), f"{name}: every MoE layer's max/mean load equals the 1-rank run's each step")
         loss, norm, weights = compare_runs(ws, name, "base", STEPS)
-        ok = max(loss, norm, weights) <= TOL
+        ok = max(loss, norm) <= TOL and weights <= WTOL
         print(f"{name}: MoE, ep 2 in dp 2 × pp 2 {schedule} ZeRO-{zero}: loss {loss:.1e}, grad norm {norm:.1e}, "
               f"weights {weights:.1e} (norm-wise) {'ok' if ok else 'FAIL'} ({time.time() - t0:.1f} s)", flush=True)
         if not ok:
             failed.append(name)
-    check(not failed, f"MoE at dp 2 (ep 2) × pp 2 equals the one-rank run within {TOL} (failed: {failed})")
+    check(not failed, f"MoE at dp 2 (ep 2) × pp 2 equals the one-rank run within {TOL} (weights {WTOL}; failed: {failed})")
 elif group == "resume":
     STEPS, EVERY = 6, 3
     ws = Workspace(tetra, os.path.join(work, group), steps=STEPS, every=EVERY, base_sets=LLAMA)
@@ -154,9 +148,9 @@ elif group == "resume":
           f"tetra ckpt consolidate writes the same {len(r)} Hugging Face-named tensors bit for bit")
     # Across layouts: the 1-rank run, within rounding. The resumed run logged steps 4..6 only.
     loss, norm, weights = compare_runs(ws, "resumed", "one", STEPS, first=EVERY + 1)
-    check(max(loss, norm, weights) <= TOL,
+    check(max(loss, norm) <= TOL and weights <= WTOL,
           f"killed at dp 2 × tp 2 × pp 2, resumed at dp 4 × tp 2 × pp 1: the 1-rank run's losses ({loss:.1e}), "
-          f"gradient norms ({norm:.1e}) and final weights ({weights:.1e}, norm-wise) within {TOL}")
+          f"gradient norms ({norm:.1e}) within {TOL} and final weights ({weights:.1e}, norm-wise) within {WTOL}")
 else:
     sys.exit(f"unknown group {group}")
 print(f"PASS ({time.time() - t_start:.1f} s)")

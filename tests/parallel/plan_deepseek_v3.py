@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`tetra plan configs/deepseek-v3.yaml --world 2048` (DeepSeek-V3's layout: pp 16 DualPipe × dp 128
-with ep 64 inside dp, ZeRO-1) answers in under 2 s, and its numbers match a hand computation:
+with ep 64 inside dp, ZeRO-1) answers in under 20 s of CPU time, and its numbers match a hand computation:
 - parameters: 672.1B in all, 38.7B active per token (DeepSeek publishes 671B and 37B with MLA
   attention; tetra's grouped-query attention has 18.4M more parameters a layer: configs/deepseek-v3.yaml);
 - the largest pipeline rank's weights (bf16) and optimizer state (fp32 master and two moments, the
@@ -12,9 +12,9 @@ usage: plan_deepseek_v3.py TETRA_BIN SOURCE_DIR"""
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
-import time
 
 
 def fail(msg):
@@ -37,17 +37,21 @@ L, DENSE, D, V, F_DENSE, E, F_EXPERT, TOP_K, SHARED = 61, 3, 7168, 129280, 18432
 
 
 def run(*extra):
-    t0 = time.time()
-    r = subprocess.run([tetra, "plan", cfg, "--world", str(WORLD)] + list(extra), capture_output=True, text=True,
-                       timeout=60)
-    took = time.time() - t0
+    """tetra plan's stdout and the CPU time (user + system) it took: what the plan costs, whatever
+    else the machine is doing."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run([tetra, "plan", cfg, "--world", str(WORLD)] + list(extra), capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    took = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     if r.returncode != 0:
         fail(f"tetra plan {cfg} --world {WORLD} {' '.join(extra)} exited {r.returncode}: {r.stderr[-3000:]}")
     return r.stdout, took
 
 
 out, took = run()
-check(took < 2.0, f"tetra plan --world {WORLD} answers in {took:.2f} s (< 2 s)")
+# CPU time, not the clock: about 0.3 s here; 20 s leaves a slower or busier machine 50× (a plan that
+# grows with the square of the world, 2,048 ranks, takes minutes).
+check(took < 20.0, f"tetra plan --world {WORLD} answers in {took:.2f} s of CPU time (< 20 s)")
 check(f"mesh: world {WORLD} = pp {PP} × dp {DP} × tp 1 (ep {EP} inside dp)" in out, "the mesh is pp 16 × dp 128, ep 64")
 
 # Parameters, by hand (weights [out, in]; norms are d each; the router's bias is a buffer).

@@ -49,7 +49,7 @@ inline std::string prepare_data(MpiCommunicator& world, const std::string& work)
     std::filesystem::create_directories(work);
     if (!std::filesystem::exists(data)) {
       data::PrepareOptions po;
-      po.inputs = {"/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/Apache-2.0"};
+      po.inputs = {TETRA_SOURCE_DIR "/tests/data/text/GPL-3", TETRA_SOURCE_DIR "/tests/data/text/Apache-2.0"};
       po.out = data;
       std::ostringstream log;
       data::prepare_dataset(po, log);

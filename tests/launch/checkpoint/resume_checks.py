@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/: shared helpers
-from tetra_runs import Workspace, check, checkpoint_steps, losses  # noqa: E402
+from tetra_runs import LICENCE_TEXTS, Workspace, check, checkpoint_steps, losses  # noqa: E402
 
 EXIT_CONFIG = 2
 tetra, work = sys.argv[1], sys.argv[2]
@@ -58,7 +58,7 @@ other = os.path.join(work, "other", "train.h5")
 if not os.path.exists(other):
     os.makedirs(os.path.dirname(other), exist_ok=True)
     subprocess.run([tetra, "data", "prepare", "--tokenizer", "byte", "--out", other, "--input",
-                    "/usr/share/common-licenses/GPL-3"], check=True, env=ws.env, stdout=subprocess.DEVNULL)
+                    LICENCE_TEXTS[0]], check=True, env=ws.env, stdout=subprocess.DEVNULL)
 _, err, _ = ws.train("base", sets=["checkpoint.resume=auto", f"data.train={other}"], expect=EXIT_CONFIG)
 check("training data changed since step 6" in err and "fingerprint" in err and "allow_data_change" in err,
       "changed data: an error that names the fingerprint and checkpoint.allow_data_change")

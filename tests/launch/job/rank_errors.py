@@ -60,8 +60,15 @@ def per_rank(name, rank_sets, fault=None, timeout=60):
 # Rank 0 cannot create RUN_DIR: a path below a regular file (permissions do not stop root).
 blocker = os.path.join(work, "a_file")
 open(blocker, "w").close()
+def timed_out(err):
+    """Whether a rank left by run.comm_timeout_s (60 s here) rather than by the ranks' agreement: the
+    test's meaning of "promptly", an event in the output rather than a duration a busy machine
+    stretches (a job that hangs outright is stopped by the runs' own subprocess timeouts)."""
+    return "did not complete within" in err
+
+
 codes, err, took = per_rank("no_dir", [[f"run.output_dir={blocker}/runs"]] * 2)
-check(codes == {0: EXIT_CONFIG, 1: EXIT_CONFIG} and took < 20,
+check(codes == {0: EXIT_CONFIG, 1: EXIT_CONFIG} and not timed_out(err),
       f"unwritable run.output_dir: both ranks exit {EXIT_CONFIG} by themselves ({took:.1f} s)")
 check(f"{blocker}/runs/no_dir" in err and "run.output_dir" in err and "Not a directory" in err,
       "the error names run.output_dir, the path and why")
@@ -70,7 +77,7 @@ check(err.count("tetra: error") == 1, "one rank (rank 0) prints the error, once"
 # A config error that only rank 1 sees.
 missing = os.path.join(work, "missing.h5")
 codes, err, took = per_rank("rank1_config", [[], [f"data.train={missing}"]])
-check(codes == {0: EXIT_CONFIG, 1: EXIT_CONFIG} and took < 20,
+check(codes == {0: EXIT_CONFIG, 1: EXIT_CONFIG} and not timed_out(err),
       f"a config error of rank 1 alone: both ranks exit {EXIT_CONFIG} ({took:.1f} s)")
 check("(rank 1)" in err and "data.train" in err and missing in err, "rank 0 prints rank 1's error, naming data.train")
 
@@ -79,13 +86,13 @@ run = ws.run_dir("bad_ledger")
 shutil.rmtree(run, ignore_errors=True)
 os.makedirs(os.path.join(run, "goodput.jsonl"))
 codes, err, took = per_rank("bad_ledger", [["checkpoint.resume=auto"]] * 2)
-check(codes == {0: EXIT_ERROR, 1: EXIT_ERROR} and took < 20,
+check(codes == {0: EXIT_ERROR, 1: EXIT_ERROR} and not timed_out(err),
       f"rank 0 cannot open the ledger at start-up: both ranks exit {EXIT_ERROR} ({took:.1f} s)")
 check("goodput.jsonl" in err and "Is a directory" in err, "the error names the ledger and why")
 
 # Rank 1's checkpoint write fails (a full disk): agreed at the commit, every rank stops cleanly.
 codes, err, took = per_rank("save_error", [[]] * 2, fault="save_error@4:rank=1")
-check(codes == {0: EXIT_ERROR, 1: EXIT_ERROR} and took < 30,
+check(codes == {0: EXIT_ERROR, 1: EXIT_ERROR} and not timed_out(err),
       f"rank 1's checkpoint write fails: both ranks exit {EXIT_ERROR} ({took:.1f} s)")
 check("checkpoint step_4: rank(s) 1 could not write their file" in err and "No space left on device" in err,
       "the error names the checkpoint, the rank and its reason")
@@ -105,7 +112,7 @@ t0 = time.time()
 out, err, rc = ws.train("full_metrics", sets=["checkpoint.resume=auto"], expect=None, timeout=60)
 took = time.time() - t0
 print(err[-2000:])
-check(rc == EXIT_ERROR and took < 30, f"rank 0's metrics on a full disk mid-run: the job ends, exit {rc} ({took:.1f} s)")
+check(rc == EXIT_ERROR and not timed_out(err), f"rank 0's metrics on a full disk mid-run: the job ends, exit {rc}, not by the collective timeout ({took:.1f} s)")
 check("metrics.jsonl" in err and "No space left on device" in err, "the error names metrics.jsonl and the full disk")
 ends = [(e["reason"], e["exit_code"]) for e in ledger(run) if e["event"] == "attempt_end"]
 check(ends == [("error", EXIT_ERROR)], "rank 0 closed the ledger: attempt_end error (1)")

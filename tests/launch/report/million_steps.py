@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """A synthetic run of 1,000,000 steps (synthetic_run.py: three attempts, a crash, a preemption,
 skipped steps, evaluations, exposed communication per axis) rendered by `tetra report RUN_DIR --html
-OUT`: the page must take less than 2 s of CPU time (user + system: the clock time of a shared
-2-core machine says more about its other jobs) and be smaller than 2 MB, parse as XML, and keep
+OUT`: the page must take less than 20 s of CPU time (user + system: the clock time of a shared
+2-core machine says more about its other jobs; about 1 s here, so a machine 10× slower passes, while
+a per-step cost that grows with the run — a quadratic pass over a million steps — takes hours) and
+be smaller than 2 MB, parse as XML, and keep
 every curve at no more than four points per pixel column. The ledger holds the attempts,
 checkpoints and evaluations but not the million step events, so what is timed is the page (the
 metrics file of 300 MB and its curves), not the text report's ledger parse.
@@ -16,7 +18,7 @@ import time
 import xml.etree.ElementTree as ET
 
 STEPS = 1000000
-CPU_LIMIT_S = 2.0
+CPU_LIMIT_S = 20.0
 SIZE_LIMIT = 2 * 1024 * 1024
 SVG = "{http://www.w3.org/2000/svg}"
 XHTML = "{http://www.w3.org/1999/xhtml}"

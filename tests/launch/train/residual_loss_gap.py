@@ -26,7 +26,8 @@ if gpu_count() == 0:
 probe = subprocess.run([sys.executable, "-c", "import torch; assert torch.cuda.is_available(); print(torch.__version__)"],
                        capture_output=True, text=True)
 if probe.returncode != 0:
-    print(f"{sys.executable} has no PyTorch with CUDA: skipped")
+    print(f"{sys.executable} (the tests' Python) has no PyTorch with CUDA: skipped; reconfigure with "
+          f"-DTETRA_PYTHON=/path/to/a/python3 whose torch has CUDA (docs/testing.md)")
     sys.exit(77)
 print(f"torch {probe.stdout.strip()}")
 ref = os.path.join(here, "..", "..", "..", "scripts", "bench", "torch_residual_ref.py")

@@ -11,8 +11,8 @@ process has just allocated as zeros, so nothing depends on accumulation nor on h
 its gradient buffers (the experts' are not zeroed, docs/moe.md). Against it, the uninterrupted run
 of that layout (stale gradients of an earlier step must not leak into a later one) and every split
 of the step into several micro-batches — several writes into the same gradient buffer — must give
-the same losses, gradient norms and final weights within 1e-6 (rounding of a different summation
-order):
+the same losses and gradient norms within 1e-6 and final weights within 1e-5 (rounding of a
+different summation order; optimizer.eps 1e-3: the equivalence tests' scheme, tests/tetra_runs.py):
   1 rank   2 and 4 micro-batches, ZeRO 0 and 2; the two-micro-batch interleave (moe_overlap);
            recomputation of the MLPs
   dp 2     ep 1 and 2 (4 and 2 micro-batches a rank), ZeRO 0, 1, 2 and 3
@@ -28,20 +28,17 @@ import os
 import sys
 import time
 
-import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/: shared helpers
-from tetra_runs import Workspace, check, metrics, state_of  # noqa: E402
+from tetra_runs import (EQUIVALENCE_EPS, EQUIVALENCE_TOL as TOL, EQUIVALENCE_WEIGHTS_TOL as WTOL,  # noqa: E402
+                        Workspace, check, metrics, state_of, weights_difference)
 
 tetra, work = sys.argv[1], sys.argv[2]
-TOL = 1e-6
 STEPS = 3
-# optimizer.eps 1e-3: with 1e-8, AdamW's step is ill-conditioned where an expert's gradient is near
-# zero, and a rounding-level difference moves such an element by up to lr (as in compose_equivalence).
 MOE = ["model.arch=llama", "model.n_layers=4", "model.n_heads=4", "model.n_kv_heads=2", "model.ffn_dim=64",
        "model.moe.n_experts=8", "model.moe.top_k=2", "model.moe.n_shared=1", "model.moe.ffn_dim=16",
        "model.moe.first_k_dense=1", "model.moe.n_group=4", "model.moe.topk_group=2", "model.moe.route_scale=1.5",
-       "model.moe.aux_loss_coef=0.01", "model.moe.bias_update_rate=0.01", "optimizer.eps=1e-3",
+       "model.moe.aux_loss_coef=0.01", "model.moe.bias_update_rate=0.01", EQUIVALENCE_EPS,
        "train.global_batch=8"]
 ws = Workspace(tetra, work, steps=STEPS, every=STEPS, base_sets=MOE)
 
@@ -112,14 +109,13 @@ for name, ranks, sets in VARIANTS:
     norm = max(rel(got[s]["grad_norm"], base[s]["grad_norm"]) for s in base)
     state = final_state(name)
     check(state.keys() == base_state.keys(), f"{name}: the final checkpoint holds the oracle's {len(base_state)} tensors")
-    weights = max(float(np.linalg.norm(state[n]["master"] - base_state[n]["master"]) /
-                        max(np.linalg.norm(base_state[n]["master"]), 1e-30)) for n in base_state)
-    ok = same_routing and max(loss, norm, weights) <= TOL
+    weights = weights_difference(state, base_state)
+    ok = same_routing and max(loss, norm) <= TOL and weights <= WTOL
     print(f"{name}: routing {'equal' if same_routing else 'DIFFERS'}, loss {loss:.1e}, grad norm {norm:.1e} "
           f"(step 1: {rel(got[1]['grad_norm'], base[1]['grad_norm']):.1e}), weights {weights:.1e} (norm-wise) "
           f"{'ok' if ok else 'FAIL'} ({time.time() - t0:.1f} s)", flush=True)
     if not ok:
         failed.append(name)
 check(not failed, f"every split of the step into micro-batches, ranks and pipeline visits equals one micro-batch "
-      f"within {TOL} (failed: {failed}; {time.time() - t_start:.0f} s in all)")
+      f"within {TOL} (weights {WTOL}; failed: {failed}; {time.time() - t_start:.0f} s in all)")
 print("PASS")

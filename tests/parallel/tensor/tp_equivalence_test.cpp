@@ -6,14 +6,17 @@
 // micro-batches of 2 × 10 tokens (5 a rank with sequence parallelism at tp 4), Llama's MLP of 60
 // (15 a rank). Gradient accumulation and clipping are active.
 // Checked per step: loss, gradient norm, val loss (≤ 1e-6 relative); at the end the fp32 master
-// weights and both AdamW moments (norm-wise per parameter, ≤ 1e-6 relative), and that the ranks'
+// weights and both AdamW moments (norm-wise per parameter, ≤ 1e-5 relative), and that the ranks'
 // checkpoint pieces (boxes of the full tensors) cover every element of every parameter exactly once.
 //
 // optimizer.eps is 1e-3: AdamW's step lr·m̂/(√v̂ + eps) is ill-conditioned where |g| ≈ eps, so with
 // eps = 1e-8 a rounding-level difference in such an element's gradient moves its weight by up to
 // lr (measured: 2 of the 1296 elements of h.1.attn.c_proj.weight moved by 2e-6 after one step at
 // tp 2, every other element within an ulp; plain data parallelism does the same elsewhere). A
-// large eps keeps every step well-conditioned, so the final weights can be held to 1e-6 too.
+// large eps keeps every step well-conditioned. eps and the limits are the equivalence tests' scheme
+// (tests/tetra_runs.py, docs/testing.md "Tolerances"): ~100× above what a correct run reaches
+// against itself with only its summation order changed (loss and gradient norm ~1e-8, tensors
+// that start at zero ~1e-7 norm-wise).
 //
 // usage: mpirun -np N tp_equivalence_test WORK_DIR ARCH VARIANT...
 //   (ARCH: gpt2, llama, llama_tied, llama_kv2, llama_kv1)
@@ -40,7 +43,8 @@ using namespace tetra::equivalence;
 
 namespace {
 
-constexpr double kTol = 1e-6;  // per-step loss, gradient norm, val loss; final state, norm-wise
+constexpr double kTol = 1e-6;       // per-step loss, gradient norm, val loss
+constexpr double kStateTol = 1e-5;  // final state, ‖a − ref‖ / ‖ref‖ per parameter
 
 struct Variant {
   std::string name;
@@ -180,7 +184,7 @@ void check_variant(MpiCommunicator& world, const std::string& yaml, const std::s
     for (size_t i = 0; i < num.size(); ++i) {
       const std::string& n = names[i % P];
       const double e = std::sqrt(num[i] / std::max(den[i], 1e-30));
-      if (!(e <= kTol))
+      if (!(e <= kStateTol))
         fail(v.name + ": final " + (i < P ? "master weights" : i < 2 * P ? "exp_avg" : "exp_avg_sq") + " of " + n +
              " differ by " + std::to_string(e));
       if (e > ws) {
