@@ -4,6 +4,7 @@
 #   scripts/gpu_suite.sh [OUT_DIR] [tests|bench|all]
 #   PEER=path/to/torch_gpt.py scripts/gpu_suite.sh out all
 #   TETRA_PYTHON=/path/to/python3 scripts/gpu_suite.sh     # the tests' Python (default: chosen by CMake)
+#   GPU_TEST_JOBS=4 scripts/gpu_suite.sh out tests          # GPU tests four at a time on the GPU(s)
 # Every skipped GPU test is listed with its reason (OUT_DIR/gpu_skipped.txt). Exits non-zero when the
 # build fails, when any GPU test fails, when a test that one GPU can run was skipped (only tests
 # labelled multi_gpu, which need 2 GPUs or more, may skip), or when the benchmark fails.
@@ -24,7 +25,7 @@ echo "build: $(( $(date +%s) - t0 )) s"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
 status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  ctest --test-dir build -L gpu --output-on-failure -j 1 --timeout 900 --output-junit "$PWD/$out/gpu_tests.xml" \
+  ctest --test-dir build -L gpu --output-on-failure -j "${GPU_TEST_JOBS:-1}" --timeout 900 --output-junit "$PWD/$out/gpu_tests.xml" \
     > "$out/gpu_tests.log" 2>&1
   rc=$?
   echo "gpu tests: rc $rc ($(grep -E 'tests passed|tests failed' "$out/gpu_tests.log"))"
