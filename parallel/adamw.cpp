@@ -10,8 +10,11 @@ AdamW::AdamW(ParamSet& params, const AdamWConfig& cfg) : params_(params), cfg_(c
   Tensor& values = params.flat_values();
   separate_master_ = values.dtype() != DType::F32;
   if (separate_master_) {
+    // From the full-precision initial values where the ParamSet keeps them (set_initial_values),
+    // else from the working copy (what a resumed checkpoint then replaces).
     master_ = Tensor::empty(values.shape(), DType::F32, values.device());
-    ops::copy(master_, values);
+    const Tensor& initial = params.initial_values();
+    ops::copy(master_, initial.defined() ? initial : values);
   } else {
     master_ = values;
   }

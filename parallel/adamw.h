@@ -1,8 +1,9 @@
 // AdamW with PyTorch's semantics (torch.optim.AdamW): decoupled weight decay p -= lr·wd·p on
 // parameters marked weight_decay (tensors of 2+ dims), none on biases and norm weights; bias
 // corrections 1 − βᵗ. State is fp32 and laid out like the ParamSet's flat buffer. Where the
-// working weights are not fp32 (bf16 on CUDA) the optimizer keeps fp32 master weights and writes
-// the rounded result back to the working copy in the same pass.
+// working weights are not fp32 (bf16 on CUDA) the optimizer keeps fp32 master weights, which start
+// from the ParamSet's fp32 initial values (ParamSet::set_initial_values) where it holds them, and
+// writes the rounded result back to the working copy in the same pass.
 #pragma once
 #include "parallel/param_set.h"
 #include "runtime/communicator.h"

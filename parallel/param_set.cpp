@@ -22,6 +22,7 @@ void ParamSet::build(std::vector<Param*> params, Device device, DType value_dtyp
   for (size_t i = 0; i < layout_.params().size(); ++i) layout_.params()[i]->offset = layout_.offset_of(static_cast<int>(i));
   values_ = Tensor::zeros({layout_.total()}, value_dtype, device);
   grads_ = full_grads ? Tensor::zeros({layout_.total()}, grad_dtype, device) : Tensor();
+  initial_ = Tensor();
   for (Param* p : params_) {
     p->value = values_.slice_flat(p->offset, p->local_shape);
     p->grad = full_grads ? grads_.slice_flat(p->offset, p->local_shape) : Tensor();
@@ -95,6 +96,35 @@ void ParamSet::initialize(uint64_t seed) {
     }
     ops::copy(p->value, src);
   }
+}
+
+void ParamSet::set_initial_values(const std::function<void()>& fill) {
+  initial_ = Tensor();
+  if (value_dtype_ == DType::F32) {
+    fill();
+    return;
+  }
+  TETRA_CHECK(values_.defined(), "set_initial_values: the value buffer was released by a sharded optimizer");
+  Tensor host = Tensor::zeros({layout_.total()}, DType::F32, Device::cpu());
+  auto bind = [&](Tensor& flat) {
+    for (Param* p : params_) p->value = flat.slice_flat(p->offset, p->local_shape);
+  };
+  bind(host);
+  try {
+    fill();
+  } catch (...) {
+    bind(values_);
+    throw;
+  }
+  bind(values_);
+  // Per parameter, as each rounds on the device side through a scratch of its own size (padding
+  // stays zero in both buffers).
+  for (Param* p : params_) {
+    Tensor src = host.slice_flat(p->offset, {p->numel()});
+    Tensor dst = values_.slice_flat(p->offset, {p->numel()});
+    ops::copy(dst, src);
+  }
+  initial_ = std::move(host);
 }
 
 void prepare_grads(Tensor& buf, int64_t begin, const std::vector<Param*>& params) {

@@ -9,6 +9,7 @@
 // tensor on the device, outside the flat buffers, the layout and the optimizer.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "parallel/param.h"
@@ -40,6 +41,17 @@ class ParamSet {
   // tensor comes from a seed derived from (seed, name) and i, and each rank draws the elements of
   // its local piece only, so any split (tensor parallelism) or order gives the same model.
   void initialize(uint64_t seed);
+  // Sets the initial values at full precision: `fill` writes every Param::value (initialize, a
+  // weight file: models/weight_source.h) while the trainable ones are bound to fp32 host views of
+  // the layout. Working weights narrower than fp32 (bf16) are then rounded from those values, which
+  // stay in initial_values() — a flat fp32 host tensor of flat_values()'s layout — for the
+  // optimizer's fp32 master to start from (parallel/adamw.h, parallel/zero/optimizer.h) until
+  // release_initial_values(). fp32 working weights are written directly and nothing is kept.
+  // Buffers (fp32 tensors of their own) are written directly either way.
+  void set_initial_values(const std::function<void()>& fill);
+  // The fp32 initial values (flat, host, padding zero); undefined unless set_initial_values kept them.
+  const Tensor& initial_values() const { return initial_; }
+  void release_initial_values() { initial_ = Tensor(); }
   // Prepares the flat gradient buffer (if any) for a step: prepare_grads below over all of it.
   void zero_grads();
   // Moves the flat gradient buffer into `grads` (same numel and dtype, on the same device: e.g.
@@ -65,6 +77,7 @@ class ParamSet {
   std::vector<Param*> params_, buffers_;
   ZeroLayout layout_;
   Tensor values_, grads_;
+  Tensor initial_;  // set_initial_values: fp32 host copy while the working weights are narrower
   Device device_;
   DType value_dtype_ = DType::F32, grad_dtype_ = DType::F32;
 };

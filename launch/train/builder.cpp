@@ -216,13 +216,14 @@ void Builder::params() {
       const ParamStorage storage =
           param_storage_for(p_.optimizer_options, p_.act_dtype, p_.groups.grad_comm(*p_.mesh).size());
       p_.params.build(held_, p_.device, p_.act_dtype, storage.grad_dtype, storage.shards, storage.full_grads);
-      initial_weights(p_.params);
+      p_.params.set_initial_values([&] { initial_weights(p_.params); });
     }
   });
 }
 
 // Random initialisation (of `set`), or model.init_from (into the model's parameters, wherever their
-// values are bound).
+// values are bound: under bf16 working weights, fp32 host views that the optimizer's master starts
+// from, ParamSet::set_initial_values).
 void Builder::initial_weights(ParamSet& set) {
   if (!cfg_.model.init_from.empty()) {
     // A consolidated HDF5 file or a Hugging Face folder (models/weight_source.h).
@@ -264,9 +265,15 @@ void Builder::experts(const std::vector<Param*>& held) {
   const ParamStorage es = param_storage_for(p_.optimizer_options, p_.act_dtype, edp);
   p_.params.build(dense, p_.device, p_.act_dtype, ds.grad_dtype, ds.shards, ds.full_grads);
   p_.expert_params.build(experts, p_.device, p_.act_dtype, es.grad_dtype, es.shards, es.full_grads);
+  // Each set keeps the fp32 values for its optimizer's master where its working weights are bf16.
   const int rank = p_.mesh->coords().ep;
-  for (size_t i = 0; i < all.size(); ++i)
-    ops::copy(all[i]->value, expert_owned(*all[i]) ? expert_slice(*all[i], values[i], rank) : values[i]);
+  auto fill = [&](bool expert) {
+    for (size_t i = 0; i < all.size(); ++i)
+      if (expert_owned(*all[i]) == expert)
+        ops::copy(all[i]->value, expert ? expert_slice(*all[i], values[i], rank) : values[i]);
+  };
+  p_.params.set_initial_values([&] { fill(false); });
+  p_.expert_params.set_initial_values([&] { fill(true); });
 }
 
 void Builder::optimizer() {
@@ -298,6 +305,9 @@ void Builder::optimizer() {
     p_.optimizer = std::make_unique<DenseAndExpertOptimizer>(std::move(p_.optimizer), nullptr, std::vector<Param*>{},
                                                              nullptr, p_.params.buffers(), writes_buffers);
   }
+  // The masters hold the fp32 initial values now (bf16 working weights): their host copies go.
+  p_.params.release_initial_values();
+  p_.expert_params.release_initial_values();
   // Mixture of experts: the routers' load balancing after every optimizer step (models/moe_balance.h),
   // the loads summed over MeshGroups::balance_comm.
   p_.balance = std::make_unique<MoeBalance>(p_.model->moe_layers(), p_.device,

@@ -32,11 +32,16 @@ ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& 
   exp_avg_sq_ = Tensor::zeros({S}, DType::F32, dev);
   grad_shard_ = Tensor::zeros({S}, params.grad_dtype(), dev);
   weight_shard_ = separate_master_ ? Tensor::zeros({S}, params.value_dtype(), dev) : master_;
-  // Take this rank's shard of every unit from the (identically initialised or loaded) full weights.
+  // Take this rank's shard of every unit from the (identically initialised or loaded) full weights:
+  // the master from their fp32 initial values where the ParamSet keeps them (bf16 working weights,
+  // ParamSet::set_initial_values), the working shard from the working copy.
+  const Tensor& initial = params.initial_values();
+  TETRA_CHECK(!initial.defined() || initial.numel() == values.numel(), "ZeroOptimizer: initial values of ",
+              initial.numel(), " elements for a layout of ", values.numel());
   for (const ZeroUnit& u : layout.units()) {
     Tensor src = values.slice_flat(u.offset + rank_ * u.shard, {u.shard});
     Tensor m = master_.slice_flat(u.shard_offset, {u.shard});
-    ops::copy(m, src);
+    ops::copy(m, initial.defined() ? initial.slice_flat(u.offset + rank_ * u.shard, {u.shard}) : src);
     if (separate_master_) {
       Tensor w = weight_shard_.slice_flat(u.shard_offset, {u.shard});
       ops::copy(w, src);
