@@ -187,6 +187,20 @@ check(end["step"] == 8 and set(end["scalars"]) == set(want) and
       f"the finished attempt ends with the goodput and each of its {len(want) - 1} categories at step 8")
 check(0 < end["scalars"]["goodput/goodput"] <= 1, "goodput is a fraction")
 
+# A folder that cannot be made (a file named tensorboard in the run directory): every rank stops
+# before the first step with the path and the way out, and the file is left as it was.
+blocked = ws.run_dir("blocked")
+os.makedirs(blocked, exist_ok=True)
+with open(os.path.join(blocked, "tensorboard"), "w") as f:
+    f.write("the user's file\n")
+_, err, rc = ws.train("blocked", sets=["log.tensorboard=true", "checkpoint.resume=auto"], expect=None)
+check(rc != 0 and "cannot create the folder" in err and "log.tensorboard: false" in err,
+      f"an event folder that cannot be made stops the run (exit {rc}) and says how to go on")
+blocked_metrics = os.path.join(blocked, "metrics.jsonl")
+check(open(os.path.join(blocked, "tensorboard")).read() == "the user's file\n" and
+      (not os.path.exists(blocked_metrics) or os.path.getsize(blocked_metrics) == 0),
+      "the file in its way is untouched and no step was trained")
+
 # ---- TensorBoard's own loader, where it is installed ---------------------------------------------
 try:
     from tensorboard.backend.event_processing import event_accumulator
