@@ -65,11 +65,14 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const MetricsRec
   for (auto it = m.extra.begin(); it != m.extra.end(); ++it) {
     if (!it.value().is_number()) continue;
     const std::string& k = it.key();
-    const std::string group = k == "val_loss"                 ? "val/loss"
-                              : k == "mem_peak_gib"           ? "memory/peak_gib"
-                              : k.rfind("moe_", 0) == 0       ? "moe/" + k.substr(4)
-                                                              : "perf/" + k;
-    v.emplace_back(group, it.value().get<double>());
+    std::string tag = "perf/" + k;
+    if (k == "val_loss")
+      tag = "val/loss";
+    else if (k == "mem_peak_gib")
+      tag = "memory/peak_gib";
+    else if (k.rfind("moe_", 0) == 0)
+      tag = "moe/" + k.substr(4);
+    v.emplace_back(tag, it.value().get<double>());
   }
   return v;
 }
@@ -185,7 +188,8 @@ void StepAccounting::log(int64_t step, const StepResult& r, double step_seconds,
     double left = static_cast<double>(cfg_.train.steps - step - 1) * static_cast<double>(tokens) / tokens_per_s_ema_;
     // MFU at the averaged rate, as tok/s beside it.
     char mfu[32] = "MFU ?";
-    if (peak_flops_ > 0) std::snprintf(mfu, sizeof mfu, "MFU %.2f%%", 100.0 * flops_per_token_ * tokens_per_s_ema_ / peak_flops_);
+    if (peak_flops_ > 0)
+      std::snprintf(mfu, sizeof mfu, "MFU %.2f%%", 100.0 * flops_per_token_ * tokens_per_s_ema_ / peak_flops_);
     std::printf("step %5lld/%d | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | %s | mem %s | %.0f ms | eta %s%s\n",
                 static_cast<long long>(step + 1), cfg_.train.steps, r.loss, r.lr, r.grad_norm,
                 format_rate(tokens_per_s_ema_).c_str(), mfu, format_bytes(mem_peak).c_str(), step_seconds * 1e3,

@@ -1,7 +1,8 @@
 // The accounting of finished steps on the host: each step's wall-clock span and its parts (the
 // goodput ledger's step rows, averaged over the ranks so the categories add up within the step,
 // docs/goodput.md), the metrics.jsonl row, its TensorBoard scalars and the progress line (rank 0),
-// the tokens/s average and MFU, and the trace of the last log.profile_steps steps (every rank; merged by rank 0).
+// the tokens/s average and MFU, and the trace of the last log.profile_steps steps (every rank;
+// merged by rank 0).
 #pragma once
 #include <map>
 #include <optional>
