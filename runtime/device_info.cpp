@@ -3,7 +3,6 @@
 #include <fstream>
 #include <string>
 #include <thread>
-#include <sys/resource.h>
 
 #include "runtime/cuda/cuda_backend.h"
 
@@ -46,13 +45,6 @@ double peak_flops(Device d, DType compute, int ranks_on_host) {
   if (cores == 0) cores = 1;
   double per_rank_cores = static_cast<double>(cores) / static_cast<double>(ranks_on_host > 0 ? ranks_on_host : 1);
   return per_rank_cores * cpu_mhz() * 1e6 * 32.0;
-}
-
-double peak_memory_bytes(Device d) {
-  if (d.is_cuda()) return static_cast<double>(cuda::peak_allocated_bytes(d));
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) * 1024.0;  // kilobytes on Linux
 }
 
 }  // namespace tetra

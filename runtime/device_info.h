@@ -12,8 +12,5 @@ namespace tetra {
 std::string device_name(Device d);
 // ranks_on_host: processes sharing this host's CPU cores (CPU devices only).
 double peak_flops(Device d, DType compute, int ranks_on_host = 1);
-// Peak bytes allocated on the device by tetra since start (CUDA: the caching allocator's high-water
-// mark; CPU: the process's peak resident set).
-double peak_memory_bytes(Device d);
 
 }  // namespace tetra

@@ -215,6 +215,7 @@ struct LogConfig {
   int every = 1;                     // steps between printed lines (metrics.jsonl has every step)
   double peak_tflops = 0;            // per-device peak for MFU; 0 = from the device
   int profile_steps = 0;             // trace the last N steps into trace.json; 0 = off
+  bool tensorboard = false;          // rank 0 also writes RUN_DIR/tensorboard/events.out.tfevents.*
 };
 
 // Where each key's value came from, so that errors can point at the line to fix.

@@ -200,6 +200,7 @@ std::vector<Field> log_fields() {
     {KEY(log, every, Int), .lo = 1, .hi = kIntMax},
     {KEY(log, peak_tflops, Float), .lo = 0, .note = "0 = from the device"},
     {KEY(log, profile_steps, Int), .lo = 0, .hi = kIntMax, .note = "0 = off"},
+    {KEY(log, tensorboard, Bool), .note = "TensorBoard event files in RUN_DIR/tensorboard"},
   };
 }
 

@@ -38,6 +38,7 @@ class Builder {
   void loader();
   void pipeline();
   void checkpointer();
+  void tensorboard();
 
  private:
   bool is_rank0() const { return env_.rank == 0; }
@@ -361,6 +362,7 @@ void Builder::print_startup() {
                  (loader.io().compat_mode ? " (cuFile compatibility mode)" : "");
   info.data_io_reason = loader.io().reason;
   p_.ledger->run_info(info);
+  p_.run_info = info;
   const std::string act = dtype_name(p_.act_dtype);
   const std::string precision =
       p_.residual_dtype == p_.act_dtype ? act : act + ", " + dtype_name(p_.residual_dtype) + " residual stream";
@@ -458,6 +460,16 @@ void Builder::checkpointer() {
   if (std::optional<TrainingProgress> resumed = p_.checkpointer->resume()) p_.resumed = *resumed;
 }
 
+// log.tensorboard: rank 0 starts this attempt's event file at the first step it will train.
+void Builder::tensorboard() {
+  if (!cfg_.log.tensorboard) return;
+  agree(world_, [&] {
+    if (is_rank0())
+      p_.tensorboard = std::make_unique<TensorBoardWriter>(TensorBoardWriter::dir_in(p_.run_dir), p_.ledger->attempt(),
+                                                           p_.resumed.step + 1);
+  });
+}
+
 }  // namespace
 
 std::unique_ptr<TrainingParts> build_training(const Config& cfg, const LaunchEnvironment& env, MpiCommunicator& world) {
@@ -470,6 +482,7 @@ std::unique_ptr<TrainingParts> build_training(const Config& cfg, const LaunchEnv
   b.loader();
   b.pipeline();
   b.checkpointer();
+  b.tensorboard();
   return parts;
 }
 

@@ -31,8 +31,10 @@
 #include "parallel/pipeline/transport.h"
 #include "parallel/rank_groups.h"
 #include "parallel/tensor/tensor_parallel.h"
+#include "runtime/goodput_clock.h"
 #include "runtime/metrics_log.h"
 #include "runtime/mpi_communicator.h"
+#include "runtime/tensorboard_writer.h"
 
 namespace tetra::launch {
 
@@ -66,6 +68,7 @@ struct TrainingParts {
   std::unique_ptr<data::DataLoader> loader;
   std::unique_ptr<GoodputLedger> ledger;  // rank 0 only
   std::unique_ptr<MetricsLog> metrics;    // rank 0 only
+  RunInfo run_info;                       // rank 0: what its ledger records (FLOPs per token, peak FLOP/s)
   // The pipeline's model side, its transfers and their scheduler (whose waits are the bubble), the
   // executors of training and evaluation; the step's copied micro-batches (pipelines, and pp = 1
   // with forward-backward pairs) and the evaluation's loss sum.
@@ -77,6 +80,8 @@ struct TrainingParts {
   Tensor eval_loss;
   std::unique_ptr<Checkpointer> checkpointer;
   TrainingProgress resumed;        // where the run starts (checkpoint.resume; 0 for a fresh run)
+  // log.tensorboard: rank 0's event file of this attempt (null elsewhere and when off).
+  std::unique_ptr<TensorBoardWriter> tensorboard;
   double startup_peak_bytes = 0;   // tetra's allocations at their peak while building
 };
 

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/device_info.h"
+#include "runtime/memory.h"
 #include "runtime/trace.h"
 
 namespace tetra::launch {
@@ -42,12 +42,47 @@ std::string format_rate(double tokens_per_s) {
   return buf;
 }
 
+// "812 MiB", "61.25 GiB".
+std::string format_bytes(double bytes) {
+  char buf[32];
+  constexpr double kMiB = 1024.0 * 1024.0;
+  if (bytes >= 1024.0 * kMiB)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * kMiB));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / kMiB);
+  return buf;
+}
+
+// The metrics row's numbers as TensorBoard scalars, grouped by what they are: train/ (loss, lr,
+// grad norm, tokens), perf/ (throughput, MFU, the step's time and its parts in ms), memory/, moe/, val/.
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const MetricsRecord& m) {
+  std::vector<std::pair<std::string, double>> v{{"train/loss", m.loss},
+                                                {"train/lr", m.lr},
+                                                {"train/grad_norm", m.grad_norm},
+                                                {"train/tokens", static_cast<double>(m.tokens)},
+                                                {"perf/tokens_per_s", m.tokens_per_s},
+                                                {"perf/step_ms", m.step_ms}};
+  for (auto it = m.extra.begin(); it != m.extra.end(); ++it) {
+    if (!it.value().is_number()) continue;
+    const std::string& k = it.key();
+    std::string tag = "perf/" + k;
+    if (k == "val_loss")
+      tag = "val/loss";
+    else if (k == "mem_peak_gib")
+      tag = "memory/peak_gib";
+    else if (k.rfind("moe_", 0) == 0)
+      tag = "moe/" + k.substr(4);
+    v.emplace_back(tag, it.value().get<double>());
+  }
+  return v;
+}
+
 }  // namespace
 
 StepAccounting::StepAccounting(const Config& cfg, int rank, int world_size, Communicator& world, Device device,
-                               GoodputLedger* ledger, MetricsLog* metrics, const CommScheduler& comm,
-                               const CommScheduler* p2p, int64_t tokens_per_step, int64_t start_step,
-                               std::vector<int> moe_blocks)
+                               GoodputLedger* ledger, MetricsLog* metrics, TensorBoardWriter* tensorboard,
+                               const RunInfo& run_info, const CommScheduler& comm, const CommScheduler* p2p,
+                               int64_t tokens_per_step, int64_t start_step, std::vector<int> moe_blocks)
     : cfg_(cfg),
       rank_(rank),
       world_size_(world_size),
@@ -55,6 +90,9 @@ StepAccounting::StepAccounting(const Config& cfg, int rank, int world_size, Comm
       device_(device),
       ledger_(ledger),
       metrics_(metrics),
+      tensorboard_(tensorboard),
+      flops_per_token_(run_info.flops_per_token),
+      peak_flops_(run_info.peak_flops_per_device * run_info.devices),
       comm_(comm),
       p2p_(p2p),
       tokens_per_step_(tokens_per_step),
@@ -132,20 +170,30 @@ void StepAccounting::log(int64_t step, const StepResult& r, double step_seconds,
   m.extra["optimizer_ms"] = r.optimizer_s * 1e3;
   if (p2p_) m.extra["bubble_ms"] = r.bubble_s * 1e3;
   for (const auto& [axis, seconds] : r.exposed_comm_axis_s) m.extra["exposed_comm_ms_" + axis] = seconds * 1e3;
-  m.extra["mem_peak_gib"] = peak_memory_bytes(device_) / (1024.0 * 1024.0 * 1024.0);
+  // Model FLOPs of the step's tokens over its time, against the peak of every device (the
+  // report's MFU, per step).
+  if (peak_flops_ > 0) m.extra["mfu"] = flops_per_token_ * rate / peak_flops_;
+  // tetra's allocations on this device at their peak since the first step (runtime/memory.h).
+  const double mem_peak = static_cast<double>(peak_allocated_bytes(device_));
+  m.extra["mem_peak_gib"] = mem_peak / (1024.0 * 1024.0 * 1024.0);
   if (r.skipped) m.extra["skipped"] = true;
   // Each MoE layer's max/mean expert load over the step's global batch (1 = balanced).
   for (size_t i = 0; i < r.moe_max_over_mean.size() && i < moe_blocks_.size(); ++i)
     m.extra["moe_load_max_over_mean_" + std::to_string(moe_blocks_[i])] = r.moe_max_over_mean[i];
   if (val_loss) m.extra["val_loss"] = *val_loss;
   metrics_->log(m);
+  if (tensorboard_) tensorboard_->scalars(m.step, tensorboard_scalars(m));
   const int every = std::max(1, cfg_.log.every);
   if ((step + 1) % every == 0 || step + 1 == cfg_.train.steps || step == start_step_) {
     double left = static_cast<double>(cfg_.train.steps - step - 1) * static_cast<double>(tokens) / tokens_per_s_ema_;
-    std::printf("step %5lld/%d | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | %.0f ms | eta %s%s\n",
+    // MFU at the averaged rate, as tok/s beside it.
+    char mfu[32] = "MFU ?";
+    if (peak_flops_ > 0)
+      std::snprintf(mfu, sizeof mfu, "MFU %.2f%%", 100.0 * flops_per_token_ * tokens_per_s_ema_ / peak_flops_);
+    std::printf("step %5lld/%d | loss %.4f | lr %.2e | grad norm %.3f | %s tok/s | %s | mem %s | %.0f ms | eta %s%s\n",
                 static_cast<long long>(step + 1), cfg_.train.steps, r.loss, r.lr, r.grad_norm,
-                format_rate(tokens_per_s_ema_).c_str(), step_seconds * 1e3, format_duration(left).c_str(),
-                r.skipped ? " | SKIPPED (non-finite)" : "");
+                format_rate(tokens_per_s_ema_).c_str(), mfu, format_bytes(mem_peak).c_str(), step_seconds * 1e3,
+                format_duration(left).c_str(), r.skipped ? " | SKIPPED (non-finite)" : "");
   }
   if (val_loss)
     std::printf("eval  %5lld/%d | val loss %.4f\n", static_cast<long long>(step + 1), cfg_.train.steps, *val_loss);

@@ -1,7 +1,8 @@
 // The accounting of finished steps on the host: each step's wall-clock span and its parts (the
 // goodput ledger's step rows, averaged over the ranks so the categories add up within the step,
-// docs/goodput.md), the metrics.jsonl row and the progress line (rank 0), the tokens/s average,
-// and the trace of the last log.profile_steps steps (every rank; merged by rank 0).
+// docs/goodput.md), the metrics.jsonl row, its TensorBoard scalars and the progress line (rank 0),
+// the tokens/s average and MFU, and the trace of the last log.profile_steps steps (every rank;
+// merged by rank 0).
 #pragma once
 #include <map>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "runtime/communicator.h"
 #include "runtime/goodput_clock.h"
 #include "runtime/metrics_log.h"
+#include "runtime/tensorboard_writer.h"
 
 namespace tetra::launch {
 
@@ -30,11 +32,14 @@ struct StepResult {
 
 class StepAccounting {
  public:
-  // ledger, metrics: rank 0's (null elsewhere). comm, p2p (null at pp = 1): the schedulers whose
-  // records a traced step shows. moe_blocks: the block of each MoE layer (the metrics' names).
+  // ledger, metrics, tensorboard (null when log.tensorboard is off): rank 0's (null elsewhere);
+  // run_info: rank 0's (its FLOPs per token and peak FLOP/s give the MFU). comm, p2p (null at
+  // pp = 1): the schedulers whose records a traced step shows. moe_blocks: the block of each MoE
+  // layer (the metrics' names).
   StepAccounting(const Config& cfg, int rank, int world_size, Communicator& world, Device device,
-                 GoodputLedger* ledger, MetricsLog* metrics, const CommScheduler& comm, const CommScheduler* p2p,
-                 int64_t tokens_per_step, int64_t start_step, std::vector<int> moe_blocks);
+                 GoodputLedger* ledger, MetricsLog* metrics, TensorBoardWriter* tensorboard, const RunInfo& run_info,
+                 const CommScheduler& comm, const CommScheduler* p2p, int64_t tokens_per_step, int64_t start_step,
+                 std::vector<int> moe_blocks);
 
   // A step launched while no other was in flight: its span starts now (and its trace, if traced).
   // A step launched ahead starts where its predecessor finished.
@@ -42,7 +47,8 @@ class StepAccounting {
   // The step's outcome is on the host: its span ends now. Every rank calls it (the ledger's shares
   // are reduced over the world); returns the step's seconds on this rank.
   double finish(int64_t step, StepResult& r);
-  // Rank 0: the metrics row and, every log.every steps, the progress line. tokens_seen: after it.
+  // Rank 0: the metrics row (and its TensorBoard scalars) and, every log.every steps, the progress
+  // line. tokens_seen: after it.
   void log(int64_t step, const StepResult& r, double step_seconds, std::optional<double> val_loss,
            int64_t tokens_seen);
   // Every rank writes its part of the trace; rank 0 merges them into RUN_DIR/trace.json and prints
@@ -61,6 +67,8 @@ class StepAccounting {
   Device device_;
   GoodputLedger* ledger_;
   MetricsLog* metrics_;
+  TensorBoardWriter* tensorboard_;
+  double flops_per_token_, peak_flops_;  // peak_flops_: of all devices; 0 when unknown
   const CommScheduler& comm_;
   const CommScheduler* p2p_;
   int64_t tokens_per_step_, start_step_;

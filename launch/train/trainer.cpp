@@ -37,8 +37,9 @@ Trainer::Trainer(const Config& cfg, const LaunchEnvironment& env, MpiCommunicato
   std::vector<int> moe_blocks;
   for (const MoeMlp* m : p.model->moe_layers()) moe_blocks.push_back(m->block());
   accounting_ = std::make_unique<StepAccounting>(cfg_, env_.rank, env_.world_size, world_, p.device, p.ledger.get(),
-                                                 p.metrics.get(), *p.comm, p.p2p.get(), p.loader->tokens_per_step(),
-                                                 start_step_, std::move(moe_blocks));
+                                                 p.metrics.get(), p.tensorboard.get(), p.run_info, *p.comm,
+                                                 p.p2p.get(), p.loader->tokens_per_step(), start_step_,
+                                                 std::move(moe_blocks));
   device_synchronize(p.device);
   // The measured peak covers the steps; start-up (which may hold the full weights once) apart.
   p.startup_peak_bytes = static_cast<double>(peak_allocated_bytes(p.device));

@@ -88,6 +88,7 @@ class Trainer {
   // Rank 0, run.html_report: RUN_DIR/report.html from `report` (computed here when null); a page
   // that cannot be written is a warning, never the attempt's error.
   void write_page(const GoodputReport* report);
+  void write_tensorboard_goodput(const GoodputReport& report);
   bool is_rank0() const { return env_.rank == 0; }
 
   Config cfg_;

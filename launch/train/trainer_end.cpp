@@ -111,6 +111,7 @@ int Trainer::end_run(int64_t step, int stop, bool nonfinite, bool skip_limit) {
     parts_->ledger->attempt_end("finished", 0);
     GoodputReport report = load_and_compute(run_dir);
     write_report(run_dir, report);
+    write_tensorboard_goodput(report);
     print_report(report, std::cout);
     write_page(&report);
     std::fflush(stdout);
@@ -140,6 +141,7 @@ int Trainer::end_attempt(const std::string& reason, int code, const std::string&
     parts_->ledger->attempt_end(reason, code);
     GoodputReport report = load_and_compute(parts_->run_dir);
     write_report(parts_->run_dir, report);
+    write_tensorboard_goodput(report);
     print_report(report, std::cout);
     write_page(&report);
     std::fflush(stdout);
@@ -148,6 +150,22 @@ int Trainer::end_attempt(const std::string& reason, int code, const std::string&
   // leaves before rank 0 has recorded the end of the attempt.
   if (world_.size() > 1) world_.barrier();
   return code;
+}
+
+// log.tensorboard: the goodput fraction and each category's seconds over the run so far, at the
+// last step written. Like the page, a view of the run: a failure to write them is a warning.
+void Trainer::write_tensorboard_goodput(const GoodputReport& report) {
+  TensorBoardWriter* tb = parts_->tensorboard.get();
+  if (!tb) return;
+  std::vector<std::pair<std::string, double>> values{{"goodput/goodput", report.goodput},
+                                                     {"goodput/productive_s", report.seconds.productive}};
+  for (const auto& [name, seconds] : report.seconds.badput()) values.emplace_back("goodput/" + name + "_s", seconds);
+  try {
+    tb->scalars(tb->last_step(), values);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "tetra: warning: the goodput scalars were not written to TensorBoard: %s\n", e.what());
+  }
 }
 
 void Trainer::write_page(const GoodputReport* report) {

@@ -102,6 +102,7 @@ TEST(Config, DefaultsAreFilledIn) {
   EXPECT_EQ(c.log.every, 1);
   EXPECT_DOUBLE_EQ(c.log.peak_tflops, 0);
   EXPECT_EQ(c.log.profile_steps, 0);
+  EXPECT_FALSE(c.log.tensorboard);
 }
 
 TEST(Config, EveryKindOfValueParses) {
@@ -260,13 +261,14 @@ TEST(Config, RoundTripThroughYaml) {
       "optimizer.schedule=linear", "optimizer.min_lr=1e-5", "data.val=\"true\"", "data.shuffle=false",
       "data.prefetch=0", "data.io=pinned", "data.loader_threads=3", "checkpoint.every=10", "checkpoint.keep=0",
       "checkpoint.resume=runs/x/checkpoints/step_10", "checkpoint.async=true", "log.every=5",
-      "log.peak_tflops=312", "log.profile_steps=3"};
+      "log.peak_tflops=312", "log.profile_steps=3", "log.tensorboard=true"};
   Config c = load_config(dir.write("cfg.yaml", kBase), sets);
   EXPECT_EQ(c.run.name, "null");
   EXPECT_FALSE(c.run.html_report);
   EXPECT_EQ(c.model.init_from, "it's \"quoted\"\ttab");
   EXPECT_EQ(c.data.val, "true");
   EXPECT_EQ(c.parallel.stage_layers, (std::vector<int>{3, 1}));
+  EXPECT_TRUE(c.log.tensorboard);
   std::string yaml = to_yaml(c);
   Config back = load_config(dir.write("resolved.yaml", yaml));
   EXPECT_TRUE(back == c) << yaml;
