@@ -18,6 +18,12 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train a model described by a YAML config (under mpirun/srun or alone)");
   train->add_option("config", config_path, "experiment config (YAML)")->required();
   train->add_option("--set", overrides, "override a config key: --set train.steps=100 (repeatable)");
+  bool dry_run = false;
+  int dry_run_world = 0;
+  train->add_flag("--dry-run", dry_run,
+                  "resolve and validate the config, plan the mesh, model and memory, print them and exit; no device");
+  train->add_option("--world", dry_run_world, "with --dry-run: the ranks to plan for (default: the launcher's, or 1)")
+      ->check(CLI::PositiveNumber);
 
   tetra::launch::PlanOptions plan_options;
   auto* plan = app.add_subcommand("plan", "print the mesh, groups, per-GPU memory and pipeline bubble; no GPUs needed");
@@ -74,6 +80,11 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (*train && dry_run) return tetra::launch::train_dry_run(config_path, overrides, dry_run_world);
+    if (*train && dry_run_world > 0) {
+      std::cerr << "tetra: error: --world is read only with --dry-run (a run takes its ranks from the launcher)\n";
+      return 2;
+    }
     if (*train) return tetra::launch::train_command(config_path, overrides);
     if (*plan) return tetra::launch::plan_command(config_path, overrides, plan_options);
     if (*prepare) {

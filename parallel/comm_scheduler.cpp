@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "runtime/nvtx.h"
+
 namespace tetra {
 
 namespace {
@@ -75,6 +77,7 @@ CommScheduler::Ticket CommScheduler::issue(const std::string& name, int64_t byte
   r.axis = axis;
   r.bytes = bytes;
   r.issued_ms = host_ms() - host_start_;
+  nvtx::Range range(name);  // the trace's name of the collective, around its launch
   auto p = std::make_unique<Pending>();
   if (device_.is_cuda()) {
     const Stream comm = comm_stream(axis);

@@ -100,6 +100,8 @@ class Checkpointer {
   // model.* key) or was trained on other data (unless checkpoint.allow_data_change); warns about
   // other config changes that make the resumed run differ from an uninterrupted one.
   void check_resumable(const CheckpointReader& chosen) const;
+  // Part of check_resumable: optimizer.* (the LR schedule) and train.steps against `old`'s.
+  void check_schedule(const Config& old, int64_t steps_run) const;
   bool is_rank0() const { return world_.rank() == 0; }
   double now() const;
 

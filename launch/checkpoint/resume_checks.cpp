@@ -5,10 +5,13 @@
 #include <charconv>
 #include <iostream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "launch/checkpoint/checkpointer.h"
 #include "launch/checkpoint/reader.h"
 #include "launch/config/schema.h"
+#include "launch/train/lr_schedule.h"
 
 namespace tetra::launch {
 
@@ -82,11 +85,7 @@ void Checkpointer::check_resumable(const CheckpointReader& chosen) const {
   differs("train.seq_len", old.train.seq_len, cfg_.train.seq_len);
   differs("data.train", old.data.train, cfg_.data.train);
   differs("data.shuffle", old.data.shuffle, cfg_.data.shuffle);
-  differs("optimizer.lr", old.optimizer.lr, cfg_.optimizer.lr);
-  differs("optimizer.schedule", std::string(choice_name(old.optimizer.schedule)),
-          std::string(choice_name(cfg_.optimizer.schedule)));
-  differs("optimizer.warmup_steps", old.optimizer.warmup_steps, cfg_.optimizer.warmup_steps);
-  differs("optimizer.min_lr", old.optimizer.min_lr, cfg_.optimizer.min_lr);
+  check_schedule(old, meta.step);
   differs("optimizer.name", std::string(choice_name(old.optimizer.name)), std::string(choice_name(cfg_.optimizer.name)));
   auto pair = [](const std::array<double, 2>& b) {  // shortest text that reads back the same
     char buf[64];
@@ -102,7 +101,42 @@ void Checkpointer::check_resumable(const CheckpointReader& chosen) const {
   differs("optimizer.betas", pair(old.optimizer.betas), pair(cfg_.optimizer.betas));
   differs("optimizer.eps", old.optimizer.eps, cfg_.optimizer.eps);
   differs("optimizer.weight_decay", old.optimizer.weight_decay, cfg_.optimizer.weight_decay);
-  differs("train.steps", old.train.steps, cfg_.train.steps);
+}
+
+// The LR schedule's keys and train.steps. When the steps run so far had, step by step, the
+// learning rates the new schedule gives them — a wsd run extended while still in its stable phase,
+// a constant schedule run longer — the change is one a run started with this config would have
+// made alike: a note, not a warning. Otherwise a warning per changed key.
+void Checkpointer::check_schedule(const Config& old, int64_t steps_run) const {
+  std::vector<std::pair<std::string, std::string>> changed;  // key, "was ..., now ..."
+  for (const schema::Field& f : schema::fields()) {
+    const std::string key = f.path();
+    if (key != "train.steps" && (std::string(f.section) != "optimizer" || key == "optimizer.name" ||
+                                 key == "optimizer.betas" || key == "optimizer.eps" ||
+                                 key == "optimizer.weight_decay"))
+      continue;
+    const std::string was = schema::value_text(f, old), is = schema::value_text(f, cfg_);
+    if (was != is) changed.emplace_back(key, was + " when step " + std::to_string(steps_run) + " was saved, now " + is);
+  }
+  if (changed.empty()) return;
+  const LrSchedule before = LrSchedule::of(old), after = LrSchedule::of(cfg_);
+  bool same = true;
+  for (int64_t s = 0; s < steps_run && same; ++s) same = before.at(s) == after.at(s);
+  std::ostringstream os;
+  for (const auto& [key, what] : changed) {
+    if (!same) {
+      os << "tetra: warning: " << key << " was " << what
+         << ": the resumed run will not continue exactly as the original would have\n";
+      continue;
+    }
+    os << "tetra: note: " << key << " was " << what << "; the " << steps_run
+       << " steps run so far had the learning rates this schedule gives them";
+    if (after.kind == LrDecay::Wsd)
+      os << " (wsd: lr " << after.lr << " until step " << after.decay_start() << ", then the decay to min_lr "
+         << after.min_lr << " at step " << after.total_steps << ")";
+    os << "\n";
+  }
+  std::cout << os.str();
 }
 
 }  // namespace tetra::launch

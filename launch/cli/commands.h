@@ -7,6 +7,11 @@
 namespace tetra::launch {
 
 int train_command(const std::string& config_path, const std::vector<std::string>& overrides);
+// `tetra train CONFIG --dry-run [--world N]`: resolves and validates the config as `tetra train`
+// would at `world` ranks (0: the launcher's world size, 1 without one), plans it as `tetra plan`
+// does, prints the resolved config and the plan from rank 0, and exits 0; it touches no device,
+// starts no MPI and writes nothing. A bad config throws as in train (exit 2).
+int train_dry_run(const std::string& config_path, const std::vector<std::string>& overrides, int world);
 // `tetra plan`: the ranks planned for, and which form of the pipeline to print (docs/pipeline.md).
 struct PlanOptions {
   int world = 1;
@@ -16,6 +21,9 @@ struct PlanOptions {
   std::string trace;            // write the simulated timeline here as a Chrome trace
 };
 int plan_command(const std::string& config_path, const std::vector<std::string>& overrides, const PlanOptions& options);
+struct Config;
+// The body of `tetra plan` for a resolved config planned at options.world ranks.
+void print_plan(const Config& cfg, const PlanOptions& options);
 // format: hdf5 (one consolidated file) or hf (a Hugging Face folder); dtype: fp32, or bf16 for hf.
 int consolidate_command(const std::string& checkpoint_dir, const std::string& out_path,
                         const std::string& format = "hdf5", const std::string& dtype = "fp32");

@@ -191,8 +191,12 @@ void print_pipeline(const Config& cfg, const PipelinePlan& pipe, const std::vect
 
 int plan_command(const std::string& config_path, const std::vector<std::string>& overrides, const PlanOptions& o) {
   if (o.print_schedule && o.json) TETRA_FAIL(Usage, "tetra plan: --print-schedule and --json print different things; choose one");
+  print_plan(resolve(load_config(config_path, overrides), o.world, /*cuda_available=*/true), o);
+  return 0;
+}
+
+void print_plan(const Config& cfg, const PlanOptions& o) {
   const int world = o.world;
-  Config cfg = resolve(load_config(config_path, overrides), world, /*cuda_available=*/true);
   MeshShape shape;
   shape.dp = cfg.resolved.dp;
   shape.tp = cfg.parallel.tp;
@@ -208,14 +212,14 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
   if (o.print_schedule) {
     for (int r = 0; r < shape.pp; ++r)
       std::printf("%s\n", nlohmann::ordered_json{{"rank", r}, {"ops", pipe.schedule.compute_ops(r)}}.dump().c_str());
-    return 0;
+    return;
   }
   if (o.json) {
     nlohmann::ordered_json j = {{"world", world},
                         {"mesh", {{"pp", shape.pp}, {"dp", shape.dp}, {"tp", shape.tp}, {"ep", shape.ep}}},
                         {"pipeline", pipeline_json(cfg, pipe)}};
     std::printf("%s\n", j.dump().c_str());
-    return 0;
+    return;
   }
   print_mesh(shape, world);
 
@@ -249,7 +253,6 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
   if (shape.tp > 1) print_tensor_parallel(cfg, family, args, tp_plan, pipe, big, big_params, *largest, shape);
   print_by_zero_stage(cfg, big_params, *largest, shape.dp);
   print_pipeline(cfg, pipe, per_rank, shape.pp, o.trace);
-  return 0;
 }
 
 }  // namespace tetra::launch

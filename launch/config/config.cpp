@@ -1,6 +1,9 @@
 // Config helpers shared by loading, validation and the run: key origins, equality, mesh arithmetic.
 #include "launch/config/config.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "launch/config/schema.h"
 
 namespace tetra::launch {
@@ -28,6 +31,12 @@ int data_parallel_size(const ParallelConfig& p, int world_size) {
 
 int pipeline_chunks_per_rank(PipelineSchedule schedule) {
   return schedule == PipelineSchedule::Interleaved1F1B || schedule == PipelineSchedule::DualPipeV ? 2 : 1;
+}
+
+int64_t wsd_decay_steps(const OptimizerConfig& o, int64_t steps) {
+  if (o.decay_steps > 0) return o.decay_steps;
+  const double fraction = o.decay_fraction > 0 ? o.decay_fraction : 0.2;
+  return std::max<int64_t>(1, std::llround(fraction * static_cast<double>(steps)));
 }
 
 int pipeline_stages(const ParallelConfig& p) {

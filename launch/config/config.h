@@ -27,7 +27,8 @@ enum class GradAllReduce { Nccl, CopyEngine };            // parallel.grad_all_r
 enum class Switch { Auto, On, Off };                      // parallel.tp_comm_overlap, train.run_ahead
 enum class OnNonfinite { Skip, Stop };                    // train.on_nonfinite
 enum class OptimizerName { AdamW };                       // optimizer.name
-enum class LrDecay { Cosine, Constant, Linear };          // optimizer.schedule
+enum class LrDecay { Cosine, Constant, Linear, Wsd };     // optimizer.schedule
+enum class DecayShape { Linear, Cosine, Sqrt };           // optimizer.decay_shape (under wsd)
 enum class DataIo { Auto, Gds, Pinned, Posix };           // data.io
 // train.recompute is models/'s Recompute (None, Mlp, Full).
 
@@ -68,7 +69,11 @@ struct ChoiceText<OptimizerName> {
 };
 template <>
 struct ChoiceText<LrDecay> {
-  static constexpr std::array<const char*, 3> names = {"cosine", "constant", "linear"};
+  static constexpr std::array<const char*, 4> names = {"cosine", "constant", "linear", "wsd"};
+};
+template <>
+struct ChoiceText<DecayShape> {
+  static constexpr std::array<const char*, 3> names = {"linear", "cosine", "sqrt"};
 };
 template <>
 struct ChoiceText<DataIo> {
@@ -187,9 +192,18 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double weight_decay = 0.1;         // decoupled; applied to matrices, not to biases and norms
   int warmup_steps = 0;              // linear warmup from 0 to lr
-  LrDecay schedule = LrDecay::Cosine;  // cosine | constant | linear (decay to min_lr at the last step)
+  // cosine | constant | linear (decay to min_lr at the last step) | wsd (warmup, stable at lr, then
+  // decay to min_lr over the last decay_steps; README "Using tetra", launch/train/lr_schedule.h)
+  LrDecay schedule = LrDecay::Cosine;
   double min_lr = 0;
+  int decay_steps = 0;               // wsd: the decay's length in steps; 0 = decay_fraction of train.steps
+  double decay_fraction = 0;         // wsd: the decay's share of train.steps; 0 (with decay_steps 0) = 0.2
+  DecayShape decay_shape = DecayShape::Linear;  // wsd: linear | cosine | sqrt
 };
+
+// wsd: the steps the decay takes (the last ones of train.steps): decay_steps if set, else
+// decay_fraction (0.2 if unset) of `steps`, rounded, at least 1.
+int64_t wsd_decay_steps(const OptimizerConfig& o, int64_t steps);
 
 struct DataConfig {
   // Token files (HDF5 or llm.c .bin): a path, a glob, a list of shards, or a weighted blend,

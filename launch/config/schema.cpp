@@ -164,6 +164,11 @@ std::vector<Field> optimizer_fields() {
     {KEY(optimizer, warmup_steps, Int), .lo = 0, .hi = kIntMax, .note = "at most train.steps"},
     {ENUM_KEY(optimizer, schedule)},
     {KEY(optimizer, min_lr, Float), .lo = 0, .note = "at most optimizer.lr"},
+    {KEY(optimizer, decay_steps, Int), .lo = 0, .hi = kIntMax,
+     .note = "schedule wsd: the last steps, which decay to min_lr; 0 = decay_fraction"},
+    {KEY(optimizer, decay_fraction, Float), .lo = 0, .hi = 1,
+     .note = "schedule wsd: the decay's share of train.steps; 0 = 0.2 unless decay_steps is set"},
+    {ENUM_KEY(optimizer, decay_shape)},
   };
 }
 

@@ -320,6 +320,29 @@ void check_optimizer(const Config& c) {
     fail(c, {"optimizer.min_lr", "optimizer.lr"},
          schema::format_double(o.min_lr) + " exceeds optimizer.lr = " + schema::format_double(o.lr) +
              "; the schedule decays from lr down to min_lr, so use min_lr ≤ lr");
+  if (o.schedule != LrDecay::Wsd) {
+    const Config defaults;
+    for (const char* k : {"decay_steps", "decay_fraction", "decay_shape"}) {
+      const schema::Field& f = *schema::find("optimizer", k);
+      const std::string key = f.path();
+      if (c.origins.given(key) || schema::value_text(f, c) != schema::value_text(f, defaults))
+        fail(c, {key, "optimizer.schedule"},
+             "set, but read only under optimizer.schedule: wsd (the schedule is " +
+                 std::string(choice_name(o.schedule)) + "); remove it, or set optimizer.schedule: wsd");
+    }
+    return;
+  }
+  if (o.decay_steps > 0 && o.decay_fraction > 0)
+    fail(c, {"optimizer.decay_steps", "optimizer.decay_fraction"},
+         "both set (" + str(o.decay_steps) + " steps and " + schema::format_double(o.decay_fraction) +
+             " of train.steps); the decay's length is one of them, so set the other to 0");
+  const int64_t decay = wsd_decay_steps(o, c.train.steps);
+  if (o.warmup_steps + decay > c.train.steps) {
+    const std::string how = o.decay_steps > 0 ? "optimizer.decay_steps" : "optimizer.decay_fraction";
+    fail(c, {how, "optimizer.warmup_steps", "train.steps"},
+         "a decay of " + str(decay) + " steps after a warmup of " + str(o.warmup_steps) +
+             " does not fit in train.steps = " + str(c.train.steps) + "; shorten the warmup or the decay");
+  }
 }
 
 void check_device(const Config& c) {

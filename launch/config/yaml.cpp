@@ -1,7 +1,7 @@
 // The resolved config as YAML (RUN_DIR/config.yaml): every key of the schema, in schema order,
 // so that load_config reads it back to an equal Config. Model keys the family of model.arch does
-// not take are left out (validate() keeps them at their defaults), and so is the model.moe mapping
-// of a dense model; keys of a nested mapping ("moe.top_k") are written under it.
+// not take are left out (validate() keeps them at their defaults), and so are the model.moe mapping
+// of a dense model and the optimizer.decay_* keys of a schedule other than wsd; keys of a nested mapping ("moe.top_k") are written under it.
 #include <algorithm>
 #include <sstream>
 
@@ -22,11 +22,13 @@ bool family_takes(const Config& cfg, const schema::Field& f) {
   return std::find(keys.begin(), keys.end(), f.key) != keys.end();
 }
 
-// A dense model (model.moe.n_experts 0) has no model.moe mapping: validate() keeps its other keys
-// at their defaults.
+// A dense model (model.moe.n_experts 0) has no model.moe mapping, a schedule other than wsd no
+// optimizer.decay_* keys: validate() keeps them at their defaults.
 bool written(const Config& cfg, const schema::Field& f) {
   if (!family_takes(cfg, f)) return false;
   const std::string key = f.key;
+  if (std::string(f.section) == "optimizer" && key.rfind("decay_", 0) == 0)
+    return cfg.optimizer.schedule == LrDecay::Wsd;
   return std::string(f.section) != "model" || key.rfind("moe.", 0) != 0 || cfg.model.moe.n_experts > 0;
 }
 }  // namespace

@@ -71,7 +71,7 @@ std::optional<unsigned long long> process_start_ticks(int pid) {
   return std::nullopt;
 }
 
-LaunchEnvironment discover_environment(int mpi_rank, int mpi_size) {
+LaunchEnvironment launcher_environment() {
   LaunchEnvironment env;
   env.process_start_unix = process_start_unix_time();
   char host[256] = {0};
@@ -98,9 +98,17 @@ LaunchEnvironment discover_environment(int mpi_rank, int mpi_size) {
   } else if (env_int("PMIX_RANK", &r)) {
     env.launcher = "pmix";
     env.rank = r;
-    env.world_size = mpi_size;
+    env.world_size = 0;  // PMIx's variables do not say it
     if (env_int("PMIX_LOCAL_RANK", &lr)) env.local_rank = lr;
-  } else {
+  }
+  return env;
+}
+
+LaunchEnvironment discover_environment(int mpi_rank, int mpi_size) {
+  LaunchEnvironment env = launcher_environment();
+  if (env.launcher == "pmix") {
+    env.world_size = mpi_size;
+  } else if (env.launcher == "single") {
     env.launcher = mpi_size > 1 ? "mpi" : "single";
     env.rank = mpi_rank;
     env.world_size = mpi_size;

@@ -18,6 +18,10 @@ struct LaunchEnvironment {
                                   // runtime/goodput_clock.h)
 };
 
+// The launcher's variables alone, without MPI: mpirun's and srun's rank and world size; PMIx's rank
+// with world_size 0 (its variables do not say it); rank 0 of 1, launcher "single", without any.
+LaunchEnvironment launcher_environment();
+
 // Reads the launcher's variables; the MPI world (already initialised) must agree with them.
 LaunchEnvironment discover_environment(int mpi_rank, int mpi_size);
 

@@ -10,6 +10,7 @@
 #include "launch/report/goodput.h"
 #include "runtime/memory.h"
 #include "runtime/ops.h"
+#include "runtime/nvtx.h"
 #include "runtime/trace.h"
 
 namespace tetra::launch {
@@ -79,6 +80,7 @@ void Trainer::stall_for_drill(int64_t step) const {
 }
 
 void Trainer::enqueue_step(int64_t step, bool graph_inputs, double* data_wait_s) {
+  nvtx::Range step_range(nvtx::enabled() ? "step " + std::to_string(step + 1) : std::string());
   TrainingParts& p = *parts_;
   const int slot = StepState::slot_of(step);
   p.faults.inside_step(step + 1, env_.rank);
@@ -98,6 +100,7 @@ void Trainer::enqueue_step(int64_t step, bool graph_inputs, double* data_wait_s)
   // The optimizer phase (loss and norm reductions, the step control, the update), timed on the
   // compute stream: the host reaches this point long before backward has finished.
   const Stream compute = current_stream(p.device);
+  nvtx::Range optimizer_range("optimizer");
   state_->optimizer_begins(step, compute);
   if (!graph_inputs && p.faults.poison_loss(step + 1, env_.rank)) {
     Tensor nan = Tensor::empty({1}, DType::F64, Device::cpu());

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "runtime/error.h"
+#include "runtime/nvtx.h"
 #include "runtime/trace.h"
 
 namespace tetra {
@@ -104,13 +105,15 @@ void PipelineExecutor::run(PipelineCompute& compute) {
     const int flow = l.flow_of_chunk(x.chunk), s = l.stage_of(rank_, x.chunk);
     if (s > 0) put(key_of(Payload::Gradient, flow, s, x.mb), std::move(dx));
   };
-  const bool tracing = Tracer::instance().enabled();
+  const bool tracing = Tracer::instance().enabled(), ranges = nvtx::enabled();
   for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
     const Instruction& op = ops[static_cast<size_t>(i)];
     const bool last = op.has_backward() && last_weight_[static_cast<size_t>(op.b.chunk)] == i;
-    // Traced steps show every instruction of the rank's list (ARCHITECTURE.md §5 trace.json).
-    const std::string name = tracing ? to_string(op) : std::string();
+    // Traced steps show every instruction of the rank's list (ARCHITECTURE.md §5 trace.json), and
+    // so does Nsight Systems under the same names.
+    const std::string name = tracing || ranges ? to_string(op) : std::string();
     TraceScope scope(name.c_str(), "pipeline");
+    nvtx::Range range(ranges ? name.c_str() : nullptr);
     switch (op.type) {
       case OpType::P2P: run_p2p(op); break;
       case OpType::F: keep_output(op.f, compute.forward(op.f.chunk, op.f.mb, input_of(op.f))); break;

@@ -281,19 +281,32 @@ TEST(Config, RoundTripThroughYaml) {
   EXPECT_NE(yaml.find("  max_skipped_steps:\n    consecutive: 3\n    fraction: 0.25\n"), std::string::npos) << yaml;
 
   // Every key of the schema is in the YAML, each on its own line, except the model keys of
-  // other families (gpt2 here: the llama keys, the model.moe mapping among them).
+  // other families (gpt2 here: the llama keys, the model.moe mapping among them) and the wsd
+  // schedule's keys (the schedule is linear here).
   const std::vector<std::string> llama_only = {"n_kv_heads", "ffn_dim", "norm_eps", "rope_theta", "tie_embeddings"};
   for (const auto& f : schema::fields()) {
     const std::string key = f.key;
-    const bool other_family = std::string(f.section) == "model" &&
-                              (std::find(llama_only.begin(), llama_only.end(), key) != llama_only.end() ||
-                               key.rfind("moe.", 0) == 0);
+    const bool other_family = (std::string(f.section) == "model" &&
+                               (std::find(llama_only.begin(), llama_only.end(), key) != llama_only.end() ||
+                                key.rfind("moe.", 0) == 0)) ||
+                              (std::string(f.section) == "optimizer" && key.rfind("decay_", 0) == 0);
     // A key of a nested mapping ("max_skipped_steps.fraction") is written under the mapping.
     const size_t dot = key.find('.');
     const std::string line = dot == std::string::npos ? "\n  " + key + ": " : "\n    " + key.substr(dot + 1) + ": ";
     EXPECT_EQ(yaml.find(line) != std::string::npos, !other_family) << f.path();
   }
   EXPECT_EQ(yaml.find("moe"), yaml.find("moe_overlap")) << yaml;  // no model.moe mapping
+
+  // Under wsd its keys are written, and read back.
+  Config w = load_config(dir.write("wsd.yaml", kBase),
+                         {"optimizer.schedule=wsd", "optimizer.decay_fraction=0.3", "optimizer.decay_shape=sqrt"});
+  const std::string wsd_yaml = to_yaml(w);
+  EXPECT_NE(wsd_yaml.find("  schedule: wsd\n  min_lr: 0\n  decay_steps: 0\n  decay_fraction: 0.3\n  decay_shape: sqrt\n"),
+            std::string::npos)
+      << wsd_yaml;
+  Config w_back = load_config(dir.write("wsd_resolved.yaml", wsd_yaml));
+  EXPECT_TRUE(w_back == w);
+  EXPECT_EQ(w_back.optimizer.decay_shape, DecayShape::Sqrt);
 
   // The resolved config of a plain file round-trips too, derived dp included.
   Config r = resolve(load_config(dir.write("plain.yaml", edit("  dp: 2", "  dp: 0"))), 2, false);

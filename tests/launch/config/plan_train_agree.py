@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""`tetra plan CONFIG --world N` and `tetra train CONFIG` on N ranks accept and refuse the same
-configs: every check that depends on the config and the world size alone is config validation
-(launch/config/validate.cpp), which both call. For each bad config of the table below, both exit
-2 (exit_code::kConfig) with the same message, before any work (no run directory is made).
+"""`tetra plan CONFIG --world N`, `tetra train CONFIG --dry-run --world N` and `tetra train CONFIG`
+on N ranks accept and refuse the same configs: every check that depends on the config and the
+world size alone is config validation (launch/config/validate.cpp), which all call. For each bad
+config of the table below, all three exit 2 (exit_code::kConfig) with the same message, before any
+work (no run directory is made).
 
 usage: plan_train_agree.py TETRA_BIN WORK_DIR"""
 import os
@@ -55,6 +56,10 @@ for name, world, sets, says in cases:
     cmd = [tetra, "train", ws.cfg, "--set", f"run.name={run_name}"] + args
     train = subprocess.run((MPIRUN + ["-np", str(world)] + cmd) if world > 1 else cmd, env=ws.env,
                            capture_output=True, text=True, timeout=120)
+    dry = subprocess.run([tetra, "train", ws.cfg, "--dry-run", "--world", str(world)] + args, env=ws.env,
+                         capture_output=True, text=True, timeout=120)
+    check(dry.returncode == 2, f"{name}: tetra train --dry-run --world {world} refuses it with exit code 2")
+    check(message(dry.stderr) == message(train.stderr), f"{name}: --dry-run says what train says")
     print(f"{name}: plan -> {plan.returncode}, train on {world} -> {train.returncode}", flush=True)
     if plan.returncode != 2 or train.returncode != 2:
         print(plan.stdout[-2000:], plan.stderr[-2000:], train.stdout[-2000:], train.stderr[-2000:])
