@@ -1,5 +1,4 @@
 // parallel.grad_all_reduce: copy_engine where tetra is built without CUDA: an error.
-#ifndef TETRA_WITH_CUDA
 #include "launch/train/builder.h"
 
 namespace tetra::launch {
@@ -9,4 +8,3 @@ std::unique_ptr<Communicator> copy_engine_grad_comm(const Config&, const Mesh&, 
 }
 
 }  // namespace tetra::launch
-#endif
