@@ -5,6 +5,7 @@
 
 #include "data/data_tools.h"
 #include "launch/cli/commands.h"
+#include "launch/cli/version.h"
 #include "runtime/error.h"
 #include "runtime/hdf5_file.h"
 
@@ -12,6 +13,9 @@ int main(int argc, char** argv) {
   tetra::hdf5_no_cleanup_at_exit();
   CLI::App app{"tetra: train large language models on many GPUs"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", [] { return tetra::launch::version_text(tetra::launch::build_git_commit()); },
+                       "print the version, the git commit built from and the CUDA, NCCL and cuDNN versions "
+                       "compiled in, and exit");
 
   std::string config_path;
   std::vector<std::string> overrides;

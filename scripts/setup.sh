@@ -1,20 +1,43 @@
 #!/usr/bin/env bash
-# Installs what tetra needs to build and test on Debian 12 / Ubuntu 24.04 (as root or with sudo).
-# Only missing packages are installed; a machine that has them all is left untouched.
+# Installs what tetra needs on Debian 12 / Ubuntu 24.04 (as root or with sudo). Only missing
+# packages are installed; a machine that has them all is left untouched.
+#   scripts/setup.sh          # building and training: compiler, CMake, Open MPI, HDF5, yaml-cpp, OpenBLAS, ...
+#   scripts/setup.sh --test   # and what the test suite needs besides (scripts/test.sh runs this)
+#   scripts/setup.sh --print [--test]   # print the package list, install nothing
+# README.md (Install) gives the sizes of both sets and how they were measured.
 set -euo pipefail
 
-packages=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev
-          libgtest-dev libopenblas-dev nlohmann-json3-dev libcli11-dev python3 python3-numpy python3-h5py
-          python3-torch)
-# The SLURM test (tests/launch/job) starts a one-node cluster from these; TETRA_SETUP_SLURM=0 leaves them
-# out (the test then skips).
-if [ "${TETRA_SETUP_SLURM:-1}" != 0 ]; then
-  packages+=(munge slurmctld slurmd slurm-client)
+test_set=0
+print_only=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) test_set=1 ;;
+    --print) print_only=1 ;;
+    *) echo "setup: unknown argument '$arg' (use --test, --print)" >&2; exit 2 ;;
+  esac
+done
+
+# Building and training (scripts/run.sh): nothing here is only for tests.
+packages=(build-essential cmake ninja-build libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev
+          libopenblas-dev nlohmann-json3-dev libcli11-dev)
+if [ "$test_set" = 1 ]; then
+  # GoogleTest; the tests' Python with PyTorch as the numerical oracle; `file` for CPack's
+  # dependency scan in the package test (tests/install).
+  packages+=(libgtest-dev python3 python3-numpy python3-h5py python3-torch file)
+  # The SLURM test (tests/launch/job) starts a one-node cluster from these; TETRA_SETUP_SLURM=0 leaves
+  # them out (the test then skips).
+  if [ "${TETRA_SETUP_SLURM:-1}" != 0 ]; then
+    packages+=(munge slurmctld slurmd slurm-client)
+  fi
+  # The report page's rendering test (tests/launch/report/browser_render.py) takes a screenshot in
+  # headless Chromium; TETRA_SETUP_CHROMIUM=0 leaves it out (the test then skips).
+  if [ "${TETRA_SETUP_CHROMIUM:-1}" != 0 ]; then
+    packages+=(chromium)
+  fi
 fi
-# The report page's rendering test (tests/launch/report/browser_render.py) takes a screenshot in headless
-# Chromium; TETRA_SETUP_CHROMIUM=0 leaves it out (the test then skips).
-if [ "${TETRA_SETUP_CHROMIUM:-1}" != 0 ]; then
-  packages+=(chromium)
+if [ "$print_only" = 1 ]; then
+  echo "${packages[*]}"
+  exit 0
 fi
 missing=()
 for p in "${packages[@]}"; do
