@@ -5,9 +5,9 @@
 
 namespace tetra::data {
 
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name) {
-  if (name == "byte") return std::make_unique<ByteTokenizer>();
-  TETRA_FAIL(Usage, "unknown tokenizer '", name, "'; available: byte");
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
+  if (spec == "byte") return std::make_unique<ByteTokenizer>();
+  TETRA_FAIL(Usage, "unknown tokenizer '", spec, "'; available: byte");
 }
 
 }  // namespace tetra::data
