@@ -7,7 +7,8 @@
 #   GPU_TEST_JOBS=4 scripts/gpu_suite.sh out tests          # GPU tests four at a time on the GPU(s)
 # Every skipped GPU test is listed with its reason (OUT_DIR/gpu_skipped.txt). Exits non-zero when the
 # build fails, when any GPU test fails, when a test that one GPU can run was skipped (only tests
-# labelled multi_gpu, which need 2 GPUs or more, may skip), or when the benchmark fails.
+# labelled multi_gpu, which need 2 GPUs or more, may skip; so may those labelled nsys where the machine
+# has no Nsight Systems), or when the benchmark fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/gpu}
@@ -34,11 +35,17 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   [ "$rc" -eq 0 ] || status=1
   # The tests that need 2 GPUs or more (label multi_gpu, or a gtest case that skips saying "needs 2
   # GPUs") may skip; any other skip is a failure.
+  # Tests labelled nsys profile under Nsight Systems: they may skip where the machine has no nsys.
   ctest --test-dir build -N -L multi_gpu | sed -nE 's/^ *Test +#[0-9]+: +([^ ]+).*/\1/p' > "$out/multi_gpu_tests.txt"
-  python3 - "$out/gpu_tests.xml" "$out/multi_gpu_tests.txt" "$out/gpu_skipped.txt" "$(nvidia-smi -L | grep -c ^GPU)" <<'PY' || status=1
+  : > "$out/nsys_tests.txt"
+  command -v nsys > /dev/null || [ -x /usr/local/cuda/bin/nsys ] ||
+    ctest --test-dir build -N -L nsys | sed -nE 's/^ *Test +#[0-9]+: +([^ ]+).*/\1/p' > "$out/nsys_tests.txt"
+  python3 - "$out/gpu_tests.xml" "$out/multi_gpu_tests.txt" "$out/gpu_skipped.txt" "$(nvidia-smi -L | grep -c ^GPU)" \
+    "$out/nsys_tests.txt" <<'PY' || status=1
 import sys, xml.etree.ElementTree as ET
-junit, multi_file, listing, gpus = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+junit, multi_file, listing, gpus, nsys_file = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 multi = set(open(multi_file).read().split())
+no_nsys = set(open(nsys_file).read().split())
 lines, bad = [], []
 for case in ET.parse(junit).getroot().iter("testcase"):
     if case.find("skipped") is None and case.get("status") not in ("notrun", "disabled"):
@@ -48,9 +55,9 @@ for case in ET.parse(junit).getroot().iter("testcase"):
     said = [l.strip() for l in text.splitlines() if "skip" in l.lower() and l.strip()]
     reason = said[-1] if said else (case.find("skipped").get("message", "") if case.find("skipped") is not None else "")
     # A gtest case inside a one-GPU executable cannot carry the label: it says so when it skips.
-    may = name in multi or "needs 2 GPUs" in text
-    lines.append(f"{'skipped (needs 2+ GPUs)' if may else 'SKIPPED, ONE GPU CAN RUN IT'}: {name}: {reason or 'no reason printed'}")
-    if not may:
+    why = "needs 2+ GPUs" if name in multi or "needs 2 GPUs" in text else "needs nsys" if name in no_nsys else None
+    lines.append(f"{'skipped (' + why + ')' if why else 'SKIPPED, ONE GPU CAN RUN IT'}: {name}: {reason or 'no reason printed'}")
+    if not why:
         bad.append(name)
 open(listing, "w").write("\n".join(lines) + ("\n" if lines else ""))
 print(f"skipped GPU tests ({len(lines)}, {gpus} GPU(s) visible):" if lines else "no GPU test skipped")
