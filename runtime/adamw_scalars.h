@@ -5,11 +5,7 @@
 #pragma once
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define TETRA_HOST_DEVICE __host__ __device__
-#else
-#define TETRA_HOST_DEVICE
-#endif
+#include "runtime/host_device.h"
 
 namespace tetra {
 

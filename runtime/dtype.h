@@ -7,7 +7,8 @@
 
 namespace tetra {
 
-enum class DType : uint8_t { F32, BF16, I32, I64, U16, U32, U8, F64 };
+// F8E4M3 / F8E5M2: Hopper's FP8 formats (runtime/fp8_format.h), one byte per value.
+enum class DType : uint8_t { F32, BF16, I32, I64, U16, U32, U8, F64, F8E4M3, F8E5M2 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);

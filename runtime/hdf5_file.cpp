@@ -34,6 +34,8 @@ hid_t native_type(DType t) {
     case DType::U16: return H5T_NATIVE_UINT16;
     case DType::U32: return H5T_NATIVE_UINT32;
     case DType::U8: return H5T_NATIVE_UINT8;
+    case DType::F8E4M3:
+    case DType::F8E5M2: return H5T_NATIVE_UINT8;  // stored as raw codes
     case DType::BF16: return H5T_NATIVE_UINT16;  // stored as raw bits
   }
   return H5T_NATIVE_FLOAT;

@@ -46,6 +46,8 @@ MPI_Datatype mpi_type(DType t) {
     case DType::BF16: return MPI_UINT16_T;  // reductions on bf16 use a user op (below)
     case DType::U32: return MPI_UINT32_T;
     case DType::U8: return MPI_UINT8_T;
+    case DType::F8E4M3:
+    case DType::F8E5M2: return MPI_UINT8_T;  // moved, never reduced
   }
   return MPI_BYTE;
 }

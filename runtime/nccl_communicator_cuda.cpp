@@ -89,7 +89,9 @@ ncclDataType_t reduce_type(DType t, const std::string& what) {
     case DType::I64: return ncclInt64;
     case DType::U32: return ncclUint32;
     case DType::U8: return ncclUint8;
-    case DType::U16: break;
+    case DType::U16:
+    case DType::F8E4M3:
+    case DType::F8E5M2: break;
   }
   TETRA_FAIL(Comm, what, ": NCCL cannot reduce ", dtype_name(t), " tensors (use fp32, bf16, fp64 or an int type)");
 }

@@ -46,6 +46,8 @@
   X(cross_entropy_shard_stats)                                                                       \
   X(cross_entropy_from_stats)                                                                        \
   X(adamw_update)                                                                                    \
+  X(fp8_quantize)                                                                                    \
+  X(fp8_dequantize)                                                                                  \
   X(sum_squares)                                                                                     \
   X(sum_accumulate)                                                                                  \
   X(sum_to_host)                                                                                     \

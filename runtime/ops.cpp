@@ -226,6 +226,15 @@ void sum_partials(Tensor& out, const Tensor& parts, const Tensor& b, const Tenso
   check_same_device("sum_partials", {&out, &parts, &b, residual});
   TETRA_DISPATCH(out.device(), sum_partials, out, parts, b, residual);
 }
+void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, Fp8Scaling scaling, Tensor* q_t) {
+  check_same_device("fp8_quantize", {&q, &scale, &x, q_t});
+  TETRA_DISPATCH(x.device(), fp8_quantize, q, scale, x, scaling, q_t);
+}
+void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, Fp8Scaling scaling) {
+  check_same_device("fp8_dequantize", {&y, &q, &scale});
+  TETRA_DISPATCH(y.device(), fp8_dequantize, y, q, scale, scaling);
+}
+
 void step_control(Tensor& control, const Tensor& loss_sum, const Tensor& grad_sq, const Tensor& lr_table,
                   const StepControlConfig& cfg) {
   const char* op = "step_control";

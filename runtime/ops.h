@@ -281,6 +281,23 @@ struct AdamWHyper {
 void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
                   Tensor* working = nullptr);
 
+// ---------- FP8 casts (runtime/fp8_format.h) ----------
+// How an FP8 cast is scaled. Each group of x gets r = fp8_largest / max(amax, 1e-12) (fp32, amax the
+// group's largest |x|), q = fp8(x·r) (round to nearest even, saturating), and the dequantisation
+// scale s = 1/r (fp32) that the GEMM multiplies back in: x ≈ q·s.
+//   Tensorwise: the whole tensor is one group (torchao's dynamic tensorwise recipe); scale [1].
+//   Rows1x128:  each run of 128 columns of a row (DeepSeek-V3's activations and gradients);
+//               scale [M, ⌈K/128⌉].
+//   Blocks128:  each 128×128 tile (DeepSeek-V3's weights); scale [⌈M/128⌉, ⌈K/128⌉].
+enum class Fp8Scaling { Tensorwise, Rows1x128, Blocks128 };
+constexpr int64_t kFp8Block = 128;
+// q[M, K] (F8E4M3 or F8E5M2: q's dtype is the format) and scale (fp32, shape as above) from x[M, K]
+// (fp32 or bf16; more dimensions are [rows, last]). q_t [K, M] (optional, q's format, Tensorwise
+// only) receives q transposed: the K-major copy that the backward GEMMs read.
+void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, Fp8Scaling scaling, Tensor* q_t = nullptr);
+// y[M, K] (fp32 or bf16) = q·s with the scales fp8_quantize wrote (the GEMMs' view of q).
+void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, Fp8Scaling scaling);
+
 // ---------- reductions ----------
 // acc[1] (fp32 or fp64) += Σ x² (x fp32 or bf16). acc lives on x's device.
 void sum_squares(Tensor& acc, const Tensor& x);

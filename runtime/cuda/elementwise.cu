@@ -6,6 +6,7 @@
 //   scale  x[n] *= s
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/elementwise.cuh"
+#include "runtime/fp8_format.h"
 
 namespace tetra::cuda {
 
@@ -42,6 +43,8 @@ void fill(Tensor& x, float value) {
     case DType::U32: return fill_scalar<uint32_t>(x, static_cast<uint32_t>(value));
     case DType::U16: return fill_scalar<uint16_t>(x, static_cast<uint16_t>(value));
     case DType::U8: return fill_scalar<uint8_t>(x, static_cast<uint8_t>(value));
+    case DType::F8E4M3:
+    case DType::F8E5M2: return fill_scalar<uint8_t>(x, fp8_from_float(value, fp8_format_of(x.dtype())));
   }
 }
 

@@ -1,0 +1,59 @@
+// CPU FP8 casts (runtime/ops.h): the emulation that the FP8 recipes' CPU runs train with, and the
+// twin of runtime/cuda/fp8_cast.cu, bit for bit. A group's amax is the largest |x| compared as bit
+// patterns (as the CUDA kernels' atomicMax on unsigned bits: a NaN wins over every number, and
+// fp8_quant_factor then treats it as 1e-12; the NaN itself stays NaN in q).
+#include <bit>
+#include <cmath>
+#include <vector>
+
+#include "runtime/cpu/cpu_ops.h"
+#include "runtime/cpu/kernel_util.h"
+#include "runtime/fp8_cast_shape.h"
+
+namespace tetra::cpu {
+
+namespace {
+
+int64_t group_of(const Fp8CastShape& s, int64_t m, int64_t k) {
+  return (m / s.group_rows) * s.scale_cols + k / s.group_cols;
+}
+
+}  // namespace
+
+void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling scaling, Tensor* q_t) {
+  const Fp8CastShape s = fp8_cast_shape("fp8_quantize", q, scale, x, scaling, q_t);
+  const FloatReader in(x);
+  std::vector<uint32_t> amax_bits(static_cast<size_t>(s.scale_rows * s.scale_cols), 0);
+  for (int64_t m = 0; m < s.rows; ++m)
+    for (int64_t k = 0; k < s.cols; ++k) {
+      uint32_t& a = amax_bits[group_of(s, m, k)];
+      a = std::max(a, std::bit_cast<uint32_t>(std::fabs(in[m * s.cols + k])));
+    }
+  const float largest = fp8_largest(s.format);
+  std::vector<float> factor(amax_bits.size());
+  float* out_scale = scale.data<float>();
+  for (size_t g = 0; g < amax_bits.size(); ++g) {
+    factor[g] = fp8_quant_factor(std::bit_cast<float>(amax_bits[g]), largest);
+    out_scale[g] = 1.0f / factor[g];
+  }
+  uint8_t* out = static_cast<uint8_t*>(q.data_ptr());
+  uint8_t* out_t = given(q_t) ? static_cast<uint8_t*>(q_t->data_ptr()) : nullptr;
+  for (int64_t m = 0; m < s.rows; ++m)
+    for (int64_t k = 0; k < s.cols; ++k) {
+      const uint8_t code = fp8_from_float(in[m * s.cols + k] * factor[group_of(s, m, k)], s.format);
+      out[m * s.cols + k] = code;
+      if (out_t) out_t[k * s.rows + m] = code;
+    }
+}
+
+void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, ops::Fp8Scaling scaling) {
+  const Fp8CastShape s = fp8_cast_shape("fp8_dequantize", q, scale, y, scaling, nullptr);
+  const FloatWriter out(y);
+  const uint8_t* in = static_cast<const uint8_t*>(q.data_ptr());
+  const float* sc = scale.data<float>();
+  for (int64_t m = 0; m < s.rows; ++m)
+    for (int64_t k = 0; k < s.cols; ++k)
+      out.set(m * s.cols + k, fp8_to_float(in[m * s.cols + k], s.format) * sc[group_of(s, m, k)]);
+}
+
+}  // namespace tetra::cpu

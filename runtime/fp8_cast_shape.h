@@ -1,0 +1,24 @@
+// The shapes of an FP8 cast (ops::fp8_quantize / fp8_dequantize), checked once for both backends:
+// x or y [M, K] (more dimensions: [rows, last]), q [M, K] in an FP8 dtype, scale fp32 with one
+// value per group, q_t [K, M]. Element (m, k) belongs to group (m / group_rows, k / group_cols).
+#pragma once
+#include <cstdint>
+
+#include "runtime/fp8_format.h"
+#include "runtime/ops.h"
+
+namespace tetra {
+
+struct Fp8CastShape {
+  int64_t rows = 0, cols = 0;              // M, K
+  int64_t group_rows = 1, group_cols = 1;  // a group's extent (Tensorwise: the whole tensor)
+  int64_t scale_rows = 1, scale_cols = 1;  // groups down and across: scale is [scale_rows, scale_cols]
+  Fp8Format format = Fp8Format::E4M3;
+};
+
+// Checks q, scale, the float tensor `x` (x or y: fp32 or bf16) and q_t (may be null) and returns the
+// shape; a mismatch is an Internal error naming `op` and the tensor.
+Fp8CastShape fp8_cast_shape(const char* op, const Tensor& q, const Tensor& scale, const Tensor& x,
+                            ops::Fp8Scaling scaling, const Tensor* q_t);
+
+}  // namespace tetra

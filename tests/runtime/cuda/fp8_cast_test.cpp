@@ -1,0 +1,85 @@
+// CUDA FP8 casts against the CPU twin (runtime/cpu/fp8_cast.cpp), bit for bit: codes, scales and
+// the transposed copy, for each scaling and format, fp32 and bf16 inputs, shapes with partial
+// tiles and groups at every edge and a tall one past the grid's 65,535 tile rows; inputs with
+// zeros, subnormals, saturating values, ±inf and NaN. Then the dequantisation, also bit for bit.
+#include <cmath>
+#include <cstring>
+
+#include "runtime/fp8_format.h"
+#include "tests/runtime/cuda/gpu_test_util.h"
+
+namespace tetra::gputest {
+namespace {
+
+struct Case {
+  ops::Fp8Scaling scaling;
+  Fp8Format format;
+  DType x_dtype;
+};
+
+Shape scale_shape(ops::Fp8Scaling s, int64_t M, int64_t K) {
+  if (s == ops::Fp8Scaling::Tensorwise) return {1};
+  const int64_t gr = s == ops::Fp8Scaling::Rows1x128 ? 1 : 128;
+  return {(M + gr - 1) / gr, (K + 127) / 128};
+}
+
+Tensor special_values(Rng& rng, int64_t M, int64_t K) {
+  Tensor x = random_host(rng, {M, K}, 4.0);
+  float* p = x.data<float>();
+  const float specials[] = {0.0f, -0.0f, 1e-30f, 3e-3f, 1e6f, -1e6f, INFINITY, -INFINITY, NAN};
+  for (int64_t i = 0; i < x.numel(); i += 97) p[i] = specials[(i / 97) % 9];
+  for (int64_t k = 0; k < K && M > 3; ++k) p[3 * K + k] = 0.0f;  // an all-zero row (Rows1x128: amax 0)
+  return x;
+}
+
+bool same_bytes(const Tensor& dev, const Tensor& host) {
+  Tensor got = download_raw(dev);
+  return got.nbytes() == host.nbytes() && std::memcmp(got.data_ptr(), host.data_ptr(), host.nbytes()) == 0;
+}
+
+void check_cast(const Case& c, int64_t M, int64_t K, uint64_t seed) {
+  Rng rng(seed);
+  const Tensor x = representable(special_values(rng, M, K), c.x_dtype);
+  const DType qt_dtype = dtype_of(c.format);
+  const bool transposed = c.scaling == ops::Fp8Scaling::Tensorwise;
+  Tensor hx = host_as(x, c.x_dtype);
+  Tensor hq = Tensor::empty({M, K}, qt_dtype), hs = Tensor::empty(scale_shape(c.scaling, M, K), DType::F32);
+  Tensor hqt = transposed ? Tensor::empty({K, M}, qt_dtype) : Tensor();
+  ops::fp8_quantize(hq, hs, hx, c.scaling, transposed ? &hqt : nullptr);
+
+  Tensor dx = upload_raw(hx);
+  Tensor dq = poisoned({M, K}, qt_dtype), ds = poisoned(hs.shape(), DType::F32);
+  Tensor dqt = transposed ? poisoned({K, M}, qt_dtype) : Tensor();
+  ops::fp8_quantize(dq, ds, dx, c.scaling, transposed ? &dqt : nullptr);
+  const std::string what = std::string(fp8_format_name(c.format)) + " " + dtype_name(c.x_dtype) + " [" +
+                           std::to_string(M) + ", " + std::to_string(K) + "] scaling " +
+                           std::to_string(static_cast<int>(c.scaling));
+  EXPECT_TRUE(same_bytes(dq, hq)) << what << ": codes";
+  EXPECT_TRUE(same_bytes(ds, hs)) << what << ": scales";
+  if (transposed) {
+    EXPECT_TRUE(same_bytes(dqt, hqt)) << what << ": transposed codes";
+  }
+
+  for (DType yd : {DType::F32, DType::BF16}) {
+    Tensor hy = Tensor::empty({M, K}, yd), dy = poisoned({M, K}, yd);
+    ops::fp8_dequantize(hy, hq, hs, c.scaling);
+    ops::fp8_dequantize(dy, dq, ds, c.scaling);
+    EXPECT_TRUE(same_bytes(dy, hy)) << what << ": dequantised to " << dtype_name(yd);
+  }
+}
+
+TEST(GpuFp8Cast, MatchesTheCpuTwinBitForBit) {
+  TETRA_REQUIRE_GPU();
+  const Case cases[] = {
+      {ops::Fp8Scaling::Tensorwise, Fp8Format::E4M3, DType::BF16}, {ops::Fp8Scaling::Tensorwise, Fp8Format::E5M2, DType::F32},
+      {ops::Fp8Scaling::Rows1x128, Fp8Format::E4M3, DType::BF16},  {ops::Fp8Scaling::Rows1x128, Fp8Format::E5M2, DType::BF16},
+      {ops::Fp8Scaling::Blocks128, Fp8Format::E4M3, DType::F32},   {ops::Fp8Scaling::Blocks128, Fp8Format::E4M3, DType::BF16}};
+  uint64_t seed = 1;
+  for (const Case& c : cases)
+    for (auto [M, K] : {std::pair<int64_t, int64_t>{1, 1}, {33, 31}, {130, 300}, {256, 2048}})
+      check_cast(c, M, K, seed++);
+  check_cast(cases[2], 65536 * 32 + 40, 64, seed++);  // more tile rows than one grid dimension holds
+}
+
+}  // namespace
+}  // namespace tetra::gputest

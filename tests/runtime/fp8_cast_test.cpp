@@ -1,0 +1,156 @@
+// FP8 formats and casts on the CPU (runtime/fp8_format.h, ops::fp8_quantize / fp8_dequantize).
+// The conversion is checked against a brute-force reference written from the OCP FP8 definition
+// (every code decoded, the nearest chosen, ties to the even code, saturation at the largest finite):
+// on every bf16 bit pattern and a million random fp32 values, where one wrong rounding case shows.
+// The casts: scale shapes, each group's amax landing on the format's largest value, dequantisation
+// error within half an FP8 step of each element's group, q_t = q transposed, and a NaN kept as NaN.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "runtime/fp8_format.h"
+#include "runtime/ops.h"
+#include "runtime/random.h"
+
+namespace tetra {
+namespace {
+
+// The OCP definition, independently of runtime/fp8_format.cpp's search: magnitude of a code from
+// its fields, written out per format.
+double reference_value(int code, Fp8Format f) {
+  const int e_bits = f == Fp8Format::E4M3 ? 4 : 5, m_bits = 7 - e_bits, bias = f == Fp8Format::E4M3 ? 7 : 15;
+  const int e = (code >> m_bits) & ((1 << e_bits) - 1), m = code & ((1 << m_bits) - 1);
+  return e == 0 ? std::ldexp(m, 1 - bias - m_bits) : std::ldexp((1 << m_bits) + m, e - bias - m_bits);
+}
+
+uint8_t reference_encode(float x, Fp8Format f) {
+  if (std::isnan(x)) return 0x7F;
+  const int largest = f == Fp8Format::E4M3 ? 0x7E : 0x7B;
+  const double a = std::fabs(static_cast<double>(x));
+  int best = 0;
+  for (int c = 1; c <= largest; ++c) {
+    const double d = std::fabs(reference_value(c, f) - a), db = std::fabs(reference_value(best, f) - a);
+    if (d < db || (d == db && c % 2 == 0 && best % 2 == 1)) best = c;
+  }
+  if (a >= reference_value(largest, f)) best = largest;
+  return static_cast<uint8_t>((std::signbit(x) ? 0x80 : 0) | best);
+}
+
+TEST(Fp8Format, KnownValues) {
+  EXPECT_EQ(fp8_to_float(0x7E, Fp8Format::E4M3), 448.0f);
+  EXPECT_EQ(fp8_to_float(0x01, Fp8Format::E4M3), std::ldexp(1.0f, -9));  // smallest subnormal
+  EXPECT_EQ(fp8_to_float(0x08, Fp8Format::E4M3), std::ldexp(1.0f, -6));  // smallest normal
+  EXPECT_TRUE(std::isnan(fp8_to_float(0x7F, Fp8Format::E4M3)));
+  EXPECT_EQ(fp8_to_float(0x7B, Fp8Format::E5M2), 57344.0f);
+  EXPECT_EQ(fp8_to_float(0x01, Fp8Format::E5M2), std::ldexp(1.0f, -16));
+  EXPECT_EQ(fp8_to_float(0x7C, Fp8Format::E5M2), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(fp8_from_float(1e9f, Fp8Format::E4M3), 0x7E);  // saturates
+  EXPECT_EQ(fp8_from_float(-INFINITY, Fp8Format::E5M2), 0xFB);
+  EXPECT_EQ(fp8_from_float(1.0625f, Fp8Format::E4M3), 0x38);  // halfway 1 | 1.125: the even code (1)
+  EXPECT_EQ(fp8_from_float(1.1875f, Fp8Format::E4M3), 0x3A);  // halfway 1.125 | 1.25: the even code (1.25)
+}
+
+TEST(Fp8Format, EveryCodeRoundTrips) {
+  for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2})
+    for (int c = 0; c < 256; ++c) {
+      const float v = fp8_to_float(static_cast<uint8_t>(c), f);
+      if (std::isnan(v) || std::isinf(v)) continue;
+      EXPECT_EQ(fp8_from_float(v, f), c) << fp8_format_name(f) << " code " << c;
+    }
+}
+
+TEST(Fp8Format, MatchesTheDefinitionOnEveryBf16AndRandomFloats) {
+  Rng rng(7);
+  for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+    int64_t wrong = 0;
+    for (uint32_t b = 0; b < 65536; ++b) {
+      const float x = std::bit_cast<float>(b << 16);
+      if (fp8_from_float(x, f) != reference_encode(x, f)) ++wrong;
+    }
+    for (int i = 0; i < 200000; ++i) {  // magnitudes around the format's range, both signs
+      const float x = static_cast<float>((rng.uniform() - 0.5) * std::ldexp(1.0, static_cast<int>(rng.below(40)) - 20));
+      if (fp8_from_float(x, f) != reference_encode(x, f)) ++wrong;
+    }
+    EXPECT_EQ(wrong, 0) << fp8_format_name(f);
+  }
+}
+
+Tensor random_tensor(Rng& rng, const Shape& shape) {
+  Tensor t = Tensor::empty(shape, DType::F32);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i)  // a few orders of magnitude, as activations have
+    p[i] = static_cast<float>((rng.uniform() - 0.5) * std::ldexp(1.0, static_cast<int>(rng.below(8))));
+  return t;
+}
+
+struct CastCase {
+  ops::Fp8Scaling scaling;
+  Fp8Format format;
+};
+
+TEST(Fp8Cast, GroupsScalesAndError) {
+  Rng rng(11);
+  const int64_t M = 260, K = 300;  // partial groups at both edges
+  for (CastCase c : {CastCase{ops::Fp8Scaling::Tensorwise, Fp8Format::E4M3},
+                     CastCase{ops::Fp8Scaling::Rows1x128, Fp8Format::E4M3},
+                     CastCase{ops::Fp8Scaling::Rows1x128, Fp8Format::E5M2},
+                     CastCase{ops::Fp8Scaling::Blocks128, Fp8Format::E4M3}}) {
+    Tensor x = random_tensor(rng, {M, K});
+    const int64_t gr = c.scaling == ops::Fp8Scaling::Rows1x128 ? 1 : 128;
+    const Shape scale_shape = c.scaling == ops::Fp8Scaling::Tensorwise ? Shape{1} : Shape{(M + gr - 1) / gr, 3};
+    Tensor q = Tensor::empty({M, K}, dtype_of(c.format)), scale = Tensor::empty(scale_shape, DType::F32);
+    ops::fp8_quantize(q, scale, x, c.scaling);
+    Tensor y = Tensor::empty({M, K}, DType::F32);
+    ops::fp8_dequantize(y, q, scale, c.scaling);
+    // Per group: the largest |x| becomes ±largest; every element is within half an FP8 step at its
+    // magnitude (relative 2^-4 for E4M3, 2^-3 for E5M2, at most) or, below the normal range, within
+    // half the smallest subnormal step, each times the group's scale.
+    const double rel = c.format == Fp8Format::E4M3 ? 0.0625 : 0.125;
+    const double sub = std::ldexp(1.0, c.format == Fp8Format::E4M3 ? -10 : -17);
+    int64_t bad = 0, at_largest = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t g = c.scaling == ops::Fp8Scaling::Tensorwise ? 0 : (m / gr) * 3 + k / 128;
+        const double s = scale.data<float>()[g], xv = x.data<float>()[m * K + k], yv = y.data<float>()[m * K + k];
+        if (std::fabs(yv - xv) > std::max(rel * std::fabs(xv), sub * s) * 1.0000001) ++bad;
+        const uint8_t code = static_cast<const uint8_t*>(q.data_ptr())[m * K + k] & 0x7F;
+        at_largest += code == (c.format == Fp8Format::E4M3 ? 0x7E : 0x7B);
+      }
+    EXPECT_EQ(bad, 0) << fp8_format_name(c.format);
+    EXPECT_GE(at_largest, scale.numel()) << "each group's amax maps to the largest value";
+  }
+}
+
+TEST(Fp8Cast, TransposedCopyAndNaN) {
+  Rng rng(3);
+  Tensor x = random_tensor(rng, {5, 7});
+  x.data<float>()[9] = NAN;
+  Tensor q = Tensor::empty({5, 7}, DType::F8E4M3), qt = Tensor::empty({7, 5}, DType::F8E4M3);
+  Tensor scale = Tensor::empty({1}, DType::F32);
+  ops::fp8_quantize(q, scale, x, ops::Fp8Scaling::Tensorwise, &qt);
+  const auto* pq = static_cast<const uint8_t*>(q.data_ptr());
+  const auto* pt = static_cast<const uint8_t*>(qt.data_ptr());
+  for (int m = 0; m < 5; ++m)
+    for (int k = 0; k < 7; ++k) EXPECT_EQ(pq[m * 7 + k], pt[k * 5 + m]);
+  EXPECT_EQ(pq[9] & 0x7F, 0x7F) << "NaN stays NaN";
+  EXPECT_TRUE(std::isfinite(scale.data<float>()[0]));
+}
+
+TEST(Fp8Cast, ShapeErrorsNameTheOperand) {
+  Tensor x = Tensor::empty({4, 8}, DType::F32), q = Tensor::empty({4, 8}, DType::F8E4M3);
+  Tensor bad_scale = Tensor::empty({4, 2}, DType::F32);
+  try {
+    ops::fp8_quantize(q, bad_scale, x, ops::Fp8Scaling::Rows1x128);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scale must be fp32 [4, 1]"), std::string::npos) << e.what();
+  }
+  Tensor qt = Tensor::empty({8, 4}, DType::F8E4M3), scale = Tensor::empty({4, 1}, DType::F32);
+  EXPECT_THROW(ops::fp8_quantize(q, scale, x, ops::Fp8Scaling::Rows1x128, &qt), Error);
+}
+
+}  // namespace
+}  // namespace tetra
