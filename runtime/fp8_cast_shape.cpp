@@ -8,22 +8,17 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-}  // namespace
-
-Fp8CastShape fp8_cast_shape(const char* op, const Tensor& q, const Tensor& scale, const Tensor& x,
-                            ops::Fp8Scaling scaling, const Tensor* q_t) {
-  for (const Tensor* t : {&q, &scale, &x})
-    if (!t->defined()) TETRA_FAIL(Internal, op, ": an operand is an undefined tensor");
-  if (x.dtype() != DType::F32 && x.dtype() != DType::BF16)
-    TETRA_FAIL(Internal, op, ": the float operand must be fp32 or bf16, got ", x.describe());
-  if (x.ndim() < 1) TETRA_FAIL(Internal, op, ": the float operand must have a dimension, got ", x.describe());
+// q (an FP8 tensor, [rows, last]) and its scale: the groups of `scaling` over q's shape.
+Fp8CastShape fp8_operand_shape(const char* op, const char* name, const Tensor& q, const Tensor& scale,
+                               ops::Fp8Scaling scaling) {
+  if (!q.defined() || !scale.defined()) TETRA_FAIL(Internal, op, ": ", name, " or its scale is undefined");
   if (q.dtype() != DType::F8E4M3 && q.dtype() != DType::F8E5M2)
-    TETRA_FAIL(Internal, op, ": q must be fp8_e4m3 or fp8_e5m2, got ", q.describe());
-  if (q.shape() != x.shape()) TETRA_FAIL(Internal, op, ": q ", q.describe(), " and ", x.describe(), " differ in shape");
+    TETRA_FAIL(Internal, op, ": ", name, " must be fp8_e4m3 or fp8_e5m2, got ", q.describe());
+  if (q.ndim() < 1) TETRA_FAIL(Internal, op, ": ", name, " must have a dimension, got ", q.describe());
   Fp8CastShape s;
   s.format = fp8_format_of(q.dtype());
-  s.cols = x.dim(-1);
-  s.rows = s.cols == 0 ? 0 : x.numel() / s.cols;
+  s.cols = q.dim(-1);
+  s.rows = s.cols == 0 ? 0 : q.numel() / s.cols;
   if (scaling == ops::Fp8Scaling::Tensorwise) {
     s.group_rows = s.rows > 0 ? s.rows : 1;
     s.group_cols = s.cols > 0 ? s.cols : 1;
@@ -35,7 +30,19 @@ Fp8CastShape fp8_cast_shape(const char* op, const Tensor& q, const Tensor& scale
   }
   const Shape want = scaling == ops::Fp8Scaling::Tensorwise ? Shape{1} : Shape{s.scale_rows, s.scale_cols};
   if (scale.dtype() != DType::F32 || scale.shape() != want)
-    TETRA_FAIL(Internal, op, ": scale must be fp32 ", shape_str(want), ", got ", scale.describe());
+    TETRA_FAIL(Internal, op, ": the scale of ", name, " must be fp32 ", shape_str(want), ", got ", scale.describe());
+  return s;
+}
+
+}  // namespace
+
+Fp8CastShape fp8_cast_shape(const char* op, const Tensor& q, const Tensor& scale, const Tensor& x,
+                            ops::Fp8Scaling scaling, const Tensor* q_t) {
+  if (!x.defined()) TETRA_FAIL(Internal, op, ": the float operand is undefined");
+  if (x.dtype() != DType::F32 && x.dtype() != DType::BF16)
+    TETRA_FAIL(Internal, op, ": the float operand must be fp32 or bf16, got ", x.describe());
+  const Fp8CastShape s = fp8_operand_shape(op, "q", q, scale, scaling);
+  if (q.shape() != x.shape()) TETRA_FAIL(Internal, op, ": q ", q.describe(), " and ", x.describe(), " differ in shape");
   if (q_t && q_t->defined()) {
     if (scaling != ops::Fp8Scaling::Tensorwise)
       TETRA_FAIL(Internal, op, ": a transposed copy shares the scales of Tensorwise scaling only");
@@ -43,6 +50,21 @@ Fp8CastShape fp8_cast_shape(const char* op, const Tensor& q, const Tensor& scale
       TETRA_FAIL(Internal, op, ": q_t must be ", dtype_name(q.dtype()), " [", s.cols, ", ", s.rows, "], got ",
                  q_t->describe());
   }
+  return s;
+}
+
+Fp8GemmShape fp8_gemm_shape(const char* op, const Tensor& y, const Tensor& a, const Tensor& a_scale,
+                            ops::Fp8Scaling a_scaling, const Tensor& b, const Tensor& b_scale,
+                            ops::Fp8Scaling b_scaling) {
+  for (const Tensor* t : {&y, &a, &b})
+    if (!t->defined() || t->ndim() != 2) TETRA_FAIL(Internal, op, ": y, a and b must be 2-D tensors");
+  fp8_operand_shape(op, "a", a, a_scale, a_scaling);
+  fp8_operand_shape(op, "b", b, b_scale, b_scaling);
+  const Fp8GemmShape s{a.dim(0), b.dim(0), a.dim(1)};
+  if (b.dim(1) != s.k) TETRA_FAIL(Internal, op, ": a ", a.describe(), " and b ", b.describe(), " differ in K");
+  if (y.dtype() != DType::F32 && y.dtype() != DType::BF16)
+    TETRA_FAIL(Internal, op, ": y must be fp32 or bf16, got ", y.describe());
+  if (y.shape() != Shape{s.m, s.n}) TETRA_FAIL(Internal, op, ": y must be [", s.m, ", ", s.n, "], got ", y.describe());
   return s;
 }
 

@@ -21,4 +21,13 @@ struct Fp8CastShape {
 Fp8CastShape fp8_cast_shape(const char* op, const Tensor& q, const Tensor& scale, const Tensor& x,
                             ops::Fp8Scaling scaling, const Tensor* q_t);
 
+// fp8_gemm's operands: a [M, K] and b [N, K] FP8 with their scales (checked as fp8_quantize's
+// outputs), y [M, N] fp32 or bf16. Returns {M, N, K}.
+struct Fp8GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+};
+Fp8GemmShape fp8_gemm_shape(const char* op, const Tensor& y, const Tensor& a, const Tensor& a_scale,
+                            ops::Fp8Scaling a_scaling, const Tensor& b, const Tensor& b_scale,
+                            ops::Fp8Scaling b_scaling);
+
 }  // namespace tetra

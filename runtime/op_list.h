@@ -48,6 +48,7 @@
   X(adamw_update)                                                                                    \
   X(fp8_quantize)                                                                                    \
   X(fp8_dequantize)                                                                                  \
+  X(fp8_gemm)                                                                                        \
   X(sum_squares)                                                                                     \
   X(sum_accumulate)                                                                                  \
   X(sum_to_host)                                                                                     \

@@ -235,6 +235,12 @@ void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, Fp8Scaling 
   TETRA_DISPATCH(y.device(), fp8_dequantize, y, q, scale, scaling);
 }
 
+void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, Fp8Scaling a_scaling, const Tensor& b,
+              const Tensor& b_scale, Fp8Scaling b_scaling, bool accumulate) {
+  check_same_device("fp8_gemm", {&y, &a, &a_scale, &b, &b_scale});
+  TETRA_DISPATCH(y.device(), fp8_gemm, y, a, a_scale, a_scaling, b, b_scale, b_scaling, accumulate);
+}
+
 void step_control(Tensor& control, const Tensor& loss_sum, const Tensor& grad_sq, const Tensor& lr_table,
                   const StepControlConfig& cfg) {
   const char* op = "step_control";

@@ -297,6 +297,14 @@ constexpr int64_t kFp8Block = 128;
 void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, Fp8Scaling scaling, Tensor* q_t = nullptr);
 // y[M, K] (fp32 or bf16) = q·s with the scales fp8_quantize wrote (the GEMMs' view of q).
 void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, Fp8Scaling scaling);
+// y[M, N] (+)= (a·sa)[M, K] · (b·sb)[N, K]ᵀ, FP8 operands and scales as fp8_quantize wrote them (each
+// with its own scaling), both K-major: the layout Hopper's FP8 tensor cores read, so the forward
+// (x, w), input gradient (dy, wᵀ) and weight gradient (dyᵀ, xᵀ) each pass their operands in it.
+// fp32 accumulation. y fp32 or bf16 on CUDA; the CPU computes in fp32 on the operands dequantised as
+// fp8_dequantize does (the emulation the recipes' CPU runs use). CUDA (cuBLASLt): M, N and K
+// multiples of 16; not both operands E5M2; not both Blocks128.
+void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, Fp8Scaling a_scaling, const Tensor& b,
+              const Tensor& b_scale, Fp8Scaling b_scaling, bool accumulate = false);
 
 // ---------- reductions ----------
 // acc[1] (fp32 or fp64) += Σ x² (x fp32 or bf16). acc lives on x's device.

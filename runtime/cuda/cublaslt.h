@@ -47,6 +47,17 @@ struct LtProblem {
   // (a multiple of 8, ≥ m), same type as D. DGELU: the same layout, read (the forward's pre-activation).
   void* aux = nullptr;
   int64_t aux_ld = 0;
+  // FP8 operands (Hopper): ab_type is A's FP8 type (CUDA_R_8F_E4M3 / _E5M2) and b_fp8_type B's; both
+  // need trans_a and !trans_b (the "TN" layout, K contiguous in both). a_scale / b_scale: device fp32
+  // dequantisation scales under a_scale_mode / b_scale_mode (CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F,
+  // _VEC128_32F or _BLK128x128_32F). Null scales: not an FP8 problem.
+  cudaDataType_t b_fp8_type = CUDA_R_8F_E4M3;
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  int32_t a_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  int32_t b_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  bool fp8() const { return a_scale != nullptr; }
+  cudaDataType_t b_type() const { return fp8() ? b_fp8_type : ab_type; }
 };
 
 // Runs the problem on `stream` (a stream of `device`, which must be current). Returns false, having

@@ -73,7 +73,7 @@ struct PlanKey {
   int device;
   bool ta, tb;
   int64_t m, n, k, lda, ldb, ldd, aux_ld;
-  int ab_type, d_type, epilogue;
+  int ab_type, d_type, epilogue, b_type, a_scale_mode, b_scale_mode;
   bool has_bias, has_aux, beta_nonzero, c_is_d;
   uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
   bool operator==(const PlanKey&) const = default;
@@ -87,7 +87,8 @@ struct PlanKeyHash {
     mix((k.ta ? 1u : 0u) | (k.tb ? 2u : 0u) | (k.has_bias ? 4u : 0u) | (k.has_aux ? 8u : 0u) |
         (k.beta_nonzero ? 16u : 0u) | (k.c_is_d ? 32u : 0u));
     for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldd, k.aux_ld}) mix(static_cast<uint64_t>(v));
-    for (int v : {k.ab_type, k.d_type, k.epilogue}) mix(static_cast<uint64_t>(v));
+    for (int v : {k.ab_type, k.d_type, k.epilogue, k.b_type, k.a_scale_mode, k.b_scale_mode})
+      mix(static_cast<uint64_t>(v));
     for (uint32_t v : {k.align_a, k.align_b, k.align_c, k.align_d, k.align_bias, k.align_aux}) mix(v);
     return static_cast<size_t>(h);
   }
@@ -124,7 +125,13 @@ LtState& lt_state() {
 }
 
 const char* type_name(cudaDataType_t t) {
-  return t == CUDA_R_32F ? "fp32" : (t == CUDA_R_16BF ? "bf16" : "?");
+  switch (t) {
+    case CUDA_R_32F: return "fp32";
+    case CUDA_R_16BF: return "bf16";
+    case CUDA_R_8F_E4M3: return "fp8_e4m3";
+    case CUDA_R_8F_E5M2: return "fp8_e5m2";
+    default: return "?";
+  }
 }
 
 size_t type_size(cudaDataType_t t) { return t == CUDA_R_16BF ? 2 : 4; }
@@ -169,7 +176,7 @@ std::string describe(const LtProblem& p) {
   std::ostringstream os;
   os << "cuBLASLt matmul (column-major) D[" << p.m << ", " << p.n << "] = op" << (p.trans_a ? "T" : "N") << "(A)·op"
      << (p.trans_b ? "T" : "N") << "(B), k = " << p.k << ", lda/ldb/ldd = " << p.lda << "/" << p.ldb << "/" << p.ldd
-     << ", A/B " << type_name(p.ab_type) << ", D " << type_name(p.d_type) << ", epilogue " << epilogue_name(p.epilogue)
+     << ", A/B " << type_name(p.ab_type) << "/" << type_name(p.b_type()) << ", D " << type_name(p.d_type) << ", epilogue " << epilogue_name(p.epilogue)
      << ", beta " << p.beta << (p.beta != 0.0f && !c_is_d(p) ? " (C separate from D)" : "");
   return os.str();
 }
@@ -178,6 +185,17 @@ std::string describe(const LtProblem& p) {
 template <class T>
 void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value, const LtProblem& p) {
   TETRA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), describe(p));
+}
+
+// FP8: the scale pointers (set again per call) and, with modes, the scale modes and exact
+// accumulation (no "fast accumulation": partial sums stay fp32, as the block-scaled modes require).
+void set_fp8_scales(cublasLtMatmulDesc_t desc, const LtProblem& p, bool modes) {
+  set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(p.a_scale), p);
+  set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(p.b_scale), p);
+  if (!modes) return;
+  set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, p.a_scale_mode, p);
+  set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, p.b_scale_mode, p);
+  set_desc(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(0), p);
 }
 
 std::unique_ptr<Plan> make_plan(const LtProblem& p, const PlanKey& key, cublasLtHandle_t handle) {
@@ -198,11 +216,12 @@ std::unique_ptr<Plan> make_plan(const LtProblem& p, const PlanKey& key, cublasLt
     set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux, p);
     set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.aux_ld, p);
   }
+  if (p.fp8()) set_fp8_scales(plan->desc, p, /*modes=*/true);
   // Layouts: rows, columns, leading dimension, all column-major. C uses D's layout.
   TETRA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, p.ab_type, static_cast<uint64_t>(p.trans_a ? p.k : p.m),
                                                 static_cast<uint64_t>(p.trans_a ? p.m : p.k), p.lda),
                      what);
-  TETRA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, p.ab_type, static_cast<uint64_t>(p.trans_b ? p.n : p.k),
+  TETRA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, p.b_type(), static_cast<uint64_t>(p.trans_b ? p.n : p.k),
                                                 static_cast<uint64_t>(p.trans_b ? p.k : p.n), p.ldb),
                      what);
   TETRA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, p.d_type, static_cast<uint64_t>(p.m),
@@ -357,6 +376,7 @@ bool lt_matmul(const LtProblem& p, Device device, cudaStream_t stream) {
   const void* c = in_place ? p.d : p.c;
   PlanKey key{device.index, p.trans_a, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.aux ? p.aux_ld : 0,
               static_cast<int>(p.ab_type), static_cast<int>(p.d_type), static_cast<int>(p.epilogue),
+              static_cast<int>(p.b_type()), p.fp8() ? p.a_scale_mode : -1, p.fp8() ? p.b_scale_mode : -1,
               p.bias != nullptr, p.aux != nullptr, beta_nonzero, in_place, alignment_of(p.a), alignment_of(p.b),
               alignment_of(c), alignment_of(p.d), p.bias ? alignment_of(p.bias) : 0u, p.aux ? alignment_of(p.aux) : 0u};
 
@@ -373,6 +393,7 @@ bool lt_matmul(const LtProblem& p, Device device, cudaStream_t stream) {
   void*& workspace = s.workspaces[{device.index, stream}];
   if (!workspace) TETRA_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
 
+  if (p.fp8()) set_fp8_scales(plan.desc, p, /*modes=*/false);
   int choice = 0;
   if (mode != GemmTuning::Off) {
     if (!plan.tuned) {

@@ -146,10 +146,49 @@ TEST(Fp8Cast, ShapeErrorsNameTheOperand) {
     ops::fp8_quantize(q, bad_scale, x, ops::Fp8Scaling::Rows1x128);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("scale must be fp32 [4, 1]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the scale of q must be fp32 [4, 1]"), std::string::npos) << e.what();
   }
   Tensor qt = Tensor::empty({8, 4}, DType::F8E4M3), scale = Tensor::empty({4, 1}, DType::F32);
   EXPECT_THROW(ops::fp8_quantize(q, scale, x, ops::Fp8Scaling::Rows1x128, &qt), Error);
+}
+
+// The CPU FP8 GEMM is the fp32 GEMM of the dequantised operands: against a double-precision sum
+// (the floor is fp32 accumulation over K = 300: ≈ 1e-6 relative; a misplaced scale is off by ≥ 2×).
+TEST(Fp8Gemm, IsTheGemmOfTheDequantisedOperands) {
+  Rng rng(5);
+  const int64_t M = 40, N = 24, K = 300;
+  Tensor x = random_tensor(rng, {M, K}), w = random_tensor(rng, {N, K});
+  Tensor qa = Tensor::empty({M, K}, DType::F8E4M3), sa = Tensor::empty({M, 3}, DType::F32);
+  Tensor qb = Tensor::empty({N, K}, DType::F8E4M3), sb = Tensor::empty({1, 3}, DType::F32);
+  ops::fp8_quantize(qa, sa, x, ops::Fp8Scaling::Rows1x128);
+  ops::fp8_quantize(qb, sb, w, ops::Fp8Scaling::Blocks128);
+  Tensor da = Tensor::empty({M, K}, DType::F32), db = Tensor::empty({N, K}, DType::F32);
+  ops::fp8_dequantize(da, qa, sa, ops::Fp8Scaling::Rows1x128);
+  ops::fp8_dequantize(db, qb, sb, ops::Fp8Scaling::Blocks128);
+  Tensor y = Tensor::empty({M, N}, DType::F32);
+  ops::fp8_gemm(y, qa, sa, ops::Fp8Scaling::Rows1x128, qb, sb, ops::Fp8Scaling::Blocks128);
+  double worst = 0;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double t = static_cast<double>(da.data<float>()[m * K + k]) * db.data<float>()[n * K + k];
+        ref += t;
+        mag += std::fabs(t);
+      }
+      worst = std::max(worst, std::fabs(y.data<float>()[m * N + n] - ref) / mag);
+    }
+  EXPECT_LT(worst, 1e-5);
+  // y[m, n] is near x[m]·w[n] (FP8 rounding: a few per cent).
+  double err = 0, norm = 0;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double exact = 0;
+      for (int64_t k = 0; k < K; ++k) exact += static_cast<double>(x.data<float>()[m * K + k]) * w.data<float>()[n * K + k];
+      err += std::pow(y.data<float>()[m * N + n] - exact, 2);
+      norm += exact * exact;
+    }
+  EXPECT_LT(std::sqrt(err / norm), 0.05);
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 // the transposed copy, for each scaling and format, fp32 and bf16 inputs, shapes with partial
 // tiles and groups at every edge and a tall one past the grid's 65,535 tile rows; inputs with
 // zeros, subnormals, saturating values, ±inf and NaN. Then the dequantisation, also bit for bit.
+// The FP8 GEMM (cuBLASLt) against the CPU's fp32 GEMM on the dequantised operands, for the pairs the
+// recipes use: both tolerances are fp32 accumulation-order floors (a wrong scale layout or mode
+// misses by orders of magnitude: each 128-group's scale differs from its neighbours').
 #include <cmath>
 #include <cstring>
 
@@ -79,6 +82,62 @@ TEST(GpuFp8Cast, MatchesTheCpuTwinBitForBit) {
     for (auto [M, K] : {std::pair<int64_t, int64_t>{1, 1}, {33, 31}, {130, 300}, {256, 2048}})
       check_cast(c, M, K, seed++);
   check_cast(cases[2], 65536 * 32 + 40, 64, seed++);  // more tile rows than one grid dimension holds
+}
+
+struct GemmCase {
+  ops::Fp8Scaling a_scaling, b_scaling;
+  Fp8Format a_format, b_format;
+  DType y_dtype;
+};
+
+// a [M, K] and b [N, K] quantised on the host, with rows of very different magnitudes so that every
+// group's scale differs.
+void check_gemm(const GemmCase& c, int64_t M, int64_t N, int64_t K, uint64_t seed) {
+  Rng rng(seed);
+  auto operand = [&](int64_t rows, ops::Fp8Scaling scaling, Fp8Format format, Tensor& q, Tensor& sc) {
+    Tensor x = random_host(rng, {rows, K});
+    float* p = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) p[i] *= std::ldexp(1.0f, static_cast<int>((i / 96) % 7) - 3);
+    q = Tensor::empty({rows, K}, dtype_of(format));
+    sc = Tensor::empty(scale_shape(scaling, rows, K), DType::F32);
+    ops::fp8_quantize(q, sc, x, scaling);
+  };
+  Tensor qa, sa, qb, sb;
+  operand(M, c.a_scaling, c.a_format, qa, sa);
+  operand(N, c.b_scaling, c.b_format, qb, sb);
+  Tensor ref = Tensor::empty({M, N}, DType::F32);
+  ops::fp8_gemm(ref, qa, sa, c.a_scaling, qb, sb, c.b_scaling);
+  Tensor y = poisoned({M, N}, c.y_dtype);
+  Tensor dqa = upload_raw(qa), dsa = upload_raw(sa), dqb = upload_raw(qb), dsb = upload_raw(sb);
+  ops::fp8_gemm(y, dqa, dsa, c.a_scaling, dqb, dsb, c.b_scaling);
+  const std::string what = std::string(fp8_format_name(c.a_format)) + "·" + fp8_format_name(c.b_format) +
+                           " scalings " + std::to_string(static_cast<int>(c.a_scaling)) + "/" +
+                           std::to_string(static_cast<int>(c.b_scaling)) + " y " + dtype_name(c.y_dtype) + " [" +
+                           std::to_string(M) + ", " + std::to_string(N) + ", " + std::to_string(K) + "]";
+  expect_close(y, ref, c.y_dtype, what);
+  // Accumulating adds the same product again: 2·ref.
+  if (c.y_dtype == DType::F32) {
+    ops::fp8_gemm(y, dqa, dsa, c.a_scaling, dqb, dsb, c.b_scaling, /*accumulate=*/true);
+    ops::scale(ref, 2.0f);
+    expect_close(y, ref, c.y_dtype, what + " accumulated");
+  }
+}
+
+TEST(GpuFp8Gemm, MatchesTheCpuEmulation) {
+  TETRA_REQUIRE_GPU();
+  using S = ops::Fp8Scaling;
+  const GemmCase cases[] = {
+      {S::Tensorwise, S::Tensorwise, Fp8Format::E4M3, Fp8Format::E4M3, DType::BF16},  // forward
+      {S::Tensorwise, S::Tensorwise, Fp8Format::E5M2, Fp8Format::E4M3, DType::F32},   // input gradient
+      {S::Rows1x128, S::Blocks128, Fp8Format::E4M3, Fp8Format::E4M3, DType::BF16},    // blockwise forward
+      {S::Rows1x128, S::Blocks128, Fp8Format::E4M3, Fp8Format::E4M3, DType::F32},
+      {S::Rows1x128, S::Rows1x128, Fp8Format::E4M3, Fp8Format::E4M3, DType::F32},     // blockwise weight gradient
+  };
+  uint64_t seed = 100;
+  for (const GemmCase& c : cases) {
+    check_gemm(c, 256, 384, 512, seed++);
+    check_gemm(c, 272, 160, 400, seed++);  // partial 128-groups in every dimension
+  }
 }
 
 }  // namespace
