@@ -95,7 +95,7 @@ void BpeModel::read_merges(const Json& merges) {
 }
 
 std::optional<uint32_t> BpeModel::id_of(std::string_view token) const {
-  auto it = vocab_.find(std::string(token));
+  auto it = vocab_.find(token);
   if (it == vocab_.end()) return std::nullopt;
   return it->second;
 }
@@ -129,7 +129,7 @@ void BpeModel::initial_symbols(std::string_view word, std::vector<Symbol>& syms)
       continue;
     }
     if (!byte_level_) {
-      if (auto it = vocab_.find(std::string(ch)); it != vocab_.end()) {
+      if (auto it = vocab_.find(ch); it != vocab_.end()) {
         push(it->second);
         pending_unk = false;
         continue;
@@ -183,11 +183,47 @@ void BpeModel::merge_all(std::vector<Symbol>& syms) const {
   }
 }
 
+namespace {
+
+// A thread's cache of word -> ids: text repeats its words, and a word's ids never change. Words
+// up to kMaxCachedWord bytes; emptied when it holds kMaxCachedWords (bounded memory per thread) or
+// when the thread moves to another tokenizer.
+constexpr size_t kMaxCachedWord = 64;
+constexpr size_t kMaxCachedWords = 1 << 16;
+struct WordCache {
+  const void* owner = nullptr;
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>> words;  // -> ids[first, +second)
+  std::vector<uint32_t> ids;
+  void reset(const void* model) {
+    owner = model;
+    words.clear();
+    ids.clear();
+  }
+};
+
+}  // namespace
+
 void BpeModel::encode_word(std::string_view word, std::vector<uint32_t>& out) const {
   if (word.empty()) return;
+  if (word.size() > kMaxCachedWord) return encode_uncached(word, out);
+  thread_local WordCache cache;
+  if (cache.owner != this || cache.words.size() >= kMaxCachedWords) cache.reset(this);
+  if (auto it = cache.words.find(word); it != cache.words.end()) {
+    const uint32_t* ids = cache.ids.data() + it->second.first;
+    out.insert(out.end(), ids, ids + it->second.second);
+    return;
+  }
+  const size_t before = out.size();
+  encode_uncached(word, out);
+  const auto start = static_cast<uint32_t>(cache.ids.size());
+  cache.ids.insert(cache.ids.end(), out.begin() + static_cast<ptrdiff_t>(before), out.end());
+  cache.words.emplace(std::string(word), std::make_pair(start, static_cast<uint32_t>(out.size() - before)));
+}
+
+void BpeModel::encode_uncached(std::string_view word, std::vector<uint32_t>& out) const {
   if (ignore_merges_) {
     const auto& whole = byte_level_ ? raw_vocab_ : vocab_;
-    if (auto it = whole.find(std::string(word)); it != whole.end()) {
+    if (auto it = whole.find(word); it != whole.end()) {
       out.push_back(it->second);
       return;
     }

@@ -14,6 +14,13 @@
 
 namespace tetra::data::tok {
 
+// A string-keyed map that finds by string_view without building a std::string.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using StringIds = std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>>;
+
 class BpeModel {
  public:
   // `model` is the file's "model"; `byte_level`: the pre-tokenizer maps bytes to GPT-2's alphabet.
@@ -41,12 +48,14 @@ class BpeModel {
   // The word's symbols before any merge: bytes or characters, unknown ones as bytes or unk.
   void initial_symbols(std::string_view word, std::vector<Symbol>& syms) const;
   void merge_all(std::vector<Symbol>& syms) const;
+  // encode_word without the cache.
+  void encode_uncached(std::string_view word, std::vector<uint32_t>& out) const;
 
   bool byte_level_;
   bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false;
   std::optional<uint32_t> unk_;
-  std::unordered_map<std::string, uint32_t> vocab_;      // as the file writes it
-  std::unordered_map<std::string, uint32_t> raw_vocab_;  // byte-level: the bytes each entry stands for
+  StringIds vocab_;      // as the file writes it
+  StringIds raw_vocab_;  // byte-level: the bytes each entry stands for
   std::vector<std::string> id_to_token_;
   std::vector<bool> has_id_;
   std::array<int64_t, 256> byte_ids_;  // byte-level: each byte's character; else the <0xXX> entries; -1: none
