@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tokenizer throughput: `tetra data prepare --tokenizer` beside Hugging Face `tokenizers`
 # (encode_batch, scripts/bench/tokenize_peer.py) on the same text, the same number of threads;
-# checks that both give the same ids and prints one JSON line each, then a summary line.
+# checks that both give the same ids and prints one JSON line each, then a summary line (exit 1
+# where the ids differ).
 #
 #   scripts/bench/tokenize_throughput.sh TOKENIZER.json [GB] [DIR]
 #       GB of text (default 1) made under DIR (default runs/bench/tokenize) from files every machine
@@ -94,8 +95,10 @@ mine = {"tool": "tetra", "threads": int(workers), "bytes": nbytes, "tokens": int
         "mb_per_s": round(nbytes / 1e6 / seconds, 2), "ids_sha256": hashlib.sha256(ids.tobytes()).hexdigest(),
         "note": "wall time of the whole command: reading, tokenizing, writing HDF5"}
 print(json.dumps(mine))
-print(json.dumps({"summary": True, "ids_equal": mine["ids_sha256"] == peer["ids_sha256"],
+equal = mine["ids_sha256"] == peer["ids_sha256"]
+print(json.dumps({"summary": True, "ids_equal": equal,
                   "tetra_over_tokenizers": round(mine["mb_per_s"] / peer["mb_per_s"], 2),
                   "tetra_mb_per_s_per_thread": round(mine["mb_per_s"] / mine["threads"], 2),
                   "tokenizers_mb_per_s": peer["mb_per_s"], "tokenizers_threads": peer["threads"]}))
+sys.exit(0 if equal else 1)
 PY
