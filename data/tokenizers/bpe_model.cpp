@@ -90,7 +90,7 @@ void BpeModel::read_merges(const Json& merges) {
     }
     const auto l = id_of(left), r = id_of(right), merged = id_of(left + right);
     if (!l || !r || !merged) malformed("merge '" + left + " " + right + "' names a token not in the vocabulary");
-    merges_.try_emplace((uint64_t{*l} << 32) | *r, Merge{rank++, *merged});  // the first rank wins
+    merges_.insert(*l, *r, Merge{rank++, *merged});
   }
 }
 
@@ -105,8 +105,7 @@ const std::string* BpeModel::token_of(uint32_t id) const {
 }
 
 const BpeModel::Merge* BpeModel::find_merge(uint32_t left, uint32_t right) const {
-  auto it = merges_.find((uint64_t{left} << 32) | right);
-  return it == merges_.end() ? nullptr : &it->second;
+  return merges_.find(left, right);
 }
 
 void BpeModel::initial_symbols(std::string_view word, std::vector<Symbol>& syms) const {
@@ -153,7 +152,8 @@ void BpeModel::merge_all(std::vector<Symbol>& syms) const {
   };
   // A min-heap on (rank, position): the lowest rank first, the leftmost among equal ranks.
   const auto later = [](const Candidate& a, const Candidate& b) { return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos; };
-  std::vector<Candidate> heap;
+  thread_local std::vector<Candidate> heap;
+  heap.clear();
   for (size_t i = 0; i + 1 < syms.size(); ++i)
     if (const Merge* m = find_merge(syms[i].id, syms[i + 1].id)) heap.push_back({m->rank, static_cast<uint32_t>(i), m->id});
   std::make_heap(heap.begin(), heap.end(), later);

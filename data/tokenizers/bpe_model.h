@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data/tokenizers/hf_json.h"
+#include "data/tokenizers/merge_table.h"
 
 namespace tetra::data::tok {
 
@@ -35,9 +36,7 @@ class BpeModel {
   uint32_t id_limit() const { return static_cast<uint32_t>(id_to_token_.size()); }
 
  private:
-  struct Merge {
-    uint32_t rank, id;
-  };
+  using Merge = MergeTable::Merge;
   struct Symbol {
     uint32_t id;
     int32_t prev, next;
@@ -59,7 +58,7 @@ class BpeModel {
   std::vector<std::string> id_to_token_;
   std::vector<bool> has_id_;
   std::array<int64_t, 256> byte_ids_;  // byte-level: each byte's character; else the <0xXX> entries; -1: none
-  std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> rank and merged id
+  MergeTable merges_;  // (left id, right id) -> rank and merged id
 };
 
 }  // namespace tetra::data::tok
