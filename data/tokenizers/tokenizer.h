@@ -40,8 +40,10 @@ class Tokenizer {
   virtual std::string file_sha256() const { return {}; }
 };
 
-// The tokenizer `spec` names: "byte", a path to tokenizer.json, or a path to a SentencePiece .model.
-// Throws a Usage error listing the accepted forms otherwise.
+// The tokenizer `spec` names: "byte", a path to a tokenizer.json or to a SentencePiece .model, or a
+// folder holding tokenizer.json (taken first) or tokenizer.model. Throws a Usage error listing the
+// accepted forms otherwise, and a Data error naming the file and the part for a file it cannot read
+// exactly.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
 
 }  // namespace tetra::data
