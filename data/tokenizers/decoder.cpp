@@ -86,9 +86,7 @@ void Decoder::add(const Json& j) {
     const std::string content = string_field(j, "content", "decoder Strip");
     steps_.push_back({.kind = Kind::Strip, .from = content, .start = j.value("start", size_t{0}), .stop = j.value("stop", size_t{0})});
   } else if (type == "Metaspace") {
-    const std::string scheme = j.contains("prepend_scheme") && j["prepend_scheme"].is_string()
-                                   ? j["prepend_scheme"].get<std::string>()
-                                   : (bool_field(j, "add_prefix_space", "decoder Metaspace", true) ? "always" : "never");
+    const std::string scheme = metaspace_scheme(j, "decoder Metaspace");
     steps_.push_back({.kind = Kind::Metaspace, .from = string_field(j, "replacement", "decoder Metaspace"),
                       .strip_first = scheme != "never"});
   } else {
@@ -121,8 +119,7 @@ std::string Decoder::decode(std::vector<std::string> tokens) const {
   }
   std::string text;
   for (const std::string& t : tokens) text += t;
-  std::string fixed;
-  return sanitize_utf8(text, fixed) ? text : fixed;
+  return to_valid_utf8(std::move(text));
 }
 
 }  // namespace tetra::data::tok

@@ -39,4 +39,9 @@ std::string pattern_field(const Json& j, std::string_view part, bool& is_regex) 
   malformed(std::string(part) + " needs a \"pattern\" {\"String\": ...} or {\"Regex\": ...}");
 }
 
+std::string metaspace_scheme(const Json& j, std::string_view part) {
+  if (j.contains("prepend_scheme") && j["prepend_scheme"].is_string()) return j["prepend_scheme"].get<std::string>();
+  return bool_field(j, "add_prefix_space", part, true) ? "always" : "never";
+}
+
 }  // namespace tetra::data::tok

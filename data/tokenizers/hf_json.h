@@ -23,4 +23,7 @@ bool bool_field(const Json& j, const char* key, std::string_view part, bool fall
 // A pattern {"String": s} or {"Regex": r}: sets `is_regex`.
 std::string pattern_field(const Json& j, std::string_view part, bool& is_regex);
 
+// Metaspace's prepend_scheme ("always", "first", "never"); older files say add_prefix_space instead.
+std::string metaspace_scheme(const Json& j, std::string_view part);
+
 }  // namespace tetra::data::tok

@@ -47,9 +47,7 @@ void PreTokenizer::add(const Json& j) {
   } else if (type == "Metaspace") {
     Step s{.kind = Kind::Metaspace};
     s.replacement = string_field(j, "replacement", "pre_tokenizer Metaspace");
-    const std::string scheme = j.contains("prepend_scheme") && j["prepend_scheme"].is_string()
-                                   ? j["prepend_scheme"].get<std::string>()
-                                   : (bool_field(j, "add_prefix_space", "pre_tokenizer Metaspace", true) ? "always" : "never");
+    const std::string scheme = metaspace_scheme(j, "pre_tokenizer Metaspace");
     if (scheme == "never") s.prepend = 0;
     else if (scheme == "first") s.prepend = 1;
     else if (scheme == "always") s.prepend = 2;

@@ -48,8 +48,7 @@ std::string SentencePieceTokenizer::decode(const int32_t* ids, int64_t n) const 
   std::string text;
   const auto status = sp_->Decode(in, &text);
   if (!status.ok()) TETRA_FAIL(Data, "SentencePiece could not decode the ids: ", status.ToString());
-  std::string fixed;
-  return tok::sanitize_utf8(text, fixed) ? text : fixed;
+  return tok::to_valid_utf8(std::move(text));
 }
 
 std::string SentencePieceTokenizer::decode_escaped(const int32_t* ids, int64_t n) const {

@@ -100,6 +100,11 @@ bool sanitize_utf8(std::string_view s, std::string& fixed) {
   return false;
 }
 
+std::string to_valid_utf8(std::string s) {
+  std::string fixed;
+  return sanitize_utf8(s, fixed) ? s : fixed;
+}
+
 const std::array<std::string, 256>& byte_level_alphabet() {
   static const std::array<std::string, 256> alphabet = [] {
     std::array<std::string, 256> a;

@@ -21,6 +21,9 @@ size_t valid_sequence_length(std::string_view s, size_t i);
 // subpart is one U+FFFD and returns false.
 bool sanitize_utf8(std::string_view s, std::string& fixed);
 
+// `s` with each maximal invalid subpart replaced by U+FFFD (itself where it is valid).
+std::string to_valid_utf8(std::string s);
+
 // GPT-2's bytes_to_unicode: byte b is shown as this character (UTF-8), so every byte is printable.
 const std::array<std::string, 256>& byte_level_alphabet();
 
