@@ -13,7 +13,7 @@
 
 #include "data/hdf5_handle.h"
 #include "data/token_dataset.h"
-#include "data/tokenizer.h"
+#include "data/tokenizers/tokenizer.h"
 #include "runtime/error.h"
 
 namespace tetra::data {

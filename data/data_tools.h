@@ -8,7 +8,7 @@ namespace tetra::data {
 
 struct PrepareOptions {
   std::vector<std::string> inputs;  // text files, concatenated in order (each one document)
-  std::string tokenizer = "byte";   // "byte": one token per byte, vocab 256
+  std::string tokenizer = "byte";   // make_tokenizer's spec: "byte" (vocab 256), a tokenizer.json, a .model
   std::string out;                  // HDF5 file to write (contiguous, uncompressed /tokens)
 };
 

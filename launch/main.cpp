@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   tetra::data::PrepareOptions prep;
   auto* prepare = data->add_subcommand("prepare", "tokenize text files into an HDF5 token dataset");
   prepare->add_option("--input", prep.inputs, "input text files")->required();
-  prepare->add_option("--tokenizer", prep.tokenizer, "tokenizer (byte)")->default_val("byte");
+  prepare->add_option("--tokenizer", prep.tokenizer, "tokenizer: byte, PATH/tokenizer.json (Hugging Face) or PATH/tokenizer.model (SentencePiece)")->default_val("byte");
   prepare->add_option("--out", prep.out, "output HDF5 file")->required();
   std::string inspect_path;
   auto* inspect = data->add_subcommand("inspect", "print a dataset's size, dtype, vocabulary and a sample");

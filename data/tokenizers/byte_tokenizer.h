@@ -1,7 +1,7 @@
 // Byte tokenizer: one token per byte, id = byte value (vocab 256). Lossless for any input,
 // needs no vocabulary file: what the tiny configs and the tests train on.
 #pragma once
-#include "data/tokenizer.h"
+#include "data/tokenizers/tokenizer.h"
 
 namespace tetra::data {
 

@@ -1,6 +1,6 @@
-#include "data/byte_tokenizer.h"
+#include "data/tokenizers/byte_tokenizer.h"
 
-#include <cstdio>
+#include "data/tokenizers/utf8.h"
 
 namespace tetra::data {
 
@@ -25,25 +25,12 @@ std::optional<uint32_t> ByteTokenizer::token_id(std::string_view token) const {
 std::string ByteTokenizer::decode_escaped(const int32_t* ids, int64_t n) const {
   std::string s;
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t id = ids[i];
-    if (id < 0 || id >= kVocabSize) {
+    if (ids[i] < 0 || ids[i] >= kVocabSize) {
       s += '<';
-      s += std::to_string(id);
+      s += std::to_string(ids[i]);
       s += '>';
-    } else if (id == '\\') {
-      s += "\\\\";
-    } else if (id == '\n') {
-      s += "\\n";
-    } else if (id == '\t') {
-      s += "\\t";
-    } else if (id == '\r') {
-      s += "\\r";
-    } else if (id >= 0x20 && id < 0x7f) {
-      s += static_cast<char>(id);
     } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(id));
-      s += buf;
+      tok::append_escaped(s, static_cast<unsigned char>(ids[i]), true);
     }
   }
   return s;

@@ -23,9 +23,10 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
   virtual std::string name() const = 0;      // stored as the dataset's `tokenizer` attribute
   virtual int64_t vocab_size() const = 0;    // ids are in [0, vocab_size)
-  // Appends the ids of `text` to `out`. Special tokens in the text are plain text (as Hugging
-  // Face's encode(text, add_special_tokens=False) with the default split_special_tokens=False
-  // treats added tokens: see each implementation).
+  // Appends the ids of `text` to `out`; adds no begin/end tokens. A tokenizer.json's added and
+  // special tokens written in the text become their ids, as Hugging Face's encode(text,
+  // add_special_tokens=False) does with its default split_special_tokens=False. Thread-safe:
+  // several threads may encode with one const Tokenizer at once.
   virtual void encode(std::string_view text, std::vector<uint32_t>& out) const = 0;
   // The text of `ids` as UTF-8 (invalid sequences as U+FFFD, as Hugging Face's decode).
   virtual std::string decode(const int32_t* ids, int64_t n) const = 0;
@@ -39,8 +40,10 @@ class Tokenizer {
   virtual std::string file_sha256() const { return {}; }
 };
 
-// The tokenizer `spec` names: "byte", a path to tokenizer.json, or a path to a SentencePiece .model.
-// Throws a Usage error listing the accepted forms otherwise.
+// The tokenizer `spec` names: "byte", a path to a tokenizer.json or to a SentencePiece .model, or a
+// folder holding tokenizer.json (taken first) or tokenizer.model. Throws a Usage error listing the
+// accepted forms otherwise, and a Data error naming the file and the part for a file it cannot read
+// exactly.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
 
 }  // namespace tetra::data
