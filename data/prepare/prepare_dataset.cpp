@@ -91,6 +91,11 @@ void prepare_dataset(const PrepareOptions& o, const Tokenizer& tok, std::ostream
   DocumentSource source(files, o.format == "jsonl" ? InputFormat::Jsonl : InputFormat::Text);
   const bool jsonl = o.format == "jsonl";
   TokenizePool pool(workers, [&](const std::vector<RawDocument>& docs, TokenizedBatch& out) {
+    // Room for about one id per byte up front: an encode that reserves exactly what it appends
+    // would otherwise reallocate the batch's ids once per document.
+    size_t bytes = 0;
+    for (const RawDocument& d : docs) bytes += d.text.size() + 2;
+    out.ids.reserve(bytes);
     for (const RawDocument& d : docs) {
       const std::string text = jsonl ? jsonl_text(d.text, o.field, files[static_cast<size_t>(d.file)], d.line) : "";
       const std::string_view body = jsonl ? std::string_view(text) : std::string_view(d.text);
