@@ -53,7 +53,9 @@ void inspect_dataset(const std::string& path, std::ostream& out, const std::stri
     out << "vocab_size: " << d->vocab_size() << "\n";
   else
     out << "vocab_size: unknown (not stored in this format; GPT-2 shards use 50257, Llama 3 128256)\n";
-  out << "tokenizer:  " << (d->tokenizer().empty() ? "unknown" : d->tokenizer()) << "\n";
+  out << "tokenizer:  " << (d->tokenizer().empty() ? "unknown" : d->tokenizer());
+  if (!d->tokenizer_sha256().empty()) out << " (file sha256 " << d->tokenizer_sha256() << ")";
+  out << "\n";
   int64_t first_doc = d->size();  // tokens of the first document (the whole file when not recorded)
   if (d->num_documents() > 0) {
     const std::vector<int64_t> docs = d->doc_offsets();  // also validates them

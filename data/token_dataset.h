@@ -28,6 +28,8 @@ class TokenDataset {
   int64_t size() const { return size_; }                 // number of tokens
   int64_t vocab_size() const { return vocab_size_; }     // as stored in the file; 0 if unknown (.bin)
   std::string tokenizer() const { return tokenizer_; }   // e.g. "byte"; "" if unknown
+  // Hex sha256 of the tokenizer's file, as `tetra data prepare` records it; "" if not recorded.
+  const std::string& tokenizer_sha256() const { return tokenizer_sha256_; }
   DType token_dtype() const { return token_dtype_; }     // storage type: U16 or U32
   virtual std::string format() const = 0;                // "hdf5", "llm.c .bin (version 1)", ...
   // The file that holds the token bytes (contiguous_offset() is an offset into it): path() for
@@ -70,6 +72,7 @@ class TokenDataset {
   int64_t size_ = 0;
   int64_t vocab_size_ = 0;
   std::string tokenizer_;
+  std::string tokenizer_sha256_;
   DType token_dtype_ = DType::U16;
   int64_t contiguous_offset_ = -1;
   int64_t id_limit_ = 0;  // set from vocab_size_ by subclasses, narrowed by check_vocab

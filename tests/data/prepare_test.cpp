@@ -133,6 +133,11 @@ TEST(Prepare, DocumentTokensDocOffsetsAndUint32) {
   EXPECT_EQ(d->token_dtype(), DType::U32);
   EXPECT_EQ(d->vocab_size(), 70000);
   EXPECT_EQ(d->tokenizer(), "fake");
+  EXPECT_EQ(d->tokenizer_sha256(), "ab12");  // the attribute names the tokenizer's file
+  std::ostringstream info;
+  inspect_dataset(out, info);
+  EXPECT_THAT(info.str(), AllOf(HasSubstr("tokenizer:  fake (file sha256 ab12)"), HasSubstr("dtype:      uint32"),
+                                HasSubstr("ids used:   4 distinct, max 69999 (vocab_size 70000)")));
   EXPECT_EQ(d->doc_offsets(), (std::vector<int64_t>{0, 3}));
   EXPECT_THAT(log.str(), AllOf(HasSubstr("uint32"), HasSubstr("eos id 69999"), HasSubstr("bos none")));
 
