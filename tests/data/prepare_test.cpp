@@ -105,13 +105,17 @@ TEST(Prepare, JsonlGzipZstdAndGlobsReadInOrder) {
 TEST(Prepare, OutputIsTheSameForAnyNumberOfWorkers) {
   ScratchDir dir;
   std::string jsonl;
-  for (int i = 0; i < 3000; ++i)
-    jsonl += "{\"text\": \"document " + std::to_string(i) + std::string(static_cast<size_t>(i % 700), 'x') + "\"}\n";
+  for (int i = 0; i < 3000; ++i) {
+    jsonl += "{\"text\": \"document ";
+    jsonl += std::to_string(i);
+    jsonl.append(static_cast<size_t>(i % 700), 'x');
+    jsonl += "\"}\n";
+  }
   write_file(dir.file("docs.jsonl"), jsonl);
   std::ostringstream log;
   FakeTokenizer tok;
   for (int workers : {1, 3})
-    prepare_dataset({.inputs = {dir.file("docs.jsonl")}, .out = dir.file("w" + std::to_string(workers)),
+    prepare_dataset({.inputs = {dir.file("docs.jsonl")}, .out = dir.file(workers == 1 ? "w1" : "w3"),
                      .format = "jsonl", .workers = workers, .out_format = "megatron"},
                     tok, log);
   for (const char* ext : {".bin", ".idx"})
