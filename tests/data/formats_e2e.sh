@@ -82,6 +82,8 @@ run v7 "$dir/v7.bin"
 run m8 "$dir/m8"            # uint16, raw reads; named by its prefix
 run m4 "$dir/m4.idx"        # int32, raw reads; named by its index
 run m5 "$dir/m5.bin"        # int64, converted on the host; named by its data file
+run mglob "$dir/m4.[bi][in][nx]"   # a glob matching both files of the pair: one dataset
+grep -q "tetra: data: train 1 shard," "$dir/mglob.log" || { cat "$dir/mglob.log" >&2; echo "formats_e2e: the pair counted twice" >&2; exit 1; }
 "$tetra" train "$dir/cfg.yaml" --set run.name=blend \
   --set "data.train=[{path: $dir/m8, weight: 0.5}, {path: $dir/v7.bin, weight: 0.3}, {path: $dir/ref.h5, weight: 0.2}]" \
   > "$dir/blend.log" 2>&1 || { cat "$dir/blend.log" >&2; echo "formats_e2e: a blend of the three formats failed" >&2; exit 1; }
@@ -92,7 +94,7 @@ def losses(name):
     return [(r["step"], r["loss"]) for r in map(json.loads, open(f"{d}/runs/{name}/metrics.jsonl"))]
 ref = losses("ref")
 assert len(ref) == 6, ref
-for name in ("v1", "v7", "m8", "m4", "m5"):
+for name in ("v1", "v7", "m8", "m4", "m5", "mglob"):
     got = losses(name)
     if got != ref:  # the same ids in the same order: bit-identical losses
         sys.exit(f"formats_e2e: {name} trains differently from HDF5:\n{got}\n{ref}")
