@@ -31,13 +31,13 @@ Shard::~Shard() {
 
 void Shard::open_descriptor() {
   if (!raw() || fd_ >= 0) return;
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) TETRA_FAIL(Data, "cannot open dataset ", path, " for reading: ", std::strerror(errno));
+  fd_ = ::open(data_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) TETRA_FAIL(Data, "cannot open dataset ", data_path, " for reading: ", std::strerror(errno));
 }
 
 GdsFile& Shard::gds() {
   std::lock_guard<std::mutex> lock(gds_mutex_);
-  if (!gds_) gds_ = std::make_unique<GdsFile>(path);
+  if (!gds_) gds_ = std::make_unique<GdsFile>(data_path);
   return *gds_;
 }
 
@@ -136,6 +136,7 @@ int Corpus::open_shard(const std::string& path, const std::string& key) {
   if (model_vocab_ > 0) ds->check_vocab(model_vocab_);
   auto shard = std::make_unique<Shard>();
   shard->path = path;
+  shard->data_path = ds->data_path();
   shard->format = ds->format();
   shard->tokens = ds->size();
   shard->windows = ds->size() >= 1 ? (ds->size() - 1) / seq_len_ : 0;
@@ -150,11 +151,12 @@ int Corpus::open_shard(const std::string& path, const std::string& key) {
   if (shard->raw()) {
     // The raw bytes must all be in the file (an HDF5 file cut short keeps its header intact).
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0)
-      TETRA_FAIL(Data, "cannot stat dataset ", path, ": ", std::strerror(errno));
+    const std::string& raw_file = shard->data_path;
+    if (::stat(raw_file.c_str(), &st) != 0)
+      TETRA_FAIL(Data, "cannot stat dataset ", raw_file, ": ", std::strerror(errno));
     const int64_t need = shard->raw_offset + shard->tokens * shard->width;
     if (static_cast<int64_t>(st.st_size) < need)
-      TETRA_FAIL(Data, "dataset ", path, " is truncated: its ", shard->tokens, " tokens end at byte ", need,
+      TETRA_FAIL(Data, "dataset ", raw_file, " is truncated: its ", shard->tokens, " tokens end at byte ", need,
                  " but the file has ", static_cast<int64_t>(st.st_size), " bytes; re-create or re-download it");
   } else {
     shard->decoded_ = std::move(ds);  // HDF5 decodes (chunked, compressed or big-endian) on every read

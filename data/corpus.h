@@ -24,6 +24,7 @@ class GdsFile;
 // One token file, as the loader's readers need it.
 struct Shard {
   std::string path;
+  std::string data_path;     // the file raw reads open (TokenDataset::data_path(): PREFIX.bin of a Megatron dataset)
   std::string format;        // TokenDataset::format()
   int64_t tokens = 0;        // token count
   int64_t windows = 0;       // (tokens − 1) / T

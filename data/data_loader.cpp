@@ -27,7 +27,7 @@ DataLoader::DataLoader(const DataLoaderOptions& options) : o_(options) {
     // Register every file now: a file system without O_DIRECT or GDS support shows here, not mid-run.
     try {
       for (const auto& sh : corpus_->shards()) sh->gds();
-      gds_note_ = "files on " + filesystem_of(corpus_->shards().front()->path);
+      gds_note_ = "files on " + filesystem_of(corpus_->shards().front()->data_path);
     } catch (const Error& e) {
       if (o_.io == "gds") throw;
       io_.path = IoPath::Pinned;

@@ -31,8 +31,14 @@ struct DataSpec {
 // True when `pattern` holds glob characters (*, ?, [).
 bool is_glob(const std::string& pattern);
 
-// The files of one source, in order: each path as is (it must exist), each glob's matches sorted by
-// name (it must match at least one file). Duplicates are an error (a shard would be read twice as
+// The files `pattern` matches, sorted by name (not by locale), directories left out; a Data error
+// naming `key` when it matches no file or its directory cannot be read.
+std::vector<std::string> glob_sorted(const std::string& pattern, const std::string& key);
+
+// The files of one source, in order: each path as is (it must exist, or be the prefix of a Megatron
+// dataset), each glob's matches sorted by name (it must match at least one file; where it matches
+// both PREFIX.bin and PREFIX.idx of a Megatron dataset, the pair counts once, as PREFIX.idx).
+// Duplicates are an error (a shard would be read twice as
 // often as the others). Throws a Data error naming the key and the path or pattern.
 std::vector<std::string> expand_shards(const SourceSpec& source, const std::string& key);
 

@@ -34,6 +34,35 @@ int64_t single_value_space(hid_t space) {
   return n == 1 ? 1 : -1;
 }
 
+// The value of string attribute `name` (one string, fixed or variable length, space padding dropped).
+std::string read_string_attribute(hid_t attr, const std::string& name, const std::string& path) {
+  H5Handle type = h5_check_id(H5Aget_type(attr), "cannot read the type of attribute " + name, path);
+  H5Handle space = h5_check_id(H5Aget_space(attr), "cannot read the shape of attribute " + name, path);
+  if (H5Tget_class(type.get()) != H5T_STRING || single_value_space(space.get()) != 1)
+    TETRA_FAIL(Data, "attribute ", name, " in HDF5 file ", path, " must be one string, found ", describe_type(type.get()));
+  htri_t variable = H5Tis_variable_str(type.get());
+  if (variable < 0) h5_check(-1, "cannot read the type of attribute " + name, path);
+  H5Handle mem = h5_check_id(H5Tcopy(H5T_C_S1), "cannot make a string type", path);
+  h5_check(H5Tset_cset(mem.get(), H5Tget_cset(type.get())), "cannot set a string type's encoding", path);
+  std::string value;
+  if (variable > 0) {
+    h5_check(H5Tset_size(mem.get(), H5T_VARIABLE), "cannot make a string type", path);
+    char* s = nullptr;
+    h5_check(H5Aread(attr, mem.get(), &s), "cannot read attribute " + name, path);
+    value = s ? s : "";
+    if (s) H5free_memory(s);
+  } else {
+    size_t n = H5Tget_size(type.get());
+    h5_check(H5Tset_size(mem.get(), n + 1), "cannot make a string type", path);
+    h5_check(H5Tset_strpad(mem.get(), H5T_STR_NULLTERM), "cannot make a string type", path);
+    std::vector<char> buf(n + 1, '\0');
+    h5_check(H5Aread(attr, mem.get(), buf.data()), "cannot read attribute " + name, path);
+    value = buf.data();
+    while (!value.empty() && value.back() == ' ') value.pop_back();  // space-padded
+  }
+  return value;
+}
+
 }  // namespace
 
 Hdf5Dataset::Hdf5Dataset(const std::string& path) : TokenDataset(path) {
@@ -118,32 +147,9 @@ void Hdf5Dataset::read_attributes() {
     vocab_size_ = v;
   }
 
-  if (H5Handle attr = find("tokenizer"); attr.valid()) {
-    H5Handle type = h5_check_id(H5Aget_type(attr.get()), "cannot read the type of attribute tokenizer", path_);
-    H5Handle space = h5_check_id(H5Aget_space(attr.get()), "cannot read the shape of attribute tokenizer", path_);
-    if (H5Tget_class(type.get()) != H5T_STRING || single_value_space(space.get()) != 1)
-      TETRA_FAIL(Data, "attribute tokenizer in HDF5 file ", path_, " must be one string, found ",
-                 describe_type(type.get()));
-    htri_t variable = H5Tis_variable_str(type.get());
-    if (variable < 0) h5_check(-1, "cannot read the type of attribute tokenizer", path_);
-    H5Handle mem = h5_check_id(H5Tcopy(H5T_C_S1), "cannot make a string type", path_);
-    h5_check(H5Tset_cset(mem.get(), H5Tget_cset(type.get())), "cannot set a string type's encoding", path_);
-    if (variable > 0) {
-      h5_check(H5Tset_size(mem.get(), H5T_VARIABLE), "cannot make a string type", path_);
-      char* s = nullptr;
-      h5_check(H5Aread(attr.get(), mem.get(), &s), "cannot read attribute tokenizer", path_);
-      tokenizer_ = s ? s : "";
-      if (s) H5free_memory(s);
-    } else {
-      size_t n = H5Tget_size(type.get());
-      h5_check(H5Tset_size(mem.get(), n + 1), "cannot make a string type", path_);
-      h5_check(H5Tset_strpad(mem.get(), H5T_STR_NULLTERM), "cannot make a string type", path_);
-      std::vector<char> buf(n + 1, '\0');
-      h5_check(H5Aread(attr.get(), mem.get(), buf.data()), "cannot read attribute tokenizer", path_);
-      tokenizer_ = buf.data();
-      while (!tokenizer_.empty() && tokenizer_.back() == ' ') tokenizer_.pop_back();  // space-padded
-    }
-  }
+  if (H5Handle attr = find("tokenizer"); attr.valid()) tokenizer_ = read_string_attribute(attr.get(), "tokenizer", path_);
+  if (H5Handle attr = find("tokenizer_sha256"); attr.valid())
+    tokenizer_sha256_ = read_string_attribute(attr.get(), "tokenizer_sha256", path_);
 }
 
 void Hdf5Dataset::open_doc_offsets() {

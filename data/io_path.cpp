@@ -23,8 +23,9 @@ namespace {
 std::string gds_file_obstacle(const std::vector<FileLayout>& files) {
   for (const FileLayout& f : files)
     if (!f.raw)
-      return f.path + " is HDF5 with chunked, compressed or big-endian /tokens: HDF5 must decode it on the host "
-             "(rewrite it with `tetra data prepare` for a contiguous layout)";
+      return f.path + " is not raw-readable (HDF5 with chunked, compressed or big-endian /tokens, or a Megatron "
+             "dataset of a dtype other than uint16/int32): it is decoded on the host (rewrite it with `tetra data "
+             "prepare` for a contiguous layout)";
   for (const FileLayout& f : files)
     if (f.width != files.front().width)
       return "the files mix uint16 (" + (f.width == 2 ? f.path : files.front().path) + ") and uint32 (" +

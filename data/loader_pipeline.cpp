@@ -39,7 +39,7 @@ void LoaderPipeline::HintFiles::open(const Corpus& corpus) {
   for (size_t i = 0; i < fd.size(); ++i) {
     const Shard& sh = *corpus.shards()[i];
     if (!sh.raw()) continue;
-    fd[i] = ::open(sh.path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd[i] = ::open(sh.data_path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd[i] < 0 || fd[i] >= ceiling) {
       for (int& f : fd)
         if (f >= 0) ::close(f), f = -1;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "data/formats/megatron_dataset.h"
 #include "data/hdf5_dataset.h"
 #include "data/llmc_bin_dataset.h"
 #include "runtime/error.h"
@@ -22,6 +23,12 @@ bool has_bin_suffix(const std::string& path) {
 }  // namespace
 
 std::unique_ptr<TokenDataset> TokenDataset::open(const std::string& path) {
+  // A Megatron dataset is named by its prefix or either file; an llm.c shard with an index beside it
+  // is still read as llm.c (its magic decides below).
+  if (const std::string prefix = MegatronDataset::prefix_of(path); !prefix.empty()) {
+    if (std::filesystem::path(path).extension() != ".bin" || !LlmcBinDataset::has_magic(path))
+      return std::make_unique<MegatronDataset>(prefix);
+  }
   std::error_code ec;
   auto status = std::filesystem::status(path, ec);
   if (ec || !std::filesystem::exists(status))
@@ -45,7 +52,8 @@ std::unique_ptr<TokenDataset> TokenDataset::open(const std::string& path) {
     return std::make_unique<Hdf5Dataset>(path);
   int32_t first_word = 0;
   if (got >= 4) std::memcpy(&first_word, head, 4);
-  if (got >= 4 && first_word == LlmcBinDataset::kMagic) return std::make_unique<LlmcBinDataset>(path);
+  if (got >= 4 && (first_word == LlmcBinDataset::kMagic || first_word == LlmcBinDataset::kMagicV7))
+    return std::make_unique<LlmcBinDataset>(path);
 
   // HDF5 files with a user block carry the signature at 512, 1024, ... : let HDF5 look.
   silence_hdf5_errors();
@@ -56,9 +64,11 @@ std::unique_ptr<TokenDataset> TokenDataset::open(const std::string& path) {
     if (got < 4)
       TETRA_FAIL(Data, "llm.c shard ", path, " is truncated: ", got, " bytes, shorter than its 1024-byte header");
     TETRA_FAIL(Data, "llm.c shard ", path, " has wrong magic number ", first_word, " (expected ",
-               LlmcBinDataset::kMagic, "); it is not an llm.c token shard (model .bin files are not datasets)");
+               LlmcBinDataset::kMagic, " or ", LlmcBinDataset::kMagicV7, "), and no Megatron index ",
+               (std::filesystem::path(path).parent_path() / std::filesystem::path(path).stem()).string(),
+               ".idx lies beside it; it is not a token file (model .bin files are not datasets)");
   }
-  TETRA_FAIL(Data, "dataset ", path, " is neither an HDF5 file nor an llm.c .bin token shard (",
+  TETRA_FAIL(Data, "dataset ", path, " is neither an HDF5 file, an llm.c .bin token shard nor a Megatron dataset (",
              got == 0 ? "the file is empty" : "unrecognised first bytes",
              "); make one with `tetra data prepare`");
 }

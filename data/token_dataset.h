@@ -1,7 +1,9 @@
 // TokenDataset: a read-only stream of token ids stored in a file, read as int32 at any offset.
-// Two formats (ARCHITECTURE.md §6): HDF5 (`/tokens` uint16|uint32, attributes vocab_size and
-// tokenizer, optional `/doc_offsets`) and llm.c `.bin` shards (256-word int32 header, uint16 tokens).
-// `open` picks the format from the file's first bytes, not from its name. Every error names the file.
+// Formats (ARCHITECTURE.md §6, docs/data.md): HDF5 (`/tokens` uint16|uint32, attributes vocab_size
+// and tokenizer, optional `/doc_offsets`), llm.c `.bin` shards (256-word int32 header; version 1
+// uint16 tokens, version 7 uint32) and Megatron indexed datasets (PREFIX.idx + PREFIX.bin).
+// `open` picks the format from the file's first bytes (and a Megatron index beside a .bin), not from
+// its name alone. Every error names the file.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -18,16 +20,21 @@ class TokenDataset {
   TokenDataset(const TokenDataset&) = delete;
   TokenDataset& operator=(const TokenDataset&) = delete;
 
-  // Opens `path` as HDF5 (by its signature) or llm.c .bin (by its magic number) and validates
-  // its header / layout. Throws a Data error naming the file on anything unreadable or malformed.
+  // Opens `path` as HDF5 (by its signature), llm.c .bin (by its magic number) or a Megatron indexed
+  // dataset (PREFIX, PREFIX.idx or PREFIX.bin with PREFIX.idx beside it) and validates its layout. Throws a Data error naming the file on anything unreadable or malformed.
   static std::unique_ptr<TokenDataset> open(const std::string& path);
 
   const std::string& path() const { return path_; }
   int64_t size() const { return size_; }                 // number of tokens
   int64_t vocab_size() const { return vocab_size_; }     // as stored in the file; 0 if unknown (.bin)
   std::string tokenizer() const { return tokenizer_; }   // e.g. "byte"; "" if unknown
+  // Hex sha256 of the tokenizer's file, as `tetra data prepare` records it; "" if not recorded.
+  const std::string& tokenizer_sha256() const { return tokenizer_sha256_; }
   DType token_dtype() const { return token_dtype_; }     // storage type: U16 or U32
-  virtual std::string format() const = 0;                // "hdf5" or "llm.c .bin (version 1)"
+  virtual std::string format() const = 0;                // "hdf5", "llm.c .bin (version 1)", ...
+  // The file that holds the token bytes (contiguous_offset() is an offset into it): path() for
+  // HDF5 and llm.c, PREFIX.bin for a Megatron dataset.
+  virtual std::string data_path() const { return path_; }
 
   // Number of documents the file records (0 when it does not), and the start token of each,
   // ascending from 0 (empty when not recorded). Validated when read.
@@ -65,6 +72,7 @@ class TokenDataset {
   int64_t size_ = 0;
   int64_t vocab_size_ = 0;
   std::string tokenizer_;
+  std::string tokenizer_sha256_;
   DType token_dtype_ = DType::U16;
   int64_t contiguous_offset_ = -1;
   int64_t id_limit_ = 0;  // set from vocab_size_ by subclasses, narrowed by check_vocab

@@ -45,13 +45,29 @@ int main(int argc, char** argv) {
   auto* data = app.add_subcommand("data", "prepare and inspect token datasets");
   data->require_subcommand(1);
   tetra::data::PrepareOptions prep;
-  auto* prepare = data->add_subcommand("prepare", "tokenize text files into an HDF5 token dataset");
-  prepare->add_option("--input", prep.inputs, "input text files")->required();
-  prepare->add_option("--tokenizer", prep.tokenizer, "tokenizer: byte, PATH/tokenizer.json (Hugging Face) or PATH/tokenizer.model (SentencePiece)")->default_val("byte");
-  prepare->add_option("--out", prep.out, "output HDF5 file")->required();
-  std::string inspect_path;
-  auto* inspect = data->add_subcommand("inspect", "print a dataset's size, dtype, vocabulary and a sample");
-  inspect->add_option("path", inspect_path, "HDF5 dataset or llm.c .bin shard")->required();
+  auto* prepare = data->add_subcommand("prepare", "tokenize text or JSONL files into a token dataset (HDF5 or Megatron)");
+  prepare->add_option("--input", prep.inputs, "input files or globs (.gz and .zst are decompressed)")->required();
+  prepare->add_option("--format", prep.format, "text (a file is one document) or jsonl (one object per line)")
+      ->check(CLI::IsMember({"text", "jsonl"}))
+      ->default_val("text");
+  prepare->add_option("--field", prep.field, "the JSONL member holding the text")->default_val("text");
+  prepare->add_option("--tokenizer", prep.tokenizer, "tokenizer: byte, PATH/tokenizer.json (Hugging Face) or PATH/tokenizer.model (SentencePiece)")
+      ->default_val("byte");
+  std::string eos_token, bos_token;  // unset flags keep the tokenizer's own (PrepareOptions::eos/bos)
+  auto* eos_opt = prepare->add_option("--eos", eos_token, "end-of-document token, or none (default: the tokenizer's own)");
+  auto* bos_opt =
+      prepare->add_option("--bos", bos_token, "begin-of-document token, or none (default: as the tokenizer config says)");
+  prepare->add_option("--workers", prep.workers, "tokenizing threads (default: the machine's cores)")
+      ->check(CLI::PositiveNumber);
+  prepare->add_option("--out", prep.out, "output HDF5 file, or PREFIX with --out-format megatron")->required();
+  prepare->add_option("--out-format", prep.out_format, "hdf5 or megatron (PREFIX.bin + PREFIX.idx)")
+      ->check(CLI::IsMember({"hdf5", "megatron"}))
+      ->default_val("hdf5");
+  std::string inspect_path, inspect_tokenizer;
+  auto* inspect = data->add_subcommand("inspect", "print a dataset's size, documents, ids used and its start");
+  inspect->add_option("path", inspect_path, "HDF5 file, llm.c .bin shard, or Megatron PREFIX (.idx, .bin)")
+      ->required();
+  inspect->add_option("--tokenizer", inspect_tokenizer, "decode the first document's start with this tokenizer");
 
   auto* ckpt = app.add_subcommand("ckpt", "checkpoint tools");
   ckpt->require_subcommand(1);
@@ -92,11 +108,13 @@ int main(int argc, char** argv) {
     if (*train) return tetra::launch::train_command(config_path, overrides);
     if (*plan) return tetra::launch::plan_command(config_path, overrides, plan_options);
     if (*prepare) {
+      if (eos_opt->count() > 0) prep.eos = eos_token;
+      if (bos_opt->count() > 0) prep.bos = bos_token;
       tetra::data::prepare_dataset(prep, std::cout);
       return 0;
     }
     if (*inspect) {
-      tetra::data::inspect_dataset(inspect_path, std::cout);
+      tetra::data::inspect_dataset(inspect_path, std::cout, inspect_tokenizer);
       return 0;
     }
     if (*consolidate) return tetra::launch::consolidate_command(ckpt_dir, ckpt_out, ckpt_format, ckpt_dtype);

@@ -20,7 +20,7 @@ done
 # Building and training (scripts/run.sh): nothing here is only for tests.
 packages=(build-essential cmake ninja-build libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev
           libopenblas-dev nlohmann-json3-dev libcli11-dev pkg-config libpcre2-dev libicu-dev
-          libsentencepiece-dev)
+          libsentencepiece-dev zlib1g-dev libzstd-dev)
 if [ "$test_set" = 1 ]; then
   # GoogleTest; the tests' Python with PyTorch as the numerical oracle; `file` for CPack's
   # dependency scan in the package test (tests/install).

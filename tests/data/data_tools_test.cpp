@@ -70,7 +70,7 @@ TEST(DataTools, PrepareThenInspectRoundTripsRealText) {
                                 HasSubstr("tokens:     " + std::to_string(all.size())), HasSubstr("dtype:      uint16"),
                                 HasSubstr("vocab_size: 256"), HasSubstr("tokenizer:  byte"),
                                 HasSubstr("documents:  2"), HasSubstr("first 32 tokens:" + first + "\n"),
-                                HasSubstr("as text:    \"" + text + "\"")));
+                                HasSubstr("document 0: \"" + text)));
 }
 
 TEST(DataTools, PreparedFileIsReadableByH5pyAsContiguousUint16) {
@@ -144,7 +144,8 @@ TEST(DataTools, PrepareReplacesAnOldOutputAndAStaleTempFile) {
   EXPECT_EQ(d->doc_offsets(), (std::vector<int64_t>{0, 8}));
   std::ostringstream info;
   inspect_dataset(out, info);
-  EXPECT_THAT(info.str(), HasSubstr("as text:    \"second\\x01\\xfffirst version\\n\""));
+  // The start of the first document only, with where it ends.
+  EXPECT_THAT(info.str(), HasSubstr("document 0: \"second\\x01\\xff\" (8 of its 8 tokens, decoded by byte)"));
 }
 
 TEST(DataTools, InspectShowsBinShardsAndRejectsBadFiles) {
@@ -156,7 +157,7 @@ TEST(DataTools, InspectShowsBinShardsAndRejectsBadFiles) {
   EXPECT_THAT(info.str(), AllOf(HasSubstr("format:     llm.c .bin (version 1)"), HasSubstr("tokens:     4"),
                                 HasSubstr("vocab_size: unknown"), HasSubstr("tokenizer:  unknown"),
                                 HasSubstr("documents:  not recorded"), HasSubstr("first 4 tokens: 50256 464 2068 7586"),
-                                Not(HasSubstr("as text"))));
+                                Not(HasSubstr("document 0:"))));
   const std::string bad = dir.file("bad.bin");
   testing::write_bin(bad, {.tokens = {1, 2}, .magic = 7});
   EXPECT_THAT(error_of([&] { inspect_dataset(bad, info); }), AllOf(HasSubstr(bad), HasSubstr("wrong magic number 7")));

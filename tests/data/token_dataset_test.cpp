@@ -160,12 +160,12 @@ TEST(DataTokenDataset, MissingUnreadableOrForeignFilesAreRejected) {
   const std::string empty = dir.file("empty.h5");
   testing::write_raw(empty, "");
   EXPECT_THAT(error_of([&] { TokenDataset::open(empty); }),
-              AllOf(HasSubstr(empty), HasSubstr("neither an HDF5 file nor an llm.c .bin"), HasSubstr("empty")));
+              AllOf(HasSubstr(empty), HasSubstr("neither an HDF5 file, an llm.c .bin"), HasSubstr("empty")));
 
   const std::string text = dir.file("notes.txt");
   testing::write_raw(text, "just some text, not tokens\n");
   EXPECT_THAT(error_of([&] { TokenDataset::open(text); }),
-              AllOf(HasSubstr(text), HasSubstr("neither an HDF5 file nor an llm.c .bin")));
+              AllOf(HasSubstr(text), HasSubstr("neither an HDF5 file, an llm.c .bin")));
 
   if (::geteuid() != 0) {  // root reads files whatever their mode
     const std::string locked = dir.file("locked.bin");
