@@ -10,7 +10,7 @@
 #include "data/prepare/document_source.h"
 #include "data/prepare/jsonl_text.h"
 #include "data/prepare/tokenize_pool.h"
-#include "data/tokenizer.h"
+#include "data/tokenizers/tokenizer.h"
 #include "runtime/error.h"
 
 namespace tetra::data {

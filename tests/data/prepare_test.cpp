@@ -13,7 +13,7 @@
 #include "data/data_tools.h"
 #include "data/formats/megatron_dataset.h"
 #include "data/token_dataset.h"
-#include "data/tokenizer.h"
+#include "data/tokenizers/tokenizer.h"
 #include "data_fixtures.h"
 #include "runtime/error.h"
 
