@@ -208,8 +208,9 @@ TEST(HfTokenizer, DataPrepareTakesATokenizerFile) {
   testing::write_raw(dir.file("doc.txt"), "abc<eot> bc");
   const char* bin = std::getenv("TETRA_BIN");
   const std::string tetra = testing::shell_quote(bin ? bin : std::string(TETRA_BINARY_DIR) + "/tetra");
+  // The file has no tokenizer_config.json naming an end-of-document token: --eos none says so.
   const auto ok = testing::run_command(tetra + " data prepare --input " + dir.file("doc.txt") + " --tokenizer " + tok +
-                                       " --out " + dir.file("out.h5") + " 2>&1");
+                                       " --eos none --out " + dir.file("out.h5") + " 2>&1");
   ASSERT_EQ(ok.status, 0) << ok.output;
   auto d = TokenDataset::open(dir.file("out.h5"));
   EXPECT_EQ(d->vocab_size(), 8);
@@ -222,7 +223,7 @@ TEST(HfTokenizer, DataPrepareTakesATokenizerFile) {
   json.replace(json.find(from), from.size(), R"("normalizer": {"type": "Replace", "pattern": {"Regex": "a+"}, "content": "a"})");
   testing::write_raw(tok, json);
   const auto bad = testing::run_command(tetra + " data prepare --input " + dir.file("doc.txt") + " --tokenizer " + tok +
-                                        " --out " + dir.file("never.h5") + " 2>&1");
+                                        " --eos none --out " + dir.file("never.h5") + " 2>&1");
   EXPECT_EQ(bad.status, 1) << bad.output;
   EXPECT_THAT(bad.output, HasSubstr(tok + ": normalizer Replace with a Regex pattern is not supported"));
   EXPECT_FALSE(std::filesystem::exists(dir.file("never.h5")));
