@@ -66,6 +66,12 @@ int main(int argc, char** argv) {
   consolidate->add_option("--dtype", ckpt_dtype, "fp32 or bf16 (bf16: --format hf only)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->default_val("fp32");
+  tetra::launch::HfExportOptions hf_export;
+  consolidate->add_option("--tokenizer", hf_export.tokenizer_dir,
+                          "--format hf: copy the tokenizer files from this folder (default: model.init_from's)");
+  consolidate->add_option("--max-shard-size", hf_export.max_shard_size,
+                          "--format hf: split the weights into shards of at most this size (default 5GB; "
+                          "500MB, 2GiB, bytes)");
 
   std::string run_dir;
   std::string html_path;
@@ -99,7 +105,7 @@ int main(int argc, char** argv) {
       tetra::data::inspect_dataset(inspect_path, std::cout);
       return 0;
     }
-    if (*consolidate) return tetra::launch::consolidate_command(ckpt_dir, ckpt_out, ckpt_format, ckpt_dtype);
+    if (*consolidate) return tetra::launch::consolidate_command(ckpt_dir, ckpt_out, ckpt_format, ckpt_dtype, hf_export);
     if (*report) return tetra::launch::report_command(run_dir, html->count() > 0, html_path);
   } catch (const tetra::Error& e) {
     std::fflush(stdout);

@@ -24,9 +24,16 @@ int plan_command(const std::string& config_path, const std::vector<std::string>&
 struct Config;
 // The body of `tetra plan` for a resolved config planned at options.world ranks.
 void print_plan(const Config& cfg, const PlanOptions& options);
+// --format hf only: where the tokenizer files come from ("" = model.init_from's folder, if any) and
+// the shard size limit (launch/cli/hf_export.h).
+struct HfExportOptions {
+  std::string tokenizer_dir;
+  std::string max_shard_size;  // "" = 5GB
+};
 // format: hdf5 (one consolidated file) or hf (a Hugging Face folder); dtype: fp32, or bf16 for hf.
 int consolidate_command(const std::string& checkpoint_dir, const std::string& out_path,
-                        const std::string& format = "hdf5", const std::string& dtype = "fp32");
+                        const std::string& format = "hdf5", const std::string& dtype = "fp32",
+                        const HfExportOptions& hf = {});
 // html: also write the report page, to html_path (RUN_DIR/report.html when empty).
 int report_command(const std::string& run_dir, bool html = false, const std::string& html_path = "");
 
