@@ -73,6 +73,24 @@ int main(int argc, char** argv) {
                           "--format hf: split the weights into shards of at most this size (default 5GB; "
                           "500MB, 2GiB, bytes)");
 
+  tetra::launch::GenerateCommand gen;
+  auto* generate = app.add_subcommand("generate", "continue a prompt with a model (Hugging Face folder, "
+                                                  "consolidated file or checkpoint)");
+  generate->add_option("model", gen.model, "Hugging Face folder, consolidated .h5 file or RUN_DIR/checkpoints/step_N")
+      ->required();
+  generate->add_option("--prompt", gen.prompt, "the prompt as text (needs a tokenizer)");
+  generate->add_option("--prompt-ids", gen.prompt_ids, "the prompt as token ids: 1,2,3");
+  generate->add_option("--tokenizer", gen.tokenizer,
+                       "byte, a tokenizer.json or a SentencePiece .model (default: MODEL's tokenizer.json)");
+  generate->add_option("--max-new-tokens", gen.max_new_tokens, "at most this many new tokens (default 32)");
+  generate->add_flag("--greedy", gen.greedy, "the most likely token each time (the default)");
+  generate->add_option("--temperature", gen.temperature, "sampling: divide the logits by this");
+  generate->add_option("--top-k", gen.top_k, "sampling: keep the k most likely tokens");
+  generate->add_option("--top-p", gen.top_p, "sampling: keep the most likely tokens up to this probability");
+  generate->add_option("--seed", gen.seed, "sampling: the random seed (default 0)");
+  generate->add_flag("--json", gen.json, "print {\"ids\": [...], \"text\": ...} on one line");
+  generate->add_option("--device", gen.device, "cpu, cuda or auto (default: cuda when a GPU is visible)");
+
   std::string run_dir;
   std::string html_path;
   auto* report = app.add_subcommand("report", "print the goodput report of a run (finished or not)");
@@ -106,6 +124,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*consolidate) return tetra::launch::consolidate_command(ckpt_dir, ckpt_out, ckpt_format, ckpt_dtype, hf_export);
+    if (*generate) return tetra::launch::generate_command(gen);
     if (*report) return tetra::launch::report_command(run_dir, html->count() > 0, html_path);
   } catch (const tetra::Error& e) {
     std::fflush(stdout);
