@@ -82,6 +82,30 @@ int main(int argc, char** argv) {
   consolidate->add_option("--dtype", ckpt_dtype, "fp32 or bf16 (bf16: --format hf only)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->default_val("fp32");
+  tetra::launch::HfExportOptions hf_export;
+  consolidate->add_option("--tokenizer", hf_export.tokenizer_dir,
+                          "--format hf: copy the tokenizer files from this folder (default: model.init_from's)");
+  consolidate->add_option("--max-shard-size", hf_export.max_shard_size,
+                          "--format hf: split the weights into shards of at most this size (default 5GB; "
+                          "500MB, 2GiB, bytes)");
+
+  tetra::launch::GenerateCommand gen;
+  auto* generate = app.add_subcommand("generate", "continue a prompt with a model (Hugging Face folder, "
+                                                  "consolidated file or checkpoint)");
+  generate->add_option("model", gen.model, "Hugging Face folder, consolidated .h5 file or RUN_DIR/checkpoints/step_N")
+      ->required();
+  generate->add_option("--prompt", gen.prompt, "the prompt as text (needs a tokenizer)");
+  generate->add_option("--prompt-ids", gen.prompt_ids, "the prompt as token ids: 1,2,3");
+  generate->add_option("--tokenizer", gen.tokenizer,
+                       "byte, a tokenizer.json or a SentencePiece .model (default: MODEL's tokenizer.json)");
+  generate->add_option("--max-new-tokens", gen.max_new_tokens, "at most this many new tokens (default 32)");
+  generate->add_flag("--greedy", gen.greedy, "the most likely token each time (the default)");
+  generate->add_option("--temperature", gen.temperature, "sampling: divide the logits by this");
+  generate->add_option("--top-k", gen.top_k, "sampling: keep the k most likely tokens");
+  generate->add_option("--top-p", gen.top_p, "sampling: keep the most likely tokens up to this probability");
+  generate->add_option("--seed", gen.seed, "sampling: the random seed (default 0)");
+  generate->add_flag("--json", gen.json, "print {\"ids\": [...], \"text\": ...} on one line");
+  generate->add_option("--device", gen.device, "cpu, cuda or auto (default: cuda when a GPU is visible)");
 
   std::string run_dir;
   std::string html_path;
@@ -117,7 +141,8 @@ int main(int argc, char** argv) {
       tetra::data::inspect_dataset(inspect_path, std::cout, inspect_tokenizer);
       return 0;
     }
-    if (*consolidate) return tetra::launch::consolidate_command(ckpt_dir, ckpt_out, ckpt_format, ckpt_dtype);
+    if (*consolidate) return tetra::launch::consolidate_command(ckpt_dir, ckpt_out, ckpt_format, ckpt_dtype, hf_export);
+    if (*generate) return tetra::launch::generate_command(gen);
     if (*report) return tetra::launch::report_command(run_dir, html->count() > 0, html_path);
   } catch (const tetra::Error& e) {
     std::fflush(stdout);

@@ -4,6 +4,7 @@
 #include <functional>
 #include <utility>
 
+#include "models/kv_cache.h"
 #include "runtime/ops.h"
 
 namespace tetra {
@@ -77,7 +78,7 @@ void GptBlock::run_attention_half(MicroBatchContext& ctx, Saved& s) {
   s.att = ctx.activation({N, HD});
   s.lse = ctx.fp32({B, H, T});
   Tensor qkv3 = s.qkv.view({B, T, 3 * HD}), att3 = s.att.view({B, T, HD});
-  ops::attention_forward(att3, s.lse, qkv3, H);
+  causal_attention(ctx, block_, att3, s.lse, qkv3, H, H);
   s.x2 = ctx.residual({R, C});
   attn_proj_.forward_residual(s.x2, s.att, s.x);
 }

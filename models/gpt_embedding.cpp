@@ -22,8 +22,8 @@ GptEmbedding::GptEmbedding(const GptConfig& cfg, Param* wte) : cfg_(cfg), wte_(w
 }
 
 Tensor GptEmbedding::forward(MicroBatchContext& ctx, const Tensor& ids) {
-  TETRA_CHECK(ids.ndim() == 2 && ids.dim(1) <= cfg_.max_seq_len, "embedding: ids ", ids.describe(),
-              " (sequence longer than model.seq_len = ", cfg_.max_seq_len, "?)");
+  TETRA_CHECK(ids.ndim() == 2 && ctx.position + ids.dim(1) <= cfg_.max_seq_len, "embedding: ids ", ids.describe(),
+              " from position ", ctx.position, " (sequence longer than model.seq_len = ", cfg_.max_seq_len, "?)");
   Tensor y = lookup_.forward(ctx, ids);
   if (ctx.training) ctx.slot<EmbeddingActivations>(index_).ids = ids;
   return y;

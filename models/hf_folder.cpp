@@ -1,6 +1,8 @@
 #include "models/hf_folder.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -113,14 +115,70 @@ class HfFolderSource : public WeightSource {
 
 std::unique_ptr<WeightSource> open_hf_folder(const std::string& dir) { return std::make_unique<HfFolderSource>(dir); }
 
-void write_hf_folder(const std::string& dir, Model& model, const std::vector<Tensor>& values, DType dtype) {
-  TETRA_CHECK(dtype == DType::F32 || dtype == DType::BF16, "write_hf_folder: dtype ", dtype_name(dtype));
+std::vector<size_t> plan_shards(const std::vector<int64_t>& bytes, int64_t max_bytes) {
+  TETRA_CHECK(max_bytes > 0, "plan_shards: max_bytes ", max_bytes);
+  std::vector<size_t> shard(bytes.size());
+  size_t current = 0;
+  int64_t filled = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (filled > 0 && filled + bytes[i] > max_bytes) {
+      ++current;
+      filled = 0;
+    }
+    shard[i] = current;
+    filled += bytes[i];
+  }
+  return shard;
+}
+
+namespace {
+
+void write_json_file(const fs::path& file, const nlohmann::json& j) {
+  std::ofstream out(file, std::ios::trunc);
+  out << j.dump(2) << "\n";
+  out.flush();
+  if (!out) TETRA_FAIL(Checkpoint, "cannot write ", file.string(), ": ", std::strerror(errno));
+}
+
+std::string shard_name(size_t i, size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return buf;
+}
+
+// The weights into `d`: model.safetensors, or shards (tensors sorted by name, as the index lists
+// them) and model.safetensors.index.json.
+void write_weights(const fs::path& d, std::vector<safetensors::NamedTensor> tensors, DType dtype, int64_t max_bytes) {
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::vector<int64_t> bytes;
+  int64_t total = 0;
+  for (const auto& t : tensors) {
+    bytes.push_back(t.value.numel() * static_cast<int64_t>(dtype_size(dtype)));
+    total += bytes.back();
+  }
+  const std::vector<size_t> shard = plan_shards(bytes, max_bytes);
+  const size_t n = shard.empty() ? 1 : shard.back() + 1;
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  if (n == 1) {
+    safetensors::write((d / "model.safetensors").string(), tensors, dtype, meta);
+    return;
+  }
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t s = 0, i = 0; s < n; ++s) {
+    std::vector<safetensors::NamedTensor> part;
+    for (; i < tensors.size() && shard[i] == s; ++i) {
+      weight_map[tensors[i].name] = shard_name(s, n);
+      part.push_back(std::move(tensors[i]));
+    }
+    safetensors::write((d / shard_name(s, n)).string(), part, dtype, meta);
+  }
+  write_json_file(d / "model.safetensors.index.json",
+                  {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
+}
+
+void write_folder_contents(const fs::path& d, Model& model, const std::vector<Tensor>& values, DType dtype,
+                           const HfFolderExtras& extras) {
   std::vector<Param*> params = model.params();
-  TETRA_CHECK(values.size() == params.size(), "write_hf_folder: ", values.size(), " tensors for ", params.size(),
-              " parameters");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) TETRA_FAIL(Checkpoint, "cannot create the folder ", dir, ": ", ec.message());
   std::vector<safetensors::NamedTensor> tensors;
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& v = values[i];
@@ -128,19 +186,49 @@ void write_hf_folder(const std::string& dir, Model& model, const std::vector<Ten
                 "write_hf_folder: ", params[i]->name, " given ", v.describe());
     for (const StoredTensor& t : stored_tensors(*params[i])) tensors.push_back({t.name, to_stored(t, v)});
   }
-  const fs::path d(dir);
-  safetensors::write((d / "model.safetensors").string(), tensors, dtype, {{"format", "pt"}});
+  write_weights(d, std::move(tensors), dtype, extras.max_shard_bytes);
   nlohmann::json config = model.hf_config();
+  for (auto it = extras.config_fields.begin(); it != extras.config_fields.end(); ++it)
+    if (!config.contains(it.key())) config[it.key()] = it.value();
   config["torch_dtype"] = dtype == DType::BF16 ? "bfloat16" : "float32";
-  const std::string tmp = (d / "config.json.tmp").string();
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << config.dump(2) << "\n";
-    out.flush();
-    if (!out) TETRA_FAIL(Checkpoint, "cannot write ", tmp, ": ", std::strerror(errno));
+  write_json_file(d / "config.json", config);
+  for (const auto& [name, j] : extras.json_files) write_json_file(d / name, j);
+  std::error_code ec;
+  for (const std::string& src : extras.copy_files) {
+    fs::copy_file(src, d / fs::path(src).filename(), fs::copy_options::overwrite_existing, ec);
+    if (ec) TETRA_FAIL(Checkpoint, "cannot copy ", src, " into the folder: ", ec.message());
   }
-  fs::rename(tmp, d / "config.json", ec);
-  if (ec) TETRA_FAIL(Checkpoint, "cannot rename ", tmp, ": ", ec.message());
+}
+
+}  // namespace
+
+void write_hf_folder(const std::string& dir, Model& model, const std::vector<Tensor>& values, DType dtype,
+                     const HfFolderExtras& extras) {
+  TETRA_CHECK(dtype == DType::F32 || dtype == DType::BF16, "write_hf_folder: dtype ", dtype_name(dtype));
+  TETRA_CHECK(values.size() == model.params().size(), "write_hf_folder: ", values.size(), " tensors for ",
+              model.params().size(), " parameters");
+  std::error_code ec;
+  const fs::path d = fs::absolute(dir, ec).lexically_normal();
+  const fs::path final_dir = d.filename().empty() ? d.parent_path() : d;
+  if (fs::exists(final_dir, ec) && !(fs::is_directory(final_dir, ec) && fs::is_empty(final_dir, ec)))
+    TETRA_FAIL(Checkpoint, dir, ": exists and is not an empty folder; remove it or choose another output folder");
+  const fs::path tmp = final_dir.parent_path() / ("." + final_dir.filename().string() + ".tmp");
+  fs::remove_all(tmp, ec);  // what an interrupted export left
+  fs::create_directory(tmp, ec);
+  if (ec) TETRA_FAIL(Checkpoint, "cannot create the folder ", tmp.string(), ": ", ec.message());
+  try {
+    write_folder_contents(tmp, model, values, dtype, extras);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  fs::remove(final_dir, ec);  // an empty folder, or nothing
+  fs::rename(tmp, final_dir, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove_all(tmp, ec);
+    TETRA_FAIL(Checkpoint, "cannot rename ", tmp.string(), " to ", final_dir.string(), ": ", why);
+  }
 }
 
 }  // namespace tetra

@@ -15,7 +15,8 @@
 
 namespace tetra {
 
-class MoeMlp;  // models/moe_mlp.h
+class MoeMlp;   // models/moe_mlp.h
+class KvCache;  // models/kv_cache.h
 
 // What a layer keeps between its forward and backward for one micro-batch.
 struct Activations {
@@ -72,6 +73,14 @@ class MicroBatchContext {
   // batch (the MoE balance loss), in units of the summed per-token losses, so the trainer adds it to
   // the loss sum it divides by the global batch's tokens.
   Tensor aux_loss;
+
+  // Generation (models/generation.h): the keys and values of earlier positions, which this pass's
+  // attention reads and extends (null in training and evaluation); `position` is where this pass's
+  // tokens start in their sequences (rotary angles, learned positions). With targets undefined the
+  // output layer writes `logits` fp32-or-activation-dtype [N, V] instead of the losses.
+  KvCache* kv_cache = nullptr;
+  int64_t position = 0;
+  Tensor logits;
 
   // The slot of layer `index`, created on first use.
   template <class A>

@@ -3,12 +3,14 @@
 #include <cmath>
 #include <functional>
 
+#include "models/kv_cache.h"
 #include "runtime/ops.h"
 
 namespace tetra {
 
 void LlamaAttention::init(const LlamaConfig& cfg, const std::string& p, int layer) {
   cfg_ = cfg;
+  layer_ = layer;
   const int64_t C = cfg.d_model, H = cfg.n_heads, Hkv = cfg.kv_heads(), D = cfg.head_dim();
   // The projection into the residual stream scaled by 1/sqrt(2·layers), as LlamaBlock does.
   const float resid_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg.n_layers));
@@ -41,11 +43,11 @@ Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
   s.h1_in = qkv_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.h1;
   qkv_proj_.forward(s.qkv, s.h1, &s.h1_in);
   Tensor qkv3 = s.qkv.view({B, T, Q});
-  ops::rope_forward(qkv3, H, Hkv, cfg_.rope_theta);
+  ops::rope_forward(qkv3, H, Hkv, cfg_.rope_theta, ctx.position);
   s.att = ctx.activation({N, HD});
   s.lse = ctx.fp32({B, H, T});
   Tensor att3 = s.att.view({B, T, HD});
-  ops::attention_forward(att3, s.lse, qkv3, H, Hkv);
+  causal_attention(ctx, layer_, att3, s.lse, qkv3, H, Hkv);
   Tensor x2 = ctx.residual({R, C});
   o_proj_.forward_residual(x2, s.att, s.x);
   return x2;

@@ -54,6 +54,7 @@ class LlamaAttention {
   int64_t local_kv_heads() const { return (qkv_proj_.out_features() / cfg_.head_dim() - local_heads()) / 2; }
 
   LlamaConfig cfg_;
+  int layer_ = 0;  // the owning Layer's index: its key/value cache when generating (models/kv_cache.h)
   RMSNorm input_norm_;
   Linear qkv_proj_, o_proj_;
 };

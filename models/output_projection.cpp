@@ -14,6 +14,12 @@ Tensor OutputProjection::forward(MicroBatchContext& ctx, const Tensor& xn, Tenso
     tp->column_forward(logits, xn, &x_full, weight->value, Tensor());
   else
     ops::linear_forward(logits, x_full, weight->value, Tensor());
+  if (!ctx.targets.defined()) {  // generation: the logits themselves (models/generation.h)
+    TETRA_CHECK(!tp, "the output layer: logits without targets are for one tensor-parallel rank only");
+    ctx.logits = logits;
+    ctx.losses = Tensor();
+    return Tensor();
+  }
   ctx.losses = ctx.fp32({N});
   Tensor targets = ctx.targets.flatten();
   if (tp) {

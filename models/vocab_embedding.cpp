@@ -6,7 +6,9 @@ namespace tetra {
 
 Tensor VocabEmbedding::forward(MicroBatchContext& ctx, const Tensor& ids) const {
   const int64_t N = ids.numel(), C = weight->full_shape.at(1);
-  const Tensor wpe = positions ? positions->value : Tensor();
+  // Positions from ctx.position on (generation after a cached prefix; 0 otherwise).
+  Tensor wpe = positions ? positions->value : Tensor();
+  if (wpe.defined() && ctx.position > 0) wpe = wpe.narrow(ctx.position, wpe.dim(0) - ctx.position);
   if (!tp) {
     Tensor y = ctx.residual({N, C});  // the residual stream starts here
     ops::embedding_forward(y, ids.flatten(), weight->value, wpe, ids.dim(1));

@@ -33,6 +33,20 @@ AttentionDims check_attention_forward_shapes(const char* op, const Tensor& out, 
   return d;
 }
 
+AttentionDims check_attention_decode_shapes(const char* op, const Tensor& out, const Tensor& cache, int64_t length,
+                                            int64_t n_heads, int64_t n_kv_heads) {
+  AttentionDims d = check_qkv(op, cache, n_heads, n_kv_heads);
+  check_dtype(op, "out", out, cache.dtype());
+  if (out.ndim() != 3 || out.dim(0) != d.B || out.dim(2) != d.H * d.D)
+    TETRA_FAIL(Internal, op, ": out must be [B, Tq, H·D] = [", d.B, ", Tq, ", d.H * d.D, "], got ", out.describe());
+  if (out.dim(1) < 1 || out.dim(1) > length || length > d.T)
+    TETRA_FAIL(Internal, op, ": ", out.dim(1), " queries, ", length, " cached rows of ", d.T,
+               " (need 1 ≤ Tq ≤ length ≤ T_max)");
+  check_same_device(op, {&out, &cache});
+  d.T = length;
+  return d;
+}
+
 AttentionDims check_attention_backward_shapes(const char* op, const Tensor& dqkv, const Tensor& dout,
                                               const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                               int64_t n_heads, int64_t n_kv_heads) {

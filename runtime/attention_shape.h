@@ -22,6 +22,10 @@ struct AttentionDims {
 
 AttentionDims check_attention_forward_shapes(const char* op, const Tensor& out, const Tensor& lse,
                                              const Tensor& qkv, int64_t n_heads, int64_t n_kv_heads);
+// attention_decode: cache [B, T_max, (H + 2·Hkv)·D], out [B, Tq, H·D] of its dtype, Tq ≤ length ≤ T_max.
+// T of the result is `length` (the keys attended).
+AttentionDims check_attention_decode_shapes(const char* op, const Tensor& out, const Tensor& cache, int64_t length,
+                                            int64_t n_heads, int64_t n_kv_heads);
 AttentionDims check_attention_backward_shapes(const char* op, const Tensor& dqkv, const Tensor& dout,
                                               const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                               int64_t n_heads, int64_t n_kv_heads);

@@ -22,6 +22,7 @@
   X(rmsnorm_backward)                                                                                \
   X(rope_forward)                                                                                    \
   X(rope_backward)                                                                                   \
+  X(attention_decode)                                                                                \
   X(swiglu_forward)                                                                                  \
   X(swiglu_backward)                                                                                 \
   X(moe_router_forward)                                                                              \

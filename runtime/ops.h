@@ -92,11 +92,12 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
 // ---------- rotary position embedding ----------
 // In place on the q and k heads of a fused qkv [B, T, (H + 2·Hkv)·D] (per token: q heads, then k
 // heads, then v heads, each head D contiguous values; v untouched). Hugging Face Llama's rotate-half
-// convention: for i < D/2 and the angle a = t·inv_freq[i] at position t (0 … T−1 within the sequence),
+// convention: for i < D/2 and the angle a = t·inv_freq[i] at position t (position … position + T−1:
+// row r of each sequence is at position + r; 0 in training, the cached length when decoding),
 // inv_freq[i] = 1 / theta^(2i/D) (fp32, as transformers computes it):
 //   x'[i] = x[i]·cos a − x[i + D/2]·sin a;   x'[i + D/2] = x[i + D/2]·cos a + x[i]·sin a.
 // Angles in fp32 on every backend (the same fp32 angle everywhere; sin/cos to fp32 rounding). D even.
-void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta);
+void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta, int64_t position = 0);
 // The transpose (inverse rotation) applied in place to dq and dk of dqkv (same layout); dv untouched.
 void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, float theta);
 
@@ -241,6 +242,12 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
                         int64_t n_heads, int64_t n_kv_heads);
 // Plain multi-head attention (n_kv_heads = n_heads): attention_forward(out, lse, qkv, n_heads) and
 // attention_backward(dqkv, dout, qkv, out, lse, n_heads), at the end of this file.
+// Decoding against a key/value cache (models/kv_cache.h): cache [B, T_max, (H + 2·Hkv)·D] holds qkv rows
+// as attention_forward reads them (q and k rotated), of which the first `length` are filled; the
+// queries are its rows length − Tq … length − 1, and query row r attends key rows 0 … r.
+// out [B, Tq, H·D] of the cache's dtype; fp32 scores and sums; scale 1/√D. Equals the last Tq rows
+// of attention_forward over the first `length` rows.
+void attention_decode(Tensor& out, const Tensor& cache, int64_t length, int64_t n_heads, int64_t n_kv_heads);
 
 // ---------- loss ----------
 // Fused softmax cross-entropy. logits[N, V], targets int32[N] (target < 0: ignored, loss 0).

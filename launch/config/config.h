@@ -230,6 +230,10 @@ struct LogConfig {
   double peak_tflops = 0;            // per-device peak for MFU; 0 = from the device
   int profile_steps = 0;             // trace the last N steps into trace.json; 0 = off
   bool tensorboard = false;          // rank 0 also writes RUN_DIR/tensorboard/events.out.tfevents.*
+  int sample_every = 0;              // rank 0 prints the model's continuation of sample_prompt; 0 = off
+  std::string sample_prompt;         // text, encoded by sample_tokenizer
+  int sample_tokens = 32;            // new tokens per sample (greedy)
+  std::string sample_tokenizer;      // make_tokenizer's spec; "" = model.init_from's tokenizer.json, else byte
 };
 
 // Where each key's value came from, so that errors can point at the line to fix.

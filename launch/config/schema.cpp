@@ -206,6 +206,12 @@ std::vector<Field> log_fields() {
     {KEY(log, peak_tflops, Float), .lo = 0, .note = "0 = from the device"},
     {KEY(log, profile_steps, Int), .lo = 0, .hi = kIntMax, .note = "0 = off"},
     {KEY(log, tensorboard, Bool), .note = "TensorBoard event files in RUN_DIR/tensorboard"},
+    {KEY(log, sample_every, Int), .lo = 0, .hi = kIntMax,
+     .note = "print a greedy continuation of log.sample_prompt every N steps; 0 = off"},
+    {KEY(log, sample_prompt, String), .note = "the samples' prompt, as text"},
+    {KEY(log, sample_tokens, Int), .lo = 1, .hi = kIntMax, .note = "new tokens per sample"},
+    {KEY(log, sample_tokenizer, String),
+     .note = "byte, a tokenizer.json or a SentencePiece .model; empty = model.init_from's tokenizer.json, else byte"},
   };
 }
 

@@ -384,6 +384,24 @@ void check_step_modes(const Config& c) {
          "not supported with parallel.zero_stage 3 (use stage 0, 1 or 2, or set train.cuda_graphs: false)");
 }
 
+// log.sample_every: rank 0 generates with the whole model in its own memory (models/generation.h).
+void check_samples(const Config& c) {
+  if (c.log.sample_every == 0) return;
+  if (c.log.sample_prompt.empty())
+    fail(c, {"log.sample_prompt", "log.sample_every"}, "is empty; give the text the samples continue");
+  const ParallelConfig& p = c.parallel;
+  for (const auto& [key, size] : {std::pair<const char*, int>{"parallel.pp", p.pp}, {"parallel.tp", p.tp},
+                                  {"parallel.ep", p.ep}})
+    if (size > 1)
+      fail(c, {"log.sample_every", key},
+           std::string("samples need the whole model on rank 0, which ") + key + " " + str(size) +
+               " splits; set log.sample_every: 0, or sample from a checkpoint with `tetra generate`");
+  if (p.zero_stage == 3)
+    fail(c, {"log.sample_every", "parallel.zero_stage"},
+         "samples need the whole model on rank 0, which ZeRO-3 shards; set log.sample_every: 0, or sample from a "
+         "checkpoint with `tetra generate`");
+}
+
 // data.train / data.val read as data sources (launch/config/data.h) and their combinations.
 void check_data(const Config& c) {
   const data::DataSpec val = data_spec(c.data.val, "data.val");
@@ -412,6 +430,7 @@ void validate(const Config& cfg, int world_size) {
   check_optimizer(cfg);
   check_device(cfg);
   check_step_modes(cfg);
+  check_samples(cfg);
   check_data(cfg);
 }
 

@@ -41,6 +41,7 @@ Trainer::Trainer(const Config& cfg, const LaunchEnvironment& env, MpiCommunicato
                                                  p.metrics.get(), p.tensorboard.get(), p.run_info, *p.comm,
                                                  p.p2p.get(), p.loader->tokens_per_step(), start_step_,
                                                  std::move(moe_blocks));
+  if (cfg_.log.sample_every > 0) samples_ = std::make_unique<TextSamples>(cfg_, p.device, p.act_dtype);
   device_synchronize(p.device);
   // The measured peak covers the steps; start-up (which may hold the full weights once) apart.
   p.startup_peak_bytes = static_cast<double>(peak_allocated_bytes(p.device));
@@ -215,7 +216,7 @@ bool Trainer::may_run_ahead(int64_t step) const {
   // train.run_ahead auto: on a GPU only (CPU ops run as they are issued: nothing to overlap).
   if (cfg_.train.run_ahead == Switch::Off || (cfg_.train.run_ahead == Switch::Auto && parts_->device.is_cpu()))
     return false;
-  if (step + 1 >= cfg_.train.steps || eval_due(step) || checkpoint_due(step)) return false;
+  if (step + 1 >= cfg_.train.steps || eval_due(step) || checkpoint_due(step) || sample_due(step)) return false;
   if (cfg_.log.profile_steps > 0 && step + 1 >= cfg_.train.steps - cfg_.log.profile_steps) return false;
   return !parts_->faults.blocks_run_ahead(step + 1);  // a drill acts after this step, or inside the next
 }
@@ -292,6 +293,7 @@ int Trainer::run_steps() {
       if (ledger) ledger->eval(e0, ledger->now(), step + 1);
     }
     if (is_rank0()) accounting_->log(step, r, seconds, val_loss, tokens_seen_);
+    if (is_rank0() && sample_due(step)) samples_->print(*parts_->model, step, std::cout);
     if (r.stop_nonfinite) {
       nonfinite = true;
       // The step launched ahead changed nothing (the device control halts every update after a

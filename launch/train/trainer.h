@@ -17,6 +17,7 @@
 #include "launch/train/builder.h"
 #include "launch/train/step_accounting.h"
 #include "launch/train/step_state.h"
+#include "launch/train/text_samples.h"
 #include "runtime/mpi_communicator.h"
 
 namespace tetra::launch {
@@ -48,6 +49,7 @@ class Trainer {
   bool may_run_ahead(int64_t step) const;  // step + 1 may be launched before step is finished
   bool eval_due(int64_t step) const;
   bool checkpoint_due(int64_t step) const;
+  bool sample_due(int64_t step) const { return samples_ && samples_->due(step); }
   // Waits for a launched step's outcome on the host, for at most run.comm_timeout_s (a peer that
   // stopped leaves the collectives of the step waiting forever on the device).
   const double* wait_readback(int64_t step);
@@ -96,6 +98,7 @@ class Trainer {
   MpiCommunicator& world_;
   std::unique_ptr<TrainingParts> parts_;
   std::unique_ptr<StepState> state_;
+  std::unique_ptr<TextSamples> samples_;  // log.sample_every (null when off)
   std::unique_ptr<StepAccounting> accounting_;
   bool poison_grad_ = false;  // a nan_grad drill acts in this step's first weight gradient
   int64_t start_step_ = 0;    // steps already done (resume)

@@ -32,7 +32,7 @@ struct InvFreq {
 template <int V, class T>
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(T* qkv, int64_t rows, int T_len, int width, int rotated, int D, const __grid_constant__ InvFreq inv,
-                float sign) {
+                float sign, int position) {
   const int half = D / 2;
   const int chunks = half / V;                                        // thread slots per head's pairs
   const int groups = (rotated + kHeadsPerThread - 1) / kHeadsPerThread;  // head groups per token
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kRopeThreads)
     const int64_t rest = item / chunks;
     const int group = static_cast<int>(rest % groups);
     const int64_t row = rest / groups;
-    const float t = static_cast<float>(row % T_len);
+    const float t = static_cast<float>(position + static_cast<int>(row % T_len));
     const int i0 = chunk * V;
     float c[V], s[V];
 #pragma unroll
@@ -72,12 +72,12 @@ __global__ void __launch_bounds__(kRopeThreads)
 }
 
 void rope(const char* op, const char* what, Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta,
-          float sign) {
+          float sign, int64_t position) {
   const AttentionDims d = check_rope_args(op, what, qkv, n_heads, n_kv_heads, theta);
   check_cuda_float(op, what, qkv);
   const int64_t rows = d.B * d.T;
   if (rows == 0) return;
-  if (d.qkv_stride() > (int64_t{1} << 30) || d.T > (int64_t{1} << 30))
+  if (d.qkv_stride() > (int64_t{1} << 30) || d.T + position > (int64_t{1} << 30))
     TETRA_FAIL(Internal, op, ": ", what, " ", qkv.describe(), " is too wide for the RoPE kernel");
   InvFreq inv{};
   const std::vector<float> f = rope_inv_freq(d.D, theta);
@@ -100,23 +100,23 @@ void rope(const char* op, const char* what, Tensor& qkv, int64_t n_heads, int64_
     if (vec)
       rope_kernel<8, T><<<blocks, kRopeThreads, 0, stream>>>(p, rows, static_cast<int>(d.T),
                                                               static_cast<int>(d.qkv_stride()), rotated,
-                                                              static_cast<int>(d.D), inv, sign);
+                                                              static_cast<int>(d.D), inv, sign, static_cast<int>(position));
     else
       rope_kernel<1, T><<<blocks, kRopeThreads, 0, stream>>>(p, rows, static_cast<int>(d.T),
                                                               static_cast<int>(d.qkv_stride()), rotated,
-                                                              static_cast<int>(d.D), inv, sign);
+                                                              static_cast<int>(d.D), inv, sign, static_cast<int>(position));
     TETRA_CUDA_CHECK_LAUNCH();
   });
 }
 
 }  // namespace
 
-void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta) {
-  rope("rope_forward", "qkv", qkv, n_heads, n_kv_heads, theta, 1.0f);
+void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta, int64_t position) {
+  rope("rope_forward", "qkv", qkv, n_heads, n_kv_heads, theta, 1.0f, position);
 }
 
 void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, float theta) {
-  rope("rope_backward", "dqkv", dqkv, n_heads, n_kv_heads, theta, -1.0f);
+  rope("rope_backward", "dqkv", dqkv, n_heads, n_kv_heads, theta, -1.0f, 0);
 }
 
 }  // namespace tetra::cuda

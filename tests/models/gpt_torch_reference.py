@@ -5,7 +5,7 @@ with Hugging Face GPT2LMHeadModel's parameter names and layouts (Conv1D weights 
 Writes into OUT_DIR:
   weights.h5  consolidated checkpoint (random weights, non-trivial norms and biases)
   tokens.h5   a token dataset (/tokens uint16, attributes vocab_size, tokenizer)
-  ref.h5      loss0 and every parameter's gradient (HF name and layout) for the first global
+  ref.h5      greedy (a 5-token prompt and its 8-token greedy continuation), loss0 and every parameter's gradient (HF name and layout) for the first global
               batch, and the per-step losses of STEPS AdamW steps with clipping and weight decay
 """
 import argparse, math, os
@@ -79,7 +79,7 @@ def batch(step):  # shuffle off: step s uses windows [s·B, (s+1)·B), window w 
 def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
-def forward(P, idx, tgt):
+def forward(P, idx, tgt=None):  # the loss, or the logits [B, T, V] without targets
     B_, T_ = idx.shape
     x = P["transformer.wte.weight"][idx] + P["transformer.wpe.weight"][:T_]
     mask = torch.tril(torch.ones(T_, T_, dtype=torch.bool))
@@ -99,7 +99,16 @@ def forward(P, idx, tgt):
         x = x + y @ P[h + "mlp.c_proj.weight"] + P[h + "mlp.c_proj.bias"]
     x = F.layer_norm(x, (C,), P["transformer.ln_f.weight"], P["transformer.ln_f.bias"], 1e-5)
     logits = x @ P["transformer.wte.weight"].t()
-    return F.cross_entropy(logits.view(-1, V), tgt.reshape(-1))
+    return logits if tgt is None else F.cross_entropy(logits.view(-1, V), tgt.reshape(-1))
+
+# ---- greedy continuation of the first window's first 5 tokens, 8 tokens, each the argmax of the
+# last position's logits over the whole sequence recomputed (no cache), in float64 ---------------
+GREEDY_PROMPT, GREEDY_NEW = 5, 8
+with torch.no_grad():
+    seq = [int(t) for t in tokens[:GREEDY_PROMPT]]
+    for _ in range(GREEDY_NEW):
+        seq.append(int(forward(params, torch.tensor([seq]))[0, -1].argmax()))
+greedy = np.array(seq, dtype=np.int32)
 
 # ---- gradients of the first global batch --------------------------------------------------------
 x0, y0 = batch(0)
@@ -107,6 +116,7 @@ loss0 = forward(params, x0, y0)
 loss0.backward()
 with h5py.File(os.path.join(a.out_dir, "ref.h5"), "w") as f:
     f["loss0"] = np.array([loss0.item()])
+    f["greedy"] = greedy  # prompt (GREEDY_PROMPT ids) and continuation
     for k, v in params.items():
         f["grad/" + k] = v.grad.numpy()
     # ---- STEPS of AdamW, PyTorch semantics --------------------------------------------------------

@@ -122,6 +122,13 @@ TEST(GptTorch, LossAndEveryGradientMatch) {
   EXPECT_EQ(checked, 2 + 12 * 2 + 2);  // wte, wpe; 12 per block; ln_f weight and bias
 }
 
+// Generation with the key/value cache (learned positions from the cached length on) continues the
+// reference's prompt as the float64 reference does greedily, token for token.
+TEST(GptTorch, GreedyGenerationMatches) {
+  ReferenceRun run = run_reference_batch(tiny_config(), /*copy_grads=*/false);
+  tetra::torchref::expect_reference_greedy(*run.model, reference_dir());
+}
+
 TEST(GptTorch, TenAdamWStepsMatchTheLossCurve) {
   const fs::path dir = reference_dir();
   const fs::path run = dir / "runs";

@@ -7,7 +7,7 @@ Writes into OUT_DIR:
   weights.h5  consolidated checkpoint (HF names, `arch` and HF config attributes)
   hf/         the same weights as a Hugging Face folder (config.json + model.safetensors, F32)
   tokens.h5   a token dataset (/tokens uint16, attributes vocab_size, tokenizer)
-  ref.h5      loss0 and every tensor's gradient (grad/NAME) for the first global batch; the losses
+  ref.h5      greedy (a 5-token prompt and its 8-token greedy continuation), loss0 and every tensor's gradient (grad/NAME) for the first global batch; the losses
               and gradient norms of STEPS AdamW steps with clipping and weight decay; and the
               weights after them (final/NAME)
 """
@@ -120,7 +120,7 @@ def repeat_kv(x, n):  # [B, Hkv, T, D] -> [B, Hkv·n, T, D]
     return x[:, :, None].expand(x.shape[0], x.shape[1], n, x.shape[2], x.shape[3]).reshape(
         x.shape[0], x.shape[1] * n, x.shape[2], x.shape[3])
 
-def forward(P, idx, tgt):
+def forward(P, idx, tgt=None):  # the loss, or the logits [B, T, V] without targets
     B_, T_ = idx.shape
     x = P["model.embed_tokens.weight"][idx]
     mask = torch.tril(torch.ones(T_, T_, dtype=torch.bool))
@@ -144,7 +144,16 @@ def forward(P, idx, tgt):
     x = rms_norm(x, P["model.norm.weight"])
     out = P["model.embed_tokens.weight"] if a.tied else P["lm_head.weight"]
     logits = x @ out.t()
-    return F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
+    return logits if tgt is None else F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
+
+# ---- greedy continuation of the first window's first 5 tokens, 8 tokens, each the argmax of the
+# last position's logits over the whole sequence recomputed (no cache), in float64 ---------------
+GREEDY_PROMPT, GREEDY_NEW = 5, 8
+with torch.no_grad():
+    seq = [int(t) for t in tokens[:GREEDY_PROMPT]]
+    for _ in range(GREEDY_NEW):
+        seq.append(int(forward(params, torch.tensor([seq]))[0, -1].argmax()))
+greedy = np.array(seq, dtype=np.int32)
 
 # ---- gradients of the first global batch, then STEPS of AdamW --------------------------------------
 x0, y0 = batch(0)
@@ -152,6 +161,7 @@ loss0 = forward(params, x0, y0)
 loss0.backward()
 with h5py.File(os.path.join(a.out_dir, "ref.h5"), "w") as f:
     f["loss0"] = np.array([loss0.item()])
+    f["greedy"] = greedy  # prompt (GREEDY_PROMPT ids) and continuation
     for k, v in params.items():
         f["grad/" + k] = v.grad.numpy()
     for v in params.values():

@@ -104,6 +104,13 @@ TEST_P(LlamaTorch, TenAdamWStepsMatchLossNormAndFinalWeights) {
 }
 
 // Recomputation changes what is kept, never the result: mlp and full equal none bit for bit.
+// Generation with the key/value cache continues the reference's prompt as the float64 reference
+// does greedily, token for token.
+TEST_P(LlamaTorch, GreedyGenerationMatches) {
+  LlamaRun run = run_reference_batch(GetParam());
+  expect_reference_greedy(*run.model, reference_dir(GetParam()));
+}
+
 TEST_P(LlamaTorch, RecomputeGivesTheSameGradients) {
   const Variant& v = GetParam();
   std::vector<LlamaRun> runs;

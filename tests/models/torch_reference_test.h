@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "models/generation.h"
 #include "models/layer.h"
 #include "models/llama_config.h"
 #include "models/stored_tensors.h"
@@ -80,6 +81,21 @@ inline double rel_err(const float* a, const double* b, int64_t n) {
     den += b[i] * b[i];
   }
   return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+// The reference's greedy continuation (ref.h5 greedy: a prompt of 5 ids, then 8 ids, each the float64
+// argmax over the whole sequence recomputed) by `model`'s generation with the key/value cache (fp32,
+// CPU). The references' random weights (std 0.05–0.5) spread the logits far more than fp32 rounding, so
+// no argmax flips between the two.
+inline void expect_reference_greedy(Model& model, const fs::path& dir) {
+  Hdf5File ref((dir / "ref.h5").string(), Hdf5File::Mode::Read);
+  const Tensor g = ref.read("greedy", DType::I32);
+  const std::vector<int32_t> all(g.data<int32_t>(), g.data<int32_t>() + g.numel());
+  ASSERT_EQ(all.size(), 13u);
+  const std::vector<int32_t> prompt(all.begin(), all.begin() + 5), want(all.begin() + 5, all.end());
+  GenerationOptions options;
+  options.max_new_tokens = static_cast<int64_t>(want.size());
+  EXPECT_EQ(generate(model, prompt, 16, options, Device::cpu(), DType::F32), want);
 }
 
 struct BatchLoss {

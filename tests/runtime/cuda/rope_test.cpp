@@ -46,19 +46,22 @@ void check_rope(const RopeShape& s, uint64_t seed) {
   for (DType dt : {DType::F32, DType::BF16}) {
     const std::string what = s.str() + " " + dtype_name(dt);
     const Tensor x = representable(random_host(rng, shape, 1.5), dt);
-    for (const bool backward : {false, true}) {
+    // Forward from position 0 (training), forward from position 37 (decoding after a cached prefix),
+    // backward.
+    for (const int64_t position : {int64_t{0}, int64_t{37}, int64_t{-1}}) {
+      const bool backward = position < 0;
       Tensor ref = Tensor::empty(shape, DType::F32);
       ops::copy(ref, x);
       if (backward)
         cpu::rope_backward(ref, s.H, s.Hkv, s.theta);
       else
-        cpu::rope_forward(ref, s.H, s.Hkv, s.theta);
+        cpu::rope_forward(ref, s.H, s.Hkv, s.theta, position);
       Tensor g = upload(x, dt);
       if (backward)
         ops::rope_backward(g, s.H, s.Hkv, s.theta);
       else
-        ops::rope_forward(g, s.H, s.Hkv, s.theta);
-      const std::string w = what + (backward ? " backward" : " forward");
+        ops::rope_forward(g, s.H, s.Hkv, s.theta, position);
+      const std::string w = what + (backward ? " backward" : " forward at " + std::to_string(position));
       const std::vector<double> out = download(g), want = values(ref);
       expect_close(out, want, dt, w);
       if (dt == DType::BF16) expect_within_one_bf16_ulp(out, want, w);
