@@ -15,11 +15,21 @@ void LlamaAttention::init(const LlamaConfig& cfg, const std::string& p, int laye
   // The projection into the residual stream scaled by 1/sqrt(2·layers), as LlamaBlock does.
   const float resid_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg.n_layers));
   input_norm_.init(p + "input_layernorm", C, cfg.norm_eps, layer);
-  qkv_proj_.init(p + "self_attn.qkv_proj", cfg.qkv_rows(), C, false, 0.02f, false, layer);
-  qkv_proj_.weight.parts = {{p + "self_attn.q_proj.weight", 0, H * D, D},
-                            {p + "self_attn.k_proj.weight", H * D, Hkv * D, D},
-                            {p + "self_attn.v_proj.weight", (H + Hkv) * D, Hkv * D, D}};
+  qkv_proj_.init(p + "self_attn.qkv_proj", cfg.qkv_rows(), C, cfg.qkv_bias, 0.02f, false, layer);
+  // The fused rows (and qwen2's bias) stored as Hugging Face's three projections, split per head.
+  auto parts = [&](const char* what) {
+    const std::string s = std::string(".") + what;
+    return std::vector<ParamPart>{{p + "self_attn.q_proj" + s, 0, H * D, D},
+                                  {p + "self_attn.k_proj" + s, H * D, Hkv * D, D},
+                                  {p + "self_attn.v_proj" + s, (H + Hkv) * D, Hkv * D, D}};
+  };
+  qkv_proj_.weight.parts = parts("weight");
+  if (cfg.qkv_bias) qkv_proj_.bias.parts = parts("bias");
   o_proj_.init(p + "self_attn.o_proj", C, H * D, false, resid_std, false, layer);
+  if (cfg.qk_norm) {
+    q_norm_.init(p + "self_attn.q_norm", D, cfg.norm_eps, layer);
+    k_norm_.init(p + "self_attn.k_norm", D, cfg.norm_eps, layer);
+  }
 }
 
 void LlamaAttention::set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& plan) {
@@ -30,6 +40,10 @@ void LlamaAttention::set_tensor_parallel(TensorParallel* tp, const TensorParalle
 void LlamaAttention::collect(std::vector<Param*>& out) {
   input_norm_.collect(out);
   qkv_proj_.collect(out);
+  if (cfg_.qk_norm) {
+    q_norm_.collect(out);
+    k_norm_.collect(out);
+  }
   o_proj_.collect(out);
 }
 
@@ -42,6 +56,7 @@ Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
   s.qkv = ctx.activation({N, Q});
   s.h1_in = qkv_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.h1;
   qkv_proj_.forward(s.qkv, s.h1, &s.h1_in);
+  if (cfg_.qk_norm) qk_norm_forward(ctx, s);
   Tensor qkv3 = s.qkv.view({B, T, Q});
   ops::rope_forward(qkv3, H, Hkv, cfg_.rope_theta, ctx.position);
   s.att = ctx.activation({N, HD});
@@ -56,11 +71,9 @@ Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
 Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const StreamGradient& dx2, Tensor scratch) {
   const int64_t R = s.x.dim(0), N = o_proj_.full_rows(R), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
   const int64_t H = local_heads(), Hkv = local_kv_heads(), Q = qkv_proj_.out_features(), HD = H * cfg_.head_dim();
-  TETRA_CHECK(cfg_.n_heads * cfg_.head_dim() == C, "LlamaAttention: H·D = ", cfg_.n_heads * cfg_.head_dim(),
-              " must equal d_model = ", C);
   s.d_x2 = dx2.rounded;  // the stream gradient as o_proj's GEMMs read it
   s.d_x2_full = o_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.d_x2;
-  // tp = 1: one [N, C] buffer for the gradients of att and then h1 (H·D = C).
+  // tp = 1 and H·D = C: one [N, C] buffer for the gradients of att and then h1.
   Tensor d_att = ctx.activation_reusing(scratch, {N, HD});
   o_proj_.backward_input_residual(d_att, s.d_x2, &s.d_x2_full);
   s.d_qkv = ctx.activation({N, Q});
@@ -68,14 +81,48 @@ Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const St
   ops::attention_backward(dqkv3, d_att.view({B, T, HD}), s.qkv.view({B, T, Q}), s.att.view({B, T, HD}), s.lse, H,
                           Hkv);
   ops::rope_backward(dqkv3, H, Hkv, cfg_.rope_theta);  // the gradient of the projection's output
+  if (cfg_.qk_norm) qk_norm_backward(ctx, s, s.d_qkv);  // ... or of the norms' output, taken through them
   Tensor d_h1 = ctx.activation_reusing(d_att, {R, C});
   s.weights_done = qkv_proj_.backward_input(
       d_h1, s.d_qkv, ctx.weights_follow ? std::function<void()>([this, &s] { weight_grads(s); }) : nullptr);
   StreamGradient dx = ctx.stream_gradient({R, C});
   input_norm_.backward_residual(dx.grad, d_h1, s.x, s.rstd1, /*dresidual=*/dx2.grad, dx.rounded_output());
   if (dx.rounded_output()) ctx.offer_grad(dx.grad, {Tensor(), dx.rounded});  // what the block below's GEMMs read
-  s.x = s.qkv = s.lse = s.rstd1 = Tensor();  // W needs att and h1_in
+  s.x = s.qkv = s.lse = s.rstd1 = s.q_in = s.k_in = s.q_rstd = s.k_rstd = Tensor();  // W needs att and h1_in
   return dx.grad;
+}
+
+void LlamaAttention::qk_norm_forward(MicroBatchContext& ctx, State& s) const {
+  const int64_t N = s.qkv.dim(0), D = cfg_.head_dim();
+  const int64_t heads[2] = {local_heads(), local_kv_heads()}, first_col[2] = {0, local_heads() * D};
+  Tensor* in[2] = {&s.q_in, &s.k_in};
+  Tensor* rstd[2] = {&s.q_rstd, &s.k_rstd};
+  const RMSNorm* norm[2] = {&q_norm_, &k_norm_};
+  for (int i = 0; i < 2; ++i) {  // q, then k: [N, heads·D] out of qkv, normalised as [N·heads, D] rows
+    const int64_t W = heads[i] * D;
+    *in[i] = ctx.activation({N, W});
+    ops::copy_columns(*in[i], 0, s.qkv, first_col[i], W);
+    *rstd[i] = ctx.fp32({N * heads[i]});
+    Tensor normed = ctx.activation({N * heads[i], D});
+    norm[i]->forward(normed, *rstd[i], in[i]->view({N * heads[i], D}));
+    ops::copy_columns(s.qkv, first_col[i], normed.view({N, W}), 0, W);
+  }
+}
+
+void LlamaAttention::qk_norm_backward(MicroBatchContext& ctx, State& s, Tensor& d_qkv) {
+  const int64_t N = d_qkv.dim(0), D = cfg_.head_dim();
+  const int64_t heads[2] = {local_heads(), local_kv_heads()}, first_col[2] = {0, local_heads() * D};
+  const Tensor* in[2] = {&s.q_in, &s.k_in};
+  const Tensor* rstd[2] = {&s.q_rstd, &s.k_rstd};
+  RMSNorm* norm[2] = {&q_norm_, &k_norm_};
+  for (int i = 0; i < 2; ++i) {  // the gradient of the normed heads, taken through the norm in place
+    const int64_t W = heads[i] * D;
+    Tensor d = ctx.activation({N, W});
+    ops::copy_columns(d, 0, d_qkv, first_col[i], W);
+    Tensor rows = d.view({N * heads[i], D});
+    norm[i]->backward(rows, rows, in[i]->view({N * heads[i], D}), *rstd[i]);
+    ops::copy_columns(d_qkv, first_col[i], d, 0, W);
+  }
 }
 
 void LlamaAttention::backward_weight(State& s) {
@@ -83,8 +130,8 @@ void LlamaAttention::backward_weight(State& s) {
 }
 
 void LlamaAttention::weight_grads(State& s) {
-  // No biases: o_proj (row-parallel) from the gathered output gradient, qkv_proj (column-parallel)
-  // from its gathered input.
+  // o_proj (row-parallel, no bias) from the gathered output gradient, qkv_proj (column-parallel;
+  // qwen2's bias from this rank's columns of d_qkv over all N rows) from its gathered input.
   o_proj_.backward_weight(s.d_x2_full, s.att);
   qkv_proj_.backward_weight(s.d_qkv, s.h1_in);
 }

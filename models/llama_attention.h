@@ -7,6 +7,12 @@
 // and Hkv/tp key/value heads on a rank; with tp a multiple of Hkv, the one key/value head those
 // query heads read, replicated over tp/Hkv ranks: LlamaConfig::kv_heads_per_rank), o_proj
 // row-parallel; with sequence parallelism x, h1 and x2 hold this rank's R = N/tp rows (else R = N).
+// Qwen3 (cfg.qk_norm): q_norm and k_norm, RMSNorms over each head's D channels with one weight [D]
+// shared by the heads, normalise q and k between the projection and RoPE:
+//   q_h = rope(q_norm(q_h)), k_h = rope(k_norm(k_h)). The heads are copied out of the fused qkv into
+// [N·H, D] and [N·Hkv, D] rows (ops::copy_columns), normalised by the RMSNorm op, and copied back;
+// the un-normalised copies stay for the backward. Under tensor parallelism the weights are whole on
+// every rank and each rank's gradient covers its heads (TpStyle::PerHead: summed over tp).
 #pragma once
 #include "models/layer.h"
 #include "models/llama_config.h"
@@ -23,6 +29,8 @@ class LlamaAttention {
     Tensor h1, rstd1;  // input_layernorm: [R, C], fp32 [R]
     Tensor h1_in;      // [N, C]: qkv_proj's input (h1, or h1 gathered over tp)
     Tensor qkv;        // [N, (H + 2·Hkv)·D], q and k rotated
+    // Qwen3: q and k before their norms ([N, H·D], [N, Hkv·D]) and the norms' fp32 rstd ([N·H], [N·Hkv]).
+    Tensor q_in, k_in, q_rstd, k_rstd;
     Tensor att, lse;   // [N, H·D], fp32 [B, H, T]
     // Gradients kept from B for W (activation dtype): of o_proj's output (d_x2 [R, C]; d_x2_full,
     // gathered to [N, C] under sequence parallelism, else d_x2), of qkv (before the rotation).
@@ -48,6 +56,9 @@ class LlamaAttention {
 
  private:
   void weight_grads(State& s);
+  // Qwen3's per-head norms of q and k in s.qkv (forward) and their gradient in d_qkv (backward).
+  void qk_norm_forward(MicroBatchContext& ctx, State& s) const;
+  void qk_norm_backward(MicroBatchContext& ctx, State& s, Tensor& d_qkv);
   // This rank's query heads (H/tp: o_proj reads H/tp·D features) and key/value heads
   // (kv_heads_per_rank: qkv_proj writes (H/tp + 2·Hkv)·D features).
   int64_t local_heads() const { return o_proj_.in_features() / cfg_.head_dim(); }
@@ -55,7 +66,7 @@ class LlamaAttention {
 
   LlamaConfig cfg_;
   int layer_ = 0;  // the owning Layer's index: its key/value cache when generating (models/kv_cache.h)
-  RMSNorm input_norm_;
+  RMSNorm input_norm_, q_norm_, k_norm_;  // q_norm_, k_norm_: Qwen3 only
   Linear qkv_proj_, o_proj_;
 };
 

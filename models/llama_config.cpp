@@ -21,7 +21,8 @@ int64_t LlamaConfig::default_ffn_dim(int64_t d_model) {
 
 int64_t LlamaConfig::attention_params() const {
   const int64_t C = d_model, D = head_dim();
-  return C /*input norm*/ + qkv_rows() * C + C * n_heads * D /*o_proj*/;
+  return C /*input norm*/ + qkv_rows() * C + (qkv_bias ? qkv_rows() : 0) + (qk_norm ? 2 * D : 0) +
+         C * n_heads * D /*o_proj*/;
 }
 
 int64_t LlamaConfig::block_params() const {
@@ -79,6 +80,9 @@ void LlamaConfig::validate(int tp) const {
                              "multiple of them (each head replicated over tp / n_kv_heads ranks); use tp among " +
                              valid_tp + ", or n_kv_heads among " + valid_kv);
   }
+  if (explicit_head_dim < 0 || (explicit_head_dim > 0 && explicit_head_dim % 2 != 0))
+    throw ModelArgsError({"model.head_dim"}, str(explicit_head_dim) + " channels per head; use a positive even number "
+                         "(the rotary embedding turns pairs of channels), or 0 for d_model / n_heads");
   if (head_dim() % 2 != 0)
     throw ModelArgsError({"model.d_model", "model.n_heads"},
                          str(d_model) + " / model.n_heads = " + str(head_dim()) +
@@ -88,6 +92,15 @@ void LlamaConfig::validate(int tp) const {
     throw ModelArgsError({"model.ffn_dim", "parallel.tp"},
                          str(ffn()) + " does not split over parallel.tp = " + str(tp) + " ranks; use a multiple of " +
                              str(tp));
+  if (sliding_window < 0)
+    throw ModelArgsError({"model.sliding_window"}, str(sliding_window) + "; use 0 (no window) or a window of at least "
+                         "model.seq_len = " + str(max_seq_len));
+  if (sliding_window > 0 && sliding_window < max_seq_len)
+    throw ModelArgsError({"model.sliding_window", "model.seq_len"},
+                         str(sliding_window) + " positions is shorter than the context model.seq_len = " +
+                             str(max_seq_len) + ": sliding-window (band) attention does not run in tetra yet, and "
+                             "full attention would be a different model; train with model.seq_len at most " +
+                             str(sliding_window) + " (attention then never reaches past the window)");
   if (moe.enabled()) validate_moe();
 }
 
@@ -129,16 +142,20 @@ void LlamaConfig::validate_moe() const {
 }
 
 LlamaConfig LlamaConfig::from(const ModelArgs& a) {
-  return {.vocab_size = a.vocab_size, .max_seq_len = a.seq_len, .d_model = a.d_model, .n_layers = a.n_layers,
-          .n_heads = a.n_heads, .n_kv_heads = a.n_kv_heads, .ffn_dim = a.ffn_dim,
+  return {.arch = a.arch, .vocab_size = a.vocab_size, .max_seq_len = a.seq_len, .d_model = a.d_model, .n_layers = a.n_layers,
+          .n_heads = a.n_heads, .n_kv_heads = a.n_kv_heads, .explicit_head_dim = a.head_dim, .ffn_dim = a.ffn_dim,
           .norm_eps = static_cast<float>(a.norm_eps), .rope_theta = static_cast<float>(a.rope_theta),
-          .tie_embeddings = a.tie_embeddings, .moe = a.moe, .recompute = a.recompute};
+          .tie_embeddings = a.tie_embeddings, .qkv_bias = a.arch == "qwen2",
+          .qk_norm = a.arch == "qwen3", .sliding_window = a.sliding_window,
+          .moe = a.moe, .recompute = a.recompute};
 }
 
 ModelArgs LlamaConfig::args() const {
-  return {.arch = "llama", .vocab_size = vocab_size, .seq_len = max_seq_len, .d_model = d_model, .n_layers = n_layers,
-          .n_heads = n_heads, .n_kv_heads = n_kv_heads, .ffn_dim = ffn_dim, .norm_eps = norm_eps,
-          .rope_theta = rope_theta, .tie_embeddings = tie_embeddings, .moe = moe, .recompute = recompute};
+  return {.arch = arch, .vocab_size = vocab_size, .seq_len = max_seq_len, .d_model = d_model, .n_layers = n_layers,
+          .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = explicit_head_dim, .ffn_dim = ffn_dim,
+          .norm_eps = norm_eps,
+          .rope_theta = rope_theta, .tie_embeddings = tie_embeddings, .sliding_window = sliding_window, .moe = moe,
+          .recompute = recompute};
 }
 
 }  // namespace tetra

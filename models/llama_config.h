@@ -4,8 +4,14 @@
 // With `moe` enabled, the blocks after the first moe.first_k_dense replace their MLP by DeepSeek-V3's
 // mixture of experts (Hugging Face DeepseekV3MoE: a sigmoid router with a balancing bias, routed
 // SwiGLU experts, shared experts; models/llama_moe_block.h).
+// The families built from the same blocks (model.arch; docs/models.md) switch features on:
+// qwen2 (Qwen2ForCausalLM) adds biases to the q/k/v projections (o_proj has none); mistral
+// (MistralForCausalLM) is Llama's layers with a sliding window that must cover the context; qwen3
+// (Qwen3ForCausalLM) normalises q and k per head (RMSNorm over head_dim, one weight [D] for q and
+// one for k) before RoPE, with a head_dim that need not be d_model / n_heads.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "models/layer.h"
 #include "models/model_args.h"
@@ -13,20 +19,25 @@
 namespace tetra {
 
 struct LlamaConfig {
+  std::string arch = "llama";  // llama, qwen2 or mistral: the Hugging Face model_type written and read
   int64_t vocab_size = 32000;
   int64_t max_seq_len = 2048;  // the longest context (RoPE has no table to size)
   int64_t d_model = 2048;
   int64_t n_layers = 16;
   int64_t n_heads = 32;
   int64_t n_kv_heads = 0;      // 0 = n_heads
+  int64_t explicit_head_dim = 0;  // model.head_dim (qwen3); 0 = d_model / n_heads
   int64_t ffn_dim = 0;         // 0 = default_ffn_dim(d_model)
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   bool tie_embeddings = false;
+  bool qkv_bias = false;        // biases on q_proj, k_proj and v_proj (qwen2)
+  bool qk_norm = false;         // RMSNorm of each q and k head before RoPE (qwen3)
+  int64_t sliding_window = 0;   // mistral: 0 = none; else at least max_seq_len (full attention)
   MoeArgs moe{};  // n_experts 0: every block dense
   Recompute recompute = Recompute::None;
 
-  int64_t head_dim() const { return d_model / n_heads; }
+  int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : d_model / n_heads; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t ffn() const { return ffn_dim > 0 ? ffn_dim : default_ffn_dim(d_model); }
   int64_t qkv_rows() const { return (n_heads + 2 * kv_heads()) * head_dim(); }  // fused q | k | v
@@ -46,7 +57,7 @@ struct LlamaConfig {
   int64_t expert_ffn() const { return moe.ffn_dim > 0 ? moe.ffn_dim : ffn(); }
   int64_t shared_ffn() const { return moe.n_shared * expert_ffn(); }
 
-  int64_t attention_params() const;  // input norm, q/k/v/o
+  int64_t attention_params() const;  // input norm, q/k/v/o (and the q/k/v biases, the q/k norms)
   int64_t block_params() const;      // one dense block: two norms, q/k/v/o, gate/up/down
   // One MoE block: two norms, q/k/v/o, the router's gate [E, d], E routed experts and the shared
   // experts; active: with top_k of the routed experts (what one token multiplies by). The router's
@@ -64,6 +75,7 @@ struct LlamaConfig {
   void validate(int tp = 1) const;  // → ModelArgsError naming the keys
   void validate_moe() const;        // the model.moe keys (called by validate when MoE is on)
 
+  // The features of args.arch (qwen2: qkv_bias; qwen3: qk_norm) set, the shape copied.
   static LlamaConfig from(const ModelArgs& args);
   ModelArgs args() const;
 };

@@ -10,22 +10,18 @@ namespace tetra {
 
 namespace {
 
+// One class for Llama and the families built from its blocks (LlamaConfig::from switches their
+// features by arch): the arch, its one-line description and the model.* keys it reads.
 class LlamaFamily : public ModelFamily {
  public:
-  std::string arch() const override { return "llama"; }
-  std::string description() const override {
-    return "Llama: RMSNorm, rotary embedding, grouped-query attention, SwiGLU MLP, no biases, output layer "
-           "tied or not; with model.moe, DeepSeek-V3 mixture-of-experts MLPs";
-  }
-  std::vector<std::string> config_keys() const override {
-    return {"n_kv_heads",         "ffn_dim",        "norm_eps",           "rope_theta",
-            "tie_embeddings",     "moe.n_experts",  "moe.top_k",          "moe.n_shared",
-            "moe.ffn_dim",        "moe.first_k_dense", "moe.route_scale", "moe.n_group",
-            "moe.topk_group",     "moe.bias_update_rate", "moe.aux_loss_coef", "moe.force_balance"};
-  }
+  LlamaFamily(std::string arch, std::string description, std::vector<std::string> keys)
+      : arch_(std::move(arch)), description_(std::move(description)), keys_(std::move(keys)) {}
+  std::string arch() const override { return arch_; }
+  std::string description() const override { return description_; }
+  std::vector<std::string> config_keys() const override { return keys_; }
 
   void validate(const ModelArgs& args, int tp) const override {
-    if (args.arch != arch()) throw ModelArgsError({"model.arch"}, "'" + args.arch + "' is not llama");
+    if (args.arch != arch()) throw ModelArgsError({"model.arch"}, "'" + args.arch + "' is not " + arch());
     LlamaConfig::from(args).validate(tp);
   }
 
@@ -44,7 +40,7 @@ class LlamaFamily : public ModelFamily {
   }
 
   // Per token and block, what a block keeps (models/llama_block.cpp, Saved): x and x2 [C] at the
-  // residual stream's width; h1, att, h2 [C], qkv [(H + 2·Hkv)·D], gate_up [2F] and act [F] at the
+  // residual stream's width; h1, h2 [C], att [H·D], qkv [(H + 2·Hkv)·D], gate_up [2F] and act [F] at the
   // working dtype's; the fp32 rstd of both norms (8 B) and the fp32 log-sum-exp per head. The head
   // keeps its input [C] (the stream's width) and the normed input [C], fp32 rstd and loss (8 B) and
   // the [V] logits gradient.
@@ -61,7 +57,14 @@ class LlamaFamily : public ModelFamily {
     const double tp = std::max(1, shape.tp), rows = shape.sequence_parallel ? tp : 1.0;
     const double gathered = shape.sequence_parallel ? 2.0 * C * a : 0.0;
     const double Qr = static_cast<double>(c.qkv_rows_per_rank(std::max(1, shape.tp)));
-    double block = (2.0 * C * a + 2.0 * C * r + 8.0) / rows + ((C + 3.0 * F) * a + 4.0 * H) / tp + Qr * a + gathered;
+    // att is [H·D] (C unless model.head_dim says otherwise); qwen3 also keeps q and k before their
+    // norms [(H + Hkv)·D] and their fp32 rstd per head.
+    const double HD = static_cast<double>(c.n_heads * c.head_dim());
+    const double qk = c.qk_norm ? static_cast<double>((c.n_heads + c.kv_heads()) * c.head_dim()) * a +
+                                      4.0 * static_cast<double>(c.n_heads + c.kv_heads())
+                                : 0.0;
+    double block = (2.0 * C * a + 2.0 * C * r + 8.0) / rows + ((HD + 3.0 * F) * a + 4.0 * H + qk) / tp + Qr * a +
+                   gathered;
     if (c.recompute == Recompute::Mlp) block -= 3.0 * F * a / tp;
     if (c.recompute == Recompute::Full) block = C * r / rows;
     const double block_flops = 2.0 * static_cast<double>(c.block_params() - 2 * c.d_model) + 4.0 * C * T;
@@ -131,6 +134,10 @@ class LlamaFamily : public ModelFamily {
       // Key/value heads split like the query heads, or, with tp a multiple of n_kv_heads, replicated
       // over the tp / n_kv_heads ranks whose query heads read them (Megatron-LM's way).
       plan.params.push_back({p + "self_attn.qkv_proj.weight", TpStyle::ColumnParallel, /*replicate_parts=*/true});
+      if (LlamaConfig::from(args).qkv_bias)  // split with its rows, per head of q, k and v
+        plan.params.push_back({p + "self_attn.qkv_proj.bias", TpStyle::ColumnParallel, /*replicate_parts=*/true});
+      if (LlamaConfig::from(args).qk_norm)  // whole on every rank, applied to its heads
+        for (const char* n : {"self_attn.q_norm.weight", "self_attn.k_norm.weight"}) add(p + n, TpStyle::PerHead);
       add(p + "self_attn.o_proj.weight", TpStyle::RowParallel);
       add(p + "post_attention_layernorm.weight", TpStyle::SequenceParallel);
       if (LlamaConfig::from(args).moe_block(i)) {
@@ -158,14 +165,17 @@ class LlamaFamily : public ModelFamily {
     const LlamaConfig c = LlamaConfig::from(args);
     char buf[256];
     std::snprintf(buf, sizeof buf,
-                  "llama: %lld layers, d_model %lld, %lld heads (%lld key/value), ffn %lld, vocabulary %lld, "
+                  "%s: %lld layers, d_model %lld, %lld heads (%lld key/value), ffn %lld, vocabulary %lld, "
                   "rope_theta %g, %s output layer, context %lld",
-                  static_cast<long long>(c.n_layers), static_cast<long long>(c.d_model),
+                  c.arch.c_str(), static_cast<long long>(c.n_layers), static_cast<long long>(c.d_model),
                   static_cast<long long>(c.n_heads), static_cast<long long>(c.kv_heads()),
                   static_cast<long long>(c.ffn()), static_cast<long long>(c.vocab_size),
                   static_cast<double>(c.rope_theta), c.tie_embeddings ? "tied" : "untied",
                   static_cast<long long>(c.max_seq_len));
     std::string line = buf;
+    if (c.qkv_bias) line += ", q/k/v biases";
+    if (c.qk_norm) line += ", q/k norms, head_dim " + std::to_string(c.head_dim());
+    if (c.sliding_window > 0) line += ", sliding window " + std::to_string(c.sliding_window) + " (full attention)";
     if (c.moe.enabled()) {
       std::snprintf(buf, sizeof buf,
                     "; MoE in layers %lld..%lld: %lld routed experts of ffn %lld, top %lld%s, %lld shared, route "
@@ -183,12 +193,55 @@ class LlamaFamily : public ModelFamily {
     }
     return line;
   }
+
+ private:
+  std::string arch_, description_;
+  std::vector<std::string> keys_;
 };
+
+// The keys of every family built from Llama's dense blocks.
+std::vector<std::string> dense_keys() { return {"n_kv_heads", "ffn_dim", "norm_eps", "rope_theta", "tie_embeddings"}; }
 
 }  // namespace
 
 const ModelFamily& llama_family() {
-  static const LlamaFamily family;
+  static const LlamaFamily family(
+      "llama",
+      "Llama: RMSNorm, rotary embedding, grouped-query attention, SwiGLU MLP, no biases, output layer tied or not; "
+      "with model.moe, DeepSeek-V3 mixture-of-experts MLPs",
+      [] {
+        std::vector<std::string> k = dense_keys();
+        for (const char* m : {"n_experts", "top_k", "n_shared", "ffn_dim", "first_k_dense", "route_scale", "n_group",
+                              "topk_group", "bias_update_rate", "aux_loss_coef", "force_balance"})
+          k.push_back(std::string("moe.") + m);
+        return k;
+      }());
+  return family;
+}
+
+const ModelFamily& qwen2_family() {
+  static const LlamaFamily family("qwen2", "Qwen2 / Qwen2.5: Llama's layers with biases on the q/k/v projections",
+                                  dense_keys());
+  return family;
+}
+
+const ModelFamily& qwen3_family() {
+  static const LlamaFamily family(
+      "qwen3", "Qwen3: Llama's layers with an RMSNorm on each q and k head before RoPE, head_dim of its own", [] {
+        std::vector<std::string> k = dense_keys();
+        k.push_back("head_dim");
+        return k;
+      }());
+  return family;
+}
+
+const ModelFamily& mistral_family() {
+  static const LlamaFamily family(
+      "mistral", "Mistral: Llama's layers; a sliding window of at least model.seq_len (full attention)", [] {
+        std::vector<std::string> k = dense_keys();
+        k.push_back("sliding_window");
+        return k;
+      }());
   return family;
 }
 

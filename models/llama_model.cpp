@@ -1,5 +1,7 @@
 #include "models/llama_model.h"
 
+#include <map>
+
 namespace tetra {
 
 LlamaModel::LlamaModel(const LlamaConfig& cfg) : cfg_(cfg) {
@@ -56,11 +58,16 @@ std::vector<ModelAttribute> LlamaModel::config_attributes() const {
           {"num_hidden_layers", K::Int, d(cfg_.n_layers), "model.n_layers"},
           {"num_attention_heads", K::Int, d(cfg_.n_heads), "model.n_heads"},
           {"num_key_value_heads", K::Int, d(cfg_.kv_heads()), "model.n_kv_heads"},
-          {"head_dim", K::Int, d(cfg_.head_dim()), "model.d_model"},
+          {"head_dim", K::Int, d(cfg_.head_dim()), cfg_.arch == "qwen3" ? "model.head_dim" : "model.d_model"},
           {"intermediate_size", K::Int, d(cfg_.ffn()), "model.ffn_dim"},
           {"tie_word_embeddings", K::Bool, cfg_.tie_embeddings ? 1.0 : 0.0, "model.tie_embeddings"},
           {"rope_theta", K::Float, decimal_of(cfg_.rope_theta), "model.rope_theta"},
           {"rms_norm_eps", K::Float, decimal_of(cfg_.norm_eps), "model.norm_eps"}};
+  // Qwen2 applies a sliding window only with use_sliding_window, which tetra does not run;
+  // Mistral's window (0 here, null in config.json: none) must match the file's.
+  if (cfg_.arch == "qwen2" || cfg_.arch == "qwen3") a.push_back({"use_sliding_window", K::Bool, 0.0, ""});
+  if (cfg_.arch == "qwen3") a.push_back({"attention_bias", K::Bool, 0.0, ""});  // Qwen3 trains without
+  if (cfg_.arch == "mistral") a.push_back({"sliding_window", K::Int, d(cfg_.sliding_window), "model.sliding_window"});
   if (cfg_.moe.enabled()) {
     // DeepseekV3Config's names for the mixture of experts.
     const MoeArgs& m = cfg_.moe;
@@ -79,8 +86,11 @@ std::vector<ModelAttribute> LlamaModel::config_attributes() const {
 
 nlohmann::json LlamaModel::hf_config() const {
   nlohmann::json j;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  static const std::map<std::string, std::string> classes = {
+      {"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"},
+      {"mistral", "MistralForCausalLM"}};
+  j["architectures"] = {classes.at(cfg_.arch)};
+  j["model_type"] = cfg_.arch;
   for (const ModelAttribute& a : config_attributes()) {
     if (a.kind == ModelAttribute::Kind::Int)
       j[a.name] = static_cast<int64_t>(a.value);
@@ -91,8 +101,12 @@ nlohmann::json LlamaModel::hf_config() const {
   }
   j["max_position_embeddings"] = cfg_.max_seq_len;
   j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
-  j["mlp_bias"] = false;
+  if (cfg_.arch == "llama") {  // Qwen2 has its q/k/v biases by class; Qwen3 writes attention_bias; Mistral has none
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+  }
+  if (cfg_.arch == "mistral" && cfg_.sliding_window == 0) j["sliding_window"] = nullptr;
+  if (cfg_.arch == "qwen2" || cfg_.arch == "qwen3") j["max_window_layers"] = cfg_.n_layers;
   j["attention_dropout"] = 0.0;
   j["initializer_range"] = 0.02;
   j["pretraining_tp"] = 1;

@@ -1,5 +1,6 @@
-// Llama (Hugging Face LlamaForCausalLM): embedding, n_layers blocks, final RMSNorm + output layer
-// + loss. The output layer is lm_head.weight, or the embedding when tie_embeddings.
+// Llama (Hugging Face LlamaForCausalLM; Qwen2-, Qwen3- and MistralForCausalLM by cfg.arch):
+// embedding, n_layers blocks, final RMSNorm + output layer + loss. The output layer is
+// lm_head.weight, or the embedding when tie_embeddings.
 #pragma once
 #include <memory>
 
@@ -15,7 +16,7 @@ namespace tetra {
 class LlamaModel : public Model {
  public:
   explicit LlamaModel(const LlamaConfig& cfg);
-  std::string arch() const override { return "llama"; }
+  std::string arch() const override { return cfg_.arch; }
   std::vector<Layer*> layers() override;
   int64_t num_params() const override { return cfg_.num_params(); }  // buffers not counted
   double flops_per_token(int64_t seq_len) const override { return cfg_.flops_per_token(seq_len); }

@@ -23,7 +23,9 @@ struct ModelAttribute {
   std::string name;        // e.g. "num_key_value_heads"
   Kind kind = Kind::Int;
   double value = 0;
-  std::string config_key;  // the config key that sets it, e.g. "model.n_kv_heads"
+  // The config key that sets it, e.g. "model.n_kv_heads"; empty: no key does (the family runs only
+  // this value, and a file with another is refused).
+  std::string config_key;
 };
 
 // The shortest decimal of a float, as a double (1e-5f → 1e-05, not 9.99999974738e-06): how a

@@ -37,11 +37,15 @@ struct ModelArgs {
   int64_t n_layers = 0;
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;     // key/value heads; 0 = n_heads (plain multi-head attention)
+  int64_t head_dim = 0;       // channels per attention head (Qwen3); 0 = d_model / n_heads
   int64_t ffn_dim = 0;        // MLP hidden width; 0 = the family's default
   double ln_eps = 1e-5;       // LayerNorm epsilon (GPT-2)
   double norm_eps = 1e-5;     // RMSNorm epsilon (Llama)
   double rope_theta = 10000;  // rotary embedding base (Llama)
   bool tie_embeddings = false;  // output layer shares the token embedding (Llama; GPT-2 always ties)
+  // Mistral's sliding-window attention: each token sees the last sliding_window positions; 0 = none.
+  // A window of at least seq_len is full causal attention; a shorter one is refused (docs/models.md).
+  int64_t sliding_window = 0;
   MoeArgs moe{};                // Llama: mixture-of-experts MLPs
   Recompute recompute = Recompute::None;  // train.recompute, applied to every block
 };

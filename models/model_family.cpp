@@ -9,7 +9,8 @@ namespace {
 
 // The registry: one line per family, in the order `model.arch` lists them.
 const std::vector<const ModelFamily*>& families() {
-  static const std::vector<const ModelFamily*> all = {&gpt_family(), &llama_family()};
+  static const std::vector<const ModelFamily*> all = {&gpt_family(), &llama_family(), &qwen2_family(),
+                                                           &qwen3_family(), &mistral_family()};
   return all;
 }
 
@@ -61,7 +62,7 @@ void validate_common_shape(const ModelArgs& a, int tp) {
     throw ModelArgsError({"model.n_heads", "parallel.tp"},
                          str(a.n_heads) + " heads do not split over parallel.tp = " + str(tp) + " ranks; use tp among " +
                              divisors(a.n_heads) + ", or a multiple of " + str(tp) + " heads");
-  if (a.d_model % a.n_heads != 0) {
+  if (a.head_dim == 0 && a.d_model % a.n_heads != 0) {  // an explicit head_dim (qwen3) has no such rule
     const int64_t lo = a.d_model / a.n_heads * a.n_heads, hi = lo + a.n_heads;
     throw ModelArgsError({"model.d_model", "model.n_heads"},
                          str(a.d_model) + " is not divisible by model.n_heads = " + str(a.n_heads) +

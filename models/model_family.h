@@ -70,7 +70,8 @@ std::vector<std::string> model_family_names();
 // n_layers, n_heads, init_from.
 const std::vector<std::string>& common_model_keys();
 
-// Checks every family shares (messages as launch/ has always printed them): d_model % n_heads,
+// Checks every family shares (messages as launch/ has always printed them): d_model % n_heads (unless
+// head_dim is given),
 // heads and vocabulary against tp. Families call it from validate().
 void validate_common_shape(const ModelArgs& args, int tp);
 

@@ -14,6 +14,7 @@ const char* tp_style_name(TpStyle s) {
     case TpStyle::VocabParallelEmbedding: return "vocab-parallel embedding";
     case TpStyle::VocabParallelOutput: return "vocab-parallel output";
     case TpStyle::SequenceParallel: return "sequence-parallel";
+    case TpStyle::PerHead: return "per-head";
   }
   return "?";
 }
@@ -34,7 +35,8 @@ int TpParamPlan::split_dim() const {
     case TpStyle::VocabParallelOutput: return 0;
     case TpStyle::RowParallel: return 1;
     case TpStyle::Replicated:
-    case TpStyle::SequenceParallel: return -1;
+    case TpStyle::SequenceParallel:
+    case TpStyle::PerHead: return -1;
   }
   return -1;
 }
@@ -121,6 +123,7 @@ void apply_tensor_parallel_plan(const TensorParallelPlan& plan, Model& model, in
       case TpStyle::VocabParallelOutput: shard_over_tp(*p, e.split_dim(), tp, rank, e.replicate_parts); break;
       case TpStyle::Replicated: replicate_over_tp(*p, tp, rank, /*grad_over_tp=*/false); break;
       case TpStyle::SequenceParallel: replicate_over_tp(*p, tp, rank, /*grad_over_tp=*/sequence_parallel); break;
+      case TpStyle::PerHead: replicate_over_tp(*p, tp, rank, /*grad_over_tp=*/true); break;
     }
   }
 }
@@ -149,7 +152,7 @@ TpTraffic tensor_parallel_traffic(const TensorParallelPlan& plan, Model& model, 
   for (Param* p : model.params()) {
     const TpParamPlan* e = plan.find(p->name);
     if (!e) continue;
-    if (e->style == TpStyle::SequenceParallel && sequence_parallel)
+    if ((e->style == TpStyle::SequenceParallel && sequence_parallel) || e->style == TpStyle::PerHead)
       t.step_all_reduce_bytes += 2.0 * share * static_cast<double>(shape_numel(p->full_shape)) * grad_bytes;
     if (e->replicate_parts && !p->parts.empty()) {
       // A part of u < tp units: each rank's block of rows/u summed over the tp/u ranks holding it.
@@ -192,7 +195,8 @@ TpTraffic tensor_parallel_traffic(const TensorParallelPlan& plan, Model& model, 
         break;
       case TpStyle::VocabParallelOutput: vocab_width = in; break;
       case TpStyle::Replicated:
-      case TpStyle::SequenceParallel: break;
+      case TpStyle::SequenceParallel:
+      case TpStyle::PerHead: break;
     }
   }
   // The output layer (its weight may be the embedding's): input gathered, input gradient reduced,

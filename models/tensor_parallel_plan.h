@@ -54,7 +54,8 @@ std::vector<std::string> tensor_parallel_plan_problems(const TensorParallelPlan&
 // shard dim 0 (a fused weight per part, or with parts replicated as the entry says), row-parallel
 // ones dim 1; replicated ones stay whole;
 // sequence-parallel ones stay whole with their gradient summed over tp (placement.grad_over_tp)
-// when `sequence_parallel`, else they act on replicated activations and are plain replicated.
+// when `sequence_parallel`, else they act on replicated activations and are plain replicated;
+// per-head ones stay whole with their gradient always summed over tp.
 // Throws a Config error naming parallel.tp and the plan's problems. At tp = 1 nothing changes.
 void apply_tensor_parallel_plan(const TensorParallelPlan& plan, Model& model, int tp, int rank,
                                 bool sequence_parallel);

@@ -26,6 +26,10 @@ enum class TpStyle {
   // weights, the bias of a row-parallel projection (added after the reduce-scatter), GPT-2's
   // position table. Each rank's gradient covers its tokens only: summed over tp as well as dp.
   SequenceParallel,
+  // Replicated weights applied to each head of a column-parallel output (Qwen3's q_norm and k_norm
+  // over the heads of q and k): each rank's gradient covers its heads only, so it is summed over tp
+  // as well as dp, with or without sequence parallelism.
+  PerHead,
 };
 const char* tp_style_name(TpStyle s);
 

@@ -48,6 +48,10 @@ LoadReport load_weights(const WeightSource& src, Model& model) {
   for (const ModelAttribute& want : model.config_attributes()) {
     const std::optional<double> got = src.attribute(want.name);
     if (!got || same_value(want, *got)) continue;
+    if (want.config_key.empty())  // a setting the family does not run (ModelAttribute::config_key)
+      TETRA_FAIL(Checkpoint, path, ": ", want.name, " is ", value_text(want.kind, *got), " in the file; tetra's ",
+                 model.arch(), " runs only ", want.name, " ", value_text(want.kind, want.value),
+                 " (docs/models.md), so it cannot load this model as it is");
     const std::string what = want.name + " is " + value_text(want.kind, *got) + " in the file, but " + want.config_key +
                              " gives " + value_text(want.kind, want.value);
     if (want.kind == ModelAttribute::Kind::Float)

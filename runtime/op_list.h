@@ -8,6 +8,7 @@
   X(fill)                                                                                            \
   X(zero)                                                                                            \
   X(copy)                                                                                            \
+  X(copy_columns)                                                                                    \
   X(add)                                                                                             \
   X(scale)                                                                                           \
   X(linear_forward)                                                                                  \

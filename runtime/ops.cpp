@@ -43,6 +43,22 @@ void copy(Tensor& dst, const Tensor& src) {
   return cuda::op_table->copy(dst, src);
 }
 
+void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t cols) {
+  check_same_device("copy_columns", {&dst, &src});
+  TETRA_CHECK(dst.ndim() == 2 && src.ndim() == 2 && dst.dtype() == src.dtype() && dst.dim(0) == src.dim(0),
+              "copy_columns: ", src.describe(), " into ", dst.describe(), ": two 2-D tensors of one dtype and the "
+              "same rows");
+  TETRA_CHECK(cols >= 0 && dst_col >= 0 && src_col >= 0 && dst_col + cols <= dst.dim(1) &&
+                  src_col + cols <= src.dim(1),
+              "copy_columns: columns [", src_col, ", ", src_col + cols, ") of ", src.describe(), " into [", dst_col,
+              ", ", dst_col + cols, ") of ", dst.describe());
+  const char* d = static_cast<const char*>(dst.data_ptr());
+  const char* s = static_cast<const char*>(src.data_ptr());
+  TETRA_CHECK(d + dst.nbytes() <= s || s + src.nbytes() <= d, "copy_columns: dst and src overlap");
+  if (cols == 0 || dst.dim(0) == 0) return;
+  TETRA_DISPATCH(dst.device(), copy_columns, dst, dst_col, src, src_col, cols);
+}
+
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act, Tensor* pre_act,
                     const Tensor* residual) {
   check_same_device("linear_forward", {&y, &x, &w, &b, pre_act, residual});

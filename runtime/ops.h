@@ -18,6 +18,11 @@ void fill(Tensor& x, float value);
 void zero(Tensor& x);
 // dst = src, across devices and between fp32/bf16 (conversion on the destination's device).
 void copy(Tensor& dst, const Tensor& src);
+// dst[n, dst_col + j] = src[n, src_col + j] for j < cols and every row n: a block of columns
+// between two 2-D tensors of one dtype, one device and the same rows (the q or k heads of a fused
+// qkv and a [N, heads·D] buffer of their own). dst and src may not overlap. CUDA: one 2-D copy
+// (cudaMemcpy2DAsync) on the current stream.
+void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t cols);
 // y = a + b (residual connection); y may alias a or b.
 void add(Tensor& y, const Tensor& a, const Tensor& b);
 // x *= s

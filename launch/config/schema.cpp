@@ -66,6 +66,10 @@ std::vector<Field> model_fields() {
     {KEY(model, norm_eps, Float), .lo = 0, .lo_open = true, .note = "llama's RMSNorm epsilon"},
     {KEY(model, rope_theta, Float), .lo = 0, .lo_open = true, .note = "llama: rotary base, e.g. 500000 for Llama 3"},
     {KEY(model, tie_embeddings, Bool), .note = "llama: the output layer is the token embedding"},
+    {KEY(model, head_dim, Int64), .lo = 0, .hi = kIntMax,
+     .note = "qwen3: channels per attention head, e.g. 128, need not be d_model / n_heads; 0 = d_model / n_heads"},
+    {KEY(model, sliding_window, Int64), .lo = 0, .hi = kIntMax,
+     .note = "mistral: attention window in positions, at least model.seq_len (full attention); 0 = none"},
   };
 }
 

@@ -1,4 +1,5 @@
-// CPU elementwise and memory ops: fill, zero, copy (with fp32 <-> bf16 conversion), add, scale.
+// CPU elementwise and memory ops: fill, zero, copy (with fp32 <-> bf16 conversion), copy_columns,
+// add, scale.
 // fp32 and bf16 tensors are accepted; arithmetic happens in fp32.
 #include <algorithm>
 #include <cstring>
@@ -21,6 +22,16 @@ void fill(Tensor& x, float value) {
 void zero(Tensor& x) {
   if (!x.defined()) TETRA_FAIL(Internal, "zero: x is an undefined tensor");
   if (x.nbytes() > 0) std::memset(x.data_ptr(), 0, x.nbytes());
+}
+
+// Row by row, one memcpy each (shapes, dtypes and ranges checked by ops::copy_columns).
+void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t cols) {
+  const size_t es = dtype_size(dst.dtype());
+  char* d = static_cast<char*>(dst.data_ptr());
+  const char* s = static_cast<const char*>(src.data_ptr());
+  const int64_t dw = dst.dim(1), sw = src.dim(1);
+  for (int64_t n = 0; n < dst.dim(0); ++n)
+    std::memcpy(d + (n * dw + dst_col) * es, s + (n * sw + src_col) * es, static_cast<size_t>(cols) * es);
 }
 
 // dst = src element by element (shapes may differ, element counts may not). Same dtype: a byte

@@ -5,7 +5,9 @@
 //                   in the host's dtype through a stream-ordered scratch buffer on the device
 // A copy into host memory returns when the data is there; the others are stream-ordered.
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_ops.h"
+#include "runtime/cuda/device_context.h"
 #include "runtime/cuda/elementwise.cuh"
 
 namespace tetra::cuda {
@@ -28,6 +30,17 @@ void convert_on_device(Tensor& dst, const Tensor& src) {
 }
 
 }  // namespace
+
+// One 2-D copy: rows of cols·size bytes at the two tensors' pitches (checked by ops::copy_columns).
+void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t cols) {
+  if (!dst.device().is_cuda() || dst.device() != src.device())
+    TETRA_FAIL(Internal, "cuda::copy_columns: ", src.describe(), " into ", dst.describe(), ": one GPU's tensors");
+  DeviceScope scope(dst.device());
+  const size_t es = dtype_size(dst.dtype());
+  TETRA_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(dst.data_ptr()) + dst_col * es, dst.dim(1) * es,
+                                     static_cast<const char*>(src.data_ptr()) + src_col * es, src.dim(1) * es,
+                                     cols * es, dst.dim(0), cudaMemcpyDeviceToDevice, stream_of(dst.device())));
+}
 
 void copy(Tensor& dst, const Tensor& src) {
   if (!dst.defined() || !src.defined())

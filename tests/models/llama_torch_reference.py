@@ -2,6 +2,11 @@
 """PyTorch oracle for tetra's Llama: the model written independently in torch (float64) as Hugging
 Face's LlamaForCausalLM computes it (RMSNorm, rotate-half RoPE, grouped-query attention through
 repeat_kv, SwiGLU, no biases, output layer tied or not), from Hugging Face's parameter names.
+--arch qwen2: Qwen2ForCausalLM (biases on q_proj, k_proj, v_proj; random here, so they count);
+--arch qwen3: Qwen3ForCausalLM (RMSNorm of each q and k head over --head-dim channels, weights
+q_norm/k_norm [D], before RoPE; D need not be dim / heads);
+--arch mistral: MistralForCausalLM (--sliding-window W, 0 = none: with W >= seq the band mask
+tokens > t - W keeps every causal position, which the model applies as written).
 
 Writes into OUT_DIR:
   weights.h5  consolidated checkpoint (HF names, `arch` and HF config attributes)
@@ -31,6 +36,9 @@ p.add_argument("--ffn", type=int, default=48)
 p.add_argument("--rope-theta", type=float, default=10000.0)
 p.add_argument("--eps", type=float, default=1e-5)
 p.add_argument("--tied", action="store_true")
+p.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "mistral"], default="llama")
+p.add_argument("--head-dim", type=int, default=0)  # 0: dim / heads
+p.add_argument("--sliding-window", type=int, default=0)
 p.add_argument("--batch", type=int, default=4)
 p.add_argument("--steps", type=int, default=10)
 p.add_argument("--lr", type=float, default=3e-3)
@@ -46,7 +54,7 @@ os.makedirs(os.path.join(a.out_dir, "hf"), exist_ok=True)
 rng = np.random.default_rng(a.seed)
 dt = torch.float64
 V, T, C, L, H, Hkv, FF = a.vocab, a.seq, a.dim, a.layers, a.heads, a.kv_heads, a.ffn
-D = C // H
+D = a.head_dim or C // H
 
 # ---- weights, Hugging Face names, [out, in] -----------------------------------------------------
 W = {}
@@ -59,6 +67,13 @@ for i in range(L):
     W[h + "self_attn.q_proj.weight"] = rand(H * D, C, std=0.2)
     W[h + "self_attn.k_proj.weight"] = rand(Hkv * D, C, std=0.2)
     W[h + "self_attn.v_proj.weight"] = rand(Hkv * D, C, std=0.2)
+    if a.arch == "qwen3":
+        W[h + "self_attn.q_norm.weight"] = rand(D, std=0.2, mean=1.0)
+        W[h + "self_attn.k_norm.weight"] = rand(D, std=0.2, mean=1.0)
+    if a.arch == "qwen2":
+        W[h + "self_attn.q_proj.bias"] = rand(H * D, std=0.3)
+        W[h + "self_attn.k_proj.bias"] = rand(Hkv * D, std=0.3)
+        W[h + "self_attn.v_proj.bias"] = rand(Hkv * D, std=0.3)
     W[h + "self_attn.o_proj.weight"] = rand(C, H * D, std=0.1)
     W[h + "post_attention_layernorm.weight"] = rand(C, std=0.1, mean=1.0)
     W[h + "mlp.gate_proj.weight"] = rand(FF, C, std=0.2)
@@ -69,20 +84,32 @@ if not a.tied:
     W["lm_head.weight"] = rand(V, C, std=0.1)
 W = {k: v.astype(np.float32) for k, v in W.items()}  # tetra starts from exactly these fp32 values
 
-config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": C,
+CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+           "mistral": "MistralForCausalLM"}
+config = {"architectures": [CLASSES[a.arch]], "model_type": a.arch, "vocab_size": V, "hidden_size": C,
           "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": Hkv, "intermediate_size": FF,
           "rope_theta": a.rope_theta, "rms_norm_eps": a.eps, "tie_word_embeddings": a.tied,
           "max_position_embeddings": T, "hidden_act": "silu", "torch_dtype": "float32"}
+if a.arch == "qwen2":
+    config.update(use_sliding_window=False, sliding_window=4096)  # a window Qwen2 does not apply
+if a.arch == "qwen3":
+    config.update(head_dim=D, attention_bias=False, use_sliding_window=False)
+if a.arch == "mistral":
+    config["sliding_window"] = a.sliding_window or None
 with h5py.File(os.path.join(a.out_dir, "weights.h5"), "w") as f:
     for k, v in W.items():
         f[k] = v
-    f.attrs["arch"] = "llama"
+    f.attrs["arch"] = a.arch
     for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
               "intermediate_size"):
         f.attrs[k] = np.int64(config[k])
     f.attrs["tie_word_embeddings"] = np.int64(a.tied)
     f.attrs["rope_theta"] = a.rope_theta
     f.attrs["rms_norm_eps"] = a.eps
+    if a.arch == "mistral":
+        f.attrs["sliding_window"] = np.int64(a.sliding_window)
+    if a.arch == "qwen3":
+        f.attrs["head_dim"] = np.int64(D)
 save(os.path.join(a.out_dir, "hf", "model.safetensors"), W, {"format": "pt"})
 with open(os.path.join(a.out_dir, "hf", "config.json"), "w") as f:
     json.dump(config, f, indent=2)
@@ -124,12 +151,22 @@ def forward(P, idx, tgt=None):  # the loss, or the logits [B, T, V] without targ
     B_, T_ = idx.shape
     x = P["model.embed_tokens.weight"][idx]
     mask = torch.tril(torch.ones(T_, T_, dtype=torch.bool))
+    if a.sliding_window:  # Mistral: query t sees keys s with t - W < s <= t
+        pos = torch.arange(T_)
+        mask &= pos[None, :] > pos[:, None] - a.sliding_window
     for i in range(L):
         h = f"model.layers.{i}."
         y = rms_norm(x, P[h + "input_layernorm.weight"])
-        q = (y @ P[h + "self_attn.q_proj.weight"].t()).view(B_, T_, H, D).transpose(1, 2)
-        k = (y @ P[h + "self_attn.k_proj.weight"].t()).view(B_, T_, Hkv, D).transpose(1, 2)
-        v = (y @ P[h + "self_attn.v_proj.weight"].t()).view(B_, T_, Hkv, D).transpose(1, 2)
+        def proj(n):  # nn.Linear, with Qwen2's bias
+            out = y @ P[h + f"self_attn.{n}.weight"].t()
+            return out + P[h + f"self_attn.{n}.bias"] if h + f"self_attn.{n}.bias" in P else out
+        q = proj("q_proj").view(B_, T_, H, D)
+        k = proj("k_proj").view(B_, T_, Hkv, D)
+        if a.arch == "qwen3":  # Qwen3RMSNorm over each head's D channels, before RoPE
+            q = rms_norm(q, P[h + "self_attn.q_norm.weight"])
+            k = rms_norm(k, P[h + "self_attn.k_norm.weight"])
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        v = proj("v_proj").view(B_, T_, Hkv, D).transpose(1, 2)
         q = q * cos[:, :, :T_] + rotate_half(q) * sin[:, :, :T_]
         k = k * cos[:, :, :T_] + rotate_half(k) * sin[:, :, :T_]
         k, v = repeat_kv(k, H // Hkv), repeat_kv(v, H // Hkv)

@@ -5,10 +5,15 @@
 // tensor); then 10 AdamW steps (warmup + cosine, clipping, weight decay) through `tetra train` to
 // 1e-4 in loss, gradient norm and the final weights (read back from `tetra ckpt consolidate
 // --format hf`). The weights enter through a consolidated HDF5 file or a Hugging Face folder.
+// The families built from the same blocks run the same checks: qwen2 (random q/k/v biases, their
+// gradients compared too), qwen3 (per-head q/k norms before RoPE, a head_dim of 12 with d_model 32
+// and 4 heads, and one equal to d_model / n_heads) and mistral (a sliding window equal to the
+// context: full attention).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -31,17 +36,30 @@ struct Variant {
   double rope_theta;
   double eps;
   bool from_hf;  // load the weights from the Hugging Face folder (else the HDF5 file)
+  std::string arch = "llama";
+  int64_t sliding_window = 0;  // mistral
+  int64_t head_dim = 0;        // qwen3: model.head_dim (0: d_model / n_heads)
 };
 
 const std::vector<Variant>& variants() {
   static const std::vector<Variant> v = {{"kv1_untied_hf", 1, false, 10000.0, 1e-5, true},
                                          {"kv2_tied_h5", 2, true, 500000.0, 1e-6, false},
-                                         {"kv4_untied_h5", 4, false, 10000.0, 1e-5, false}};
+                                         {"kv4_untied_h5", 4, false, 10000.0, 1e-5, false},
+                                         {"qwen2_kv2_untied_hf", 2, false, 1000000.0, 1e-6, true, "qwen2"},
+                                         {"qwen2_kv1_tied_h5", 1, true, 10000.0, 1e-5, false, "qwen2"},
+                                         {"qwen3_kv2_hd12_untied_hf", 2, false, 1000000.0, 1e-6, true, "qwen3", 0, 12},
+                                         {"qwen3_kv4_hd8_tied_h5", 4, true, 10000.0, 1e-6, false, "qwen3", 0, 8},
+                                         {"mistral_kv2_untied_hf", 2, false, 10000.0, 1e-5, true, "mistral", 16},
+                                         {"mistral_kv4_tied_h5", 4, true, 10000.0, 1e-5, false, "mistral", 16}};
   return v;
 }
 
 LlamaConfig config_of(const Variant& v) {
-  LlamaConfig c = reference_llama_config();
+  ModelArgs args = reference_llama_config().args();
+  args.arch = v.arch;
+  args.sliding_window = v.sliding_window;
+  args.head_dim = v.head_dim;
+  LlamaConfig c = LlamaConfig::from(args);
   c.n_kv_heads = v.kv_heads;
   c.rope_theta = static_cast<float>(v.rope_theta);
   c.norm_eps = static_cast<float>(v.eps);
@@ -55,10 +73,18 @@ const fs::path& reference_dir(const Variant& v) {
   std::snprintf(eps, sizeof eps, "%.17g", static_cast<double>(static_cast<float>(v.eps)));
   return torchref::reference_dir("llama", v.name,
                                  " --kv-heads " + std::to_string(v.kv_heads) + " --rope-theta " + num(v.rope_theta) +
-                                     " --eps " + eps + (v.tied ? " --tied" : ""));
+                                     " --eps " + eps + (v.tied ? " --tied" : "") + " --arch " + v.arch +
+                                     " --sliding-window " + std::to_string(v.sliding_window) + " --head-dim " +
+                                     std::to_string(v.head_dim));
 }
 
 using LlamaRun = ReferenceRun<LlamaModel>;
+
+// Hugging Face tensors of a variant: embedding; 9 per block (12 with qwen2's q/k/v biases, 11 with
+// qwen3's q/k norms); norm; lm_head.
+int tensors(const Variant& v) {
+  return 1 + (v.arch == "qwen2" ? 12 : v.arch == "qwen3" ? 11 : 9) * 2 + 1 + (v.tied ? 0 : 1);
+}
 
 // One forward and backward of the reference batch (4 windows of 17 tokens, stride 16).
 LlamaRun run_reference_batch(const Variant& v, Recompute recompute = Recompute::None) {
@@ -84,7 +110,7 @@ TEST_P(LlamaTorch, LossAndEveryGradientMatch) {
   LlamaRun run = run_reference_batch(v);
   int checked = 0;
   check_loss_and_gradients(reference_dir(v), run.batch, run.model->params(), &checked);
-  EXPECT_EQ(checked, 1 + 9 * 2 + 1 + (v.tied ? 0 : 1));  // embedding; 9 per block; norm; lm_head
+  EXPECT_EQ(checked, tensors(v));
 }
 
 TEST_P(LlamaTorch, TenAdamWStepsMatchLossNormAndFinalWeights) {
@@ -94,13 +120,15 @@ TEST_P(LlamaTorch, TenAdamWStepsMatchLossNormAndFinalWeights) {
   char eps[32];
   std::snprintf(eps, sizeof eps, "%.9g", v.eps);
   std::ostringstream model;
-  model << "model: {arch: llama, vocab_size: 96, seq_len: 16, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: "
+  model << "model: {arch: " << v.arch << ", vocab_size: 96, seq_len: 16, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: "
         << c.n_kv_heads << ", ffn_dim: 48, rope_theta: " << num(v.rope_theta) << ", norm_eps: " << eps
-        << ", tie_embeddings: " << (v.tied ? "true" : "false") << ", init_from: "
+        << ", tie_embeddings: " << (v.tied ? "true" : "false")
+        << (v.sliding_window ? ", sliding_window: " + std::to_string(v.sliding_window) : std::string())
+        << (v.head_dim ? ", head_dim: " + std::to_string(v.head_dim) : std::string()) << ", init_from: "
         << (dir / (v.from_hf ? "hf" : "weights.h5")).string() << "}";
   int checked = 0;
   check_ten_steps(dir, model.str(), nullptr, nullptr, &checked);
-  EXPECT_EQ(checked, 1 + 9 * 2 + 1 + (v.tied ? 0 : 1));
+  EXPECT_EQ(checked, tensors(v));
 }
 
 // Recomputation changes what is kept, never the result: mlp and full equal none bit for bit.
@@ -117,6 +145,49 @@ TEST_P(LlamaTorch, RecomputeGivesTheSameGradients) {
   for (Recompute mode : {Recompute::None, Recompute::Mlp, Recompute::Full})
     runs.push_back(run_reference_batch(v, mode));
   expect_bitwise_equal(runs);
+}
+
+// What a family does not run is refused by name, never loaded as something else: a Qwen2 folder
+// whose config.json turns on use_sliding_window, a Mistral folder whose window differs from
+// model.sliding_window (a window shorter than the context is refused by validate, ModelFamily tests).
+TEST(LlamaFamilies, FoldersWithSettingsTheModelDoesNotRunAreRefused) {
+  auto load_error = [](const Variant& v, const std::string& key, const nlohmann::json& value) {
+    const fs::path src = reference_dir(v) / "hf", dir = reference_dir(v) / ("hf_" + key);
+    fs::create_directories(dir);
+    fs::copy_file(src / "model.safetensors", dir / "model.safetensors", fs::copy_options::overwrite_existing);
+    nlohmann::json config = nlohmann::json::parse(std::ifstream(src / "config.json"));
+    config[key] = value;
+    std::ofstream(dir / "config.json") << config.dump(2);
+    LlamaModel model(config_of(v));
+    ParamSet params;
+    params.build(model.params(), Device::cpu(), DType::F32, DType::F32);
+    try {
+      load_weights(*open_weights(dir.string()), model);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const Variant& qwen2 = variants()[3];
+  ASSERT_EQ(qwen2.arch, "qwen2");
+  EXPECT_NE(load_error(qwen2, "use_sliding_window", true)
+                .find("use_sliding_window is true in the file; tetra's qwen2 runs only use_sliding_window false"),
+            std::string::npos);
+  const Variant& mistral = variants()[7];
+  ASSERT_EQ(mistral.arch, "mistral");
+  EXPECT_NE(load_error(mistral, "sliding_window", 8)
+                .find("sliding_window is 8 in the file, but model.sliding_window gives 16; set "
+                      "model.sliding_window: 8"),
+            std::string::npos);
+  EXPECT_NE(load_error(mistral, "model_type", "llama").find("holds a llama model, but model.arch is mistral"),
+            std::string::npos);
+  const Variant& qwen3 = variants()[5];
+  ASSERT_EQ(qwen3.arch, "qwen3");
+  EXPECT_NE(load_error(qwen3, "attention_bias", true)
+                .find("attention_bias is true in the file; tetra's qwen3 runs only attention_bias false"),
+            std::string::npos);
+  EXPECT_NE(load_error(qwen3, "head_dim", 16).find("head_dim is 16 in the file, but model.head_dim gives 12"),
+            std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gqa, LlamaTorch, ::testing::ValuesIn(variants()),

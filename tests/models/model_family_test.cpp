@@ -49,6 +49,19 @@ std::vector<ModelArgs> sample_args() {
   m.moe.n_group = 2;
   m.moe.topk_group = 1;
   out.push_back(m);
+  // The families built from Llama's blocks: qwen2 (q/k/v biases, split with their rows; kv 1 is
+  // replicated over tp) and mistral with a window covering the context.
+  // qwen3: per-head q/k norms (per-head gradients summed over tp), head_dim 12 with d_model 32.
+  for (auto [arch, kv] :
+       std::vector<std::pair<std::string, int64_t>>{{"qwen2", 2}, {"qwen2", 1}, {"qwen3", 2}, {"mistral", 2}}) {
+    ModelArgs f = g;
+    f.arch = arch;
+    f.n_kv_heads = kv;
+    f.ffn_dim = 48;
+    if (arch == "mistral") f.sliding_window = 16;
+    if (arch == "qwen3") f.head_dim = 12;
+    out.push_back(f);
+  }
   return out;
 }
 
@@ -62,7 +75,7 @@ std::string label(const ModelArgs& a) {
 TEST(ModelFamily, RegistryKnowsEveryFamilyAndRejectsOthers) {
   const std::vector<std::string> names = model_family_names();
   ASSERT_FALSE(names.empty());
-  EXPECT_EQ(names, (std::vector<std::string>{"gpt2", "llama"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"gpt2", "llama", "qwen2", "qwen3", "mistral"}));
   for (const std::string& n : names) EXPECT_EQ(model_family(n).arch(), n);
   try {
     model_family("mamba");
@@ -70,7 +83,7 @@ TEST(ModelFamily, RegistryKnowsEveryFamilyAndRejectsOthers) {
   } catch (const ModelArgsError& e) {
     ASSERT_EQ(e.keys().size(), 1u);
     EXPECT_EQ(e.keys()[0], "model.arch");
-    EXPECT_NE(std::string(e.what()).find("'mamba' is not a model family (valid: gpt2, llama)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'mamba' is not a model family (valid: gpt2, llama, qwen2, qwen3, mistral)"), std::string::npos) << e.what();
   }
 }
 
@@ -195,6 +208,25 @@ TEST(ModelFamily, ShapeErrorsNameTheKey) {
   b = a;
   b.vocab_size = 97;
   EXPECT_EQ(keys_of(b, 2), (std::vector<std::string>{"model.vocab_size", "parallel.tp"}));
+  // Mistral: a window shorter than the context would need band attention, refused by name; one
+  // that covers it (or none) is full attention.
+  ModelArgs m = a;
+  m.arch = "mistral";
+  for (int64_t w : {0, 16, 4096}) {
+    m.sliding_window = w;
+    EXPECT_TRUE(keys_of(m, 1).empty()) << w;
+  }
+  m.sliding_window = 8;
+  EXPECT_EQ(keys_of(m, 1), (std::vector<std::string>{"model.sliding_window", "model.seq_len"}));
+  try {
+    model_family("mistral").build(m);
+    FAIL() << "no error";
+  } catch (const ModelArgsError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.sliding_window: 8 positions is shorter than the context model.seq_len = "
+                                         "16: sliding-window (band) attention does not run"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // GPT-2's numbers as launch/ computed them before the registry: 6·N + 12·L·d·T, and the activation

@@ -124,6 +124,39 @@ TEST(OpsContract, OutOfRangeIdsAndTargets) {
                "target 5");
 }
 
+// copy_columns moves exactly the block of columns, row by row, in fp32 and bf16, and leaves every
+// other element alone; a range outside either tensor, another dtype or overlapping tensors are errors.
+TEST(OpsContract, CopyColumnsMovesOneBlock) {
+  Rng rng(7);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor src = Tensor::empty({5, 9}, dt), dst = Tensor::empty({5, 6}, dt);
+    ops::copy(src, random_tensor(rng, {5, 9}));
+    ops::copy(dst, random_tensor(rng, {5, 6}));
+    Tensor before = Tensor::empty({5, 6}, dt);
+    ops::copy(before, dst);
+    ops::copy_columns(dst, 1, src, 4, 3);
+    const size_t es = dtype_size(dt);
+    auto at = [&](const Tensor& t, int64_t r, int64_t c) {  // the element's bytes
+      return std::string(static_cast<const char*>(t.data_ptr()) + (r * t.dim(1) + c) * es, es);
+    };
+    for (int64_t r = 0; r < 5; ++r)
+      for (int64_t c = 0; c < 6; ++c)
+        EXPECT_EQ(at(dst, r, c), c >= 1 && c < 4 ? at(src, r, c + 3) : at(before, r, c))
+            << dtype_name(dt) << " row " << r << " column " << c;
+  }
+  Tensor a = random_tensor(rng, {4, 8}), b = random_tensor(rng, {4, 8});
+  expect_error([&] { ops::copy_columns(b, 6, a, 0, 3); }, "copy_columns", "columns [0, 3)");
+  expect_error([&] { ops::copy_columns(b, 0, a, 7, 2); }, "copy_columns", "columns [7, 9)");
+  Tensor c3 = random_tensor(rng, {3, 8});
+  expect_error([&] { ops::copy_columns(c3, 0, a, 0, 2); }, "copy_columns", "the same rows");
+  Tensor a16 = Tensor::empty({4, 8}, DType::BF16);
+  expect_error([&] { ops::copy_columns(a16, 0, a, 0, 2); }, "copy_columns", "one dtype");
+  Tensor half = a.view({2, 16});
+  expect_error([&] { ops::copy_columns(half, 0, a, 0, 2); }, "copy_columns", "same rows");
+  Tensor left = a.slice_flat(0, {4, 4});
+  expect_error([&] { ops::copy_columns(left, 0, a, 4, 4); }, "copy_columns", "overlap");
+}
+
 TEST(OpsContract, LinearAccumulateAddsToPrefilled) {
   Rng rng(4);
   Tensor x = random_tensor(rng, {9, 6}), w = random_tensor(rng, {4, 6}), dy = random_tensor(rng, {9, 4});

@@ -40,13 +40,13 @@ def expected_tensors(config):
         w = state[name]["master"].reshape(shape)
         if arch == "gpt2":
             out[name] = w.T if name.endswith(GPT2_TRANSPOSED) else w
-        elif name.endswith(".self_attn.qkv_proj.weight"):
+        elif ".self_attn.qkv_proj." in name:  # the weight, and qwen2's bias
             H, Hkv = config["num_attention_heads"], config["num_key_value_heads"]
-            D = config["hidden_size"] // H
-            base = name[: -len("qkv_proj.weight")]
-            out[base + "q_proj.weight"] = w[: H * D]
-            out[base + "k_proj.weight"] = w[H * D: (H + Hkv) * D]
-            out[base + "v_proj.weight"] = w[(H + Hkv) * D:]
+            D = config.get("head_dim") or config["hidden_size"] // H
+            base, kind = name.split("qkv_proj.")
+            out[base + "q_proj." + kind] = w[: H * D]
+            out[base + "k_proj." + kind] = w[H * D: (H + Hkv) * D]
+            out[base + "v_proj." + kind] = w[(H + Hkv) * D:]
             check(w.shape[0] == (H + 2 * Hkv) * D, f"{name}: (H + 2·Hkv)·D rows")
         elif name.endswith(".mlp.gate_up_proj.weight"):
             F = config["intermediate_size"]
@@ -77,19 +77,29 @@ if arch == "gpt2":
     check((config["n_layer"], config["n_embd"], config["n_head"], config["vocab_size"], config["n_positions"]) ==
           (2, 32, 2, 256, 32), "config.json: GPT-2's fields hold the model's shape")
 else:
-    check(config["architectures"] == ["LlamaForCausalLM"] and config["model_type"] == "llama",
-          "config.json: LlamaForCausalLM, model_type llama")
+    cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+           "mistral": "MistralForCausalLM"}[arch]
+    check(config["architectures"] == [cls] and config["model_type"] == arch, f"config.json: {cls}, model_type {arch}")
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                 "intermediate_size", "vocab_size", "rope_theta", "rms_norm_eps", "tie_word_embeddings",
                 "max_position_embeddings", "hidden_act"):
         check(key in config, f"config.json has {key}")
-    check(config["hidden_act"] == "silu" and config["attention_bias"] is False and config["mlp_bias"] is False,
-          "config.json: SwiGLU (silu), no biases")
+    check(config["hidden_act"] == "silu", "config.json: SwiGLU (silu)")
+    if arch == "llama":
+        check(config["attention_bias"] is False and config["mlp_bias"] is False, "config.json: no biases")
+    if arch == "qwen2":
+        check(config["use_sliding_window"] is False, "config.json: no sliding window")
+        check(any(n.endswith("self_attn.qkv_proj.bias") for n in shapes), "qwen2 has q/k/v biases")
+    if arch == "qwen3":
+        check(config["attention_bias"] is False and config["head_dim"] == 24, "config.json: no biases, head_dim 24")
+        check(any(n.endswith("self_attn.q_norm.weight") for n in shapes), "qwen3 has q/k norms")
+    if arch == "mistral":
+        check("sliding_window" in config, "config.json: Mistral's sliding_window")
 want = expected_tensors(config)
 got, dtypes, st_meta = load(os.path.join(hf32, "model.safetensors"))
 check(st_meta.get("format") == "pt", "model.safetensors: metadata format pt (transformers requires it)")
 check(sorted(got) == sorted(want), f"model.safetensors holds exactly Hugging Face's tensor names ({len(want)})")
-if arch == "llama":
+if arch != "gpt2":
     check(("lm_head.weight" in got) != bool(config["tie_word_embeddings"]),
           "lm_head.weight is there exactly when the embedding is untied")
 for name, w in want.items():
@@ -159,7 +169,7 @@ layers_key = "n_layer" if arch == "gpt2" else "num_hidden_layers"
 _, err, _ = ws.train("wrong_layers", 1, sets + [f"model.init_from={hf32}", "model.n_layers=4"], expect=1)
 check(f"{layers_key} is 2 in the file, but model.n_layers gives 4" in err and "set model.n_layers: 2" in err,
       "a folder of another depth: exit 1, names the field, both values and the key to set")
-other = "llama" if arch == "gpt2" else "gpt2"
+other = "llama" if arch != "llama" else "gpt2"
 bad = os.path.join(ws.work, "bad")
 shutil.rmtree(bad, ignore_errors=True)
 shutil.copytree(hf32, bad)

@@ -205,10 +205,20 @@ std::vector<BadCase> bad_cases() {
        {"cfg.yaml:2: model.arch: mamba is not a valid choice", "(one of: gpt2, llama"}},
       // --- model families: keys of another family, impossible Llama shapes ---------------------
       {"llama_key_with_gpt2", edit("  n_heads: 4", "  n_heads: 4\n  rope_theta: 500000"), {}, 2,
-       {"cfg.yaml:7: model.rope_theta: not read by gpt2 models (a key of llama); remove it, or set model.arch to "
-        "llama (gpt2 takes, besides the common keys: ln_eps)"}},
+       {"cfg.yaml:7: model.rope_theta: not read by gpt2 models (a key of llama, qwen2, qwen3, mistral); remove it, or "
+        "set model.arch to llama, qwen2, qwen3, mistral (gpt2 takes, besides the common keys: ln_eps)"}},
       {"llama_key_by_override", kBase, {"model.n_kv_heads=2"}, 2,
-       {"--set model.n_kv_heads: not read by gpt2 models (a key of llama)"}},
+       {"--set model.n_kv_heads: not read by gpt2 models (a key of llama, qwen2, qwen3, mistral)"}},
+      // A key of one family built from Llama's blocks is not read by another.
+      {"mistral_key_with_llama", edit("model:", "model:\n  arch: llama\n  sliding_window: 4096"), {}, 2,
+       {"cfg.yaml:3: model.sliding_window: not read by llama models (a key of mistral); remove it, or set model.arch "
+        "to mistral"}},
+      {"qwen3_key_with_qwen2", edit("model:", "model:\n  arch: qwen2\n  head_dim: 32"), {}, 2,
+       {"cfg.yaml:3: model.head_dim: not read by qwen2 models (a key of qwen3)"}},
+      // Mistral: a window shorter than the context is refused by name, before any work.
+      {"mistral_window_shorter_than_context", edit("model:", "model:\n  arch: mistral\n  sliding_window: 32"), {}, 2,
+       {"cfg.yaml:3: model.sliding_window: 32 positions is shorter than the context model.seq_len = 64: "
+        "sliding-window (band) attention does not run in tetra yet", "[model.seq_len at ", "cfg.yaml:5]"}},
       {"gpt2_key_with_llama", edit("  n_heads: 4", "  n_heads: 4\n  ln_eps: 1.0e-6", edit("model:", "model:\n  arch: llama")), {}, 2,
        {"cfg.yaml:8: model.ln_eps: not read by llama models (a key of gpt2); remove it, or set model.arch to gpt2 "
         "(llama takes, besides the common keys: n_kv_heads, ffn_dim, norm_eps, rope_theta, tie_embeddings, the moe "

@@ -281,9 +281,10 @@ TEST(Config, RoundTripThroughYaml) {
   EXPECT_NE(yaml.find("  max_skipped_steps:\n    consecutive: 3\n    fraction: 0.25\n"), std::string::npos) << yaml;
 
   // Every key of the schema is in the YAML, each on its own line, except the model keys of
-  // other families (gpt2 here: the llama keys, the model.moe mapping among them) and the wsd
+  // other families (gpt2 here: the llama, qwen3 and mistral keys, the model.moe mapping among them) and the wsd
   // schedule's keys (the schedule is linear here).
-  const std::vector<std::string> llama_only = {"n_kv_heads", "ffn_dim", "norm_eps", "rope_theta", "tie_embeddings"};
+  const std::vector<std::string> llama_only = {"n_kv_heads", "ffn_dim",  "norm_eps",      "rope_theta",
+                                               "tie_embeddings", "head_dim", "sliding_window"};
   for (const auto& f : schema::fields()) {
     const std::string key = f.key;
     const bool other_family = (std::string(f.section) == "model" &&

@@ -19,7 +19,7 @@
 // that start at zero ~1e-7 norm-wise).
 //
 // usage: mpirun -np N tp_equivalence_test WORK_DIR ARCH VARIANT...
-//   (ARCH: gpt2, llama, llama_tied, llama_kv2, llama_kv1)
+//   (ARCH: gpt2, llama, llama_tied, llama_kv2, llama_kv1, qwen2, qwen2_kv2_tied, qwen3, mistral)
 //   VARIANT = tpT_dpD_zZ[_nosp][_rfull|_rmlp][_ppP][_ovl]  (T·D·P must divide N; N / (T·D·P) groups run
 //   it side by side; _nosp: sequence parallelism off; _ovl: parallel.tp_comm_overlap on (the chunked
 //   ring exchanges of parallel/tensor/linear.h; off otherwise); _rfull, _rmlp: train.recompute full, mlp; _ppP:
@@ -69,15 +69,29 @@ Variant parse_variant(const std::string& s) {
 // gpt2: 12 heads of 3 channels. llama: 12 query heads of 4 channels in 4 key/value groups (one group
 // a rank at tp 4), an MLP of 60 (15 a rank at tp 4); llama_tied: the same with the output layer
 // tied to the embedding. llama_kv2, llama_kv1: 2 key/value heads (each replicated over 2 ranks at
-// tp 4) and 1 (multi-query: on every rank at tp 2 and 4).
+// tp 4) and 1 (multi-query: on every rank at tp 2 and 4). qwen2: llama's shape with q/k/v biases
+// (split with their heads; qwen2_kv2_tied: the key/value biases replicated at tp 4 with the heads);
+// qwen3: 2 key/value heads (replicated at tp 4) with per-head q/k norms, head_dim 8 (not 48 / 12 = 4);
+// mistral: llama's with a window covering the context.
 std::string model_yaml(const std::string& arch) {
   if (arch == "gpt2") return "{arch: gpt2, vocab_size: 260, seq_len: 10, d_model: 36, n_layers: 2, n_heads: 12}";
+  if (arch == "qwen2" || arch == "qwen2_kv2_tied")
+    return "{arch: qwen2, vocab_size: 260, seq_len: 10, d_model: 48, n_layers: 2, n_heads: 12, n_kv_heads: " +
+           std::string(arch == "qwen2" ? "4" : "2") + ", ffn_dim: 60, tie_embeddings: " +
+           (arch == "qwen2" ? "false" : "true") + "}";
+  if (arch == "qwen3")
+    return "{arch: qwen3, vocab_size: 260, seq_len: 10, d_model: 48, n_layers: 2, n_heads: 12, n_kv_heads: 2, "
+           "head_dim: 8, ffn_dim: 60}";
+  if (arch == "mistral")
+    return "{arch: mistral, vocab_size: 260, seq_len: 10, d_model: 48, n_layers: 2, n_heads: 12, n_kv_heads: 4, "
+           "ffn_dim: 60, sliding_window: 10}";
   const std::string tied = arch == "llama_tied" ? "true" : "false";
   const std::string kv = arch == "llama_kv2" ? "2" : arch == "llama_kv1" ? "1" : "4";
   if (arch == "llama" || arch == "llama_tied" || arch == "llama_kv2" || arch == "llama_kv1")
     return "{arch: llama, vocab_size: 260, seq_len: 10, d_model: 48, n_layers: 2, n_heads: 12, n_kv_heads: " + kv +
            ", ffn_dim: 60, tie_embeddings: " + tied + "}";
-  throw std::runtime_error("unknown ARCH " + arch + " (gpt2, llama, llama_tied, llama_kv2, llama_kv1)");
+  throw std::runtime_error("unknown ARCH " + arch +
+                           " (gpt2, llama, llama_tied, llama_kv2, llama_kv1, qwen2, qwen2_kv2_tied, qwen3, mistral)");
 }
 
 std::string config_yaml(const std::string& work, const std::string& data, const std::string& arch) {

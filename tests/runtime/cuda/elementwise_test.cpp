@@ -1,4 +1,5 @@
-// CUDA elementwise ops (fill, zero, add, scale, copy with fp32 <-> bf16 conversion, GELU) against
+// CUDA elementwise ops (fill, zero, add, scale, copy with fp32 <-> bf16 conversion, copy_columns,
+// GELU) against
 // the CPU twin: vectorised sizes, odd sizes, misaligned views, every fp32/bf16 mix, aliasing.
 #include "tests/runtime/cuda/gpu_test_util.h"
 
@@ -64,6 +65,25 @@ TEST(GpuElementwise, AddEveryDtypeMix) {
       ops::add(da, da, db);
       EXPECT_LE(close_error(da, ref), tol(dt)) << "in place, " << name(dt);
     }
+  }
+}
+
+// copy_columns (one cudaMemcpy2DAsync) against the CPU twin, bit for bit: a block of columns of a
+// wide [N, 3·D]-like source into a narrower destination and back, fp32 and bf16, odd widths.
+TEST(GpuElementwise, CopyColumnsEqualsTheCpu) {
+  TETRA_REQUIRE_GPU();
+  Rng rng(9);
+  for (DType dt : kFloatTypes) {
+    Tensor src = host_as(random_host(rng, {37, 45}), dt), dst = host_as(random_host(rng, {37, 19}), dt);
+    Tensor d_src = upload_raw(src), d_dst = upload_raw(dst);
+    ops::copy_columns(dst, 3, src, 20, 13);
+    ops::copy_columns(d_dst, 3, d_src, 20, 13);
+    Tensor got = download_raw(d_dst);
+    ASSERT_EQ(std::memcmp(got.data_ptr(), dst.data_ptr(), dst.nbytes()), 0) << name(dt) << " into the narrow";
+    ops::copy_columns(src, 31, dst, 2, 14);
+    ops::copy_columns(d_src, 31, d_dst, 2, 14);
+    got = download_raw(d_src);
+    ASSERT_EQ(std::memcmp(got.data_ptr(), src.data_ptr(), src.nbytes()), 0) << name(dt) << " back into the wide";
   }
 }
 
