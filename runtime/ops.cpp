@@ -91,11 +91,11 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
   check_same_device("rmsnorm_backward", {&dx, &dw, &dy, &x, &w, &rstd, dresidual, dx_rounded});
   TETRA_DISPATCH(dx.device(), rmsnorm_backward, dx, dw, dy, x, w, rstd, accumulate_dx, dresidual, dx_rounded);
 }
-void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta) {
-  TETRA_DISPATCH(qkv.device(), rope_forward, qkv, n_heads, n_kv_heads, theta);
+void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope) {
+  TETRA_DISPATCH(qkv.device(), rope_forward, qkv, n_heads, n_kv_heads, rope);
 }
-void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, float theta) {
-  TETRA_DISPATCH(dqkv.device(), rope_backward, dqkv, n_heads, n_kv_heads, theta);
+void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope) {
+  TETRA_DISPATCH(dqkv.device(), rope_backward, dqkv, n_heads, n_kv_heads, rope);
 }
 void swiglu_forward(Tensor& h, const Tensor& gate_up) {
   check_same_device("swiglu_forward", {&h, &gate_up});
