@@ -41,7 +41,7 @@ Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
   s.h1_in = qkv_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.h1;
   qkv_proj_.forward(s.qkv, s.h1, &s.h1_in);
   Tensor qkv3 = s.qkv.view({B, T, Q});
-  ops::rope_forward(qkv3, H, Hkv, cfg_.rope_theta);
+  ops::rope_forward(qkv3, H, Hkv, cfg_.rope());
   s.att = ctx.activation({N, HD});
   s.lse = ctx.fp32({B, H, T});
   Tensor att3 = s.att.view({B, T, HD});
@@ -65,7 +65,7 @@ Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const St
   Tensor dqkv3 = s.d_qkv.view({B, T, Q});
   ops::attention_backward(dqkv3, d_att.view({B, T, HD}), s.qkv.view({B, T, Q}), s.att.view({B, T, HD}), s.lse, H,
                           Hkv);
-  ops::rope_backward(dqkv3, H, Hkv, cfg_.rope_theta);  // the gradient of the projection's output
+  ops::rope_backward(dqkv3, H, Hkv, cfg_.rope());  // the gradient of the projection's output
   Tensor d_h1 = ctx.activation_reusing(d_att, {R, C});
   s.weights_done = qkv_proj_.backward_input(
       d_h1, s.d_qkv, ctx.weights_follow ? std::function<void()>([this, &s] { weight_grads(s); }) : nullptr);

@@ -1,6 +1,7 @@
 #include "models/llama_config.h"
 
 #include "models/model_family.h"
+#include "models/rope_scaling.h"
 
 namespace tetra {
 
@@ -88,8 +89,11 @@ void LlamaConfig::validate(int tp) const {
     throw ModelArgsError({"model.ffn_dim", "parallel.tp"},
                          str(ffn()) + " does not split over parallel.tp = " + str(tp) + " ranks; use a multiple of " +
                              str(tp));
+  validate_rope_scaling(rope_scaling);
   if (moe.enabled()) validate_moe();
 }
+
+Rope LlamaConfig::rope() const { return Rope(rope_theta, rope_scaling_of(rope_scaling)); }
 
 void LlamaConfig::validate_moe() const {
   const int64_t E = moe.n_experts, k = moe.top_k, G = moe.n_group, TG = moe.topk_group;
@@ -132,13 +136,13 @@ LlamaConfig LlamaConfig::from(const ModelArgs& a) {
   return {.vocab_size = a.vocab_size, .max_seq_len = a.seq_len, .d_model = a.d_model, .n_layers = a.n_layers,
           .n_heads = a.n_heads, .n_kv_heads = a.n_kv_heads, .ffn_dim = a.ffn_dim,
           .norm_eps = static_cast<float>(a.norm_eps), .rope_theta = static_cast<float>(a.rope_theta),
-          .tie_embeddings = a.tie_embeddings, .moe = a.moe, .recompute = a.recompute};
+          .rope_scaling = a.rope_scaling, .tie_embeddings = a.tie_embeddings, .moe = a.moe, .recompute = a.recompute};
 }
 
 ModelArgs LlamaConfig::args() const {
   return {.arch = "llama", .vocab_size = vocab_size, .seq_len = max_seq_len, .d_model = d_model, .n_layers = n_layers,
           .n_heads = n_heads, .n_kv_heads = n_kv_heads, .ffn_dim = ffn_dim, .norm_eps = norm_eps,
-          .rope_theta = rope_theta, .tie_embeddings = tie_embeddings, .moe = moe, .recompute = recompute};
+          .rope_theta = rope_theta, .tie_embeddings = tie_embeddings, .rope_scaling = rope_scaling, .moe = moe, .recompute = recompute};
 }
 
 }  // namespace tetra

@@ -19,6 +19,8 @@ class LlamaFamily : public ModelFamily {
   }
   std::vector<std::string> config_keys() const override {
     return {"n_kv_heads",         "ffn_dim",        "norm_eps",           "rope_theta",
+            "rope_scaling.type",  "rope_scaling.factor", "rope_scaling.low_freq_factor",
+            "rope_scaling.high_freq_factor", "rope_scaling.original_max_position_embeddings",
             "tie_embeddings",     "moe.n_experts",  "moe.top_k",          "moe.n_shared",
             "moe.ffn_dim",        "moe.first_k_dense", "moe.route_scale", "moe.n_group",
             "moe.topk_group",     "moe.bias_update_rate", "moe.aux_loss_coef", "moe.force_balance"};
@@ -166,6 +168,10 @@ class LlamaFamily : public ModelFamily {
                   static_cast<double>(c.rope_theta), c.tie_embeddings ? "tied" : "untied",
                   static_cast<long long>(c.max_seq_len));
     std::string line = buf;
+    if (c.rope_scaling.type != "none") {
+      std::snprintf(buf, sizeof buf, "; rope scaling %s, factor %g", c.rope_scaling.type.c_str(), c.rope_scaling.factor);
+      line += buf;
+    }
     if (c.moe.enabled()) {
       std::snprintf(buf, sizeof buf,
                     "; MoE in layers %lld..%lld: %lld routed experts of ffn %lld, top %lld%s, %lld shared, route "
