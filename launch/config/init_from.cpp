@@ -66,7 +66,12 @@ void take(Config& cfg, const Config& folder, const schema::Field& f, const std::
 void model_from_init_folder(Config& cfg) {
   std::error_code ec;
   if (cfg.model.init_from.empty() || !std::filesystem::is_directory(cfg.model.init_from, ec)) return;
-  const HfShape shape = hf_shape(cfg.model.init_from);
+  HfShape shape;
+  try {
+    shape = hf_shape(cfg.model.init_from);
+  } catch (const Error& e) {  // a folder the config cannot use: a config error at model.init_from (exit 2)
+    TETRA_FAIL(Config, cfg.origins.where("model.init_from"), ": model.init_from: ", e.what());
+  }
   Config folder = cfg;
   static_cast<ModelArgs&>(folder.model) = shape.args;
   take(cfg, folder, *schema::find("model", "arch"), "model_type", shape.file);

@@ -481,6 +481,7 @@ std::string known_alias(const std::string& name) {
       {{"num_key_value_heads", "num_query_groups", "n_kv_head", "kv_heads"}, "model.n_kv_heads"},
       {{"intermediate_size", "ffn_hidden_size", "hidden_dim", "ffn_size"}, "model.ffn_dim"},
       {{"rope_base", "rotary_base", "rotary_emb_base"}, "model.rope_theta"},
+      {{"rope_parameters", "rope_type", "rotary_scaling"}, "model.rope_scaling (its type: none, linear, llama3)"},
       {{"tie_word_embeddings", "untie_embeddings_and_output_weights", "weight_tying"}, "model.tie_embeddings"},
       {{"num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"}, "model.moe.n_experts"},
       {{"num_experts_per_tok", "moe_router_topk", "moe_top_k", "top_k"}, "model.moe.top_k"},
