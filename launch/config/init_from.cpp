@@ -37,6 +37,12 @@ void copy_value(const schema::Field& f, const Config& from, Config& to) {
   }
 }
 
+// "FILE:LINE: KEY" for a key of the YAML, "--set KEY" for an override (which names it already).
+std::string at(const Config& cfg, const std::string& path) {
+  const std::string where = cfg.origins.where(path);
+  return where == "--set " + path ? where : where + ": " + path;
+}
+
 // Numbers agree to 1e-6 relative (an epsilon written as 1e-5 in YAML and as fp32's
 // 9.999999747378752e-06 in config.json), everything else exactly.
 bool agree(const schema::Field& f, const Config& a, const Config& b) {
@@ -52,7 +58,7 @@ void take(Config& cfg, const Config& folder, const schema::Field& f, const std::
   const std::string path = f.path(), mine = schema::value_text(f, cfg), theirs = schema::value_text(f, folder);
   if (cfg.origins.given(path)) {
     if (!agree(f, cfg, folder))
-      TETRA_FAIL(Config, cfg.origins.where(path), ": ", path, ": ", mine, " here, but ", file, " gives ", theirs, " (",
+      TETRA_FAIL(Config, at(cfg, path), ": ", mine, " here, but ", file, " gives ", theirs, " (",
                  hf_name, "); remove ", path, " (model.init_from's config.json gives the model's shape) or set it to ",
                  theirs);
     return;
@@ -70,7 +76,7 @@ void model_from_init_folder(Config& cfg) {
   try {
     shape = hf_shape(cfg.model.init_from);
   } catch (const Error& e) {  // a folder the config cannot use: a config error at model.init_from (exit 2)
-    TETRA_FAIL(Config, cfg.origins.where("model.init_from"), ": model.init_from: ", e.what());
+    TETRA_FAIL(Config, at(cfg, "model.init_from"), ": ", e.what());
   }
   Config folder = cfg;
   static_cast<ModelArgs&>(folder.model) = shape.args;
