@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "models/rope_scaling.h"
 #include "models/stored_tensors.h"
 #include "runtime/safetensors.h"
 
@@ -80,6 +81,7 @@ class HfFolderSource : public WeightSource {
   Shape shape(const std::string& name) const override { return info(name).shape; }
   Tensor read_f32(const std::string& name) const override { return reader(name).read_f32(name); }
   std::optional<double> attribute(const std::string& name) const override {
+    if (name == "rope_theta") return rope_theta_from_json(config_);  // transformers 5: in rope_parameters
     auto it = config_.find(name);
     if (it == config_.end()) return std::nullopt;
     if (it->is_boolean()) return it->get<bool>() ? 1.0 : 0.0;

@@ -58,7 +58,7 @@ Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
   qkv_proj_.forward(s.qkv, s.h1, &s.h1_in);
   if (cfg_.qk_norm) qk_norm_forward(ctx, s);
   Tensor qkv3 = s.qkv.view({B, T, Q});
-  ops::rope_forward(qkv3, H, Hkv, cfg_.rope_theta, ctx.position);
+  ops::rope_forward(qkv3, H, Hkv, cfg_.rope(), ctx.position);
   s.att = ctx.activation({N, HD});
   s.lse = ctx.fp32({B, H, T});
   Tensor att3 = s.att.view({B, T, HD});
@@ -80,7 +80,7 @@ Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const St
   Tensor dqkv3 = s.d_qkv.view({B, T, Q});
   ops::attention_backward(dqkv3, d_att.view({B, T, HD}), s.qkv.view({B, T, Q}), s.att.view({B, T, HD}), s.lse, H,
                           Hkv);
-  ops::rope_backward(dqkv3, H, Hkv, cfg_.rope_theta);  // the gradient of the projection's output
+  ops::rope_backward(dqkv3, H, Hkv, cfg_.rope());  // the gradient of the projection's output
   if (cfg_.qk_norm) qk_norm_backward(ctx, s, s.d_qkv);  // ... or of the norms' output, taken through them
   Tensor d_h1 = ctx.activation_reusing(d_att, {R, C});
   s.weights_done = qkv_proj_.backward_input(

@@ -1,6 +1,7 @@
 #include "models/llama_config.h"
 
 #include "models/model_family.h"
+#include "models/rope_scaling.h"
 
 namespace tetra {
 
@@ -101,8 +102,11 @@ void LlamaConfig::validate(int tp) const {
                              str(max_seq_len) + ": sliding-window (band) attention does not run in tetra yet, and "
                              "full attention would be a different model; train with model.seq_len at most " +
                              str(sliding_window) + " (attention then never reaches past the window)");
+  validate_rope_scaling(rope_scaling);
   if (moe.enabled()) validate_moe();
 }
+
+Rope LlamaConfig::rope() const { return Rope(rope_theta, rope_scaling_of(rope_scaling)); }
 
 void LlamaConfig::validate_moe() const {
   const int64_t E = moe.n_experts, k = moe.top_k, G = moe.n_group, TG = moe.topk_group;
@@ -145,7 +149,7 @@ LlamaConfig LlamaConfig::from(const ModelArgs& a) {
   return {.arch = a.arch, .vocab_size = a.vocab_size, .max_seq_len = a.seq_len, .d_model = a.d_model, .n_layers = a.n_layers,
           .n_heads = a.n_heads, .n_kv_heads = a.n_kv_heads, .explicit_head_dim = a.head_dim, .ffn_dim = a.ffn_dim,
           .norm_eps = static_cast<float>(a.norm_eps), .rope_theta = static_cast<float>(a.rope_theta),
-          .tie_embeddings = a.tie_embeddings, .qkv_bias = a.arch == "qwen2",
+          .rope_scaling = a.rope_scaling, .tie_embeddings = a.tie_embeddings, .qkv_bias = a.arch == "qwen2",
           .qk_norm = a.arch == "qwen3", .sliding_window = a.sliding_window,
           .moe = a.moe, .recompute = a.recompute};
 }
@@ -153,9 +157,8 @@ LlamaConfig LlamaConfig::from(const ModelArgs& a) {
 ModelArgs LlamaConfig::args() const {
   return {.arch = arch, .vocab_size = vocab_size, .seq_len = max_seq_len, .d_model = d_model, .n_layers = n_layers,
           .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = explicit_head_dim, .ffn_dim = ffn_dim,
-          .norm_eps = norm_eps,
-          .rope_theta = rope_theta, .tie_embeddings = tie_embeddings, .sliding_window = sliding_window, .moe = moe,
-          .recompute = recompute};
+          .norm_eps = norm_eps, .rope_theta = rope_theta, .tie_embeddings = tie_embeddings,
+          .rope_scaling = rope_scaling, .sliding_window = sliding_window, .moe = moe, .recompute = recompute};
 }
 
 }  // namespace tetra

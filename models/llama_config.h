@@ -15,6 +15,7 @@
 
 #include "models/layer.h"
 #include "models/model_args.h"
+#include "runtime/rope.h"
 
 namespace tetra {
 
@@ -30,6 +31,7 @@ struct LlamaConfig {
   int64_t ffn_dim = 0;         // 0 = default_ffn_dim(d_model)
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  RopeScalingArgs rope_scaling{};  // none: plain RoPE
   bool tie_embeddings = false;
   bool qkv_bias = false;        // biases on q_proj, k_proj and v_proj (qwen2)
   bool qk_norm = false;         // RMSNorm of each q and k head before RoPE (qwen3)
@@ -38,6 +40,7 @@ struct LlamaConfig {
   Recompute recompute = Recompute::None;
 
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : d_model / n_heads; }
+  Rope rope() const;  // theta and the scaling, as the rotary kernels take them
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t ffn() const { return ffn_dim > 0 ? ffn_dim : default_ffn_dim(d_model); }
   int64_t qkv_rows() const { return (n_heads + 2 * kv_heads()) * head_dim(); }  // fused q | k | v

@@ -176,6 +176,10 @@ class LlamaFamily : public ModelFamily {
     if (c.qkv_bias) line += ", q/k/v biases";
     if (c.qk_norm) line += ", q/k norms, head_dim " + std::to_string(c.head_dim());
     if (c.sliding_window > 0) line += ", sliding window " + std::to_string(c.sliding_window) + " (full attention)";
+    if (c.rope_scaling.type != "none") {
+      std::snprintf(buf, sizeof buf, "; rope scaling %s, factor %g", c.rope_scaling.type.c_str(), c.rope_scaling.factor);
+      line += buf;
+    }
     if (c.moe.enabled()) {
       std::snprintf(buf, sizeof buf,
                     "; MoE in layers %lld..%lld: %lld routed experts of ffn %lld, top %lld%s, %lld shared, route "
@@ -200,7 +204,18 @@ class LlamaFamily : public ModelFamily {
 };
 
 // The keys of every family built from Llama's dense blocks.
-std::vector<std::string> dense_keys() { return {"n_kv_heads", "ffn_dim", "norm_eps", "rope_theta", "tie_embeddings"}; }
+std::vector<std::string> dense_keys() {
+  return {"n_kv_heads",
+          "ffn_dim",
+          "norm_eps",
+          "rope_theta",
+          "rope_scaling.type",
+          "rope_scaling.factor",
+          "rope_scaling.low_freq_factor",
+          "rope_scaling.high_freq_factor",
+          "rope_scaling.original_max_position_embeddings",
+          "tie_embeddings"};
+}
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 #include "models/llama_model.h"
 
 #include <map>
+#include "models/rope_scaling.h"
 
 namespace tetra {
 
@@ -110,7 +111,7 @@ nlohmann::json LlamaModel::hf_config() const {
   j["attention_dropout"] = 0.0;
   j["initializer_range"] = 0.02;
   j["pretraining_tp"] = 1;
-  j["rope_scaling"] = nullptr;  // plain RoPE: a file that sets it is loaded with a note
+  j["rope_scaling"] = rope_scaling_json(cfg_.rope_scaling);  // null for plain RoPE
   j["use_cache"] = true;
   if (cfg_.moe.enabled()) {
     // The router as DeepseekV3's: sigmoid scores, the correction bias choosing ("noaux_tc"), the

@@ -29,6 +29,18 @@ struct MoeArgs {
   bool enabled() const { return n_experts > 0; }
 };
 
+// model.rope_scaling: the rotary frequencies rescaled for a longer context, as Hugging Face's
+// rope_scaling (runtime/rope.h has the formulas; docs/models.md). type none = plain RoPE; the other
+// keys are Hugging Face's and 0 means not set (a type that needs one says so).
+struct RopeScalingArgs {
+  std::string type = "none";    // none | linear | llama3
+  double factor = 0;            // linear, llama3: e.g. 32
+  double low_freq_factor = 0;   // llama3: e.g. 1
+  double high_freq_factor = 0;  // llama3: e.g. 4
+  int64_t original_max_position_embeddings = 0;  // llama3: the pretraining context, e.g. 8192
+  bool operator==(const RopeScalingArgs&) const = default;
+};
+
 struct ModelArgs {
   std::string arch = "gpt2";  // model.arch: the family
   int64_t vocab_size = 0;
@@ -43,6 +55,7 @@ struct ModelArgs {
   double norm_eps = 1e-5;     // RMSNorm epsilon (Llama)
   double rope_theta = 10000;  // rotary embedding base (Llama)
   bool tie_embeddings = false;  // output layer shares the token embedding (Llama; GPT-2 always ties)
+  RopeScalingArgs rope_scaling{};  // Llama: rotary frequencies for a longer context
   // Mistral's sliding-window attention: each token sees the last sliding_window positions; 0 = none.
   // A window of at least seq_len is full causal attention; a shorter one is refused (docs/models.md).
   int64_t sliding_window = 0;

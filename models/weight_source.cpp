@@ -8,6 +8,7 @@
 
 #include "models/consolidated.h"
 #include "models/hf_folder.h"
+#include "models/rope_scaling.h"
 #include "models/stored_tensors.h"
 #include "parallel/param_placement.h"
 #include "runtime/ops.h"
@@ -29,6 +30,21 @@ std::string value_text(ModelAttribute::Kind kind, double v) {
 bool same_value(const ModelAttribute& want, double got) {
   if (want.kind != ModelAttribute::Kind::Float) return got == want.value;
   return std::abs(got - want.value) <= 1e-6 * std::max(std::abs(want.value), 1e-30);
+}
+
+// The file's rope scaling (config.json's rope_scaling or rope_parameters) against the model's: a
+// different one is a different model. Files without either field (consolidated HDF5) are not checked.
+void check_rope_scaling(const WeightSource& src, const nlohmann::json& own) {
+  nlohmann::json file;
+  for (const char* name : {"rope_parameters", "rope_scaling"})
+    if (std::optional<nlohmann::json> f = src.config_field(name)) file[name] = *f;
+  if (file.empty()) return;
+  const RopeScalingArgs got = rope_scaling_from_json(file, src.path());
+  const RopeScalingArgs want = rope_scaling_from_json(own, "the model");
+  if (got == want) return;
+  TETRA_FAIL(Checkpoint, src.path(), ": rope scaling is ", rope_scaling_json(got).dump(), " in the file, but the "
+             "model.rope_scaling keys give ", rope_scaling_json(want).dump(), "; set them as the file does (or leave "
+             "the model's shape to the folder: model.init_from alone)");
 }
 
 }  // namespace
@@ -61,8 +77,9 @@ LoadReport load_weights(const WeightSource& src, Model& model) {
                  " to load this file");
   }
   const nlohmann::json own = model.hf_config();
+  if (own.contains("rope_scaling")) check_rope_scaling(src, own);
   for (const auto& [key, value] : own.items()) {
-    if (!value.is_null()) continue;
+    if (!value.is_null() || key == "rope_scaling") continue;
     const std::optional<nlohmann::json> got = src.config_field(key);
     if (got && !got->is_null())
       report.notes.push_back(key + " is " + got->dump() + " in the file; tetra's " + model.arch() +

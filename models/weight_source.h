@@ -35,7 +35,8 @@ std::unique_ptr<WeightSource> open_weights(const std::string& path);
 struct LoadReport {
   std::vector<std::string> unexpected;  // tensors in the file that are neither parameters nor ignorable
   // Config fields that differ without changing any shape, and fields the model does not apply
-  // (set in config.json where the model's own config.json has null, e.g. rope_scaling).
+  // (set in config.json where the model's own config.json has null). A different rope scaling is
+  // an error, not a note.
   std::vector<std::string> notes;
 };
 

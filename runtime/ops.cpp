@@ -107,16 +107,16 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
   check_same_device("rmsnorm_backward", {&dx, &dw, &dy, &x, &w, &rstd, dresidual, dx_rounded});
   TETRA_DISPATCH(dx.device(), rmsnorm_backward, dx, dw, dy, x, w, rstd, accumulate_dx, dresidual, dx_rounded);
 }
-void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta, int64_t position) {
+void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope, int64_t position) {
   TETRA_CHECK(position >= 0, "rope_forward: position ", position, " < 0");
-  TETRA_DISPATCH(qkv.device(), rope_forward, qkv, n_heads, n_kv_heads, theta, position);
+  TETRA_DISPATCH(qkv.device(), rope_forward, qkv, n_heads, n_kv_heads, rope, position);
 }
 void attention_decode(Tensor& out, const Tensor& cache, int64_t length, int64_t n_heads, int64_t n_kv_heads) {
   check_same_device("attention_decode", {&out, &cache});
   TETRA_DISPATCH(out.device(), attention_decode, out, cache, length, n_heads, n_kv_heads);
 }
-void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, float theta) {
-  TETRA_DISPATCH(dqkv.device(), rope_backward, dqkv, n_heads, n_kv_heads, theta);
+void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope) {
+  TETRA_DISPATCH(dqkv.device(), rope_backward, dqkv, n_heads, n_kv_heads, rope);
 }
 void swiglu_forward(Tensor& h, const Tensor& gate_up) {
   check_same_device("swiglu_forward", {&h, &gate_up});

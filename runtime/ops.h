@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "runtime/op_list.h"
+#include "runtime/rope.h"
 #include "runtime/step_control.h"
 #include "runtime/tensor.h"
 
@@ -99,12 +100,13 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
 // heads, then v heads, each head D contiguous values; v untouched). Hugging Face Llama's rotate-half
 // convention: for i < D/2 and the angle a = t·inv_freq[i] at position t (position … position + T−1:
 // row r of each sequence is at position + r; 0 in training, the cached length when decoding),
-// inv_freq[i] = 1 / theta^(2i/D) (fp32, as transformers computes it):
+// inv_freq[i] = 1 / theta^(2i/D) (fp32, as transformers computes it), rescaled as rope.scaling says
+// (linear, llama3; runtime/rope.h). A bare theta converts to plain RoPE:
 //   x'[i] = x[i]·cos a − x[i + D/2]·sin a;   x'[i + D/2] = x[i + D/2]·cos a + x[i]·sin a.
 // Angles in fp32 on every backend (the same fp32 angle everywhere; sin/cos to fp32 rounding). D even.
-void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta, int64_t position = 0);
+void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope, int64_t position = 0);
 // The transpose (inverse rotation) applied in place to dq and dk of dqkv (same layout); dv untouched.
-void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, float theta);
+void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope);
 
 // ---------- SwiGLU ----------
 // On a fused gate/up projection gu[N, 2F] = [gate | up] (gate in columns 0 … F−1):

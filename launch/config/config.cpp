@@ -10,6 +10,7 @@ namespace tetra::launch {
 
 std::string KeyOrigins::where(const std::string& key) const {
   if (overridden.count(key)) return "--set " + key;
+  if (auto it = from_folder.find(key); it != from_folder.end()) return it->second;
   std::string f = file.empty() ? "config" : file;
   auto it = line.find(key);
   if (it != line.end() && it->second > 0) return f + ":" + std::to_string(it->second);

@@ -241,8 +241,11 @@ struct KeyOrigins {
   std::string file;                       // the config file as given; "" for a Config built in code
   std::map<std::string, int> line;        // "train.steps" → 1-based line in file (sections too: "train")
   std::set<std::string> overridden;       // keys set by --set (they win over the file)
+  // Model keys that model.init_from's config.json set: "DIR/config.json (num_hidden_layers)".
+  std::map<std::string, std::string> from_folder;
 
-  // "FILE:LINE" for a key of the file, "--set KEY" for an override, "FILE" (or "config") otherwise.
+  // "FILE:LINE" for a key of the file, "--set KEY" for an override, "DIR/config.json (FIELD)" for a
+  // key model.init_from's folder set, "FILE" (or "config") otherwise.
   std::string where(const std::string& key) const;
   // True when the user wrote this key (in the file or with --set), false when it is a default.
   bool given(const std::string& key) const { return line.count(key) || overridden.count(key); }
@@ -278,11 +281,14 @@ struct Config {
 // Reads the YAML file, applies the overrides ("section.key=value", value parsed as YAML: 3, 3e-4,
 // true, [0.9, 0.95], a string), and checks every key against the schema: unknown keys, wrong types,
 // values out of range, invalid choices and missing required keys throw a tetra::Error of kind
-// Config, "FILE:LINE: key.path: what is wrong (what would be valid)". Fills train.seq_len from
-// model.seq_len when absent. Does not look at the job: that is validate().
+// Config, "FILE:LINE: key.path: what is wrong (what would be valid)". When model.init_from is a
+// Hugging Face folder, its config.json gives the model's shape keys (launch/config/init_from.h); a
+// key the YAML also gives must agree. Fills train.seq_len from model.seq_len when absent. Does not
+// look at the job: that is validate().
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
-// The same from YAML text; source_name stands for the file in messages.
+// The same from YAML text; source_name stands for the file in messages. Reads no other file: the
+// model section is taken as written (a run directory's config.yaml, a checkpoint's, is complete).
 Config parse_config(const std::string& yaml_text, const std::string& source_name,
                     const std::vector<std::string>& overrides = {});
 

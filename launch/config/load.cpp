@@ -14,6 +14,7 @@
 
 #include "launch/config/config.h"
 #include "launch/config/data.h"
+#include "launch/config/init_from.h"
 #include "launch/config/schema.h"
 #include "runtime/error.h"
 
@@ -333,10 +334,24 @@ void apply_overrides(const std::vector<std::string>& overrides, std::vector<Entr
   }
 }
 
-}  // namespace
+// A required key nobody gave; a model key also says why model.init_from did not give it.
+[[noreturn]] void missing_required(const Config& cfg, const Field& f) {
+  const std::string& file = cfg.origins.file;
+  auto sec = cfg.origins.line.find(f.section);
+  std::string why;
+  if (std::string(f.section) == "model" && !cfg.model.init_from.empty()) {
+    std::error_code ec;
+    why = std::filesystem::is_directory(cfg.model.init_from, ec)
+              ? "; model.init_from's config.json does not give it"
+              : "; model.init_from " + cfg.model.init_from + " is not a Hugging Face folder, whose config.json would give it";
+  }
+  fail(at(file, sec == cfg.origins.line.end() ? 0 : sec->second), f.path(), "missing required key" + why,
+       schema::valid_text(f));
+}
 
-Config parse_config(const std::string& yaml_text, const std::string& source_name,
-                    const std::vector<std::string>& overrides) {
+// parse_config, and with read_init_from the model's shape from model.init_from's folder.
+Config parse(const std::string& yaml_text, const std::string& source_name, const std::vector<std::string>& overrides,
+             bool read_init_from) {
   const std::string& file = source_name;
   YAML::Node root;
   try {
@@ -359,14 +374,19 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
     if (wrong.empty()) wrong = schema::check_value(*e.field, cfg);
     if (!wrong.empty()) fail(e.where, path, wrong, schema::valid_text(*e.field));
   }
-  for (const Field& f : schema::fields()) {
-    if (!f.required || cfg.origins.given(f.path())) continue;
-    auto sec = cfg.origins.line.find(f.section);
-    fail(at(file, sec == cfg.origins.line.end() ? 0 : sec->second), f.path(), "missing required key",
-         schema::valid_text(f));
-  }
+  if (read_init_from) model_from_init_folder(cfg);
+  for (const Field& f : schema::fields())
+    if (f.required && !cfg.origins.given(f.path()) && !cfg.origins.from_folder.count(f.path()))
+      missing_required(cfg, f);
   if (cfg.train.seq_len == 0) cfg.train.seq_len = cfg.model.seq_len;
   return cfg;
+}
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides) {
+  return parse(yaml_text, source_name, overrides, /*read_init_from=*/false);
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
@@ -384,7 +404,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) TETRA_FAIL(Config, path, ": error while reading the config file: ", std::strerror(errno));
-  return parse_config(text.str(), path, overrides);
+  return parse(text.str(), path, overrides, /*read_init_from=*/true);
 }
 
 }  // namespace tetra::launch

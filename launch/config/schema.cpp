@@ -3,6 +3,7 @@
 
 #include "launch/config/data.h"
 #include "models/model_family.h"
+#include "models/rope_scaling.h"
 
 #include <algorithm>
 #include <array>
@@ -31,6 +32,11 @@ namespace {
 // field of models/' MoeArgs.
 #define MOE_KEY(k, T) \
   .section = "model", .key = "moe." #k, .type = Type::T, .get = [](Config& c) -> void* { return &c.model.moe.k; }
+
+// ROPE_KEY(key, Type): a key of the model.rope_scaling mapping, a field of models/' RopeScalingArgs.
+#define ROPE_KEY(k, T)                                                                               \
+  .section = "model", .key = "rope_scaling." #k, .type = Type::T,                                    \
+  .get = [](Config& c) -> void* { return &c.model.rope_scaling.k; }
 
 constexpr double kIntMax = 2147483647.0;
 
@@ -70,6 +76,19 @@ std::vector<Field> model_fields() {
      .note = "qwen3: channels per attention head, e.g. 128, need not be d_model / n_heads; 0 = d_model / n_heads"},
     {KEY(model, sliding_window, Int64), .lo = 0, .hi = kIntMax,
      .note = "mistral: attention window in positions, at least model.seq_len (full attention); 0 = none"},
+  };
+}
+
+// model.rope_scaling: rotary frequencies for a longer context (llama; docs/models.md). Absent = none.
+std::vector<Field> rope_scaling_fields() {
+  return {
+    {ROPE_KEY(type, Choice), .choices = rope_scaling_types(),
+     .note = "llama: none (plain RoPE), linear (inv_freq / factor) or llama3 (Llama 3.1+)"},
+    {ROPE_KEY(factor, Float), .lo = 0, .note = "linear, llama3: e.g. 32 for Llama 3.2; 0 = not set"},
+    {ROPE_KEY(low_freq_factor, Float), .lo = 0, .note = "llama3: e.g. 1; 0 = not set"},
+    {ROPE_KEY(high_freq_factor, Float), .lo = 0, .note = "llama3: above low_freq_factor, e.g. 4; 0 = not set"},
+    {ROPE_KEY(original_max_position_embeddings, Int64), .lo = 0, .hi = kIntMax,
+     .note = "llama3: the pretraining context, e.g. 8192; 0 = not set"},
   };
 }
 
@@ -219,10 +238,10 @@ std::vector<Field> log_fields() {
   };
 }
 
-// Every key, section by section in the order of sections(), model.moe after model.
+// Every key, section by section in the order of sections(), model.rope_scaling and model.moe after model.
 std::vector<Field> make_fields() {
   std::vector<Field> all;
-  for (auto* section : {run_fields, model_fields, moe_fields, parallel_fields, train_fields, optimizer_fields,
+  for (auto* section : {run_fields, model_fields, rope_scaling_fields, moe_fields, parallel_fields, train_fields, optimizer_fields,
                         data_fields, checkpoint_fields, log_fields}) {
     std::vector<Field> f = section();
     all.insert(all.end(), std::make_move_iterator(f.begin()), std::make_move_iterator(f.end()));
@@ -232,6 +251,7 @@ std::vector<Field> make_fields() {
 #undef KEY
 #undef ENUM_KEY
 #undef MOE_KEY
+#undef ROPE_KEY
 
 // Damerau-Levenshtein (optimal string alignment) distance, case-insensitive.
 int edit_distance(const std::string& a, const std::string& b) {
@@ -471,6 +491,7 @@ std::string known_alias(const std::string& name) {
       {{"num_key_value_heads", "num_query_groups", "n_kv_head", "kv_heads"}, "model.n_kv_heads"},
       {{"intermediate_size", "ffn_hidden_size", "hidden_dim", "ffn_size"}, "model.ffn_dim"},
       {{"rope_base", "rotary_base", "rotary_emb_base"}, "model.rope_theta"},
+      {{"rope_parameters", "rope_type", "rotary_scaling"}, "model.rope_scaling (its type: none, linear, llama3)"},
       {{"tie_word_embeddings", "untie_embeddings_and_output_weights", "weight_tying"}, "model.tie_embeddings"},
       {{"num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"}, "model.moe.n_experts"},
       {{"num_experts_per_tok", "moe_router_topk", "moe_top_k", "top_k"}, "model.moe.top_k"},

@@ -3,7 +3,7 @@
 //   forward   x'[i] = x[i]·cos a − x[i + D/2]·sin a,  x'[i + D/2] = x[i + D/2]·cos a + x[i]·sin a
 //   backward  the transpose: dx[i] = dx'[i]·cos a + dx'[i + D/2]·sin a,
 //                            dx[i + D/2] = dx'[i + D/2]·cos a − dx'[i]·sin a
-// with a = fp32(t · inv_freq[i]) at position t = position + row of the sequence (runtime/rope.h), sin and cos in fp32.
+// with a = fp32(t · inv_freq[i]) (inv_freq plain or scaled, runtime/rope.h) at position t = position + row of the sequence, sin and cos in fp32.
 // fp32 tensors (the CPU computes in fp32).
 #include <cmath>
 #include <vector>
@@ -16,12 +16,12 @@ namespace tetra::cpu {
 namespace {
 
 // sign = +1: the forward rotation; −1: its transpose (the rotation by −a).
-void rotate(const char* op, const char* what, Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta,
+void rotate(const char* op, const char* what, Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope,
             float sign, int64_t position) {
-  const AttentionDims d = check_rope_args(op, what, qkv, n_heads, n_kv_heads, theta);
+  const AttentionDims d = check_rope_args(op, what, qkv, n_heads, n_kv_heads, rope);
   check_dtype(op, what, qkv, DType::F32);
   const int64_t half = d.D / 2, rotated = d.H + d.Hkv;  // q heads, then k heads
-  const std::vector<float> inv_freq = rope_inv_freq(d.D, theta);
+  const std::vector<float> inv_freq = rope_inv_freq(d.D, rope);
   std::vector<float> cos_a(static_cast<size_t>(half)), sin_a(static_cast<size_t>(half));
   float* base = qkv.data<float>();
   for (int64_t t = 0; t < d.T; ++t) {
@@ -47,12 +47,12 @@ void rotate(const char* op, const char* what, Tensor& qkv, int64_t n_heads, int6
 
 }  // namespace
 
-void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta, int64_t position) {
-  rotate("rope_forward", "qkv", qkv, n_heads, n_kv_heads, theta, 1.0f, position);
+void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope, int64_t position) {
+  rotate("rope_forward", "qkv", qkv, n_heads, n_kv_heads, rope, 1.0f, position);
 }
 
-void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, float theta) {
-  rotate("rope_backward", "dqkv", dqkv, n_heads, n_kv_heads, theta, -1.0f, 0);
+void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope) {
+  rotate("rope_backward", "dqkv", dqkv, n_heads, n_kv_heads, rope, -1.0f, 0);
 }
 
 }  // namespace tetra::cpu

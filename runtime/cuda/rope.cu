@@ -2,7 +2,7 @@
 //   qkv [B, T, (H + 2·Hkv)·D], bf16 or fp32; the H + Hkv heads of q and k rotate, v is left alone.
 //   forward   x'[i] = x[i]·cos a − x[i + D/2]·sin a,  x'[i + D/2] = x[i + D/2]·cos a + x[i]·sin a
 //   backward  the same with sin a negated (the transpose of the rotation), on dqkv
-// with a = fp32(t · inv_freq[i]) at position t = token mod T. inv_freq comes from the host
+// with a = fp32(t · inv_freq[i]) at position t = token mod T. inv_freq (plain or scaled) comes from the host
 // (runtime/rope.h, the CPU twin's very values) as a kernel argument, so the angle is the CPU's fp32
 // angle bit for bit; sincosf (full precision) then agrees with the CPU's cosf/sinf to fp32 rounding.
 // Work split: a thread owns V consecutive pair indices i … i + V − 1 of one token (V = 8, 16-byte
@@ -71,16 +71,16 @@ __global__ void __launch_bounds__(kRopeThreads)
   }
 }
 
-void rope(const char* op, const char* what, Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta,
-          float sign, int64_t position) {
-  const AttentionDims d = check_rope_args(op, what, qkv, n_heads, n_kv_heads, theta);
+void rope_apply(const char* op, const char* what, Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope,
+                float sign, int64_t position) {
+  const AttentionDims d = check_rope_args(op, what, qkv, n_heads, n_kv_heads, rope);
   check_cuda_float(op, what, qkv);
   const int64_t rows = d.B * d.T;
   if (rows == 0) return;
   if (d.qkv_stride() > (int64_t{1} << 30) || d.T + position > (int64_t{1} << 30))
     TETRA_FAIL(Internal, op, ": ", what, " ", qkv.describe(), " is too wide for the RoPE kernel");
   InvFreq inv{};
-  const std::vector<float> f = rope_inv_freq(d.D, theta);
+  const std::vector<float> f = rope_inv_freq(d.D, rope);
   for (size_t i = 0; i < f.size(); ++i) inv.f[i] = f[i];
   const Device dev = qkv.device();
   DeviceScope scope(dev);
@@ -111,12 +111,12 @@ void rope(const char* op, const char* what, Tensor& qkv, int64_t n_heads, int64_
 
 }  // namespace
 
-void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, float theta, int64_t position) {
-  rope("rope_forward", "qkv", qkv, n_heads, n_kv_heads, theta, 1.0f, position);
+void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope, int64_t position) {
+  rope_apply("rope_forward", "qkv", qkv, n_heads, n_kv_heads, rope, 1.0f, position);
 }
 
-void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, float theta) {
-  rope("rope_backward", "dqkv", dqkv, n_heads, n_kv_heads, theta, -1.0f, 0);
+void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope) {
+  rope_apply("rope_backward", "dqkv", dqkv, n_heads, n_kv_heads, rope, -1.0f, 0);
 }
 
 }  // namespace tetra::cuda

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch oracle for tetra's Llama: the model written independently in torch (float64) as Hugging
-Face's LlamaForCausalLM computes it (RMSNorm, rotate-half RoPE, grouped-query attention through
-repeat_kv, SwiGLU, no biases, output layer tied or not), from Hugging Face's parameter names.
+Face's LlamaForCausalLM computes it (RMSNorm, rotate-half RoPE — plain, or its inverse frequencies
+rescaled as rope_scaling linear / llama3 says, in fp32 as transformers' modeling_rope_utils computes
+them —, grouped-query attention through repeat_kv, SwiGLU, no biases, output layer tied or not), from
+Hugging Face's parameter names.
 --arch qwen2: Qwen2ForCausalLM (biases on q_proj, k_proj, v_proj; random here, so they count);
 --arch qwen3: Qwen3ForCausalLM (RMSNorm of each q and k head over --head-dim channels, weights
 q_norm/k_norm [D], before RoPE; D need not be dim / heads);
@@ -39,6 +41,13 @@ p.add_argument("--tied", action="store_true")
 p.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "mistral"], default="llama")
 p.add_argument("--head-dim", type=int, default=0)  # 0: dim / heads
 p.add_argument("--sliding-window", type=int, default=0)
+p.add_argument("--rope-type", choices=["none", "linear", "llama3"], default="none")
+p.add_argument("--rope-factor", type=float, default=8.0)
+p.add_argument("--low-freq-factor", type=float, default=1.0)
+p.add_argument("--high-freq-factor", type=float, default=4.0)
+p.add_argument("--original-context", type=int, default=8192)
+p.add_argument("--rope-parameters", action="store_true",
+               help="write transformers 5's rope_parameters (with rope_theta inside) instead of rope_scaling")
 p.add_argument("--batch", type=int, default=4)
 p.add_argument("--steps", type=int, default=10)
 p.add_argument("--lr", type=float, default=3e-3)
@@ -96,6 +105,17 @@ if a.arch == "qwen3":
     config.update(head_dim=D, attention_bias=False, use_sliding_window=False)
 if a.arch == "mistral":
     config["sliding_window"] = a.sliding_window or None
+scaling = None
+if a.rope_type == "linear":
+    scaling = {"rope_type": "linear", "factor": a.rope_factor}
+elif a.rope_type == "llama3":
+    scaling = {"rope_type": "llama3", "factor": a.rope_factor, "low_freq_factor": a.low_freq_factor,
+               "high_freq_factor": a.high_freq_factor, "original_max_position_embeddings": a.original_context}
+if a.rope_parameters:  # transformers 5's spelling: rope_theta inside, "default" for plain RoPE
+    del config["rope_theta"]
+    config["rope_parameters"] = dict(scaling or {"rope_type": "default"}, rope_theta=a.rope_theta)
+else:
+    config["rope_scaling"] = scaling
 with h5py.File(os.path.join(a.out_dir, "weights.h5"), "w") as f:
     for k, v in W.items():
         f[k] = v
@@ -137,8 +157,21 @@ def rotate_half(x):
     x1, x2 = x[..., : D // 2], x[..., D // 2:]
     return torch.cat((-x2, x1), dim=-1)
 
-# LlamaRotaryEmbedding: inv_freq in fp32 from theta, angles t·inv_freq (here in float64).
+# LlamaRotaryEmbedding: inv_freq in fp32 from theta, rescaled in fp32 tensor ops as transformers'
+# rope init functions do; angles t·inv_freq (here in float64).
 inv_freq = 1.0 / (a.rope_theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+if a.rope_type == "linear":
+    inv_freq = inv_freq / a.rope_factor
+elif a.rope_type == "llama3":
+    L0 = a.original_context
+    low_wavelen, high_wavelen = L0 / a.low_freq_factor, L0 / a.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / a.rope_factor, inv_freq)
+    smooth = (L0 / wavelen - a.low_freq_factor) / (a.high_freq_factor - a.low_freq_factor)
+    blended = (1 - smooth) * scaled / a.rope_factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    inv_freq = torch.where(medium, blended, scaled)
+    assert bool(medium.any()) and bool((wavelen > low_wavelen).any()), "all three bands should be exercised"
 ang = torch.outer(torch.arange(T, dtype=dt), inv_freq.to(dt))
 emb = torch.cat((ang, ang), dim=-1)
 cos, sin = emb.cos()[None, None], emb.sin()[None, None]

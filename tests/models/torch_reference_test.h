@@ -209,6 +209,14 @@ inline void check_loss_and_gradients(const fs::path& dir, const BatchLoss& batch
   }
 }
 
+// How check_ten_steps launches `tetra train`: the config's parallel: line, the ranks (more than one
+// under mpirun) and the run's name (its directory under DIR/runs, its export DIR/NAME_hf).
+struct TenStepsLaunch {
+  std::string parallel = "parallel: {dp: 1}";
+  int ranks = 1;
+  std::string name = "ref";
+};
+
 // Ten AdamW steps (warmup + cosine, clipping at 0.5, weight decay) of `tetra train` on DIR/tokens.h5
 // with `model_yaml` (the config's model: line), then `tetra ckpt consolidate --format hf` of the last
 // checkpoint: each step's loss and gradient norm against losses / grad_norms of DIR/ref.h5 (1e-4
@@ -218,12 +226,11 @@ inline void check_loss_and_gradients(const fs::path& dir, const BatchLoss& batch
 inline void check_ten_steps(const fs::path& dir, const std::string& model_yaml,
                             const std::function<void(const nlohmann::json& line)>& on_step,
                             const std::function<void(const std::string& name, const Tensor& got)>& on_final,
-                            int* checked) {
+                            int* checked, const TenStepsLaunch& launch = {}) {
   *checked = 0;
-  const fs::path runs = dir / "runs";
-  std::ofstream(dir / "cfg.yaml") << "run: {name: ref, output_dir: " << runs.string() << ", seed: 1}\n"
-                                  << model_yaml << R"(
-parallel: {dp: 1}
+  const fs::path runs = dir / "runs", cfg = dir / (launch.name + ".yaml"), log = dir / (launch.name + ".log");
+  std::ofstream(cfg) << "run: {name: " << launch.name << ", output_dir: " << runs.string() << ", seed: 1}\n"
+                     << model_yaml << "\n" << launch.parallel << R"(
 train: {steps: 10, global_batch: 4, micro_batch: 2, device: cpu, precision: fp32, grad_clip: 0.5}
 optimizer: {lr: 3.0e-3, betas: [0.9, 0.95], eps: 1.0e-8, weight_decay: 0.1, warmup_steps: 3, schedule: cosine, min_lr: 3.0e-4}
 data: {train: )" << (dir / "tokens.h5").string() << R"(, shuffle: false}
@@ -231,11 +238,17 @@ checkpoint: {every: 10}
 log: {every: 100}
 )";
   const std::string tetra = std::getenv("TETRA_BIN") ? std::getenv("TETRA_BIN") : TETRA_BINARY_DIR "/tetra";
-  std::string cmd = tetra + " train " + (dir / "cfg.yaml").string() + " > " + (dir / "train.log").string() + " 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "see " << (dir / "train.log");
+  std::string cmd = tetra + " train " + cfg.string() + " > " + log.string() + " 2>&1";
+#ifdef TETRA_MPIRUN
+  if (launch.ranks > 1)
+    cmd = std::string(TETRA_MPIRUN) + " --oversubscribe --bind-to none -np " + std::to_string(launch.ranks) + " " + cmd;
+#else
+  ASSERT_EQ(launch.ranks, 1) << "this test was built without TETRA_MPIRUN";
+#endif
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "see " << log;
   Hdf5File ref((dir / "ref.h5").string(), Hdf5File::Mode::Read);
   Tensor losses = ref.read("losses", DType::F64), norms = ref.read("grad_norms", DType::F64);
-  std::ifstream metrics(runs / "ref" / "metrics.jsonl");
+  std::ifstream metrics(runs / launch.name / "metrics.jsonl");
   int n = 0, clipped = 0;
   for (std::string line; std::getline(metrics, line);) {
     auto j = nlohmann::json::parse(line);
@@ -253,10 +266,10 @@ log: {every: 100}
   EXPECT_EQ(n, 10);
   EXPECT_GT(clipped, 0) << "clipping never active";
   // The final weights, through the Hugging Face export of the last checkpoint.
-  const fs::path out = dir / "final_hf";
-  cmd = tetra + " ckpt consolidate " + (runs / "ref" / "checkpoints" / "step_10").string() + " --format hf --out " +
-        out.string() + " >> " + (dir / "train.log").string() + " 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "see " << (dir / "train.log");
+  const fs::path out = dir / (launch.name + "_hf");
+  cmd = tetra + " ckpt consolidate " + (runs / launch.name / "checkpoints" / "step_10").string() +
+        " --format hf --out " + out.string() + " >> " + log.string() + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "see " << log;
   std::unique_ptr<WeightSource> final_weights = open_weights(out.string());
   for (const std::string& name : final_weights->names()) {
     Tensor got = final_weights->read_f32(name);

@@ -166,10 +166,11 @@ check(all(np.array_equal(s[n]["master"], bf16_values(bf16_bits(state[n]["master"
 
 # ---- what init_from refuses ----------------------------------------------------------------------
 layers_key = "n_layer" if arch == "gpt2" else "num_hidden_layers"
-_, err, _ = ws.train("wrong_layers", 1, sets + [f"model.init_from={hf32}", "model.n_layers=4"], expect=1)
-check(f"{layers_key} is 2 in the file, but model.n_layers gives 4" in err and "set model.n_layers: 2" in err,
-      "a folder of another depth: exit 1, names the field, both values and the key to set")
-other = "llama" if arch != "llama" else "gpt2"
+# The folder's config.json gives the shape: a YAML key that differs stops the run before any work.
+_, err, _ = ws.train("wrong_layers", 1, sets + [f"model.init_from={hf32}", "model.n_layers=4"], expect=2)
+check(f"model.n_layers: 4 here, but {hf32}/config.json gives 2 ({layers_key})" in err,
+      "a folder of another depth: exit 2, names the key, the field and both values")
+other = "llama" if arch == "gpt2" else "gpt2"
 bad = os.path.join(ws.work, "bad")
 shutil.rmtree(bad, ignore_errors=True)
 shutil.copytree(hf32, bad)
@@ -178,8 +179,9 @@ with open(os.path.join(bad, "config.json")) as f:
 c["model_type"] = other
 with open(os.path.join(bad, "config.json"), "w") as f:
     json.dump(c, f)
-_, err, _ = ws.train("wrong_family", 1, sets + [f"model.init_from={bad}"], expect=1)
-check(f"holds a {other} model, but model.arch is {arch}" in err, "a folder of another family: exit 1, says so")
+_, err, _ = ws.train("wrong_family", 1, sets + [f"model.init_from={bad}", f"model.arch={arch}"], expect=2)
+check(f"model.arch: {arch} here, but {bad}/config.json gives {other} (model_type)" in err,
+      "a folder of another family: exit 2, says so")
 c["model_type"] = arch
 with open(os.path.join(bad, "config.json"), "w") as f:
     json.dump(c, f)
@@ -188,6 +190,7 @@ with open(os.path.join(bad, "model.safetensors"), "r+b") as f:
 _, err, _ = ws.train("truncated", 1, sets + [f"model.init_from={bad}"], expect=1)
 check("not a valid safetensors file" in err, "a truncated model.safetensors: exit 1, says the file is not valid")
 os.remove(os.path.join(bad, "config.json"))
-_, err, _ = ws.train("no_config", 1, sets + [f"model.init_from={bad}"], expect=1)
-check("not a Hugging Face model folder (no config.json)" in err, "a folder without config.json: exit 1, says so")
+_, err, _ = ws.train("no_config", 1, sets + [f"model.init_from={bad}"], expect=2)
+check("model.init_from: " in err and "not a Hugging Face model folder" in err,
+      "a folder without config.json: exit 2, says so")
 print("PASS")

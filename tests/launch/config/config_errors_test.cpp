@@ -221,7 +221,7 @@ std::vector<BadCase> bad_cases() {
         "sliding-window (band) attention does not run in tetra yet", "[model.seq_len at ", "cfg.yaml:5]"}},
       {"gpt2_key_with_llama", edit("  n_heads: 4", "  n_heads: 4\n  ln_eps: 1.0e-6", edit("model:", "model:\n  arch: llama")), {}, 2,
        {"cfg.yaml:8: model.ln_eps: not read by llama models (a key of gpt2); remove it, or set model.arch to gpt2 "
-        "(llama takes, besides the common keys: n_kv_heads, ffn_dim, norm_eps, rope_theta, tie_embeddings, the moe "
+        "(llama takes, besides the common keys: n_kv_heads, ffn_dim, norm_eps, rope_theta, the rope_scaling mapping, tie_embeddings, the moe "
         "mapping)"}},
       {"kv_heads_not_dividing", edit("model:", "model:\n  arch: llama\n  n_kv_heads: 3"), {}, 2,
        {"cfg.yaml:3: model.n_kv_heads: 3 key/value heads do not divide model.n_heads = 4", "use one of 1, 2, 4",

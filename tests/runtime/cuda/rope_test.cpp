@@ -1,6 +1,8 @@
 // CUDA RoPE against the CPU twin (runtime/cpu/rope.cpp), in place on a fused qkv [B, T, (H + 2·Hkv)·D]:
 // Llama 3.2 1B's shape (B 4, T 4096, 32 query and 8 key/value heads of 64, theta 500000), multi-head,
-// multi-query, the element-wise path (D/2 % 8 != 0) and D = 128; fp32 and bf16; forward and backward.
+// multi-query, the element-wise path (D/2 % 8 != 0) and D = 128; with Llama 3.2's llama3 rope scaling
+// and with linear scaling (the scaled inverse frequencies are the host's, shared by both kernels);
+// fp32 and bf16; forward and backward.
 // Inputs random (never zero), the device copy of qkv being the output. Beyond the norm-wise and
 // worst-element tolerances: v must come back bit-identical, and in bf16 every element must be within
 // one bf16 unit of the CPU's fp32 result — the angles are fp32 on both sides (the contract of
@@ -18,6 +20,8 @@ namespace {
 struct RopeShape {
   int64_t B, T, H, Hkv, D;
   float theta;
+  RopeScaling scaling{};
+  Rope rope() const { return Rope(theta, scaling); }
   int64_t width() const { return (H + 2 * Hkv) * D; }
   std::string str() const {
     std::ostringstream os;
@@ -53,14 +57,14 @@ void check_rope(const RopeShape& s, uint64_t seed) {
       Tensor ref = Tensor::empty(shape, DType::F32);
       ops::copy(ref, x);
       if (backward)
-        cpu::rope_backward(ref, s.H, s.Hkv, s.theta);
+        cpu::rope_backward(ref, s.H, s.Hkv, s.rope());
       else
-        cpu::rope_forward(ref, s.H, s.Hkv, s.theta, position);
+        cpu::rope_forward(ref, s.H, s.Hkv, s.rope(), position);
       Tensor g = upload(x, dt);
       if (backward)
-        ops::rope_backward(g, s.H, s.Hkv, s.theta);
+        ops::rope_backward(g, s.H, s.Hkv, s.rope());
       else
-        ops::rope_forward(g, s.H, s.Hkv, s.theta, position);
+        ops::rope_forward(g, s.H, s.Hkv, s.rope(), position);
       const std::string w = what + (backward ? " backward" : " forward at " + std::to_string(position));
       const std::vector<double> out = download(g), want = values(ref);
       expect_close(out, want, dt, w);
@@ -91,6 +95,26 @@ TEST(GpuRope, GroupRatiosAndHeadDims) {
   check_rope({1, 4096, 4, 2, 32, 500000.0f}, 5);  // D/2 = 16: two vectors per half
 }
 
+// Rope scaling: Llama 3.2's llama3 (factor 32, low 1, high 4, original context 8192) at the 1B shape
+// (its 32 frequencies fall in all three bands), on the element-wise path, and linear.
+TEST(GpuRope, ScaledFrequencies) {
+  TETRA_REQUIRE_GPU();
+  const RopeScaling llama3{.type = RopeScaling::Type::Llama3, .factor = 32, .low_freq_factor = 1,
+                           .high_freq_factor = 4, .original_max_position_embeddings = 8192};
+  const RopeScaling linear{.type = RopeScaling::Type::Linear, .factor = 4};
+  check_rope({4, 4096, 32, 8, 64, 500000.0f, llama3}, 10);
+  check_rope({2, 33, 5, 5, 12, 10000.0f, llama3}, 11);
+  check_rope({2, 300, 12, 4, 64, 10000.0f, linear}, 12);
+  // The scaling changes the result (the low frequencies turn slower): not the plain rotation.
+  Rng rng(13);
+  const RopeShape s{1, 4096, 4, 2, 64, 500000.0f, llama3};
+  const Tensor x = random_host(rng, {s.B, s.T, s.width()});
+  Tensor scaled = upload(x, DType::F32), plain = upload(x, DType::F32);
+  ops::rope_forward(scaled, s.H, s.Hkv, s.rope());
+  ops::rope_forward(plain, s.H, s.Hkv, s.theta);
+  EXPECT_GT(rel_error(download(scaled), download(plain)), 1e-3);
+}
+
 // D/2 % 8 != 0: the element-wise path (and odd head counts that leave a partial group of heads).
 TEST(GpuRope, ElementwisePath) {
   TETRA_REQUIRE_GPU();
@@ -119,6 +143,9 @@ TEST(GpuRope, RejectsBadArguments) {
   EXPECT_THROW(ops::rope_forward(qkv, 4, 3, 10000.0f), Error);  // Hkv does not divide H
   EXPECT_THROW(ops::rope_forward(qkv, 5, 5, 10000.0f), Error);  // 48 is not 15·D
   EXPECT_THROW(ops::rope_forward(qkv, 4, 2, 0.0f), Error);      // theta
+  EXPECT_THROW(ops::rope_forward(qkv, 4, 2, Rope(10000.0f, {.type = RopeScaling::Type::Llama3, .factor = 8,
+                                                            .low_freq_factor = 4, .high_freq_factor = 1})),
+               Error);  // high_freq_factor not above low_freq_factor
   Tensor odd = Tensor::zeros({2, 8, 30}, DType::BF16, gpu());    // H 2, Hkv 2, D 5
   EXPECT_THROW(ops::rope_backward(odd, 2, 2, 10000.0f), Error);
 }
