@@ -11,7 +11,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "data/tokenizer.h"
+#include "data/tokenizers/tokenizer.h"
 #include "launch/cli/commands.h"
 #include "launch/cli/generation_model.h"
 #include "models/generation.h"

@@ -1,5 +1,6 @@
 #include "launch/cli/generation_model.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -12,6 +13,7 @@
 #include "launch/cli/hf_export.h"
 #include "launch/config/config.h"
 #include "launch/config/model.h"
+#include "models/hf_args.h"
 #include "models/model_family.h"
 #include "runtime/error.h"
 #include "runtime/ops.h"
@@ -103,12 +105,26 @@ GenerationModel load_generation_model(const std::string& path, Device device, DT
     });
   } else {
     std::unique_ptr<WeightSource> source = open_weights(path);
-    // Only the model section matters; the training keys every config needs are placeholders.
-    const Config cfg = parse_config("model: {}\ntrain: {steps: 1, global_batch: 1}\n", path + " (its config)",
-                                    model_overrides_of(*source, min_length));
-    g.model = model_family_of(cfg).build(model_args(cfg));
-    g.max_length = cfg.model.seq_len;
-    if (fs::is_directory(path, ec)) g.folder = path;
+    ModelArgs args;
+    if (fs::is_directory(path, ec)) {
+      // A Hugging Face folder: config.json gives the shape as model.init_from reads it (rope scaling,
+      // head_dim, windows included); the context is the model's own limit.
+      args = hf_shape(path).args;
+      if (args.seq_len == 0) {
+        const std::optional<double> positions = source->attribute("max_position_embeddings");
+        args.seq_len = positions ? static_cast<int64_t>(*positions) : min_length;
+      }
+      // Mistral: within its window, band attention is full causal attention.
+      if (args.sliding_window > 0) args.seq_len = std::min(args.seq_len, args.sliding_window);
+      g.folder = path;
+    } else {
+      // Only the model section matters; the training keys every config needs are placeholders.
+      const Config cfg = parse_config("model: {}\ntrain: {steps: 1, global_batch: 1}\n", path + " (its config)",
+                                      model_overrides_of(*source, min_length));
+      args = model_args(cfg);
+    }
+    g.model = model_family(args.arch).build(args);
+    g.max_length = args.seq_len;
     bind_weights(g, device, dtype, [&] {
       for (const std::string& note : load_weights(*source, *g.model).notes)
         std::fprintf(stderr, "tetra: note: %s: %s\n", path.c_str(), note.c_str());

@@ -9,7 +9,7 @@
 #include <ostream>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "data/tokenizers/tokenizer.h"
 #include "launch/config/config.h"
 #include "models/model.h"
 

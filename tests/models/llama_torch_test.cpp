@@ -241,6 +241,8 @@ TEST(LlamaFamilies, FoldersWithSettingsTheModelDoesNotRunAreRefused) {
             std::string::npos);
   EXPECT_NE(load_error(qwen3, "head_dim", 16).find("head_dim is 16 in the file, but model.head_dim gives 12"),
             std::string::npos);
+}
+
 // The llama3 folder's ten steps at tp 2 and at pp 2 (two ranks each): the same losses, gradient norms
 // and final weights as the reference.
 TEST(LlamaTorchRopeScaling, TenStepsAtTp2AndPp2) {

@@ -10,10 +10,12 @@ ranks, and the plan counts those rows in full on every rank that holds them. Nee
 
 usage: tp_plan.py TETRA_BIN SOURCE_DIR"""
 import glob
+import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 
 
 def fail(msg):
@@ -27,9 +29,24 @@ if not configs:
     fail("no configs in " + source)
 
 
+# A config that starts from a Hugging Face folder (model.init_from) gets one holding Llama 3.2 1B's
+# config.json: `tetra plan` reads only that file of the folder.
+hub_dir = tempfile.mkdtemp(prefix="tetra_tp_plan_")
+with open(os.path.join(hub_dir, "config.json"), "w") as f:
+    json.dump({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 128256,
+               "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+               "num_attention_heads": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-5,
+               "rope_theta": 500000.0, "tie_word_embeddings": True, "max_position_embeddings": 131072,
+               "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}, f)
+
+
 def run_plan(cfg, tp, *sets, pp=1):
     # One data-parallel rank in both, so the two differ by tensor parallelism alone.
     args = [tetra, "plan", cfg, "--world", str(tp * pp), "--set", f"parallel.tp={tp}", "--set", "parallel.dp=0"]
+    with open(cfg) as f:
+        if re.search(r"^\s+init_from:", f.read(), re.M):
+            args += ["--set", f"model.init_from={hub_dir}"]
     for s in sets:
         args += ["--set", s]
     return subprocess.run(args, capture_output=True, text=True, timeout=120)
