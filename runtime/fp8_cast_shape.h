@@ -1,6 +1,8 @@
 // The shapes of an FP8 cast (ops::fp8_quantize / fp8_dequantize), checked once for both backends:
 // x or y [M, K] (more dimensions: [rows, last]), q [M, K] in an FP8 dtype, scale fp32 with one
-// value per group, q_t [K, M]. Element (m, k) belongs to group (m / group_rows, k / group_cols).
+// value per group, q_t [K, M]. Element (m, k) belongs to group (m / group_rows, k / group_cols), whose
+// scale is scale[k / group_cols][m / group_rows]: the groups down the rows are contiguous (the layout
+// of cuBLASLt's VEC128 and BLK128x128 scale modes on Hopper: the outer dimension innermost).
 #pragma once
 #include <cstdint>
 
@@ -12,7 +14,8 @@ namespace tetra {
 struct Fp8CastShape {
   int64_t rows = 0, cols = 0;              // M, K
   int64_t group_rows = 1, group_cols = 1;  // a group's extent (Tensorwise: the whole tensor)
-  int64_t scale_rows = 1, scale_cols = 1;  // groups down and across: scale is [scale_rows, scale_cols]
+  int64_t scale_rows = 1, scale_cols = 1;  // groups down and across: scale is [scale_cols, scale_rows]
+  int64_t scale_index(int64_t m, int64_t k) const { return (k / group_cols) * scale_rows + m / group_rows; }
   Fp8Format format = Fp8Format::E4M3;
 };
 

@@ -301,8 +301,10 @@ void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, cons
 // scale s = 1/r (fp32) that the GEMM multiplies back in: x ≈ q·s.
 //   Tensorwise: the whole tensor is one group (torchao's dynamic tensorwise recipe); scale [1].
 //   Rows1x128:  each run of 128 columns of a row (DeepSeek-V3's activations and gradients);
-//               scale [M, ⌈K/128⌉].
-//   Blocks128:  each 128×128 tile (DeepSeek-V3's weights); scale [⌈M/128⌉, ⌈K/128⌉].
+//               scale [⌈K/128⌉, M].
+//   Blocks128:  each 128×128 tile (DeepSeek-V3's weights); scale [⌈K/128⌉, ⌈M/128⌉].
+// The scales of one run of 128 columns are contiguous over the rows: the layout Hopper's
+// block-scaled GEMMs read (cuBLASLt VEC128_32F / BLK128x128_32F).
 enum class Fp8Scaling { Tensorwise, Rows1x128, Blocks128 };
 constexpr int64_t kFp8Block = 128;
 // q[M, K] (F8E4M3 or F8E5M2: q's dtype is the format) and scale (fp32, shape as above) from x[M, K]

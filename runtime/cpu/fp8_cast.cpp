@@ -15,7 +15,7 @@ namespace tetra::cpu {
 namespace {
 
 int64_t group_of(const Fp8CastShape& s, int64_t m, int64_t k) {
-  return (m / s.group_rows) * s.scale_cols + k / s.group_cols;
+  return s.scale_index(m, k);
 }
 
 }  // namespace

@@ -2,8 +2,9 @@
 // y[M, N] = a[M, K] · b[N, K]ᵀ is, column-major, D[N, M] = op_T(b) · a with both operands stored
 // K-contiguous: the "TN" layout that Hopper's FP8 GEMMs require. cuBLASLt's A is b and its B is a;
 // each operand's scale goes with it:
-//   Tensorwise → SCALAR_32F (one fp32 on the device), Rows1x128 → VEC128_32F ([rows, ⌈K/128⌉], a
-//   scale per 128 K-elements of a row), Blocks128 → BLK128x128_32F ([⌈rows/128⌉, ⌈K/128⌉]).
+//   Tensorwise → SCALAR_32F (one fp32 on the device), Rows1x128 → VEC128_32F ([⌈K/128⌉, rows], a
+//   scale per 128 K-elements of a row), Blocks128 → BLK128x128_32F ([⌈K/128⌉, ⌈rows/128⌉]); in both
+//   the operand's rows are the contiguous dimension of its scales.
 // Partial sums stay fp32 (no fast accumulation), as DeepSeek-V3's recipe promotes them.
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_ops.h"

@@ -45,8 +45,11 @@ def run_plan(cfg, tp, *sets, pp=1):
     # One data-parallel rank in both, so the two differ by tensor parallelism alone.
     args = [tetra, "plan", cfg, "--world", str(tp * pp), "--set", f"parallel.tp={tp}", "--set", "parallel.dp=0"]
     with open(cfg) as f:
-        if re.search(r"^\s+init_from:", f.read(), re.M):
-            args += ["--set", f"model.init_from={hub_dir}"]
+        text = f.read()
+    if re.search(r"^\s+init_from:", text, re.M):
+        args += ["--set", f"model.init_from={hub_dir}"]
+    if re.search(r"^\s+sample_every:\s*[1-9]", text, re.M):  # samples need the whole model on rank 0
+        args += ["--set", "log.sample_every=0"]
     for s in sets:
         args += ["--set", s]
     return subprocess.run(args, capture_output=True, text=True, timeout=120)

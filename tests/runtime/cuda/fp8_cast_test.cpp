@@ -23,7 +23,7 @@ struct Case {
 Shape scale_shape(ops::Fp8Scaling s, int64_t M, int64_t K) {
   if (s == ops::Fp8Scaling::Tensorwise) return {1};
   const int64_t gr = s == ops::Fp8Scaling::Rows1x128 ? 1 : 128;
-  return {(M + gr - 1) / gr, (K + 127) / 128};
+  return {(K + 127) / 128, (M + gr - 1) / gr};
 }
 
 Tensor special_values(Rng& rng, int64_t M, int64_t K) {
@@ -38,6 +38,19 @@ Tensor special_values(Rng& rng, int64_t M, int64_t K) {
 bool same_bytes(const Tensor& dev, const Tensor& host) {
   Tensor got = download_raw(dev);
   return got.nbytes() == host.nbytes() && std::memcmp(got.data_ptr(), host.data_ptr(), host.nbytes()) == 0;
+}
+
+// Dequantised values, element for element: equal bits, or NaN on both sides (a NaN's payload and
+// sign are not part of the contract: the CPU writes the canonical NaN, the GPU the NaN its conversion
+// made).
+bool same_values(const Tensor& dev, const Tensor& host) {
+  const std::vector<double> got = download(dev);
+  Tensor host_f32 = Tensor::empty(host.shape(), DType::F32);
+  ops::copy(host_f32, host);
+  const std::vector<double> want = values(host_f32);
+  for (size_t i = 0; i < want.size(); ++i)
+    if (!(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i])))) return false;
+  return got.size() == want.size();
 }
 
 void check_cast(const Case& c, int64_t M, int64_t K, uint64_t seed) {
@@ -67,7 +80,7 @@ void check_cast(const Case& c, int64_t M, int64_t K, uint64_t seed) {
     Tensor hy = Tensor::empty({M, K}, yd), dy = poisoned({M, K}, yd);
     ops::fp8_dequantize(hy, hq, hs, c.scaling);
     ops::fp8_dequantize(dy, dq, ds, c.scaling);
-    EXPECT_TRUE(same_bytes(dy, hy)) << what << ": dequantised to " << dtype_name(yd);
+    EXPECT_TRUE(same_values(dy, hy)) << what << ": dequantised to " << dtype_name(yd);
   }
 }
 
@@ -82,6 +95,20 @@ TEST(GpuFp8Cast, MatchesTheCpuTwinBitForBit) {
     for (auto [M, K] : {std::pair<int64_t, int64_t>{1, 1}, {33, 31}, {130, 300}, {256, 2048}})
       check_cast(c, M, K, seed++);
   check_cast(cases[2], 65536 * 32 + 40, 64, seed++);  // more tile rows than one grid dimension holds
+}
+
+// The GEMM's floor against the CPU's fp32 sum of the same products: Hopper's FP8 tensor cores keep
+// fewer accumulator bits than fp32 between promotions (DeepSeek-V3 §3.3.2), which cuBLASLt bounds; on
+// one H200 the mixed E5M2·E4M3 GEMM measured 2.0e-4 norm-wise and 1.4e-3 at its worst element (E4M3·E4M3
+// tensorwise below 1e-5). Bounds of 1e-3 / 1e-2 hold that with room; a wrong scale, scale layout or
+// mode is off by O(1) (measured 0.98–1.3 norm-wise with a transposed scale layout). bf16 outputs add
+// bf16's rounding: its usual bounds.
+void check_fp8_gemm(const Tensor& y, const Tensor& ref, DType dt, const std::string& what) {
+  const std::vector<double> got = download(y), want = values(ref);
+  const double norm = rel_error(got, want), worst = worst_element_error(got, want);
+  const double norm_bound = dt == DType::BF16 ? tol(dt) : 1e-3, worst_bound = dt == DType::BF16 ? worst_tol(dt) : 1e-2;
+  EXPECT_LE(norm, norm_bound) << what << ": norm-wise relative error";
+  EXPECT_LE(worst, worst_bound) << what << ": worst element";
 }
 
 struct GemmCase {
@@ -114,12 +141,12 @@ void check_gemm(const GemmCase& c, int64_t M, int64_t N, int64_t K, uint64_t see
                            " scalings " + std::to_string(static_cast<int>(c.a_scaling)) + "/" +
                            std::to_string(static_cast<int>(c.b_scaling)) + " y " + dtype_name(c.y_dtype) + " [" +
                            std::to_string(M) + ", " + std::to_string(N) + ", " + std::to_string(K) + "]";
-  expect_close(y, ref, c.y_dtype, what);
+  check_fp8_gemm(y, ref, c.y_dtype, what);
   // Accumulating adds the same product again: 2·ref.
   if (c.y_dtype == DType::F32) {
     ops::fp8_gemm(y, dqa, dsa, c.a_scaling, dqb, dsb, c.b_scaling, /*accumulate=*/true);
     ops::scale(ref, 2.0f);
-    expect_close(y, ref, c.y_dtype, what + " accumulated");
+    check_fp8_gemm(y, ref, c.y_dtype, what + " accumulated");
   }
 }
 

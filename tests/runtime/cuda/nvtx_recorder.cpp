@@ -51,7 +51,9 @@ int NVTX_API pop(nvtxDomainHandle_t d) {
 extern "C" NVTX_DYNAMIC_EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_table) {
   const char* prefix = std::getenv("NVTX_RECORD_FILE");
   if (!prefix) return 0;  // 0: injection failed, NVTX calls stay no-ops
-  record = std::fopen((std::string(prefix) + "." + std::to_string(getpid())).c_str(), "w");
+  // Every module that carries NVTX (tetra, and NCCL or cuBLAS with ranges of their own) initialises
+  // its own copy and calls this once: the file is opened by the first and kept.
+  if (!record) record = std::fopen((std::string(prefix) + "." + std::to_string(getpid())).c_str(), "w");
   if (!record) return 0;
   auto* callbacks = static_cast<const NvtxExportTableCallbacks*>(get_table(NVTX_ETID_CALLBACKS));
   NvtxFunctionTable table = nullptr;
