@@ -27,8 +27,9 @@ Fp8CastShape fp8_operand_shape(const char* op, const char* name, const Tensor& q
     s.group_cols = ops::kFp8Block;
     s.scale_rows = ceil_div(s.rows, s.group_rows);
     s.scale_cols = ceil_div(s.cols, s.group_cols);
+    s.rows_inner = scaling == ops::Fp8Scaling::Rows1x128;
   }
-  const Shape want = scaling == ops::Fp8Scaling::Tensorwise ? Shape{1} : Shape{s.scale_cols, s.scale_rows};
+  const Shape want = scaling == ops::Fp8Scaling::Tensorwise ? Shape{1} : (s.rows_inner ? Shape{s.scale_cols, s.scale_rows} : Shape{s.scale_rows, s.scale_cols});
   if (scale.dtype() != DType::F32 || scale.shape() != want)
     TETRA_FAIL(Internal, op, ": the scale of ", name, " must be fp32 ", shape_str(want), ", got ", scale.describe());
   return s;

@@ -1,8 +1,8 @@
 // The shapes of an FP8 cast (ops::fp8_quantize / fp8_dequantize), checked once for both backends:
 // x or y [M, K] (more dimensions: [rows, last]), q [M, K] in an FP8 dtype, scale fp32 with one
 // value per group, q_t [K, M]. Element (m, k) belongs to group (m / group_rows, k / group_cols), whose
-// scale is scale[k / group_cols][m / group_rows]: the groups down the rows are contiguous (the layout
-// of cuBLASLt's VEC128 and BLK128x128 scale modes on Hopper: the outer dimension innermost).
+// scale is scale[k / 128][m] for Rows1x128 (the rows contiguous) and scale[m / 128][k / 128] for
+// Blocks128: the layouts of cuBLASLt's VEC128 and BLK128x128 scale modes on Hopper.
 #pragma once
 #include <cstdint>
 
@@ -15,7 +15,10 @@ struct Fp8CastShape {
   int64_t rows = 0, cols = 0;              // M, K
   int64_t group_rows = 1, group_cols = 1;  // a group's extent (Tensorwise: the whole tensor)
   int64_t scale_rows = 1, scale_cols = 1;  // groups down and across: scale is [scale_cols, scale_rows]
-  int64_t scale_index(int64_t m, int64_t k) const { return (k / group_cols) * scale_rows + m / group_rows; }
+  bool rows_inner = true;  // Rows1x128: scale [scale_cols, scale_rows]; Blocks128: [scale_rows, scale_cols]
+  int64_t scale_index(int64_t m, int64_t k) const {
+    return rows_inner ? (k / group_cols) * scale_rows + m / group_rows : (m / group_rows) * scale_cols + k / group_cols;
+  }
   Fp8Format format = Fp8Format::E4M3;
 };
 

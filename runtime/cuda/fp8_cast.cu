@@ -22,11 +22,15 @@ namespace {
 constexpr int kTile = 32, kTileRowsPerThread = 4;  // blocks of kTile × (kTile / 4) threads
 
 struct Groups {
-  int64_t rows, cols, group_rows, group_cols, scale_rows;  // as Fp8CastShape
-  __device__ int64_t of(int64_t m, int64_t k) const { return (k / group_cols) * scale_rows + m / group_rows; }
+  int64_t rows, cols, group_rows, group_cols, scale_rows, scale_cols;  // as Fp8CastShape
+  bool rows_inner;
+  __device__ int64_t of(int64_t m, int64_t k) const {
+    return rows_inner ? (k / group_cols) * scale_rows + m / group_rows : (m / group_rows) * scale_cols + k / group_cols;
+  }
 };
 
-Groups groups_of(const Fp8CastShape& s) { return {s.rows, s.cols, s.group_rows, s.group_cols, s.scale_rows}; }
+Groups groups_of(const Fp8CastShape& s) { return {s.rows, s.cols, s.group_rows, s.group_cols, s.scale_rows, s.scale_cols, s.rows_inner};
+}
 
 __device__ __forceinline__ unsigned char to_fp8(float v, Fp8Format f) {
   return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, f == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2);

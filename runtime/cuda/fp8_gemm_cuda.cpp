@@ -3,8 +3,8 @@
 // K-contiguous: the "TN" layout that Hopper's FP8 GEMMs require. cuBLASLt's A is b and its B is a;
 // each operand's scale goes with it:
 //   Tensorwise → SCALAR_32F (one fp32 on the device), Rows1x128 → VEC128_32F ([⌈K/128⌉, rows], a
-//   scale per 128 K-elements of a row), Blocks128 → BLK128x128_32F ([⌈K/128⌉, ⌈rows/128⌉]); in both
-//   the operand's rows are the contiguous dimension of its scales.
+//   scale per 128 K-elements of a row, the rows contiguous), Blocks128 → BLK128x128_32F
+//   ([⌈rows/128⌉, ⌈K/128⌉], the K blocks contiguous).
 // Partial sums stay fp32 (no fast accumulation), as DeepSeek-V3's recipe promotes them.
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_ops.h"

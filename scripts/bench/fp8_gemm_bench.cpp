@@ -33,8 +33,8 @@ const Shape3 kShapes[] = {{"square-8192", 8192, 8192, 8192},
 
 Shape scale_shape(S s, int64_t rows, int64_t cols) {
   if (s == S::Tensorwise) return {1};
-  const int64_t gr = s == S::Rows1x128 ? 1 : 128;
-  return {(cols + 127) / 128, (rows + gr - 1) / gr};
+  if (s == S::Blocks128) return {(rows + 127) / 128, (cols + 127) / 128};
+  return {(cols + 127) / 128, rows};
 }
 
 struct Operand {

@@ -100,7 +100,9 @@ TEST(Fp8Cast, GroupsScalesAndError) {
                      CastCase{ops::Fp8Scaling::Blocks128, Fp8Format::E4M3}}) {
     Tensor x = random_tensor(rng, {M, K});
     const int64_t gr = c.scaling == ops::Fp8Scaling::Rows1x128 ? 1 : 128;
-    const Shape scale_shape = c.scaling == ops::Fp8Scaling::Tensorwise ? Shape{1} : Shape{3, (M + gr - 1) / gr};
+    const Shape scale_shape = c.scaling == ops::Fp8Scaling::Tensorwise ? Shape{1}
+                              : c.scaling == ops::Fp8Scaling::Rows1x128 ? Shape{3, M}
+                                                                         : Shape{(M + 127) / 128, 3};
     Tensor q = Tensor::empty({M, K}, dtype_of(c.format)), scale = Tensor::empty(scale_shape, DType::F32);
     ops::fp8_quantize(q, scale, x, c.scaling);
     Tensor y = Tensor::empty({M, K}, DType::F32);
@@ -113,7 +115,9 @@ TEST(Fp8Cast, GroupsScalesAndError) {
     int64_t bad = 0, at_largest = 0;
     for (int64_t m = 0; m < M; ++m)
       for (int64_t k = 0; k < K; ++k) {
-        const int64_t g = c.scaling == ops::Fp8Scaling::Tensorwise ? 0 : (k / 128) * ((M + gr - 1) / gr) + m / gr;
+        const int64_t g = c.scaling == ops::Fp8Scaling::Tensorwise ? 0
+                          : c.scaling == ops::Fp8Scaling::Rows1x128 ? (k / 128) * M + m
+                                                                     : (m / gr) * 3 + k / 128;
         const double s = scale.data<float>()[g], xv = x.data<float>()[m * K + k], yv = y.data<float>()[m * K + k];
         if (std::fabs(yv - xv) > std::max(rel * std::fabs(xv), sub * s) * 1.0000001) ++bad;
         const uint8_t code = static_cast<const uint8_t*>(q.data_ptr())[m * K + k] & 0x7F;
@@ -159,7 +163,7 @@ TEST(Fp8Gemm, IsTheGemmOfTheDequantisedOperands) {
   const int64_t M = 40, N = 24, K = 300;
   Tensor x = random_tensor(rng, {M, K}), w = random_tensor(rng, {N, K});
   Tensor qa = Tensor::empty({M, K}, DType::F8E4M3), sa = Tensor::empty({3, M}, DType::F32);
-  Tensor qb = Tensor::empty({N, K}, DType::F8E4M3), sb = Tensor::empty({3, 1}, DType::F32);
+  Tensor qb = Tensor::empty({N, K}, DType::F8E4M3), sb = Tensor::empty({1, 3}, DType::F32);
   ops::fp8_quantize(qa, sa, x, ops::Fp8Scaling::Rows1x128);
   ops::fp8_quantize(qb, sb, w, ops::Fp8Scaling::Blocks128);
   Tensor da = Tensor::empty({M, K}, DType::F32), db = Tensor::empty({N, K}, DType::F32);

@@ -22,8 +22,8 @@ struct Case {
 
 Shape scale_shape(ops::Fp8Scaling s, int64_t M, int64_t K) {
   if (s == ops::Fp8Scaling::Tensorwise) return {1};
-  const int64_t gr = s == ops::Fp8Scaling::Rows1x128 ? 1 : 128;
-  return {(K + 127) / 128, (M + gr - 1) / gr};
+  if (s == ops::Fp8Scaling::Blocks128) return {(M + 127) / 128, (K + 127) / 128};
+  return {(K + 127) / 128, M};
 }
 
 Tensor special_values(Rng& rng, int64_t M, int64_t K) {
