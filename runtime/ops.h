@@ -303,8 +303,9 @@ void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, cons
 //   Rows1x128:  each run of 128 columns of a row (DeepSeek-V3's activations and gradients);
 //               scale [⌈K/128⌉, M].
 //   Blocks128:  each 128×128 tile (DeepSeek-V3's weights); scale [⌈M/128⌉, ⌈K/128⌉].
-// These are the layouts Hopper's block-scaled GEMMs read (cuBLASLt VEC128_32F: the rows contiguous;
-// BLK128x128_32F: the column blocks contiguous), found by the GPU test against the CPU twin.
+// These are the layouts Hopper's block-scaled GEMMs read (cuBLASLt VEC128_32F: the rows contiguous,
+// confirmed by the GPU test against the CPU twin; BLK128x128_32F: the column blocks contiguous, what
+// that test's failure with the transposed layout points to, not yet rerun on a GPU).
 enum class Fp8Scaling { Tensorwise, Rows1x128, Blocks128 };
 constexpr int64_t kFp8Block = 128;
 // q[M, K] (F8E4M3 or F8E5M2: q's dtype is the format) and scale (fp32, shape as above) from x[M, K]
