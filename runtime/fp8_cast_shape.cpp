@@ -38,19 +38,24 @@ Fp8CastShape fp8_operand_shape(const char* op, const char* name, const Tensor& q
 }  // namespace
 
 Fp8CastShape fp8_cast_shape(const char* op, const Tensor& q, const Tensor& scale, const Tensor& x,
-                            ops::Fp8Scaling scaling, const Tensor* q_t) {
+                            ops::Fp8Scaling scaling, const Tensor* q_t, const Tensor* scale_t) {
   if (!x.defined()) TETRA_FAIL(Internal, op, ": the float operand is undefined");
   if (x.dtype() != DType::F32 && x.dtype() != DType::BF16)
     TETRA_FAIL(Internal, op, ": the float operand must be fp32 or bf16, got ", x.describe());
   const Fp8CastShape s = fp8_operand_shape(op, "q", q, scale, scaling);
   if (q.shape() != x.shape()) TETRA_FAIL(Internal, op, ": q ", q.describe(), " and ", x.describe(), " differ in shape");
-  if (q_t && q_t->defined()) {
-    if (scaling != ops::Fp8Scaling::Tensorwise)
-      TETRA_FAIL(Internal, op, ": a transposed copy shares the scales of Tensorwise scaling only");
-    if (q_t->dtype() != q.dtype() || q_t->shape() != Shape{s.cols, s.rows})
-      TETRA_FAIL(Internal, op, ": q_t must be ", dtype_name(q.dtype()), " [", s.cols, ", ", s.rows, "], got ",
-                 q_t->describe());
+  const bool transposed = q_t && q_t->defined();
+  if (!transposed) {
+    if (scale_t && scale_t->defined()) TETRA_FAIL(Internal, op, ": scale_t is given without q_t");
+    return s;
   }
+  if (q_t->dtype() != q.dtype() || q_t->shape() != Shape{s.cols, s.rows})
+    TETRA_FAIL(Internal, op, ": q_t must be ", dtype_name(q.dtype()), " [", s.cols, ", ", s.rows, "], got ",
+               q_t->describe());
+  const bool scale_t_given = scale_t && scale_t->defined();
+  if (scaling != ops::Fp8Scaling::Tensorwise && !scale_t_given)
+    TETRA_FAIL(Internal, op, ": q_t of block scaling needs its own scales (scale_t)");
+  if (scale_t_given) fp8_operand_shape(op, "q_t", *q_t, *scale_t, scaling);
   return s;
 }
 

@@ -22,10 +22,11 @@ struct Fp8CastShape {
   Fp8Format format = Fp8Format::E4M3;
 };
 
-// Checks q, scale, the float tensor `x` (x or y: fp32 or bf16) and q_t (may be null) and returns the
-// shape; a mismatch is an Internal error naming `op` and the tensor.
+// Checks q, scale, the float tensor `x` (x or y: fp32 or bf16), q_t and scale_t (each may be null;
+// scale_t as fp8_quantize's for xᵀ) and returns the shape of x's groups; a mismatch is an Internal
+// error naming `op` and the tensor.
 Fp8CastShape fp8_cast_shape(const char* op, const Tensor& q, const Tensor& scale, const Tensor& x,
-                            ops::Fp8Scaling scaling, const Tensor* q_t);
+                            ops::Fp8Scaling scaling, const Tensor* q_t = nullptr, const Tensor* scale_t = nullptr);
 
 // fp8_gemm's operands: a [M, K] and b [N, K] FP8 with their scales (checked as fp8_quantize's
 // outputs), y [M, N] fp32 or bf16. Returns {M, N, K}.

@@ -309,9 +309,14 @@ void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, cons
 enum class Fp8Scaling { Tensorwise, Rows1x128, Blocks128 };
 constexpr int64_t kFp8Block = 128;
 // q[M, K] (F8E4M3 or F8E5M2: q's dtype is the format) and scale (fp32, shape as above) from x[M, K]
-// (fp32 or bf16; more dimensions are [rows, last]). q_t [K, M] (optional, q's format, Tensorwise
-// only) receives q transposed: the K-major copy that the backward GEMMs read.
-void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, Fp8Scaling scaling, Tensor* q_t = nullptr);
+// (fp32 or bf16; more dimensions are [rows, last]). q_t [K, M] and scale_t (optional, q's format):
+// what fp8_quantize of xᵀ with the same scaling writes — the K-major copy of the other GEMM that
+// reads x (a weight gradient reads xᵀ, an input gradient wᵀ). Tensorwise: the same codes transposed,
+// scale_t (may be null) = scale. Blocks128: the same blocks, codes transposed, scale_t the block
+// scales transposed. Rows1x128: runs of 128 rows of a column, scale_t [⌈M/128⌉, K] (DeepSeek-V3's
+// 128×1 tiles of the backward). scale_t is required for Rows1x128 and Blocks128 when q_t is given.
+void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, Fp8Scaling scaling, Tensor* q_t = nullptr,
+                  Tensor* scale_t = nullptr);
 // y[M, K] (fp32 or bf16) = q·s with the scales fp8_quantize wrote (the GEMMs' view of q).
 void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, Fp8Scaling scaling);
 // y[M, N] (+)= (a·sa)[M, K] · (b·sb)[N, K]ᵀ, FP8 operands and scales as fp8_quantize wrote them (each

@@ -20,8 +20,8 @@ int64_t group_of(const Fp8CastShape& s, int64_t m, int64_t k) {
 
 }  // namespace
 
-void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling scaling, Tensor* q_t) {
-  const Fp8CastShape s = fp8_cast_shape("fp8_quantize", q, scale, x, scaling, q_t);
+void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling scaling, Tensor* q_t, Tensor* scale_t) {
+  const Fp8CastShape s = fp8_cast_shape("fp8_quantize", q, scale, x, scaling, q_t, scale_t);
   const FloatReader in(x);
   std::vector<uint32_t> amax_bits(static_cast<size_t>(s.scale_rows * s.scale_cols), 0);
   for (int64_t m = 0; m < s.rows; ++m)
@@ -37,17 +37,21 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
     out_scale[g] = 1.0f / factor[g];
   }
   uint8_t* out = static_cast<uint8_t*>(q.data_ptr());
-  uint8_t* out_t = given(q_t) ? static_cast<uint8_t*>(q_t->data_ptr()) : nullptr;
   for (int64_t m = 0; m < s.rows; ++m)
-    for (int64_t k = 0; k < s.cols; ++k) {
-      const uint8_t code = fp8_from_float(in[m * s.cols + k] * factor[group_of(s, m, k)], s.format);
-      out[m * s.cols + k] = code;
-      if (out_t) out_t[k * s.rows + m] = code;
-    }
+    for (int64_t k = 0; k < s.cols; ++k)
+      out[m * s.cols + k] = fp8_from_float(in[m * s.cols + k] * factor[group_of(s, m, k)], s.format);
+  if (!given(q_t)) return;
+  // The transposed copy is, by definition, the cast of xᵀ (exact in fp32) with its own groups.
+  Tensor x_t = Tensor::empty({s.cols, s.rows}, DType::F32, Device::cpu());
+  float* xt = x_t.data<float>();
+  for (int64_t m = 0; m < s.rows; ++m)
+    for (int64_t k = 0; k < s.cols; ++k) xt[k * s.rows + m] = in[m * s.cols + k];
+  Tensor own_scale = given(scale_t) ? *scale_t : Tensor::empty(scale.shape(), DType::F32, Device::cpu());
+  cpu::fp8_quantize(*q_t, own_scale, x_t, scaling, nullptr, nullptr);
 }
 
 void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, ops::Fp8Scaling scaling) {
-  const Fp8CastShape s = fp8_cast_shape("fp8_dequantize", q, scale, y, scaling, nullptr);
+  const Fp8CastShape s = fp8_cast_shape("fp8_dequantize", q, scale, y, scaling);
   const FloatWriter out(y);
   const uint8_t* in = static_cast<const uint8_t*>(q.data_ptr());
   const float* sc = scale.data<float>();

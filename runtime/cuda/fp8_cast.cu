@@ -119,12 +119,14 @@ dim3 tile_grid(const Fp8CastShape& s) {
 
 }  // namespace
 
-void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling scaling, Tensor* q_t) {
+void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling scaling, Tensor* q_t, Tensor* scale_t) {
   const char* op = "fp8_quantize";
   check_cuda_tensor(op, "q", q);
   check_cuda_tensor(op, "scale", scale);
   check_cuda_tensor(op, "x", x);
-  const Fp8CastShape s = fp8_cast_shape(op, q, scale, x, scaling, q_t);
+  const Fp8CastShape s = fp8_cast_shape(op, q, scale, x, scaling, q_t, scale_t);
+  if (given(q_t) && scaling != ops::Fp8Scaling::Tensorwise)
+    TETRA_FAIL(Internal, op, ": the transposed copy of block scaling is not implemented on CUDA");
   const Device dev = x.device();
   DeviceScope device_scope(dev);
   cudaStream_t stream = stream_of(dev);
@@ -150,6 +152,8 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
   fp8_finalise_kernel<<<grid_size(scale.numel(), 256, dev), 256, 0, stream>>>(scale.data<float>(), scale.numel(),
                                                                             fp8_largest(s.format));
   TETRA_CUDA_CHECK_LAUNCH();
+  if (given(scale_t))
+    TETRA_CUDA_CHECK(cudaMemcpyAsync(scale_t->data_ptr(), scale.data_ptr(), scale.nbytes(), cudaMemcpyDeviceToDevice, stream));
 }
 
 void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, ops::Fp8Scaling scaling) {
@@ -157,7 +161,7 @@ void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, ops::Fp8Sca
   check_cuda_tensor(op, "q", q);
   check_cuda_tensor(op, "scale", scale);
   check_cuda_tensor(op, "y", y);
-  const Fp8CastShape s = fp8_cast_shape(op, q, scale, y, scaling, nullptr);
+  const Fp8CastShape s = fp8_cast_shape(op, q, scale, y, scaling);
   if (s.rows == 0 || s.cols == 0) return;
   const Device dev = y.device();
   DeviceScope device_scope(dev);

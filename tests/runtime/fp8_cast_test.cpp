@@ -8,6 +8,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -141,6 +142,36 @@ TEST(Fp8Cast, TransposedCopyAndNaN) {
     for (int k = 0; k < 7; ++k) EXPECT_EQ(pq[m * 7 + k], pt[k * 5 + m]);
   EXPECT_EQ(pq[9] & 0x7F, 0x7F) << "NaN stays NaN";
   EXPECT_TRUE(std::isfinite(scale.data<float>()[0]));
+}
+
+// The transposed copy of each scaling is the cast of xᵀ itself; for Blocks128 (a block is its own
+// transpose) that is also q's codes transposed and the block scales transposed.
+TEST(Fp8Cast, TransposedCopyOfBlockScalingsIsTheCastOfTheTranspose) {
+  Rng rng(21);
+  const int64_t M = 200, K = 300;  // partial groups at both edges of both copies
+  Tensor x = random_tensor(rng, {M, K}), xt = Tensor::empty({K, M}, DType::F32);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) xt.data<float>()[k * M + m] = x.data<float>()[m * K + k];
+  for (ops::Fp8Scaling scaling : {ops::Fp8Scaling::Rows1x128, ops::Fp8Scaling::Blocks128}) {
+    const bool rows = scaling == ops::Fp8Scaling::Rows1x128;
+    const Shape s_shape = rows ? Shape{3, M} : Shape{2, 3}, st_shape = rows ? Shape{2, K} : Shape{3, 2};
+    Tensor q = Tensor::empty({M, K}, DType::F8E4M3), s = Tensor::empty(s_shape, DType::F32);
+    Tensor qt = Tensor::empty({K, M}, DType::F8E4M3), st = Tensor::empty(st_shape, DType::F32);
+    ops::fp8_quantize(q, s, x, scaling, &qt, &st);
+    Tensor want_q = Tensor::empty({K, M}, DType::F8E4M3), want_s = Tensor::empty(st_shape, DType::F32);
+    ops::fp8_quantize(want_q, want_s, xt, scaling);
+    EXPECT_EQ(std::memcmp(qt.data_ptr(), want_q.data_ptr(), qt.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(st.data_ptr(), want_s.data_ptr(), st.nbytes()), 0);
+    if (rows) continue;
+    const auto* pq = static_cast<const uint8_t*>(q.data_ptr());
+    const auto* pt = static_cast<const uint8_t*>(qt.data_ptr());
+    int64_t differ = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) differ += pq[m * K + k] != pt[k * M + m];
+    EXPECT_EQ(differ, 0);
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 3; ++j) EXPECT_EQ(s.data<float>()[i * 3 + j], st.data<float>()[j * 2 + i]);
+  }
 }
 
 TEST(Fp8Cast, ShapeErrorsNameTheOperand) {
