@@ -7,7 +7,9 @@
 #   scripts/bench/tokenize_throughput.sh TOKENIZER.json [GB] [DIR]
 #       GB of text (default 1) made under DIR (default runs/bench/tokenize) from files every machine
 #       has offline: the Python installation's sources, /usr/include and /usr/share text, in files
-#       of about 4 MB (each file one document), repeated where they fall short of GB.
+#       of about DOC_KB kB (default 4000; each file one document), repeated where they fall short
+#       of GB. Hugging Face `tokenizers` slows down on documents of megabytes (1 thread: 0.9 MB/s on
+#       4 MB documents), so compare at a document size of the data you have (e.g. DOC_KB=64).
 #
 # Knobs (environment): THREADS (default: the cores), BUILD (build) or TETRA_BIN, PYTHON (python3,
 # with numpy, h5py and tokenizers). tetra runs with --workers THREADS where the binary has that
@@ -19,19 +21,21 @@ tokenizer=${1:?usage: tokenize_throughput.sh TOKENIZER.json [GB] [DIR]}
 gb=${2:-1}
 dir=${3:-runs/bench/tokenize}
 threads=${THREADS:-$(nproc)}
+doc_kb=${DOC_KB:-4000}
 tetra=${TETRA_BIN:-${BUILD:-build}/tetra}
 py=${PYTHON:-python3}
 [ -x "$tetra" ] || { echo "tokenize_throughput.sh: $tetra is not built (set BUILD= or TETRA_BIN=)" >&2; exit 2; }
 "$py" -c "import numpy, h5py, tokenizers" || { echo "tokenize_throughput.sh: $py needs numpy, h5py and tokenizers" >&2; exit 2; }
 mkdir -p "$dir/text"
 
-# The text: source and documentation files, concatenated into ~4 MB documents, until GB.
-"$py" - "$dir/text" "$gb" <<'PY'
+# The text: source and documentation files, concatenated into ~DOC_KB kB documents, until GB.
+"$py" - "$dir/text" "$gb" "$doc_kb" <<'PY'
 import os, sys, sysconfig
-out, gb = sys.argv[1], float(sys.argv[2])
-target, chunk = int(gb * 1e9), 4_000_000
-have = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
-if have >= target:
+out, gb, doc_kb = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+target, chunk = int(gb * 1e9), doc_kb * 1000
+marker = os.path.join(out, ".doc_kb")
+have = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out) if f.startswith("doc"))
+if have >= target and os.path.exists(marker) and open(marker).read() == str(doc_kb):
     sys.exit(0)
 for f in os.listdir(out):
     os.remove(os.path.join(out, f))
@@ -64,6 +68,7 @@ while written < target:
             break
 if buf:
     flush()
+open(marker, "w").write(str(doc_kb))
 PY
 files=("$dir"/text/doc*.txt)
 bytes=$(cat "${files[@]}" | wc -c)
