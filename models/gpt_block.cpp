@@ -48,6 +48,7 @@ GptBlock::GptBlock(const GptConfig& cfg, int block_index) : cfg_(cfg), block_(bl
   ln_2_.init(p + ".ln_2", C, cfg.ln_eps, layer);
   c_fc_.init(p + ".mlp.c_fc", 4 * C, C, true, 0.02f, true, layer);
   mlp_proj_.init(p + ".mlp.c_proj", C, 4 * C, true, resid_std, true, layer);
+  for (Linear* l : {&c_attn_, &attn_proj_, &c_fc_, &mlp_proj_}) l->set_fp8(cfg.fp8);
 }
 
 std::vector<Param*> GptBlock::params() {

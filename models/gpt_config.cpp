@@ -24,12 +24,12 @@ void GptConfig::validate() const {
 GptConfig GptConfig::from(const ModelArgs& a) {
   return {.arch = a.arch, .vocab_size = a.vocab_size, .max_seq_len = a.seq_len, .d_model = a.d_model,
           .n_layers = a.n_layers, .n_heads = a.n_heads, .ln_eps = static_cast<float>(a.ln_eps),
-          .recompute = a.recompute};
+          .recompute = a.recompute, .fp8 = a.fp8};
 }
 
 ModelArgs GptConfig::args() const {
   return {.arch = arch, .vocab_size = vocab_size, .seq_len = max_seq_len, .d_model = d_model, .n_layers = n_layers,
-          .n_heads = n_heads, .ln_eps = ln_eps, .tie_embeddings = true, .recompute = recompute};
+          .n_heads = n_heads, .ln_eps = ln_eps, .tie_embeddings = true, .recompute = recompute, .fp8 = fp8};
 }
 
 }  // namespace tetra

@@ -18,6 +18,7 @@ struct GptConfig {
   int64_t n_heads = 12;
   float ln_eps = 1e-5f;
   Recompute recompute = Recompute::None;
+  Fp8Recipe fp8 = Fp8Recipe::None;  // the blocks' projections (models/fp8_linear.h)
 
   int64_t head_dim() const { return d_model / n_heads; }
   // Parameters, tied embedding counted once.

@@ -20,6 +20,7 @@ class GptFamily : public ModelFamily {
   void validate(const ModelArgs& args, int tp) const override {
     if (args.arch != arch()) throw ModelArgsError({"model.arch"}, "'" + args.arch + "' is not gpt2");
     validate_common_shape(args, tp);
+    validate_fp8_widths(args, {{"model.d_model", args.d_model}});
   }
 
   std::unique_ptr<Model> build(const ModelArgs& args) const override {

@@ -26,6 +26,8 @@ void LlamaAttention::init(const LlamaConfig& cfg, const std::string& p, int laye
   qkv_proj_.weight.parts = parts("weight");
   if (cfg.qkv_bias) qkv_proj_.bias.parts = parts("bias");
   o_proj_.init(p + "self_attn.o_proj", C, H * D, false, resid_std, false, layer);
+  qkv_proj_.set_fp8(cfg.fp8);
+  o_proj_.set_fp8(cfg.fp8);
   if (cfg.qk_norm) {
     q_norm_.init(p + "self_attn.q_norm", D, cfg.norm_eps, layer);
     k_norm_.init(p + "self_attn.k_norm", D, cfg.norm_eps, layer);

@@ -36,6 +36,8 @@ LlamaBlock::LlamaBlock(const LlamaConfig& cfg, int block_index) : cfg_(cfg), blo
   gate_up_proj_.init(p + "mlp.gate_up_proj", 2 * F, C, false, 0.02f, false, layer);
   gate_up_proj_.weight.parts = {{p + "mlp.gate_proj.weight", 0, F, 1}, {p + "mlp.up_proj.weight", F, F, 1}};
   down_proj_.init(p + "mlp.down_proj", C, F, false, resid_std, false, layer);
+  gate_up_proj_.set_fp8(cfg.fp8);
+  down_proj_.set_fp8(cfg.fp8);
 }
 
 std::vector<Param*> LlamaBlock::params() {

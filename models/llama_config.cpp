@@ -104,6 +104,11 @@ void LlamaConfig::validate(int tp) const {
                              str(sliding_window) + " (attention then never reaches past the window)");
   validate_rope_scaling(rope_scaling);
   if (moe.enabled()) validate_moe();
+  std::vector<std::pair<std::string, int64_t>> widths = {
+      {"model.d_model", d_model}, {"model.ffn_dim", ffn()}, {"model.n_heads", n_heads * head_dim()},
+      {"model.n_kv_heads", qkv_rows()}};
+  if (moe.enabled() && moe.n_shared > 0) widths.push_back({"model.moe.n_shared", moe.n_shared * expert_ffn()});
+  validate_fp8_widths(args(), widths);
 }
 
 Rope LlamaConfig::rope() const { return Rope(rope_theta, rope_scaling_of(rope_scaling)); }
@@ -151,14 +156,14 @@ LlamaConfig LlamaConfig::from(const ModelArgs& a) {
           .norm_eps = static_cast<float>(a.norm_eps), .rope_theta = static_cast<float>(a.rope_theta),
           .rope_scaling = a.rope_scaling, .tie_embeddings = a.tie_embeddings, .qkv_bias = a.arch == "qwen2",
           .qk_norm = a.arch == "qwen3", .sliding_window = a.sliding_window,
-          .moe = a.moe, .recompute = a.recompute};
+          .moe = a.moe, .recompute = a.recompute, .fp8 = a.fp8};
 }
 
 ModelArgs LlamaConfig::args() const {
   return {.arch = arch, .vocab_size = vocab_size, .seq_len = max_seq_len, .d_model = d_model, .n_layers = n_layers,
           .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = explicit_head_dim, .ffn_dim = ffn_dim,
           .norm_eps = norm_eps, .rope_theta = rope_theta, .tie_embeddings = tie_embeddings,
-          .rope_scaling = rope_scaling, .sliding_window = sliding_window, .moe = moe, .recompute = recompute};
+          .rope_scaling = rope_scaling, .sliding_window = sliding_window, .moe = moe, .recompute = recompute, .fp8 = fp8};
 }
 
 }  // namespace tetra

@@ -38,6 +38,7 @@ struct LlamaConfig {
   int64_t sliding_window = 0;   // mistral: 0 = none; else at least max_seq_len (full attention)
   MoeArgs moe{};  // n_experts 0: every block dense
   Recompute recompute = Recompute::None;
+  Fp8Recipe fp8 = Fp8Recipe::None;  // the blocks' projections (models/fp8_linear.h)
 
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : d_model / n_heads; }
   Rope rope() const;  // theta and the scaling, as the rotary kernels take them

@@ -24,6 +24,7 @@ LlamaMoeBlock::LlamaMoeBlock(const LlamaConfig& cfg, int block_index) : cfg_(cfg
   post_norm_.init(p + "post_attention_layernorm", cfg.d_model, cfg.norm_eps, layer);
   const float resid_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg.n_layers));
   moe_.init(p + "mlp", block_index, MoeShape::from(cfg.moe, cfg.d_model, cfg.expert_ffn()), layer, resid_std);
+  moe_.set_fp8(cfg.fp8);
 }
 
 std::vector<Param*> LlamaMoeBlock::params() {

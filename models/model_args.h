@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "models/fp8_linear.h"
 #include "models/layer.h"
 #include "runtime/error.h"
 
@@ -61,6 +62,7 @@ struct ModelArgs {
   int64_t sliding_window = 0;
   MoeArgs moe{};                // Llama: mixture-of-experts MLPs
   Recompute recompute = Recompute::None;  // train.recompute, applied to every block
+  Fp8Recipe fp8 = Fp8Recipe::None;        // train.fp8.recipe: the blocks' projections in FP8
 };
 
 // What one micro-batch of training looks like, for activation memory: sequences × tokens at the

@@ -51,6 +51,15 @@ const std::vector<std::string>& common_model_keys() {
   return keys;
 }
 
+void validate_fp8_widths(const ModelArgs& a, const std::vector<std::pair<std::string, int64_t>>& widths) {
+  if (a.fp8 == Fp8Recipe::None) return;
+  for (const auto& [key, width] : widths)
+    if (width % kFp8Multiple != 0)
+      throw ModelArgsError({"train.fp8.recipe", key},
+                           std::string("FP8 GEMMs need every projection width a multiple of ") + str(kFp8Multiple) +
+                               "; " + key + " gives " + str(width) + " (set train.fp8.recipe: none, or change the width)");
+}
+
 void validate_common_shape(const ModelArgs& a, int tp) {
   if (a.vocab_size < 2) throw ModelArgsError({"model.vocab_size"}, str(a.vocab_size) + " is too small (at least 2)");
   if (a.seq_len < 1 || a.d_model < 1 || a.n_layers < 1 || a.n_heads < 1)

@@ -74,5 +74,8 @@ const std::vector<std::string>& common_model_keys();
 // head_dim is given),
 // heads and vocabulary against tp. Families call it from validate().
 void validate_common_shape(const ModelArgs& args, int tp);
+// Under an FP8 recipe (args.fp8): each named projection width a multiple of kFp8Multiple
+// (models/fp8_linear.h), else ModelArgsError naming train.fp8.recipe and the width's key.
+void validate_fp8_widths(const ModelArgs& args, const std::vector<std::pair<std::string, int64_t>>& widths);
 
 }  // namespace tetra

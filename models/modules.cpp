@@ -42,9 +42,38 @@ void Linear::set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& p
   tp_ = split && tp && tp->size() > 1 ? tp : nullptr;
 }
 
+void Linear::set_fp8(Fp8Recipe recipe) {
+  fp8_ = recipe;
+  if (recipe == Fp8Recipe::None) return;
+  const int64_t out = weight.full_shape[0], in = weight.full_shape[1];
+  if (out % kFp8Multiple != 0 || in % kFp8Multiple != 0)
+    TETRA_FAIL(Config, "train.fp8.recipe ", fp8_recipe_name(recipe), ": ", weight.name, " is [", out, ", ", in,
+               "]; FP8 GEMMs need both widths multiples of ", kFp8Multiple, " (set train.fp8.recipe: none, or change the model's widths)");
+}
+
+void Linear::check_no_fp8_under_tp() const {
+  TETRA_CHECK(fp8_ == Fp8Recipe::None, weight.name, ": FP8 under tensor parallelism is not implemented (validation refuses it)");
+}
+
+void Linear::fp8_forward(Tensor& y, const Tensor& x, ops::Activation act, Tensor* pre_act, const Tensor* residual) const {
+  if (residual) {
+    if (y.data_ptr() != residual->data_ptr()) ops::copy(y, *residual);
+    fp8_linear::forward(fp8_, y, x, weight.value, /*accumulate=*/true);
+    if (has_bias) ops::add_bias(y, bias.value);
+    return;
+  }
+  const bool gelu = act == ops::Activation::Gelu;
+  Tensor out = !gelu ? y : pre_act ? *pre_act : Tensor::empty(y.shape(), y.dtype(), y.device());
+  fp8_linear::forward(fp8_, out, x, weight.value, /*accumulate=*/false);
+  if (has_bias) ops::add_bias(out, bias.value);
+  if (gelu) ops::gelu_forward(y, out);
+}
+
 void Linear::forward(Tensor& y, const Tensor& x, Tensor* x_full, ops::Activation act, Tensor* pre_act) const {
   const Tensor b = has_bias ? bias.value : Tensor();
+  if (!tp_ && fp8_ != Fp8Recipe::None) return fp8_forward(y, x, act, pre_act, nullptr);
   if (!tp_) return ops::linear_forward(y, x, weight.value, b, act, pre_act);
+  check_no_fp8_under_tp();
   TETRA_CHECK(style_ == TpStyle::ColumnParallel, weight.name, ": forward runs a column-parallel layer, this one is ",
               tp_style_name(style_), " (forward_residual)");
   tp_->column_forward(y, x, x_full, weight.value, b, act, pre_act);
@@ -52,7 +81,9 @@ void Linear::forward(Tensor& y, const Tensor& x, Tensor* x_full, ops::Activation
 
 void Linear::forward_residual(Tensor& y, const Tensor& x, const Tensor& residual) const {
   const Tensor b = has_bias ? bias.value : Tensor();
+  if (!tp_ && fp8_ != Fp8Recipe::None) return fp8_forward(y, x, ops::Activation::None, nullptr, &residual);
   if (!tp_) return ops::linear_forward(y, x, weight.value, b, ops::Activation::None, nullptr, &residual);
+  check_no_fp8_under_tp();
   TETRA_CHECK(style_ == TpStyle::RowParallel, weight.name, ": forward_residual runs a row-parallel layer, this one is ",
               tp_style_name(style_), " (forward)");
   tp_->row_forward(y, x, weight.value, b, &residual);
@@ -60,9 +91,13 @@ void Linear::forward_residual(Tensor& y, const Tensor& x, const Tensor& residual
 
 bool Linear::backward_input(Tensor& dx, const Tensor& dy, const std::function<void()>& overlap, bool accumulate) const {
   if (!tp_) {
-    ops::linear_backward_input(dx, dy, weight.value, accumulate);
+    if (fp8_ != Fp8Recipe::None)
+      fp8_linear::backward_input(fp8_, dx, dy, weight.value, accumulate);
+    else
+      ops::linear_backward_input(dx, dy, weight.value, accumulate);
     return false;
   }
+  check_no_fp8_under_tp();
   TETRA_CHECK(style_ == TpStyle::ColumnParallel && !accumulate, weight.name,
               ": backward_input runs a column-parallel layer (without accumulate), this one is ", tp_style_name(style_));
   tp_->column_backward_input(dx, dy, weight.value, overlap);
@@ -70,6 +105,11 @@ bool Linear::backward_input(Tensor& dx, const Tensor& dy, const std::function<vo
 }
 
 void Linear::backward_input_residual(Tensor& dx, const Tensor& dy, Tensor* dy_full, const Tensor* gelu_pre) const {
+  if (!tp_ && fp8_ != Fp8Recipe::None) {
+    fp8_linear::backward_input(fp8_, dx, dy, weight.value, /*accumulate=*/false);
+    if (gelu_pre) ops::gelu_backward(dx, dx, *gelu_pre);
+    return;
+  }
   if (!tp_) {
     if (gelu_pre)
       ops::linear_backward_input_gelu(dx, dy, weight.value, *gelu_pre);
@@ -77,19 +117,35 @@ void Linear::backward_input_residual(Tensor& dx, const Tensor& dy, Tensor* dy_fu
       ops::linear_backward_input(dx, dy, weight.value);
     return;
   }
+  check_no_fp8_under_tp();
   TETRA_CHECK(style_ == TpStyle::RowParallel, weight.name,
               ": backward_input_residual runs a row-parallel layer, this one is ", tp_style_name(style_));
   tp_->row_backward_input(dx, dy, dy_full, weight.value, gelu_pre);
 }
 
-void Linear::backward_weight_residual(const Tensor& dy_full, const Tensor& x, const Tensor& dy, const Tensor& dy_sum) {
-  if (!sequence_sharded()) return backward_weight(dy, x, dy_sum);
-  ops::linear_backward_weight(weight.grad, nullptr, dy_full, x, /*accumulate=*/true);
+void Linear::backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dy_sum) {
+  if (fp8_ == Fp8Recipe::None) {
+    ops::linear_backward_weight(weight.grad, has_bias ? &bias.grad : nullptr, dy, x, /*accumulate=*/true,
+                                has_bias && dy_sum.defined() ? &dy_sum : nullptr);
+    return;
+  }
+  fp8_linear::backward_weight(fp8_, weight.grad, dy, x);
+  bias_grad(dy, dy_sum);
+}
+
+void Linear::bias_grad(const Tensor& dy, const Tensor& dy_sum) {
   if (!has_bias) return;
   // The bias alone: linear_backward_weight over an input of no features runs only its bias path.
   Tensor no_dw = Tensor::empty({weight.grad.dim(0), 0}, weight.grad.dtype(), weight.grad.device());
   Tensor no_x = Tensor::empty({dy.dim(0), 0}, dy.dtype(), dy.device());
   ops::linear_backward_weight(no_dw, &bias.grad, dy, no_x, /*accumulate=*/true, dy_sum.defined() ? &dy_sum : nullptr);
+}
+
+void Linear::backward_weight_residual(const Tensor& dy_full, const Tensor& x, const Tensor& dy, const Tensor& dy_sum) {
+  if (!sequence_sharded()) return backward_weight(dy, x, dy_sum);
+  check_no_fp8_under_tp();
+  ops::linear_backward_weight(weight.grad, nullptr, dy_full, x, /*accumulate=*/true);
+  bias_grad(dy, dy_sum);
 }
 
 void LayerNorm::init(const std::string& name, int64_t channels, float epsilon, int layer) {

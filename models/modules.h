@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "models/fp8_linear.h"
 #include "models/tp_style.h"
 #include "parallel/param.h"
 #include "parallel/tensor/tensor_parallel.h"
@@ -23,7 +24,9 @@ struct TensorParallelPlan;
 //   ColumnParallel  W [O/tp, I], b [O/tp]: reads the stream (x [R, I], R = N/tp under sequence
 //                   parallelism, else N), writes [N, O/tp]; its input gradient is reduced over tp.
 //   RowParallel     W [O, I/tp], b [O]: reads [N, I/tp], writes the stream [R, O], reduced over tp.
-// The methods below that name a style run either it or the plain op.
+// The methods below that name a style run either it or the plain op. Under an FP8 recipe
+// (set_fp8; models/fp8_linear.h) the plain layer runs its three GEMMs in FP8, the bias, GELU and
+// residual as separate ops after them.
 struct Linear {
   Param weight, bias;
   bool has_bias = true;
@@ -37,6 +40,10 @@ struct Linear {
   int64_t in_features() const { return weight.local_shape[1]; }
   // The style of `plan`'s entry for this weight, over `tp`'s group (null, or one rank: plain).
   void set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& plan);
+  // The GEMMs in FP8 under `recipe` (None: the working dtype). Both widths must be multiples of
+  // kFp8Multiple (a Config error naming the weight); not under tensor parallelism yet.
+  void set_fp8(Fp8Recipe recipe);
+  Fp8Recipe fp8() const { return fp8_; }
   // Whether the layer's side of the stream is sequence-sharded: its stream rows R are N/tp, and the
   // [N, ·] tensor that side gathers (a column-parallel input, a row-parallel output gradient) is a
   // buffer of its own rather than the stream tensor itself.
@@ -63,10 +70,7 @@ struct Linear {
                                const Tensor* gelu_pre = nullptr) const;
   // Gradients accumulate over micro-batches. dy_sum (fp32 [out], may be undefined): Σ_n dy[n, :]
   // if already known, which the bias gradient then takes instead of reading dy again.
-  void backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dy_sum = Tensor()) {
-    ops::linear_backward_weight(weight.grad, has_bias ? &bias.grad : nullptr, dy, x, /*accumulate=*/true,
-                                has_bias && dy_sum.defined() ? &dy_sum : nullptr);
-  }
+  void backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dy_sum = Tensor());
   // forward_residual's weight gradients: dw from dy_full [N, out] (the gathered dy when
   // sequence-sharded, else dy itself) and x [N, in]; a sequence-sharded row-parallel layer's
   // replicated bias from this rank's rows dy [R, out] only (their column sum dy_sum if known), as its
@@ -74,8 +78,15 @@ struct Linear {
   void backward_weight_residual(const Tensor& dy_full, const Tensor& x, const Tensor& dy, const Tensor& dy_sum);
 
  private:
+  // The plain layer under fp8_: y = act(x·Wᵀ + b) or x·Wᵀ + b + residual, as ops::linear_forward.
+  void fp8_forward(Tensor& y, const Tensor& x, ops::Activation act, Tensor* pre_act, const Tensor* residual) const;
+  // bias.grad += Σ_n dy[n, :] (dy_sum when defined).
+  void bias_grad(const Tensor& dy, const Tensor& dy_sum);
+  void check_no_fp8_under_tp() const;
+
   TensorParallel* tp_ = nullptr;  // set where the style is column- or row-parallel
   TpStyle style_ = TpStyle::Replicated;
+  Fp8Recipe fp8_ = Fp8Recipe::None;
 };
 
 struct LayerNorm {

@@ -63,6 +63,12 @@ void MoeMlp::init(const std::string& prefix, int block, const MoeShape& shape, i
   }
 }
 
+void MoeMlp::set_fp8(Fp8Recipe recipe) {
+  if (!has_shared_) return;
+  shared_gate_up_.set_fp8(recipe);
+  shared_down_.set_fp8(recipe);
+}
+
 void MoeMlp::collect(std::vector<Param*>& out) {
   gate_.collect(out);
   out.push_back(&bias_);

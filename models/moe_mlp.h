@@ -53,6 +53,9 @@ class MoeMlp {
   // `prefix`: "model.layers.N.mlp"; `block`: N; `layer`: the owning Layer's index; `down_std`: the
   // init std of the projections back into the residual stream.
   void init(const std::string& prefix, int block, const MoeShape& shape, int layer, float down_std);
+  // The shared experts' projections in FP8 under `recipe` (models/fp8_linear.h); the router and the
+  // routed experts' grouped GEMMs stay in the working dtype.
+  void set_fp8(Fp8Recipe recipe);
   int block() const { return block_; }
   void collect(std::vector<Param*>& out);  // gate, bias, experts, shared experts
   const MoeShape& shape() const { return shape_; }

@@ -11,6 +11,7 @@
   X(copy_columns)                                                                                    \
   X(add)                                                                                             \
   X(scale)                                                                                           \
+  X(add_bias)                                                                                        \
   X(linear_forward)                                                                                  \
   X(linear_backward_input)                                                                           \
   X(linear_backward_input_gelu)                                                                      \

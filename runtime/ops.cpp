@@ -32,6 +32,12 @@ void add(Tensor& y, const Tensor& a, const Tensor& b) {
   TETRA_DISPATCH(y.device(), add, y, a, b);
 }
 void scale(Tensor& x, float s) { TETRA_DISPATCH(x.device(), scale, x, s); }
+void add_bias(Tensor& y, const Tensor& b) {
+  check_same_device("add_bias", {&y, &b});
+  TETRA_CHECK(y.defined() && b.defined() && y.ndim() >= 1 && b.ndim() == 1 && b.dim(0) == y.dim(-1),
+              "add_bias: b must be [C] for y [.., C], got y ", y.describe(), " and b ", b.describe());
+  TETRA_DISPATCH(y.device(), add_bias, y, b);
+}
 
 void copy(Tensor& dst, const Tensor& src) {
   TraceScope trace("copy", "op");

@@ -28,6 +28,9 @@ void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_c
 void add(Tensor& y, const Tensor& a, const Tensor& b);
 // x *= s
 void scale(Tensor& x, float s);
+// y[N, C] += b[C]: a bias after a GEMM without a bias epilogue (the FP8 GEMMs). y and b fp32 or
+// bf16, added in fp32 and rounded once to y's dtype (CPU and CUDA alike, bit for bit).
+void add_bias(Tensor& y, const Tensor& b);
 
 // ---------- dense layers ----------
 enum class Activation { None, Gelu };

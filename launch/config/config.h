@@ -30,7 +30,7 @@ enum class OptimizerName { AdamW };                       // optimizer.name
 enum class LrDecay { Cosine, Constant, Linear, Wsd };     // optimizer.schedule
 enum class DecayShape { Linear, Cosine, Sqrt };           // optimizer.decay_shape (under wsd)
 enum class DataIo { Auto, Gds, Pinned, Posix };           // data.io
-// train.recompute is models/'s Recompute (None, Mlp, Full).
+// train.recompute is models/'s Recompute (None, Mlp, Full); train.fp8.recipe models/' Fp8Recipe.
 
 template <class E>
 struct ChoiceText;
@@ -82,6 +82,11 @@ struct ChoiceText<DataIo> {
 template <>
 struct ChoiceText<Recompute> {
   static constexpr std::array<const char*, 3> names = {"none", "mlp", "full"};
+};
+
+template <>
+struct ChoiceText<Fp8Recipe> {
+  static constexpr std::array<const char*, 3> names = {"none", "tensorwise", "blockwise"};
 };
 
 // The config text of a choice ("1f1b" for PipelineSchedule::OneFOneB); "?" for a value outside
@@ -165,6 +170,11 @@ struct SkipLimit {
   double fraction = 0.05;
 };
 
+// train.fp8: the blocks' projections in FP8 (models/fp8_linear.h; docs/kernels.md "FP8 training").
+struct Fp8Config {
+  Fp8Recipe recipe = Fp8Recipe::None;  // none | tensorwise | blockwise
+};
+
 struct TrainConfig {
   int steps = 0;                     // required
   int global_batch = 0;              // required: sequences per optimizer step, over all dp ranks
@@ -179,6 +189,7 @@ struct TrainConfig {
   int eval_every = 0;                // steps between evaluations on data.val; 0 = off
   int eval_batches = 10;             // global batches per evaluation
   Recompute recompute = Recompute::None;  // none | mlp | full
+  Fp8Config fp8;
   OnNonfinite on_nonfinite = OnNonfinite::Skip;  // skip the update of a step with a non-finite loss or grad, or stop
   SkipLimit max_skipped_steps;       // under on_nonfinite: skip
   bool cuda_graphs = false;

@@ -5,6 +5,7 @@ namespace tetra::launch {
 ModelArgs model_args(const Config& cfg) {
   ModelArgs a = cfg.model;
   a.recompute = cfg.train.recompute;
+  a.fp8 = cfg.train.fp8.recipe;
   return a;
 }
 

@@ -162,6 +162,13 @@ std::vector<Field> train_fields() {
     {KEY(train, eval_every, Int), .lo = 0, .hi = kIntMax, .note = "0 = off"},
     {KEY(train, eval_batches, Int), .lo = 1, .hi = kIntMax},
     {ENUM_KEY(train, recompute)},
+    {.section = "train", .key = "fp8.recipe", .type = Type::Enum,
+     .get = [](Config& c) -> void* { return &c.train.fp8.recipe; },
+     .index = [](const Config& c) { return static_cast<int>(c.train.fp8.recipe); },
+     .set_index = [](Config& c, int i) { c.train.fp8.recipe = static_cast<Fp8Recipe>(i); },
+     .choices = choice_names<Fp8Recipe>(),
+     .note = "the blocks' projections in FP8: tensorwise (one scale per tensor) or blockwise (1x128 and 128x128 "
+             "tiles); tp 1 (docs/kernels.md)"},
     {ENUM_KEY(train, on_nonfinite)},
     {.section = "train", .key = "max_skipped_steps.consecutive", .type = Type::Int,
      .get = [](Config& c) -> void* { return &c.train.max_skipped_steps.consecutive; }, .lo = 1, .hi = kIntMax,

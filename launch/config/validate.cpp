@@ -231,6 +231,23 @@ void check_tensor_parallel(const Config& c) {
              str(p.tp) + ", or set parallel.sequence_parallel: false");
 }
 
+// train.fp8: the FP8 GEMMs take every dimension in multiples of 16, the tokens of a micro-batch too;
+// the tensor-parallel layers have no FP8 path yet.
+void check_fp8(const Config& c) {
+  const TrainConfig& t = c.train;
+  if (t.fp8.recipe == Fp8Recipe::None) return;
+  const std::string recipe = fp8_recipe_name(t.fp8.recipe);
+  if (c.parallel.tp > 1)
+    fail(c, {"train.fp8.recipe", "parallel.tp"},
+         recipe + " with parallel.tp = " + str(c.parallel.tp) + ": the tensor-parallel projections have no FP8 path "
+         "yet; use parallel.tp 1 (data, pipeline and expert parallelism compose with FP8), or train.fp8.recipe: none");
+  const long long tokens = static_cast<long long>(t.micro_batch) * t.seq_len;
+  if (tokens % kFp8Multiple != 0)
+    fail(c, {"train.fp8.recipe", "train.micro_batch", "train.seq_len"},
+         recipe + ": a micro-batch of micro_batch·seq_len = " + str(tokens) + " tokens; the FP8 GEMMs need a multiple of " +
+             str(kFp8Multiple) + " (every GEMM dimension is one)");
+}
+
 void check_batches(const Config& c, int dp) {
   const TrainConfig& t = c.train;
   const ParallelConfig& p = c.parallel;
@@ -427,6 +444,7 @@ void validate(const Config& cfg, int world_size) {
   check_batches(cfg, dp);
   check_moe(cfg, dp);
   check_tensor_parallel(cfg);
+  check_fp8(cfg);
   check_optimizer(cfg);
   check_device(cfg);
   check_step_modes(cfg);

@@ -356,14 +356,16 @@ void Builder::print_startup() {
                                                         : peak_flops(device, p_.act_dtype, env_.local_size);
   info.devices = env_.world_size;
   info.tokens_per_step = loader.tokens_per_step();
-  info.precision = dtype_name(p_.act_dtype);
+  const Fp8Recipe fp8 = cfg_.train.fp8.recipe;
+  info.precision = std::string(dtype_name(p_.act_dtype)) +
+                   (fp8 == Fp8Recipe::None ? "" : std::string(" + fp8 ") + fp8_recipe_name(fp8));
   info.device_kind = device_name(device);
   info.data_io = std::string(data::io_path_name(loader.io().path)) +
                  (loader.io().compat_mode ? " (cuFile compatibility mode)" : "");
   info.data_io_reason = loader.io().reason;
   p_.ledger->run_info(info);
   p_.run_info = info;
-  const std::string act = dtype_name(p_.act_dtype);
+  const std::string act = info.precision;
   const std::string precision =
       p_.residual_dtype == p_.act_dtype ? act : act + ", " + dtype_name(p_.residual_dtype) + " residual stream";
   std::printf("tetra: %s | %s, %lld params | world %d (dp %d tp %d pp %d) on %s (%s) | %s\n", cfg_.run.name.c_str(),

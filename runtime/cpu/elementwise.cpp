@@ -1,5 +1,5 @@
 // CPU elementwise and memory ops: fill, zero, copy (with fp32 <-> bf16 conversion), copy_columns,
-// add, scale.
+// add, add_bias, scale.
 // fp32 and bf16 tensors are accepted; arithmetic happens in fp32.
 #include <algorithm>
 #include <cstring>
@@ -80,6 +80,15 @@ void add(Tensor& y, const Tensor& a, const Tensor& b) {
   FloatReader ra(a), rb(b);
   FloatWriter wy(y);
   for (int64_t i = 0; i < n; ++i) wy.set(i, ra[i] + rb[i]);
+}
+
+void add_bias(Tensor& y, const Tensor& b) {
+  check_float("add_bias", "y", y);
+  check_float("add_bias", "b", b);
+  const int64_t C = b.numel(), n = y.numel();
+  FloatReader ry(y), rb(b);
+  FloatWriter wy(y);
+  for (int64_t i = 0; i < n; ++i) wy.set(i, ry[i] + rb[i % C]);
 }
 
 void scale(Tensor& x, float s) {

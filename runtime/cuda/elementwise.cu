@@ -4,6 +4,7 @@
 //   zero   x[n] = 0                     (any dtype; all-zero bits)
 //   add    y[n] = a[n] + b[n]           (y may alias a or b)
 //   scale  x[n] *= s
+//   add_bias  y[n, c] += b[c]
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/elementwise.cuh"
 #include "runtime/fp8_format.h"
@@ -28,7 +29,31 @@ void fill_scalar(Tensor& x, T value) {
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
+template <class TY, class TB>
+__global__ void add_bias_kernel(TY* y, const TB* b, int64_t n, int64_t channels) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = from_f32<TY>(to_f32(y[i]) + to_f32(b[i % channels]));
+}
+
 }  // namespace
+
+void add_bias(Tensor& y, const Tensor& b) {
+  check_cuda_float("add_bias", "y", y);
+  check_cuda_float("add_bias", "b", b);
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  DeviceScope scope(y.device());
+  dispatch_float(y.dtype(), "add_bias", "y", [&](auto ty) {
+    dispatch_float(b.dtype(), "add_bias", "b", [&](auto tb) {
+      using TY = decltype(ty);
+      using TB = decltype(tb);
+      add_bias_kernel<TY, TB><<<grid_size(n, kMapThreads, y.device()), kMapThreads, 0, stream_of(y.device())>>>(
+          static_cast<TY*>(y.data_ptr()), static_cast<const TB*>(b.data_ptr()), n, b.numel());
+      TETRA_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
 
 void fill(Tensor& x, float value) {
   check_cuda_tensor("fill", "x", x);

@@ -361,6 +361,19 @@ TEST(OpsContract, EmbeddingWithoutPositionsAndAccumulating) {
   EXPECT_LE(rel_error(dwpe, want_pe), 1e-6);
 }
 
+// add_bias adds b[c] to every row; a bias of another width is an error naming the op.
+TEST(OpsContract, AddBiasAddsToEveryRow) {
+  Rng rng(18);
+  Tensor y = random_tensor(rng, {3, 5}), b = random_tensor(rng, {5});
+  std::vector<double> want = to_doubles(y);
+  const std::vector<double> bias = to_doubles(b);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += bias[i % 5];
+  ops::add_bias(y, b);
+  EXPECT_LE(rel_error(y, want), 1e-7);
+  Tensor b_bad = random_tensor(rng, {4});
+  expect_error([&] { ops::add_bias(y, b_bad); }, "add_bias", "b must be [C]");
+}
+
 TEST(OpsContract, ElementwiseAliasing) {
   Rng rng(8);
   Tensor a = random_tensor(rng, {3, 5}), b = random_tensor(rng, {3, 5});

@@ -87,6 +87,22 @@ TEST(GpuElementwise, CopyColumnsEqualsTheCpu) {
   }
 }
 
+// add_bias against the CPU twin, bit for bit (both add in fp32 and round once), every dtype pair,
+// a channel count that is not a multiple of any vector width.
+TEST(GpuElementwise, AddBiasEqualsTheCpu) {
+  TETRA_REQUIRE_GPU();
+  Rng rng(12);
+  for (DType ty : kFloatTypes)
+    for (DType tb : kFloatTypes) {
+      Tensor y = host_as(random_host(rng, {33, 75}), ty), b = host_as(random_host(rng, {75}), tb);
+      Tensor d_y = upload_raw(y), d_b = upload_raw(b);
+      ops::add_bias(y, b);
+      ops::add_bias(d_y, d_b);
+      Tensor got = download_raw(d_y);
+      EXPECT_EQ(std::memcmp(got.data_ptr(), y.data_ptr(), y.nbytes()), 0) << name(ty) << " += " << name(tb);
+    }
+}
+
 TEST(GpuElementwise, AddMisalignedView) {
   TETRA_REQUIRE_GPU();
   Rng rng(2);
