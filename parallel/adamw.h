@@ -16,7 +16,7 @@ namespace tetra {
 struct AdamWConfig {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
   // exp_avg and exp_avg_sq: fp32 or bf16 (optimizer.state_dtype). bf16 keeps v = E[g²]'s range
-  // (8 exponent bits, as fp32) but ~3 significant digits: each step's new moments are rounded once.
+  // (8 exponent bits, as fp32) but 8 significant bits: each step's new moments are rounded once.
   DType state_dtype = DType::F32;
   // The op's hyper-parameters for update number `step` (1-based); weight decay is per segment.
   ops::AdamWHyper hyper(float lr, int64_t step, float grad_scale) const {
