@@ -646,16 +646,22 @@ TEST(ShippedConfigs, Gpt2At1And2Ranks) {
   EXPECT_NO_THROW(validate(load_config(kConfigs + "gpt2-124m.yaml", {"train.global_batch=128"}), 8));
 }
 
-// parallel.grad_all_reduce: copy_engine stages (dp − 1) copies of the flat gradient buffer per
-// rank; the memory plan counts them as communication and as persistent state.
-TEST(MemoryPlan, CopyEngineStagingIsCounted) {
-  testing::TempDir dir;
+// A [64, 32] weight (layer 0) and a [64] bias (layer 1): the model a memory plan test lays out.
+std::vector<Param> two_params() {
   std::vector<Param> owned(2);
   owned[0].name = "w";
   owned[0].full_shape = owned[0].local_shape = {64, 32};
   owned[1].name = "b";
   owned[1].full_shape = owned[1].local_shape = {64};
   owned[1].layer_index = 1;
+  return owned;
+}
+
+// parallel.grad_all_reduce: copy_engine stages (dp − 1) copies of the flat gradient buffer per
+// rank; the memory plan counts them as communication and as persistent state.
+TEST(MemoryPlan, CopyEngineStagingIsCounted) {
+  testing::TempDir dir;
+  std::vector<Param> owned = two_params();
   std::vector<Param*> params{&owned[0], &owned[1]};
   const std::string path = dir.write("cfg.yaml", kBase);
   // One micro-batch per step on each of 2 ranks: bf16 gradients (2 bytes).
@@ -675,12 +681,7 @@ TEST(MemoryPlan, CopyEngineStagingIsCounted) {
 // instead of 4 + 4, at every stage and working dtype; the fp32 master (where it exists) stays 4.
 TEST(MemoryPlan, Bf16MomentsHalveTheMomentBytes) {
   testing::TempDir dir;
-  std::vector<Param> owned(2);
-  owned[0].name = "w";
-  owned[0].full_shape = owned[0].local_shape = {64, 32};
-  owned[1].name = "b";
-  owned[1].full_shape = owned[1].local_shape = {64};
-  owned[1].layer_index = 1;
+  std::vector<Param> owned = two_params();
   std::vector<Param*> params{&owned[0], &owned[1]};
   const std::string path = dir.write("cfg.yaml", kBase);
   for (const char* precision : {"fp32", "bf16"}) {
