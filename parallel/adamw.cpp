@@ -18,8 +18,10 @@ AdamW::AdamW(ParamSet& params, const AdamWConfig& cfg) : params_(params), cfg_(c
   } else {
     master_ = values;
   }
-  m_ = Tensor::zeros(values.shape(), DType::F32, values.device());
-  v_ = Tensor::zeros(values.shape(), DType::F32, values.device());
+  TETRA_CHECK(cfg.state_dtype == DType::F32 || cfg.state_dtype == DType::BF16, "AdamW: state_dtype ",
+              dtype_name(cfg.state_dtype), " (valid: fp32, bf16)");
+  m_ = Tensor::zeros(values.shape(), cfg.state_dtype, values.device());
+  v_ = Tensor::zeros(values.shape(), cfg.state_dtype, values.device());
 }
 
 void AdamW::step(float lr, float grad_scale) {

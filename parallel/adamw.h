@@ -1,6 +1,8 @@
 // AdamW with PyTorch's semantics (torch.optim.AdamW): decoupled weight decay p -= lr·wd·p on
 // parameters marked weight_decay (tensors of 2+ dims), none on biases and norm weights; bias
-// corrections 1 − βᵗ. State is fp32 and laid out like the ParamSet's flat buffer. Where the
+// corrections 1 − βᵗ. State is laid out like the ParamSet's flat buffer: the master fp32, the
+// moments exp_avg and exp_avg_sq of AdamWConfig::state_dtype (fp32, or bf16 as DeepSeek-V3 keeps
+// them: 2 + 2 instead of 4 + 4 bytes per parameter; the update computes in fp32). Where the
 // working weights are not fp32 (bf16 on CUDA) the optimizer keeps fp32 master weights, which start
 // from the ParamSet's fp32 initial values (ParamSet::set_initial_values) where it holds them, and
 // writes the rounded result back to the working copy in the same pass.
@@ -13,6 +15,9 @@ namespace tetra {
 
 struct AdamWConfig {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+  // exp_avg and exp_avg_sq: fp32 or bf16 (optimizer.state_dtype). bf16 keeps v = E[g²]'s range
+  // (8 exponent bits, as fp32) but 8 significant bits: each step's new moments are rounded once.
+  DType state_dtype = DType::F32;
   // The op's hyper-parameters for update number `step` (1-based); weight decay is per segment.
   ops::AdamWHyper hyper(float lr, int64_t step, float grad_scale) const {
     return {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .step = step, .grad_scale = grad_scale};
@@ -30,8 +35,8 @@ class AdamW {
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }
 
-  // Flat fp32 state, same layout as ParamSet::flat_values(); master is the value buffer itself
-  // when the working weights are fp32.
+  // Flat state, same layout as ParamSet::flat_values(): master fp32 (the value buffer itself when
+  // the working weights are fp32), the moments of cfg.state_dtype.
   Tensor& master() { return master_; }
   Tensor& exp_avg() { return m_; }
   Tensor& exp_avg_sq() { return v_; }

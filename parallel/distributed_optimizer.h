@@ -38,18 +38,19 @@
 namespace tetra {
 
 // Elements [begin, end) of box `box` of the full parameter `name`, flattened in the box's row-major
-// order (the whole tensor's, for a parameter that is not split), with this rank's fp32 state for
-// them. A tensor-parallel slice is a box (a row- or column-split shard; one per part of a fused
-// parameter); a ZeRO shard of it, a flat range of that box.
+// order (the whole tensor's, for a parameter that is not split), with this rank's state for them
+// (master fp32; the moments fp32 or bf16, AdamWConfig::state_dtype: checkpoints store them as fp32
+// whatever the run keeps, launch/checkpoint). A tensor-parallel slice is a box (a row- or
+// column-split shard; one per part of a fused parameter); a ZeRO shard of it, a flat range of that box.
 struct StatePiece {
   std::string name;
   Shape full_shape;
   TensorBox box;  // empty: the whole tensor (a parameter this rank holds unsplit)
   int64_t begin = 0, end = 0;
-  Tensor master{}, exp_avg{}, exp_avg_sq{};  // fp32 [end − begin], device views
+  Tensor master{}, exp_avg{}, exp_avg_sq{};  // [end − begin] device views: master fp32, moments fp32 or bf16
 };
 
-// The pieces of elements [begin, end) of p's local tensor whose fp32 state lies in master, exp_avg
+// The pieces of elements [begin, end) of p's local tensor whose state lies in master, exp_avg
 // and exp_avg_sq (flat views of exactly those elements), one per box they fall in; appended to out.
 void append_state_pieces(std::vector<StatePiece>& out, const Param& p, int64_t begin, int64_t end,
                          const Tensor& master, const Tensor& exp_avg, const Tensor& exp_avg_sq);
@@ -64,6 +65,7 @@ void append_saved_state_pieces(std::vector<StatePiece>& out, const Param& p, int
 //   gradients      reduced gradient shard (stages 1–3) plus the full-size buffers gradients
 //                  accumulate in (the flat buffer for 0–1; per-layer buffers for 2–3, bounded)
 //   optimizer      fp32 master weights where they are not the working weights, exp_avg, exp_avg_sq
+//                  (fp32 or bf16: AdamWConfig::state_dtype)
 //   communication  collective staging: the bf16 all-gather source shard (stages 1–2) and the
 //                  gathered layers' weights (stage 3: tied layers + 1 + fsdp_prefetch layers)
 struct StateMemory {

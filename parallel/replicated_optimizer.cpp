@@ -92,6 +92,7 @@ StateMemory ReplicatedOptimizer::memory() const {
   s.stage = 0;
   s.weight_dtype = params_.value_dtype();
   s.grad_dtype = params_.grad_dtype();
+  s.state_dtype = adamw_.config().state_dtype;
   return zero_state_memory(params_.layout(), s);
 }
 

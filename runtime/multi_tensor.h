@@ -12,7 +12,7 @@ namespace tetra::ops {
 struct AdamWSegment {
   Tensor master;             // fp32 master weights
   Tensor grad;               // fp32 or bf16, master's numel
-  Tensor m, v;               // fp32 moments, master's numel
+  Tensor m, v;               // moments, master's numel: both fp32 or both bf16 (runtime/ops.h adamw_update)
   Tensor working;            // optional (undefined: none): fp32 or bf16 copy that receives the new weights
   float weight_decay = 0.0f; // this segment's decay; replaces AdamWHyper::weight_decay
 };

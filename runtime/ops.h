@@ -292,7 +292,9 @@ struct AdamWHyper {
   int64_t step = 1;           // 1-based, for bias correction
   float grad_scale = 1.0f;    // multiplies the gradient first (gradient clipping)
 };
-// One AdamW update of fp32 master weights with moments m, v (fp32, same shape).
+// One AdamW update of fp32 master weights with moments m, v (same shape; both fp32, or both bf16 as
+// optimizer.state_dtype bf16 keeps them: read into fp32, updated in fp32, the new weights computed
+// from the fp32 moments, each moment rounded to nearest even once as it is stored).
 // grad may be fp32 or bf16. If `working` is given (e.g. the bf16 copy the model computes with)
 // it receives the updated weights.
 void adamw_update(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,

@@ -41,8 +41,8 @@ class CheckpointReader {
   // there but cannot be read (launch/checkpoint/files.h): that says nothing about the checkpoint.
   std::string verify(int offset = 0, int stride = 1) const;
 
-  // Fills piece.master, exp_avg and exp_avg_sq (host or device, fp32) with elements [begin, end) of
-  // its box of its parameter. Throws a Checkpoint error when the checkpoint has no such parameter or
+  // Fills piece.master, exp_avg and exp_avg_sq (host or device; fp32, or bf16 moments: the saved
+  // fp32 values rounded to nearest even) with elements [begin, end) of its box of its parameter. Throws a Checkpoint error when the checkpoint has no such parameter or
   // its full shape differs (a checkpoint of another model).
   void fill(StatePiece& piece);
 

@@ -101,6 +101,10 @@ void Checkpointer::check_resumable(const CheckpointReader& chosen) const {
   differs("optimizer.betas", pair(old.optimizer.betas), pair(cfg_.optimizer.betas));
   differs("optimizer.eps", old.optimizer.eps, cfg_.optimizer.eps);
   differs("optimizer.weight_decay", old.optimizer.weight_decay, cfg_.optimizer.weight_decay);
+  // The moments are saved in fp32 whatever the run kept (launch/checkpoint/shard.h): a run resumes
+  // under either setting, its moments rounded to bf16 (or widened exactly) as they load.
+  differs("optimizer.state_dtype", std::string(choice_name(old.optimizer.state_dtype)),
+          std::string(choice_name(cfg_.optimizer.state_dtype)));
 }
 
 // The LR schedule's keys and train.steps. When the steps run so far had, step by step, the
@@ -113,7 +117,7 @@ void Checkpointer::check_schedule(const Config& old, int64_t steps_run) const {
     const std::string key = f.path();
     if (key != "train.steps" && (std::string(f.section) != "optimizer" || key == "optimizer.name" ||
                                  key == "optimizer.betas" || key == "optimizer.eps" ||
-                                 key == "optimizer.weight_decay"))
+                                 key == "optimizer.weight_decay" || key == "optimizer.state_dtype"))
       continue;
     const std::string was = schema::value_text(f, old), is = schema::value_text(f, cfg_);
     if (was != is) changed.emplace_back(key, was + " when step " + std::to_string(steps_run) + " was saved, now " + is);

@@ -2,6 +2,9 @@
 // rank saves, a group "NAME[BEGIN:END]" (e.g. "transformer.h.0.attn.c_attn.weight[0:49152]") with
 // attributes name, full_shape (JSON text, tetra's layout), begin, end, and three 1-D fp32
 // datasets: master, exp_avg, exp_avg_sq (elements [begin, end) of the flattened full parameter).
+// The moments are fp32 on disk whatever optimizer.state_dtype the run keeps them in (bf16 widens
+// exactly on save and rounds to nearest even on load), so the format is one and a checkpoint
+// resumes under either setting.
 // A piece of a box of the full tensor (a tensor-parallel slice) is "NAME{R0:R1,C0:C1}[BEGIN:END]"
 // with attributes box_offset and box_shape (JSON) besides: [begin, end) then counts the box's
 // elements in its own row-major order.

@@ -17,9 +17,10 @@ class HostSnapshot {
   HostSnapshot(const HostSnapshot&) = delete;
   HostSnapshot& operator=(const HostSnapshot&) = delete;
 
-  // Copies the pieces' master, exp_avg and exp_avg_sq into the buffer (grown, and pinned when a
-  // piece is on a GPU, as needed) and returns pieces that view those host copies. The views stay
-  // valid until the next take(). Returns after the copies are complete.
+  // Copies the pieces' master, exp_avg and exp_avg_sq into the buffer as fp32 (bf16 moments widen
+  // exactly; the buffer grown, and pinned when a piece is on a GPU, as needed) and returns pieces
+  // that view those host copies. The views stay valid until the next take(). Returns after the
+  // copies are complete.
   std::vector<StatePiece> take(const std::vector<StatePiece>& pieces);
   bool pinned() const { return pinned_; }
 

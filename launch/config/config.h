@@ -27,6 +27,7 @@ enum class GradAllReduce { Nccl, CopyEngine };            // parallel.grad_all_r
 enum class Switch { Auto, On, Off };                      // parallel.tp_comm_overlap, train.run_ahead
 enum class OnNonfinite { Skip, Stop };                    // train.on_nonfinite
 enum class OptimizerName { AdamW };                       // optimizer.name
+enum class StateDtype { FP32, BF16 };                     // optimizer.state_dtype
 enum class LrDecay { Cosine, Constant, Linear, Wsd };     // optimizer.schedule
 enum class DecayShape { Linear, Cosine, Sqrt };           // optimizer.decay_shape (under wsd)
 enum class DataIo { Auto, Gds, Pinned, Posix };           // data.io
@@ -66,6 +67,10 @@ struct ChoiceText<OnNonfinite> {
 template <>
 struct ChoiceText<OptimizerName> {
   static constexpr std::array<const char*, 1> names = {"adamw"};
+};
+template <>
+struct ChoiceText<StateDtype> {
+  static constexpr std::array<const char*, 2> names = {"fp32", "bf16"};
 };
 template <>
 struct ChoiceText<LrDecay> {
@@ -210,6 +215,10 @@ struct OptimizerConfig {
   int decay_steps = 0;               // wsd: the decay's length in steps; 0 = decay_fraction of train.steps
   double decay_fraction = 0;         // wsd: the decay's share of train.steps; 0 (with decay_steps 0) = 0.2
   DecayShape decay_shape = DecayShape::Linear;  // wsd: linear | cosine | sqrt
+  // AdamW's exp_avg and exp_avg_sq: fp32 | bf16 (as DeepSeek-V3: 2 + 2 bytes per parameter instead
+  // of 4 + 4; the master weights stay fp32 and the update computes in fp32). Checkpoints hold them
+  // in fp32 either way, so a run resumes under the other setting.
+  StateDtype state_dtype = StateDtype::FP32;
 };
 
 // wsd: the steps the decay takes (the last ones of train.steps): decay_steps if set, else
@@ -271,6 +280,7 @@ struct Resolved {
   DeviceKind device = DeviceKind::CPU;   // train.device, auto decided by whether a GPU is visible
   DType activation_dtype = DType::F32;   // train.precision, auto decided by the device
   DType residual_dtype = DType::F32;     // the residual stream's (train.residual_dtype; docs/models.md)
+  DType optimizer_state_dtype = DType::F32;  // AdamW's moments (optimizer.state_dtype)
 };
 
 struct Config {

@@ -19,6 +19,10 @@ DType residual_dtype(const Config& cfg) {
   return cfg.train.residual_dtype == ResidualDtype::FP32 ? DType::F32 : activation_dtype(cfg);
 }
 
+DType optimizer_state_dtype(const Config& cfg) {
+  return cfg.optimizer.state_dtype == StateDtype::BF16 ? DType::BF16 : DType::F32;
+}
+
 ActivationShape activation_shape(const Config& cfg) {
   ActivationShape s;
   s.micro_batch = cfg.train.micro_batch;

@@ -15,6 +15,8 @@ DType activation_dtype(const Config& cfg);
 // The residual stream's dtype (the hidden states between blocks and their gradients): fp32 under
 // train.residual_dtype fp32 or fp32 precision, else the activations' (docs/models.md).
 DType residual_dtype(const Config& cfg);
+// AdamW's exp_avg and exp_avg_sq: optimizer.state_dtype (fp32 or bf16).
+DType optimizer_state_dtype(const Config& cfg);
 // One micro-batch of training: train.micro_batch × train.seq_len at the working dtype's width
 // (train.precision bf16: 2 bytes, else 4) and the residual stream's, on one of parallel.tp ranks.
 ActivationShape activation_shape(const Config& cfg);

@@ -199,6 +199,8 @@ std::vector<Field> optimizer_fields() {
     {KEY(optimizer, decay_fraction, Float), .lo = 0, .hi = 1,
      .note = "schedule wsd: the decay's share of train.steps; 0 = 0.2 unless decay_steps is set"},
     {ENUM_KEY(optimizer, decay_shape)},
+    {ENUM_KEY(optimizer, state_dtype),
+     .note = "AdamW's exp_avg and exp_avg_sq; bf16: 4 instead of 8 bytes per parameter, fp32 master and math"},
   };
 }
 

@@ -526,6 +526,7 @@ Config resolve(const Config& cfg, int world_size, bool cuda_available) {
   r.resolved.device = on_cuda ? DeviceKind::CUDA : DeviceKind::CPU;
   r.resolved.activation_dtype = activation_dtype(r);
   r.resolved.residual_dtype = residual_dtype(r);
+  r.resolved.optimizer_state_dtype = optimizer_state_dtype(r);
   return r;
 }
 

@@ -366,8 +366,10 @@ void Builder::print_startup() {
   p_.ledger->run_info(info);
   p_.run_info = info;
   const std::string act = info.precision;
-  const std::string precision =
+  std::string precision =
       p_.residual_dtype == p_.act_dtype ? act : act + ", " + dtype_name(p_.residual_dtype) + " residual stream";
+  if (p_.optimizer_options.adamw.state_dtype != DType::F32)
+    precision += std::string(", ") + dtype_name(p_.optimizer_options.adamw.state_dtype) + " AdamW moments";
   std::printf("tetra: %s | %s, %lld params | world %d (dp %d tp %d pp %d) on %s (%s) | %s\n", cfg_.run.name.c_str(),
               model.arch().c_str(), static_cast<long long>(model.num_params()), env_.world_size, shape_.dp,
               shape_.tp, shape_.pp, device.str().c_str(), precision.c_str(), env_.launcher.c_str());

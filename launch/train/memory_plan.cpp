@@ -22,6 +22,7 @@ DistributedOptimizerOptions optimizer_options(const Config& cfg, int dp) {
   oo.adamw.beta2 = static_cast<float>(cfg.optimizer.betas[1]);
   oo.adamw.eps = static_cast<float>(cfg.optimizer.eps);
   oo.adamw.weight_decay = static_cast<float>(cfg.optimizer.weight_decay);
+  oo.adamw.state_dtype = optimizer_state_dtype(cfg);
   return oo;
 }
 
@@ -66,11 +67,13 @@ MemoryPlan plan_memory(const Config& cfg, const std::vector<Param*>& params, int
   spec.accumulation_steps = oo.accumulation_steps;
   spec.fsdp_prefetch = oo.fsdp_prefetch;
   spec.overlap_grad_reduce = oo.overlap_grad_reduce;
+  spec.state_dtype = oo.adamw.state_dtype;
   MemoryPlan plan;
   plan.zero_stage = oo.zero_stage;
   plan.dp = dp;
   plan.weight_dtype = dtype_name(working);
   plan.grad_dtype = dtype_name(storage.grad_dtype);
+  plan.state_dtype = dtype_name(oo.adamw.state_dtype);
   plan.params = layout.param_numel();
   plan.state = zero_state_memory(layout, spec);
   if (!experts.empty()) {
@@ -99,6 +102,7 @@ MemoryPlan plan_memory(const Config& cfg, const DistributedOptimizer& optimizer,
   plan.dp = dp;
   plan.weight_dtype = dtype_name(params.value_dtype());
   plan.grad_dtype = dtype_name(params.grad_dtype());
+  plan.state_dtype = dtype_name(optimizer_state_dtype(cfg));
   plan.params = params.param_numel();
   plan.state = optimizer.memory();
   add_copy_engine_staging(plan.state, cfg, dp, params.flat_numel(), params.grad_dtype());
@@ -117,13 +121,13 @@ void print_memory_plan(std::FILE* out, const MemoryPlan& p, const std::string& i
   const char* grads = p.zero_stage == 0   ? "full buffer, all-reduced"
                       : p.zero_stage == 1 ? "full buffer + reduced shard"
                                           : "reduced shard + per-layer buffers in flight";
-  const char* opt = p.zero_stage == 0 ? "master + 2 moments, replicated" : "fp32 master + 2 moments of the shard";
+  const std::string opt = "fp32 master + 2 " + p.state_dtype + (p.zero_stage == 0 ? " moments, replicated" : " moments of the shard");
   const char* comm = p.zero_stage == 3 ? "gathered layers (tied + 1 + prefetch)"
                      : p.zero_stage == 0 ? "in place"
                                          : "all-gather source shard";
   line("parameters", p.state.weights, weights);
   line("gradients", p.state.gradients, grads);
-  line("optimizer state", p.state.optimizer, opt);
+  line("optimizer state", p.state.optimizer, opt.c_str());
   line("activations", p.activations, "estimate, one micro-batch");
   line("communication", p.state.communication, comm);
   line("total", p.total(), "");

@@ -23,7 +23,7 @@ double activation_bytes(const Config& cfg);
 
 struct MemoryPlan {
   int zero_stage = 0, dp = 1;
-  std::string weight_dtype, grad_dtype;
+  std::string weight_dtype, grad_dtype, state_dtype;  // state: AdamW's moments
   int64_t params = 0;       // parameters of the model (unpadded)
   StateMemory state;        // weights, gradients, optimizer state, communication buffers
   double activations = 0;   // estimate

@@ -15,11 +15,13 @@ StateMemory zero_state_memory(const ZeroLayout& layout, const ZeroMemorySpec& sp
   const double w = static_cast<double>(dtype_size(spec.weight_dtype));
   const double g = static_cast<double>(dtype_size(spec.grad_dtype));
   const bool separate_master = spec.weight_dtype != DType::F32;
+  const double moments = 2.0 * static_cast<double>(dtype_size(spec.state_dtype));  // exp_avg + exp_avg_sq
+  const double master_and_moments = 4.0 + moments;
   StateMemory m;
   if (spec.stage == 0) {
     m.weights = w * T;
     m.gradients = g * T;
-    m.optimizer = (separate_master ? 12.0 : 8.0) * T;
+    m.optimizer = (separate_master ? master_and_moments : moments) * T;
     m.persistent = m.total();
     return m;
   }
@@ -37,21 +39,21 @@ StateMemory zero_state_memory(const ZeroLayout& layout, const ZeroMemorySpec& sp
     case 1:
       m.weights = w * T;
       m.gradients = g * (T + S);
-      m.optimizer = 12.0 * S;
+      m.optimizer = master_and_moments * S;
       m.communication = separate_master ? w * S : 0.0;
       m.persistent = m.total();
       break;
     case 2:
       m.weights = w * T;
       m.gradients = g * (S + unit_grads);
-      m.optimizer = 12.0 * S;
+      m.optimizer = master_and_moments * S;
       m.communication = separate_master ? w * S : 0.0;
       m.persistent = w * T + g * S + m.optimizer + m.communication;
       break;
     case 3: {
       m.weights = w * S;
       m.gradients = g * (S + unit_grads);
-      m.optimizer = (separate_master ? 12.0 : 8.0) * S;
+      m.optimizer = (separate_master ? master_and_moments : moments) * S;
       const double gathered = static_cast<double>(
           layout.tied_elements() + layout.largest_units(1 + std::max(0, spec.fsdp_prefetch), /*include_tied=*/false));
       m.communication = w * std::min(gathered, T);

@@ -28,8 +28,11 @@ ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& 
   const int64_t S = layout.shard_total();
   separate_master_ = params.value_dtype() != DType::F32;
   master_ = Tensor::zeros({S}, DType::F32, dev);
-  exp_avg_ = Tensor::zeros({S}, DType::F32, dev);
-  exp_avg_sq_ = Tensor::zeros({S}, DType::F32, dev);
+  const DType state = options.adamw.state_dtype;
+  TETRA_CHECK(state == DType::F32 || state == DType::BF16, "ZeroOptimizer: state_dtype ", dtype_name(state),
+              " (valid: fp32, bf16)");
+  exp_avg_ = Tensor::zeros({S}, state, dev);
+  exp_avg_sq_ = Tensor::zeros({S}, state, dev);
   grad_shard_ = Tensor::zeros({S}, params.grad_dtype(), dev);
   weight_shard_ = separate_master_ ? Tensor::zeros({S}, params.value_dtype(), dev) : master_;
   // Take this rank's shard of every unit from the (identically initialised or loaded) full weights:
@@ -264,6 +267,7 @@ StateMemory ZeroOptimizer::memory() const {
   s.accumulation_steps = options_.accumulation_steps;
   s.fsdp_prefetch = options_.fsdp_prefetch;
   s.overlap_grad_reduce = options_.overlap_grad_reduce;
+  s.state_dtype = options_.adamw.state_dtype;
   return zero_state_memory(params_.layout(), s);
 }
 

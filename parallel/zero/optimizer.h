@@ -1,7 +1,8 @@
 // ZeroOptimizer: ZeRO stages 1–3 over the data-parallel group (DeepSpeed ZeRO, PyTorch FSDP).
 // Every FSDP unit (= layer, see ZeroLayout) is split into dp equal shards; rank r owns shard r of
 // every unit and keeps, as flat buffers of layout.shard_total() elements:
-//   master, exp_avg, exp_avg_sq   fp32 AdamW state of its shard (stages 1–3)
+//   master, exp_avg, exp_avg_sq   AdamW state of its shard (stages 1–3): master fp32, moments of
+//                                 options.adamw.state_dtype (fp32 or bf16)
 //   grad shard                    its reduced gradients (grad dtype)
 //   weight shard                  working dtype; the all-gather source. It *is* the master when
 //                                 the working weights are fp32, a bf16 copy otherwise.

@@ -4,7 +4,9 @@
 //   p ← p·(1 - lr·wd)
 //   m ← β1·m + (1-β1)·g,   v ← β2·v + (1-β2)·g²
 //   p ← p - lr/(1-β1^step) · m / (√v/√(1-β2^step) + eps)
-// Shapes: master, m, v fp32 [n]; grad fp32 or bf16 [n]; working fp32 or bf16 [n] (optional).
+// Shapes: master fp32 [n]; m, v [n], both fp32 or both bf16 (optimizer.state_dtype: read into fp32,
+// updated in fp32, the new p from the fp32 values, each rounded to nearest even once when stored);
+// grad fp32 or bf16 [n]; working fp32 or bf16 [n] (optional).
 //
 // Multi-tensor: one launch updates up to kMaxSegments segments (each its own tensors, size and
 // weight decay). The segment table travels as a __grid_constant__ kernel parameter (≈ 15 KB; CUDA
@@ -32,13 +34,14 @@ enum : uint8_t { kWorkNone = 0, kWorkF32 = 1, kWorkBF16 = 2 };
 struct SegmentArgs {
   float* master;
   const void* grad;  // fp32 or bf16 (grad_bf16)
-  float* m;
-  float* v;
+  void* m;           // fp32 or bf16 (state_bf16), like v
+  void* v;
   void* working;     // null, fp32 or bf16 (working_kind)
   int64_t numel;
   float decay;       // 1 - lr·weight_decay (host-given lr)
   float weight_decay;  // for the decay from a device control's lr
   uint8_t grad_bf16;
+  uint8_t state_bf16;
   uint8_t working_kind;
   uint8_t vec4;      // every pointer aligned for 4-element accesses
 };
@@ -76,27 +79,35 @@ __device__ __forceinline__ void load4(const void* p, bool bf16_data, int64_t i, 
   }
 }
 
-__device__ __forceinline__ void store_working4(void* p, uint8_t kind, int64_t i, const float (&in)[4]) {
-  if (kind == kWorkBF16) {
+__device__ __forceinline__ void store4(void* p, bool bf16_data, int64_t i, const float (&in)[4]) {
+  if (bf16_data) {
     uint2 raw;
     __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
     h[0] = __floats2bfloat162_rn(in[0], in[1]);
     h[1] = __floats2bfloat162_rn(in[2], in[3]);
     *reinterpret_cast<uint2*>(static_cast<bf16*>(p) + i) = raw;
-  } else if (kind == kWorkF32) {
+  } else {
     *reinterpret_cast<float4*>(static_cast<float*>(p) + i) = make_float4(in[0], in[1], in[2], in[3]);
   }
 }
 
+__device__ __forceinline__ float load1(const void* p, bool bf16_data, int64_t i) {
+  return bf16_data ? __bfloat162float(static_cast<const bf16*>(p)[i]) : static_cast<const float*>(p)[i];
+}
+
+__device__ __forceinline__ void store1(void* p, bool bf16_data, int64_t i, float x) {
+  if (bf16_data) static_cast<bf16*>(p)[i] = __float2bfloat16_rn(x);
+  else static_cast<float*>(p)[i] = x;
+}
+
 __device__ __forceinline__ void update_one(const SegmentArgs& s, int64_t i, const HyperArgs& h) {
-  const float g = s.grad_bf16 ? __bfloat162float(static_cast<const bf16*>(s.grad)[i]) : static_cast<const float*>(s.grad)[i];
-  float m = s.m[i], v = s.v[i];
+  const float g = load1(s.grad, s.grad_bf16, i);
+  float m = load1(s.m, s.state_bf16, i), v = load1(s.v, s.state_bf16, i);
   const float p = adamw_element(s.master[i], m, v, g, s.decay, h);
   s.master[i] = p;
-  s.m[i] = m;
-  s.v[i] = v;
-  if (s.working_kind == kWorkBF16) static_cast<bf16*>(s.working)[i] = __float2bfloat16_rn(p);
-  else if (s.working_kind == kWorkF32) static_cast<float*>(s.working)[i] = p;
+  store1(s.m, s.state_bf16, i, m);
+  store1(s.v, s.state_bf16, i, v);
+  if (s.working_kind != kWorkNone) store1(s.working, s.working_kind == kWorkBF16, i, p);
 }
 
 // control (may be null): fp64 [kStepControlSlots] (runtime/step_control.h); when given, the step's
@@ -131,17 +142,16 @@ __global__ void __launch_bounds__(kThreads) adamw_multi_kernel(const __grid_cons
       float g[4];
       load4(s.grad, s.grad_bf16, i, g);
       const float4 p4 = *reinterpret_cast<const float4*>(s.master + i);
-      float4 m4 = *reinterpret_cast<const float4*>(s.m + i);
-      float4 v4 = *reinterpret_cast<const float4*>(s.v + i);
       float p[4] = {p4.x, p4.y, p4.z, p4.w};
-      float m[4] = {m4.x, m4.y, m4.z, m4.w};
-      float v[4] = {v4.x, v4.y, v4.z, v4.w};
+      float m[4], v[4];
+      load4(s.m, s.state_bf16, i, m);
+      load4(s.v, s.state_bf16, i, v);
 #pragma unroll
       for (int j = 0; j < 4; ++j) p[j] = adamw_element(p[j], m[j], v[j], g[j], s.decay, h);
       *reinterpret_cast<float4*>(s.master + i) = make_float4(p[0], p[1], p[2], p[3]);
-      *reinterpret_cast<float4*>(s.m + i) = make_float4(m[0], m[1], m[2], m[3]);
-      *reinterpret_cast<float4*>(s.v + i) = make_float4(v[0], v[1], v[2], v[3]);
-      store_working4(s.working, s.working_kind, i, p);
+      store4(s.m, s.state_bf16, i, m);
+      store4(s.v, s.state_bf16, i, v);
+      if (s.working_kind != kWorkNone) store4(s.working, s.working_kind == kWorkBF16, i, p);
     }
   }
   for (int64_t k = done + threadIdx.x; k < len; k += blockDim.x) update_one(s, start + k, h);
@@ -175,11 +185,10 @@ SegmentArgs make_segment(const ops::AdamWSegment& s, float lr, size_t index) {
   check_dtype(op, "master", s.master, DType::F32);
   check_cuda_float(op, "grad", s.grad);
   check_shape(op, "grad", s.grad, s.master.shape());
-  check_cuda_tensor(op, "m", s.m);
-  check_dtype(op, "m", s.m, DType::F32);
+  check_cuda_float(op, "m", s.m);
   check_shape(op, "m", s.m, s.master.shape());
   check_cuda_tensor(op, "v", s.v);
-  check_dtype(op, "v", s.v, DType::F32);
+  check_dtype(op, "v", s.v, s.m.dtype());
   check_shape(op, "v", s.v, s.master.shape());
   const bool working = s.working.defined();
   if (working) {
@@ -193,15 +202,16 @@ SegmentArgs make_segment(const ops::AdamWSegment& s, float lr, size_t index) {
   SegmentArgs a;
   a.master = s.master.data<float>();
   a.grad = s.grad.data_ptr();
-  a.m = s.m.data<float>();
-  a.v = s.v.data<float>();
+  a.m = s.m.data_ptr();
+  a.v = s.v.data_ptr();
   a.working = working ? s.working.data_ptr() : nullptr;
   a.numel = s.master.numel();
   a.decay = static_cast<float>(1.0 - static_cast<double>(lr) * s.weight_decay);
   a.weight_decay = s.weight_decay;
   a.grad_bf16 = s.grad.dtype() == DType::BF16;
+  a.state_bf16 = s.m.dtype() == DType::BF16;
   a.working_kind = !working ? kWorkNone : (s.working.dtype() == DType::BF16 ? kWorkBF16 : kWorkF32);
-  a.vec4 = aligned_for4(a.master, DType::F32) && aligned_for4(a.m, DType::F32) && aligned_for4(a.v, DType::F32) &&
+  a.vec4 = aligned_for4(a.master, DType::F32) && aligned_for4(a.m, s.m.dtype()) && aligned_for4(a.v, s.v.dtype()) &&
            aligned_for4(a.grad, s.grad.dtype()) && (!working || aligned_for4(a.working, s.working.dtype()));
   return a;
 }

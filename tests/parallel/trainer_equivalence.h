@@ -22,6 +22,7 @@
 #include "launch/config/config.h"
 #include "launch/train/trainer.h"
 #include "runtime/mpi_communicator.h"
+#include "runtime/ops.h"
 
 namespace tetra::equivalence {
 
@@ -64,8 +65,11 @@ struct Run {
   std::map<std::string, std::vector<float>> master, exp_avg, exp_avg_sq;  // full, from the reference
 };
 
+// t's elements as fp32 (bf16 moments under optimizer.state_dtype bf16 widen exactly).
 inline std::vector<float> host_floats(const Tensor& t) {
-  const float* p = t.data<float>();
+  Tensor f = Tensor::empty({t.numel()}, DType::F32);
+  ops::copy(f, t.view({t.numel()}));
+  const float* p = f.data<float>();
   return std::vector<float>(p, p + t.numel());
 }
 
@@ -103,12 +107,12 @@ inline std::unique_ptr<launch::Trainer> train(MpiCommunicator& world, const std:
 }
 
 // The reference: one process alone (each rank computes it on MPI_COMM_SELF, in its own run
-// directory WORK/runs/reference_rankR): per-step results and the full final optimizer state.
+// directory WORK/runs/reference[_TAG]_rankR): per-step results and the full final optimizer state.
 inline Run train_reference(const std::string& yaml, const std::string& work,
-                           const std::vector<std::string>& overrides) {
+                           const std::vector<std::string>& overrides, const std::string& tag = "") {
   Run ref;
   MpiCommunicator self(MPI_COMM_SELF);
-  const std::string name = "reference_rank" + std::to_string(g_rank);
+  const std::string name = "reference" + (tag.empty() ? tag : "_" + tag) + "_rank" + std::to_string(g_rank);
   std::unique_ptr<launch::Trainer> tr = train(self, yaml, name, overrides);
   ref.loss = tr->losses();
   read_metrics(work + "/runs/" + name, ref);

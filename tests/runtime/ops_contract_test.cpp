@@ -723,5 +723,49 @@ TEST(OpsContract, AdamWFirstStepMovesByLearningRate) {
   expect_error([&] { ops::adamw_update(p, g, m, v, h); }, "adamw_update", "step");
 }
 
+TEST(OpsContract, AdamWBf16MomentsAreTheFp32UpdateRounded) {
+  // optimizer.state_dtype bf16: the op widens the bf16 moments, computes the fp32 update and rounds
+  // each new moment once. Started from moments that bf16 holds exactly, it must take the fp32 op's
+  // step bit for bit (the new weights come from the unrounded fp32 moments) and store that op's
+  // moments rounded to nearest even: no tolerance, it is the same fp32 arithmetic on the same values.
+  Rng rng(29);
+  const int64_t n = 1000;
+  Tensor g = random_tensor(rng, {n}, 0.01);
+  Tensor m16 = poisoned({n}, DType::BF16), v16 = poisoned({n}, DType::BF16);
+  ops::copy(m16, random_tensor(rng, {n}, 1e-3));
+  Tensor v_src = random_tensor(rng, {n}, 1e-5);
+  for (int64_t i = 0; i < n; ++i) v_src.data<float>()[i] = std::abs(v_src.data<float>()[i]) + 1e-8f;
+  ops::copy(v16, v_src);
+  Tensor m32 = poisoned({n}), v32 = poisoned({n});
+  ops::copy(m32, m16);
+  ops::copy(v32, v16);
+  Tensor p32 = random_tensor(rng, {n}, 0.05), p16 = clone(p32);
+  ops::AdamWHyper h;
+  h.lr = 3e-3f;
+  h.beta1 = 0.9f;
+  h.beta2 = 0.95f;
+  h.weight_decay = 0.1f;
+  h.grad_scale = 0.7f;
+  h.step = 4;
+  Tensor working = poisoned({n}, DType::BF16);
+  ops::adamw_update(p32, g, m32, v32, h);
+  ops::adamw_update(p16, g, m16, v16, h, &working);
+  int moved = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(std::memcmp(&p16.data<float>()[i], &p32.data<float>()[i], sizeof(float)), 0) << "p[" << i << "]";
+    ASSERT_EQ(m16.bf16_bits()[i], float_to_bf16(m32.data<float>()[i])) << "m[" << i << "]";
+    ASSERT_EQ(v16.bf16_bits()[i], float_to_bf16(v32.data<float>()[i])) << "v[" << i << "]";
+    ASSERT_EQ(working.bf16_bits()[i], float_to_bf16(p16.data<float>()[i]));
+    moved += bf16_to_float(v16.bf16_bits()[i]) != v32.data<float>()[i];
+  }
+  EXPECT_GT(moved, n / 2) << "the fp32 moments should mostly lie between bf16 values";
+
+  // m and v share one dtype; the master stays fp32.
+  Tensor v_wrong = poisoned({n});
+  expect_error([&] { ops::adamw_update(p16, g, m16, v_wrong, h); }, "adamw_update", "v must be");
+  Tensor p_bf16 = poisoned({n}, DType::BF16);
+  expect_error([&] { ops::adamw_update(p_bf16, g, m16, v16, h); }, "adamw_update", "master");
+}
+
 }  // namespace
 }  // namespace tetra::test

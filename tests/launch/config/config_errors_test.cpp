@@ -71,6 +71,8 @@ std::vector<BadCase> bad_cases() {
        {"cfg.yaml:15: train.precision: fp16 is not a valid choice", "(one of: auto, fp32, bf16)"}},
       {"invalid_residual_dtype", edit("  micro_batch: 2", "  micro_batch: 2\n  residual_dtype: fp16"), {}, 2,
        {"cfg.yaml:15: train.residual_dtype: fp16 is not a valid choice (did you mean bf16?)", "(one of: bf16, fp32;"}},
+      {"invalid_state_dtype", kBase, {"optimizer.state_dtype=fp16"}, 2,
+       {"--set optimizer.state_dtype: fp16 is not a valid choice", "(one of: fp32, bf16;"}},
       {"megatron_residual_flag", edit("  micro_batch: 2", "  micro_batch: 2\n  fp32_residual_connection: true"), {}, 2,
        {"cfg.yaml:15: train.fp32_residual_connection: unknown key (did you mean train.residual_dtype?)"}},
       {"invalid_choice_suggestion", edit("  pp: 1", "  pp: 1\n  schedule: 1F1B"), {}, 2,

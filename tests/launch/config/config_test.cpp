@@ -422,6 +422,27 @@ TEST(Config, ResidualDtype) {
   EXPECT_NO_THROW(validate(moe, 2));
 }
 
+TEST(Config, OptimizerStateDtype) {
+  testing::TempDir dir;
+  const std::string path = dir.write("cfg.yaml", kBase);
+  const Config def = load_config(path);
+  EXPECT_EQ(def.optimizer.state_dtype, StateDtype::FP32);
+  EXPECT_EQ(resolve(def, 2, false).resolved.optimizer_state_dtype, DType::F32);
+  EXPECT_EQ(optimizer_options(def, 2).adamw.state_dtype, DType::F32);
+  for (const char* precision : {"fp32", "bf16"}) {
+    Config cfg = load_config(path, {"optimizer.state_dtype=bf16", std::string("train.precision=") + precision,
+                                    std::string("train.device=") + (std::string(precision) == "bf16" ? "cuda" : "cpu")});
+    EXPECT_EQ(cfg.optimizer.state_dtype, StateDtype::BF16);
+    EXPECT_NO_THROW(validate(cfg, 2)) << precision;
+    EXPECT_EQ(resolve(cfg, 2, true).resolved.optimizer_state_dtype, DType::BF16) << precision;
+    EXPECT_EQ(optimizer_options(cfg, 2).adamw.state_dtype, DType::BF16) << precision;
+    // RUN_DIR/config.yaml says it and reads back the same.
+    const std::string yaml = to_yaml(cfg);
+    EXPECT_NE(yaml.find("state_dtype: bf16"), std::string::npos) << yaml;
+    EXPECT_EQ(parse_config(yaml, "round_trip.yaml"), cfg);
+  }
+}
+
 TEST(Config, EqualityComparesEveryKey) {
   // So that the round trip above can fail: changing any one key makes the configs differ.
   Config a;
@@ -625,16 +646,22 @@ TEST(ShippedConfigs, Gpt2At1And2Ranks) {
   EXPECT_NO_THROW(validate(load_config(kConfigs + "gpt2-124m.yaml", {"train.global_batch=128"}), 8));
 }
 
-// parallel.grad_all_reduce: copy_engine stages (dp − 1) copies of the flat gradient buffer per
-// rank; the memory plan counts them as communication and as persistent state.
-TEST(MemoryPlan, CopyEngineStagingIsCounted) {
-  testing::TempDir dir;
+// A [64, 32] weight (layer 0) and a [64] bias (layer 1): the model a memory plan test lays out.
+std::vector<Param> two_params() {
   std::vector<Param> owned(2);
   owned[0].name = "w";
   owned[0].full_shape = owned[0].local_shape = {64, 32};
   owned[1].name = "b";
   owned[1].full_shape = owned[1].local_shape = {64};
   owned[1].layer_index = 1;
+  return owned;
+}
+
+// parallel.grad_all_reduce: copy_engine stages (dp − 1) copies of the flat gradient buffer per
+// rank; the memory plan counts them as communication and as persistent state.
+TEST(MemoryPlan, CopyEngineStagingIsCounted) {
+  testing::TempDir dir;
+  std::vector<Param> owned = two_params();
   std::vector<Param*> params{&owned[0], &owned[1]};
   const std::string path = dir.write("cfg.yaml", kBase);
   // One micro-batch per step on each of 2 ranks: bf16 gradients (2 bytes).
@@ -648,6 +675,38 @@ TEST(MemoryPlan, CopyEngineStagingIsCounted) {
   EXPECT_EQ(b.state.communication - a.state.communication, flat * 2.0);  // one peer, bf16 gradients
   EXPECT_EQ(b.state.persistent - a.state.persistent, flat * 2.0);
   EXPECT_EQ(plan_memory(ce, params, 1).state.communication, plan_memory(nccl, params, 1).state.communication);
+}
+
+// optimizer.state_dtype bf16: the plan counts 2 + 2 bytes per parameter for exp_avg and exp_avg_sq
+// instead of 4 + 4, at every stage and working dtype; the fp32 master (where it exists) stays 4.
+TEST(MemoryPlan, Bf16MomentsHalveTheMomentBytes) {
+  testing::TempDir dir;
+  std::vector<Param> owned = two_params();
+  std::vector<Param*> params{&owned[0], &owned[1]};
+  const std::string path = dir.write("cfg.yaml", kBase);
+  for (const char* precision : {"fp32", "bf16"}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      const std::vector<std::string> o = {std::string("train.precision=") + precision,
+                                          "parallel.zero_stage=" + std::to_string(stage)};
+      std::vector<std::string> o16 = o;
+      o16.push_back("optimizer.state_dtype=bf16");
+      const MemoryPlan f32 = plan_memory(load_config(path, o), params, 2);
+      const MemoryPlan b16 = plan_memory(load_config(path, o16), params, 2);
+      // The elements this rank keeps state for: all of them at stage 0, its shard at 1–3.
+      const double n = static_cast<double>(ZeroLayout(params, stage == 0 ? 1 : 2).shard_total());
+      // The fp32 master is separate from the working weights under bf16, and at stages 1–2 always.
+      const double master = std::string(precision) == "bf16" || stage == 1 || stage == 2 ? 4.0 : 0.0;
+      const std::string what = std::string(precision) + " stage " + std::to_string(stage);
+      EXPECT_EQ(f32.state.optimizer, (master + 8.0) * n) << what;
+      EXPECT_EQ(b16.state.optimizer, (master + 4.0) * n) << what;
+      EXPECT_EQ(f32.state.persistent - b16.state.persistent, 4.0 * n) << what;
+      EXPECT_EQ(f32.state.weights, b16.state.weights) << what;
+      EXPECT_EQ(f32.state.gradients, b16.state.gradients) << what;
+      EXPECT_EQ(f32.state.communication, b16.state.communication) << what;
+      EXPECT_EQ(b16.state_dtype, "bf16");
+      EXPECT_EQ(f32.state_dtype, "fp32");
+    }
+  }
 }
 
 }  // namespace
