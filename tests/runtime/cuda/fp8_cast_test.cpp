@@ -162,6 +162,64 @@ TEST(GpuFp8Cast, LargeShapesMatchTheCpuTwin) {
   check_cast({ops::Fp8Scaling::Blocks128, Fp8Format::E4M3, DType::F32}, 65536 * 2 + 8, 40, seed++);
 }
 
+// A device tensor of all-ones bytes too large for poisoned()'s host buffer: 1 MiB poisoned, then
+// doubled on the device.
+Tensor poisoned_large(const Shape& shape, DType dt) {
+  Tensor t = Tensor::empty(shape, dt, gpu());
+  const size_t n = t.nbytes(), first = std::min<size_t>(n, size_t{1} << 20);
+  std::vector<unsigned char> ones(first, 0xff);
+  char* p = static_cast<char*>(t.data_ptr());
+  cuda::copy_bytes(p, gpu(), ones.data(), Device::cpu(), first, /*blocking=*/true);
+  for (size_t done = first; done < n; done *= 2)
+    cuda::copy_bytes(p + done, gpu(), p, gpu(), std::min(done, n - done), /*blocking=*/true);
+  return t;
+}
+
+// dev [R, C] (a scale [1] counts as [1, 1]) against host [r, c] repeated down and across:
+// dev[i, j] == host[i % r, j % c], byte for byte.
+bool repeats(const Tensor& dev, const Tensor& host) {
+  const Tensor got = download_raw(dev);
+  const int64_t R = got.ndim() == 2 ? got.dim(0) : 1, C = got.dim(-1);
+  const int64_t r = host.ndim() == 2 ? host.dim(0) : 1, c = host.dim(-1);
+  const size_t e = dtype_size(got.dtype());
+  const auto* g = static_cast<const unsigned char*>(got.data_ptr());
+  const auto* h = static_cast<const unsigned char*>(host.data_ptr());
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t j = 0; j < C; ++j)
+      if (std::memcmp(g + (i * C + j) * e, h + ((i % r) * c + j % c) * e, e) != 0) return false;
+  return true;
+}
+
+// Past 2^31 elements (int64 indexing in every kernel): x [16512, 131072] bf16 (2.16 G elements)
+// is one 128-row block repeated, so the CPU cast of that block gives every group: q's first and last
+// 128 rows, q_t's last 128 rows (column m holds the block's column m % 128: the same 128-row runs
+// and blocks), all the scales; Tensorwise's amax is the block's. 9 GB of device memory.
+TEST(GpuFp8Cast, PastTwoToThe31ElementsMatchesTheCpuTwin) {
+  TETRA_REQUIRE_GPU();
+  const int64_t B = 128, K = 131072, M = 129 * B;
+  Rng rng(77);
+  const Tensor hx = host_as(representable(random_host(rng, {B, K}, 4.0), DType::BF16), DType::BF16);
+  Tensor dx = Tensor::empty({M, K}, DType::BF16, gpu());
+  for (int64_t r = 0; r < M; r += B)
+    cuda::copy_bytes(static_cast<char*>(dx.data_ptr()) + r * K * 2, gpu(), hx.data_ptr(), Device::cpu(), hx.nbytes(),
+                     /*blocking=*/true);
+  for (ops::Fp8Scaling scaling : {ops::Fp8Scaling::Tensorwise, ops::Fp8Scaling::Rows1x128, ops::Fp8Scaling::Blocks128}) {
+    const Case c{scaling, Fp8Format::E4M3, DType::BF16};
+    const Outputs h = cast_with_transpose(c, hx, /*with_scale_t=*/true, 0);
+    const DType qd = dtype_of(c.format);
+    Outputs d{poisoned_large({M, K}, qd), poisoned(scale_shape(scaling, M, K), DType::F32), poisoned_large({K, M}, qd),
+              poisoned(scale_shape(scaling, K, M), DType::F32)};
+    ops::fp8_quantize(d.q, d.scale, dx, scaling, &d.q_t, &d.scale_t);
+    const std::string what = describe(c, M, K);
+    EXPECT_TRUE(same_bytes(d.q.slice_flat(0, {B, K}), h.q)) << what << ": first rows' codes";
+    EXPECT_TRUE(same_bytes(d.q.slice_flat((M - B) * K, {B, K}), h.q)) << what << ": last rows' codes";
+    EXPECT_TRUE(repeats(d.q_t.slice_flat((K - B) * M, {B, M}), h.q_t.slice_flat((K - B) * B, {B, B})))
+        << what << ": last rows' transposed codes";
+    EXPECT_TRUE(repeats(d.scale, h.scale)) << what << ": scales";
+    EXPECT_TRUE(repeats(d.scale_t, h.scale_t)) << what << ": transposed scales";
+  }
+}
+
 // The GEMM's floor against the CPU's fp32 sum of the same products: Hopper's FP8 tensor cores keep
 // fewer accumulator bits than fp32 between promotions (DeepSeek-V3 §3.3.2), which cuBLASLt bounds; on
 // one H200 the mixed E5M2·E4M3 GEMM measured 2.0e-4 norm-wise and 1.4e-3 at its worst element (E4M3·E4M3
