@@ -161,7 +161,10 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_tile_kernel(const T* __restri
     }
   }
   const int64_t M = a.rows, K = a.cols, tiles = a.tiles_down * a.tiles_across;
-  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+  for (int64_t i = blockIdx.x; i < tiles; i += gridDim.x) {
+    // Tensorwise takes the tiles from the end of x: what the amax reduction read last may still be
+    // in L2.
+    const int64_t t = kMode == Mode::Tensorwise ? tiles - 1 - i : i;
     const int64_t tile_m = t / a.tiles_across, tile_k = t % a.tiles_across;
     const int64_t m0 = tile_m * kTile + rg * kPiece, k0 = tile_k * kTile + cg * kPiece;
     float v[kPiece][kPiece];
