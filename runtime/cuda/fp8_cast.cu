@@ -41,6 +41,7 @@ constexpr int kSide = kTile / kPiece;           // 16 pieces along each side of 
 constexpr int kThreads = kSide * kSide;         // 256
 constexpr int kWarps = kThreads / 32;           // 8
 constexpr unsigned kFull = 0xffffffffu;
+static_assert(kTile == ops::kFp8Block, "a tile is one 128×128 block and holds whole 1×128 and 128×1 groups");
 
 enum class Mode { Tensorwise, Rows1x128, Blocks128 };
 

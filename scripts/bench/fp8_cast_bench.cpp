@@ -20,23 +20,18 @@ using S = ops::Fp8Scaling;
 
 constexpr double kHbmBytesPerSecond = 4.3e12;
 
-Shape scale_shape(S s, int64_t rows, int64_t cols) {
-  if (s == S::Tensorwise) return {1};
-  if (s == S::Blocks128) return {(rows + 127) / 128, (cols + 127) / 128};
-  return {(cols + 127) / 128, rows};
-}
-
 const char* scaling_name(S s) {
   return s == S::Tensorwise ? "tensorwise" : s == S::Rows1x128 ? "1x128" : "128x128";
 }
 
 void bench_cast(const Tensor& x, S scaling, bool transposed, int reps) {
   const int64_t m = x.dim(0), k = x.dim(1);
-  Tensor q = Tensor::empty({m, k}, DType::F8E4M3, gpu()), scale = Tensor::empty(scale_shape(scaling, m, k), DType::F32, gpu());
+  Tensor q = Tensor::empty({m, k}, DType::F8E4M3, gpu());
+  Tensor scale = Tensor::empty(bench::fp8_scale_shape(scaling, m, k), DType::F32, gpu());
   Tensor q_t, scale_t;
   if (transposed) {
     q_t = Tensor::empty({k, m}, DType::F8E4M3, gpu());
-    scale_t = Tensor::empty(scale_shape(scaling, k, m), DType::F32, gpu());
+    scale_t = Tensor::empty(bench::fp8_scale_shape(scaling, k, m), DType::F32, gpu());
   }
   const double ms = bench::time_ms(
       [&] { ops::fp8_quantize(q, scale, x, scaling, transposed ? &q_t : nullptr, transposed ? &scale_t : nullptr); },

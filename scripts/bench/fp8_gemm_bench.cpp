@@ -31,12 +31,6 @@ const Shape3 kShapes[] = {{"square-8192", 8192, 8192, 8192},
                           {"llama1b-gate-up", 16384, 16384, 2048},
                           {"llama1b-down", 16384, 2048, 8192}};
 
-Shape scale_shape(S s, int64_t rows, int64_t cols) {
-  if (s == S::Tensorwise) return {1};
-  if (s == S::Blocks128) return {(rows + 127) / 128, (cols + 127) / 128};
-  return {(cols + 127) / 128, rows};
-}
-
 struct Operand {
   Tensor x, q, scale;
   S scaling;
@@ -44,7 +38,7 @@ struct Operand {
 
 Operand make_operand(int64_t rows, int64_t cols, S scaling, uint64_t seed) {
   Operand o{random_device({rows, cols}, DType::BF16, 1.0, seed), Tensor::empty({rows, cols}, DType::F8E4M3, gpu()),
-            Tensor::empty(scale_shape(scaling, rows, cols), DType::F32, gpu()), scaling};
+            Tensor::empty(bench::fp8_scale_shape(scaling, rows, cols), DType::F32, gpu()), scaling};
   ops::fp8_quantize(o.q, o.scale, o.x, scaling);
   return o;
 }

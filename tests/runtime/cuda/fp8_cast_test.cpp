@@ -77,7 +77,9 @@ Outputs cast_with_transpose(const Case& c, const Tensor& x, bool with_scale_t, i
   const int64_t M = x.dim(0), K = x.dim(1);
   const DType qd = dtype_of(c.format);
   const bool host = x.device().is_cpu();
-  auto make = [&](const Shape& shape, DType dt, int64_t off) { return host ? Tensor::empty(shape, dt) : placed(shape, dt, off); };
+  auto make = [&](const Shape& shape, DType dt, int64_t off) {
+    return host ? Tensor::empty(shape, dt) : placed(shape, dt, off);
+  };
   Outputs o{make({M, K}, qd, offset), make(scale_shape(c.scaling, M, K), DType::F32, 0), make({K, M}, qd, 3 * offset),
             with_scale_t ? make(scale_shape(c.scaling, K, M), DType::F32, 0) : Tensor()};
   ops::fp8_quantize(o.q, o.scale, x, c.scaling, &o.q_t, with_scale_t ? &o.scale_t : nullptr);
@@ -203,7 +205,8 @@ TEST(GpuFp8Cast, PastTwoToThe31ElementsMatchesTheCpuTwin) {
   for (int64_t r = 0; r < M; r += B)
     cuda::copy_bytes(static_cast<char*>(dx.data_ptr()) + r * K * 2, gpu(), hx.data_ptr(), Device::cpu(), hx.nbytes(),
                      /*blocking=*/true);
-  for (ops::Fp8Scaling scaling : {ops::Fp8Scaling::Tensorwise, ops::Fp8Scaling::Rows1x128, ops::Fp8Scaling::Blocks128}) {
+  for (ops::Fp8Scaling scaling :
+       {ops::Fp8Scaling::Tensorwise, ops::Fp8Scaling::Rows1x128, ops::Fp8Scaling::Blocks128}) {
     const Case c{scaling, Fp8Format::E4M3, DType::BF16};
     const Outputs h = cast_with_transpose(c, hx, /*with_scale_t=*/true, 0);
     const DType qd = dtype_of(c.format);
