@@ -1,13 +1,29 @@
-// CUDA FP8 casts (runtime/ops.h), the twins of runtime/cpu/fp8_cast.cpp bit for bit:
-//   1. amax:     32×32 tiles of x (blocks of 32×8 threads, 4 rows each); a tile lies inside one
-//                group (32 divides 128; Tensorwise has one), so one atomicMax per tile, or per tile
-//                row for Rows1x128, on the group's amax held as unsigned bits in `scale`;
-//   2. cast:     the same tiles, q = cvt.rn.satfinite(x·r) with r = fp8_quant_factor(amax); q_t
-//                through a shared-memory tile so both stores are coalesced;
-//   3. finalise: scale[g] = 1/r.
-// Bytes: reads x twice, writes q (and q_t) once: bf16 [16384, 2048] ≈ 0.13 GB (≈ 30 µs at 4.3 TB/s).
-// A first version for correctness; the recipes' fused casts (in the norm, activation and permute
-// kernels) come with the FP8 GEMMs.
+// CUDA FP8 casts (runtime/ops.h), the twins of runtime/cpu/fp8_cast.cpp bit for bit.
+//
+// One tile kernel casts every scaling: a block of 256 threads takes a 128-row × 128-column tile of
+// x, each thread an 8 × 8 piece of it in registers (8 rows, 8 columns: one 16-byte load per row for
+// bf16, two for fp32). From the registers it takes the groups' amaxes (as unsigned bits of |x|: a
+// NaN wins, as on the CPU), the factors r = fp8_quant_factor(amax) and q = cvt.rn.satfinite(x·r):
+//   Rows1x128: each row's 128 columns are 16 threads of a half-warp (shuffles); q_t's 128×1 runs
+//              down a column are the tile's 128 rows (a shuffle, then 8 warps through shared memory);
+//   Blocks128: the tile is the block (a warp reduction, then 8 warps through shared memory); q_t has
+//              the same codes, scale_t the block scale at the transposed place;
+//   Tensorwise: r from the tensor's amax, which a vectorised reduction before it left in a scratch
+//              word (one atomicMax per block on the bits); block 0 writes scale (and scale_t) from it,
+//              so the tile kernel is also the finalisation.
+// q: 8 codes per thread and row, one 8-byte store (a half-warp writes a row's 128 bytes). q_t: each
+// thread's 8 codes down a column are one 8-byte word in a shared 128 × 128-byte tile (16-byte units
+// XOR-swizzled by the row's eighth, so the writes are 2 wavefronts per warp, the minimum), read back
+// as 16-byte rows of q_t and stored with 16-byte stores (8 threads write a row's 128 bytes).
+// Vector access needs K % 8 == 0 (x, q) and M % 16 == 0 (q_t) with aligned pointers; otherwise the
+// same kernel loads and stores element by element, with every index checked against M and K.
+//
+// Byte floor for x [16384, 2048] bf16 (33.6 M elements, 4.3 TB/s of HBM): read x 67.1 MB, write q
+// 33.6 MB, q_t 33.6 MB, Rows1x128's scales 1.0 MB each (Blocks128's 8 KB):
+//   Rows1x128 / Blocks128: 101.7 / 100.7 MB → 23.7 / 23.4 µs; with q_t 136.3 / 134.2 MB → 31.7 / 31.2 µs.
+//   Tensorwise (x read twice: the amax precedes every code): 167.8 MB → 39.0 µs; with q_t 201.3 MB
+//   → 46.8 µs.
+// Index arithmetic is int64 throughout (rows × cols past 2^31), the grid strides over the tiles.
 #include <cuda_fp8.h>
 
 #include "runtime/cuda/cuda_ops.h"
@@ -19,7 +35,267 @@ namespace tetra::cuda {
 
 namespace {
 
-constexpr int kTile = 32, kTileRowsPerThread = 4;  // blocks of kTile × (kTile / 4) threads
+constexpr int kTile = 128;                      // a tile: kTile rows × kTile columns of x
+constexpr int kPiece = 8;                       // a thread's piece: kPiece rows × kPiece columns
+constexpr int kSide = kTile / kPiece;           // 16 pieces along each side of the tile
+constexpr int kThreads = kSide * kSide;         // 256
+constexpr int kWarps = kThreads / 32;           // 8
+constexpr unsigned kFull = 0xffffffffu;
+static_assert(kTile == ops::kFp8Block, "a tile is one 128×128 block and holds whole 1×128 and 128×1 groups");
+
+enum class Mode { Tensorwise, Rows1x128, Blocks128 };
+
+struct TileArgs {
+  int64_t rows = 0, cols = 0;                   // M, K
+  int64_t tiles_down = 0, tiles_across = 0;     // ⌈M/128⌉, ⌈K/128⌉
+  unsigned char* q = nullptr;
+  float* scale = nullptr;
+  unsigned char* q_t = nullptr;                 // null: no transposed copy
+  float* scale_t = nullptr;                     // null where not given
+  const unsigned* amax_bits = nullptr;          // Tensorwise: the tensor's amax
+  Fp8Format format = Fp8Format::E4M3;
+  bool vec_t = false;                           // q_t rows take 16-byte stores (M % 16 == 0, aligned)
+};
+
+__device__ __forceinline__ unsigned abs_bits(float v) { return __float_as_uint(fabsf(v)); }
+
+__device__ __forceinline__ float factor_of(unsigned amax_bits, float largest) {
+  return fp8_quant_factor(__uint_as_float(amax_bits), largest);
+}
+
+// Two codes in the low 16 bits: a in the low byte (cvt.rn.satfinite, as __nv_cvt_float_to_fp8).
+__device__ __forceinline__ unsigned cvt2(float a, float b, Fp8Format f) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, f == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+
+// Eight scaled values → eight codes, byte j (little-endian) the code of s[j].
+__device__ __forceinline__ uint2 cvt8(const float (&s)[kPiece], Fp8Format f) {
+  return make_uint2(cvt2(s[0], s[1], f) | cvt2(s[2], s[3], f) << 16, cvt2(s[4], s[5], f) | cvt2(s[6], s[7], f) << 16);
+}
+
+__device__ __forceinline__ unsigned char byte_of(uint2 c, int j) {
+  return static_cast<unsigned char>((j < 4 ? c.x >> (8 * j) : c.y >> (8 * (j - 4))) & 0xffu);
+}
+
+// v[p][j] = x[m0 + p, k0 + j], 0 outside x (|0| never raises an amax).
+template <class T, bool kVec>
+__device__ __forceinline__ void load_piece(const T* __restrict__ x, int64_t M, int64_t K, int64_t m0, int64_t k0,
+                                           float (&v)[kPiece][kPiece]) {
+#pragma unroll
+  for (int p = 0; p < kPiece; ++p) {
+    const int64_t m = m0 + p;
+    if constexpr (kVec) {  // K % 8 == 0: a piece row is all inside or all outside
+      if (m < M && k0 < K) {
+        load_vec<kPiece>(x + m * K + k0, v[p]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kPiece; ++j) v[p][j] = 0.0f;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kPiece; ++j) v[p][j] = m < M && k0 + j < K ? to_f32(x[m * K + k0 + j]) : 0.0f;
+    }
+  }
+}
+
+// q[m, k0 .. k0 + 7] = the codes c, those inside q.
+template <bool kVec>
+__device__ __forceinline__ void store_q_row(unsigned char* q, int64_t M, int64_t K, int64_t m, int64_t k0, uint2 c) {
+  if (m >= M) return;
+  if constexpr (kVec) {
+    if (k0 < K) *reinterpret_cast<uint2*>(q + m * K + k0) = c;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPiece; ++j)
+      if (k0 + j < K) q[m * K + k0 + j] = byte_of(c, j);
+  }
+}
+
+// The byte offset in the shared q_t tile of row k (a column of x) and 16-byte unit u (rows 16u …
+// 16u + 15 of x): the units of each row XOR-swizzled by k / 8.
+__device__ __forceinline__ int swizzled(int k, int u) { return k * kTile + ((u ^ ((k / kPiece) % 8)) * 16); }
+
+// The largest of each thread's v over the whole block; every thread gets it. `part` holds kWarps values.
+__device__ __forceinline__ unsigned block_max(unsigned v, unsigned* part) {
+  v = __reduce_max_sync(kFull, v);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+  __syncthreads();
+  unsigned t = part[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) t = max(t, part[w]);
+  return t;
+}
+
+// q_t's tile: the shared codes (row k_local of the tile, 128 bytes of rows) to q_t[k, m].
+__device__ __forceinline__ void store_q_t_tile(const unsigned char* codes_t, const TileArgs& a, int64_t tile_m,
+                                               int64_t tile_k) {
+  const int u = threadIdx.x % 8;
+#pragma unroll
+  for (int i = 0; i < kTile / (kThreads / 8); ++i) {
+    const int k_local = i * (kThreads / 8) + static_cast<int>(threadIdx.x) / 8;
+    const int64_t k = tile_k * kTile + k_local, m = tile_m * kTile + u * 16;
+    if (k >= a.cols || m >= a.rows) continue;
+    const unsigned char* src = codes_t + swizzled(k_local, u);
+    unsigned char* dst = a.q_t + k * a.rows + m;
+    if (a.vec_t) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int b = 0; b < 16 && m + b < a.rows; ++b) dst[b] = src[b];
+    }
+  }
+}
+
+// The cast of one scaling (the file's header). x [M, K] of T; kVec: vector loads and q stores.
+template <class T, Mode kMode, bool kVec>
+__global__ void __launch_bounds__(kThreads, 2) fp8_tile_kernel(const T* __restrict__ x, TileArgs a) {
+  __shared__ __align__(16) unsigned char codes_t[kTile * kTile];
+  __shared__ __align__(16) unsigned part[kWarps][kTile];  // per-warp maxima
+  const int tid = threadIdx.x, warp = tid / 32, rg = tid / kSide, cg = tid % kSide;
+  const float largest = fp8_largest(a.format);
+  const bool transposed = a.q_t != nullptr;
+  float r_all = 0.0f;  // Tensorwise: the tensor's factor
+  if constexpr (kMode == Mode::Tensorwise) {
+    r_all = factor_of(*a.amax_bits, largest);
+    if (blockIdx.x == 0 && tid == 0) {
+      a.scale[0] = 1.0f / r_all;
+      if (a.scale_t) a.scale_t[0] = 1.0f / r_all;
+    }
+  }
+  const int64_t M = a.rows, K = a.cols, tiles = a.tiles_down * a.tiles_across;
+  for (int64_t i = blockIdx.x; i < tiles; i += gridDim.x) {
+    // Tensorwise takes the tiles from the end of x: what the amax reduction read last may still be
+    // in L2.
+    const int64_t t = kMode == Mode::Tensorwise ? tiles - 1 - i : i;
+    const int64_t tile_m = t / a.tiles_across, tile_k = t % a.tiles_across;
+    const int64_t m0 = tile_m * kTile + rg * kPiece, k0 = tile_k * kTile + cg * kPiece;
+    float v[kPiece][kPiece];
+    load_piece<T, kVec>(x, M, K, m0, k0, v);
+
+    float r_row[kPiece], r_col[kPiece];  // the factor of each piece row (q) and piece column (q_t)
+#pragma unroll
+    for (int i = 0; i < kPiece; ++i) r_row[i] = r_col[i] = r_all;
+    if constexpr (kMode == Mode::Rows1x128) {
+      unsigned row_max[kPiece];
+#pragma unroll
+      for (int p = 0; p < kPiece; ++p) {
+        row_max[p] = 0;
+#pragma unroll
+        for (int j = 0; j < kPiece; ++j) row_max[p] = max(row_max[p], abs_bits(v[p][j]));
+      }
+#pragma unroll
+      for (int o = kSide / 2; o > 0; o /= 2)  // the 16 lanes of a half-warp hold a row's 128 columns
+#pragma unroll
+        for (int p = 0; p < kPiece; ++p) row_max[p] = max(row_max[p], __shfl_xor_sync(kFull, row_max[p], o));
+#pragma unroll
+      for (int p = 0; p < kPiece; ++p) r_row[p] = factor_of(row_max[p], largest);
+      if (cg == 0)
+#pragma unroll
+        for (int p = 0; p < kPiece; ++p)
+          if (m0 + p < M) a.scale[tile_k * M + m0 + p] = 1.0f / r_row[p];
+      if (transposed) {  // 128×1 runs: column k0 + j over the tile's 128 rows
+        unsigned col_max[kPiece];
+#pragma unroll
+        for (int j = 0; j < kPiece; ++j) {
+          col_max[j] = 0;
+#pragma unroll
+          for (int p = 0; p < kPiece; ++p) col_max[j] = max(col_max[j], abs_bits(v[p][j]));
+          col_max[j] = max(col_max[j], __shfl_xor_sync(kFull, col_max[j], 16));  // the warp's other 8 rows
+        }
+        if (tid % 32 < kSide) {
+          uint4* dst = reinterpret_cast<uint4*>(&part[warp][cg * kPiece]);
+          dst[0] = make_uint4(col_max[0], col_max[1], col_max[2], col_max[3]);
+          dst[1] = make_uint4(col_max[4], col_max[5], col_max[6], col_max[7]);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          const uint4* src = reinterpret_cast<const uint4*>(&part[w][cg * kPiece]);
+          const uint4 lo = src[0], hi = src[1];
+          const unsigned got[kPiece] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+          for (int j = 0; j < kPiece; ++j) col_max[j] = max(col_max[j], got[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < kPiece; ++j) r_col[j] = factor_of(col_max[j], largest);
+        if (rg == 0)  // scale_t [⌈M/128⌉, K]
+#pragma unroll
+          for (int j = 0; j < kPiece; ++j)
+            if (k0 + j < K) a.scale_t[tile_m * K + k0 + j] = 1.0f / r_col[j];
+      }
+    } else if constexpr (kMode == Mode::Blocks128) {
+      unsigned b = 0;
+#pragma unroll
+      for (int p = 0; p < kPiece; ++p)
+#pragma unroll
+        for (int j = 0; j < kPiece; ++j) b = max(b, abs_bits(v[p][j]));
+      const float r = factor_of(block_max(b, &part[0][0]), largest);
+#pragma unroll
+      for (int i = 0; i < kPiece; ++i) r_row[i] = r_col[i] = r;
+      if (tid == 0) {
+        a.scale[tile_m * a.tiles_across + tile_k] = 1.0f / r;
+        if (a.scale_t) a.scale_t[tile_k * a.tiles_down + tile_m] = 1.0f / r;
+      }
+    }
+
+#pragma unroll
+    for (int p = 0; p < kPiece; ++p) {
+      float s[kPiece];
+#pragma unroll
+      for (int j = 0; j < kPiece; ++j) s[j] = __fmul_rn(v[p][j], r_row[p]);
+      store_q_row<kVec>(a.q, M, K, m0 + p, k0, cvt8(s, a.format));
+    }
+    if (transposed) {
+      // Column k0 + j's 8 codes (rows m0 … m0 + 7) are one 8-byte word of q_t's row.
+#pragma unroll
+      for (int j = 0; j < kPiece; ++j) {
+        float s[kPiece];
+#pragma unroll
+        for (int p = 0; p < kPiece; ++p) s[p] = __fmul_rn(v[p][j], r_col[j]);
+        *reinterpret_cast<uint2*>(codes_t + swizzled(cg * kPiece + j, rg / 2) + (rg % 2) * 8) = cvt8(s, a.format);
+      }
+      __syncthreads();
+      store_q_t_tile(codes_t, a, tile_m, tile_k);
+    }
+    __syncthreads();  // the shared tiles are free for the next tile
+  }
+}
+
+// The Tensorwise amax: max |x| bits over the block (16-byte loads, kUnroll in flight per thread where
+// x is 16-byte aligned; a scalar loop for the tail), one atomicMax per block.
+template <class T>
+__global__ void __launch_bounds__(256) fp8_amax_kernel(const T* __restrict__ x, int64_t n, bool vec, unsigned* amax) {
+  constexpr int kUnroll = 4;
+  __shared__ unsigned part[32];
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t chunks = vec ? n / 8 : 0;  // 8 elements each
+  unsigned m = 0;
+  for (int64_t c = first; c < chunks; c += stride * kUnroll) {
+    float v[kUnroll][8];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t cu = c + u * stride;
+      if (cu < chunks) {
+        load_vec<8>(x + cu * 8, v[u]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[u][j] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) m = max(m, abs_bits(v[u][j]));
+  }
+  for (int64_t i = chunks * 8 + first; i < n; i += stride) m = max(m, abs_bits(to_f32(x[i])));
+  m = __reduce_max_sync(kFull, m);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (unsigned w = 1; w < blockDim.x / 32; ++w) m = max(m, part[w]);
+    atomicMax(amax, m);
+  }
+}
 
 struct Groups {
   int64_t rows, cols, group_rows, group_cols, scale_rows, scale_cols;  // as Fp8CastShape
@@ -29,79 +305,13 @@ struct Groups {
   }
 };
 
-Groups groups_of(const Fp8CastShape& s) { return {s.rows, s.cols, s.group_rows, s.group_cols, s.scale_rows, s.scale_cols, s.rows_inner};
-}
-
-__device__ __forceinline__ unsigned char to_fp8(float v, Fp8Format f) {
-  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, f == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+Groups groups_of(const Fp8CastShape& s) {
+  return {s.rows, s.cols, s.group_rows, s.group_cols, s.scale_rows, s.scale_cols, s.rows_inner};
 }
 
 __device__ __forceinline__ float from_fp8(unsigned char c, Fp8Format f) {
   const __half_raw h = __nv_cvt_fp8_to_halfraw(c, f == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
   return __half2float(__half(h));
-}
-
-template <class T>
-__global__ void fp8_amax_kernel(const T* x, Groups g, unsigned* amax_bits) {
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
-  for (int64_t tile_row = blockIdx.y; tile_row * kTile < g.rows; tile_row += gridDim.y) {
-    unsigned rows_max = 0;
-    for (int i = 0; i < kTileRowsPerThread; ++i) {
-      const int64_t row = tile_row * kTile + threadIdx.y + i * (kTile / kTileRowsPerThread);
-      const bool in = row < g.rows && col < g.cols;
-      const unsigned v = in ? __float_as_uint(fabsf(to_f32(x[row * g.cols + col]))) : 0u;
-      if (g.group_rows == 1) {  // Rows1x128: a group per row
-        const unsigned row_max = __reduce_max_sync(0xffffffffu, v);
-        if (threadIdx.x == 0 && row < g.rows) atomicMax(&amax_bits[g.of(row, blockIdx.x * kTile)], row_max);
-      } else {
-        rows_max = max(rows_max, v);
-      }
-    }
-    if (g.group_rows == 1) continue;
-    __shared__ unsigned warp_max[kTile / kTileRowsPerThread];
-    const unsigned w = __reduce_max_sync(0xffffffffu, rows_max);
-    if (threadIdx.x == 0) warp_max[threadIdx.y] = w;
-    __syncthreads();
-    if (threadIdx.x == 0 && threadIdx.y == 0) {
-      unsigned t = 0;
-      for (int i = 0; i < kTile / kTileRowsPerThread; ++i) t = max(t, warp_max[i]);
-      atomicMax(&amax_bits[g.of(tile_row * kTile, static_cast<int64_t>(blockIdx.x) * kTile)], t);
-    }
-    __syncthreads();
-  }
-}
-
-template <class T>
-__global__ void fp8_cast_kernel(const T* x, Groups g, const unsigned* amax_bits, Fp8Format f, unsigned char* q,
-                                unsigned char* q_t) {
-  __shared__ unsigned char tile[kTile][kTile + 1];
-  const float largest = f == Fp8Format::E4M3 ? 448.0f : 57344.0f;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  for (int64_t tile_row = blockIdx.y; tile_row * kTile < g.rows; tile_row += gridDim.y) {
-    for (int i = 0; i < kTileRowsPerThread; ++i) {
-      const int r = threadIdx.y + i * (kTile / kTileRowsPerThread);
-      const int64_t row = tile_row * kTile + r, col = col0 + threadIdx.x;
-      if (row >= g.rows || col >= g.cols) continue;
-      const float factor = fp8_quant_factor(__uint_as_float(amax_bits[g.of(row, col)]), largest);
-      const unsigned char code = to_fp8(__fmul_rn(to_f32(x[row * g.cols + col]), factor), f);
-      q[row * g.cols + col] = code;
-      tile[r][threadIdx.x] = code;
-    }
-    if (!q_t) continue;
-    __syncthreads();
-    for (int i = 0; i < kTileRowsPerThread; ++i) {  // q_t[k, m]: thread x walks m
-      const int c = threadIdx.y + i * (kTile / kTileRowsPerThread);
-      const int64_t col = col0 + c, row = tile_row * kTile + threadIdx.x;
-      if (row < g.rows && col < g.cols) q_t[col * g.rows + row] = tile[threadIdx.x][c];
-    }
-    __syncthreads();
-  }
-}
-
-__global__ void fp8_finalise_kernel(float* scale, int64_t n, float largest) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    scale[i] = 1.0f / fp8_quant_factor(scale[i], largest);  // scale[i] holds the amax bits
 }
 
 template <class T>
@@ -112,10 +322,17 @@ __global__ void fp8_dequantize_kernel(T* y, Groups g, const unsigned char* q, co
     y[i] = from_f32<T>(from_fp8(q[i], f) * scale[g.of(i / g.cols, i % g.cols)]);
 }
 
-dim3 tile_grid(const Fp8CastShape& s) {
-  const int64_t across = (s.cols + kTile - 1) / kTile, down = (s.rows + kTile - 1) / kTile;
-  return dim3(static_cast<unsigned>(across), static_cast<unsigned>(std::min<int64_t>(down, 65535)));
+template <class T, Mode kMode>
+void launch_tiles(bool vec, int grid, cudaStream_t stream, const T* x, const TileArgs& a) {
+  if (vec) {
+    fp8_tile_kernel<T, kMode, true><<<grid, kThreads, 0, stream>>>(x, a);
+  } else {
+    fp8_tile_kernel<T, kMode, false><<<grid, kThreads, 0, stream>>>(x, a);
+  }
+  TETRA_CUDA_CHECK_LAUNCH();
 }
+
+bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0; }
 
 }  // namespace
 
@@ -124,36 +341,56 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
   check_cuda_tensor(op, "q", q);
   check_cuda_tensor(op, "scale", scale);
   check_cuda_tensor(op, "x", x);
+  if (given(q_t)) check_cuda_tensor(op, "q_t", *q_t);
+  if (given(scale_t)) check_cuda_tensor(op, "scale_t", *scale_t);
   const Fp8CastShape s = fp8_cast_shape(op, q, scale, x, scaling, q_t, scale_t);
-  if (given(q_t) && scaling != ops::Fp8Scaling::Tensorwise)
-    TETRA_FAIL(Internal, op, ": the transposed copy of block scaling is not implemented on CUDA");
   const Device dev = x.device();
   DeviceScope device_scope(dev);
   cudaStream_t stream = stream_of(dev);
-  // The amax of each group accumulates in `scale` (unsigned bits of |x|) until the last kernel.
-  TETRA_CUDA_CHECK(cudaMemsetAsync(scale.data_ptr(), 0, scale.nbytes(), stream));
-  if (s.rows == 0 || s.cols == 0) {
-    fp8_finalise_kernel<<<1, 32, 0, stream>>>(scale.data<float>(), scale.numel(), fp8_largest(s.format));
-    TETRA_CUDA_CHECK_LAUNCH();
-    return;
+  TileArgs a;
+  a.rows = s.rows;
+  a.cols = s.cols;
+  a.tiles_down = (s.rows + kTile - 1) / kTile;
+  a.tiles_across = (s.cols + kTile - 1) / kTile;
+  a.q = static_cast<unsigned char*>(q.data_ptr());
+  a.scale = scale.data<float>();
+  a.q_t = given(q_t) ? static_cast<unsigned char*>(q_t->data_ptr()) : nullptr;
+  a.scale_t = given(scale_t) ? scale_t->data<float>() : nullptr;
+  a.format = s.format;
+  a.vec_t = a.q_t && s.rows % 16 == 0 && aligned16(a.q_t);
+  const bool vec = s.cols % 8 == 0 && aligned16(x.data_ptr()) && aligned8(a.q);
+  const int64_t tiles = a.tiles_down * a.tiles_across;
+  Tensor amax;  // Tensorwise: the amax bits, read by every block of the tile kernel
+  if (scaling == ops::Fp8Scaling::Tensorwise) {
+    amax = Tensor::empty({1}, DType::U32, dev);
+    a.amax_bits = static_cast<const unsigned*>(amax.data_ptr());
+    TETRA_CUDA_CHECK(cudaMemsetAsync(amax.data_ptr(), 0, sizeof(unsigned), stream));
+  } else if (tiles == 0) {
+    return;  // no groups: the scales are empty
   }
-  auto* amax = static_cast<unsigned*>(scale.data_ptr());
-  unsigned char* qt = given(q_t) ? static_cast<unsigned char*>(q_t->data_ptr()) : nullptr;
-  const dim3 block(kTile, kTile / kTileRowsPerThread);
+  // Blocks stride over the tiles: a few waves of blocks (2 resident per SM), each taking tiles
+  // until none is left.
+  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(tiles, int64_t{sm_count(dev)} * 8)));
   dispatch_float(x.dtype(), op, "x", [&](auto tx) {
     using T = decltype(tx);
     const T* px = static_cast<const T*>(x.data_ptr());
-    fp8_amax_kernel<T><<<tile_grid(s), block, 0, stream>>>(px, groups_of(s), amax);
-    TETRA_CUDA_CHECK_LAUNCH();
-    fp8_cast_kernel<T><<<tile_grid(s), block, 0, stream>>>(px, groups_of(s), amax, s.format,
-                                                           static_cast<unsigned char*>(q.data_ptr()), qt);
-    TETRA_CUDA_CHECK_LAUNCH();
+    switch (scaling) {
+      case ops::Fp8Scaling::Tensorwise: {
+        const int64_t n = s.rows * s.cols;
+        const bool flat_vec = aligned16(px);
+        if (n > 0) {
+          const int64_t items = flat_vec ? n / 32 + 1 : n;  // threads: 4 chunks of 8 each
+          fp8_amax_kernel<T><<<grid_size(items, 256, dev, 8), 256, 0, stream>>>(
+              px, n, flat_vec, static_cast<unsigned*>(amax.data_ptr()));
+          TETRA_CUDA_CHECK_LAUNCH();
+        }
+        launch_tiles<T, Mode::Tensorwise>(vec, grid, stream, px, a);
+        return;
+      }
+      case ops::Fp8Scaling::Rows1x128: launch_tiles<T, Mode::Rows1x128>(vec, grid, stream, px, a); return;
+      case ops::Fp8Scaling::Blocks128: launch_tiles<T, Mode::Blocks128>(vec, grid, stream, px, a); return;
+    }
   });
-  fp8_finalise_kernel<<<grid_size(scale.numel(), 256, dev), 256, 0, stream>>>(scale.data<float>(), scale.numel(),
-                                                                            fp8_largest(s.format));
-  TETRA_CUDA_CHECK_LAUNCH();
-  if (given(scale_t))
-    TETRA_CUDA_CHECK(cudaMemcpyAsync(scale_t->data_ptr(), scale.data_ptr(), scale.nbytes(), cudaMemcpyDeviceToDevice, stream));
 }
 
 void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, ops::Fp8Scaling scaling) {

@@ -1,7 +1,7 @@
-// Helpers of the GPU micro-benchmarks (tetra_gemm_bench, tetra_llama_bench, tetra_moe_bench:
-// programs, not tests): the GPU check and the device line they start with, large random device
-// tensors, event timing of one call, the JSON line each result is printed as, and main()'s error
-// handling. All on cuda:0, on the current stream.
+// Helpers of the GPU micro-benchmarks (tetra_gemm_bench, tetra_llama_bench, tetra_moe_bench, the FP8
+// GEMM and cast benches: programs, not tests): the GPU check and the device line they start with,
+// large random device tensors, event timing of one call, FP8 scale shapes, the JSON line each result
+// is printed as, and main()'s error handling. All on cuda:0, on the current stream.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -74,6 +74,13 @@ inline double time_ms(const std::function<void()>& f, int reps, bool settle_firs
   stop.record();
   stop.synchronize();
   return static_cast<double>(stop.elapsed_ms(start)) / reps;
+}
+
+// The scale shape fp8_quantize writes for x [rows, cols] (runtime/ops.h).
+inline Shape fp8_scale_shape(ops::Fp8Scaling s, int64_t rows, int64_t cols) {
+  if (s == ops::Fp8Scaling::Tensorwise) return {1};
+  if (s == ops::Fp8Scaling::Blocks128) return {(rows + 127) / 128, (cols + 127) / 128};
+  return {(cols + 127) / 128, rows};
 }
 
 // One result: a JSON object on a line of stdout, flushed.

@@ -1,10 +1,12 @@
 // CUDA FP8 casts against the CPU twin (runtime/cpu/fp8_cast.cpp), bit for bit: codes, scales and
-// the transposed copy, for each scaling and format, fp32 and bf16 inputs, shapes with partial
-// tiles and groups at every edge and a tall one past the grid's 65,535 tile rows; inputs with
-// zeros, subnormals, saturating values, ±inf and NaN. Then the dequantisation, also bit for bit.
+// the transposed copy with its scales, for each scaling and format, fp32 and bf16 inputs, shapes
+// with partial tiles and groups at every edge, on and off the vector paths (row lengths and
+// pointers), the benchmarks' 16384×2048 and tall ones; inputs with zeros, an all-zero row,
+// subnormals, saturating values, ±inf and NaN. Then the dequantisation, also bit for bit.
 // The FP8 GEMM (cuBLASLt) against the CPU's fp32 GEMM on the dequantised operands, for the pairs the
 // recipes use: both tolerances are fp32 accumulation-order floors (a wrong scale layout or mode
 // misses by orders of magnitude: each 128-group's scale differs from its neighbours').
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -32,6 +34,9 @@ Tensor special_values(Rng& rng, int64_t M, int64_t K) {
   const float specials[] = {0.0f, -0.0f, 1e-30f, 3e-3f, 1e6f, -1e6f, INFINITY, -INFINITY, NAN};
   for (int64_t i = 0; i < x.numel(); i += 97) p[i] = specials[(i / 97) % 9];
   for (int64_t k = 0; k < K && M > 3; ++k) p[3 * K + k] = 0.0f;  // an all-zero row (Rows1x128: amax 0)
+  for (int64_t m = 0; m < M && K > 5; ++m) p[m * K + 5] = 0.0f;  // an all-zero column (q_t's 128×1 runs)
+  for (int64_t m = 128; m < std::min<int64_t>(M, 256); ++m)      // an all-zero 128×128 block (1, 1)
+    for (int64_t k = 128; k < std::min<int64_t>(K, 256); ++k) p[m * K + k] = 0.0f;
   return x;
 }
 
@@ -53,48 +58,169 @@ bool same_values(const Tensor& dev, const Tensor& host) {
   return got.size() == want.size();
 }
 
-void check_cast(const Case& c, int64_t M, int64_t K, uint64_t seed) {
+// Device tensors of `shape` whose data start `offset` elements into a poisoned buffer: offset 0 is
+// the aligned case; an odd offset moves x, q and q_t off the 16- and 8-byte boundaries the vector
+// paths need, so the kernels must fall back to element access.
+Tensor placed(const Shape& shape, DType dt, int64_t offset) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  Tensor buffer = poisoned({n + offset}, dt);
+  return buffer.slice_flat(offset, shape);
+}
+
+struct Outputs {
+  Tensor q, scale, q_t, scale_t;
+};
+
+// The cast of x with q_t (and scale_t, which Tensorwise may leave out) on x's device.
+Outputs cast_with_transpose(const Case& c, const Tensor& x, bool with_scale_t, int64_t offset) {
+  const int64_t M = x.dim(0), K = x.dim(1);
+  const DType qd = dtype_of(c.format);
+  const bool host = x.device().is_cpu();
+  auto make = [&](const Shape& shape, DType dt, int64_t off) {
+    return host ? Tensor::empty(shape, dt) : placed(shape, dt, off);
+  };
+  Outputs o{make({M, K}, qd, offset), make(scale_shape(c.scaling, M, K), DType::F32, 0), make({K, M}, qd, 3 * offset),
+            with_scale_t ? make(scale_shape(c.scaling, K, M), DType::F32, 0) : Tensor()};
+  ops::fp8_quantize(o.q, o.scale, x, c.scaling, &o.q_t, with_scale_t ? &o.scale_t : nullptr);
+  return o;
+}
+
+std::string describe(const Case& c, int64_t M, int64_t K) {
+  static const char* const scalings[] = {"tensorwise", "1x128", "128x128"};
+  return std::string(fp8_format_name(c.format)) + " " + dtype_name(c.x_dtype) + " [" + std::to_string(M) + ", " +
+         std::to_string(K) + "] " + scalings[static_cast<int>(c.scaling)];
+}
+
+// offset: elements by which x, q and q_t (3 · offset) start off their allocation (see placed()).
+void check_cast(const Case& c, int64_t M, int64_t K, uint64_t seed, int64_t offset = 0) {
   Rng rng(seed);
   const Tensor x = representable(special_values(rng, M, K), c.x_dtype);
-  const DType qt_dtype = dtype_of(c.format);
-  const bool transposed = c.scaling == ops::Fp8Scaling::Tensorwise;
-  Tensor hx = host_as(x, c.x_dtype);
-  Tensor hq = Tensor::empty({M, K}, qt_dtype), hs = Tensor::empty(scale_shape(c.scaling, M, K), DType::F32);
-  Tensor hqt = transposed ? Tensor::empty({K, M}, qt_dtype) : Tensor();
-  ops::fp8_quantize(hq, hs, hx, c.scaling, transposed ? &hqt : nullptr);
+  const Tensor hx = host_as(x, c.x_dtype);
+  // Tensorwise's scale_t is optional: leave it out on every other seed.
+  const bool with_scale_t = c.scaling != ops::Fp8Scaling::Tensorwise || seed % 2 == 0;
+  const Outputs h = cast_with_transpose(c, hx, with_scale_t, 0);
 
-  Tensor dx = upload_raw(hx);
-  Tensor dq = poisoned({M, K}, qt_dtype), ds = poisoned(hs.shape(), DType::F32);
-  Tensor dqt = transposed ? poisoned({K, M}, qt_dtype) : Tensor();
-  ops::fp8_quantize(dq, ds, dx, c.scaling, transposed ? &dqt : nullptr);
-  const std::string what = std::string(fp8_format_name(c.format)) + " " + dtype_name(c.x_dtype) + " [" +
-                           std::to_string(M) + ", " + std::to_string(K) + "] scaling " +
-                           std::to_string(static_cast<int>(c.scaling));
-  EXPECT_TRUE(same_bytes(dq, hq)) << what << ": codes";
-  EXPECT_TRUE(same_bytes(ds, hs)) << what << ": scales";
-  if (transposed) {
-    EXPECT_TRUE(same_bytes(dqt, hqt)) << what << ": transposed codes";
+  Tensor dx = placed({M, K}, c.x_dtype, offset);
+  cuda::copy_bytes(dx.data_ptr(), gpu(), hx.data_ptr(), Device::cpu(), hx.nbytes(), /*blocking=*/true);
+  const Outputs d = cast_with_transpose(c, dx, with_scale_t, offset);
+  const std::string what = describe(c, M, K) + (offset ? " (unaligned)" : "");
+  EXPECT_TRUE(same_bytes(d.q, h.q)) << what << ": codes";
+  EXPECT_TRUE(same_bytes(d.scale, h.scale)) << what << ": scales";
+  EXPECT_TRUE(same_bytes(d.q_t, h.q_t)) << what << ": transposed codes";
+  if (with_scale_t) {
+    EXPECT_TRUE(same_bytes(d.scale_t, h.scale_t)) << what << ": transposed scales";
   }
+  // Without q_t the codes and scales are the same.
+  Tensor dq = poisoned({M, K}, d.q.dtype()), ds = poisoned(h.scale.shape(), DType::F32);
+  ops::fp8_quantize(dq, ds, dx, c.scaling);
+  EXPECT_TRUE(same_bytes(dq, h.q)) << what << ": codes without q_t";
+  EXPECT_TRUE(same_bytes(ds, h.scale)) << what << ": scales without q_t";
 
   for (DType yd : {DType::F32, DType::BF16}) {
     Tensor hy = Tensor::empty({M, K}, yd), dy = poisoned({M, K}, yd);
-    ops::fp8_dequantize(hy, hq, hs, c.scaling);
-    ops::fp8_dequantize(dy, dq, ds, c.scaling);
+    ops::fp8_dequantize(hy, h.q, h.scale, c.scaling);
+    ops::fp8_dequantize(dy, d.q, d.scale, c.scaling);
     EXPECT_TRUE(same_values(dy, hy)) << what << ": dequantised to " << dtype_name(yd);
   }
 }
 
+std::vector<Case> every_case() {
+  std::vector<Case> cases;
+  for (ops::Fp8Scaling s : {ops::Fp8Scaling::Tensorwise, ops::Fp8Scaling::Rows1x128, ops::Fp8Scaling::Blocks128})
+    for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2})
+      for (DType dt : {DType::BF16, DType::F32}) cases.push_back({s, f, dt});
+  return cases;
+}
+
+// Shapes: single elements; rows and columns not multiples of 8 or 16 (element access throughout:
+// 33×31, 200×300, 260×300); K a multiple of 8 with M not one of 16 (vector loads and q stores, q_t
+// stored by element: 200×304); both multiples with partial tiles (272×392) and whole tiles (256×2048).
 TEST(GpuFp8Cast, MatchesTheCpuTwinBitForBit) {
   TETRA_REQUIRE_GPU();
-  const Case cases[] = {
-      {ops::Fp8Scaling::Tensorwise, Fp8Format::E4M3, DType::BF16}, {ops::Fp8Scaling::Tensorwise, Fp8Format::E5M2, DType::F32},
-      {ops::Fp8Scaling::Rows1x128, Fp8Format::E4M3, DType::BF16},  {ops::Fp8Scaling::Rows1x128, Fp8Format::E5M2, DType::BF16},
-      {ops::Fp8Scaling::Blocks128, Fp8Format::E4M3, DType::F32},   {ops::Fp8Scaling::Blocks128, Fp8Format::E4M3, DType::BF16}};
   uint64_t seed = 1;
-  for (const Case& c : cases)
-    for (auto [M, K] : {std::pair<int64_t, int64_t>{1, 1}, {33, 31}, {130, 300}, {256, 2048}})
+  for (const Case& c : every_case())
+    for (auto [M, K] : {std::pair<int64_t, int64_t>{1, 1}, {33, 31}, {200, 300}, {260, 300}, {200, 304}, {272, 392},
+                        {256, 2048}})
       check_cast(c, M, K, seed++);
-  check_cast(cases[2], 65536 * 32 + 40, 64, seed++);  // more tile rows than one grid dimension holds
+}
+
+// x, q and q_t off the vector paths' alignment with shapes that would otherwise take them.
+TEST(GpuFp8Cast, UnalignedOperandsMatchTheCpuTwin) {
+  TETRA_REQUIRE_GPU();
+  uint64_t seed = 500;
+  for (const Case& c : every_case()) check_cast(c, 256, 264, seed++, /*offset=*/1);
+}
+
+// The benchmarks' shape (16384×2048 bf16, 2^25 elements: 2048 tiles of 128×128, more than the grid's
+// blocks, so blocks take several) and tall, narrow ones (16,385 and 1,025 tiles in one column of
+// tiles, the last one partial; the fp32 one with rows of 40 takes the element path).
+TEST(GpuFp8Cast, LargeShapesMatchTheCpuTwin) {
+  TETRA_REQUIRE_GPU();
+  uint64_t seed = 900;
+  for (ops::Fp8Scaling s : {ops::Fp8Scaling::Tensorwise, ops::Fp8Scaling::Rows1x128, ops::Fp8Scaling::Blocks128})
+    check_cast({s, Fp8Format::E4M3, DType::BF16}, 16384, 2048, seed++);
+  check_cast({ops::Fp8Scaling::Rows1x128, Fp8Format::E5M2, DType::BF16}, 65536 * 32 + 40, 64, seed++);
+  check_cast({ops::Fp8Scaling::Blocks128, Fp8Format::E4M3, DType::F32}, 65536 * 2 + 8, 40, seed++);
+}
+
+// A device tensor of all-ones bytes too large for poisoned()'s host buffer: 1 MiB poisoned, then
+// doubled on the device.
+Tensor poisoned_large(const Shape& shape, DType dt) {
+  Tensor t = Tensor::empty(shape, dt, gpu());
+  const size_t n = t.nbytes(), first = std::min<size_t>(n, size_t{1} << 20);
+  std::vector<unsigned char> ones(first, 0xff);
+  char* p = static_cast<char*>(t.data_ptr());
+  cuda::copy_bytes(p, gpu(), ones.data(), Device::cpu(), first, /*blocking=*/true);
+  for (size_t done = first; done < n; done *= 2)
+    cuda::copy_bytes(p + done, gpu(), p, gpu(), std::min(done, n - done), /*blocking=*/true);
+  return t;
+}
+
+// dev [R, C] (a scale [1] counts as [1, 1]) against host [r, c] repeated down and across:
+// dev[i, j] == host[i % r, j % c], byte for byte.
+bool repeats(const Tensor& dev, const Tensor& host) {
+  const Tensor got = download_raw(dev);
+  const int64_t R = got.ndim() == 2 ? got.dim(0) : 1, C = got.dim(-1);
+  const int64_t r = host.ndim() == 2 ? host.dim(0) : 1, c = host.dim(-1);
+  const size_t e = dtype_size(got.dtype());
+  const auto* g = static_cast<const unsigned char*>(got.data_ptr());
+  const auto* h = static_cast<const unsigned char*>(host.data_ptr());
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t j = 0; j < C; ++j)
+      if (std::memcmp(g + (i * C + j) * e, h + ((i % r) * c + j % c) * e, e) != 0) return false;
+  return true;
+}
+
+// Past 2^31 elements (int64 indexing in every kernel): x [16512, 131072] bf16 (2.16 G elements)
+// is one 128-row block repeated, so the CPU cast of that block gives every group: q's first and last
+// 128 rows, q_t's last 128 rows (column m holds the block's column m % 128: the same 128-row runs
+// and blocks), all the scales; Tensorwise's amax is the block's. 9 GB of device memory.
+TEST(GpuFp8Cast, PastTwoToThe31ElementsMatchesTheCpuTwin) {
+  TETRA_REQUIRE_GPU();
+  const int64_t B = 128, K = 131072, M = 129 * B;
+  Rng rng(77);
+  const Tensor hx = host_as(representable(random_host(rng, {B, K}, 4.0), DType::BF16), DType::BF16);
+  Tensor dx = Tensor::empty({M, K}, DType::BF16, gpu());
+  for (int64_t r = 0; r < M; r += B)
+    cuda::copy_bytes(static_cast<char*>(dx.data_ptr()) + r * K * 2, gpu(), hx.data_ptr(), Device::cpu(), hx.nbytes(),
+                     /*blocking=*/true);
+  for (ops::Fp8Scaling scaling :
+       {ops::Fp8Scaling::Tensorwise, ops::Fp8Scaling::Rows1x128, ops::Fp8Scaling::Blocks128}) {
+    const Case c{scaling, Fp8Format::E4M3, DType::BF16};
+    const Outputs h = cast_with_transpose(c, hx, /*with_scale_t=*/true, 0);
+    const DType qd = dtype_of(c.format);
+    Outputs d{poisoned_large({M, K}, qd), poisoned(scale_shape(scaling, M, K), DType::F32), poisoned_large({K, M}, qd),
+              poisoned(scale_shape(scaling, K, M), DType::F32)};
+    ops::fp8_quantize(d.q, d.scale, dx, scaling, &d.q_t, &d.scale_t);
+    const std::string what = describe(c, M, K);
+    EXPECT_TRUE(same_bytes(d.q.slice_flat(0, {B, K}), h.q)) << what << ": first rows' codes";
+    EXPECT_TRUE(same_bytes(d.q.slice_flat((M - B) * K, {B, K}), h.q)) << what << ": last rows' codes";
+    EXPECT_TRUE(repeats(d.q_t.slice_flat((K - B) * M, {B, M}), h.q_t.slice_flat((K - B) * B, {B, B})))
+        << what << ": last rows' transposed codes";
+    EXPECT_TRUE(repeats(d.scale, h.scale)) << what << ": scales";
+    EXPECT_TRUE(repeats(d.scale_t, h.scale_t)) << what << ": transposed scales";
+  }
 }
 
 // The GEMM's floor against the CPU's fp32 sum of the same products: Hopper's FP8 tensor cores keep
