@@ -142,6 +142,7 @@ elif group == "gpu":
         check(f"(bf16 + fp8 {recipe})" in out, f"gpu {recipe}: the header names the recipe")
         got = losses_of(ws, recipe)
         worst = max(rel(a, b) for a, b in zip(got, base))
+        print(f"{recipe} losses: " + " ".join(f"{a:.3f}/{b:.3f}" for a, b in zip(got[::5], base[::5])) + " (bf16 after /)")
         check(len(got) == STEPS and all(np.isfinite(got)) and got[-1] < got[0] - 1.0,
               f"gpu {recipe}: {STEPS} finite losses, falling ({got[0]:.3f} -> {got[-1]:.3f})")
         check(worst <= LOSS_TOL, f"gpu {recipe}: every loss within {LOSS_TOL} of the bf16 run's ({worst:.1e})")
