@@ -7,7 +7,7 @@
 # non-finite loss.
 #   scripts/bench/fp8_convergence.sh TOKENIZER [DIR]
 # TOKENIZER: what `tetra data prepare --tokenizer` takes (Llama 3's tokenizer.json; `byte` for tests).
-# DIR (default runs/bench/fp8_convergence) receives text/ (TEXT_MB of the Python sources, /usr/include
+# DIR (default runs/bench/fp8_convergence under the repository) receives text/ (TEXT_MB of the Python sources, /usr/include
 # and /usr/share/doc, scripts/bench/gather_text.py), tokens.h5, runs/RECIPE-seedSEED (each run's
 # directory and log), runs.jsonl (one throughput line per run), summary.json (what is printed) and
 # loss_curves.svg (the smoothed curves of every run). Text and tokens are reused while TOKENIZER and
@@ -15,18 +15,23 @@
 # Knobs (environment), defaults for one H200:
 #   STEPS 1000, LAST 200, LAYERS 4, BATCH 4, SEQ 1024 (4 × 1024 tokens per step), SEEDS "1 2 3",
 #   RECIPES "bf16 tensorwise blockwise" (bf16 sets no train.fp8 key), WARMUP STEPS/10, TEXT_MB 64,
-#   CONFIG configs/llama-1b.yaml, TETRA build/tetra, TETRA_ARGS (more --set arguments for every run).
+#   CONFIG configs/llama-1b.yaml, TETRA build/tetra (both from the repository root), TETRA_ARGS (more
+#   --set arguments for every run).
 # At the defaults a step is 12.9 TFLOP of model FLOPs (6 · 506M non-embedding parameters with the
 # output layer · 4096 tokens, plus attention): at 40–55% of 989 TFLOP/s that is 24–33 ms, so a run of
 # 1000 steps takes about 25–35 s after its start-up, the nine runs about 5–7 minutes.
 # Exit 0 when every run completed (the verdict is in the JSON: "converged"), 1 when a run failed or
 # stopped short, 2 for bad arguments.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
 die() { echo "fp8_convergence.sh: $*" >&2; exit 2; }
 tokenizer=${1:-}
 [ -n "$tokenizer" ] || die "usage: scripts/bench/fp8_convergence.sh TOKENIZER [DIR]"
-dir=${2:-runs/bench/fp8_convergence}
+[ "$tokenizer" = byte ] || [ -e "$tokenizer" ] || die "$tokenizer: no such tokenizer file or folder"
+[ "$tokenizer" = byte ] || tokenizer=$(realpath "$tokenizer")  # paths as the caller gave them, from here on absolute
+dir=$(realpath -m "${2:-runs/bench/fp8_convergence}")
+[ -n "${2:-}" ] || dir=  # the default lives under the repository
+cd "$(dirname "$0")/../.."
+dir=${dir:-$PWD/runs/bench/fp8_convergence}
 steps=${STEPS:-1000} last=${LAST:-200} layers=${LAYERS:-4} batch=${BATCH:-4} seq=${SEQ:-1024}
 seeds=${SEEDS-1 2 3} recipes=${RECIPES-bf16 tensorwise blockwise} text_mb=${TEXT_MB:-64}
 config=${CONFIG:-configs/llama-1b.yaml}
@@ -43,7 +48,6 @@ for r in $recipes; do
   case "$r" in bf16 | tensorwise | blockwise) ;; *) die "RECIPES: '$r' is not bf16, tensorwise or blockwise" ;; esac
 done
 [ -f "$config" ] || die "CONFIG=$config: no such file"
-[ "$tokenizer" = byte ] || [ -e "$tokenizer" ] || die "$tokenizer: no such tokenizer file or folder"
 py=${PYTHON:-python3}
 mkdir -p "$dir"
 export BENCH_DIR="$dir/runs"
@@ -51,7 +55,7 @@ source scripts/bench/throughput_lib.sh
 
 # The tokens: real text through the real tokenizer, once per (tokenizer, amount of text).
 "$py" scripts/bench/gather_text.py "$dir/text" "$text_mb"
-stamp="tokenizer=$(realpath -q "$tokenizer" || echo "$tokenizer") text_mb=$text_mb"
+stamp="tokenizer=$tokenizer text_mb=$text_mb"
 data="$dir/tokens.h5"
 if [ ! -f "$data" ] || [ "$(cat "$dir/tokens.stamp" 2>/dev/null)" != "$stamp" ]; then
   eos=()

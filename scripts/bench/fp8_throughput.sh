@@ -15,6 +15,7 @@
 # scripts/bench/torch_llama.py, torch_gpt.py for gpt2-1.3b; PEER=none runs no peer), TETRA,
 # TETRA_ARGS, BENCH_DIR, BENCH_TAG as in the other throughput scripts.
 set -euo pipefail
+[ -z "${PEER:-}" ] || [ "$PEER" = none ] || [ ! -f "$PEER" ] || PEER=$(realpath "$PEER")  # as the caller gave it
 cd "$(dirname "$0")/../.."
 usage="usage: scripts/bench/fp8_throughput.sh llama1b|gpt2-1.3b|moe2b [STEPS]"
 shape=${1:-}
