@@ -21,7 +21,7 @@ The checks, each on Gaussian data:
   4. the layout rules of torch._scaled_mm are enforced by the emulation (a wrong layout raises);
   5. convert_linears: the blocks' linears converted, the router kept, sizes not multiple of 16 refused;
   6. with PyTorch ≥ 2.4 (nn.RMSNorm): torch_llama.py --device cpu --fp8 tensorwise --emulate runs
-     two steps and reports every block linear converted.
+     three steps and reports every block linear converted; with --cuda also --mode compile on the GPU.
 """
 import json, os, subprocess, sys
 
@@ -154,21 +154,21 @@ def check_convert():
         check("multiples of 16" in str(e), "convert_linears refuses 50 output features")
 
 
-def check_peer():
-    if not hasattr(nn, "RMSNorm"):
-        print(f"skip  torch_llama.py on the CPU: PyTorch {torch.__version__} has no nn.RMSNorm (2.4+)")
-        return
-    cmd = [sys.executable, os.path.join(HERE, "torch_llama.py"), "--device", "cpu", "--fp8", "tensorwise",
-           "--emulate", "--layers", "2", "--dim", "64", "--heads", "4", "--kv-heads", "2", "--ffn", "128",
-           "--vocab", "256", "--batch", "2", "--seq", "32", "--steps", "2", "--rope-theta", "10000"]
+def check_peer(*flags):
+    """torch_llama.py, 2 layers, a few steps with --fp8 tensorwise and flags: every block linear
+    converted (2 layers × q, k, v, o, gate, up, down) and a finite loss."""
+    cmd = [sys.executable, os.path.join(HERE, "torch_llama.py"), "--fp8", "tensorwise", *flags,
+           "--layers", "2", "--dim", "64", "--heads", "4", "--kv-heads", "2", "--ffn", "128",
+           "--vocab", "256", "--batch", "2", "--seq", "32", "--steps", "3", "--rope-theta", "10000"]
+    what = "torch_llama.py --fp8 tensorwise " + " ".join(flags)
     p = subprocess.run(cmd, capture_output=True, text=True)
     try:
         out = json.loads(p.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        check(False, f"torch_llama.py --fp8 tensorwise --emulate printed no JSON line:\n{p.stderr[-2000:]}")
+        check(False, f"{what} printed no JSON line:\n{p.stderr[-3000:]}")
         return
-    check(out.get("fp8_linears") == 2 * 7 and out.get("fp8") == "tensorwise",
-          f"torch_llama.py --fp8 tensorwise: {out.get('fp8_linears')} float8 linears (2 layers × 7)")
+    check(out.get("fp8_linears") == 2 * 7 and out.get("fp8") == "tensorwise" and 0 < out.get("loss", -1) < 10,
+          f"{what}: {out.get('fp8_linears')} float8 linears (2 layers × 7), loss {out.get('loss')}")
 
 
 def check_cuda():
@@ -186,6 +186,7 @@ def check_cuda():
     for name, a, b in zip(("forward y", "input gradient", "weight gradient"), real, emu):
         e = rel(a, b)
         check(e <= 1e-2, f"cuda {name}: torch._scaled_mm against the emulation, relative error {e:.2e} <= 1e-2")
+    check_peer("--mode", "compile")  # the autograd.Function under torch.compile, on the GPU
 
 
 check_rounding()
@@ -193,7 +194,10 @@ check_gemms()
 check_module()
 check_layouts()
 check_convert()
-check_peer()
+if hasattr(nn, "RMSNorm"):
+    check_peer("--device", "cpu", "--emulate")
+else:
+    print(f"skip  torch_llama.py on the CPU: PyTorch {torch.__version__} has no nn.RMSNorm (2.4+)")
 if "--cuda" in sys.argv[1:]:
     check_cuda()
 print(f"{len(failures)} failed" if failures else "all passed")

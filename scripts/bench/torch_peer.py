@@ -65,7 +65,7 @@ def train(model, opt, batch, a, dev, after_step=None):
 
 def impl_name(prefix, a, ddp):
     return (prefix + a.mode + ("-fsdp" if a.fsdp else "-ddp" if ddp else "")
-            + ("-fp8-" + a.fp8 if a.fp8 != "none" else "") + ("-emulated" if a.emulate else ""))
+            + ("-fp8-" + a.fp8 + ("-emulated" if a.emulate else "") if a.fp8 != "none" else ""))
 
 
 def report(fields, a, world, ms, flops_tok, fp8, dev):
