@@ -61,7 +61,11 @@ if [ ! -f "$data" ] || [ "$(cat "$dir/tokens.stamp" 2>/dev/null)" != "$stamp" ];
   eos=()
   # Without a tokenizer_config.json beside it a tokenizer.json names no end-of-document token; the
   # 4 MB documents here need none.
-  case "$tokenizer" in *.json) [ -f "$(dirname "$tokenizer")/tokenizer_config.json" ] || eos=(--eos none) ;; esac
+  folder=$tokenizer
+  [ -d "$folder" ] || folder=$(dirname "$tokenizer")
+  if [[ "$tokenizer" == *.json || -f "$tokenizer/tokenizer.json" ]] && [ ! -f "$folder/tokenizer_config.json" ]; then
+    eos=(--eos none)
+  fi
   rm -f "$dir/tokens.stamp"
   "$TETRA" data prepare --input "$dir/text/doc*.txt" --tokenizer "$tokenizer" --out "$data" "${eos[@]}" >&2 ||
     { echo "fp8_convergence.sh: tetra data prepare failed" >&2; exit 1; }
