@@ -124,9 +124,15 @@ def check_module():
         ys.append((y.detach(), xi.grad, m.weight.grad, m.bias.grad))
     check(ys[1][0].shape == (2, 16, 64), "Float8Linear keeps the leading dimensions")
     check(rel(ys[1][3], ys[0][3]) <= 1e-6, "the bias gradient equals nn.Linear's (the bias is added unquantised)")
-    for i, name, bound in ((0, "output", 0.1), (1, "input gradient", 0.1), (2, "weight gradient", 0.1)):
+    for i, name in ((0, "output"), (1, "input gradient"), (2, "weight gradient")):
         e = rel(ys[1][i], ys[0][i])
-        check(e <= bound, f"Float8Linear {name} against nn.Linear: relative error {e:.4f} <= {bound} (check 3's bound)")
+        check(e <= 0.1, f"Float8Linear {name} against nn.Linear: relative error {e:.4f} <= 0.1 (above check 3's bounds, ~0.09)")
+    lin.compute_dtype = torch.bfloat16  # as the peers set it: bf16 in and out, as under autocast
+    xi = x.clone().requires_grad_()
+    y = lin(xi)
+    (y.float() * r).sum().backward()
+    check(y.dtype == torch.bfloat16 and xi.grad.dtype == torch.float32 and lin.weight.grad.dtype == torch.float32,
+          f"compute_dtype bf16: output {y.dtype}, gradients of x and w in fp32 as x and w")
 
 
 def check_layouts():

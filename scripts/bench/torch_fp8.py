@@ -91,30 +91,23 @@ class Float8Matmul(torch.autograd.Function):
         return grad_x, grad_w.to(ctx.w_dtype), None
 
 
-def _autocast_dtype(device_type):
-    """The autocast dtype in force for device_type, or None (PyTorch 1.13 to 2.x spellings)."""
-    if hasattr(torch, "get_autocast_dtype"):
-        return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
-    if device_type == "cpu":
-        return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
-    return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
-
-
 class Float8Linear(nn.Linear):
-    """nn.Linear whose GEMMs run in float8 (Float8Matmul); same parameters, same state_dict."""
+    """nn.Linear whose GEMMs run in float8 (Float8Matmul); same parameters, same state_dict.
+    compute_dtype: the dtype x is cast to first and y comes out in (bf16 in the peers, as autocast
+    feeds nn.Linear; None keeps x's)."""
 
     emulate = False
+    compute_dtype = None
 
     def forward(self, x):
-        dtype = _autocast_dtype(x.device.type)
-        if dtype is not None:  # as autocast would feed nn.Linear (torchao does the same)
-            x = x.to(dtype)
+        if self.compute_dtype is not None:
+            x = x.to(self.compute_dtype)
         y = Float8Matmul.apply(x.reshape(-1, x.shape[-1]), self.weight, self.emulate)
         y = y.view(*x.shape[:-1], y.shape[-1])
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
 
-def convert_linears(module, emulate=False, skip=("router",)):
+def convert_linears(module, emulate=False, skip=("router",), compute_dtype=None):
     """Turns every nn.Linear under module into a Float8Linear in place (the same parameter objects),
     except children named in skip (the MoE router: 64 outputs, kept bf16 as torchtitan keeps it);
     returns how many. The peers pass their blocks only: embedding and output layer stay bf16."""
@@ -127,8 +120,8 @@ def convert_linears(module, emulate=False, skip=("router",)):
                 raise ValueError(f"{name}: scaled_mm needs dimensions that are multiples of 16, "
                                  f"got {child.in_features} -> {child.out_features}")
             child.__class__ = Float8Linear
-            child.emulate = emulate
+            child.emulate, child.compute_dtype = emulate, compute_dtype
             count += 1
         else:
-            count += convert_linears(child, emulate, skip)
+            count += convert_linears(child, emulate, skip, compute_dtype)
     return count

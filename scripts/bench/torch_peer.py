@@ -33,7 +33,9 @@ def init_dist():
 def wrap(model, blocks, a, ddp):
     """The blocks' linears to float8 (--fp8), then FSDP2, torch.compile, DDP as asked. Returns
     (model, number of float8 linears)."""
-    fp8 = torch_fp8.convert_linears(blocks, emulate=a.emulate) if a.fp8 != "none" else 0
+    # bf16 operands into the casts, as autocast would give nn.Linear (a constant, not an autocast
+    # query: nothing for torch.compile to trace around)
+    fp8 = torch_fp8.convert_linears(blocks, emulate=a.emulate, compute_dtype=torch.bfloat16) if a.fp8 != "none" else 0
     if a.fp8 != "none" and fp8 == 0:
         raise SystemExit("--fp8: the blocks hold no nn.Linear to convert")
     if a.fsdp:
