@@ -14,35 +14,24 @@ steps=${1:-30}
 shift || true
 gpus=("${@:-1}")
 [ $# -eq 0 ] && gpus=(1)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
-TETRA=${TETRA:-build/tetra}
-[ -x "$TETRA" ] || scripts/build.sh
-out=${BENCH_DIR:-runs/bench}
-mkdir -p "$out"
+source scripts/bench/throughput_lib.sh
 config=configs/llama-1b.yaml
 mb=4
 seq=4096
 vocab=128256
 peer_args="--layers 16 --dim 2048 --heads 32 --kv-heads 8 --ffn 8192 --vocab $vocab --batch $mb --seq $seq --rope-theta 500000"
 data="$out/random_tokens_llama3.h5"
-[ -f "$data" ] || python3 scripts/bench/make_random_tokens.py "$data" 20000000 "$vocab" >&2
+bench_random_tokens "$data" "$vocab"
 for n in "${gpus[@]}"; do
-  name="tetra-llama-1b-${n}gpu${BENCH_TAG:+-$BENCH_TAG}"
-  mpirun --oversubscribe --bind-to none -np "$n" "$TETRA" train "$config" \
-    --set run.output_dir="$out" --set run.name="$name" --set train.steps="$steps" \
-    --set train.global_batch=$((mb * n)) --set train.micro_batch="$mb" --set data.train="$data" \
-    --set data.val="" --set train.eval_every=0 --set checkpoint.every=0 --set checkpoint.resume=none \
-    --set optimizer.warmup_steps=$((steps / 3)) --set log.every=10 ${TETRA_ARGS:-} > "$out/$name.log" 2>&1 || { tail -30 "$out/$name.log" >&2; echo "{\"impl\": \"$name\", \"error\": true}"; continue; }
-  python3 scripts/bench/summarize_run.py "$out/$name" "$name" "$n"
+  bench_tetra "tetra-llama-1b-${n}gpu${BENCH_TAG:+-$BENCH_TAG}" "$config" "$n" $((mb * n)) "$mb" "$data" "$steps"
 done
 if [ -n "${PEER:-}" ]; then
   for mode in ${PEER_MODES:-compile}; do
     for n in "${gpus[@]}"; do
       if [ "$n" -eq 1 ]; then
-        python3 "$PEER" --mode "$mode" --steps "$steps" $peer_args 2>"$out/peer-llama-$mode-1.err" | tail -1
+        bench_peer "peer-llama-$mode-1" python3 "$PEER" --mode "$mode" --steps "$steps" $peer_args
       else
-        torchrun --standalone --nproc_per_node "$n" "$PEER" --mode "$mode" --steps "$steps" $peer_args \
-          2>"$out/peer-llama-$mode-$n.err" | tail -1
+        bench_peer "peer-llama-$mode-$n" torchrun --standalone --nproc_per_node "$n" "$PEER" --mode "$mode" --steps "$steps" $peer_args
       fi
     done
   done

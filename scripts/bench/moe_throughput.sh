@@ -16,11 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 steps=${1:-30}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
-TETRA=${TETRA:-build/tetra}
-[ -x "$TETRA" ] || scripts/build.sh
-out=${BENCH_DIR:-runs/bench}
-mkdir -p "$out"
+source scripts/bench/throughput_lib.sh
 config=configs/moe-2b.yaml
 mb=8
 seq=2048
@@ -28,18 +24,12 @@ vocab=32000
 peer_args="--layers 12 --dim 1536 --heads 12 --kv-heads 12 --ffn 4096 --vocab $vocab --batch $mb --seq $seq
            --experts 64 --topk 6 --shared 2 --moe-ffn 512 --dense-layers 1"
 data="$out/random_tokens_32k.h5"
-[ -f "$data" ] || python3 scripts/bench/make_random_tokens.py "$data" 20000000 "$vocab" >&2
+bench_random_tokens "$data" "$vocab"
 
 run() {  # NAME MICRO_BATCH [--set KEY=VALUE ...]
   local name="tetra-moe-2b-$1${BENCH_TAG:+-$BENCH_TAG}" micro=$2
   shift 2
-  mpirun --oversubscribe --bind-to none -np 1 "$TETRA" train "$config" \
-    --set run.output_dir="$out" --set run.name="$name" --set train.steps="$steps" \
-    --set train.global_batch="$mb" --set train.micro_batch="$micro" --set data.train="$data" \
-    --set data.val="" --set train.eval_every=0 --set checkpoint.every=0 --set checkpoint.resume=none \
-    --set optimizer.warmup_steps=$((steps / 3)) --set log.every=10 "$@" ${TETRA_ARGS:-} > "$out/$name.log" 2>&1 ||
-    { tail -30 "$out/$name.log" >&2; echo "{\"impl\": \"$name\", \"error\": true}"; return 0; }
-  python3 scripts/bench/summarize_run.py "$out/$name" "$name" 1
+  bench_tetra "$name" "$config" 1 "$mb" "$micro" "$data" "$steps" "$@"
 }
 
 run routed "$mb"
@@ -50,7 +40,7 @@ if [ "${OVERLAP:-0}" = 1 ]; then
 fi
 if [ -n "${PEER:-}" ]; then
   for mode in ${PEER_MODES:-compile}; do
-    python3 "$PEER" --mode "$mode" --steps "$steps" $peer_args 2>"$out/peer-moe-$mode.err" | tail -1
-    python3 "$PEER" --mode "$mode" --steps "$steps" $peer_args --force-balance 2>"$out/peer-moe-$mode-balanced.err" | tail -1
+    bench_peer "peer-moe-$mode" python3 "$PEER" --mode "$mode" --steps "$steps" $peer_args
+    bench_peer "peer-moe-$mode-balanced" python3 "$PEER" --mode "$mode" --steps "$steps" $peer_args --force-balance
   done
 fi

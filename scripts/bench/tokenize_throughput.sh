@@ -29,47 +29,7 @@ py=${PYTHON:-python3}
 mkdir -p "$dir/text"
 
 # The text: source and documentation files, concatenated into ~DOC_KB kB documents, until GB.
-"$py" - "$dir/text" "$gb" "$doc_kb" <<'PY'
-import os, sys, sysconfig
-out, gb, doc_kb = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-target, chunk = int(gb * 1e9), doc_kb * 1000
-marker = os.path.join(out, ".doc_kb")
-have = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out) if f.startswith("doc"))
-if have >= target and os.path.exists(marker) and open(marker).read() == str(doc_kb):
-    sys.exit(0)
-for f in os.listdir(out):
-    os.remove(os.path.join(out, f))
-roots = [sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], "/usr/include", "/usr/share/doc", "/usr/lib/python3"]
-exts = (".py", ".c", ".h", ".hpp", ".txt", ".md", ".rst", ".html", ".json")
-sources = []
-for root in roots:
-    for d, _, files in os.walk(root):
-        sources += [os.path.join(d, f) for f in sorted(files) if f.endswith(exts)]
-written, n, buf = 0, 0, []
-def flush():
-    global n, buf
-    with open(os.path.join(out, f"doc{n:05d}.txt"), "wb") as f:
-        f.write(b"".join(buf))
-    n, buf = n + 1, []
-size = 0
-while written < target:
-    for path in sources:
-        try:
-            data = open(path, "rb").read()
-        except OSError:
-            continue
-        buf.append(data)
-        size += len(data)
-        written += len(data)
-        if size >= chunk:
-            flush()
-            size = 0
-        if written >= target:
-            break
-if buf:
-    flush()
-open(marker, "w").write(str(doc_kb))
-PY
+"$py" scripts/bench/gather_text.py "$dir/text" "$(awk -v gb="$gb" 'BEGIN { print gb * 1000 }')" "$doc_kb"
 files=("$dir"/text/doc*.txt)
 bytes=$(cat "${files[@]}" | wc -c)
 
