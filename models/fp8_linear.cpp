@@ -1,6 +1,7 @@
 #include "models/fp8_linear.h"
 
 #include "runtime/error.h"
+#include "runtime/fp8_cast_shape.h"
 
 namespace tetra {
 
@@ -27,18 +28,6 @@ Fp8RecipeCasts fp8_recipe_casts(Fp8Recipe recipe) {
 
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The scale tensor of a cast of [rows, cols] (runtime/ops.h's layouts).
-Shape scale_shape(ops::Fp8Scaling scaling, int64_t rows, int64_t cols) {
-  switch (scaling) {
-    case ops::Fp8Scaling::Tensorwise: return {1};
-    case ops::Fp8Scaling::Rows1x128: return {ceil_div(cols, ops::kFp8Block), rows};
-    case ops::Fp8Scaling::Blocks128: return {ceil_div(rows, ops::kFp8Block), ceil_div(cols, ops::kFp8Block)};
-  }
-  return {1};
-}
-
 // One FP8 operand: codes and their scales.
 struct Fp8Operand {
   Tensor q, scale;
@@ -46,7 +35,7 @@ struct Fp8Operand {
 };
 
 Fp8Operand empty_operand(const Fp8Cast& cast, int64_t rows, int64_t cols, Device device) {
-  return {Tensor::empty({rows, cols}, cast.format, device), Tensor::empty(scale_shape(cast.scaling, rows, cols), DType::F32, device),
+  return {Tensor::empty({rows, cols}, cast.format, device), Tensor::empty(fp8_scale_shape(cast.scaling, rows, cols), DType::F32, device),
           cast.scaling};
 }
 

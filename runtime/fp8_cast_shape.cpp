@@ -7,6 +7,7 @@ namespace tetra {
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t padded(int64_t n) { return ceil_div(n, kFp8ScalePad) * kFp8ScalePad; }
 
 // q (an FP8 tensor, [rows, last]) and its scale: the groups of `scaling` over q's shape.
 Fp8CastShape fp8_operand_shape(const char* op, const char* name, const Tensor& q, const Tensor& scale,
@@ -28,14 +29,24 @@ Fp8CastShape fp8_operand_shape(const char* op, const char* name, const Tensor& q
     s.scale_rows = ceil_div(s.rows, s.group_rows);
     s.scale_cols = ceil_div(s.cols, s.group_cols);
     s.rows_inner = scaling == ops::Fp8Scaling::Rows1x128;
+    s.scale_ld = padded(s.rows_inner ? s.scale_rows : s.scale_cols);
   }
-  const Shape want = scaling == ops::Fp8Scaling::Tensorwise ? Shape{1} : (s.rows_inner ? Shape{s.scale_cols, s.scale_rows} : Shape{s.scale_rows, s.scale_cols});
+  const Shape want = fp8_scale_shape(scaling, s.rows, s.cols);
   if (scale.dtype() != DType::F32 || scale.shape() != want)
     TETRA_FAIL(Internal, op, ": the scale of ", name, " must be fp32 ", shape_str(want), ", got ", scale.describe());
   return s;
 }
 
 }  // namespace
+
+Shape fp8_scale_shape(ops::Fp8Scaling scaling, int64_t rows, int64_t cols) {
+  switch (scaling) {
+    case ops::Fp8Scaling::Tensorwise: return {1};
+    case ops::Fp8Scaling::Rows1x128: return {ceil_div(cols, ops::kFp8Block), padded(rows)};
+    case ops::Fp8Scaling::Blocks128: return {ceil_div(rows, ops::kFp8Block), padded(ceil_div(cols, ops::kFp8Block))};
+  }
+  return {1};
+}
 
 Fp8CastShape fp8_cast_shape(const char* op, const Tensor& q, const Tensor& scale, const Tensor& x,
                             ops::Fp8Scaling scaling, const Tensor* q_t, const Tensor* scale_t) {

@@ -2,7 +2,8 @@
 // x or y [M, K] (more dimensions: [rows, last]), q [M, K] in an FP8 dtype, scale fp32 with one
 // value per group, q_t [K, M]. Element (m, k) belongs to group (m / group_rows, k / group_cols), whose
 // scale is scale[k / 128][m] for Rows1x128 (the rows contiguous) and scale[m / 128][k / 128] for
-// Blocks128: the layouts of cuBLASLt's VEC128 and BLK128x128 scale modes on Hopper.
+// Blocks128: the layouts of cuBLASLt's VEC128 and BLK128x128 scale modes on Hopper, whose inner
+// (contiguous) dimension is padded to a multiple of 4 floats (fp8_scale_shape).
 #pragma once
 #include <cstdint>
 
@@ -11,14 +12,26 @@
 
 namespace tetra {
 
+// The inner dimension of a block-scaled cast's scales is padded to a multiple of this many floats
+// (16 bytes): cuBLASLt reads each row of scales at that pitch (Transformer Engine pads its scales so
+// for the same GEMMs). The padding holds 0.
+constexpr int64_t kFp8ScalePad = 4;
+
+// The scale tensor of a cast of [rows, cols]: Tensorwise [1]; Rows1x128 [⌈cols/128⌉, rows padded];
+// Blocks128 [⌈rows/128⌉, ⌈cols/128⌉ padded].
+Shape fp8_scale_shape(ops::Fp8Scaling scaling, int64_t rows, int64_t cols);
+
 struct Fp8CastShape {
   int64_t rows = 0, cols = 0;              // M, K
   int64_t group_rows = 1, group_cols = 1;  // a group's extent (Tensorwise: the whole tensor)
-  int64_t scale_rows = 1, scale_cols = 1;  // groups down and across: scale is [scale_cols, scale_rows]
-  bool rows_inner = true;  // Rows1x128: scale [scale_cols, scale_rows]; Blocks128: [scale_rows, scale_cols]
+  int64_t scale_rows = 1, scale_cols = 1;  // groups down and across
+  bool rows_inner = true;  // Rows1x128: scale [scale_cols, ld]; Blocks128: [scale_rows, ld]
+  int64_t scale_ld = 1;    // the scale tensor's inner extent: scale_rows (Rows1x128) or scale_cols, padded
   int64_t scale_index(int64_t m, int64_t k) const {
-    return rows_inner ? (k / group_cols) * scale_rows + m / group_rows : (m / group_rows) * scale_cols + k / group_cols;
+    return rows_inner ? (k / group_cols) * scale_ld + m / group_rows : (m / group_rows) * scale_ld + k / group_cols;
   }
+  // Whether scale entry g is padding (no group of x).
+  bool is_padding(int64_t g) const { return g % scale_ld >= (rows_inner ? scale_rows : scale_cols); }
   Fp8Format format = Fp8Format::E4M3;
 };
 

@@ -23,7 +23,7 @@ int64_t group_of(const Fp8CastShape& s, int64_t m, int64_t k) {
 void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling scaling, Tensor* q_t, Tensor* scale_t) {
   const Fp8CastShape s = fp8_cast_shape("fp8_quantize", q, scale, x, scaling, q_t, scale_t);
   const FloatReader in(x);
-  std::vector<uint32_t> amax_bits(static_cast<size_t>(s.scale_rows * s.scale_cols), 0);
+  std::vector<uint32_t> amax_bits(static_cast<size_t>(scale.numel()), 0);
   for (int64_t m = 0; m < s.rows; ++m)
     for (int64_t k = 0; k < s.cols; ++k) {
       uint32_t& a = amax_bits[group_of(s, m, k)];
@@ -34,7 +34,7 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
   float* out_scale = scale.data<float>();
   for (size_t g = 0; g < amax_bits.size(); ++g) {
     factor[g] = fp8_quant_factor(std::bit_cast<float>(amax_bits[g]), largest);
-    out_scale[g] = 1.0f / factor[g];
+    out_scale[g] = s.is_padding(static_cast<int64_t>(g)) ? 0.0f : 1.0f / factor[g];
   }
   uint8_t* out = static_cast<uint8_t*>(q.data_ptr());
   for (int64_t m = 0; m < s.rows; ++m)

@@ -52,6 +52,7 @@ struct TileArgs {
   float* scale = nullptr;
   unsigned char* q_t = nullptr;                 // null: no transposed copy
   float* scale_t = nullptr;                     // null where not given
+  int64_t scale_ld = 1, scale_t_ld = 1;         // the scales' padded inner extents (fp8_scale_shape)
   const unsigned* amax_bits = nullptr;          // Tensorwise: the tensor's amax
   Fp8Format format = Fp8Format::E4M3;
   bool vec_t = false;                           // q_t rows take 16-byte stores (M % 16 == 0, aligned)
@@ -191,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_tile_kernel(const T* __restri
       if (cg == 0)
 #pragma unroll
         for (int p = 0; p < kPiece; ++p)
-          if (m0 + p < M) a.scale[tile_k * M + m0 + p] = 1.0f / r_row[p];
+          if (m0 + p < M) a.scale[tile_k * a.scale_ld + m0 + p] = 1.0f / r_row[p];
       if (transposed) {  // 128×1 runs: column k0 + j over the tile's 128 rows
         unsigned col_max[kPiece];
 #pragma unroll
@@ -220,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_tile_kernel(const T* __restri
         if (rg == 0)  // scale_t [⌈M/128⌉, K]
 #pragma unroll
           for (int j = 0; j < kPiece; ++j)
-            if (k0 + j < K) a.scale_t[tile_m * K + k0 + j] = 1.0f / r_col[j];
+            if (k0 + j < K) a.scale_t[tile_m * a.scale_t_ld + k0 + j] = 1.0f / r_col[j];
       }
     } else if constexpr (kMode == Mode::Blocks128) {
       unsigned b = 0;
@@ -232,8 +233,8 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_tile_kernel(const T* __restri
 #pragma unroll
       for (int i = 0; i < kPiece; ++i) r_row[i] = r_col[i] = r;
       if (tid == 0) {
-        a.scale[tile_m * a.tiles_across + tile_k] = 1.0f / r;
-        if (a.scale_t) a.scale_t[tile_k * a.tiles_down + tile_m] = 1.0f / r;
+        a.scale[tile_m * a.scale_ld + tile_k] = 1.0f / r;
+        if (a.scale_t) a.scale_t[tile_k * a.scale_t_ld + tile_m] = 1.0f / r;
       }
     }
 
@@ -298,15 +299,15 @@ __global__ void __launch_bounds__(256) fp8_amax_kernel(const T* __restrict__ x, 
 }
 
 struct Groups {
-  int64_t rows, cols, group_rows, group_cols, scale_rows, scale_cols;  // as Fp8CastShape
+  int64_t rows, cols, group_rows, group_cols, scale_ld;  // as Fp8CastShape
   bool rows_inner;
   __device__ int64_t of(int64_t m, int64_t k) const {
-    return rows_inner ? (k / group_cols) * scale_rows + m / group_rows : (m / group_rows) * scale_cols + k / group_cols;
+    return rows_inner ? (k / group_cols) * scale_ld + m / group_rows : (m / group_rows) * scale_ld + k / group_cols;
   }
 };
 
 Groups groups_of(const Fp8CastShape& s) {
-  return {s.rows, s.cols, s.group_rows, s.group_cols, s.scale_rows, s.scale_cols, s.rows_inner};
+  return {s.rows, s.cols, s.group_rows, s.group_cols, s.scale_ld, s.rows_inner};
 }
 
 __device__ __forceinline__ float from_fp8(unsigned char c, Fp8Format f) {
@@ -357,7 +358,16 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
   a.q_t = given(q_t) ? static_cast<unsigned char*>(q_t->data_ptr()) : nullptr;
   a.scale_t = given(scale_t) ? scale_t->data<float>() : nullptr;
   a.format = s.format;
+  a.scale_ld = s.scale_ld;
+  a.scale_t_ld = given(scale_t) ? scale_t->dim(-1) : 1;
   a.vec_t = a.q_t && s.rows % 16 == 0 && aligned16(a.q_t);
+  // The scales' padding (fp8_scale_shape) holds 0, as the CPU writes it; no tile writes it.
+  const bool rows = scaling == ops::Fp8Scaling::Rows1x128;
+  const int64_t inner = rows ? s.rows : a.tiles_across, inner_t = rows ? s.cols : a.tiles_down;
+  if (scaling != ops::Fp8Scaling::Tensorwise && a.scale_ld != inner)
+    TETRA_CUDA_CHECK(cudaMemsetAsync(scale.data_ptr(), 0, scale.nbytes(), stream));
+  if (scaling != ops::Fp8Scaling::Tensorwise && given(scale_t) && a.scale_t_ld != inner_t)
+    TETRA_CUDA_CHECK(cudaMemsetAsync(scale_t->data_ptr(), 0, scale_t->nbytes(), stream));
   const bool vec = s.cols % 8 == 0 && aligned16(x.data_ptr()) && aligned8(a.q);
   const int64_t tiles = a.tiles_down * a.tiles_across;
   Tensor amax;  // Tensorwise: the amax bits, read by every block of the tile kernel

@@ -31,16 +31,6 @@ int32_t scale_mode(ops::Fp8Scaling s) {
 void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, ops::Fp8Scaling a_scaling, const Tensor& b,
               const Tensor& b_scale, ops::Fp8Scaling b_scaling, bool accumulate) {
   const char* op = "fp8_gemm";
-  // A bf16 C (beta = 1) under the BLK128x128 mode came out wrong on one H200 (relative errors of
-  // 5 to 1e32 against the CPU, cuBLASLt reporting success), while an fp32 C was right: such a GEMM
-  // writes a product of its own, added after.
-  const bool blocks = a_scaling == ops::Fp8Scaling::Blocks128 || b_scaling == ops::Fp8Scaling::Blocks128;
-  if (accumulate && blocks && y.dtype() == DType::BF16) {
-    Tensor product = Tensor::empty(y.shape(), DType::F32, y.device());
-    cuda::fp8_gemm(product, a, a_scale, a_scaling, b, b_scale, b_scaling, /*accumulate=*/false);
-    ops::add(y, y, product);
-    return;
-  }
   check_cuda_tensor(op, "y", y);
   check_cuda_tensor(op, "a", a);
   check_cuda_tensor(op, "b", b);

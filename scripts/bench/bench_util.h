@@ -14,6 +14,7 @@
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/device.h"
+#include "runtime/fp8_cast_shape.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
 #include "runtime/stream.h"
@@ -76,12 +77,8 @@ inline double time_ms(const std::function<void()>& f, int reps, bool settle_firs
   return static_cast<double>(stop.elapsed_ms(start)) / reps;
 }
 
-// The scale shape fp8_quantize writes for x [rows, cols] (runtime/ops.h).
-inline Shape fp8_scale_shape(ops::Fp8Scaling s, int64_t rows, int64_t cols) {
-  if (s == ops::Fp8Scaling::Tensorwise) return {1};
-  if (s == ops::Fp8Scaling::Blocks128) return {(rows + 127) / 128, (cols + 127) / 128};
-  return {(cols + 127) / 128, rows};
-}
+// The scale shape fp8_quantize writes for x [rows, cols] (runtime/fp8_cast_shape.h).
+inline Shape fp8_scale_shape(ops::Fp8Scaling s, int64_t rows, int64_t cols) { return tetra::fp8_scale_shape(s, rows, cols); }
 
 // One result: a JSON object on a line of stdout, flushed.
 inline void print(const nlohmann::json& j) {

@@ -40,7 +40,7 @@ chmod +x "$TETRA"
 touch "$work/bench/random_tokens_llama3.h5"  # the data file exists: no random tokens made
 
 # 1. All runs: 3 tetra lines, 2 peer lines, the summary.
-PEER="$work/peer.py" bash "$src/scripts/bench/fp8_throughput.sh" llama1b 20 > "$work/out.txt" || fail "exit $?"
+RECIPES="tensorwise blockwise" PEER="$work/peer.py" bash "$src/scripts/bench/fp8_throughput.sh" llama1b 20 > "$work/out.txt" || fail "exit $?"
 "$py" - "$work/out.txt" <<'PY' || fail "the lines of a full call"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]

@@ -8,6 +8,7 @@
 
 #include "models/fp8_linear.h"
 #include "models/modules.h"
+#include "runtime/fp8_cast_shape.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
 #include "tests/runtime/op_test_util.h"
@@ -32,16 +33,10 @@ Tensor transpose(const Tensor& x) {
   return t;
 }
 
-Shape scale_shape(ops::Fp8Scaling s, int64_t rows, int64_t cols) {
-  if (s == ops::Fp8Scaling::Tensorwise) return {1};
-  if (s == ops::Fp8Scaling::Rows1x128) return {(cols + 127) / 128, rows};
-  return {(rows + 127) / 128, (cols + 127) / 128};
-}
-
 // x [R, C] as the recipe's cast sees it: quantised and dequantised, computed here from x itself.
 Matrix cast_values(const Tensor& x, const Fp8Cast& cast) {
   const int64_t R = x.dim(0), C = x.dim(1);
-  Tensor q = Tensor::empty({R, C}, cast.format), s = Tensor::empty(scale_shape(cast.scaling, R, C), DType::F32);
+  Tensor q = Tensor::empty({R, C}, cast.format), s = Tensor::empty(fp8_scale_shape(cast.scaling, R, C), DType::F32);
   ops::fp8_quantize(q, s, x, cast.scaling);
   Tensor y = Tensor::empty({R, C}, DType::F32);
   ops::fp8_dequantize(y, q, s, cast.scaling);
