@@ -4,8 +4,9 @@
   fp8_peer_check.py            on the CPU, GEMMs emulated: casts, scales, layouts and gradients
   fp8_peer_check.py --cuda     also torch._scaled_mm on the GPU against the emulation (Hopper)
 
-Exit 0: all checks passed; 1: a check failed; 77: cannot run here (no torch; with --cuda, no CUDA
-GPU of compute capability 8.9 or above).
+Exit 0: all checks passed; 1: a check failed, or no torch outside a GPU test; 77: cannot run here
+(no torch in a GPU test, TETRA_TEST_GPU=1; with --cuda, no CUDA GPU of compute capability 8.9 or
+above).
 
 The checks, each on Gaussian data:
   1. the cast: software rounding to E4M3/E5M2 against a few values worked by hand, and bit for bit
@@ -31,8 +32,13 @@ try:
     import torch
     import torch.nn as nn
 except ImportError:
-    print("fp8_peer_check: skipped: this Python has no torch")
-    sys.exit(77)
+    # As the tests' rule (docs/testing.md): a missing module fails a CPU test and skips a GPU one.
+    why = f"{sys.executable} has no torch (the tests' Python: reconfigure with -DTETRA_PYTHON=...)"
+    if os.environ.get("TETRA_TEST_GPU") == "1":
+        print(f"fp8_peer_check: skipped: {why}")
+        sys.exit(77)
+    print(f"fp8_peer_check: FAIL: {why}")
+    sys.exit(1)
 import torch_fp8 as f8
 
 failures = []
