@@ -252,6 +252,13 @@ void check_fp8(const Config& c) {
     fail(c, {"train.fp8.recipe", "train.micro_batch", "train.seq_len"},
          recipe + ": a micro-batch of micro_batch·seq_len = " + str(tokens) + " tokens; the FP8 GEMMs need a multiple of " +
              str(kFp8Multiple) + " (every GEMM dimension is one)");
+  // Samples decode one token at a time through the training model, whose projections would then run
+  // FP8 GEMMs of one row.
+  if (c.log.sample_every > 0)
+    fail(c, {"train.fp8.recipe", "log.sample_every"},
+         recipe + " with samples: decoding runs the projections on one token at a time, and the FP8 GEMMs need "
+         "multiples of " + str(kFp8Multiple) + " rows; set log.sample_every: 0, or sample from a checkpoint with "
+         "`tetra generate` (which runs in the working dtype)");
 }
 
 void check_batches(const Config& c, int dp) {

@@ -20,7 +20,8 @@ Groups (one ctest each):
             GPU: a 256-wide Llama against the bf16 run (the last 10 losses' mean within LOSS_TOL, the
             loss falls), and under CUDA graphs the same losses as without; blockwise refused there.
   refused   what the recipes cannot run is a configuration error before any work: tp 2, a
-            micro-batch of tokens not a multiple of 16, a width not a multiple of 16.
+            micro-batch of tokens not a multiple of 16, a width not a multiple of 16, samples (their
+            decoding GEMMs have one row).
 
 usage: fp8_equivalence.py TETRA_BIN WORK_DIR GROUP
 """
@@ -162,7 +163,8 @@ elif group == "refused":
     for sets, np_, words in [(["parallel.tp=2", "parallel.dp=1"], 2, "the tensor-parallel projections have no FP8 path"),
                              (["train.micro_batch=1", "train.seq_len=24", "model.seq_len=24"], 1,
                               "24 tokens; the FP8 GEMMs need a multiple of 16"),
-                             (["model.ffn_dim=40"], 1, "model.ffn_dim gives 40")]:
+                             (["model.ffn_dim=40"], 1, "model.ffn_dim gives 40"),
+                             (["log.sample_every=2", "log.sample_prompt=The"], 1, "blockwise with samples")]:
         _, err, rc = ws.train("bad", np_=np_, sets=sets, expect=None, mpirun=np_ > 1)
         check(rc == 2 and words in err, f"{' '.join(sets)}: exit 2 with '{words}' (got {rc}: {err.strip()[-300:]})")
 else:
