@@ -6,12 +6,8 @@
 namespace tetra {
 
 const char* fp8_recipe_name(Fp8Recipe recipe) {
-  switch (recipe) {
-    case Fp8Recipe::None: return "none";
-    case Fp8Recipe::Tensorwise: return "tensorwise";
-    case Fp8Recipe::Blockwise: return "blockwise";
-  }
-  return "?";
+  const auto i = static_cast<size_t>(recipe);
+  return i < kFp8RecipeNames.size() ? kFp8RecipeNames[i] : "?";
 }
 
 Fp8RecipeCasts fp8_recipe_casts(Fp8Recipe recipe) {

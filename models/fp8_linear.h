@@ -17,6 +17,7 @@
 // the same casts and multiplies the dequantised values in fp32 (ops::fp8_gemm), so a CPU run
 // emulates the recipe.
 #pragma once
+#include <array>
 #include <string>
 
 #include "runtime/ops.h"
@@ -24,8 +25,9 @@
 namespace tetra {
 
 enum class Fp8Recipe { None, Tensorwise, Blockwise };
+// Each recipe's text, in enum order: the config's choices (launch/config) and fp8_recipe_name.
+inline constexpr std::array<const char*, 3> kFp8RecipeNames = {"none", "tensorwise", "blockwise"};
 
-// "none", "tensorwise", "blockwise" (the config's text).
 const char* fp8_recipe_name(Fp8Recipe recipe);
 
 // How a recipe casts one kind of operand.

@@ -91,7 +91,7 @@ struct ChoiceText<Recompute> {
 
 template <>
 struct ChoiceText<Fp8Recipe> {
-  static constexpr std::array<const char*, 3> names = {"none", "tensorwise", "blockwise"};
+  static constexpr std::array<const char*, 3> names = kFp8RecipeNames;
 };
 
 // The config text of a choice ("1f1b" for PipelineSchedule::OneFOneB); "?" for a value outside

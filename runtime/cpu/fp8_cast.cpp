@@ -12,21 +12,13 @@
 
 namespace tetra::cpu {
 
-namespace {
-
-int64_t group_of(const Fp8CastShape& s, int64_t m, int64_t k) {
-  return s.scale_index(m, k);
-}
-
-}  // namespace
-
 void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling scaling, Tensor* q_t, Tensor* scale_t) {
   const Fp8CastShape s = fp8_cast_shape("fp8_quantize", q, scale, x, scaling, q_t, scale_t);
   const FloatReader in(x);
   std::vector<uint32_t> amax_bits(static_cast<size_t>(scale.numel()), 0);
   for (int64_t m = 0; m < s.rows; ++m)
     for (int64_t k = 0; k < s.cols; ++k) {
-      uint32_t& a = amax_bits[group_of(s, m, k)];
+      uint32_t& a = amax_bits[s.scale_index(m, k)];
       a = std::max(a, std::bit_cast<uint32_t>(std::fabs(in[m * s.cols + k])));
     }
   const float largest = fp8_largest(s.format);
@@ -39,7 +31,7 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
   uint8_t* out = static_cast<uint8_t*>(q.data_ptr());
   for (int64_t m = 0; m < s.rows; ++m)
     for (int64_t k = 0; k < s.cols; ++k)
-      out[m * s.cols + k] = fp8_from_float(in[m * s.cols + k] * factor[group_of(s, m, k)], s.format);
+      out[m * s.cols + k] = fp8_from_float(in[m * s.cols + k] * factor[s.scale_index(m, k)], s.format);
   if (!given(q_t)) return;
   // The transposed copy is, by definition, the cast of xᵀ (exact in fp32) with its own groups.
   Tensor x_t = Tensor::empty({s.cols, s.rows}, DType::F32, Device::cpu());
@@ -57,7 +49,7 @@ void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, ops::Fp8Sca
   const float* sc = scale.data<float>();
   for (int64_t m = 0; m < s.rows; ++m)
     for (int64_t k = 0; k < s.cols; ++k)
-      out.set(m * s.cols + k, fp8_to_float(in[m * s.cols + k], s.format) * sc[group_of(s, m, k)]);
+      out.set(m * s.cols + k, fp8_to_float(in[m * s.cols + k], s.format) * sc[s.scale_index(m, k)]);
 }
 
 }  // namespace tetra::cpu
