@@ -1,5 +1,7 @@
 #include "models/fp8_linear.h"
 
+#include <utility>
+
 #include "runtime/error.h"
 #include "runtime/fp8_cast_shape.h"
 
@@ -14,21 +16,35 @@ Fp8RecipeCasts fp8_recipe_casts(Fp8Recipe recipe) {
   using S = ops::Fp8Scaling;
   switch (recipe) {
     case Fp8Recipe::Tensorwise:
-      return {{S::Tensorwise, DType::F8E4M3}, {S::Tensorwise, DType::F8E4M3}, {S::Tensorwise, DType::F8E5M2}};
+      return {{S::Tensorwise, DType::F8E4M3}, {S::Tensorwise, DType::F8E4M3}, {S::Tensorwise, DType::F8E5M2},
+              /*forward_fast_accum=*/true};
     case Fp8Recipe::Blockwise:
-      return {{S::Rows1x128, DType::F8E4M3}, {S::Blocks128, DType::F8E4M3}, {S::Rows1x128, DType::F8E4M3}};
+      return {{S::Rows1x128, DType::F8E4M3}, {S::Blocks128, DType::F8E4M3}, {S::Rows1x128, DType::F8E4M3},
+              /*forward_fast_accum=*/false};
     case Fp8Recipe::None: break;
   }
   TETRA_FAIL(Internal, "fp8_recipe_casts: recipe none has no FP8 casts");
 }
 
-namespace {
+double fp8_kept_bytes_per_element(Fp8Recipe recipe) {
+  switch (recipe) {
+    case Fp8Recipe::None: return 0.0;
+    case Fp8Recipe::Tensorwise: return 1.0;
+    case Fp8Recipe::Blockwise: return 1.0 + 4.0 / static_cast<double>(ops::kFp8Block);
+  }
+  return 0.0;
+}
 
-// One FP8 operand: codes and their scales.
-struct Fp8Operand {
-  Tensor q, scale;
-  ops::Fp8Scaling scaling = ops::Fp8Scaling::Tensorwise;
-};
+Tensor* fp8_amax_slot(Fp8Recipe recipe, Fp8Saved* fp8, bool gradient, Device device) {
+  if (!fp8 || recipe == Fp8Recipe::None) return nullptr;
+  const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
+  if ((gradient ? casts.gradient : casts.activation).scaling != ops::Fp8Scaling::Tensorwise) return nullptr;
+  Tensor& slot = gradient ? fp8->dy_amax : fp8->x_amax;
+  slot = Tensor::empty({1}, DType::U32, device);
+  return &slot;
+}
+
+namespace {
 
 Fp8Operand empty_operand(const Fp8Cast& cast, int64_t rows, int64_t cols, Device device) {
   return {Tensor::empty({rows, cols}, cast.format, device), Tensor::empty(fp8_scale_shape(cast.scaling, rows, cols), DType::F32, device),
@@ -39,50 +55,69 @@ void check_matrix(const char* what, const Tensor& t) {
   if (t.ndim() != 2) TETRA_FAIL(Internal, "fp8_linear: ", what, " must be a matrix, got ", t.describe());
 }
 
-// x [M, K] cast as `cast` says; with `transposed`, xᵀ [K, M] too (in the same pass over x).
-Fp8Operand cast_operand(const Tensor& x, const Fp8Cast& cast, Fp8Operand* transposed = nullptr) {
+// x [M, K] cast as `cast` says; with `transposed`, xᵀ [K, M] too (in the same pass over x). amax (may
+// be undefined): x's amax as its producer measured it (tensorwise), moved out of the caller's slot.
+Fp8Operand cast_operand(const Tensor& x, const Fp8Cast& cast, Fp8Operand* transposed = nullptr, Tensor amax = Tensor()) {
   const int64_t rows = x.dim(0), cols = x.dim(1);
+  const Tensor* measured = amax.defined() ? &amax : nullptr;
   Fp8Operand out = empty_operand(cast, rows, cols, x.device());
   if (!transposed) {
-    ops::fp8_quantize(out.q, out.scale, x, cast.scaling);
+    ops::fp8_quantize(out.q, out.scale, x, cast.scaling, nullptr, nullptr, measured);
     return out;
   }
   *transposed = empty_operand(cast, cols, rows, x.device());
-  ops::fp8_quantize(out.q, out.scale, x, cast.scaling, &transposed->q, &transposed->scale);
+  ops::fp8_quantize(out.q, out.scale, x, cast.scaling, &transposed->q, &transposed->scale, measured);
   return out;
 }
 
-void gemm(Tensor& y, const Fp8Operand& a, const Fp8Operand& b, bool accumulate) {
-  ops::fp8_gemm(y, a.q, a.scale, a.scaling, b.q, b.scale, b.scaling, accumulate);
+// What the producer of x (or dy) left in `slot` for this cast, taken out (the slot is left empty).
+Tensor take_amax(Tensor* slot) { return slot ? std::exchange(*slot, Tensor()) : Tensor(); }
+
+// xᵀ for a weight gradient: the kept one (moved out of *kept), else cast from x now.
+Fp8Operand transposed_operand(const Tensor& x, const Fp8Cast& cast, Fp8Operand* kept) {
+  if (kept && kept->defined()) {
+    if (kept->q.dim(0) != x.dim(1) || kept->q.dim(1) != x.dim(0))
+      TETRA_FAIL(Internal, "fp8_linear: a kept transposed operand is [", kept->q.dim(0), ", ", kept->q.dim(1),
+                 "], not the transpose of ", x.describe());
+    return std::exchange(*kept, Fp8Operand{});
+  }
+  Fp8Operand t;
+  cast_operand(x, cast, &t);
+  return t;
+}
+
+void gemm(Tensor& y, const Fp8Operand& a, const Fp8Operand& b, bool accumulate, bool fast_accum = false) {
+  ops::fp8_gemm(y, a.q, a.scale, a.scaling, b.q, b.scale, b.scaling, accumulate, fast_accum);
 }
 
 }  // namespace
 
 namespace fp8_linear {
 
-void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, bool accumulate) {
+void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, bool accumulate, Fp8Saved* keep) {
   check_matrix("x", x);
   check_matrix("w", w);
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
-  gemm(y, cast_operand(x, casts.activation), cast_operand(w, casts.weight), accumulate);
+  const Fp8Operand xq = cast_operand(x, casts.activation, keep ? &keep->x_t : nullptr, take_amax(keep ? &keep->x_amax : nullptr));
+  gemm(y, xq, cast_operand(w, casts.weight), accumulate, casts.forward_fast_accum);
 }
 
-void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate) {
+void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate, Fp8Saved* keep) {
   check_matrix("dy", dy);
   check_matrix("w", w);
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
   Fp8Operand w_t;
   cast_operand(w, casts.weight, &w_t);
-  gemm(dx, cast_operand(dy, casts.gradient), w_t, accumulate);
+  gemm(dx, cast_operand(dy, casts.gradient, keep ? &keep->dy_t : nullptr, take_amax(keep ? &keep->dy_amax : nullptr)),
+       w_t, accumulate);
 }
 
-void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tensor& x) {
+void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tensor& x, Fp8Saved* kept) {
   check_matrix("dy", dy);
   check_matrix("x", x);
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
-  Fp8Operand dy_t, x_t;
-  cast_operand(dy, casts.gradient, &dy_t);
-  cast_operand(x, casts.activation, &x_t);
+  const Fp8Operand dy_t = transposed_operand(dy, casts.gradient, kept ? &kept->dy_t : nullptr);
+  const Fp8Operand x_t = transposed_operand(x, casts.activation, kept ? &kept->x_t : nullptr);
   gemm(dw, dy_t, x_t, /*accumulate=*/true);
 }
 

@@ -1,8 +1,11 @@
 // FP8 training of the block projections (train.fp8.recipe; docs/kernels.md "FP8 training"): the
 // three GEMMs of y = x·Wᵀ — forward, input gradient, weight gradient — with both operands cast to
-// FP8 just before the GEMM (current scaling: each cast's scales come from the amax of the tensor it
-// casts, no history), fp32 accumulation, the output in the usual dtype. Master weights, optimizer
-// state, the embedding, the output layer, norms and attention are untouched.
+// FP8 (current scaling: each cast's scales come from the amax of the tensor it casts, no history),
+// fp32 accumulation (tensorwise's forward: Hopper's fast accumulation, as torchao runs it), the
+// output in the usual dtype. Each tensor is cast once: x in the forward and dy in the input
+// gradient, with the transposed copies the weight gradient reads kept until then (Fp8Saved).
+// Master weights, optimizer state, the embedding, the output layer, norms and attention are
+// untouched.
 //
 //   recipe      activations x        weights W            gradients dy          (as their authors)
 //   tensorwise  E4M3, one scale      E4M3, one scale      E5M2, one scale       torchao Float8Linear
@@ -37,6 +40,9 @@ struct Fp8Cast {
 };
 struct Fp8RecipeCasts {
   Fp8Cast activation, weight, gradient;
+  // The forward GEMM with Hopper's fast accumulation (ops::fp8_gemm): tensorwise, as torchao's
+  // Float8Linear runs its forward; the gradients' GEMMs always promote their partial sums to fp32.
+  bool forward_fast_accum = false;
 };
 Fp8RecipeCasts fp8_recipe_casts(Fp8Recipe recipe);
 
@@ -44,13 +50,46 @@ Fp8RecipeCasts fp8_recipe_casts(Fp8Recipe recipe);
 // the same rule so that a config that trains on the CPU trains on a GPU.
 constexpr int64_t kFp8Multiple = 16;
 
+// One tensor in FP8: codes [rows, cols] (the recipe's format) and scales (fp8_scale_shape).
+struct Fp8Operand {
+  Tensor q, scale;
+  ops::Fp8Scaling scaling = ops::Fp8Scaling::Tensorwise;
+  bool defined() const { return q.defined(); }
+};
+
+// What one projection keeps of one micro-batch for its weight gradient, so that x and dy are each
+// read and cast once: xᵀ [I, N], cast in the same pass as x in the forward, and dyᵀ [O, N], cast
+// with dy in the input gradient. N·(I + O) bytes of codes while kept (the bf16 x and dy it stands
+// for take twice that); released by the weight gradient. A part left undefined (a forward that did
+// not keep it: evaluation, a recomputed layer's first pass) is cast from x or dy there instead.
+// x_amax, dy_amax: the amax of x or dy (U32 [1]) as the op that wrote it measured (ops.h's amax
+// outputs), which a tensorwise cast then takes instead of a pass over the tensor of its own; set by
+// the layer through fp8_amax_slot just before the op, consumed by the cast.
+struct Fp8Saved {
+  Fp8Operand x_t, dy_t;
+  Tensor x_amax, dy_amax;
+};
+
+// Bytes per element of what Fp8Saved keeps of a projection's input xᵀ from forward to backward under
+// `recipe` (the memory plans): its codes, and blockwise's 128×1 scales (a float per 128); 0 for none.
+double fp8_kept_bytes_per_element(Fp8Recipe recipe);
+
+// The slot of `fp8` for the amax of x (gradient false) or dy that `recipe`'s cast takes, made
+// U32 [1] on `device`; null where there is none to fill (no Fp8Saved, or the recipe scales that
+// operand by groups, which the cast measures itself).
+Tensor* fp8_amax_slot(Fp8Recipe recipe, Fp8Saved* fp8, bool gradient, Device device);
+
 namespace fp8_linear {
-// y[N, O] (+)= x[N, I] · w[O, I]ᵀ; y fp32 or bf16.
-void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, bool accumulate);
-// dx[N, I] (+)= dy[N, O] · w[O, I].
-void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate);
-// dw[O, I] += dy[N, O]ᵀ · x[N, I].
-void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tensor& x);
+// y[N, O] (+)= x[N, I] · w[O, I]ᵀ; y fp32 or bf16. keep (may be null): receives xᵀ for the weight
+// gradient.
+void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, bool accumulate,
+             Fp8Saved* keep = nullptr);
+// dx[N, I] (+)= dy[N, O] · w[O, I]. keep (may be null): receives dyᵀ for the weight gradient.
+void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate,
+                    Fp8Saved* keep = nullptr);
+// dw[O, I] += dy[N, O]ᵀ · x[N, I], reading kept's xᵀ and dyᵀ where defined (and releasing them),
+// else casting x and dy now.
+void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tensor& x, Fp8Saved* kept = nullptr);
 }  // namespace fp8_linear
 
 }  // namespace tetra

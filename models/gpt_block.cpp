@@ -31,6 +31,7 @@ struct GptBlock::Saved : Activations {
   // from the layer above and may be undefined): the two projections' bias gradients.
   Tensor d_mlp_out_sum, d_attn_out_sum;
   bool weights_done = false;  // B computed the weight gradients (GptBlock::mlp_weight_grads)
+  Fp8Saved c_attn_fp8, attn_proj_fp8, c_fc_fp8, mlp_proj_fp8;  // under an FP8 recipe, kept for W
 };
 
 GptBlock::GptBlock(const GptConfig& cfg, int block_index) : cfg_(cfg), block_(block_index) {
@@ -66,7 +67,7 @@ void GptBlock::set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan&
   for (Linear* l : {&c_attn_, &attn_proj_, &c_fc_, &mlp_proj_}) l->set_tensor_parallel(tp, plan);
 }
 
-void GptBlock::run_attention_half(MicroBatchContext& ctx, Saved& s) {
+void GptBlock::run_attention_half(MicroBatchContext& ctx, Saved& s, bool keep_fp8) {
   const int64_t R = s.x.dim(0), N = ctx.tokens(), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
   const int64_t H = local_heads(), HD = H * cfg_.head_dim();
   s.ln1 = ctx.activation({R, C});
@@ -75,16 +76,16 @@ void GptBlock::run_attention_half(MicroBatchContext& ctx, Saved& s) {
   ln_1_.forward(s.ln1, s.mean1, s.rstd1, s.x);
   s.qkv = ctx.activation({N, 3 * HD});
   s.ln1_in = c_attn_.sequence_sharded() ? ctx.activation({N, C}) : s.ln1;
-  c_attn_.forward(s.qkv, s.ln1, &s.ln1_in);
+  c_attn_.forward(s.qkv, s.ln1, &s.ln1_in, ops::Activation::None, nullptr, keep_fp8 ? &s.c_attn_fp8 : nullptr);
   s.att = ctx.activation({N, HD});
   s.lse = ctx.fp32({B, H, T});
   Tensor qkv3 = s.qkv.view({B, T, 3 * HD}), att3 = s.att.view({B, T, HD});
   causal_attention(ctx, block_, att3, s.lse, qkv3, H, H);
   s.x2 = ctx.residual({R, C});
-  attn_proj_.forward_residual(s.x2, s.att, s.x);
+  attn_proj_.forward_residual(s.x2, s.att, s.x, keep_fp8 ? &s.attn_proj_fp8 : nullptr);
 }
 
-void GptBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y) {
+void GptBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y, bool keep_fp8) {
   const int64_t R = s.x.dim(0), N = ctx.tokens(), C = cfg_.d_model, F = c_fc_.out_features();
   s.ln2 = ctx.activation({R, C});
   s.mean2 = ctx.fp32({R});
@@ -93,9 +94,9 @@ void GptBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y) {
   s.fc_pre = ctx.activation({N, F});
   s.fc_act = ctx.activation({N, F});
   s.ln2_in = c_fc_.sequence_sharded() ? ctx.activation({N, C}) : s.ln2;
-  c_fc_.forward(s.fc_act, s.ln2, &s.ln2_in, ops::Activation::Gelu, &s.fc_pre);
+  c_fc_.forward(s.fc_act, s.ln2, &s.ln2_in, ops::Activation::Gelu, &s.fc_pre, keep_fp8 ? &s.c_fc_fp8 : nullptr);
   if (!y) return;
-  mlp_proj_.forward_residual(*y, s.fc_act, s.x2);
+  mlp_proj_.forward_residual(*y, s.fc_act, s.x2, keep_fp8 ? &s.mlp_proj_fp8 : nullptr);
 }
 
 Tensor GptBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
@@ -103,9 +104,10 @@ Tensor GptBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
   Saved local;
   Saved& s = ctx.training ? ctx.slot<Saved>(index_) : local;
   s.x = x;
-  run_attention_half(ctx, s);
+  // FP8 projections keep xᵀ for W only where their inputs stay until B (a recomputed part recasts).
+  run_attention_half(ctx, s, ctx.training && recompute_ != Recompute::Full);
   Tensor y = ctx.residual({R, C});
-  run_mlp_half(ctx, s, &y);
+  run_mlp_half(ctx, s, &y, ctx.training && recompute_ == Recompute::None);
   if (!ctx.training) return y;
   switch (recompute_) {
     case Recompute::None: break;
@@ -127,8 +129,8 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   Saved& s = ctx.slot<Saved>(index_);
   const int64_t R = s.x.dim(0), N = ctx.tokens(), C = cfg_.d_model, B = ctx.batch, T = ctx.seq_len;
   const int64_t H = local_heads(), HD = H * cfg_.head_dim(), F = c_fc_.out_features();
-  if (!s.qkv.defined()) run_attention_half(ctx, s);  // full recompute
-  if (!s.fc_act.defined()) run_mlp_half(ctx, s, nullptr);
+  if (!s.qkv.defined()) run_attention_half(ctx, s, /*keep_fp8=*/true);  // full recompute
+  if (!s.fc_act.defined()) run_mlp_half(ctx, s, nullptr, /*keep_fp8=*/true);
 
   // MLP: y = x2 + c_proj(gelu(c_fc(ln_2(x2)))). dy is the residual stream's gradient; its GEMMs
   // read it in the activation dtype (the copy the layer above rounded while writing it).
@@ -137,14 +139,15 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   s.d_mlp_out_sum = std::move(in.column_sum);
   Tensor d_fc = ctx.activation({N, F});
   s.d_mlp_out_full = mlp_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.d_mlp_out;
-  mlp_proj_.backward_input_residual(d_fc, s.d_mlp_out, &s.d_mlp_out_full, &s.fc_pre);
+  mlp_proj_.backward_input_residual(d_fc, s.d_mlp_out, &s.d_mlp_out_full, &s.fc_pre, &s.mlp_proj_fp8);
   s.d_fc_pre = d_fc;
   s.fc_pre = Tensor();  // no longer needed; W uses fc_act and ln2
   Tensor d_ln2 = ctx.activation({R, C});
   // With W right after B, a column-parallel c_fc runs the MLP's weight gradients while its input
   // gradient's reduction moves (parallel/tensor/linear.h); the plain layer keeps B and W apart.
   s.weights_done = c_fc_.backward_input(
-      d_ln2, d_fc, ctx.weights_follow ? std::function<void()>([this, &s] { mlp_weight_grads(s); }) : nullptr);
+      d_ln2, d_fc, ctx.weights_follow ? std::function<void()>([this, &s] { mlp_weight_grads(s); }) : nullptr,
+      /*accumulate=*/false, &s.c_fc_fp8);
   StreamGradient dx2 = ctx.stream_gradient({R, C});
   s.d_attn_out_sum = ctx.fp32({C});
   ln_2_.backward_residual(dx2.grad, d_ln2, s.x2, s.mean2, s.rstd2, /*dresidual=*/dy, &s.d_attn_out_sum,
@@ -154,13 +157,14 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   s.d_attn_out = dx2.rounded;
   s.d_attn_out_full = attn_proj_.sequence_sharded() ? ctx.activation({N, C}) : dx2.rounded;
   Tensor d_att = ctx.activation_reusing(d_ln2, {N, HD});  // tp = 1: d_ln2's [N, C] buffer
-  attn_proj_.backward_input_residual(d_att, dx2.rounded, &s.d_attn_out_full);
+  attn_proj_.backward_input_residual(d_att, dx2.rounded, &s.d_attn_out_full, nullptr, &s.attn_proj_fp8);
   s.d_qkv = ctx.activation({N, 3 * HD});
   Tensor dqkv3 = s.d_qkv.view({B, T, 3 * HD}), datt3 = d_att.view({B, T, HD});
   ops::attention_backward(dqkv3, datt3, s.qkv.view({B, T, 3 * HD}), s.att.view({B, T, HD}), s.lse, H);
   Tensor d_ln1 = ctx.activation_reusing(d_att, {R, C});  // tp = 1: d_att's buffer
   c_attn_.backward_input(d_ln1, s.d_qkv,
-                         s.weights_done ? std::function<void()>([this, &s] { attention_weight_grads(s); }) : nullptr);
+                         s.weights_done ? std::function<void()>([this, &s] { attention_weight_grads(s); }) : nullptr,
+                         /*accumulate=*/false, &s.c_attn_fp8);
   StreamGradient dx = ctx.stream_gradient({R, C});
   Tensor dx_sum = ctx.fp32({C});
   ln_1_.backward_residual(dx.grad, d_ln1, s.x, s.mean1, s.rstd1, /*dresidual=*/dx2.grad, &dx_sum, dx.rounded_output());
@@ -174,13 +178,13 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
 void GptBlock::mlp_weight_grads(Saved& s) {
   // c_fc from its (gathered) input; mlp.c_proj from the gathered output gradient, its bias from this
   // rank's rows under sequence parallelism.
-  mlp_proj_.backward_weight_residual(s.d_mlp_out_full, s.fc_act, s.d_mlp_out, s.d_mlp_out_sum);
-  c_fc_.backward_weight(s.d_fc_pre, s.ln2_in);
+  mlp_proj_.backward_weight_residual(s.d_mlp_out_full, s.fc_act, s.d_mlp_out, s.d_mlp_out_sum, &s.mlp_proj_fp8);
+  c_fc_.backward_weight(s.d_fc_pre, s.ln2_in, Tensor(), &s.c_fc_fp8);
 }
 
 void GptBlock::attention_weight_grads(Saved& s) {
-  attn_proj_.backward_weight_residual(s.d_attn_out_full, s.att, s.d_attn_out, s.d_attn_out_sum);
-  c_attn_.backward_weight(s.d_qkv, s.ln1_in);
+  attn_proj_.backward_weight_residual(s.d_attn_out_full, s.att, s.d_attn_out, s.d_attn_out_sum, &s.attn_proj_fp8);
+  c_attn_.backward_weight(s.d_qkv, s.ln1_in, Tensor(), &s.c_attn_fp8);
 }
 
 void GptBlock::backward_weight(MicroBatchContext& ctx) {

@@ -28,8 +28,9 @@ class GptBlock : public Layer {
 
  private:
   struct Saved;
-  void run_attention_half(MicroBatchContext& ctx, Saved& s);  // x → x2
-  void run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y);  // x2 → y (y null: recompute only)
+  // keep_fp8: the FP8 projections keep their part for W (their inputs stay until B).
+  void run_attention_half(MicroBatchContext& ctx, Saved& s, bool keep_fp8);  // x → x2
+  void run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y, bool keep_fp8);  // x2 → y (y null: recompute only)
   // The weight gradients of each half (W): run by backward_weight, or, under tensor parallelism when
   // W follows B at once (ctx.weights_follow), inside backward_input under the column-parallel
   // input gradient's reduce-scatter.

@@ -53,7 +53,11 @@ class GptFamily : public ModelFamily {
     const double tokens = static_cast<double>(shape.micro_batch) * T;
     const double tp = std::max(1, shape.tp), rows = shape.sequence_parallel ? tp : 1.0;  // token split
     const double gathered = shape.sequence_parallel ? 2.0 * C * a : 0.0;
-    double block = (2.0 * C * a + 2.0 * C * r + 16.0) / rows + (12.0 * C * a + 4.0 * H) / tp + gathered;
+    // Under train.fp8 the projections keep their inputs' FP8 transposes for W (Fp8Saved): ln_1 and att,
+    // and ln_2 and fc_act [4C] where the MLP keeps its activations (not under recompute mlp).
+    const double f8 = shape.tp > 1 ? 0.0 : fp8_kept_bytes_per_element(args.fp8);
+    double block = (2.0 * C * a + 2.0 * C * r + 16.0) / rows + (12.0 * C * a + 4.0 * H) / tp + gathered +
+                   f8 * C * (args.recompute == Recompute::None ? 7.0 : 2.0);
     if (args.recompute == Recompute::Mlp) block -= 8.0 * C * a / tp;
     if (args.recompute == Recompute::Full) block = C * r / rows;
     const int64_t c = args.d_model;

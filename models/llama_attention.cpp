@@ -57,7 +57,7 @@ Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
   input_norm_.forward(s.h1, s.rstd1, s.x);
   s.qkv = ctx.activation({N, Q});
   s.h1_in = qkv_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.h1;
-  qkv_proj_.forward(s.qkv, s.h1, &s.h1_in);
+  qkv_proj_.forward(s.qkv, s.h1, &s.h1_in, ops::Activation::None, nullptr, s.keep_fp8 ? &s.qkv_fp8 : nullptr);
   if (cfg_.qk_norm) qk_norm_forward(ctx, s);
   Tensor qkv3 = s.qkv.view({B, T, Q});
   ops::rope_forward(qkv3, H, Hkv, cfg_.rope(), ctx.position);
@@ -66,7 +66,7 @@ Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
   Tensor att3 = s.att.view({B, T, HD});
   causal_attention(ctx, layer_, att3, s.lse, qkv3, H, Hkv);
   Tensor x2 = ctx.residual({R, C});
-  o_proj_.forward_residual(x2, s.att, s.x);
+  o_proj_.forward_residual(x2, s.att, s.x, s.keep_fp8 ? &s.o_fp8 : nullptr);
   return x2;
 }
 
@@ -77,7 +77,7 @@ Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const St
   s.d_x2_full = o_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.d_x2;
   // tp = 1 and H·D = C: one [N, C] buffer for the gradients of att and then h1.
   Tensor d_att = ctx.activation_reusing(scratch, {N, HD});
-  o_proj_.backward_input_residual(d_att, s.d_x2, &s.d_x2_full);
+  o_proj_.backward_input_residual(d_att, s.d_x2, &s.d_x2_full, nullptr, &s.o_fp8);
   s.d_qkv = ctx.activation({N, Q});
   Tensor dqkv3 = s.d_qkv.view({B, T, Q});
   ops::attention_backward(dqkv3, d_att.view({B, T, HD}), s.qkv.view({B, T, Q}), s.att.view({B, T, HD}), s.lse, H,
@@ -86,7 +86,8 @@ Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const St
   if (cfg_.qk_norm) qk_norm_backward(ctx, s, s.d_qkv);  // ... or of the norms' output, taken through them
   Tensor d_h1 = ctx.activation_reusing(d_att, {R, C});
   s.weights_done = qkv_proj_.backward_input(
-      d_h1, s.d_qkv, ctx.weights_follow ? std::function<void()>([this, &s] { weight_grads(s); }) : nullptr);
+      d_h1, s.d_qkv, ctx.weights_follow ? std::function<void()>([this, &s] { weight_grads(s); }) : nullptr,
+      /*accumulate=*/false, &s.qkv_fp8);
   StreamGradient dx = ctx.stream_gradient({R, C});
   input_norm_.backward_residual(dx.grad, d_h1, s.x, s.rstd1, /*dresidual=*/dx2.grad, dx.rounded_output());
   if (dx.rounded_output()) ctx.offer_grad(dx.grad, {Tensor(), dx.rounded});  // what the block below's GEMMs read
@@ -134,8 +135,8 @@ void LlamaAttention::backward_weight(State& s) {
 void LlamaAttention::weight_grads(State& s) {
   // o_proj (row-parallel, no bias) from the gathered output gradient, qkv_proj (column-parallel;
   // qwen2's bias from this rank's columns of d_qkv over all N rows) from its gathered input.
-  o_proj_.backward_weight(s.d_x2_full, s.att);
-  qkv_proj_.backward_weight(s.d_qkv, s.h1_in);
+  o_proj_.backward_weight(s.d_x2_full, s.att, Tensor(), &s.o_fp8);
+  qkv_proj_.backward_weight(s.d_qkv, s.h1_in, Tensor(), &s.qkv_fp8);
 }
 
 }  // namespace tetra

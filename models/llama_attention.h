@@ -36,6 +36,10 @@ class LlamaAttention {
     // gathered to [N, C] under sequence parallelism, else d_x2), of qkv (before the rotation).
     Tensor d_x2, d_x2_full, d_qkv;
     bool weights_done = false;  // backward_input computed the weight gradients (ctx.weights_follow)
+    // Under an FP8 recipe, what the projections keep for W (models/fp8_linear.h); forward keeps its
+    // part only with keep_fp8 (set by the block: a training pass whose activations stay for B).
+    Fp8Saved qkv_fp8, o_fp8;
+    bool keep_fp8 = false;
   };
 
   // `prefix`: "model.layers.N."; `layer`: the owning Layer's index.

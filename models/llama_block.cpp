@@ -21,6 +21,7 @@ struct LlamaBlock::Saved : Activations {
   // output's gathered to [N, C] (d_out_full; d_out itself without sequence parallelism).
   Tensor d_out, d_gate_up, d_out_full;
   bool weights_done = false;  // B computed the MLP's weight gradients (LlamaBlock::mlp_weight_grads)
+  Fp8Saved gate_up_fp8, down_fp8;  // under an FP8 recipe, what the projections keep for W
 };
 
 LlamaBlock::LlamaBlock(const LlamaConfig& cfg, int block_index) : cfg_(cfg), block_(block_index) {
@@ -55,18 +56,20 @@ void LlamaBlock::set_tensor_parallel(TensorParallel* tp, const TensorParallelPla
   down_proj_.set_tensor_parallel(tp, plan);
 }
 
-void LlamaBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y) {
+void LlamaBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y, bool keep_fp8) {
   const int64_t R = s.x2.dim(0), N = ctx.tokens(), C = cfg_.d_model, F = ffn();
   s.h2 = ctx.activation({R, C});
   s.rstd2 = ctx.fp32({R});
   post_norm_.forward(s.h2, s.rstd2, s.x2);
   s.gate_up = ctx.activation({N, 2 * F});
   s.h2_in = gate_up_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.h2;
-  gate_up_proj_.forward(s.gate_up, s.h2, &s.h2_in);
+  gate_up_proj_.forward(s.gate_up, s.h2, &s.h2_in, ops::Activation::None, nullptr, keep_fp8 ? &s.gate_up_fp8 : nullptr);
   s.act = ctx.activation({N, F});
-  ops::swiglu_forward(s.act, s.gate_up);
+  // Under tensorwise FP8, SwiGLU measures act's amax for down_proj's cast as it writes act.
+  Tensor* act_amax = y && keep_fp8 ? down_proj_.fp8_amax_slot(&s.down_fp8, /*gradient=*/false, ctx.device()) : nullptr;
+  ops::swiglu_forward(s.act, s.gate_up, act_amax);
   if (!y) return;
-  down_proj_.forward_residual(*y, s.act, s.x2);
+  down_proj_.forward_residual(*y, s.act, s.x2, keep_fp8 ? &s.down_fp8 : nullptr);
 }
 
 Tensor LlamaBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
@@ -74,9 +77,11 @@ Tensor LlamaBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
   Saved local;
   Saved& s = ctx.training ? ctx.slot<Saved>(index_) : local;
   s.att.x = x;
+  // FP8 projections keep xᵀ for W only where their inputs stay until B (a recomputed part recasts).
+  s.att.keep_fp8 = ctx.training && recompute_ != Recompute::Full;
   s.x2 = attention_.forward(ctx, s.att);
   Tensor y = ctx.residual({R, C});
-  run_mlp_half(ctx, s, &y);
+  run_mlp_half(ctx, s, &y, ctx.training && recompute_ == Recompute::None);
   if (!ctx.training) return y;
   switch (recompute_) {
     case Recompute::None: break;
@@ -97,8 +102,11 @@ Tensor LlamaBlock::forward(MicroBatchContext& ctx, const Tensor& x) {
 Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   Saved& s = ctx.slot<Saved>(index_);
   const int64_t R = s.att.x.dim(0), N = ctx.tokens(), C = cfg_.d_model, F = ffn();
-  if (!s.att.qkv.defined()) s.x2 = attention_.forward(ctx, s.att);  // full recompute
-  if (!s.act.defined()) run_mlp_half(ctx, s, nullptr);
+  if (!s.att.qkv.defined()) {  // full recompute
+    s.att.keep_fp8 = true;
+    s.x2 = attention_.forward(ctx, s.att);
+  }
+  if (!s.act.defined()) run_mlp_half(ctx, s, nullptr, /*keep_fp8=*/true);
 
   // MLP: y = x2 + down_proj(swiglu(gate_up_proj(post_attention_layernorm(x2)))). dy is the residual
   // stream's gradient; its GEMMs read it in the activation dtype (the copy the layer above rounded
@@ -106,15 +114,17 @@ Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   s.d_out = ctx.in_activation_dtype(dy, ctx.take_grad(dy).rounded);
   Tensor d_act = ctx.activation({N, F});
   s.d_out_full = down_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.d_out;
-  down_proj_.backward_input_residual(d_act, s.d_out, &s.d_out_full);
+  down_proj_.backward_input_residual(d_act, s.d_out, &s.d_out_full, nullptr, &s.down_fp8);
   s.d_gate_up = ctx.activation({N, 2 * F});
-  ops::swiglu_backward(s.d_gate_up, d_act, s.gate_up);
+  ops::swiglu_backward(s.d_gate_up, d_act, s.gate_up,
+                       gate_up_proj_.fp8_amax_slot(&s.gate_up_fp8, /*gradient=*/true, ctx.device()));
   s.gate_up = Tensor();  // W uses act and h2_in
   Tensor d_h2 = ctx.activation({R, C});
   // With W right after B, a column-parallel gate_up_proj runs the MLP's weight gradients while its
   // input gradient's reduction moves (parallel/tensor/linear.h); the plain layer keeps B and W apart.
   s.weights_done = gate_up_proj_.backward_input(
-      d_h2, s.d_gate_up, ctx.weights_follow ? std::function<void()>([this, &s] { mlp_weight_grads(s); }) : nullptr);
+      d_h2, s.d_gate_up, ctx.weights_follow ? std::function<void()>([this, &s] { mlp_weight_grads(s); }) : nullptr,
+      /*accumulate=*/false, &s.gate_up_fp8);
   StreamGradient dx2 = ctx.stream_gradient({R, C});
   post_norm_.backward_residual(dx2.grad, d_h2, s.x2, s.rstd2, /*dresidual=*/dy, dx2.rounded_output());
 
@@ -128,8 +138,8 @@ Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
 void LlamaBlock::mlp_weight_grads(Saved& s) {
   // No biases: down_proj (row-parallel) from the gathered output gradient, gate_up_proj
   // (column-parallel) from its gathered input.
-  down_proj_.backward_weight(s.d_out_full, s.act);
-  gate_up_proj_.backward_weight(s.d_gate_up, s.h2_in);
+  down_proj_.backward_weight(s.d_out_full, s.act, Tensor(), &s.down_fp8);
+  gate_up_proj_.backward_weight(s.d_gate_up, s.h2_in, Tensor(), &s.gate_up_fp8);
 }
 
 void LlamaBlock::backward_weight(MicroBatchContext& ctx) {

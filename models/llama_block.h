@@ -32,7 +32,8 @@ class LlamaBlock : public Layer {
 
  private:
   struct Saved;
-  void run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y);  // x2 → y (y null: recompute only)
+  // x2 → y (y null: recompute only); keep_fp8: the FP8 projections keep their part for W.
+  void run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y, bool keep_fp8);
   // The MLP's weight gradients (W): run by backward_weight, or, under tensor parallelism when W
   // follows B at once (ctx.weights_follow), inside backward_input under the column-parallel input
   // gradient's reduce-scatter (LlamaAttention does the same for its half).

@@ -63,8 +63,11 @@ class LlamaFamily : public ModelFamily {
     const double qk = c.qk_norm ? static_cast<double>((c.n_heads + c.kv_heads()) * c.head_dim()) * a +
                                       4.0 * static_cast<double>(c.n_heads + c.kv_heads())
                                 : 0.0;
+    // Under train.fp8 the projections keep their inputs' FP8 transposes for W (Fp8Saved): h1 and att,
+    // and h2 and act where the MLP keeps its activations (not under recompute mlp).
+    const double f8 = shape.tp > 1 ? 0.0 : fp8_kept_bytes_per_element(c.fp8);
     double block = (2.0 * C * a + 2.0 * C * r + 8.0) / rows + ((HD + 3.0 * F) * a + 4.0 * H + qk) / tp + Qr * a +
-                   gathered;
+                   gathered + f8 * (C + HD + (c.recompute == Recompute::None ? C + F : 0.0));
     if (c.recompute == Recompute::Mlp) block -= 3.0 * F * a / tp;
     if (c.recompute == Recompute::Full) block = C * r / rows;
     const double block_flops = 2.0 * static_cast<double>(c.block_params() - 2 * c.d_model) + 4.0 * C * T;
@@ -75,7 +78,7 @@ class LlamaFamily : public ModelFamily {
     const double E = static_cast<double>(c.moe.n_experts), k = static_cast<double>(c.moe.top_k);
     const double Fe = static_cast<double>(c.expert_ffn()), Fs = static_cast<double>(c.shared_ffn());
     double moe_block = (3.0 * C + Q + k * (2.0 * C + 3.0 * Fe) + 3.0 * Fs) * a + 2.0 * C * r + 4.0 * E + 12.0 * k +
-                       8.0 + 4.0 * H;
+                       8.0 + 4.0 * H + f8 * (C + HD);
     if (c.recompute == Recompute::Mlp) moe_block -= (3.0 * k * Fe + 3.0 * Fs) * a;
     if (c.recompute == Recompute::Full) moe_block = C * r;
     const double moe_flops = 2.0 * static_cast<double>(c.moe_block_active_params() - 2 * c.d_model) + 4.0 * C * T;

@@ -40,6 +40,8 @@ Tensor LlamaMoeBlock::run_forward_phase(MicroBatchContext& ctx, Saved& s, const 
     case 0: {
       const int64_t N = x.dim(0), C = cfg_.d_model;
       s.att.x = x;
+      // FP8 projections keep xᵀ for W where the attention's activations stay until B.
+      s.att.keep_fp8 = ctx.training && (recompute_ != Recompute::Full || s.moe.recomputing);
       s.x2 = attention_.forward(ctx, s.att);
       s.h2 = ctx.activation({N, C});
       s.rstd2 = ctx.fp32({N});

@@ -55,23 +55,25 @@ void Linear::check_no_fp8_under_tp() const {
   TETRA_CHECK(fp8_ == Fp8Recipe::None, weight.name, ": FP8 under tensor parallelism is not implemented (validation refuses it)");
 }
 
-void Linear::fp8_forward(Tensor& y, const Tensor& x, ops::Activation act, Tensor* pre_act, const Tensor* residual) const {
+void Linear::fp8_forward(Tensor& y, const Tensor& x, ops::Activation act, Tensor* pre_act, const Tensor* residual,
+                         Fp8Saved* keep) const {
   if (residual) {
     if (y.data_ptr() != residual->data_ptr()) ops::copy(y, *residual);
-    fp8_linear::forward(fp8_, y, x, weight.value, /*accumulate=*/true);
+    fp8_linear::forward(fp8_, y, x, weight.value, /*accumulate=*/true, keep);
     if (has_bias) ops::add_bias(y, bias.value);
     return;
   }
   const bool gelu = act == ops::Activation::Gelu;
   Tensor out = !gelu ? y : pre_act ? *pre_act : Tensor::empty(y.shape(), y.dtype(), y.device());
-  fp8_linear::forward(fp8_, out, x, weight.value, /*accumulate=*/false);
+  fp8_linear::forward(fp8_, out, x, weight.value, /*accumulate=*/false, keep);
   if (has_bias) ops::add_bias(out, bias.value);
   if (gelu) ops::gelu_forward(y, out);
 }
 
-void Linear::forward(Tensor& y, const Tensor& x, Tensor* x_full, ops::Activation act, Tensor* pre_act) const {
+void Linear::forward(Tensor& y, const Tensor& x, Tensor* x_full, ops::Activation act, Tensor* pre_act,
+                     Fp8Saved* fp8) const {
   const Tensor b = has_bias ? bias.value : Tensor();
-  if (!tp_ && fp8_ != Fp8Recipe::None) return fp8_forward(y, x, act, pre_act, nullptr);
+  if (!tp_ && fp8_ != Fp8Recipe::None) return fp8_forward(y, x, act, pre_act, nullptr, fp8);
   if (!tp_) return ops::linear_forward(y, x, weight.value, b, act, pre_act);
   check_no_fp8_under_tp();
   TETRA_CHECK(style_ == TpStyle::ColumnParallel, weight.name, ": forward runs a column-parallel layer, this one is ",
@@ -79,9 +81,9 @@ void Linear::forward(Tensor& y, const Tensor& x, Tensor* x_full, ops::Activation
   tp_->column_forward(y, x, x_full, weight.value, b, act, pre_act);
 }
 
-void Linear::forward_residual(Tensor& y, const Tensor& x, const Tensor& residual) const {
+void Linear::forward_residual(Tensor& y, const Tensor& x, const Tensor& residual, Fp8Saved* fp8) const {
   const Tensor b = has_bias ? bias.value : Tensor();
-  if (!tp_ && fp8_ != Fp8Recipe::None) return fp8_forward(y, x, ops::Activation::None, nullptr, &residual);
+  if (!tp_ && fp8_ != Fp8Recipe::None) return fp8_forward(y, x, ops::Activation::None, nullptr, &residual, fp8);
   if (!tp_) return ops::linear_forward(y, x, weight.value, b, ops::Activation::None, nullptr, &residual);
   check_no_fp8_under_tp();
   TETRA_CHECK(style_ == TpStyle::RowParallel, weight.name, ": forward_residual runs a row-parallel layer, this one is ",
@@ -89,10 +91,11 @@ void Linear::forward_residual(Tensor& y, const Tensor& x, const Tensor& residual
   tp_->row_forward(y, x, weight.value, b, &residual);
 }
 
-bool Linear::backward_input(Tensor& dx, const Tensor& dy, const std::function<void()>& overlap, bool accumulate) const {
+bool Linear::backward_input(Tensor& dx, const Tensor& dy, const std::function<void()>& overlap, bool accumulate,
+                            Fp8Saved* fp8) const {
   if (!tp_) {
     if (fp8_ != Fp8Recipe::None)
-      fp8_linear::backward_input(fp8_, dx, dy, weight.value, accumulate);
+      fp8_linear::backward_input(fp8_, dx, dy, weight.value, accumulate, fp8);
     else
       ops::linear_backward_input(dx, dy, weight.value, accumulate);
     return false;
@@ -104,9 +107,10 @@ bool Linear::backward_input(Tensor& dx, const Tensor& dy, const std::function<vo
   return static_cast<bool>(overlap);
 }
 
-void Linear::backward_input_residual(Tensor& dx, const Tensor& dy, Tensor* dy_full, const Tensor* gelu_pre) const {
+void Linear::backward_input_residual(Tensor& dx, const Tensor& dy, Tensor* dy_full, const Tensor* gelu_pre,
+                                     Fp8Saved* fp8) const {
   if (!tp_ && fp8_ != Fp8Recipe::None) {
-    fp8_linear::backward_input(fp8_, dx, dy, weight.value, /*accumulate=*/false);
+    fp8_linear::backward_input(fp8_, dx, dy, weight.value, /*accumulate=*/false, fp8);
     if (gelu_pre) ops::gelu_backward(dx, dx, *gelu_pre);
     return;
   }
@@ -123,13 +127,13 @@ void Linear::backward_input_residual(Tensor& dx, const Tensor& dy, Tensor* dy_fu
   tp_->row_backward_input(dx, dy, dy_full, weight.value, gelu_pre);
 }
 
-void Linear::backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dy_sum) {
+void Linear::backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dy_sum, Fp8Saved* fp8) {
   if (fp8_ == Fp8Recipe::None) {
     ops::linear_backward_weight(weight.grad, has_bias ? &bias.grad : nullptr, dy, x, /*accumulate=*/true,
                                 has_bias && dy_sum.defined() ? &dy_sum : nullptr);
     return;
   }
-  fp8_linear::backward_weight(fp8_, weight.grad, dy, x);
+  fp8_linear::backward_weight(fp8_, weight.grad, dy, x, fp8);
   bias_grad(dy, dy_sum);
 }
 
@@ -141,8 +145,9 @@ void Linear::bias_grad(const Tensor& dy, const Tensor& dy_sum) {
   ops::linear_backward_weight(no_dw, &bias.grad, dy, no_x, /*accumulate=*/true, dy_sum.defined() ? &dy_sum : nullptr);
 }
 
-void Linear::backward_weight_residual(const Tensor& dy_full, const Tensor& x, const Tensor& dy, const Tensor& dy_sum) {
-  if (!sequence_sharded()) return backward_weight(dy, x, dy_sum);
+void Linear::backward_weight_residual(const Tensor& dy_full, const Tensor& x, const Tensor& dy, const Tensor& dy_sum,
+                                      Fp8Saved* fp8) {
+  if (!sequence_sharded()) return backward_weight(dy, x, dy_sum, fp8);
   check_no_fp8_under_tp();
   ops::linear_backward_weight(weight.grad, nullptr, dy_full, x, /*accumulate=*/true);
   bias_grad(dy, dy_sum);

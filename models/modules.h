@@ -44,6 +44,11 @@ struct Linear {
   // kFp8Multiple (a Config error naming the weight); not under tensor parallelism yet.
   void set_fp8(Fp8Recipe recipe);
   Fp8Recipe fp8() const { return fp8_; }
+  // Where the op writing this layer's input (gradient false) or output gradient may leave that
+  // tensor's amax for the FP8 cast (models/fp8_linear.h fp8_amax_slot); null where none is taken.
+  Tensor* fp8_amax_slot(Fp8Saved* fp8, bool gradient, Device device) const {
+    return tp_ ? nullptr : tetra::fp8_amax_slot(fp8_, fp8, gradient, device);
+  }
   // Whether the layer's side of the stream is sequence-sharded: its stream rows R are N/tp, and the
   // [N, ·] tensor that side gathers (a column-parallel input, a row-parallel output gradient) is a
   // buffer of its own rather than the stream tensor itself.
@@ -53,33 +58,37 @@ struct Linear {
 
   // ColumnParallel or plain: y[N, out] = act(x·Wᵀ + b); pre_act as in ops::linear_forward. x_full
   // ([N, in], may be null): receives the gathered input when sequence-sharded (else x is whole).
+  // fp8 (may be null): this micro-batch's Fp8Saved, which receives what the FP8 path keeps for the
+  // weight gradient (every method below takes it; the working-dtype path ignores it).
   void forward(Tensor& y, const Tensor& x, Tensor* x_full = nullptr, ops::Activation act = ops::Activation::None,
-               Tensor* pre_act = nullptr) const;
+               Tensor* pre_act = nullptr, Fp8Saved* fp8 = nullptr) const;
   // RowParallel or plain: y = x·Wᵀ + b + residual, the residual connection fused into the GEMM (and
   // into the reduction over tp); y may be the residual.
-  void forward_residual(Tensor& y, const Tensor& x, const Tensor& residual) const;
+  void forward_residual(Tensor& y, const Tensor& x, const Tensor& residual, Fp8Saved* fp8 = nullptr) const;
   // ColumnParallel or plain: dx[R, in] (+)= dy[N, out] · W, reduced over tp. `overlap` (may be
   // empty): work that does not read dx — the layer's weight gradients — run while the reduction
   // moves; the plain op runs no such work. Returns whether it ran `overlap`. accumulate: plain only.
   bool backward_input(Tensor& dx, const Tensor& dy, const std::function<void()>& overlap = {},
-                      bool accumulate = false) const;
+                      bool accumulate = false, Fp8Saved* fp8 = nullptr) const;
   // RowParallel or plain (forward_residual's): dx[N, in] = dy · W, times gelu'(gelu_pre) when given
   // (the input was gelu(gelu_pre)). dy [R, out]; dy_full ([N, out], may be null) receives it
   // gathered when sequence-sharded.
   void backward_input_residual(Tensor& dx, const Tensor& dy, Tensor* dy_full = nullptr,
-                               const Tensor* gelu_pre = nullptr) const;
+                               const Tensor* gelu_pre = nullptr, Fp8Saved* fp8 = nullptr) const;
   // Gradients accumulate over micro-batches. dy_sum (fp32 [out], may be undefined): Σ_n dy[n, :]
   // if already known, which the bias gradient then takes instead of reading dy again.
-  void backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dy_sum = Tensor());
+  void backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dy_sum = Tensor(), Fp8Saved* fp8 = nullptr);
   // forward_residual's weight gradients: dw from dy_full [N, out] (the gathered dy when
   // sequence-sharded, else dy itself) and x [N, in]; a sequence-sharded row-parallel layer's
   // replicated bias from this rank's rows dy [R, out] only (their column sum dy_sum if known), as its
   // gradient is summed over tp afterwards (ParamPlacement::grad_over_tp).
-  void backward_weight_residual(const Tensor& dy_full, const Tensor& x, const Tensor& dy, const Tensor& dy_sum);
+  void backward_weight_residual(const Tensor& dy_full, const Tensor& x, const Tensor& dy, const Tensor& dy_sum,
+                                Fp8Saved* fp8 = nullptr);
 
  private:
   // The plain layer under fp8_: y = act(x·Wᵀ + b) or x·Wᵀ + b + residual, as ops::linear_forward.
-  void fp8_forward(Tensor& y, const Tensor& x, ops::Activation act, Tensor* pre_act, const Tensor* residual) const;
+  void fp8_forward(Tensor& y, const Tensor& x, ops::Activation act, Tensor* pre_act, const Tensor* residual,
+                   Fp8Saved* keep) const;
   // bias.grad += Σ_n dy[n, :] (dy_sum when defined).
   void bias_grad(const Tensor& dy, const Tensor& dy_sum);
   void check_no_fp8_under_tp() const;

@@ -124,13 +124,22 @@ void attention_decode(Tensor& out, const Tensor& cache, int64_t length, int64_t 
 void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope) {
   TETRA_DISPATCH(dqkv.device(), rope_backward, dqkv, n_heads, n_kv_heads, rope);
 }
-void swiglu_forward(Tensor& h, const Tensor& gate_up) {
-  check_same_device("swiglu_forward", {&h, &gate_up});
-  TETRA_DISPATCH(h.device(), swiglu_forward, h, gate_up);
+namespace {
+// An amax output or input: U32 [1].
+void check_amax(const char* op, const Tensor* amax) {
+  if (amax && (amax->dtype() != DType::U32 || amax->numel() != 1))
+    TETRA_FAIL(Internal, op, ": amax must be U32 [1] (fp32 bit patterns), got ", amax->describe());
 }
-void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up) {
-  check_same_device("swiglu_backward", {&d_gate_up, &dh, &gate_up});
-  TETRA_DISPATCH(d_gate_up.device(), swiglu_backward, d_gate_up, dh, gate_up);
+}  // namespace
+void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax) {
+  check_same_device("swiglu_forward", {&h, &gate_up, amax});
+  check_amax("swiglu_forward", amax);
+  TETRA_DISPATCH(h.device(), swiglu_forward, h, gate_up, amax);
+}
+void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up, Tensor* amax) {
+  check_same_device("swiglu_backward", {&d_gate_up, &dh, &gate_up, amax});
+  check_amax("swiglu_backward", amax);
+  TETRA_DISPATCH(d_gate_up.device(), swiglu_backward, d_gate_up, dh, gate_up, amax);
 }
 void moe_router_forward(Tensor& expert_ids, Tensor& weights, Tensor& counts, const Tensor& logits, const Tensor& bias,
                         const MoeRouting& routing, Tensor* load) {
@@ -253,9 +262,13 @@ void sum_partials(Tensor& out, const Tensor& parts, const Tensor& b, const Tenso
   check_same_device("sum_partials", {&out, &parts, &b, residual});
   TETRA_DISPATCH(out.device(), sum_partials, out, parts, b, residual);
 }
-void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, Fp8Scaling scaling, Tensor* q_t, Tensor* scale_t) {
-  check_same_device("fp8_quantize", {&q, &scale, &x, q_t, scale_t});
-  TETRA_DISPATCH(x.device(), fp8_quantize, q, scale, x, scaling, q_t, scale_t);
+void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, Fp8Scaling scaling, Tensor* q_t, Tensor* scale_t,
+                  const Tensor* amax) {
+  check_same_device("fp8_quantize", {&q, &scale, &x, q_t, scale_t, amax});
+  check_amax("fp8_quantize", amax);
+  if (amax && scaling != Fp8Scaling::Tensorwise)
+    TETRA_FAIL(Internal, "fp8_quantize: a given amax is for Tensorwise casts (block scalings measure each group)");
+  TETRA_DISPATCH(x.device(), fp8_quantize, q, scale, x, scaling, q_t, scale_t, amax);
 }
 void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, Fp8Scaling scaling) {
   check_same_device("fp8_dequantize", {&y, &q, &scale});
@@ -263,9 +276,11 @@ void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, Fp8Scaling 
 }
 
 void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, Fp8Scaling a_scaling, const Tensor& b,
-              const Tensor& b_scale, Fp8Scaling b_scaling, bool accumulate) {
+              const Tensor& b_scale, Fp8Scaling b_scaling, bool accumulate, bool fast_accum) {
   check_same_device("fp8_gemm", {&y, &a, &a_scale, &b, &b_scale});
-  TETRA_DISPATCH(y.device(), fp8_gemm, y, a, a_scale, a_scaling, b, b_scale, b_scaling, accumulate);
+  if (fast_accum && (a_scaling != Fp8Scaling::Tensorwise || b_scaling != Fp8Scaling::Tensorwise))
+    TETRA_FAIL(Internal, "fp8_gemm: fast accumulation is for tensorwise operands (block-scaled GEMMs promote every block)");
+  TETRA_DISPATCH(y.device(), fp8_gemm, y, a, a_scale, a_scaling, b, b_scale, b_scaling, accumulate, fast_accum);
 }
 
 void step_control(Tensor& control, const Tensor& loss_sum, const Tensor& grad_sq, const Tensor& lr_table,

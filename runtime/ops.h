@@ -114,9 +114,12 @@ void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, const Rope
 // ---------- SwiGLU ----------
 // On a fused gate/up projection gu[N, 2F] = [gate | up] (gate in columns 0 … F−1):
 // h[N, F] = silu(gate) · up, silu(g) = g·sigmoid(g). h may not alias gate_up.
-void swiglu_forward(Tensor& h, const Tensor& gate_up);
-// d_gate_up[N, 2F] from dh[N, F] and the saved gate_up; d_gate_up may alias neither.
-void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up);
+// amax (optional, U32 [1] on the output's device) receives the largest |value| the op wrote, as
+// stored (rounded to the output's dtype), compared as fp32 bit patterns — what a Tensorwise
+// fp8_quantize of the output measures first, which that cast can then take instead (its amax).
+void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax = nullptr);
+// d_gate_up[N, 2F] from dh[N, F] and the saved gate_up; d_gate_up may alias neither. amax as above.
+void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up, Tensor* amax = nullptr);
 
 // ---------- mixture of experts (DeepSeek-V3; docs/kernels.md "Mixture of experts") ----------
 // E = routed experts, k = experts per token (top_k), N = tokens, R = routed rows (N·k in a layer's own
@@ -320,8 +323,10 @@ constexpr int64_t kFp8Block = 128;
 // scale_t (may be null) = scale. Blocks128: the same blocks, codes transposed, scale_t the block
 // scales transposed. Rows1x128: runs of 128 rows of a column, scale_t [⌈M/128⌉, K] (DeepSeek-V3's
 // 128×1 tiles of the backward). scale_t is required for Rows1x128 and Blocks128 when q_t is given.
+// amax (optional, Tensorwise only): x's amax bits (U32 [1], as a producer's amax output gives them),
+// taken instead of a pass over x of the cast's own.
 void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, Fp8Scaling scaling, Tensor* q_t = nullptr,
-                  Tensor* scale_t = nullptr);
+                  Tensor* scale_t = nullptr, const Tensor* amax = nullptr);
 // y[M, K] (fp32 or bf16) = q·s with the scales fp8_quantize wrote (the GEMMs' view of q).
 void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, Fp8Scaling scaling);
 // y[M, N] (+)= (a·sa)[M, K] · (b·sb)[N, K]ᵀ, FP8 operands and scales as fp8_quantize wrote them (each
@@ -329,9 +334,12 @@ void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, Fp8Scaling 
 // (x, w), input gradient (dy, wᵀ) and weight gradient (dyᵀ, xᵀ) each pass their operands in it.
 // fp32 accumulation. y fp32 or bf16 on CUDA; the CPU computes in fp32 on the operands dequantised as
 // fp8_dequantize does (the emulation the recipes' CPU runs use). CUDA (cuBLASLt): M, N and K
-// multiples of 16; not both operands E5M2; not both Blocks128.
+// multiples of 16; not both operands E5M2; not both Blocks128. fast_accum (Tensorwise operands only):
+// Hopper's fast accumulation, partial sums kept in the tensor cores' own accumulator for the whole
+// K loop instead of promoted to fp32 every few steps — faster, less exact (torchao's Float8Linear
+// takes it for the forward GEMM); the CPU computes in fp32 either way.
 void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, Fp8Scaling a_scaling, const Tensor& b,
-              const Tensor& b_scale, Fp8Scaling b_scaling, bool accumulate = false);
+              const Tensor& b_scale, Fp8Scaling b_scaling, bool accumulate = false, bool fast_accum = false);
 
 // ---------- reductions ----------
 // acc[1] (fp32 or fp64) += Σ x² (x fp32 or bf16). acc lives on x's device.

@@ -241,12 +241,6 @@ void check_fp8(const Config& c) {
     fail(c, {"train.fp8.recipe", "parallel.tp"},
          recipe + " with parallel.tp = " + str(c.parallel.tp) + ": the tensor-parallel projections have no FP8 path "
          "yet; use parallel.tp 1 (data, pipeline and expert parallelism compose with FP8), or train.fp8.recipe: none");
-  // blockwise's GEMMs on a GPU have not yet matched their CPU emulation (docs/kernels.md): until
-  // they do, a GPU run of it is refused rather than trusted.
-  if (t.fp8.recipe == Fp8Recipe::Blockwise && t.device == DeviceChoice::Cuda)
-    fail(c, {"train.fp8.recipe", "train.device"},
-         "blockwise on a GPU: its block-scaled GEMMs have not yet matched their CPU emulation there "
-         "(docs/kernels.md \"FP8 training\"); use tensorwise on a GPU (blockwise runs on CPU ranks)");
   const long long tokens = static_cast<long long>(t.micro_batch) * t.seq_len;
   if (tokens % kFp8Multiple != 0)
     fail(c, {"train.fp8.recipe", "train.micro_batch", "train.seq_len"},

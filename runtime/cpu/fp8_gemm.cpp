@@ -14,7 +14,7 @@
 namespace tetra::cpu {
 
 void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, ops::Fp8Scaling a_scaling, const Tensor& b,
-              const Tensor& b_scale, ops::Fp8Scaling b_scaling, bool accumulate) {
+              const Tensor& b_scale, ops::Fp8Scaling b_scaling, bool accumulate, bool /*fast_accum: fp32 here*/) {
   const char* op = "fp8_gemm";
   const Fp8GemmShape s = fp8_gemm_shape(op, y, a, a_scale, a_scaling, b, b_scale, b_scaling);
   check_dtype(op, "y", y, DType::F32);

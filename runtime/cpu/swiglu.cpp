@@ -2,6 +2,8 @@
 //   forward   h = silu(g)·u,  silu(g) = g·σ(g),  σ(g) = 1/(1 + e^−g)
 //   backward  dg = dh·u·σ(g)·(1 + g·(1 − σ(g))),  du = dh·silu(g)
 // Shapes: gate_up, d_gate_up [..., 2F]; h, dh [..., F] (the same leading dimensions). fp32.
+#include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "runtime/cpu/cpu_ops.h"
@@ -21,9 +23,17 @@ int64_t check_gate_up(const char* op, const Tensor& gate_up) {
 
 float sigmoid(float g) { return 1.0f / (1.0f + std::exp(-g)); }
 
+// ops.h's amax output: the largest |v| over v[0, n) as fp32 bits (a NaN wins, as on CUDA).
+void write_amax(Tensor* amax, const float* v, int64_t n) {
+  if (!amax) return;
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::bit_cast<uint32_t>(std::fabs(v[i])));
+  *static_cast<uint32_t*>(amax->data_ptr()) = m;
+}
+
 }  // namespace
 
-void swiglu_forward(Tensor& h, const Tensor& gate_up) {
+void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax) {
   const char* op = "swiglu_forward";
   const int64_t F = check_gate_up(op, gate_up);
   check_dtype(op, "h", h, DType::F32);
@@ -38,9 +48,10 @@ void swiglu_forward(Tensor& h, const Tensor& gate_up) {
     float* hr = ph + n * F;
     for (int64_t f = 0; f < F; ++f) hr[f] = g[f] * sigmoid(g[f]) * u[f];
   }
+  write_amax(amax, ph, N * F);
 }
 
-void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up) {
+void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up, Tensor* amax) {
   const char* op = "swiglu_backward";
   const int64_t F = check_gate_up(op, gate_up);
   check_dtype(op, "dh", dh, DType::F32);
@@ -65,6 +76,7 @@ void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up)
       du[f] = d[f] * g[f] * s;
     }
   }
+  write_amax(amax, pd, N * 2 * F);
 }
 
 }  // namespace tetra::cpu

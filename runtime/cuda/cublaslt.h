@@ -56,6 +56,7 @@ struct LtProblem {
   const float* b_scale = nullptr;
   int32_t a_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
   int32_t b_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  bool fast_accum = false;  // CUBLASLT_MATMUL_DESC_FAST_ACCUM (scalar scales only)
   bool fp8() const { return a_scale != nullptr; }
   cudaDataType_t b_type() const { return fp8() ? b_fp8_type : ab_type; }
 };

@@ -76,6 +76,7 @@ struct PlanKey {
   int ab_type, d_type, epilogue, b_type, a_scale_mode, b_scale_mode;
   bool has_bias, has_aux, beta_nonzero, c_is_d;
   uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
+  bool fast_accum;
   bool operator==(const PlanKey&) const = default;
 };
 
@@ -85,7 +86,7 @@ struct PlanKeyHash {
     auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ull; };
     mix(static_cast<uint64_t>(k.device));
     mix((k.ta ? 1u : 0u) | (k.tb ? 2u : 0u) | (k.has_bias ? 4u : 0u) | (k.has_aux ? 8u : 0u) |
-        (k.beta_nonzero ? 16u : 0u) | (k.c_is_d ? 32u : 0u));
+        (k.beta_nonzero ? 16u : 0u) | (k.c_is_d ? 32u : 0u) | (k.fast_accum ? 64u : 0u));
     for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldd, k.aux_ld}) mix(static_cast<uint64_t>(v));
     for (int v : {k.ab_type, k.d_type, k.epilogue, k.b_type, k.a_scale_mode, k.b_scale_mode})
       mix(static_cast<uint64_t>(v));
@@ -177,7 +178,8 @@ std::string describe(const LtProblem& p) {
   os << "cuBLASLt matmul (column-major) D[" << p.m << ", " << p.n << "] = op" << (p.trans_a ? "T" : "N") << "(A)·op"
      << (p.trans_b ? "T" : "N") << "(B), k = " << p.k << ", lda/ldb/ldd = " << p.lda << "/" << p.ldb << "/" << p.ldd
      << ", A/B " << type_name(p.ab_type) << "/" << type_name(p.b_type()) << ", D " << type_name(p.d_type) << ", epilogue " << epilogue_name(p.epilogue)
-     << ", beta " << p.beta << (p.beta != 0.0f && !c_is_d(p) ? " (C separate from D)" : "");
+     << ", beta " << p.beta << (p.beta != 0.0f && !c_is_d(p) ? " (C separate from D)" : "")
+     << (p.fp8() && p.fast_accum ? ", fast accumulation" : "");
   return os.str();
 }
 
@@ -187,15 +189,16 @@ void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
   TETRA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), describe(p));
 }
 
-// FP8: the scale pointers (set again per call) and, with modes, the scale modes and exact
-// accumulation (no "fast accumulation": partial sums stay fp32, as the block-scaled modes require).
+// FP8: the scale pointers (set again per call) and, with modes, the scale modes and the
+// accumulation: fast where the problem asks for it, else partial sums promoted to fp32 (as the
+// block-scaled modes require).
 void set_fp8_scales(cublasLtMatmulDesc_t desc, const LtProblem& p, bool modes) {
   set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(p.a_scale), p);
   set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(p.b_scale), p);
   if (!modes) return;
   set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, p.a_scale_mode, p);
   set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, p.b_scale_mode, p);
-  set_desc(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(0), p);
+  set_desc(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(p.fast_accum ? 1 : 0), p);
 }
 
 std::unique_ptr<Plan> make_plan(const LtProblem& p, const PlanKey& key, cublasLtHandle_t handle) {
@@ -378,7 +381,8 @@ bool lt_matmul(const LtProblem& p, Device device, cudaStream_t stream) {
               static_cast<int>(p.ab_type), static_cast<int>(p.d_type), static_cast<int>(p.epilogue),
               static_cast<int>(p.b_type()), p.fp8() ? p.a_scale_mode : -1, p.fp8() ? p.b_scale_mode : -1,
               p.bias != nullptr, p.aux != nullptr, beta_nonzero, in_place, alignment_of(p.a), alignment_of(p.b),
-              alignment_of(c), alignment_of(p.d), p.bias ? alignment_of(p.bias) : 0u, p.aux ? alignment_of(p.aux) : 0u};
+              alignment_of(c), alignment_of(p.d), p.bias ? alignment_of(p.bias) : 0u, p.aux ? alignment_of(p.aux) : 0u,
+              p.fp8() && p.fast_accum};
 
   LtState& s = lt_state();
   std::lock_guard<std::mutex> lock(s.mu);

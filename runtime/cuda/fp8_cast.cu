@@ -9,7 +9,8 @@
 //   Blocks128: the tile is the block (a warp reduction, then 8 warps through shared memory); q_t has
 //              the same codes, scale_t the block scale at the transposed place;
 //   Tensorwise: r from the tensor's amax, which a vectorised reduction before it left in a scratch
-//              word (one atomicMax per block on the bits); block 0 writes scale (and scale_t) from it,
+//              word (one atomicMax per block on the bits), or x's producer measured while writing x
+//              (the caller's amax: x is then read once); block 0 writes scale (and scale_t) from it,
 //              so the tile kernel is also the finalisation.
 // q: 8 codes per thread and row, one 8-byte store (a half-warp writes a row's 128 bytes). q_t: each
 // thread's 8 codes down a column are one 8-byte word in a shared 128 × 128-byte tile (16-byte units
@@ -58,7 +59,6 @@ struct TileArgs {
   bool vec_t = false;                           // q_t rows take 16-byte stores (M % 16 == 0, aligned)
 };
 
-__device__ __forceinline__ unsigned abs_bits(float v) { return __float_as_uint(fabsf(v)); }
 
 __device__ __forceinline__ float factor_of(unsigned amax_bits, float largest) {
   return fp8_quant_factor(__uint_as_float(amax_bits), largest);
@@ -337,7 +337,8 @@ bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0
 
 }  // namespace
 
-void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling scaling, Tensor* q_t, Tensor* scale_t) {
+void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling scaling, Tensor* q_t, Tensor* scale_t,
+                  const Tensor* given_amax) {
   const char* op = "fp8_quantize";
   check_cuda_tensor(op, "q", q);
   check_cuda_tensor(op, "scale", scale);
@@ -371,7 +372,10 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
   const bool vec = s.cols % 8 == 0 && aligned16(x.data_ptr()) && aligned8(a.q);
   const int64_t tiles = a.tiles_down * a.tiles_across;
   Tensor amax;  // Tensorwise: the amax bits, read by every block of the tile kernel
-  if (scaling == ops::Fp8Scaling::Tensorwise) {
+  if (given_amax) {  // Tensorwise (ops.cpp checks): measured by x's producer
+    check_cuda_tensor(op, "amax", *given_amax);
+    a.amax_bits = static_cast<const unsigned*>(given_amax->data_ptr());
+  } else if (scaling == ops::Fp8Scaling::Tensorwise) {
     amax = Tensor::empty({1}, DType::U32, dev);
     a.amax_bits = static_cast<const unsigned*>(amax.data_ptr());
     TETRA_CUDA_CHECK(cudaMemsetAsync(amax.data_ptr(), 0, sizeof(unsigned), stream));
@@ -388,7 +392,7 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
       case ops::Fp8Scaling::Tensorwise: {
         const int64_t n = s.rows * s.cols;
         const bool flat_vec = aligned16(px);
-        if (n > 0) {
+        if (n > 0 && !given_amax) {
           const int64_t items = flat_vec ? n / 32 + 1 : n;  // threads: 4 chunks of 8 each
           fp8_amax_kernel<T><<<grid_size(items, 256, dev, 8), 256, 0, stream>>>(
               px, n, flat_vec, static_cast<unsigned*>(amax.data_ptr()));

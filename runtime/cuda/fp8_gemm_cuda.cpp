@@ -5,7 +5,8 @@
 //   Tensorwise → SCALAR_32F (one fp32 on the device), Rows1x128 → VEC128_32F ([⌈K/128⌉, rows], a
 //   scale per 128 K-elements of a row, the rows contiguous), Blocks128 → BLK128x128_32F
 //   ([⌈rows/128⌉, ⌈K/128⌉], the K blocks contiguous).
-// Partial sums stay fp32 (no fast accumulation), as DeepSeek-V3's recipe promotes them.
+// Partial sums are promoted to fp32 (no fast accumulation, as DeepSeek-V3's recipe does) unless the
+// caller asks for fast accumulation (tensorwise only).
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/device_context.h"
@@ -29,7 +30,7 @@ int32_t scale_mode(ops::Fp8Scaling s) {
 }  // namespace
 
 void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, ops::Fp8Scaling a_scaling, const Tensor& b,
-              const Tensor& b_scale, ops::Fp8Scaling b_scaling, bool accumulate) {
+              const Tensor& b_scale, ops::Fp8Scaling b_scaling, bool accumulate, bool fast_accum) {
   const char* op = "fp8_gemm";
   check_cuda_tensor(op, "y", y);
   check_cuda_tensor(op, "a", a);
@@ -62,6 +63,7 @@ void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, ops::Fp8Scaling
   p.b_scale = a_scale.data<float>();
   p.a_scale_mode = scale_mode(b_scaling);
   p.b_scale_mode = scale_mode(a_scaling);
+  p.fast_accum = fast_accum;
   if (!lt_matmul(p, dev, stream_of(dev)))
     TETRA_FAIL(Device, op, ": cuBLASLt offers no FP8 algorithm for y[", s.m, ", ", s.n, "] = a[", s.m, ", ", s.k,
                "] (", dtype_name(a.dtype()), ") · b[", s.n, ", ", s.k, "]ᵀ (", dtype_name(b.dtype()),

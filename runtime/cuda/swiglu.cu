@@ -21,9 +21,11 @@ constexpr int kSwigluThreads = 256;
 
 __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
 
+// amax (may be null): max |h| bits as stored (ops.h), zeroed before the launch.
 template <int V, class TH, class TG>
 __global__ void __launch_bounds__(kSwigluThreads)
-    swiglu_forward_kernel(TH* h, const TG* gu, int64_t rows, int64_t F) {
+    swiglu_forward_kernel(TH* h, const TG* gu, int64_t rows, int64_t F, unsigned* amax) {
+  unsigned m = 0;
   for (int64_t n = blockIdx.x; n < rows; n += gridDim.x) {
     const TG* g_row = gu + n * 2 * F;
     TH* h_row = h + n * F;
@@ -32,15 +34,20 @@ __global__ void __launch_bounds__(kSwigluThreads)
       load_vec<V>(g_row + f, g);
       load_vec<V>(g_row + F + f, u);
 #pragma unroll
-      for (int j = 0; j < V; ++j) out[j] = g[j] * sigmoid(g[j]) * u[j];
+      for (int j = 0; j < V; ++j) {
+        out[j] = g[j] * sigmoid(g[j]) * u[j];
+        m = max(m, stored_abs_bits<TH>(out[j]));
+      }
       store_vec<V>(h_row + f, out);
     }
   }
+  block_amax_to(amax, m);
 }
 
 template <int V, class TD, class TH, class TG>
 __global__ void __launch_bounds__(kSwigluThreads)
-    swiglu_backward_kernel(TD* dgu, const TH* dh, const TG* gu, int64_t rows, int64_t F) {
+    swiglu_backward_kernel(TD* dgu, const TH* dh, const TG* gu, int64_t rows, int64_t F, unsigned* amax) {
+  unsigned m = 0;
   for (int64_t n = blockIdx.x; n < rows; n += gridDim.x) {
     const TG* g_row = gu + n * 2 * F;
     const TH* dh_row = dh + n * F;
@@ -55,11 +62,13 @@ __global__ void __launch_bounds__(kSwigluThreads)
         const float s = sigmoid(g[j]);
         dg[j] = d[j] * u[j] * s * (1.0f + g[j] * (1.0f - s));
         du[j] = d[j] * g[j] * s;
+        m = max(m, max(stored_abs_bits<TD>(dg[j]), stored_abs_bits<TD>(du[j])));
       }
       store_vec<V>(d_row + f, dg);
       store_vec<V>(d_row + F + f, du);
     }
   }
+  block_amax_to(amax, m);
 }
 
 // Blocks: one per row, at most 128 per SM (the grid strides over the rest).
@@ -83,19 +92,28 @@ bool vectorizable(int64_t F, std::initializer_list<const Tensor*> ts) {
   return true;
 }
 
+// The amax output (ops.h): zeroed on the stream before the kernel folds into it; null when not asked.
+unsigned* start_amax(const char* op, Tensor* amax, cudaStream_t stream) {
+  if (!amax) return nullptr;
+  check_cuda_tensor(op, "amax", *amax);
+  TETRA_CUDA_CHECK(cudaMemsetAsync(amax->data_ptr(), 0, sizeof(unsigned), stream));
+  return static_cast<unsigned*>(amax->data_ptr());
+}
+
 }  // namespace
 
-void swiglu_forward(Tensor& h, const Tensor& gate_up) {
+void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax) {
   const char* op = "swiglu_forward";
   const int64_t F = check_gate_up(op, gate_up);
   check_cuda_float(op, "h", h);
   check_shape(op, "h", h, with_last(leading_shape(gate_up), F));
   check_disjoint(op, "gate_up", h, gate_up);
   const int64_t rows = rows_of(gate_up);
-  if (rows == 0 || F == 0) return;
   const Device dev = h.device();
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
+  unsigned* pa = start_amax(op, amax, stream);
+  if (rows == 0 || F == 0) return;
   const bool vec = vectorizable(F, {&h, &gate_up});
   dispatch_float(h.dtype(), op, "h", [&](auto th) {
     dispatch_float(gate_up.dtype(), op, "gate_up", [&](auto tg) {
@@ -105,15 +123,15 @@ void swiglu_forward(Tensor& h, const Tensor& gate_up) {
       const TG* pg = static_cast<const TG*>(gate_up.data_ptr());
       const int blocks = row_blocks(rows, dev);
       if (vec)
-        swiglu_forward_kernel<8><<<blocks, kSwigluThreads, 0, stream>>>(ph, pg, rows, F);
+        swiglu_forward_kernel<8><<<blocks, kSwigluThreads, 0, stream>>>(ph, pg, rows, F, pa);
       else
-        swiglu_forward_kernel<1><<<blocks, kSwigluThreads, 0, stream>>>(ph, pg, rows, F);
+        swiglu_forward_kernel<1><<<blocks, kSwigluThreads, 0, stream>>>(ph, pg, rows, F, pa);
       TETRA_CUDA_CHECK_LAUNCH();
     });
   });
 }
 
-void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up) {
+void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up, Tensor* amax) {
   const char* op = "swiglu_backward";
   const int64_t F = check_gate_up(op, gate_up);
   check_cuda_float(op, "dh", dh);
@@ -123,10 +141,11 @@ void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up)
   check_disjoint(op, "gate_up", d_gate_up, gate_up);
   check_disjoint(op, "dh", d_gate_up, dh);
   const int64_t rows = rows_of(gate_up);
-  if (rows == 0 || F == 0) return;
   const Device dev = d_gate_up.device();
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
+  unsigned* pa = start_amax(op, amax, stream);
+  if (rows == 0 || F == 0) return;
   const bool vec = vectorizable(F, {&d_gate_up, &dh, &gate_up});
   dispatch_floats(
       op,
@@ -139,9 +158,9 @@ void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up)
         const TG* pg = static_cast<const TG*>(gate_up.data_ptr());
         const int blocks = row_blocks(rows, dev);
         if (vec)
-          swiglu_backward_kernel<8><<<blocks, kSwigluThreads, 0, stream>>>(pd, ph, pg, rows, F);
+          swiglu_backward_kernel<8><<<blocks, kSwigluThreads, 0, stream>>>(pd, ph, pg, rows, F, pa);
         else
-          swiglu_backward_kernel<1><<<blocks, kSwigluThreads, 0, stream>>>(pd, ph, pg, rows, F);
+          swiglu_backward_kernel<1><<<blocks, kSwigluThreads, 0, stream>>>(pd, ph, pg, rows, F, pa);
         TETRA_CUDA_CHECK_LAUNCH();
       },
       d_gate_up.dtype(), "d_gate_up", dh.dtype(), "dh", gate_up.dtype(), "gate_up");

@@ -14,7 +14,8 @@
 # TEXT_MB stay the same; each run directory is made anew.
 # Knobs (environment), defaults for one H200:
 #   STEPS 1000, LAST 200, LAYERS 4, BATCH 4, SEQ 1024 (4 × 1024 tokens per step), SEEDS "1 2 3",
-#   RECIPES "bf16 tensorwise" (bf16 sets no train.fp8 key; blockwise is refused on a GPU for now), WARMUP STEPS/10, TEXT_MB 64,
+#   RECIPES "bf16 tensorwise" (bf16 sets no train.fp8 key; bf16-state is bf16 with
+#   optimizer.state_dtype bf16, AdamW's moments in bf16, measured the same way), WARMUP STEPS/10, TEXT_MB 64,
 #   CONFIG configs/llama-1b.yaml, TETRA build/tetra (both from the repository root), TETRA_ARGS (more
 #   --set arguments for every run).
 # At the defaults a step is 12.9 TFLOP of model FLOPs (6 · 506M non-embedding parameters with the
@@ -45,7 +46,7 @@ case "$warmup" in '' | *[!0-9]*) die "WARMUP must be a non-negative integer, got
 for s in $seeds; do case "$s" in *[!0-9]*) die "SEEDS: '$s' is not a non-negative integer" ;; esac; done
 [ -n "$recipes" ] || die "RECIPES is empty"
 for r in $recipes; do
-  case "$r" in bf16 | tensorwise | blockwise) ;; *) die "RECIPES: '$r' is not bf16, tensorwise or blockwise" ;; esac
+  case "$r" in bf16 | bf16-state | tensorwise | blockwise) ;; *) die "RECIPES: '$r' is not bf16, bf16-state, tensorwise or blockwise" ;; esac
 done
 [ -f "$config" ] || die "CONFIG=$config: no such file"
 py=${PYTHON:-python3}
@@ -74,8 +75,11 @@ fi
 
 : > "$dir/runs.jsonl"
 for recipe in $recipes; do
-  fp8=()
-  [ "$recipe" = bf16 ] || fp8=(--set train.fp8.recipe="$recipe")
+  case "$recipe" in  # what the run sets beyond bf16's
+    bf16) fp8=() ;;
+    bf16-state) fp8=(--set optimizer.state_dtype=bf16) ;;
+    *) fp8=(--set train.fp8.recipe="$recipe") ;;
+  esac
   for seed in $seeds; do
     name="$recipe-seed$seed"
     rm -rf "${out:?}/$name"

@@ -16,7 +16,7 @@ Exit 0 with every run complete (STEPS steps logged), 1 when one is missing or sh
 `incomplete`; the JSON and SVG still written from what there is), 2 for bad arguments."""
 import argparse, json, math, os, sys
 
-COLOURS = {"bf16": "#1f4e9c", "tensorwise": "#d9541e", "blockwise": "#2a8a3e"}
+COLOURS = {"bf16": "#1f4e9c", "tensorwise": "#d9541e", "blockwise": "#2a8a3e", "bf16-state": "#7b3fa0"}
 EXTRA = ["#8e44ad", "#b8860b", "#17a2b8"]
 DASHES = ["", "6,3", "2,2", "8,3,2,3"]
 

@@ -105,6 +105,32 @@ TEST(Fp8Linear, EachGemmReadsItsRecipesCasts) {
   }
 }
 
+// xᵀ kept by the forward and dyᵀ kept by the input gradient (Fp8Saved) are what the weight gradient
+// would cast from x and dy itself: the same codes, so the same dw bit for bit; W releases them.
+TEST(Fp8Linear, KeptTransposesGiveTheWeightGradientOfFreshCasts) {
+  const int64_t N = 144, I = 160, O = 48;
+  for (Fp8Recipe recipe : {Fp8Recipe::Tensorwise, Fp8Recipe::Blockwise}) {
+    Rng rng(7);
+    Tensor x = random_tensor(rng, {N, I}), w = random_tensor(rng, {O, I}, 0.05), dy = random_tensor(rng, {N, O}, 1e-3);
+    Tensor y = Tensor::empty({N, O}, DType::F32), dx = Tensor::empty({N, I}, DType::F32);
+    Fp8Saved kept;
+    fp8_linear::forward(recipe, y, x, w, false, &kept);
+    fp8_linear::backward_input(recipe, dx, dy, w, false, &kept);
+    ASSERT_TRUE(kept.x_t.defined() && kept.dy_t.defined()) << fp8_recipe_name(recipe);
+    EXPECT_EQ(kept.x_t.q.shape(), (Shape{I, N}));
+    EXPECT_EQ(kept.dy_t.q.shape(), (Shape{O, N}));
+    Tensor dw_kept = Tensor::zeros({O, I}, DType::F32), dw_fresh = Tensor::zeros({O, I}, DType::F32);
+    fp8_linear::backward_weight(recipe, dw_kept, dy, x, &kept);
+    EXPECT_FALSE(kept.x_t.defined() || kept.dy_t.defined()) << "W releases what it read";
+    fp8_linear::backward_weight(recipe, dw_fresh, dy, x);
+    EXPECT_EQ(values(dw_kept), values(dw_fresh)) << fp8_recipe_name(recipe);
+    // A kept operand of another tensor's shape is a bug in the caller, not silently read.
+    fp8_linear::forward(recipe, y, x, w, false, &kept);
+    Tensor x_short = random_tensor(rng, {N - 16, I}), dy_short = random_tensor(rng, {N - 16, O});
+    EXPECT_THROW(fp8_linear::backward_weight(recipe, dw_fresh, dy_short, x_short, &kept), Error);
+  }
+}
+
 Param param(const Shape& shape, Rng& rng, double scale) {
   Param p;
   p.name = "p";

@@ -272,6 +272,30 @@ TEST(ModelFamily, ActivationsCountAnFp32ResidualStream) {
   }
 }
 
+// Under train.fp8 the plan counts what the projections keep for W (models/fp8_linear.h Fp8Saved): per
+// token and block 1 byte per element of their inputs (blockwise: + a float per 128), the MLP's only
+// where it keeps its activations. GPT-2: ln_1, att, ln_2 [C] and fc_act [4C]; Llama (ffn = 2048 here):
+// h1, att, h2 [C] and act [F]; none under full recompute.
+TEST(ModelFamily, ActivationsCountTheFp8KeptTransposes) {
+  for (const std::string& arch : {std::string("gpt2"), std::string("llama")}) {
+    ModelArgs a{.arch = arch, .vocab_size = 50304, .seq_len = 1024, .d_model = 768, .n_layers = 12,
+                .n_heads = 12, .ffn_dim = 2048};
+    const ModelFamily& f = model_family(arch);
+    const ActivationShape bf16{16, 1024, 2, 2};
+    const double mlp = arch == "gpt2" ? 4.0 * 768 : 2048.0, tokens_layers = 16.0 * 1024.0 * 12.0;
+    for (Recompute r : {Recompute::None, Recompute::Mlp, Recompute::Full}) {
+      a.recompute = r;
+      a.fp8 = Fp8Recipe::None;
+      const double plain = f.activation_bytes(a, bf16);
+      const double per_token = r == Recompute::Full ? 0.0 : r == Recompute::Mlp ? 2.0 * 768 : 3.0 * 768 + mlp;
+      a.fp8 = Fp8Recipe::Tensorwise;
+      EXPECT_DOUBLE_EQ(f.activation_bytes(a, bf16) - plain, tokens_layers * per_token) << arch;
+      a.fp8 = Fp8Recipe::Blockwise;
+      EXPECT_DOUBLE_EQ(f.activation_bytes(a, bf16) - plain, tokens_layers * per_token * (1.0 + 4.0 / 128)) << arch;
+    }
+  }
+}
+
 // Llama's numbers: the parameters of Llama 3.2 1B with an untied output layer, torchtitan's FLOPs,
 // Meta's default MLP width, and the errors of impossible grouped-query shapes.
 TEST(LlamaFamily, NumbersAndShapeErrors) {

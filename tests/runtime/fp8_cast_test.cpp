@@ -12,6 +12,8 @@
 #include <limits>
 #include <vector>
 
+#include "runtime/error.h"
+#include "runtime/fp8_cast_shape.h"
 #include "runtime/fp8_format.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
@@ -231,6 +233,64 @@ TEST(Fp8Gemm, IsTheGemmOfTheDequantisedOperands) {
       norm += exact * exact;
     }
   EXPECT_LT(std::sqrt(err / norm), 0.05);
+}
+
+// Fast accumulation is a tensorwise mode (block-scaled GEMMs promote every block: cuBLASLt would run
+// them exact anyway, so asking for it is a caller's mistake); the CPU's fp32 GEMM ignores it.
+TEST(Fp8Gemm, FastAccumulationIsTensorwiseOnly) {
+  Rng rng(6);
+  const int64_t M = 32, N = 16, K = 256;
+  Tensor x = random_tensor(rng, {M, K}), w = random_tensor(rng, {N, K});
+  Tensor qa = Tensor::empty({M, K}, DType::F8E4M3), sa = Tensor::empty({1}, DType::F32);
+  Tensor qb = Tensor::empty({N, K}, DType::F8E4M3), sb = Tensor::empty({1}, DType::F32);
+  ops::fp8_quantize(qa, sa, x, ops::Fp8Scaling::Tensorwise);
+  ops::fp8_quantize(qb, sb, w, ops::Fp8Scaling::Tensorwise);
+  Tensor exact = Tensor::empty({M, N}, DType::F32), fast = Tensor::empty({M, N}, DType::F32);
+  ops::fp8_gemm(exact, qa, sa, ops::Fp8Scaling::Tensorwise, qb, sb, ops::Fp8Scaling::Tensorwise);
+  ops::fp8_gemm(fast, qa, sa, ops::Fp8Scaling::Tensorwise, qb, sb, ops::Fp8Scaling::Tensorwise, false, true);
+  for (int64_t i = 0; i < exact.numel(); ++i) ASSERT_EQ(exact.data<float>()[i], fast.data<float>()[i]);
+  Tensor ra = Tensor::empty({M, K}, DType::F8E4M3), rsa = Tensor::empty(fp8_scale_shape(ops::Fp8Scaling::Rows1x128, M, K), DType::F32);
+  ops::fp8_quantize(ra, rsa, x, ops::Fp8Scaling::Rows1x128);
+  EXPECT_THROW(ops::fp8_gemm(fast, ra, rsa, ops::Fp8Scaling::Rows1x128, qb, sb, ops::Fp8Scaling::Tensorwise, false, true),
+               Error);
+}
+
+// A producer's amax output (ops.h: here SwiGLU's) is the largest |value| it wrote as fp32 bits, and
+// a Tensorwise cast given it writes the same codes and scales as the cast that measures x itself.
+TEST(Fp8Cast, ProducersAmaxIsWhatTheCastWouldMeasure) {
+  Rng rng(8);
+  const int64_t N = 48, F = 96;
+  Tensor gu = random_tensor(rng, {N, 2 * F}), dh = random_tensor(rng, {N, F});
+  Tensor h = Tensor::empty({N, F}, DType::F32), dgu = Tensor::empty({N, 2 * F}, DType::F32);
+  Tensor h_amax = Tensor::empty({1}, DType::U32), dgu_amax = Tensor::empty({1}, DType::U32);
+  ops::swiglu_forward(h, gu, &h_amax);
+  ops::swiglu_backward(dgu, dh, gu, &dgu_amax);
+  auto largest = [](const Tensor& t) {
+    uint32_t m = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::bit_cast<uint32_t>(std::fabs(t.data<float>()[i])));
+    return m;
+  };
+  EXPECT_EQ(*static_cast<uint32_t*>(h_amax.data_ptr()), largest(h));
+  EXPECT_EQ(*static_cast<uint32_t*>(dgu_amax.data_ptr()), largest(dgu));
+  for (auto [x, amax] : {std::pair{&h, &h_amax}, std::pair{&dgu, &dgu_amax}}) {
+    const int64_t R = x->dim(0), C = x->dim(1);
+    Tensor q1 = Tensor::empty({R, C}, DType::F8E4M3), q2 = Tensor::empty({R, C}, DType::F8E4M3);
+    Tensor t1 = Tensor::empty({C, R}, DType::F8E4M3), t2 = Tensor::empty({C, R}, DType::F8E4M3);
+    Tensor s1 = Tensor::empty({1}, DType::F32), s2 = Tensor::empty({1}, DType::F32);
+    ops::fp8_quantize(q1, s1, *x, ops::Fp8Scaling::Tensorwise, &t1);
+    ops::fp8_quantize(q2, s2, *x, ops::Fp8Scaling::Tensorwise, &t2, nullptr, amax);
+    EXPECT_EQ(std::memcmp(q1.data_ptr(), q2.data_ptr(), q1.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(t1.data_ptr(), t2.data_ptr(), t1.nbytes()), 0);
+    EXPECT_EQ(s1.data<float>()[0], s2.data<float>()[0]);
+  }
+  // The amax given is what the cast scales by: half of it saturates the largest values.
+  *static_cast<uint32_t*>(h_amax.data_ptr()) = std::bit_cast<uint32_t>(std::bit_cast<float>(largest(h)) / 2);
+  Tensor q = Tensor::empty({N, F}, DType::F8E4M3), sc = Tensor::empty({1}, DType::F32);
+  ops::fp8_quantize(q, sc, h, ops::Fp8Scaling::Tensorwise, nullptr, nullptr, &h_amax);
+  EXPECT_FLOAT_EQ(sc.data<float>()[0], std::bit_cast<float>(largest(h)) / 2 / fp8_largest(Fp8Format::E4M3));
+  // Block scalings measure every group themselves.
+  Tensor rs = Tensor::empty(fp8_scale_shape(ops::Fp8Scaling::Rows1x128, N, F), DType::F32);
+  EXPECT_THROW(ops::fp8_quantize(q, rs, h, ops::Fp8Scaling::Rows1x128, nullptr, nullptr, &h_amax), Error);
 }
 
 }  // namespace

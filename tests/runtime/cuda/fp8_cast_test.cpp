@@ -8,6 +8,7 @@
 // misses by orders of magnitude: each 128-group's scale differs from its neighbours').
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "runtime/fp8_cast_shape.h"
@@ -174,18 +175,36 @@ Tensor poisoned_large(const Shape& shape, DType dt) {
   return t;
 }
 
+// The columns of a cast's scale tensor that hold groups (the rest is fp8_scale_shape's padding):
+// Rows1x128 one per row of x [rows, cols], Blocks128 one per 128 columns, Tensorwise its one.
+int64_t scale_columns_used(ops::Fp8Scaling scaling, int64_t rows, int64_t cols) {
+  switch (scaling) {
+    case ops::Fp8Scaling::Rows1x128: return rows;
+    case ops::Fp8Scaling::Blocks128: return (cols + ops::kFp8Block - 1) / ops::kFp8Block;
+    case ops::Fp8Scaling::Tensorwise: break;
+  }
+  return 1;
+}
+
 // dev [R, C] (a scale [1] counts as [1, 1]) against host [r, c] repeated down and across:
-// dev[i, j] == host[i % r, j % c], byte for byte.
-bool repeats(const Tensor& dev, const Tensor& host) {
+// dev[i, j] == host[i % r, j % c], byte for byte. With used columns given (scales: the padding of
+// each row differs between the two shapes), only the first dev_used columns of dev repeat the first
+// host_used of host, and dev's columns past them are zero.
+bool repeats(const Tensor& dev, const Tensor& host, int64_t dev_used = -1, int64_t host_used = -1) {
   const Tensor got = download_raw(dev);
   const int64_t R = got.ndim() == 2 ? got.dim(0) : 1, C = got.dim(-1);
   const int64_t r = host.ndim() == 2 ? host.dim(0) : 1, c = host.dim(-1);
+  if (dev_used < 0) dev_used = C;
+  if (host_used < 0) host_used = c;
   const size_t e = dtype_size(got.dtype());
   const auto* g = static_cast<const unsigned char*>(got.data_ptr());
   const auto* h = static_cast<const unsigned char*>(host.data_ptr());
+  const std::vector<unsigned char> zero(e, 0);
   for (int64_t i = 0; i < R; ++i)
-    for (int64_t j = 0; j < C; ++j)
-      if (std::memcmp(g + (i * C + j) * e, h + ((i % r) * c + j % c) * e, e) != 0) return false;
+    for (int64_t j = 0; j < C; ++j) {
+      const unsigned char* want = j < dev_used ? h + ((i % r) * c + j % host_used) * e : zero.data();
+      if (std::memcmp(g + (i * C + j) * e, want, e) != 0) return false;
+    }
   return true;
 }
 
@@ -215,8 +234,10 @@ TEST(GpuFp8Cast, PastTwoToThe31ElementsMatchesTheCpuTwin) {
     EXPECT_TRUE(same_bytes(d.q.slice_flat((M - B) * K, {B, K}), h.q)) << what << ": last rows' codes";
     EXPECT_TRUE(repeats(d.q_t.slice_flat((K - B) * M, {B, M}), h.q_t.slice_flat((K - B) * B, {B, B})))
         << what << ": last rows' transposed codes";
-    EXPECT_TRUE(repeats(d.scale, h.scale)) << what << ": scales";
-    EXPECT_TRUE(repeats(d.scale_t, h.scale_t)) << what << ": transposed scales";
+    EXPECT_TRUE(repeats(d.scale, h.scale, scale_columns_used(scaling, M, K), scale_columns_used(scaling, B, K)))
+        << what << ": scales";
+    EXPECT_TRUE(repeats(d.scale_t, h.scale_t, scale_columns_used(scaling, K, M), scale_columns_used(scaling, K, B)))
+        << what << ": transposed scales";
   }
 }
 
@@ -226,10 +247,19 @@ TEST(GpuFp8Cast, PastTwoToThe31ElementsMatchesTheCpuTwin) {
 // tensorwise below 1e-5). Bounds of 1e-3 / 1e-2 hold that with room; a wrong scale, scale layout or
 // mode is off by O(1) (measured 0.98–1.3 norm-wise with a transposed scale layout). bf16 outputs add
 // bf16's rounding: its usual bounds.
-void check_fp8_gemm(const Tensor& y, const Tensor& ref, DType dt, const std::string& what) {
+//
+// Fast accumulation keeps the tensor cores' own accumulator over the whole K loop: DeepSeek-V3
+// (§3.3.2) measured a worst relative error near 2% at K = 4096 on H800 without promotion. Bounds of
+// 1e-2 norm-wise and 5e-2 at the worst element hold that; a wrong scale is still O(1) off.
+void check_fp8_gemm(const Tensor& y, const Tensor& ref, DType dt, const std::string& what, bool fast_accum = false) {
   const std::vector<double> got = download(y), want = values(ref);
   const double norm = rel_error(got, want), worst = worst_element_error(got, want);
-  const double norm_bound = dt == DType::BF16 ? tol(dt) : 1e-3, worst_bound = dt == DType::BF16 ? worst_tol(dt) : 1e-2;
+  double norm_bound = dt == DType::BF16 ? tol(dt) : 1e-3, worst_bound = dt == DType::BF16 ? worst_tol(dt) : 1e-2;
+  if (fast_accum) {
+    norm_bound = std::max(norm_bound, 1e-2);
+    worst_bound = std::max(worst_bound, 5e-2);
+    std::printf("%s, fast accumulation: norm-wise %.3g, worst element %.3g\n", what.c_str(), norm, worst);
+  }
   EXPECT_LE(norm, norm_bound) << what << ": norm-wise relative error";
   EXPECT_LE(worst, worst_bound) << what << ": worst element";
 }
@@ -242,7 +272,7 @@ struct GemmCase {
 
 // a [M, K] and b [N, K] quantised on the host, with rows of very different magnitudes so that every
 // group's scale differs.
-void check_gemm(const GemmCase& c, int64_t M, int64_t N, int64_t K, uint64_t seed) {
+void check_gemm(const GemmCase& c, int64_t M, int64_t N, int64_t K, uint64_t seed, bool fast_accum = false) {
   Rng rng(seed);
   auto operand = [&](int64_t rows, ops::Fp8Scaling scaling, Fp8Format format, Tensor& q, Tensor& sc) {
     Tensor x = random_host(rng, {rows, K});
@@ -259,17 +289,17 @@ void check_gemm(const GemmCase& c, int64_t M, int64_t N, int64_t K, uint64_t see
   ops::fp8_gemm(ref, qa, sa, c.a_scaling, qb, sb, c.b_scaling);
   Tensor y = poisoned({M, N}, c.y_dtype);
   Tensor dqa = upload_raw(qa), dsa = upload_raw(sa), dqb = upload_raw(qb), dsb = upload_raw(sb);
-  ops::fp8_gemm(y, dqa, dsa, c.a_scaling, dqb, dsb, c.b_scaling);
+  ops::fp8_gemm(y, dqa, dsa, c.a_scaling, dqb, dsb, c.b_scaling, /*accumulate=*/false, fast_accum);
   const std::string what = std::string(fp8_format_name(c.a_format)) + "·" + fp8_format_name(c.b_format) +
                            " scalings " + std::to_string(static_cast<int>(c.a_scaling)) + "/" +
                            std::to_string(static_cast<int>(c.b_scaling)) + " y " + dtype_name(c.y_dtype) + " [" +
                            std::to_string(M) + ", " + std::to_string(N) + ", " + std::to_string(K) + "]";
-  check_fp8_gemm(y, ref, c.y_dtype, what);
+  check_fp8_gemm(y, ref, c.y_dtype, what, fast_accum);
   // Accumulating adds the same product again: 2·ref (a bf16 y holds the first product rounded, so
   // the sum is within bf16's bound too).
-  ops::fp8_gemm(y, dqa, dsa, c.a_scaling, dqb, dsb, c.b_scaling, /*accumulate=*/true);
+  ops::fp8_gemm(y, dqa, dsa, c.a_scaling, dqb, dsb, c.b_scaling, /*accumulate=*/true, fast_accum);
   ops::scale(ref, 2.0f);
-  check_fp8_gemm(y, ref, c.y_dtype, what + " accumulated");
+  check_fp8_gemm(y, ref, c.y_dtype, what + " accumulated", fast_accum);
 }
 
 TEST(GpuFp8Gemm, MatchesTheCpuEmulation) {
@@ -292,6 +322,18 @@ TEST(GpuFp8Gemm, MatchesTheCpuEmulation) {
     check_gemm(c, 256, 160, 384, seed++);
     check_gemm(c, 160, 384, 160, seed++);
   }
+}
+
+// The tensorwise forward's fast accumulation (models/fp8_linear.h), at the K of the projections it
+// runs in (2048 to 8192).
+TEST(GpuFp8Gemm, FastAccumulationStaysNearTheCpuEmulation) {
+  TETRA_REQUIRE_GPU();
+  using S = ops::Fp8Scaling;
+  const GemmCase forward{S::Tensorwise, S::Tensorwise, Fp8Format::E4M3, Fp8Format::E4M3, DType::F32};
+  check_gemm(forward, 256, 384, 512, 300, /*fast_accum=*/true);
+  check_gemm(forward, 256, 256, 8192, 301, /*fast_accum=*/true);
+  check_gemm({S::Tensorwise, S::Tensorwise, Fp8Format::E4M3, Fp8Format::E4M3, DType::BF16}, 272, 160, 4096, 302,
+             /*fast_accum=*/true);
 }
 
 }  // namespace

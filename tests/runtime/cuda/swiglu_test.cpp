@@ -3,6 +3,9 @@
 // side), the vector path (F % 8 == 0), the element-wise path, unaligned views, fp32 and bf16 and mixed
 // dtypes; forward h[N, F] and backward d_gate_up[N, 2F], outputs poisoned with NaN first and within the
 // dtype's norm-wise and worst-element tolerances (tests/runtime/cuda/gpu_test_util.h).
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -70,6 +73,42 @@ TEST(GpuSwiGlu, UnalignedViews) {
   expect_close(gh, h, dt, "unaligned forward");
   ops::swiglu_backward(gdgu, gdh, ggu);
   expect_close(gdgu, dgu, dt, "unaligned backward");
+}
+
+// The amax outputs (ops.h, FP8 tensorwise casts): the largest |value| as stored (bf16-rounded for a
+// bf16 output), bit for bit against the downloaded output, on the vector and element paths; and a
+// Tensorwise cast given it writes the bytes of the cast that measures the output itself.
+TEST(GpuSwiGlu, AmaxOutputsAreTheLargestStoredValue) {
+  TETRA_REQUIRE_GPU();
+  uint64_t seed = 20;
+  for (DType dt : {DType::BF16, DType::F32})
+    for (int64_t F : {int64_t{1024}, int64_t{13}}) {
+      const int64_t N = 96;
+      Rng rng(seed++);
+      const std::string what = std::string(dtype_name(dt)) + " F " + std::to_string(F);
+      Tensor ggu = upload(random_host(rng, {N, 2 * F}, 3.0), dt), gdh = upload(random_host(rng, {N, F}), dt);
+      Tensor gh = poisoned({N, F}, dt), gdgu = poisoned({N, 2 * F}, dt);
+      Tensor h_amax = Tensor::empty({1}, DType::U32, gpu()), d_amax = Tensor::empty({1}, DType::U32, gpu());
+      poison(h_amax);
+      poison(d_amax);
+      ops::swiglu_forward(gh, ggu, &h_amax);
+      ops::swiglu_backward(gdgu, gdh, ggu, &d_amax);
+      auto largest = [](const Tensor& dev) {
+        uint32_t m = 0;
+        for (double v : download(dev)) m = std::max(m, std::bit_cast<uint32_t>(std::fabs(static_cast<float>(v))));
+        return m;
+      };
+      auto bits = [](const Tensor& amax) { return *static_cast<const uint32_t*>(download_raw(amax).data_ptr()); };
+      EXPECT_EQ(bits(h_amax), largest(gh)) << what << ": forward";
+      EXPECT_EQ(bits(d_amax), largest(gdgu)) << what << ": backward";
+      Tensor q1 = Tensor::empty({N, F}, DType::F8E4M3, gpu()), q2 = Tensor::empty({N, F}, DType::F8E4M3, gpu());
+      Tensor s1 = Tensor::empty({1}, DType::F32, gpu()), s2 = Tensor::empty({1}, DType::F32, gpu());
+      ops::fp8_quantize(q1, s1, gh, ops::Fp8Scaling::Tensorwise);
+      ops::fp8_quantize(q2, s2, gh, ops::Fp8Scaling::Tensorwise, nullptr, nullptr, &h_amax);
+      const Tensor b1 = download_raw(q1), b2 = download_raw(q2);
+      EXPECT_EQ(std::memcmp(b1.data_ptr(), b2.data_ptr(), b1.nbytes()), 0) << what << ": codes";
+      EXPECT_EQ(download(s1), download(s2)) << what << ": scale";
+    }
 }
 
 TEST(GpuSwiGlu, RejectsBadArguments) {
