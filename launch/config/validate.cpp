@@ -232,7 +232,7 @@ void check_tensor_parallel(const Config& c) {
 }
 
 // train.fp8: the FP8 GEMMs take every dimension in multiples of 16, the tokens of a micro-batch too;
-// the tensor-parallel layers have no FP8 path yet.
+// the tensor-parallel layers have no FP8 path yet, the routed experts none on a GPU.
 void check_fp8(const Config& c) {
   const TrainConfig& t = c.train;
   if (t.fp8.recipe == Fp8Recipe::None) return;
@@ -247,6 +247,12 @@ void check_fp8(const Config& c) {
     fail(c, {"train.fp8.recipe", "train.device"},
          "blockwise on a GPU: its block-scaled GEMMs have not yet matched their CPU emulation there "
          "(docs/kernels.md \"FP8 training\"); use tensorwise on a GPU (blockwise runs on CPU ranks)");
+  // The routed experts' grouped FP8 GEMMs run on CPU ranks only (runtime/ops.h moe_grouped_fp8_*).
+  if (c.model.moe.n_experts > 0 && t.device == DeviceChoice::Cuda)
+    fail(c, {"train.fp8.recipe", "model.moe.n_experts", "train.device"},
+         recipe + " with routed experts on a GPU: the experts' grouped FP8 GEMMs have no CUDA kernels yet "
+         "(docs/kernels.md \"FP8 training\"); on a GPU train the MoE model with train.fp8.recipe: none (its FP8 "
+         "runs on CPU ranks)");
   const long long tokens = static_cast<long long>(t.micro_batch) * t.seq_len;
   if (tokens % kFp8Multiple != 0)
     fail(c, {"train.fp8.recipe", "train.micro_batch", "train.seq_len"},
