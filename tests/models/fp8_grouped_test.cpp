@@ -4,15 +4,19 @@
 // ragged (no rows, 130 = 128 + 2 and 257 = 2·128 + 1 rows: the last 128-row run of the weight
 // gradient's transposed operands is short) and their rows differ in magnitude by 4× from one expert
 // to the next, so a scale or a tile that spanned two experts would change the codes; rows outside
-// [offsets[0], offsets[G]) stay unwritten.
+// [offsets[0], offsets[G]) stay unwritten. And a MoE layer (models/moe_mlp.h) under a recipe runs its
+// routed experts' three GEMMs through them.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "models/fp8_grouped.h"
 #include "models/fp8_linear.h"
+#include "models/layer.h"
+#include "models/moe_mlp.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
 #include "tests/runtime/op_test_util.h"
@@ -139,6 +143,68 @@ TEST(Fp8GroupedNone, RunsTheGroupedGemms) {
   const Tensor a = y.narrow(kOffsets.front(), kOffsets.back() - kOffsets.front());
   const Tensor b = want.narrow(kOffsets.front(), kOffsets.back() - kOffsets.front());
   EXPECT_EQ(test::rel_error(a, b), 0.0);
+}
+
+Param& param_named(std::vector<Param*>& params, const std::string& suffix) {
+  for (Param* p : params)
+    if (p->name.size() >= suffix.size() && p->name.compare(p->name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return *p;
+  ADD_FAILURE() << "no parameter named *" << suffix;
+  return *params.front();
+}
+
+void expect_same(const Tensor& got, const Tensor& want, const char* what) {
+  ASSERT_EQ(got.numel(), want.numel()) << what;
+  int64_t differ = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) differ += got.data<float>()[i] != want.data<float>()[i];
+  EXPECT_EQ(differ, 0) << what << ": " << differ << " of " << want.numel() << " elements differ";
+}
+
+// One micro-batch through a MoE layer of 4 experts (top 2, no shared experts) under tensorwise: the
+// experts' GEMMs — forward of gate|up, input gradient of gate|up, weight gradient of down — are the
+// recipe's grouped GEMMs on the rows each expert got, not the working dtype's.
+TEST(Fp8GroupedMoe, TheRoutedExpertsRunTheRecipe) {
+  constexpr int64_t C = 32, E = 4, F = 16, N = 64;
+  MoeShape shape;
+  shape.d_model = C;
+  shape.experts = E;
+  shape.top_k = shape.routing.top_k = 2;
+  shape.expert_ffn = F;
+  MoeMlp moe;
+  moe.init("model.layers.0.mlp", 0, shape, 0, 0.02f);
+  moe.set_fp8(Fp8Recipe::Tensorwise);
+  std::vector<Param*> params;
+  moe.collect(params);
+  Rng rng(21);
+  for (Param* p : params) {
+    p->value = random_tensor(rng, p->local_shape, 0.1);
+    p->grad = Tensor::zeros(p->local_shape, DType::F32);
+  }
+  const Tensor gate_up = param_named(params, "experts.gate_up_proj.weight").value.view({E, 2 * F, C});
+  Param& down = param_named(params, "experts.down_proj.weight");
+  MicroBatchContext ctx(Device::cpu(), DType::F32);
+  ctx.batch = 2;
+  ctx.seq_len = N / 2;
+  ctx.loss_grad_scale = 1.0f / N;
+  MoeMlp::State s;
+  moe.forward(ctx, s, random_tensor(rng, {N, C}), random_tensor(rng, {N, C}));
+
+  Tensor gu = Tensor::empty(s.gu_e.shape(), DType::F32), plain = Tensor::empty(s.gu_e.shape(), DType::F32);
+  fp8_grouped::forward(Fp8Recipe::Tensorwise, gu, s.x_e, gate_up, s.e_offsets);
+  expect_same(s.gu_e, gu, "gate|up forward");
+  ops::moe_grouped_linear_forward(plain, s.x_e, gate_up, s.e_offsets);
+  EXPECT_GT(test::rel_error(s.gu_e, plain), 1e-4) << "the forward ran in the working dtype";
+
+  moe.backward_combine(ctx, s, random_tensor(rng, {N, C}));
+  moe.backward_experts(ctx, s);
+  Tensor d_x = Tensor::empty(s.d_rows.shape(), DType::F32);
+  fp8_grouped::backward_input(Fp8Recipe::Tensorwise, d_x, s.d_gu_e, gate_up, s.e_offsets);
+  expect_same(s.d_rows, d_x, "gate|up input gradient");
+  moe.backward_route(ctx, s);
+  moe.backward_weight(s);
+  Tensor d_down = Tensor::zeros({E, C, F}, DType::F32);
+  fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, d_down, s.d_out_e, s.act_e, s.e_offsets, /*accumulate=*/true);
+  expect_same(down.grad, d_down, "down weight gradient");
 }
 
 }  // namespace
