@@ -251,8 +251,8 @@ void check_fp8(const Config& c) {
   if (c.model.moe.n_experts > 0 && t.device == DeviceChoice::Cuda)
     fail(c, {"train.fp8.recipe", "model.moe.n_experts", "train.device"},
          recipe + " with routed experts on a GPU: the experts' grouped FP8 GEMMs have no CUDA kernels yet "
-         "(docs/kernels.md \"FP8 training\"); on a GPU train the MoE model with train.fp8.recipe: none (its FP8 "
-         "runs on CPU ranks)");
+         "(docs/kernels.md \"FP8 training\"); use train.fp8.recipe: none on a GPU, or train.device: cpu (the CPU "
+         "emulates the recipe)");
   const long long tokens = static_cast<long long>(t.micro_batch) * t.seq_len;
   if (tokens % kFp8Multiple != 0)
     fail(c, {"train.fp8.recipe", "train.micro_batch", "train.seq_len"},
