@@ -34,10 +34,7 @@ inline constexpr std::array<const char*, 3> kFp8RecipeNames = {"none", "tensorwi
 const char* fp8_recipe_name(Fp8Recipe recipe);
 
 // How a recipe casts one kind of operand.
-struct Fp8Cast {
-  ops::Fp8Scaling scaling = ops::Fp8Scaling::Tensorwise;
-  DType format = DType::F8E4M3;
-};
+using Fp8Cast = ops::Fp8Cast;
 struct Fp8RecipeCasts {
   Fp8Cast activation, weight, gradient;
   // The forward GEMM with Hopper's fast accumulation (ops::fp8_gemm): tensorwise, as torchao's

@@ -107,6 +107,7 @@ void LlamaConfig::validate(int tp) const {
   std::vector<std::pair<std::string, int64_t>> widths = {
       {"model.d_model", d_model}, {"model.ffn_dim", ffn()}, {"model.n_heads", n_heads * head_dim()},
       {"model.n_kv_heads", qkv_rows()}};
+  if (moe.enabled()) widths.push_back({"model.moe.ffn_dim", expert_ffn()});
   if (moe.enabled() && moe.n_shared > 0) widths.push_back({"model.moe.n_shared", moe.n_shared * expert_ffn()});
   validate_fp8_widths(args(), widths);
 }

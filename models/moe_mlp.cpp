@@ -1,5 +1,6 @@
 #include "models/moe_mlp.h"
 
+#include "models/fp8_grouped.h"
 #include "runtime/ops.h"
 
 namespace tetra {
@@ -64,6 +65,7 @@ void MoeMlp::init(const std::string& prefix, int block, const MoeShape& shape, i
 }
 
 void MoeMlp::set_fp8(Fp8Recipe recipe) {
+  fp8_ = recipe;
   if (!has_shared_) return;
   shared_gate_up_.set_fp8(recipe);
   shared_down_.set_fp8(recipe);
@@ -150,7 +152,7 @@ void MoeMlp::forward_dispatch(MicroBatchContext& ctx, State& s) {
 void MoeMlp::run_experts(MicroBatchContext& ctx, State& s) {
   const int64_t R = s.x_e.dim(0), F = shape_.expert_ffn;
   s.gu_e = ctx.activation({R, 2 * F});
-  ops::moe_grouped_linear_forward(s.gu_e, s.x_e, local_gate_up(), s.e_offsets);
+  fp8_grouped::forward(fp8_, s.gu_e, s.x_e, local_gate_up(), s.e_offsets);
   s.act_e = ctx.activation({R, F});
   ops::swiglu_forward(s.act_e, s.gu_e);
 }
@@ -169,7 +171,7 @@ void MoeMlp::forward_experts(MicroBatchContext& ctx, State& s) {
   run_experts(ctx, s);
   const int64_t R = s.x_e.dim(0);
   s.out_e = ctx.activation({R, C});
-  ops::moe_grouped_linear_forward(s.out_e, s.act_e, local_down(), s.e_offsets);
+  fp8_grouped::forward(fp8_, s.out_e, s.act_e, local_down(), s.e_offsets);
   if (exchanging()) {
     // Back to source-major order, then to the ranks the rows came from.
     Tensor back = ctx.activation({R, C});
@@ -251,12 +253,12 @@ void MoeMlp::backward_experts(MicroBatchContext& ctx, State& s) {
   if (!s.gu_e.defined()) run_experts(ctx, s);  // recompute mlp
   const int64_t R = s.x_e.dim(0);
   Tensor d_act = ctx.activation({R, F});
-  ops::moe_grouped_linear_backward_input(d_act, s.d_out_e, local_down(), s.e_offsets);
+  fp8_grouped::backward_input(fp8_, d_act, s.d_out_e, local_down(), s.e_offsets);
   s.d_gu_e = ctx.activation({R, 2 * F});
   ops::swiglu_backward(s.d_gu_e, d_act, s.gu_e);
   s.gu_e = Tensor();  // W needs act_e and x_e
   Tensor d_x = ctx.activation({R, C});
-  ops::moe_grouped_linear_backward_input(d_x, s.d_gu_e, local_gate_up(), s.e_offsets);
+  fp8_grouped::backward_input(fp8_, d_x, s.d_gu_e, local_gate_up(), s.e_offsets);
   if (exchanging()) {
     Tensor back = ctx.activation({R, C});
     ops::moe_permute(back, d_x, s.plan.to_source, 1);
@@ -297,11 +299,11 @@ void MoeMlp::backward_weight(State& s) {
   // whatever order a schedule runs them) they store, sparing the read of the whole [El, O, I]
   // gradient per tile and the buffer's zeroing (docs/moe.md "Weight gradients"); later ones add.
   Tensor d_down = down_.grad.view({El, C, F});
-  ops::moe_grouped_linear_backward_weight(d_down, s.d_out_e, s.act_e, s.e_offsets,
-                                          /*accumulate=*/!down_.first_grad_write());
+  fp8_grouped::backward_weight(fp8_, d_down, s.d_out_e, s.act_e, s.e_offsets,
+                               /*accumulate=*/!down_.first_grad_write());
   Tensor d_gate_up = gate_up_.grad.view({El, 2 * F, C});
-  ops::moe_grouped_linear_backward_weight(d_gate_up, s.d_gu_e, s.x_e, s.e_offsets,
-                                          /*accumulate=*/!gate_up_.first_grad_write());
+  fp8_grouped::backward_weight(fp8_, d_gate_up, s.d_gu_e, s.x_e, s.e_offsets,
+                               /*accumulate=*/!gate_up_.first_grad_write());
   if (has_shared_) {
     shared_down_.backward_weight(s.d_y, s.s_act);
     shared_gate_up_.backward_weight(s.d_s_gu, s.h);

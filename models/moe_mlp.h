@@ -53,8 +53,8 @@ class MoeMlp {
   // `prefix`: "model.layers.N.mlp"; `block`: N; `layer`: the owning Layer's index; `down_std`: the
   // init std of the projections back into the residual stream.
   void init(const std::string& prefix, int block, const MoeShape& shape, int layer, float down_std);
-  // The shared experts' projections in FP8 under `recipe` (models/fp8_linear.h); the router and the
-  // routed experts' grouped GEMMs stay in the working dtype.
+  // The routed experts' grouped GEMMs (models/fp8_grouped.h) and the shared experts' projections in
+  // FP8 under `recipe` (models/fp8_linear.h); the router stays in the working dtype.
   void set_fp8(Fp8Recipe recipe);
   int block() const { return block_; }
   void collect(std::vector<Param*>& out);  // gate, bias, experts, shared experts
@@ -135,6 +135,7 @@ class MoeMlp {
   Linear gate_;            // router [E, d]
   Param bias_;             // e_score_correction_bias [E], fp32 buffer
   Param gate_up_, down_;   // routed experts, expert-owned
+  Fp8Recipe fp8_ = Fp8Recipe::None;  // the routed experts' GEMMs
   bool has_shared_ = false;
   Linear shared_gate_up_, shared_down_;
   ExpertParallel* ep_ = nullptr;

@@ -52,6 +52,9 @@
   X(fp8_quantize)                                                                                    \
   X(fp8_dequantize)                                                                                  \
   X(fp8_gemm)                                                                                        \
+  X(moe_grouped_fp8_forward)                                                                         \
+  X(moe_grouped_fp8_backward_input)                                                                  \
+  X(moe_grouped_fp8_backward_weight)                                                                 \
   X(sum_squares)                                                                                     \
   X(sum_accumulate)                                                                                  \
   X(sum_to_host)                                                                                     \

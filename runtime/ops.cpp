@@ -282,6 +282,21 @@ void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, Fp8Scaling a_sc
     TETRA_FAIL(Internal, "fp8_gemm: fast accumulation is for tensorwise operands (block-scaled GEMMs promote every block)");
   TETRA_DISPATCH(y.device(), fp8_gemm, y, a, a_scale, a_scaling, b, b_scale, b_scaling, accumulate, fast_accum);
 }
+void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, Fp8Cast x_cast, const Tensor& w, Fp8Cast w_cast,
+                             const Tensor& offsets) {
+  check_same_device("moe_grouped_fp8_forward", {&y, &x, &w, &offsets});
+  TETRA_DISPATCH(x.device(), moe_grouped_fp8_forward, y, x, x_cast, w, w_cast, offsets);
+}
+void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, Fp8Cast dy_cast, const Tensor& w, Fp8Cast w_cast,
+                                    const Tensor& offsets) {
+  check_same_device("moe_grouped_fp8_backward_input", {&dx, &dy, &w, &offsets});
+  TETRA_DISPATCH(dy.device(), moe_grouped_fp8_backward_input, dx, dy, dy_cast, w, w_cast, offsets);
+}
+void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_cast, const Tensor& x, Fp8Cast x_cast,
+                                     const Tensor& offsets, bool accumulate) {
+  check_same_device("moe_grouped_fp8_backward_weight", {&dw, &dy, &x, &offsets});
+  TETRA_DISPATCH(dy.device(), moe_grouped_fp8_backward_weight, dw, dy, dy_cast, x, x_cast, offsets, accumulate);
+}
 
 void step_control(Tensor& control, const Tensor& loss_sum, const Tensor& grad_sq, const Tensor& lr_table,
                   const StepControlConfig& cfg) {

@@ -341,6 +341,31 @@ void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, Fp8Scaling 
 void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, Fp8Scaling a_scaling, const Tensor& b,
               const Tensor& b_scale, Fp8Scaling b_scaling, bool accumulate = false, bool fast_accum = false);
 
+// How one operand of an FP8 GEMM is cast: its scaling and its format (F8E4M3 or F8E5M2).
+struct Fp8Cast {
+  Fp8Scaling scaling = Fp8Scaling::Tensorwise;
+  DType format = DType::F8E4M3;
+};
+// The grouped expert GEMMs (moe_grouped_linear_*: offsets, shapes and rows as there) with both operands
+// cast to FP8 first, each expert on its own: expert g's rows [offsets[g], offsets[g + 1]) and its weight
+// w[g] are cast as fp8_quantize casts a tensor of their own, so
+//   forward          y[rows of g]  = fp8_gemm(cast(x[rows of g]), cast(w[g]))
+//   backward input   dx[rows of g] = fp8_gemm(cast(dy[rows of g]), cast(w[g])ᵀ)    (the transposed copy)
+//   backward weight  dw[g] (+)= fp8_gemm(cast(dy[rows of g])ᵀ, cast(x[rows of g])ᵀ)
+// Tensorwise: one scale per expert's rows and one per expert's weight. Rows1x128: 1×128 tiles of each
+// row; the transposed copies of the weight gradient take runs of 128 rows that start at the expert's
+// first row, the last run holding what is left (fewer than 128 rows where the expert's count is not a
+// multiple of 128): no run spans two experts. Blocks128: 128×128 blocks of each w[g], the last ones
+// ragged where O or I is not a multiple of 128. An expert without rows gives no rows and a zero weight
+// gradient (kept when accumulating). CPU: fp32, the casts and the emulated GEMM of fp8_quantize and
+// fp8_gemm, expert by expert (the twin). CUDA: not implemented yet (an Internal error).
+void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, Fp8Cast x_cast, const Tensor& w, Fp8Cast w_cast,
+                             const Tensor& offsets);
+void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, Fp8Cast dy_cast, const Tensor& w, Fp8Cast w_cast,
+                                    const Tensor& offsets);
+void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_cast, const Tensor& x, Fp8Cast x_cast,
+                                     const Tensor& offsets, bool accumulate);
+
 // ---------- reductions ----------
 // acc[1] (fp32 or fp64) += Σ x² (x fp32 or bf16). acc lives on x's device.
 void sum_squares(Tensor& acc, const Tensor& x);

@@ -232,7 +232,7 @@ void check_tensor_parallel(const Config& c) {
 }
 
 // train.fp8: the FP8 GEMMs take every dimension in multiples of 16, the tokens of a micro-batch too;
-// the tensor-parallel layers have no FP8 path yet.
+// the tensor-parallel layers have no FP8 path yet, the routed experts none on a GPU.
 void check_fp8(const Config& c) {
   const TrainConfig& t = c.train;
   if (t.fp8.recipe == Fp8Recipe::None) return;
@@ -241,6 +241,12 @@ void check_fp8(const Config& c) {
     fail(c, {"train.fp8.recipe", "parallel.tp"},
          recipe + " with parallel.tp = " + str(c.parallel.tp) + ": the tensor-parallel projections have no FP8 path "
          "yet; use parallel.tp 1 (data, pipeline and expert parallelism compose with FP8), or train.fp8.recipe: none");
+  // The routed experts' grouped FP8 GEMMs run on CPU ranks only (runtime/ops.h moe_grouped_fp8_*).
+  if (c.model.moe.n_experts > 0 && t.device == DeviceChoice::Cuda)
+    fail(c, {"train.fp8.recipe", "model.moe.n_experts", "train.device"},
+         recipe + " with routed experts on a GPU: the experts' grouped FP8 GEMMs have no CUDA kernels yet "
+         "(docs/kernels.md \"FP8 training\"); use train.fp8.recipe: none on a GPU, or train.device: cpu (the CPU "
+         "emulates the recipe)");
   const long long tokens = static_cast<long long>(t.micro_batch) * t.seq_len;
   if (tokens % kFp8Multiple != 0)
     fail(c, {"train.fp8.recipe", "train.micro_batch", "train.seq_len"},

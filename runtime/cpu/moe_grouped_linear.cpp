@@ -4,12 +4,15 @@
 //   backward input   dx[rows of g] = dy[rows of g] · w[g]
 //   backward weight  dw[g] (+)= dy[rows of g]ᵀ · x[rows of g]     (0 for an expert without rows)
 // Offsets are checked: nondecreasing within [0, R]. fp32.
+// The FP8 grouped GEMMs (moe_grouped_fp8_*) cast each expert's rows and weight on their own with the
+// CPU's fp8_quantize and multiply them with its fp8_gemm (the recipes' emulation), expert by expert.
 #include <cblas.h>
 
 #include <algorithm>
 
 #include "runtime/cpu/cpu_ops.h"
 #include "runtime/cpu/kernel_util.h"
+#include "runtime/fp8_cast_shape.h"
 #include "runtime/moe_shape.h"
 
 namespace tetra::cpu {
@@ -96,6 +99,87 @@ void moe_grouped_linear_backward_weight(Tensor& dw, const Tensor& dy, const Tens
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(d.O), static_cast<int>(d.I),
                 static_cast<int>(m), 1.0f, pdy + o[g] * d.O, ld(d.O), px + o[g] * d.I, ld(d.I),
                 accumulate ? 1.0f : 0.0f, dwg, ld(d.I));
+  }
+}
+
+namespace {
+
+// One FP8 operand of an expert: codes and scales as fp8_quantize writes them.
+struct ExpertCast {
+  Tensor q, scale;
+  ops::Fp8Scaling scaling = ops::Fp8Scaling::Tensorwise;
+};
+
+ExpertCast empty_cast(ops::Fp8Cast c, int64_t rows, int64_t cols) {
+  return {Tensor::empty({rows, cols}, c.format, Device::cpu()),
+          Tensor::empty(fp8_scale_shape(c.scaling, rows, cols), DType::F32, Device::cpu()), c.scaling};
+}
+
+// x [rows, cols] cast as `c`; with `transposed`, xᵀ [cols, rows] too.
+ExpertCast cast_expert(const Tensor& x, ops::Fp8Cast c, ExpertCast* transposed = nullptr) {
+  const int64_t rows = x.dim(0), cols = x.dim(1);
+  ExpertCast out = empty_cast(c, rows, cols);
+  if (transposed) *transposed = empty_cast(c, cols, rows);
+  cpu::fp8_quantize(out.q, out.scale, x, c.scaling, transposed ? &transposed->q : nullptr,
+                    transposed ? &transposed->scale : nullptr);
+  return out;
+}
+
+void expert_gemm(Tensor& y, const ExpertCast& a, const ExpertCast& b, bool accumulate) {
+  cpu::fp8_gemm(y, a.q, a.scale, a.scaling, b.q, b.scale, b.scaling, accumulate);
+}
+
+Tensor expert_weight(const Tensor& w, int64_t g, int64_t O, int64_t I) { return w.slice_flat(g * O * I, {O, I}); }
+
+}  // namespace
+
+void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, ops::Fp8Cast x_cast, const Tensor& w, ops::Fp8Cast w_cast,
+                             const Tensor& offsets) {
+  const char* op = "moe_grouped_fp8_forward";
+  const MoeGemmDims d = check_moe_grouped_forward(op, y, x, w, offsets);
+  const int32_t* o = checked_operands(op, {"y", y}, {"x", x}, {"w", w}, offsets, d);
+  for (int64_t g = 0; g < d.G; ++g) {
+    const int64_t m = o[g + 1] - o[g];
+    if (m == 0 || d.O == 0) continue;
+    Tensor yg = y.narrow(o[g], m);
+    expert_gemm(yg, cast_expert(x.narrow(o[g], m), x_cast), cast_expert(expert_weight(w, g, d.O, d.I), w_cast),
+                /*accumulate=*/false);
+  }
+}
+
+void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, ops::Fp8Cast dy_cast, const Tensor& w,
+                                    ops::Fp8Cast w_cast, const Tensor& offsets) {
+  const char* op = "moe_grouped_fp8_backward_input";
+  const MoeGemmDims d = check_moe_grouped_backward_input(op, dx, dy, w, offsets);
+  const int32_t* o = checked_operands(op, {"dx", dx}, {"dy", dy}, {"w", w}, offsets, d);
+  for (int64_t g = 0; g < d.G; ++g) {
+    const int64_t m = o[g + 1] - o[g];
+    if (m == 0 || d.I == 0) continue;
+    ExpertCast w_t;
+    cast_expert(expert_weight(w, g, d.O, d.I), w_cast, &w_t);
+    Tensor dxg = dx.narrow(o[g], m);
+    expert_gemm(dxg, cast_expert(dy.narrow(o[g], m), dy_cast), w_t, /*accumulate=*/false);
+  }
+}
+
+void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, ops::Fp8Cast dy_cast, const Tensor& x,
+                                     ops::Fp8Cast x_cast, const Tensor& offsets, bool accumulate) {
+  const char* op = "moe_grouped_fp8_backward_weight";
+  const MoeGemmDims d = check_moe_grouped_backward_weight(op, dw, dy, x, offsets);
+  const int32_t* o = checked_operands(op, {"dw", dw}, {"dy", dy}, {"x", x}, offsets, d);
+  for (int64_t g = 0; g < d.G; ++g) {
+    const int64_t m = o[g + 1] - o[g];
+    Tensor dwg = expert_weight(dw, g, d.O, d.I);
+    if (d.O == 0 || d.I == 0) continue;
+    if (m == 0) {
+      if (!accumulate) std::fill_n(dwg.data<float>(), dwg.numel(), 0.0f);
+      continue;
+    }
+    // The K-major operands of dw[g] = dyᵀ·x: the transposed copies, in runs of the expert's rows.
+    ExpertCast dy_t, x_t;
+    cast_expert(dy.narrow(o[g], m), dy_cast, &dy_t);
+    cast_expert(x.narrow(o[g], m), x_cast, &x_t);
+    expert_gemm(dwg, dy_t, x_t, accumulate);
   }
 }
 

@@ -1,0 +1,21 @@
+// The routed experts' grouped GEMMs under train.fp8.recipe (models/fp8_linear.h; docs/kernels.md "FP8
+// training"): the three GEMMs of each expert's y = x·w[g]ᵀ with the recipe's casts applied expert by
+// expert (runtime/ops.h moe_grouped_fp8_*: one tensorwise scale per expert's rows and per expert's
+// weight; blockwise 1×128 tiles of the rows, 128-row runs of each expert's rows for the weight
+// gradient's transposed operands, 128×128 blocks of each w[g]). Recipe none runs the grouped GEMMs of
+// the working dtype (moe_grouped_linear_*). Shapes and offsets as those: x [R, I], y [R, O],
+// w [G, O, I], offsets int32 [G + 1] on the device.
+#pragma once
+#include "models/fp8_linear.h"
+
+namespace tetra::fp8_grouped {
+
+// y[rows of g] = x[rows of g] · w[g]ᵀ.
+void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, const Tensor& offsets);
+// dx[rows of g] = dy[rows of g] · w[g].
+void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& offsets);
+// dw[g] (+)= dy[rows of g]ᵀ · x[rows of g] (an expert without rows: 0, or kept when accumulating).
+void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& offsets,
+                     bool accumulate);
+
+}  // namespace tetra::fp8_grouped

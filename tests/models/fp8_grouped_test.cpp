@@ -1,0 +1,211 @@
+// The routed experts' grouped GEMMs under each FP8 recipe (models/fp8_grouped.h, runtime/ops.h
+// moe_grouped_fp8_*) on the CPU, the recipes' emulation: each expert's GEMMs equal the FP8 projection
+// (models/fp8_linear.h) called on that expert's rows and weight alone, bit for bit. The experts are
+// ragged (no rows, 130 = 128 + 2 and 257 = 2·128 + 1 rows: the last 128-row run of the weight
+// gradient's transposed operands is short) and their rows differ in magnitude by 4× from one expert
+// to the next, so a scale or a tile that spanned two experts would change the codes; rows outside
+// [offsets[0], offsets[G]) stay unwritten. And a MoE layer (models/moe_mlp.h) under a recipe runs its
+// routed experts' three GEMMs through them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "models/fp8_grouped.h"
+#include "models/fp8_linear.h"
+#include "models/layer.h"
+#include "models/moe_mlp.h"
+#include "runtime/ops.h"
+#include "runtime/random.h"
+#include "tests/runtime/op_test_util.h"
+
+namespace tetra {
+namespace {
+
+using test::clone;
+using test::poisoned;
+using test::random_tensor;
+
+constexpr int64_t G = 5, R = 400, O = 48, I = 160;  // I: a full 128-column block and a 32-column one
+const std::vector<int32_t> kOffsets = {3, 3, 133, 133, 390, 395};
+
+struct Problem {
+  Tensor offsets, x, w, dy;
+};
+
+Problem make_problem(uint64_t seed) {
+  Rng rng(seed);
+  Problem p;
+  p.offsets = Tensor::empty({G + 1}, DType::I32);
+  std::memcpy(p.offsets.data<int32_t>(), kOffsets.data(), kOffsets.size() * sizeof(int32_t));
+  p.x = random_tensor(rng, {R, I});
+  p.dy = random_tensor(rng, {R, O});
+  p.w = random_tensor(rng, {G, O, I}, 0.05);
+  for (int64_t g = 0; g < G; ++g) {  // expert g's rows at 4^g
+    const float scale = std::pow(4.0f, static_cast<float>(g));
+    for (int64_t r = kOffsets[g]; r < kOffsets[g + 1]; ++r) {
+      for (int64_t i = 0; i < I; ++i) p.x.data<float>()[r * I + i] *= scale;
+      for (int64_t o = 0; o < O; ++o) p.dy.data<float>()[r * O + o] /= scale;
+    }
+  }
+  return p;
+}
+
+Tensor expert_weight(const Tensor& w, int64_t g) { return w.slice_flat(g * w.dim(1) * w.dim(2), {w.dim(1), w.dim(2)}); }
+
+// got's rows [begin, begin + rows) (of width `width`) equal want's bit for bit.
+void expect_rows_equal(const Tensor& got, int64_t begin, const Tensor& want, const char* what, int64_t g) {
+  const int64_t n = want.numel(), offset = begin * (want.numel() / std::max<int64_t>(want.dim(0), 1));
+  int64_t differ = 0;
+  for (int64_t i = 0; i < n; ++i) differ += got.data<float>()[offset + i] != want.data<float>()[i];
+  EXPECT_EQ(differ, 0) << what << ": expert " << g << " has " << differ << " of " << n
+                       << " elements unlike the per-expert FP8 projection";
+}
+
+void expect_unwritten_rows(const Tensor& t, const char* what) {
+  const int64_t width = t.dim(1);
+  for (int64_t r = 0; r < R; ++r) {
+    if (r >= kOffsets.front() && r < kOffsets.back()) continue;
+    for (int64_t c = 0; c < width; ++c)
+      ASSERT_TRUE(std::isnan(t.data<float>()[r * width + c])) << what << ": row " << r << " outside the experts written";
+  }
+}
+
+class Fp8Grouped : public ::testing::TestWithParam<Fp8Recipe> {};
+
+TEST_P(Fp8Grouped, ForwardIsThePerExpertProjection) {
+  const Fp8Recipe recipe = GetParam();
+  Problem p = make_problem(11);
+  Tensor y = poisoned({R, O});
+  fp8_grouped::forward(recipe, y, p.x, p.w, p.offsets);
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t m = kOffsets[g + 1] - kOffsets[g];
+    if (m == 0) continue;
+    Tensor want = Tensor::empty({m, O}, DType::F32);
+    fp8_linear::forward(recipe, want, p.x.narrow(kOffsets[g], m), expert_weight(p.w, g), /*accumulate=*/false);
+    expect_rows_equal(y, kOffsets[g], want, "forward", g);
+  }
+  expect_unwritten_rows(y, "forward");
+  // The casts ran: the fp32 grouped GEMM differs, by FP8's rounding only.
+  Tensor plain = poisoned({R, O});
+  ops::moe_grouped_linear_forward(plain, p.x, p.w, p.offsets);
+  const Tensor in_y = y.narrow(kOffsets.front(), kOffsets.back() - kOffsets.front());
+  const Tensor in_plain = plain.narrow(kOffsets.front(), kOffsets.back() - kOffsets.front());
+  const double err = test::rel_error(in_y, in_plain);
+  EXPECT_GT(err, 1e-4);
+  EXPECT_LT(err, 0.1);  // E4M3 keeps 3 mantissa bits: ~3 % per element, less over a 160-long sum
+}
+
+TEST_P(Fp8Grouped, InputGradientIsThePerExpertProjection) {
+  const Fp8Recipe recipe = GetParam();
+  Problem p = make_problem(12);
+  Tensor dx = poisoned({R, I});
+  fp8_grouped::backward_input(recipe, dx, p.dy, p.w, p.offsets);
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t m = kOffsets[g + 1] - kOffsets[g];
+    if (m == 0) continue;
+    Tensor want = Tensor::empty({m, I}, DType::F32);
+    fp8_linear::backward_input(recipe, want, p.dy.narrow(kOffsets[g], m), expert_weight(p.w, g), /*accumulate=*/false);
+    expect_rows_equal(dx, kOffsets[g], want, "backward input", g);
+  }
+  expect_unwritten_rows(dx, "backward input");
+}
+
+// Stored (an expert without rows gets zeros) and accumulated (it keeps its values).
+TEST_P(Fp8Grouped, WeightGradientIsThePerExpertProjection) {
+  const Fp8Recipe recipe = GetParam();
+  Problem p = make_problem(13);
+  Rng rng(14);
+  const Tensor before = random_tensor(rng, {G, O, I});
+  for (bool accumulate : {false, true}) {
+    Tensor dw = accumulate ? clone(before) : poisoned({G, O, I});
+    fp8_grouped::backward_weight(recipe, dw, p.dy, p.x, p.offsets, accumulate);
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t m = kOffsets[g + 1] - kOffsets[g];
+      Tensor want = accumulate ? clone(expert_weight(before, g)) : Tensor::zeros({O, I}, DType::F32);
+      if (m > 0) fp8_linear::backward_weight(recipe, want, p.dy.narrow(kOffsets[g], m), p.x.narrow(kOffsets[g], m));
+      expect_rows_equal(dw, g * O, want, accumulate ? "backward weight (accumulating)" : "backward weight", g);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, Fp8Grouped, ::testing::Values(Fp8Recipe::Tensorwise, Fp8Recipe::Blockwise),
+                         [](const auto& info) { return std::string(fp8_recipe_name(info.param)); });
+
+// Recipe none is the working dtype's grouped GEMMs themselves.
+TEST(Fp8GroupedNone, RunsTheGroupedGemms) {
+  Problem p = make_problem(15);
+  Tensor y = poisoned({R, O}), want = poisoned({R, O});
+  fp8_grouped::forward(Fp8Recipe::None, y, p.x, p.w, p.offsets);
+  ops::moe_grouped_linear_forward(want, p.x, p.w, p.offsets);
+  const Tensor a = y.narrow(kOffsets.front(), kOffsets.back() - kOffsets.front());
+  const Tensor b = want.narrow(kOffsets.front(), kOffsets.back() - kOffsets.front());
+  EXPECT_EQ(test::rel_error(a, b), 0.0);
+}
+
+Param& param_named(std::vector<Param*>& params, const std::string& suffix) {
+  for (Param* p : params)
+    if (p->name.size() >= suffix.size() && p->name.compare(p->name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return *p;
+  ADD_FAILURE() << "no parameter named *" << suffix;
+  return *params.front();
+}
+
+void expect_same(const Tensor& got, const Tensor& want, const char* what) {
+  ASSERT_EQ(got.numel(), want.numel()) << what;
+  int64_t differ = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) differ += got.data<float>()[i] != want.data<float>()[i];
+  EXPECT_EQ(differ, 0) << what << ": " << differ << " of " << want.numel() << " elements differ";
+}
+
+// One micro-batch through a MoE layer of 4 experts (top 2, no shared experts) under tensorwise: the
+// experts' GEMMs — forward of gate|up, input gradient of gate|up, weight gradient of down — are the
+// recipe's grouped GEMMs on the rows each expert got, not the working dtype's.
+TEST(Fp8GroupedMoe, TheRoutedExpertsRunTheRecipe) {
+  constexpr int64_t C = 32, E = 4, F = 16, N = 64;
+  MoeShape shape;
+  shape.d_model = C;
+  shape.experts = E;
+  shape.top_k = shape.routing.top_k = 2;
+  shape.expert_ffn = F;
+  MoeMlp moe;
+  moe.init("model.layers.0.mlp", 0, shape, 0, 0.02f);
+  moe.set_fp8(Fp8Recipe::Tensorwise);
+  std::vector<Param*> params;
+  moe.collect(params);
+  Rng rng(21);
+  for (Param* p : params) {
+    p->value = random_tensor(rng, p->local_shape, 0.1);
+    p->grad = Tensor::zeros(p->local_shape, DType::F32);
+  }
+  const Tensor gate_up = param_named(params, "experts.gate_up_proj.weight").value.view({E, 2 * F, C});
+  Param& down = param_named(params, "experts.down_proj.weight");
+  MicroBatchContext ctx(Device::cpu(), DType::F32);
+  ctx.batch = 2;
+  ctx.seq_len = N / 2;
+  ctx.loss_grad_scale = 1.0f / N;
+  MoeMlp::State s;
+  moe.forward(ctx, s, random_tensor(rng, {N, C}), random_tensor(rng, {N, C}));
+
+  Tensor gu = Tensor::empty(s.gu_e.shape(), DType::F32), plain = Tensor::empty(s.gu_e.shape(), DType::F32);
+  fp8_grouped::forward(Fp8Recipe::Tensorwise, gu, s.x_e, gate_up, s.e_offsets);
+  expect_same(s.gu_e, gu, "gate|up forward");
+  ops::moe_grouped_linear_forward(plain, s.x_e, gate_up, s.e_offsets);
+  EXPECT_GT(test::rel_error(s.gu_e, plain), 1e-4) << "the forward ran in the working dtype";
+
+  moe.backward_combine(ctx, s, random_tensor(rng, {N, C}));
+  moe.backward_experts(ctx, s);
+  Tensor d_x = Tensor::empty(s.d_rows.shape(), DType::F32);
+  fp8_grouped::backward_input(Fp8Recipe::Tensorwise, d_x, s.d_gu_e, gate_up, s.e_offsets);
+  expect_same(s.d_rows, d_x, "gate|up input gradient");
+  moe.backward_route(ctx, s);
+  moe.backward_weight(s);
+  Tensor d_down = Tensor::zeros({E, C, F}, DType::F32);
+  fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, d_down, s.d_out_e, s.act_e, s.e_offsets, /*accumulate=*/true);
+  expect_same(down.grad, d_down, "down weight gradient");
+}
+
+}  // namespace
+}  // namespace tetra
