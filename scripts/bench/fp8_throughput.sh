@@ -11,8 +11,9 @@
 #   llama1b    configs/llama-1b.yaml, 4 × 4096 tokens     (scripts/bench/llama_throughput.sh)
 #   gpt2-1.3b  configs/gpt2-1.3b.yaml, 8 × 2048 tokens    (scripts/bench/gpt_throughput.sh 1.3b)
 #   moe2b      configs/moe-2b.yaml, 8 × 2048 tokens, the router's own routing (moe_throughput.sh)
-# Knobs (environment): RECIPES (default "tensorwise"; blockwise is refused on a GPU for now, docs/kernels.md), PEER (the peer program; default
-# scripts/bench/torch_llama.py, torch_gpt.py for gpt2-1.3b; PEER=none runs no peer), TETRA,
+# Knobs (environment): RECIPES (default "tensorwise"; "tensorwise blockwise" for both), PEER (the peer
+# program; default scripts/bench/torch_llama.py, torch_gpt.py for gpt2-1.3b; PEER=none runs no peer),
+# PEER_RUNS (default "bf16 fp8": the peer's runs, torch.compile without and with float8 linears), TETRA,
 # TETRA_ARGS, BENCH_DIR, BENCH_TAG as in the other throughput scripts.
 set -euo pipefail
 [ -z "${PEER:-}" ] || [ "$PEER" = none ] || [ ! -f "$PEER" ] || PEER=$(realpath "$PEER")  # as the caller gave it
@@ -37,6 +38,10 @@ for r in $recipes; do
   case "$r" in tensorwise | blockwise) ;; *) echo "fp8_throughput.sh: RECIPES: '$r' is not an FP8 recipe (tensorwise, blockwise)" >&2; exit 2 ;; esac
 done
 PEER=${PEER:-$peer}
+peer_runs=${PEER_RUNS-bf16 fp8}
+for r in $peer_runs; do
+  case "$r" in bf16 | fp8) ;; *) echo "fp8_throughput.sh: PEER_RUNS: '$r' is not bf16 or fp8" >&2; exit 2 ;; esac
+done
 [ "$PEER" = none ] || [ -f "$PEER" ] || { echo "fp8_throughput.sh: PEER=$PEER: no such file (PEER=none runs no peer)" >&2; exit 2; }
 source scripts/bench/throughput_lib.sh
 data="$out/$data"  # the file of the bf16 script of the shape
@@ -53,7 +58,11 @@ for r in $recipes; do
   record "tetra-fp8-$r" "$(bench_tetra "tetra-$shape-fp8-$r$tag" "$config" 1 "$mb" "$mb" "$data" "$steps" --set train.fp8.recipe="$r")"
 done
 if [ "$PEER" != none ]; then
-  record peer-bf16 "$(bench_peer "peer-$shape-compile$tag" python3 "$PEER" --mode compile --steps "$steps" $peer_args)"
-  record peer-fp8-tensorwise "$(bench_peer "peer-$shape-compile-fp8$tag" python3 "$PEER" --mode compile --fp8 tensorwise --steps "$steps" $peer_args)"
+  case " $peer_runs " in *" bf16 "*)
+    record peer-bf16 "$(bench_peer "peer-$shape-compile$tag" python3 "$PEER" --mode compile --steps "$steps" $peer_args)" ;;
+  esac
+  case " $peer_runs " in *" fp8 "*)
+    record peer-fp8-tensorwise "$(bench_peer "peer-$shape-compile-fp8$tag" python3 "$PEER" --mode compile --fp8 tensorwise --steps "$steps" $peer_args)" ;;
+  esac
 fi
 python3 scripts/bench/fp8_throughput_summary.py "$shape" "${runs[@]}"

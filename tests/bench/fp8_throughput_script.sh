@@ -71,13 +71,26 @@ assert s["tetra-fp8-tensorwise_over_tetra-bf16"] == 1.25 and "tetra-bf16_over_pe
 print("ok: a failed run")
 PY
 
-# 3. Bad arguments: exit 2 before anything runs.
+# 3. PEER_RUNS=fp8: the peer's float8 run only.
+RECIPES=tensorwise PEER="$work/peer.py" PEER_RUNS=fp8 bash "$src/scripts/bench/fp8_throughput.sh" llama1b 20 \
+  > "$work/fp8only.txt" || fail "PEER_RUNS=fp8: exit $?"
+"$py" - "$work/fp8only.txt" <<'PY' || fail "the lines of a call with the peer's float8 run only"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert [l.get("impl") for l in lines[:3]] == ["tetra-llama1b-bf16", "tetra-llama1b-fp8-tensorwise",
+    "fake-peer-tensorwise"] and lines[3]["summary"], lines
+print("ok: the peer's float8 run only")
+PY
+
+# 4. Bad arguments: exit 2 before anything runs.
 for args in "llama7b" "llama1b x" "llama1b 0"; do
   rc=0; bash "$src/scripts/bench/fp8_throughput.sh" $args > /dev/null 2>&1 || rc=$?
   [ "$rc" = 2 ] || fail "arguments '$args': exit $rc, not 2"
 done
 rc=0; RECIPES=delayed bash "$src/scripts/bench/fp8_throughput.sh" llama1b > /dev/null 2>&1 || rc=$?
 [ "$rc" = 2 ] || fail "RECIPES=delayed: exit $rc, not 2"
+rc=0; PEER_RUNS=eager bash "$src/scripts/bench/fp8_throughput.sh" llama1b > /dev/null 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "PEER_RUNS=eager: exit $rc, not 2"
 rc=0; PEER="$work/missing.py" bash "$src/scripts/bench/fp8_throughput.sh" llama1b > /dev/null 2>&1 || rc=$?
 [ "$rc" = 2 ] || fail "a missing PEER: exit $rc, not 2"
 echo "ok: bad arguments refused"
