@@ -24,12 +24,6 @@ Fp8RecipeCasts fp8_recipe_casts(Fp8Recipe recipe) {
 
 namespace {
 
-// One FP8 operand: codes and their scales.
-struct Fp8Operand {
-  Tensor q, scale;
-  ops::Fp8Scaling scaling = ops::Fp8Scaling::Tensorwise;
-};
-
 Fp8Operand empty_operand(const Fp8Cast& cast, int64_t rows, int64_t cols, Device device) {
   return {Tensor::empty({rows, cols}, cast.format, device), Tensor::empty(fp8_scale_shape(cast.scaling, rows, cols), DType::F32, device),
           cast.scaling};
@@ -40,15 +34,16 @@ void check_matrix(const char* what, const Tensor& t) {
 }
 
 // x [M, K] cast as `cast` says; with `transposed`, xᵀ [K, M] too (in the same pass over x).
-Fp8Operand cast_operand(const Tensor& x, const Fp8Cast& cast, Fp8Operand* transposed = nullptr) {
+Fp8Operand cast_operand(const Tensor& x, const Fp8Cast& cast, Fp8Operand* transposed = nullptr,
+                        const Tensor* amax = nullptr) {
   const int64_t rows = x.dim(0), cols = x.dim(1);
   Fp8Operand out = empty_operand(cast, rows, cols, x.device());
   if (!transposed) {
-    ops::fp8_quantize(out.q, out.scale, x, cast.scaling);
+    ops::fp8_quantize(out.q, out.scale, x, cast.scaling, nullptr, nullptr, amax);
     return out;
   }
   *transposed = empty_operand(cast, cols, rows, x.device());
-  ops::fp8_quantize(out.q, out.scale, x, cast.scaling, &transposed->q, &transposed->scale);
+  ops::fp8_quantize(out.q, out.scale, x, cast.scaling, &transposed->q, &transposed->scale, amax);
   return out;
 }
 
@@ -59,6 +54,13 @@ void gemm(Tensor& y, const Fp8Operand& a, const Fp8Operand& b, bool accumulate) 
 }  // namespace
 
 namespace fp8_linear {
+
+Fp8Operand cast(const Tensor& x, const Fp8Cast& c, Fp8Operand* transposed, const Tensor* amax) {
+  check_matrix("x", x);
+  return cast_operand(x, c, transposed, amax);
+}
+
+void gemm(Tensor& y, const Fp8Operand& a, const Fp8Operand& b, bool accumulate) { tetra::gemm(y, a, b, accumulate); }
 
 void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, bool accumulate) {
   check_matrix("x", x);

@@ -44,7 +44,20 @@ Fp8RecipeCasts fp8_recipe_casts(Fp8Recipe recipe);
 // the same rule so that a config that trains on the CPU trains on a GPU.
 constexpr int64_t kFp8Multiple = 16;
 
+// One FP8 operand: codes and their scales.
+struct Fp8Operand {
+  Tensor q, scale;
+  ops::Fp8Scaling scaling = ops::Fp8Scaling::Tensorwise;
+};
+
 namespace fp8_linear {
+// x [M, K] cast as `cast` says; with `transposed`, xᵀ [K, M] too (in the same pass over x). amax
+// (Tensorwise only, may be null): ops::fp8_quantize's, for x one part of a larger tensor (a
+// tensor-parallel slice: models/fp8_tensor_parallel.h).
+Fp8Operand cast(const Tensor& x, const Fp8Cast& cast, Fp8Operand* transposed = nullptr, const Tensor* amax = nullptr);
+// y[M, N] (+)= a[M, K] · b[N, K]ᵀ on the operands' dequantised values (ops::fp8_gemm).
+void gemm(Tensor& y, const Fp8Operand& a, const Fp8Operand& b, bool accumulate);
+
 // y[N, O] (+)= x[N, I] · w[O, I]ᵀ; y fp32 or bf16.
 void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, bool accumulate);
 // dx[N, I] (+)= dy[N, O] · w[O, I].

@@ -231,16 +231,12 @@ void check_tensor_parallel(const Config& c) {
              str(p.tp) + ", or set parallel.sequence_parallel: false");
 }
 
-// train.fp8: the FP8 GEMMs take every dimension in multiples of 16, the tokens of a micro-batch too;
-// the tensor-parallel layers have no FP8 path yet.
+// train.fp8: the FP8 GEMMs take every dimension in multiples of 16, the tokens of a micro-batch too
+// (under tensor parallelism each of the tp chunks of them that the tensor-parallel GEMMs run on).
 void check_fp8(const Config& c) {
   const TrainConfig& t = c.train;
   if (t.fp8.recipe == Fp8Recipe::None) return;
   const std::string recipe = fp8_recipe_name(t.fp8.recipe);
-  if (c.parallel.tp > 1)
-    fail(c, {"train.fp8.recipe", "parallel.tp"},
-         recipe + " with parallel.tp = " + str(c.parallel.tp) + ": the tensor-parallel projections have no FP8 path "
-         "yet; use parallel.tp 1 (data, pipeline and expert parallelism compose with FP8), or train.fp8.recipe: none");
   // blockwise's GEMMs on a GPU have not yet matched their CPU emulation (docs/kernels.md): until
   // they do, a GPU run of it is refused rather than trusted.
   if (t.fp8.recipe == Fp8Recipe::Blockwise && t.device == DeviceChoice::Cuda)
@@ -252,6 +248,12 @@ void check_fp8(const Config& c) {
     fail(c, {"train.fp8.recipe", "train.micro_batch", "train.seq_len"},
          recipe + ": a micro-batch of micro_batch·seq_len = " + str(tokens) + " tokens; the FP8 GEMMs need a multiple of " +
              str(kFp8Multiple) + " (every GEMM dimension is one)");
+  const long long tp_multiple = static_cast<long long>(kFp8Multiple) * c.parallel.tp;
+  if (c.parallel.tp > 1 && tokens % tp_multiple != 0)
+    fail(c, {"train.fp8.recipe", "train.micro_batch", "train.seq_len", "parallel.tp"},
+         recipe + " with parallel.tp = " + str(c.parallel.tp) + ": a micro-batch of micro_batch·seq_len = " +
+             str(tokens) + " tokens; the tensor-parallel FP8 GEMMs run on chunks of 1/tp of them, each a multiple of " +
+             str(kFp8Multiple) + ", so the micro-batch needs a multiple of " + str(tp_multiple));
   // Samples decode one token at a time through the training model, whose projections would then run
   // FP8 GEMMs of one row.
   if (c.log.sample_every > 0)
