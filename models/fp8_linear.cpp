@@ -55,11 +55,11 @@ void check_matrix(const char* what, const Tensor& t) {
   if (t.ndim() != 2) TETRA_FAIL(Internal, "fp8_linear: ", what, " must be a matrix, got ", t.describe());
 }
 
-// x [M, K] cast as `cast` says; with `transposed`, xᵀ [K, M] too (in the same pass over x). amax (may
-// be undefined): x's amax as its producer measured it (tensorwise), moved out of the caller's slot.
-Fp8Operand cast_operand(const Tensor& x, const Fp8Cast& cast, Fp8Operand* transposed = nullptr, Tensor amax = Tensor()) {
+// x [M, K] cast as `cast` says; with `transposed`, xᵀ [K, M] too (in the same pass over x). measured
+// (may be null): the amax to scale by (fp8_linear::cast).
+Fp8Operand cast_operand(const Tensor& x, const Fp8Cast& cast, Fp8Operand* transposed = nullptr,
+                        const Tensor* measured = nullptr) {
   const int64_t rows = x.dim(0), cols = x.dim(1);
-  const Tensor* measured = amax.defined() ? &amax : nullptr;
   Fp8Operand out = empty_operand(cast, rows, cols, x.device());
   if (!transposed) {
     ops::fp8_quantize(out.q, out.scale, x, cast.scaling, nullptr, nullptr, measured);
@@ -94,11 +94,21 @@ void gemm(Tensor& y, const Fp8Operand& a, const Fp8Operand& b, bool accumulate, 
 
 namespace fp8_linear {
 
+Fp8Operand cast(const Tensor& x, const Fp8Cast& c, Fp8Operand* transposed, const Tensor* amax) {
+  check_matrix("x", x);
+  return cast_operand(x, c, transposed, amax);
+}
+
+void gemm(Tensor& y, const Fp8Operand& a, const Fp8Operand& b, bool accumulate, bool fast_accum) {
+  tetra::gemm(y, a, b, accumulate, fast_accum);
+}
+
 void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, bool accumulate, Fp8Saved* keep) {
   check_matrix("x", x);
   check_matrix("w", w);
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
-  const Fp8Operand xq = cast_operand(x, casts.activation, keep ? &keep->x_t : nullptr, take_amax(keep ? &keep->x_amax : nullptr));
+  const Tensor x_amax = take_amax(keep ? &keep->x_amax : nullptr);
+  const Fp8Operand xq = cast_operand(x, casts.activation, keep ? &keep->x_t : nullptr, x_amax.defined() ? &x_amax : nullptr);
   gemm(y, xq, cast_operand(w, casts.weight), accumulate, casts.forward_fast_accum);
 }
 
@@ -108,8 +118,9 @@ void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
   Fp8Operand w_t;
   cast_operand(w, casts.weight, &w_t);
-  gemm(dx, cast_operand(dy, casts.gradient, keep ? &keep->dy_t : nullptr, take_amax(keep ? &keep->dy_amax : nullptr)),
-       w_t, accumulate);
+  const Tensor dy_amax = take_amax(keep ? &keep->dy_amax : nullptr);
+  gemm(dx, cast_operand(dy, casts.gradient, keep ? &keep->dy_t : nullptr, dy_amax.defined() ? &dy_amax : nullptr), w_t,
+       accumulate);
 }
 
 void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tensor& x, Fp8Saved* kept) {

@@ -77,6 +77,14 @@ double fp8_kept_bytes_per_element(Fp8Recipe recipe);
 Tensor* fp8_amax_slot(Fp8Recipe recipe, Fp8Saved* fp8, bool gradient, Device device);
 
 namespace fp8_linear {
+// x [M, K] cast as `cast` says; with `transposed`, xᵀ [K, M] too (in the same pass over x). amax
+// (Tensorwise only, may be null): ops::fp8_quantize's — what x's producer measured, or for x one part
+// of a larger tensor (a tensor-parallel slice: models/fp8_tensor_parallel.h) the whole's.
+Fp8Operand cast(const Tensor& x, const Fp8Cast& cast, Fp8Operand* transposed = nullptr, const Tensor* amax = nullptr);
+// y[M, N] (+)= a[M, K] · b[N, K]ᵀ on the operands' dequantised values (ops::fp8_gemm; fast_accum:
+// tensorwise operands only).
+void gemm(Tensor& y, const Fp8Operand& a, const Fp8Operand& b, bool accumulate, bool fast_accum = false);
+
 // y[N, O] (+)= x[N, I] · w[O, I]ᵀ; y fp32 or bf16. keep (may be null): receives xᵀ for the weight
 // gradient.
 void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, bool accumulate,

@@ -40,6 +40,33 @@ void Linear::set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& p
   style_ = entry ? entry->style : TpStyle::Replicated;
   const bool split = style_ == TpStyle::ColumnParallel || style_ == TpStyle::RowParallel;
   tp_ = split && tp && tp->size() > 1 ? tp : nullptr;
+  check_fp8_blocks_under_tp();
+}
+
+void Linear::check_fp8_blocks_under_tp() const {
+  const AxisPlacement& p = weight.placement.tp;
+  if (!tp_ || fp8_ != Fp8Recipe::Blockwise || !p.sharded()) return;
+  // Each run of the split dimension this rank holds (one per part of a fused weight): where it
+  // begins in the full tensor and how long it is.
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  if (p.dim == 0 && !weight.parts.empty()) {
+    for (size_t i = 0; i < weight.parts.size(); ++i) {
+      const ParamPart& part = weight.parts[i];
+      const int64_t rows = part.rows / (p.size / p.replicas_of_part(i));
+      runs.push_back({part.row_begin + (p.rank / p.replicas_of_part(i)) * rows, rows});
+    }
+  } else {
+    const int64_t extent = weight.full_shape[static_cast<size_t>(p.dim)] / p.size;
+    runs.push_back({p.rank * extent, extent});
+  }
+  for (const auto& [begin, extent] : runs)
+    if (begin % ops::kFp8Block != 0 || extent % ops::kFp8Block != 0)
+      TETRA_FAIL(Config, "train.fp8.recipe blockwise with parallel.tp = ", tp_->size(), ": ", weight.name, " [",
+                 weight.full_shape[0], ", ", weight.full_shape[1], "]: this rank's slice is ",
+                 p.dim == 0 ? "rows" : "columns", " [", begin, ", ", begin + extent,
+                 "), not a whole number of 128-wide groups; blockwise's 1×128 tiles and 128×128 blocks must "
+                 "each lie in one rank's slice (every slice, and each of q, k, v or gate, up in a fused weight, a "
+                 "multiple of 128 wide). Use train.fp8.recipe: tensorwise, a smaller parallel.tp, or wider layers");
 }
 
 void Linear::set_fp8(Fp8Recipe recipe) {
@@ -49,10 +76,7 @@ void Linear::set_fp8(Fp8Recipe recipe) {
   if (out % kFp8Multiple != 0 || in % kFp8Multiple != 0)
     TETRA_FAIL(Config, "train.fp8.recipe ", fp8_recipe_name(recipe), ": ", weight.name, " is [", out, ", ", in,
                "]; FP8 GEMMs need both widths multiples of ", kFp8Multiple, " (set train.fp8.recipe: none, or change the model's widths)");
-}
-
-void Linear::check_no_fp8_under_tp() const {
-  TETRA_CHECK(fp8_ == Fp8Recipe::None, weight.name, ": FP8 under tensor parallelism is not implemented (validation refuses it)");
+  check_fp8_blocks_under_tp();
 }
 
 void Linear::fp8_forward(Tensor& y, const Tensor& x, ops::Activation act, Tensor* pre_act, const Tensor* residual,
@@ -75,20 +99,21 @@ void Linear::forward(Tensor& y, const Tensor& x, Tensor* x_full, ops::Activation
   const Tensor b = has_bias ? bias.value : Tensor();
   if (!tp_ && fp8_ != Fp8Recipe::None) return fp8_forward(y, x, act, pre_act, nullptr, fp8);
   if (!tp_) return ops::linear_forward(y, x, weight.value, b, act, pre_act);
-  check_no_fp8_under_tp();
   TETRA_CHECK(style_ == TpStyle::ColumnParallel, weight.name, ": forward runs a column-parallel layer, this one is ",
               tp_style_name(style_), " (forward_residual)");
-  tp_->column_forward(y, x, x_full, weight.value, b, act, pre_act);
+  const tp::LinearGemms g = fp8_tp::forward(fp8_, *tp_, weight.value, x, stream_part());
+  tp_->column_forward(y, x, x_full, weight.value, b, act, pre_act, &g);
 }
 
 void Linear::forward_residual(Tensor& y, const Tensor& x, const Tensor& residual, Fp8Saved* fp8) const {
   const Tensor b = has_bias ? bias.value : Tensor();
   if (!tp_ && fp8_ != Fp8Recipe::None) return fp8_forward(y, x, ops::Activation::None, nullptr, &residual, fp8);
   if (!tp_) return ops::linear_forward(y, x, weight.value, b, ops::Activation::None, nullptr, &residual);
-  check_no_fp8_under_tp();
   TETRA_CHECK(style_ == TpStyle::RowParallel, weight.name, ": forward_residual runs a row-parallel layer, this one is ",
               tp_style_name(style_), " (forward)");
-  tp_->row_forward(y, x, weight.value, b, &residual);
+  // x [N, I/tp]: this rank's columns of the input
+  const tp::LinearGemms g = fp8_tp::forward(fp8_, *tp_, weight.value, x, fp8_tp::Part::Split);
+  tp_->row_forward(y, x, weight.value, b, &residual, &g);
 }
 
 bool Linear::backward_input(Tensor& dx, const Tensor& dy, const std::function<void()>& overlap, bool accumulate,
@@ -100,10 +125,11 @@ bool Linear::backward_input(Tensor& dx, const Tensor& dy, const std::function<vo
       ops::linear_backward_input(dx, dy, weight.value, accumulate);
     return false;
   }
-  check_no_fp8_under_tp();
   TETRA_CHECK(style_ == TpStyle::ColumnParallel && !accumulate, weight.name,
               ": backward_input runs a column-parallel layer (without accumulate), this one is ", tp_style_name(style_));
-  tp_->column_backward_input(dx, dy, weight.value, overlap);
+  // dy [N, O/tp]: this rank's columns of the output gradient
+  const tp::LinearGemms g = fp8_tp::backward_input(fp8_, *tp_, weight.value, dy, fp8_tp::Part::Split);
+  tp_->column_backward_input(dx, dy, weight.value, overlap, &g);
   return static_cast<bool>(overlap);
 }
 
@@ -121,10 +147,10 @@ void Linear::backward_input_residual(Tensor& dx, const Tensor& dy, Tensor* dy_fu
       ops::linear_backward_input(dx, dy, weight.value);
     return;
   }
-  check_no_fp8_under_tp();
   TETRA_CHECK(style_ == TpStyle::RowParallel, weight.name,
               ": backward_input_residual runs a row-parallel layer, this one is ", tp_style_name(style_));
-  tp_->row_backward_input(dx, dy, dy_full, weight.value, gelu_pre);
+  const tp::LinearGemms g = fp8_tp::backward_input(fp8_, *tp_, weight.value, dy, stream_part());
+  tp_->row_backward_input(dx, dy, dy_full, weight.value, gelu_pre, &g);
 }
 
 void Linear::backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dy_sum, Fp8Saved* fp8) {
@@ -133,7 +159,15 @@ void Linear::backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dy
                                 has_bias && dy_sum.defined() ? &dy_sum : nullptr);
     return;
   }
-  fp8_linear::backward_weight(fp8_, weight.grad, dy, x, fp8);
+  if (tp_) {
+    // Column-parallel: dy [N, O/tp] is this rank's columns, x whole; row-parallel: dy whole, x [N, I/tp].
+    const bool column = style_ == TpStyle::ColumnParallel;
+    using fp8_tp::Part;
+    fp8_tp::backward_weight(fp8_, *tp_, weight.grad, dy, column ? Part::Split : Part::Whole, x,
+                            column ? Part::Whole : Part::Split);
+  } else {
+    fp8_linear::backward_weight(fp8_, weight.grad, dy, x);
+  }
   bias_grad(dy, dy_sum);
 }
 
@@ -148,8 +182,10 @@ void Linear::bias_grad(const Tensor& dy, const Tensor& dy_sum) {
 void Linear::backward_weight_residual(const Tensor& dy_full, const Tensor& x, const Tensor& dy, const Tensor& dy_sum,
                                       Fp8Saved* fp8) {
   if (!sequence_sharded()) return backward_weight(dy, x, dy_sum, fp8);
-  check_no_fp8_under_tp();
-  ops::linear_backward_weight(weight.grad, nullptr, dy_full, x, /*accumulate=*/true);
+  if (fp8_ != Fp8Recipe::None)  // dy_full [N, O] gathered whole, x [N, I/tp] this rank's columns
+    fp8_tp::backward_weight(fp8_, *tp_, weight.grad, dy_full, fp8_tp::Part::Whole, x, fp8_tp::Part::Split);
+  else
+    ops::linear_backward_weight(weight.grad, nullptr, dy_full, x, /*accumulate=*/true);
   bias_grad(dy, dy_sum);
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/fp8_linear.h"
+#include "models/fp8_tensor_parallel.h"
 #include "models/tp_style.h"
 #include "parallel/param.h"
 #include "parallel/tensor/tensor_parallel.h"
@@ -41,7 +42,10 @@ struct Linear {
   // The style of `plan`'s entry for this weight, over `tp`'s group (null, or one rank: plain).
   void set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& plan);
   // The GEMMs in FP8 under `recipe` (None: the working dtype). Both widths must be multiples of
-  // kFp8Multiple (a Config error naming the weight); not under tensor parallelism yet.
+  // kFp8Multiple (a Config error naming the weight). Under tensor parallelism the tensor-parallel
+  // steps run the recipe's GEMMs with the tp = 1 run's scales (models/fp8_tensor_parallel.h);
+  // blockwise needs every slice of the weight a whole number of 128-wide groups (a Config error from
+  // set_tensor_parallel otherwise).
   void set_fp8(Fp8Recipe recipe);
   Fp8Recipe fp8() const { return fp8_; }
   // Where the op writing this layer's input (gradient false) or output gradient may leave that
@@ -91,7 +95,11 @@ struct Linear {
                    Fp8Saved* keep) const;
   // bias.grad += Σ_n dy[n, :] (dy_sum when defined).
   void bias_grad(const Tensor& dy, const Tensor& dy_sum);
-  void check_no_fp8_under_tp() const;
+  // Blockwise under tp: this rank's slice holds whole 128-wide groups of the full weight.
+  void check_fp8_blocks_under_tp() const;
+  // How the stream side's tensor (a column-parallel input, a row-parallel output gradient) lies over
+  // the tp group: split when sequence-sharded, else whole on every rank.
+  fp8_tp::Part stream_part() const { return sequence_sharded() ? fp8_tp::Part::Split : fp8_tp::Part::Whole; }
 
   TensorParallel* tp_ = nullptr;  // set where the style is column- or row-parallel
   TpStyle style_ = TpStyle::Replicated;

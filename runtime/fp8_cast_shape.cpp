@@ -70,6 +70,20 @@ Fp8CastShape fp8_cast_shape(const char* op, const Tensor& q, const Tensor& scale
   return s;
 }
 
+void fp8_check_amax_out(const char* op, const Tensor& amax) {
+  if (!amax.defined() || amax.dtype() != DType::U32 || amax.shape() != Shape{1})
+    TETRA_FAIL(Internal, op, ": amax must be u32 [1] (the bits of an fp32 amax), got ",
+               amax.defined() ? amax.describe() : std::string("an undefined tensor"));
+}
+
+bool fp8_check_amax(const char* op, const Tensor* amax, ops::Fp8Scaling scaling) {
+  if (!amax || !amax->defined()) return false;
+  fp8_check_amax_out(op, *amax);
+  if (scaling != ops::Fp8Scaling::Tensorwise)
+    TETRA_FAIL(Internal, op, ": a given amax scales a Tensorwise cast only (block scaling takes each group's own)");
+  return true;
+}
+
 Fp8GemmShape fp8_gemm_shape(const char* op, const Tensor& y, const Tensor& a, const Tensor& a_scale,
                             ops::Fp8Scaling a_scaling, const Tensor& b, const Tensor& b_scale,
                             ops::Fp8Scaling b_scaling) {

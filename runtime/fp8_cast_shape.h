@@ -41,6 +41,12 @@ struct Fp8CastShape {
 Fp8CastShape fp8_cast_shape(const char* op, const Tensor& q, const Tensor& scale, const Tensor& x,
                             ops::Fp8Scaling scaling, const Tensor* q_t = nullptr, const Tensor* scale_t = nullptr);
 
+// fp8_quantize's given amax (may be null): U32 [1], and only with Tensorwise scaling; else an Internal
+// error naming `op`. Returns whether it is given.
+bool fp8_check_amax(const char* op, const Tensor* amax, ops::Fp8Scaling scaling);
+// fp8_amax's output: U32 [1].
+void fp8_check_amax_out(const char* op, const Tensor& amax);
+
 // fp8_gemm's operands: a [M, K] and b [N, K] FP8 with their scales (checked as fp8_quantize's
 // outputs), y [M, N] fp32 or bf16. Returns {M, N, K}.
 struct Fp8GemmShape {

@@ -50,6 +50,7 @@
   X(cross_entropy_from_stats)                                                                        \
   X(adamw_update)                                                                                    \
   X(fp8_quantize)                                                                                    \
+  X(fp8_amax)                                                                                        \
   X(fp8_dequantize)                                                                                  \
   X(fp8_gemm)                                                                                        \
   X(moe_grouped_fp8_forward)                                                                         \

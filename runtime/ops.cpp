@@ -265,10 +265,11 @@ void sum_partials(Tensor& out, const Tensor& parts, const Tensor& b, const Tenso
 void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, Fp8Scaling scaling, Tensor* q_t, Tensor* scale_t,
                   const Tensor* amax) {
   check_same_device("fp8_quantize", {&q, &scale, &x, q_t, scale_t, amax});
-  check_amax("fp8_quantize", amax);
-  if (amax && scaling != Fp8Scaling::Tensorwise)
-    TETRA_FAIL(Internal, "fp8_quantize: a given amax is for Tensorwise casts (block scalings measure each group)");
   TETRA_DISPATCH(x.device(), fp8_quantize, q, scale, x, scaling, q_t, scale_t, amax);
+}
+void fp8_amax(Tensor& amax, const Tensor& x) {
+  check_same_device("fp8_amax", {&amax, &x});
+  TETRA_DISPATCH(x.device(), fp8_amax, amax, x);
 }
 void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, Fp8Scaling scaling) {
   check_same_device("fp8_dequantize", {&y, &q, &scale});

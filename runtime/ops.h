@@ -323,10 +323,16 @@ constexpr int64_t kFp8Block = 128;
 // scale_t (may be null) = scale. Blocks128: the same blocks, codes transposed, scale_t the block
 // scales transposed. Rows1x128: runs of 128 rows of a column, scale_t [⌈M/128⌉, K] (DeepSeek-V3's
 // 128×1 tiles of the backward). scale_t is required for Rows1x128 and Blocks128 when q_t is given.
-// amax (optional, Tensorwise only): x's amax bits (U32 [1], as a producer's amax output gives them),
-// taken instead of a pass over x of the cast's own.
+// amax (optional, Tensorwise only): U32 [1], the bits of the amax to scale by instead of measuring
+// x's own: what x's producer measured while writing it (ops' amax outputs: x is then read once), or,
+// for x one part of a larger tensor (a tensor-parallel slice or shard), the max over the parts'
+// fp8_amax, so that every part casts with the whole's scale.
 void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, Fp8Scaling scaling, Tensor* q_t = nullptr,
                   Tensor* scale_t = nullptr, const Tensor* amax = nullptr);
+// amax U32 [1] = the bits of the largest |x| (fp32; 0 for an empty x), compared as unsigned bits as
+// the Tensorwise cast compares them (a NaN wins): a max over several tensors' amaxes (e.g. an
+// all-reduce with ReduceOp::Max) is the amax of their union.
+void fp8_amax(Tensor& amax, const Tensor& x);
 // y[M, K] (fp32 or bf16) = q·s with the scales fp8_quantize wrote (the GEMMs' view of q).
 void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, Fp8Scaling scaling);
 // y[M, N] (+)= (a·sa)[M, K] · (b·sb)[N, K]ᵀ, FP8 operands and scales as fp8_quantize wrote them (each

@@ -168,7 +168,7 @@ std::vector<Field> train_fields() {
      .set_index = [](Config& c, int i) { c.train.fp8.recipe = static_cast<Fp8Recipe>(i); },
      .choices = choice_names<Fp8Recipe>(),
      .note = "the blocks' projections in FP8: tensorwise (one scale per tensor) or blockwise (1x128 and 128x128 "
-             "tiles); tp 1 (docs/kernels.md)"},
+             "tiles); under tp, tokens of a micro-batch a multiple of 16·tp (docs/kernels.md)"},
     {ENUM_KEY(train, on_nonfinite)},
     {.section = "train", .key = "max_skipped_steps.consecutive", .type = Type::Int,
      .get = [](Config& c) -> void* { return &c.train.max_skipped_steps.consecutive; }, .lo = 1, .hi = kIntMax,

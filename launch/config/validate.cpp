@@ -231,16 +231,13 @@ void check_tensor_parallel(const Config& c) {
              str(p.tp) + ", or set parallel.sequence_parallel: false");
 }
 
-// train.fp8: the FP8 GEMMs take every dimension in multiples of 16, the tokens of a micro-batch too;
-// the tensor-parallel layers have no FP8 path yet, the routed experts none on a GPU.
+// train.fp8: the FP8 GEMMs take every dimension in multiples of 16, the tokens of a micro-batch too
+// (under tensor parallelism each of the tp chunks of them that the tensor-parallel GEMMs run on); the
+// routed experts have no FP8 kernels on a GPU.
 void check_fp8(const Config& c) {
   const TrainConfig& t = c.train;
   if (t.fp8.recipe == Fp8Recipe::None) return;
   const std::string recipe = fp8_recipe_name(t.fp8.recipe);
-  if (c.parallel.tp > 1)
-    fail(c, {"train.fp8.recipe", "parallel.tp"},
-         recipe + " with parallel.tp = " + str(c.parallel.tp) + ": the tensor-parallel projections have no FP8 path "
-         "yet; use parallel.tp 1 (data, pipeline and expert parallelism compose with FP8), or train.fp8.recipe: none");
   // The routed experts' grouped FP8 GEMMs run on CPU ranks only (runtime/ops.h moe_grouped_fp8_*).
   if (c.model.moe.n_experts > 0 && t.device == DeviceChoice::Cuda)
     fail(c, {"train.fp8.recipe", "model.moe.n_experts", "train.device"},
@@ -252,6 +249,12 @@ void check_fp8(const Config& c) {
     fail(c, {"train.fp8.recipe", "train.micro_batch", "train.seq_len"},
          recipe + ": a micro-batch of micro_batch·seq_len = " + str(tokens) + " tokens; the FP8 GEMMs need a multiple of " +
              str(kFp8Multiple) + " (every GEMM dimension is one)");
+  const long long tp_multiple = static_cast<long long>(kFp8Multiple) * c.parallel.tp;
+  if (c.parallel.tp > 1 && tokens % tp_multiple != 0)
+    fail(c, {"train.fp8.recipe", "train.micro_batch", "train.seq_len", "parallel.tp"},
+         recipe + " with parallel.tp = " + str(c.parallel.tp) + ": a micro-batch of micro_batch·seq_len = " +
+             str(tokens) + " tokens; the tensor-parallel FP8 GEMMs run on chunks of 1/tp of them, each a multiple of " +
+             str(kFp8Multiple) + ", so the micro-batch needs a multiple of " + str(tp_multiple));
   // Samples decode one token at a time through the training model, whose projections would then run
   // FP8 GEMMs of one row.
   if (c.log.sample_every > 0)

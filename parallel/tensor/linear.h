@@ -42,6 +42,11 @@
 //     linear_forward_all_reduce; backward identity (ops::linear_backward_input on the replicated dy).
 // The all-reduce is the deterministic reduce-scatter above plus an all-gather, so every rank holds
 // the same bits and both paths agree bit for bit.
+//
+// The GEMMs themselves (LinearGemms, the last argument of each function, may be null): the working
+// dtype's ops with w by default; a layer under an FP8 recipe gives its own (models/fp8_tensor_
+// parallel.h), which the functions call on the same chunks in the same order, so the overlapped and
+// plain paths stay bit-identical under FP8 too.
 #pragma once
 #include <functional>
 
@@ -50,37 +55,56 @@
 
 namespace tetra::tp {
 
+// A tensor-parallel layer's GEMMs on R rows (one chunk, or all N): what the functions below run in
+// place of the plain ops. An empty member means the plain op with the w passed to the function.
+struct LinearGemms {
+  // y[R, O'] = act(x[R, I'] · wᵀ + b) (b may be undefined; pre_act as in ops::linear_forward).
+  std::function<void(Tensor& y, const Tensor& x, const Tensor& b, ops::Activation act, Tensor* pre_act)> forward;
+  // dx[R, I'] = dy[R, O'] · w, times gelu'(gelu_pre) when gelu_pre is given.
+  std::function<void(Tensor& dx, const Tensor& dy, const Tensor* gelu_pre)> backward_input;
+};
+
+// y (= residual +) act(x · wᵀ + b) through `gemms` (null or empty: ops::linear_forward).
+void gemm_forward(const LinearGemms* gemms, Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
+                  ops::Activation act = ops::Activation::None, Tensor* pre_act = nullptr,
+                  const Tensor* residual = nullptr);
+// dx = dy · w (⊙ gelu'(gelu_pre)) through `gemms` (null or empty: ops::linear_backward_input(_gelu)).
+void gemm_backward_input(const LinearGemms* gemms, Tensor& dx, const Tensor& dy, const Tensor& w,
+                         const Tensor* gelu_pre = nullptr);
+
 // y[N, O/tp] = act(all_gather_rows(x_shard[M, I]) · w[O/tp, I]ᵀ + b[O/tp]); pre_act [N, O/tp] as in
 // ops::linear_forward. x_gathered ([N, I], optional): receives the gathered input (kept by the
 // caller for the weight gradient); without it a workspace of N·I elements is used and released.
 void all_gather_linear_forward(TpGroup& g, Tensor& y, const Tensor& x_shard, const Tensor& w, const Tensor& b,
                                ops::Activation act = ops::Activation::None, Tensor* pre_act = nullptr,
-                               Tensor* x_gathered = nullptr);
+                               Tensor* x_gathered = nullptr, const LinearGemms* gemms = nullptr);
 
 // y_shard[M, O] = reduce_scatter_rows(x[N, I/tp] · w[O, I/tp]ᵀ) + b[O] + residual_shard[M, O]
 // (b undefined / residual null: left out). y_shard may be the residual itself.
 void linear_forward_reduce_scatter(TpGroup& g, Tensor& y_shard, const Tensor& x, const Tensor& w, const Tensor& b,
-                                   const Tensor* residual_shard = nullptr);
+                                   const Tensor* residual_shard = nullptr, const LinearGemms* gemms = nullptr);
 
 // dx_shard[M, I] = reduce_scatter_rows(dy[N, O/tp] · w[O/tp, I]). overlap (optional) runs on the
 // compute stream once the input-gradient GEMMs are issued — in the overlapped path while the last
 // exchanges move (give it the weight-gradient GEMM), in the plain path after the reduce-scatter.
 void linear_backward_input_reduce_scatter(TpGroup& g, Tensor& dx_shard, const Tensor& dy, const Tensor& w,
-                                          const std::function<void()>& overlap = {});
+                                          const std::function<void()>& overlap = {},
+                                          const LinearGemms* gemms = nullptr);
 
 // dx[N, I/tp] = all_gather_rows(dy_shard[M, O]) · w[O, I/tp], times gelu'(gelu_pre[N, I/tp]) when
 // gelu_pre is given (ops::linear_backward_input_gelu: the input of this layer was gelu(gelu_pre)).
 // dy_gathered ([N, O], optional): receives the gathered dy for the weight gradient.
 void all_gather_linear_backward_input(TpGroup& g, Tensor& dx, const Tensor& dy_shard, const Tensor& w,
-                                      const Tensor* gelu_pre = nullptr, Tensor* dy_gathered = nullptr);
+                                      const Tensor* gelu_pre = nullptr, Tensor* dy_gathered = nullptr,
+                                      const LinearGemms* gemms = nullptr);
 
 // g: y[N, O] = all_reduce(x[N, I/tp] · w[O, I/tp]ᵀ) + b[O] + residual[N, O]; y may be the residual.
 void linear_forward_all_reduce(TpGroup& g, Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
-                               const Tensor* residual = nullptr);
+                               const Tensor* residual = nullptr, const LinearGemms* gemms = nullptr);
 
 // f's backward: dx[N, I] = all_reduce(dy[N, O/tp] · w[O/tp, I]); overlap as for the reduce-scatter
 // form (runs while the final all-gather moves, in the overlapped path).
 void linear_backward_input_all_reduce(TpGroup& g, Tensor& dx, const Tensor& dy, const Tensor& w,
-                                      const std::function<void()>& overlap = {});
+                                      const std::function<void()>& overlap = {}, const LinearGemms* gemms = nullptr);
 
 }  // namespace tetra::tp

@@ -53,6 +53,12 @@ void TensorParallel::all_reduce(Tensor& t, const char* what) {
       [&] { return comm().all_reduce(t, ReduceOp::Sum); });
 }
 
+void TensorParallel::all_reduce_max(Tensor& t, const char* what) {
+  if (size() == 1) return;
+  run(std::string("all_reduce_max ") + what, static_cast<int64_t>(t.nbytes()),
+      [&] { return comm().all_reduce(t, ReduceOp::Max); });
+}
+
 void TensorParallel::all_gather(Tensor& out, const Tensor& in, const char* what) {
   TETRA_CHECK(out.numel() == in.numel() * size() && out.dtype() == in.dtype(), "tp all_gather (", what, "): ",
               in.describe(), " into ", out.describe());
@@ -61,30 +67,31 @@ void TensorParallel::all_gather(Tensor& out, const Tensor& in, const char* what)
 }
 
 void TensorParallel::column_forward(Tensor& y, const Tensor& x, Tensor* x_full, const Tensor& w, const Tensor& b,
-                                    ops::Activation act, Tensor* pre_act) {
+                                    ops::Activation act, Tensor* pre_act, const tp::LinearGemms* gemms) {
   // Without sequence parallelism Megatron's f is the identity in forward.
-  if (!sequence_parallel_) return ops::linear_forward(y, x, w, b, act, pre_act);
+  if (!sequence_parallel_) return tp::gemm_forward(gemms, y, x, w, b, act, pre_act);
   TETRA_CHECK(x_full && x_full->defined(), "column_forward: sequence parallelism needs the gathered input buffer");
-  tp::all_gather_linear_forward(group_, y, x, w, b, act, pre_act, x_full);
+  tp::all_gather_linear_forward(group_, y, x, w, b, act, pre_act, x_full, gemms);
 }
 
 void TensorParallel::column_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w,
-                                           const std::function<void()>& overlap) {
-  if (sequence_parallel_) return tp::linear_backward_input_reduce_scatter(group_, dx, dy, w, overlap);
-  if (chunked(dy.dim(0))) return tp::linear_backward_input_all_reduce(group_, dx, dy, w, overlap);
-  ops::linear_backward_input(dx, dy, w);
+                                           const std::function<void()>& overlap, const tp::LinearGemms* gemms) {
+  if (sequence_parallel_) return tp::linear_backward_input_reduce_scatter(group_, dx, dy, w, overlap, gemms);
+  if (chunked(dy.dim(0))) return tp::linear_backward_input_all_reduce(group_, dx, dy, w, overlap, gemms);
+  tp::gemm_backward_input(gemms, dx, dy, w);
   all_reduce(dx, "column-parallel input gradient");
   if (overlap) overlap();
 }
 
-void TensorParallel::row_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor* residual) {
-  if (sequence_parallel_) return tp::linear_forward_reduce_scatter(group_, y, x, w, b, residual);
-  if (chunked(x.dim(0))) return tp::linear_forward_all_reduce(group_, y, x, w, b, residual);
+void TensorParallel::row_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor* residual,
+                                 const tp::LinearGemms* gemms) {
+  if (sequence_parallel_) return tp::linear_forward_reduce_scatter(group_, y, x, w, b, residual, gemms);
+  if (chunked(x.dim(0))) return tp::linear_forward_all_reduce(group_, y, x, w, b, residual, gemms);
   // tp does not divide the rows: each rank's partial product (rank 0's carries the bias, so the sum
   // adds it once), one all-reduce, then the residual.
   Tensor partial =
       residual && residual->data_ptr() == y.data_ptr() ? Tensor::empty({x.dim(0), w.dim(0)}, y.dtype(), y.device()) : y;
-  ops::linear_forward(partial, x, w, rank() == 0 ? b : Tensor());
+  tp::gemm_forward(gemms, partial, x, w, rank() == 0 ? b : Tensor());
   all_reduce(partial, "row-parallel output");
   if (residual)
     ops::add(y, partial, *residual);
@@ -93,16 +100,13 @@ void TensorParallel::row_forward(Tensor& y, const Tensor& x, const Tensor& w, co
 }
 
 void TensorParallel::row_backward_input(Tensor& dx, const Tensor& dy, Tensor* dy_full, const Tensor& w,
-                                        const Tensor* gelu_pre) {
+                                        const Tensor* gelu_pre, const tp::LinearGemms* gemms) {
   if (sequence_parallel_) {
     TETRA_CHECK(dy_full && dy_full->defined(), "row_backward_input: sequence parallelism needs the gathered dy buffer");
-    return tp::all_gather_linear_backward_input(group_, dx, dy, w, gelu_pre, dy_full);
+    return tp::all_gather_linear_backward_input(group_, dx, dy, w, gelu_pre, dy_full, gemms);
   }
   // Without sequence parallelism g's backward is the identity.
-  if (gelu_pre)
-    ops::linear_backward_input_gelu(dx, dy, w, *gelu_pre);
-  else
-    ops::linear_backward_input(dx, dy, w);
+  tp::gemm_backward_input(gemms, dx, dy, w, gelu_pre);
 }
 
 }  // namespace tetra

@@ -34,6 +34,7 @@
 
 #include "parallel/comm_scheduler.h"
 #include "parallel/tensor/group.h"
+#include "parallel/tensor/linear.h"
 #include "runtime/communicator.h"
 #include "runtime/ops.h"
 
@@ -65,24 +66,31 @@ class TensorParallel {
   void reduce_scatter_rows(Tensor& rows, const Tensor& full, const char* what);
   // t = Σ_ranks t, the same on every rank.
   void all_reduce(Tensor& t, const char* what);
+  // t = max over the ranks of t, element by element (e.g. an FP8 cast's amax bits, u32).
+  void all_reduce_max(Tensor& t, const char* what);
   // out [size(), ...] = in of every rank, in rank order (out holds size()·in.numel() elements).
   void all_gather(Tensor& out, const Tensor& in, const char* what);
 
   // ---- the GEMM + collective steps of the tensor-parallel linear layers (see above) ----
+  // `gemms` (may be null): the layer's own GEMMs (an FP8 recipe's, models/fp8_tensor_parallel.h) in
+  // place of the plain ops with w (tp::LinearGemms).
   // y [N, O/tp]; x [local_rows, I]; x_full [N, I] receives the gathered input under sequence
   // parallelism (allocated by the caller; ignored without it, where x is already whole).
   void column_forward(Tensor& y, const Tensor& x, Tensor* x_full, const Tensor& w, const Tensor& b,
-                      ops::Activation act = ops::Activation::None, Tensor* pre_act = nullptr);
+                      ops::Activation act = ops::Activation::None, Tensor* pre_act = nullptr,
+                      const tp::LinearGemms* gemms = nullptr);
   // dx [local_rows, I] from dy [N, O/tp]. `overlap` (may be empty) is work that does not read dx
   // (the layer's weight gradient): run while the reduction moves where that is possible, else after.
-  void column_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const std::function<void()>& overlap = {});
+  void column_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, const std::function<void()>& overlap = {},
+                             const tp::LinearGemms* gemms = nullptr);
   // y [local_rows, O] from x [N, I/tp]; b [O] and residual [local_rows, O] may be undefined / null;
   // y may be the residual itself.
-  void row_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor* residual);
+  void row_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor* residual,
+                   const tp::LinearGemms* gemms = nullptr);
   // dx [N, I/tp] from dy [local_rows, O], times gelu'(gelu_pre [N, I/tp]) when given; dy_full
   // [N, O] receives the gathered dy under sequence parallelism (ignored without it).
   void row_backward_input(Tensor& dx, const Tensor& dy, Tensor* dy_full, const Tensor& w,
-                          const Tensor* gelu_pre = nullptr);
+                          const Tensor* gelu_pre = nullptr, const tp::LinearGemms* gemms = nullptr);
 
  private:
   void run(const std::string& what, int64_t bytes, const std::function<std::unique_ptr<Work>()>& launch);

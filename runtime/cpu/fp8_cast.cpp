@@ -12,20 +12,32 @@
 
 namespace tetra::cpu {
 
+namespace {
+uint32_t abs_bits(float v) { return std::bit_cast<uint32_t>(std::fabs(v)); }
+}  // namespace
+
+void fp8_amax(Tensor& amax, const Tensor& x) {
+  fp8_check_amax_out("fp8_amax", amax);
+  const FloatReader in(x);
+  uint32_t a = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) a = std::max(a, abs_bits(in[i]));
+  *static_cast<uint32_t*>(amax.data_ptr()) = a;
+}
+
 void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling scaling, Tensor* q_t, Tensor* scale_t,
                   const Tensor* amax) {
   const Fp8CastShape s = fp8_cast_shape("fp8_quantize", q, scale, x, scaling, q_t, scale_t);
+  const bool amax_given = fp8_check_amax("fp8_quantize", amax, scaling);
   const FloatReader in(x);
   std::vector<uint32_t> amax_bits(static_cast<size_t>(scale.numel()), 0);
-  if (amax) {  // Tensorwise (ops.cpp checks): the producer's measure of x
+  if (amax_given)
     amax_bits[0] = *static_cast<const uint32_t*>(amax->data_ptr());
-  } else {
+  else
     for (int64_t m = 0; m < s.rows; ++m)
       for (int64_t k = 0; k < s.cols; ++k) {
         uint32_t& a = amax_bits[s.scale_index(m, k)];
-        a = std::max(a, std::bit_cast<uint32_t>(std::fabs(in[m * s.cols + k])));
+        a = std::max(a, abs_bits(in[m * s.cols + k]));
       }
-  }
   const float largest = fp8_largest(s.format);
   std::vector<float> factor(amax_bits.size());
   float* out_scale = scale.data<float>();

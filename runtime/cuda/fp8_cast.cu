@@ -9,9 +9,10 @@
 //   Blocks128: the tile is the block (a warp reduction, then 8 warps through shared memory); q_t has
 //              the same codes, scale_t the block scale at the transposed place;
 //   Tensorwise: r from the tensor's amax, which a vectorised reduction before it left in a scratch
-//              word (one atomicMax per block on the bits), or x's producer measured while writing x
-//              (the caller's amax: x is then read once); block 0 writes scale (and scale_t) from it,
-//              so the tile kernel is also the finalisation.
+//              word (one atomicMax per block on the bits); block 0 writes scale (and scale_t) from it,
+//              so the tile kernel is also the finalisation. A given amax replaces the reduction: what
+//              x's producer measured while writing it (x is then read once), or a tensor-parallel
+//              part's whole; fp8_amax is the reduction alone.
 // q: 8 codes per thread and row, one 8-byte store (a half-warp writes a row's 128 bytes). q_t: each
 // thread's 8 codes down a column are one 8-byte word in a shared 128 × 128-byte tile (16-byte units
 // XOR-swizzled by the row's eighth, so the writes are 2 wavefronts per warp, the minimum), read back
@@ -335,17 +336,44 @@ void launch_tiles(bool vec, int grid, cudaStream_t stream, const T* x, const Til
 
 bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0; }
 
+// *amax = max(*amax, the bits of every |x|) for x's n elements (the caller zeroes *amax first).
+template <class T>
+void launch_amax(const T* x, int64_t n, unsigned* amax, Device dev, cudaStream_t stream) {
+  if (n == 0) return;
+  const bool flat_vec = aligned16(x);
+  const int64_t items = flat_vec ? n / 32 + 1 : n;  // threads: 4 chunks of 8 each
+  fp8_amax_kernel<T><<<grid_size(items, 256, dev, 8), 256, 0, stream>>>(x, n, flat_vec, amax);
+  TETRA_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
+void fp8_amax(Tensor& amax, const Tensor& x) {
+  const char* op = "fp8_amax";
+  check_cuda_tensor(op, "amax", amax);
+  check_cuda_tensor(op, "x", x);
+  fp8_check_amax_out(op, amax);
+  DeviceScope device_scope(x.device());
+  cudaStream_t stream = stream_of(x.device());
+  TETRA_CUDA_CHECK(cudaMemsetAsync(amax.data_ptr(), 0, sizeof(unsigned), stream));
+  dispatch_float(x.dtype(), op, "x", [&](auto tx) {
+    using T = decltype(tx);
+    launch_amax(static_cast<const T*>(x.data_ptr()), x.numel(), static_cast<unsigned*>(amax.data_ptr()), x.device(),
+                stream);
+  });
+}
+
 void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling scaling, Tensor* q_t, Tensor* scale_t,
-                  const Tensor* given_amax) {
+                  const Tensor* amax_given) {
   const char* op = "fp8_quantize";
   check_cuda_tensor(op, "q", q);
   check_cuda_tensor(op, "scale", scale);
   check_cuda_tensor(op, "x", x);
   if (given(q_t)) check_cuda_tensor(op, "q_t", *q_t);
   if (given(scale_t)) check_cuda_tensor(op, "scale_t", *scale_t);
+  if (given(amax_given)) check_cuda_tensor(op, "amax", *amax_given);
   const Fp8CastShape s = fp8_cast_shape(op, q, scale, x, scaling, q_t, scale_t);
+  const bool use_given = fp8_check_amax(op, amax_given, scaling);
   const Device dev = x.device();
   DeviceScope device_scope(dev);
   cudaStream_t stream = stream_of(dev);
@@ -371,10 +399,9 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
     TETRA_CUDA_CHECK(cudaMemsetAsync(scale_t->data_ptr(), 0, scale_t->nbytes(), stream));
   const bool vec = s.cols % 8 == 0 && aligned16(x.data_ptr()) && aligned8(a.q);
   const int64_t tiles = a.tiles_down * a.tiles_across;
-  Tensor amax;  // Tensorwise: the amax bits, read by every block of the tile kernel
-  if (given_amax) {  // Tensorwise (ops.cpp checks): measured by x's producer
-    check_cuda_tensor(op, "amax", *given_amax);
-    a.amax_bits = static_cast<const unsigned*>(given_amax->data_ptr());
+  Tensor amax;  // Tensorwise: the amax bits, read by every block of the tile kernel (the caller's if given)
+  if (use_given) {
+    a.amax_bits = static_cast<const unsigned*>(amax_given->data_ptr());
   } else if (scaling == ops::Fp8Scaling::Tensorwise) {
     amax = Tensor::empty({1}, DType::U32, dev);
     a.amax_bits = static_cast<const unsigned*>(amax.data_ptr());
@@ -390,14 +417,7 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
     const T* px = static_cast<const T*>(x.data_ptr());
     switch (scaling) {
       case ops::Fp8Scaling::Tensorwise: {
-        const int64_t n = s.rows * s.cols;
-        const bool flat_vec = aligned16(px);
-        if (n > 0 && !given_amax) {
-          const int64_t items = flat_vec ? n / 32 + 1 : n;  // threads: 4 chunks of 8 each
-          fp8_amax_kernel<T><<<grid_size(items, 256, dev, 8), 256, 0, stream>>>(
-              px, n, flat_vec, static_cast<unsigned*>(amax.data_ptr()));
-          TETRA_CUDA_CHECK_LAUNCH();
-        }
+        if (!use_given) launch_amax(px, s.rows * s.cols, static_cast<unsigned*>(amax.data_ptr()), dev, stream);
         launch_tiles<T, Mode::Tensorwise>(vec, grid, stream, px, a);
         return;
       }

@@ -6,6 +6,7 @@
 // error within half an FP8 step of each element's group, q_t = q transposed, and a NaN kept as NaN.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -181,6 +182,52 @@ TEST(Fp8Cast, TransposedCopyOfBlockScalingsIsTheCastOfTheTranspose) {
     EXPECT_EQ(s.data<float>()[3], 0.0f) << "padding holds 0";
     EXPECT_EQ(st.data<float>()[2], 0.0f) << "padding holds 0";
   }
+}
+
+// A tensor split into parts (tensor-parallel slices): each part's fp8_amax, maxed over the parts,
+// is the whole's amax, and each part cast with it (fp8_quantize's amax) gives the whole cast's codes
+// of its rows and the whole's scale, the transposed copy too. Without the given amax a part whose own
+// amax is smaller than the whole's casts with another scale.
+TEST(Fp8Cast, PartsCastWithTheWholesAmaxAreTheWholeCast) {
+  Rng rng(17);
+  const int64_t M = 96, K = 40, parts = 3, rows = M / parts;
+  Tensor x = random_tensor(rng, {M, K});
+  x.data<float>()[50 * K + 7] = -300.0f;  // the whole's amax, in part 1 only
+  Tensor q = Tensor::empty({M, K}, DType::F8E5M2), scale = Tensor::empty({1}, DType::F32);
+  ops::fp8_quantize(q, scale, x, ops::Fp8Scaling::Tensorwise);
+  Tensor amax = Tensor::empty({1}, DType::U32), part_amax = Tensor::empty({1}, DType::U32);
+  uint32_t reduced = 0;
+  for (int64_t p = 0; p < parts; ++p) {
+    ops::fp8_amax(part_amax, x.narrow(p * rows, rows));
+    reduced = std::max(reduced, *static_cast<const uint32_t*>(part_amax.data_ptr()));
+  }
+  EXPECT_EQ(std::bit_cast<float>(reduced), 300.0f);
+  *static_cast<uint32_t*>(amax.data_ptr()) = reduced;
+  for (int64_t p = 0; p < parts; ++p) {
+    Tensor part = x.narrow(p * rows, rows);
+    Tensor qp = Tensor::empty({rows, K}, DType::F8E5M2), sp = Tensor::empty({1}, DType::F32);
+    Tensor qpt = Tensor::empty({K, rows}, DType::F8E5M2), spt = Tensor::empty({1}, DType::F32);
+    ops::fp8_quantize(qp, sp, part, ops::Fp8Scaling::Tensorwise, &qpt, &spt, &amax);
+    EXPECT_EQ(std::memcmp(qp.data_ptr(), static_cast<const uint8_t*>(q.data_ptr()) + p * rows * K, qp.nbytes()), 0)
+        << "part " << p;
+    EXPECT_EQ(sp.data<float>()[0], scale.data<float>()[0]);
+    EXPECT_EQ(spt.data<float>()[0], scale.data<float>()[0]);
+    const auto* pq = static_cast<const uint8_t*>(qp.data_ptr());
+    const auto* pt = static_cast<const uint8_t*>(qpt.data_ptr());
+    int64_t differ = 0;
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t k = 0; k < K; ++k) differ += pq[m * K + k] != pt[k * rows + m];
+    EXPECT_EQ(differ, 0) << "the transposed copy takes the given amax too";
+    ops::fp8_quantize(qp, sp, part, ops::Fp8Scaling::Tensorwise);
+    if (p != 1) EXPECT_NE(sp.data<float>()[0], scale.data<float>()[0]) << "part " << p << "'s own amax is smaller";
+  }
+  // An empty tensor's amax is 0; a given amax is Tensorwise only.
+  ops::fp8_amax(part_amax, Tensor::empty({0, K}, DType::F32));
+  EXPECT_EQ(*static_cast<const uint32_t*>(part_amax.data_ptr()), 0u);
+  Tensor sr = Tensor::empty({1, 96}, DType::F32);
+  EXPECT_THROW(ops::fp8_quantize(q, sr, x, ops::Fp8Scaling::Rows1x128, nullptr, nullptr, &amax), Error);
+  Tensor wrong = Tensor::empty({1}, DType::F32);
+  EXPECT_THROW(ops::fp8_quantize(q, scale, x, ops::Fp8Scaling::Tensorwise, nullptr, nullptr, &wrong), Error);
 }
 
 TEST(Fp8Cast, ShapeErrorsNameTheOperand) {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <tuple>
 
 #include "runtime/fp8_cast_shape.h"
 #include "runtime/fp8_format.h"
@@ -148,6 +149,44 @@ TEST(GpuFp8Cast, UnalignedOperandsMatchTheCpuTwin) {
   TETRA_REQUIRE_GPU();
   uint64_t seed = 500;
   for (const Case& c : every_case()) check_cast(c, 256, 264, seed++, /*offset=*/1);
+}
+
+// fp8_amax and the Tensorwise cast with a given amax (a tensor-parallel part cast with the whole's
+// scale) against the CPU twin, bit for bit: the amax bits of specials (NaN wins), aligned and not,
+// bf16 and fp32; then every part's cast with the largest part amax, its transposed copy too.
+TEST(GpuFp8Cast, AmaxAndTheCastWithAGivenAmaxMatchTheCpuTwin) {
+  TETRA_REQUIRE_GPU();
+  uint64_t seed = 700;
+  for (DType dt : {DType::BF16, DType::F32})
+    for (auto [M, K, offset] : {std::tuple<int64_t, int64_t, int64_t>{96, 40, 0}, {33, 31, 1}, {256, 264, 0}}) {
+      Rng rng(seed++);
+      Tensor x32 = random_host(rng, {M, K}, 4.0);
+      if (seed % 2 == 0) x32 = special_values(rng, M, K);
+      const Tensor hx = host_as(representable(x32, dt), dt);
+      Tensor dx = placed({M, K}, dt, offset);
+      cuda::copy_bytes(dx.data_ptr(), gpu(), hx.data_ptr(), Device::cpu(), hx.nbytes(), /*blocking=*/true);
+      Tensor h_amax = Tensor::empty({1}, DType::U32), d_amax = poisoned({1}, DType::U32);
+      ops::fp8_amax(h_amax, hx);
+      ops::fp8_amax(d_amax, dx);
+      const std::string what = std::string(dtype_name(dt)) + " [" + std::to_string(M) + ", " + std::to_string(K) + "]";
+      EXPECT_TRUE(same_bytes(d_amax, h_amax)) << what << ": amax";
+      // A larger amax than x's own (the whole's, of which x is a part): x's bits + 1000 ulps.
+      *static_cast<uint32_t*>(h_amax.data_ptr()) += 1000;
+      Tensor d_given = upload_raw(h_amax);
+      for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+        const DType qd = dtype_of(f);
+        Tensor hq = Tensor::empty({M, K}, qd), hs = Tensor::empty({1}, DType::F32);
+        Tensor hqt = Tensor::empty({K, M}, qd), hst = Tensor::empty({1}, DType::F32);
+        ops::fp8_quantize(hq, hs, hx, ops::Fp8Scaling::Tensorwise, &hqt, &hst, &h_amax);
+        Tensor dq = poisoned({M, K}, qd), ds = poisoned({1}, DType::F32);
+        Tensor dqt = poisoned({K, M}, qd), dst = poisoned({1}, DType::F32);
+        ops::fp8_quantize(dq, ds, dx, ops::Fp8Scaling::Tensorwise, &dqt, &dst, &d_given);
+        EXPECT_TRUE(same_bytes(dq, hq)) << what << " " << fp8_format_name(f) << ": codes with a given amax";
+        EXPECT_TRUE(same_bytes(ds, hs)) << what << " " << fp8_format_name(f) << ": scale with a given amax";
+        EXPECT_TRUE(same_bytes(dqt, hqt)) << what << " " << fp8_format_name(f) << ": transposed codes";
+        EXPECT_TRUE(same_bytes(dst, hst)) << what << " " << fp8_format_name(f) << ": transposed scale";
+      }
+    }
 }
 
 // The benchmarks' shape (16384×2048 bf16, 2^25 elements: 2048 tiles of 128×128, more than the grid's
