@@ -20,6 +20,7 @@
 #include <array>
 #include <string>
 
+#include "parallel/param.h"
 #include "runtime/ops.h"
 
 namespace tetra {
@@ -51,6 +52,12 @@ void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, bool
 void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate);
 // dw[O, I] += dy[N, O]ᵀ · x[N, I].
 void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tensor& x);
+
+// The Linear's FP8 path with its weight Param: w's FP8 copy (fp8_q, fp8_scale: ZeRO-3 gathered it
+// already cast, parallel/zero/fp8_gather.h — the codes and scales the cast of the whole weight
+// gives) when defined, else the functions above on w.value (models/fp8_weight_operand.cpp).
+void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Param& w, bool accumulate);
+void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Param& w, bool accumulate);
 }  // namespace fp8_linear
 
 }  // namespace tetra

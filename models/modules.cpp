@@ -44,7 +44,10 @@ void Linear::set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& p
 
 void Linear::set_fp8(Fp8Recipe recipe) {
   fp8_ = recipe;
+  weight.fp8_weight = recipe != Fp8Recipe::None;
   if (recipe == Fp8Recipe::None) return;
+  weight.fp8_scaling = fp8_recipe_casts(recipe).weight.scaling;
+  weight.fp8_format = fp8_recipe_casts(recipe).weight.format;
   const int64_t out = weight.full_shape[0], in = weight.full_shape[1];
   if (out % kFp8Multiple != 0 || in % kFp8Multiple != 0)
     TETRA_FAIL(Config, "train.fp8.recipe ", fp8_recipe_name(recipe), ": ", weight.name, " is [", out, ", ", in,
@@ -58,13 +61,13 @@ void Linear::check_no_fp8_under_tp() const {
 void Linear::fp8_forward(Tensor& y, const Tensor& x, ops::Activation act, Tensor* pre_act, const Tensor* residual) const {
   if (residual) {
     if (y.data_ptr() != residual->data_ptr()) ops::copy(y, *residual);
-    fp8_linear::forward(fp8_, y, x, weight.value, /*accumulate=*/true);
+    fp8_linear::forward(fp8_, y, x, weight, /*accumulate=*/true);
     if (has_bias) ops::add_bias(y, bias.value);
     return;
   }
   const bool gelu = act == ops::Activation::Gelu;
   Tensor out = !gelu ? y : pre_act ? *pre_act : Tensor::empty(y.shape(), y.dtype(), y.device());
-  fp8_linear::forward(fp8_, out, x, weight.value, /*accumulate=*/false);
+  fp8_linear::forward(fp8_, out, x, weight, /*accumulate=*/false);
   if (has_bias) ops::add_bias(out, bias.value);
   if (gelu) ops::gelu_forward(y, out);
 }
@@ -92,7 +95,7 @@ void Linear::forward_residual(Tensor& y, const Tensor& x, const Tensor& residual
 bool Linear::backward_input(Tensor& dx, const Tensor& dy, const std::function<void()>& overlap, bool accumulate) const {
   if (!tp_) {
     if (fp8_ != Fp8Recipe::None)
-      fp8_linear::backward_input(fp8_, dx, dy, weight.value, accumulate);
+      fp8_linear::backward_input(fp8_, dx, dy, weight, accumulate);
     else
       ops::linear_backward_input(dx, dy, weight.value, accumulate);
     return false;
@@ -106,7 +109,7 @@ bool Linear::backward_input(Tensor& dx, const Tensor& dy, const std::function<vo
 
 void Linear::backward_input_residual(Tensor& dx, const Tensor& dy, Tensor* dy_full, const Tensor* gelu_pre) const {
   if (!tp_ && fp8_ != Fp8Recipe::None) {
-    fp8_linear::backward_input(fp8_, dx, dy, weight.value, /*accumulate=*/false);
+    fp8_linear::backward_input(fp8_, dx, dy, weight, /*accumulate=*/false);
     if (gelu_pre) ops::gelu_backward(dx, dx, *gelu_pre);
     return;
   }

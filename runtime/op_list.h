@@ -52,6 +52,9 @@
   X(fp8_quantize)                                                                                    \
   X(fp8_dequantize)                                                                                  \
   X(fp8_gemm)                                                                                        \
+  X(fp8_slice_amax)                                                                                  \
+  X(fp8_slice_quantize)                                                                              \
+  X(fp8_transpose)                                                                                   \
   X(sum_squares)                                                                                     \
   X(sum_accumulate)                                                                                  \
   X(sum_to_host)                                                                                     \
