@@ -103,24 +103,67 @@ void gemm(Tensor& y, const Fp8Operand& a, const Fp8Operand& b, bool accumulate, 
   tetra::gemm(y, a, b, accumulate, fast_accum);
 }
 
-void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, bool accumulate, Fp8Saved* keep) {
+namespace {
+
+// y (+)= x · wᵀ with w already in FP8 (wq [O, I]): x cast with its kept transpose and amax.
+void forward_with(const Fp8RecipeCasts& casts, Tensor& y, const Tensor& x, const Fp8Operand& wq, bool accumulate,
+                  Fp8Saved* keep) {
   check_matrix("x", x);
-  check_matrix("w", w);
-  const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
   const Tensor x_amax = take_amax(keep ? &keep->x_amax : nullptr);
   const Fp8Operand xq = cast_operand(x, casts.activation, keep ? &keep->x_t : nullptr, x_amax.defined() ? &x_amax : nullptr);
-  gemm(y, xq, cast_operand(w, casts.weight), accumulate, casts.forward_fast_accum);
+  gemm(y, xq, wq, accumulate, casts.forward_fast_accum);
+}
+
+// dx (+)= dy · w with wᵀ already in FP8 (w_t [I, O]).
+void backward_input_with(const Fp8RecipeCasts& casts, Tensor& dx, const Tensor& dy, const Fp8Operand& w_t,
+                         bool accumulate, Fp8Saved* keep) {
+  check_matrix("dy", dy);
+  const Tensor dy_amax = take_amax(keep ? &keep->dy_amax : nullptr);
+  gemm(dx, cast_operand(dy, casts.gradient, keep ? &keep->dy_t : nullptr, dy_amax.defined() ? &dy_amax : nullptr), w_t,
+       accumulate);
+}
+
+// w's copy that ZeRO-3 gathered in FP8 (Param::fp8_q), checked against the recipe's weight cast; an
+// undefined operand where there is none.
+Fp8Operand gathered_weight(Fp8Recipe recipe, const Param& w) {
+  if (!w.fp8_q.defined()) return {};
+  const Fp8Cast cast = fp8_recipe_casts(recipe).weight;
+  TETRA_CHECK(w.fp8_scaling == cast.scaling && w.fp8_q.dtype() == cast.format && w.fp8_q.ndim() == 2, w.name,
+              ": its FP8 copy ", w.fp8_q.describe(), " is not the recipe ", fp8_recipe_name(recipe), "'s weight cast");
+  return {w.fp8_q, w.fp8_scale, w.fp8_scaling};
+}
+
+}  // namespace
+
+void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, bool accumulate, Fp8Saved* keep) {
+  check_matrix("w", w);
+  const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
+  forward_with(casts, y, x, cast_operand(w, casts.weight), accumulate, keep);
 }
 
 void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate, Fp8Saved* keep) {
-  check_matrix("dy", dy);
   check_matrix("w", w);
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
   Fp8Operand w_t;
   cast_operand(w, casts.weight, &w_t);
-  const Tensor dy_amax = take_amax(keep ? &keep->dy_amax : nullptr);
-  gemm(dx, cast_operand(dy, casts.gradient, keep ? &keep->dy_t : nullptr, dy_amax.defined() ? &dy_amax : nullptr), w_t,
-       accumulate);
+  backward_input_with(casts, dx, dy, w_t, accumulate, keep);
+}
+
+void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Param& w, bool accumulate, Fp8Saved* keep) {
+  const Fp8Operand wq = gathered_weight(recipe, w);
+  if (!wq.defined()) return forward(recipe, y, x, w.value, accumulate, keep);
+  forward_with(fp8_recipe_casts(recipe), y, x, wq, accumulate, keep);
+}
+
+void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Param& w, bool accumulate, Fp8Saved* keep) {
+  const Fp8Operand wq = gathered_weight(recipe, w);
+  if (!wq.defined()) return backward_input(recipe, dx, dy, w.value, accumulate, keep);
+  // The input gradient reads wᵀ [I, O]: the gathered codes transposed, as the cast of w writes them.
+  const int64_t out = wq.q.dim(0), in = wq.q.dim(1);
+  Fp8Operand w_t{Tensor::empty({in, out}, wq.q.dtype(), wq.q.device()),
+                 Tensor::empty(fp8_scale_shape(wq.scaling, in, out), DType::F32, wq.q.device()), wq.scaling};
+  ops::fp8_transpose(w_t.q, w_t.scale, wq.q, wq.scale, wq.scaling);
+  backward_input_with(fp8_recipe_casts(recipe), dx, dy, w_t, accumulate, keep);
 }
 
 void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tensor& x, Fp8Saved* kept) {

@@ -23,6 +23,7 @@
 #include <array>
 #include <string>
 
+#include "parallel/param.h"
 #include "runtime/ops.h"
 
 namespace tetra {
@@ -95,6 +96,14 @@ void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor
 // dw[O, I] += dy[N, O]ᵀ · x[N, I], reading kept's xᵀ and dyᵀ where defined (and releasing them),
 // else casting x and dy now.
 void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tensor& x, Fp8Saved* kept = nullptr);
+
+// The Linear's FP8 path with its weight Param: w's FP8 copy (fp8_q, fp8_scale: ZeRO-3 gathered it
+// already cast, parallel/zero/fp8_gather.h — the codes and scales the cast of the whole weight
+// gives; the input gradient transposes them, ops::fp8_transpose) when defined, else the functions
+// above on w.value.
+void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Param& w, bool accumulate, Fp8Saved* keep = nullptr);
+void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Param& w, bool accumulate,
+                    Fp8Saved* keep = nullptr);
 }  // namespace fp8_linear
 
 }  // namespace tetra

@@ -40,6 +40,9 @@ void Linear::set_tensor_parallel(TensorParallel* tp, const TensorParallelPlan& p
   style_ = entry ? entry->style : TpStyle::Replicated;
   const bool split = style_ == TpStyle::ColumnParallel || style_ == TpStyle::RowParallel;
   tp_ = split && tp && tp->size() > 1 ? tp : nullptr;
+  // A tensor-parallel slice casts itself with the tp group's amax (models/fp8_tensor_parallel.h): ZeRO-3
+  // gathers it in the working dtype.
+  weight.fp8_weight = fp8_ != Fp8Recipe::None && !tp_;
   check_fp8_blocks_under_tp();
 }
 
@@ -71,7 +74,10 @@ void Linear::check_fp8_blocks_under_tp() const {
 
 void Linear::set_fp8(Fp8Recipe recipe) {
   fp8_ = recipe;
+  weight.fp8_weight = recipe != Fp8Recipe::None && !tp_;  // ZeRO-3 gathers it in FP8 (plain layers)
   if (recipe == Fp8Recipe::None) return;
+  weight.fp8_scaling = fp8_recipe_casts(recipe).weight.scaling;
+  weight.fp8_format = fp8_recipe_casts(recipe).weight.format;
   const int64_t out = weight.full_shape[0], in = weight.full_shape[1];
   if (out % kFp8Multiple != 0 || in % kFp8Multiple != 0)
     TETRA_FAIL(Config, "train.fp8.recipe ", fp8_recipe_name(recipe), ": ", weight.name, " is [", out, ", ", in,
@@ -83,13 +89,13 @@ void Linear::fp8_forward(Tensor& y, const Tensor& x, ops::Activation act, Tensor
                          Fp8Saved* keep) const {
   if (residual) {
     if (y.data_ptr() != residual->data_ptr()) ops::copy(y, *residual);
-    fp8_linear::forward(fp8_, y, x, weight.value, /*accumulate=*/true, keep);
+    fp8_linear::forward(fp8_, y, x, weight, /*accumulate=*/true, keep);
     if (has_bias) ops::add_bias(y, bias.value);
     return;
   }
   const bool gelu = act == ops::Activation::Gelu;
   Tensor out = !gelu ? y : pre_act ? *pre_act : Tensor::empty(y.shape(), y.dtype(), y.device());
-  fp8_linear::forward(fp8_, out, x, weight.value, /*accumulate=*/false, keep);
+  fp8_linear::forward(fp8_, out, x, weight, /*accumulate=*/false, keep);
   if (has_bias) ops::add_bias(out, bias.value);
   if (gelu) ops::gelu_forward(y, out);
 }
@@ -120,7 +126,7 @@ bool Linear::backward_input(Tensor& dx, const Tensor& dy, const std::function<vo
                             Fp8Saved* fp8) const {
   if (!tp_) {
     if (fp8_ != Fp8Recipe::None)
-      fp8_linear::backward_input(fp8_, dx, dy, weight.value, accumulate, fp8);
+      fp8_linear::backward_input(fp8_, dx, dy, weight, accumulate, fp8);
     else
       ops::linear_backward_input(dx, dy, weight.value, accumulate);
     return false;
@@ -136,7 +142,7 @@ bool Linear::backward_input(Tensor& dx, const Tensor& dy, const std::function<vo
 void Linear::backward_input_residual(Tensor& dx, const Tensor& dy, Tensor* dy_full, const Tensor* gelu_pre,
                                      Fp8Saved* fp8) const {
   if (!tp_ && fp8_ != Fp8Recipe::None) {
-    fp8_linear::backward_input(fp8_, dx, dy, weight.value, /*accumulate=*/false, fp8);
+    fp8_linear::backward_input(fp8_, dx, dy, weight, /*accumulate=*/false, fp8);
     if (gelu_pre) ops::gelu_backward(dx, dx, *gelu_pre);
     return;
   }
@@ -166,7 +172,7 @@ void Linear::backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dy
     fp8_tp::backward_weight(fp8_, *tp_, weight.grad, dy, column ? Part::Split : Part::Whole, x,
                             column ? Part::Whole : Part::Split);
   } else {
-    fp8_linear::backward_weight(fp8_, weight.grad, dy, x);
+    fp8_linear::backward_weight(fp8_, weight.grad, dy, x, fp8);
   }
   bias_grad(dy, dy_sum);
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/ops.h"
 #include "runtime/tensor.h"
 
 namespace tetra {
@@ -95,6 +96,15 @@ struct Param {
   bool init_constant = false;
 
   Tensor value;  // working weights: fp32 on the CPU, bf16 on CUDA
+  // Set by a Linear whose FP8 GEMMs cast this weight (train.fp8.recipe, models/fp8_linear.h): how
+  // they cast it. ZeRO-3 then gathers it as FP8 codes with their scales into fp8_q and fp8_scale,
+  // half the bytes of a bf16 gather, and leaves `value` undefined (parallel/zero/fp8_gather.h).
+  bool fp8_weight = false;
+  ops::Fp8Scaling fp8_scaling = ops::Fp8Scaling::Tensorwise;
+  DType fp8_format = DType::F8E4M3;
+  // The gathered FP8 weight: codes [out, in] and scales, as ops::fp8_quantize of the whole weight
+  // writes them; defined only while ZeRO-3 holds the weight gathered.
+  Tensor fp8_q, fp8_scale;
   Tensor grad;   // gradient, accumulated over micro-batches
   int64_t offset = 0;  // element offset of this param in its ParamSet's flat buffers
   int64_t numel() const { return shape_numel(local_shape); }

@@ -9,17 +9,12 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t padded(int64_t n) { return ceil_div(n, kFp8ScalePad) * kFp8ScalePad; }
 
-// q (an FP8 tensor, [rows, last]) and its scale: the groups of `scaling` over q's shape.
-Fp8CastShape fp8_operand_shape(const char* op, const char* name, const Tensor& q, const Tensor& scale,
-                               ops::Fp8Scaling scaling) {
-  if (!q.defined() || !scale.defined()) TETRA_FAIL(Internal, op, ": ", name, " or its scale is undefined");
-  if (q.dtype() != DType::F8E4M3 && q.dtype() != DType::F8E5M2)
-    TETRA_FAIL(Internal, op, ": ", name, " must be fp8_e4m3 or fp8_e5m2, got ", q.describe());
-  if (q.ndim() < 1) TETRA_FAIL(Internal, op, ": ", name, " must have a dimension, got ", q.describe());
+}  // namespace
+
+Fp8CastShape fp8_groups(ops::Fp8Scaling scaling, int64_t rows, int64_t cols) {
   Fp8CastShape s;
-  s.format = fp8_format_of(q.dtype());
-  s.cols = q.dim(-1);
-  s.rows = s.cols == 0 ? 0 : q.numel() / s.cols;
+  s.rows = rows;
+  s.cols = cols;
   if (scaling == ops::Fp8Scaling::Tensorwise) {
     s.group_rows = s.rows > 0 ? s.rows : 1;
     s.group_cols = s.cols > 0 ? s.cols : 1;
@@ -31,6 +26,21 @@ Fp8CastShape fp8_operand_shape(const char* op, const char* name, const Tensor& q
     s.rows_inner = scaling == ops::Fp8Scaling::Rows1x128;
     s.scale_ld = padded(s.rows_inner ? s.scale_rows : s.scale_cols);
   }
+  return s;
+}
+
+namespace {
+
+// q (an FP8 tensor, [rows, last]) and its scale: the groups of `scaling` over q's shape.
+Fp8CastShape fp8_operand_shape(const char* op, const char* name, const Tensor& q, const Tensor& scale,
+                               ops::Fp8Scaling scaling) {
+  if (!q.defined() || !scale.defined()) TETRA_FAIL(Internal, op, ": ", name, " or its scale is undefined");
+  if (q.dtype() != DType::F8E4M3 && q.dtype() != DType::F8E5M2)
+    TETRA_FAIL(Internal, op, ": ", name, " must be fp8_e4m3 or fp8_e5m2, got ", q.describe());
+  if (q.ndim() < 1) TETRA_FAIL(Internal, op, ": ", name, " must have a dimension, got ", q.describe());
+  const int64_t cols = q.dim(-1);
+  Fp8CastShape s = fp8_groups(scaling, cols == 0 ? 0 : q.numel() / cols, cols);
+  s.format = fp8_format_of(q.dtype());
   const Shape want = fp8_scale_shape(scaling, s.rows, s.cols);
   if (scale.dtype() != DType::F32 || scale.shape() != want)
     TETRA_FAIL(Internal, op, ": the scale of ", name, " must be fp32 ", shape_str(want), ", got ", scale.describe());
@@ -82,6 +92,40 @@ bool fp8_check_amax(const char* op, const Tensor* amax, ops::Fp8Scaling scaling)
   if (scaling != ops::Fp8Scaling::Tensorwise)
     TETRA_FAIL(Internal, op, ": a given amax scales a Tensorwise cast only (block scaling takes each group's own)");
   return true;
+}
+
+Fp8CastShape fp8_slice_shape(const char* op, const Tensor& amax, const Tensor& x, int64_t begin, int64_t rows,
+                             int64_t cols, ops::Fp8Scaling scaling, const Tensor* q, const Tensor* scale) {
+  if (!amax.defined() || !x.defined()) TETRA_FAIL(Internal, op, ": amax or x is undefined");
+  if (rows < 0 || cols < 0 || begin < 0 || begin + x.numel() > rows * cols)
+    TETRA_FAIL(Internal, op, ": a slice of ", x.numel(), " elements from ", begin, " is not inside [", rows, ", ",
+               cols, "]");
+  if (x.dtype() != DType::F32 && x.dtype() != DType::BF16)
+    TETRA_FAIL(Internal, op, ": x must be fp32 or bf16, got ", x.describe());
+  const Shape want = fp8_scale_shape(scaling, rows, cols);
+  if (amax.dtype() != DType::I32 || amax.shape() != want)
+    TETRA_FAIL(Internal, op, ": amax must be int32 ", shape_str(want), ", got ", amax.describe());
+  Fp8CastShape s = fp8_groups(scaling, rows, cols);
+  if (q && q->defined()) {
+    if (q->numel() != x.numel()) TETRA_FAIL(Internal, op, ": q ", q->describe(), " must hold x's ", x.numel(), " elements");
+    s.format = fp8_format_of(q->dtype());
+  }
+  if (scale && scale->defined() && (scale->dtype() != DType::F32 || scale->shape() != want))
+    TETRA_FAIL(Internal, op, ": scale must be fp32 ", shape_str(want), ", got ", scale->describe());
+  return s;
+}
+
+Fp8CastShape fp8_transpose_shape(const char* op, const Tensor& q_t, const Tensor& scale_t, const Tensor& q,
+                                 const Tensor& scale, ops::Fp8Scaling scaling) {
+  if (scaling == ops::Fp8Scaling::Rows1x128)
+    TETRA_FAIL(Internal, op, ": a 1x128 cast's transposed copy has groups of its own (cast xᵀ instead)");
+  const Fp8CastShape s = fp8_operand_shape(op, "q", q, scale, scaling);
+  if (q.ndim() != 2) TETRA_FAIL(Internal, op, ": q must be a matrix, got ", q.describe());
+  fp8_operand_shape(op, "q_t", q_t, scale_t, scaling);
+  if (q_t.dtype() != q.dtype() || q_t.shape() != Shape{s.cols, s.rows})
+    TETRA_FAIL(Internal, op, ": q_t must be ", dtype_name(q.dtype()), " [", s.cols, ", ", s.rows, "], got ",
+               q_t.describe());
+  return s;
 }
 
 Fp8GemmShape fp8_gemm_shape(const char* op, const Tensor& y, const Tensor& a, const Tensor& a_scale,

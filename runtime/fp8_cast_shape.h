@@ -35,6 +35,9 @@ struct Fp8CastShape {
   Fp8Format format = Fp8Format::E4M3;
 };
 
+// The groups of a cast of [rows, cols] with `scaling` (format E4M3).
+Fp8CastShape fp8_groups(ops::Fp8Scaling scaling, int64_t rows, int64_t cols);
+
 // Checks q, scale, the float tensor `x` (x or y: fp32 or bf16), q_t and scale_t (each may be null;
 // scale_t as fp8_quantize's for xᵀ) and returns the shape of x's groups; a mismatch is an Internal
 // error naming `op` and the tensor.
@@ -46,6 +49,16 @@ Fp8CastShape fp8_cast_shape(const char* op, const Tensor& q, const Tensor& scale
 bool fp8_check_amax(const char* op, const Tensor* amax, ops::Fp8Scaling scaling);
 // fp8_amax's output: U32 [1].
 void fp8_check_amax_out(const char* op, const Tensor& amax);
+// fp8_slice_amax / fp8_slice_quantize: the groups of a cast of w [rows, cols] (format E4M3 unless q
+// is given). Checks amax (I32, w's scale shape), x (fp32 or bf16, one dimension, inside w from
+// `begin`), and q (x's element count, FP8) and scale (w's) where given.
+Fp8CastShape fp8_slice_shape(const char* op, const Tensor& amax, const Tensor& x, int64_t begin, int64_t rows,
+                             int64_t cols, ops::Fp8Scaling scaling, const Tensor* q = nullptr,
+                             const Tensor* scale = nullptr);
+// fp8_transpose: q [M, K] with its scale and q_t [K, M] (q's dtype) with scale_t (as fp8_quantize's of
+// qᵀ); Tensorwise or Blocks128. Returns q's groups.
+Fp8CastShape fp8_transpose_shape(const char* op, const Tensor& q_t, const Tensor& scale_t, const Tensor& q,
+                                 const Tensor& scale, ops::Fp8Scaling scaling);
 
 // fp8_gemm's operands: a [M, K] and b [N, K] FP8 with their scales (checked as fp8_quantize's
 // outputs), y [M, N] fp32 or bf16. Returns {M, N, K}.

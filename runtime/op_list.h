@@ -56,6 +56,9 @@
   X(moe_grouped_fp8_forward)                                                                         \
   X(moe_grouped_fp8_backward_input)                                                                  \
   X(moe_grouped_fp8_backward_weight)                                                                 \
+  X(fp8_slice_amax)                                                                                  \
+  X(fp8_slice_quantize)                                                                              \
+  X(fp8_transpose)                                                                                   \
   X(sum_squares)                                                                                     \
   X(sum_accumulate)                                                                                  \
   X(sum_to_host)                                                                                     \

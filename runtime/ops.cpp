@@ -299,6 +299,20 @@ void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_ca
   TETRA_DISPATCH(dy.device(), moe_grouped_fp8_backward_weight, dw, dy, dy_cast, x, x_cast, offsets, accumulate);
 }
 
+void fp8_slice_amax(Tensor& amax, const Tensor& x, int64_t begin, int64_t rows, int64_t cols, Fp8Scaling scaling) {
+  check_same_device("fp8_slice_amax", {&amax, &x});
+  TETRA_DISPATCH(x.device(), fp8_slice_amax, amax, x, begin, rows, cols, scaling);
+}
+void fp8_slice_quantize(Tensor& q, Tensor& scale, const Tensor& x, const Tensor& amax, int64_t begin, int64_t rows,
+                        int64_t cols, Fp8Scaling scaling) {
+  check_same_device("fp8_slice_quantize", {&q, &scale, &x, &amax});
+  TETRA_DISPATCH(x.device(), fp8_slice_quantize, q, scale, x, amax, begin, rows, cols, scaling);
+}
+void fp8_transpose(Tensor& q_t, Tensor& scale_t, const Tensor& q, const Tensor& scale, Fp8Scaling scaling) {
+  check_same_device("fp8_transpose", {&q_t, &scale_t, &q, &scale});
+  TETRA_DISPATCH(q.device(), fp8_transpose, q_t, scale_t, q, scale, scaling);
+}
+
 void step_control(Tensor& control, const Tensor& loss_sum, const Tensor& grad_sq, const Tensor& lr_table,
                   const StepControlConfig& cfg) {
   const char* op = "step_control";

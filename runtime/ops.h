@@ -371,6 +371,22 @@ void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, Fp8Cast dy_cas
                                     const Tensor& offsets);
 void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_cast, const Tensor& x, Fp8Cast x_cast,
                                      const Tensor& offsets, bool accumulate);
+// The cast of a weight w[rows, cols] that no rank holds whole (ZeRO-3's FP8 gather,
+// parallel/zero/fp8_gather.h): each rank casts its flat slice of w with the scales of all of w.
+// x: the slice (fp32 or bf16), w's elements [begin, begin + x.numel()) in row-major order.
+// amax: I32, shaped as w's scale (fp8_scale_shape), each group's largest |x| as the bits of an fp32
+// — the order fp8_quantize compares in, kept by an integer max over the ranks.
+// fp8_slice_amax raises amax to x's groups (zero it first; entries of no group stay as they are).
+void fp8_slice_amax(Tensor& amax, const Tensor& x, int64_t begin, int64_t rows, int64_t cols, Fp8Scaling scaling);
+// With amax all of w's: q [x.numel()] (q's dtype the format) = the codes fp8_quantize of w writes at
+// x's elements, and scale = the scale it writes, bit for bit. x may be empty (scale only).
+void fp8_slice_quantize(Tensor& q, Tensor& scale, const Tensor& x, const Tensor& amax, int64_t begin, int64_t rows,
+                        int64_t cols, Fp8Scaling scaling);
+// q_t [K, M] and scale_t from q [M, K] and the scale fp8_quantize wrote with it: the transposed copy
+// fp8_quantize writes alongside, bit for bit (Tensorwise: the codes transposed, scale_t = scale;
+// Blocks128: the codes and the block scales transposed). Rows1x128 is refused: its transposed copy
+// has groups of its own.
+void fp8_transpose(Tensor& q_t, Tensor& scale_t, const Tensor& q, const Tensor& scale, Fp8Scaling scaling);
 
 // ---------- reductions ----------
 // acc[1] (fp32 or fp64) += Σ x² (x fp32 or bf16). acc lives on x's device.

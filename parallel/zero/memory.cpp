@@ -8,6 +8,28 @@ namespace tetra {
 
 int zero_reduce_scatters_in_flight(int fsdp_prefetch) { return std::max(1, fsdp_prefetch); }
 
+namespace {
+
+// Elements of the parameters other than the FP8 weights in the units that hold an FP8 weight
+// (their norms and biases: the packed shard buffer of parallel/zero/fp8_gather.h holds at most
+// these); −1 if no unit holds one.
+int64_t fp8_unit_others(const ZeroLayout& layout) {
+  int64_t others = -1;
+  for (const ZeroUnit& u : layout.units()) {
+    bool fp8 = false;
+    int64_t rest = 0;
+    for (int pi : u.params) {
+      const Param& p = *layout.params()[static_cast<size_t>(pi)];
+      fp8 = fp8 || p.fp8_weight;
+      if (!p.fp8_weight) rest += p.numel();
+    }
+    if (fp8) others = std::max<int64_t>(others, 0) + rest;
+  }
+  return others;
+}
+
+}  // namespace
+
 StateMemory zero_state_memory(const ZeroLayout& layout, const ZeroMemorySpec& spec) {
   TETRA_CHECK(spec.stage >= 0 && spec.stage <= 3, "zero_state_memory: stage ", spec.stage, " outside 0..3");
   const double T = static_cast<double>(layout.total());
@@ -58,6 +80,14 @@ StateMemory zero_state_memory(const ZeroLayout& layout, const ZeroMemorySpec& sp
           layout.tied_elements() + layout.largest_units(1 + std::max(0, spec.fsdp_prefetch), /*include_tied=*/false));
       m.communication = w * std::min(gathered, T);
       m.persistent = m.weights + g * S + m.optimizer;
+      // FP8 weights (parallel/zero/fp8_gather.h): the shard cast once per step, a byte an element,
+      // and its FP8 units' other parameters packed, for the whole run. A gathered FP8 unit holds a
+      // byte per element plus those parameters, less than the w·G counted above for bf16 and fp32.
+      if (const int64_t others = fp8_unit_others(layout); others >= 0) {
+        const double fp8_shard = S + w * static_cast<double>(others);
+        m.communication += fp8_shard;
+        m.persistent += fp8_shard;
+      }
       break;
     }
   }

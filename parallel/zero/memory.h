@@ -8,6 +8,8 @@
 //   stage 2   w·T + g·S + o·S (+ w·S)  + g·(unit buffers: tied + in-flight, or T with accumulation)
 //   stage 3   w·S + g·S + o·S ((o − 4)·S when w = 4: the master is the working shard)
 //             + g·(unit buffers, as stage 2) + w·(gathered units: tied + 1 + fsdp_prefetch largest)
+//             + S + w·(the FP8 units' other parameters) when FP8 weights are gathered cast
+//             (Param::fp8_weight; parallel/zero/fp8_gather.h)
 // On a GPU with bf16 weights and stage-2/3 bf16 gradients the persistent part of stage 3 is the
 // ZeRO paper's (2 + 2 + 12)·N / dp.
 #pragma once

@@ -211,6 +211,7 @@ void ZeroOptimizer::update(const ops::AdamWHyper& h, const Tensor* control) {
       if (auto t = issue_weight_gather(static_cast<int>(u))) tickets.push_back(*t);
   }
   for (CommScheduler::Ticket& t : tickets) scheduler_.wait(t);
+  if (gather_) gather_->weights_changed();
 }
 
 void ZeroOptimizer::sync_weights() {

@@ -31,6 +31,8 @@ ZeroParamGather::ZeroParamGather(ParamSet& params, Communicator& dp, CommSchedul
     bwd_pos_[static_cast<size_t>(*it)] = static_cast<int>(sequence_.size());
     sequence_.push_back(*it);
   }
+  fp8_ = std::make_unique<ZeroFp8Gather>(layout_, dp_.rank(), weight_shard_);
+  if (!fp8_->any()) fp8_.reset();
   for (int pos = 0; pos < static_cast<int>(sequence_.size()); ++pos)
     for (int u : layout_.units_of_layer(sequence_[static_cast<size_t>(pos)])) {
       Unit& unit = units_[static_cast<size_t>(u)];
@@ -51,15 +53,25 @@ bool ZeroParamGather::needs(int pos, int u) const {
   return std::find(us.begin(), us.end(), u) != us.end();
 }
 
+void ZeroParamGather::account(Unit& unit, int64_t elements, int64_t bytes, int64_t gathered) {
+  unit.bytes = bytes;
+  live_elems_ += elements;
+  peak_elems_ = std::max(peak_elems_, live_elems_);
+  live_bytes_ += bytes;
+  peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+  gathered_bytes_ += gathered;
+  ++gathers_issued_;
+}
+
 void ZeroParamGather::issue(int u) {
   Unit& unit = units_[static_cast<size_t>(u)];
   if (unit.state != State::Sharded) return;
+  if (fp8_ && fp8_->has(u)) return issue_fp8(u);
   const ZeroUnit& zu = layout_.units()[static_cast<size_t>(u)];
   unit.full = Tensor::empty({zu.padded}, weight_shard_.dtype(), weight_shard_.device());
   Tensor in = weight_shard_.slice_flat(zu.shard_offset, {zu.shard});
-  live_elems_ += zu.padded;
-  peak_elems_ = std::max(peak_elems_, live_elems_);
-  ++gathers_issued_;
+  const auto bytes = static_cast<int64_t>(unit.full.nbytes());
+  account(unit, zu.padded, bytes, bytes);
   if (dp_.size() == 1) {
     ops::copy(unit.full, in);
     unit.state = State::Gathered;
@@ -71,11 +83,46 @@ void ZeroParamGather::issue(int u) {
   }
 }
 
+// A unit with FP8 weights: its codes and its other parameters' elements, each one all-gather
+// (the step's first such gather casts every shard first, ZeroFp8Gather::prepare).
+void ZeroParamGather::issue_fp8(int u) {
+  Unit& unit = units_[static_cast<size_t>(u)];
+  const ZeroUnit& zu = layout_.units()[static_cast<size_t>(u)];
+  if (!fp8_->prepared()) fp8_->prepare(dp_, scheduler_);
+  unit.fp8 = fp8_->allocate(u);
+  Tensor codes_in = fp8_->codes_shard(u), others_in = fp8_->others_shard(u);
+  const bool others = unit.fp8.others.defined();
+  account(unit, zu.padded, fp8_->gathered_bytes(u),
+          static_cast<int64_t>(unit.fp8.codes.nbytes() + (others ? unit.fp8.others.nbytes() : 0)));
+  if (dp_.size() == 1) {
+    ops::copy(unit.fp8.codes, codes_in);
+    if (others) ops::copy(unit.fp8.others, others_in);
+    unit.state = State::Gathered;
+    return;
+  }
+  const std::string layer = std::to_string(zu.layer);
+  unit.ticket = scheduler_.issue("all_gather fp8 weights layer " + layer, static_cast<int64_t>(unit.fp8.codes.nbytes()),
+                                 [&] { return dp_.all_gather(unit.fp8.codes, codes_in); });
+  if (others)
+    unit.others_ticket =
+        scheduler_.issue("all_gather weights layer " + layer, static_cast<int64_t>(unit.fp8.others.nbytes()),
+                         [&] { return dp_.all_gather(unit.fp8.others, others_in); });
+  unit.state = State::Gathering;
+}
+
 void ZeroParamGather::ensure(int u) {
   issue(u);
   Unit& unit = units_[static_cast<size_t>(u)];
-  if (unit.state == State::Gathering) scheduler_.wait(unit.ticket);
+  const bool fp8 = unit.fp8.codes.defined();
+  if (unit.state == State::Gathering) {
+    scheduler_.wait(unit.ticket);
+    if (fp8 && unit.fp8.others.defined()) scheduler_.wait(unit.others_ticket);
+  }
   unit.state = State::Gathered;
+  if (fp8) {
+    if (!unit.unpacked.defined()) unit.unpacked = fp8_->bind(u, unit.fp8);
+    return;
+  }
   const ZeroUnit& zu = layout_.units()[static_cast<size_t>(u)];
   for (int pi : zu.params) {
     Param* p = layout_.params()[static_cast<size_t>(pi)];
@@ -87,12 +134,19 @@ void ZeroParamGather::release(int u) {
   Unit& unit = units_[static_cast<size_t>(u)];
   if (unit.state == State::Sharded) return;
   // A gather still in flight completes before its buffer goes (compute waits for it).
-  if (unit.state == State::Gathering) scheduler_.wait(unit.ticket);
+  if (unit.state == State::Gathering) {
+    scheduler_.wait(unit.ticket);
+    if (unit.fp8.others.defined()) scheduler_.wait(unit.others_ticket);
+  }
   const ZeroUnit& zu = layout_.units()[static_cast<size_t>(u)];
   for (int pi : zu.params) layout_.params()[static_cast<size_t>(pi)]->value = Tensor();
+  if (unit.fp8.codes.defined()) fp8_->unbind(u);
   unit.full = Tensor();
+  unit.fp8 = {};
+  unit.unpacked = Tensor();
   unit.state = State::Sharded;
   live_elems_ -= zu.padded;
+  live_bytes_ -= unit.bytes;
 }
 
 void ZeroParamGather::prefetch_after(int pos) {
@@ -152,6 +206,7 @@ void ZeroParamGather::after(int layer, bool backward, bool last_micro) {
 
 void ZeroParamGather::release_all() {
   for (size_t u = 0; u < units_.size(); ++u) release(static_cast<int>(u));
+  weights_changed();  // after a load, too: the next gather casts the weights as they are then
 }
 
 }  // namespace tetra

@@ -16,11 +16,16 @@
 // gathered from their first position to their last of the micro-batch (F(l0) … B(l0) for wte):
 // gathering the largest matrix of the model twice more per micro-batch would cost more than
 // keeping it. docs/zero.md counts it in the memory bound.
+//
+// Units that hold FP8 projection weights (train.fp8.recipe) gather those already cast, a byte an
+// element, with their scales (parallel/zero/fp8_gather.h); the other units gather the working dtype.
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "parallel/comm_scheduler.h"
 #include "parallel/param_set.h"
+#include "parallel/zero/fp8_gather.h"
 #include "runtime/communicator.h"
 
 namespace tetra {
@@ -38,23 +43,38 @@ class ZeroParamGather {
   void after(int layer, bool backward, bool last_micro);
   // Frees every gathered unit (start of a step, after a load, after an evaluation).
   void release_all();
+  // The shards were updated: the FP8 weights are cast again before their next gather.
+  void weights_changed() {
+    if (fp8_) fp8_->invalidate();
+  }
 
-  // Elements of gathered (or gathering) unit buffers now / at most since construction.
+  // Elements of gathered (or gathering) units now / at most since construction (a unit counts its
+  // padded elements whatever their dtype).
   int64_t live_elements() const { return live_elems_; }
   int64_t peak_elements() const { return peak_elems_; }
   int gathers_issued() const { return gathers_issued_; }
+  // Bytes the gathered units hold at most since construction (FP8 codes, the working dtype's
+  // elements), and bytes the unit all-gathers have written since construction (their outputs:
+  // with FP8 weights a byte for each of their elements).
+  int64_t peak_bytes() const { return peak_bytes_; }
+  int64_t gathered_bytes() const { return gathered_bytes_; }
 
  private:
   enum class State { Sharded, Gathering, Gathered };
   struct Unit {
     State state = State::Sharded;
     Tensor full;  // working dtype [padded] while gathering or gathered
-    CommScheduler::Ticket ticket;
+    ZeroFp8Gather::Buffers fp8;  // instead of `full`, for a unit with FP8 weights
+    Tensor unpacked;             // its other parameters' values, once bound
+    int64_t bytes = 0;           // what the unit holds while gathered
+    CommScheduler::Ticket ticket, others_ticket;
     int first = -1, last = -1;  // first and last position that reads the unit (tied units)
   };
   int position(int layer, bool backward) const;
   bool needs(int pos, int u) const;
   void issue(int u);
+  void issue_fp8(int u);
+  void account(Unit& unit, int64_t elements, int64_t bytes, int64_t gathered);
   void ensure(int u);
   void release(int u);
   void prefetch_after(int pos);
@@ -69,7 +89,9 @@ class ZeroParamGather {
   std::vector<int> sequence_;          // position → layer (forward ascending, then backward)
   std::vector<int> fwd_pos_, bwd_pos_;  // layer → position (−1: reads no parameter)
   std::vector<Unit> units_;
+  std::unique_ptr<ZeroFp8Gather> fp8_;  // null: no FP8 weight in the layout
   int64_t live_elems_ = 0, peak_elems_ = 0;
+  int64_t live_bytes_ = 0, peak_bytes_ = 0, gathered_bytes_ = 0;
   int gathers_issued_ = 0;
 };
 

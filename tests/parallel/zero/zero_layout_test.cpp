@@ -172,6 +172,33 @@ TEST(ZeroMemory, StagesMatchTheFormula) {
   }
 }
 
+// ZeRO-3 with FP8 weights keeps the shard cast to FP8 (a byte an element) and the FP8 units' other
+// parameters packed in the working dtype, for the whole run (parallel/zero/fp8_gather.h).
+TEST(ZeroMemory, Stage3CountsTheFp8Shard) {
+  GptConfig g;
+  g.vocab_size = 1000;
+  g.max_seq_len = 64;
+  g.d_model = 64;
+  g.n_layers = 2;
+  g.n_heads = 4;
+  g.fp8 = Fp8Recipe::Tensorwise;
+  GptModel gpt(g);
+  ZeroMemorySpec s;
+  s.weight_dtype = DType::BF16;
+  s.grad_dtype = DType::BF16;
+  s.stage = 3;
+  const ZeroLayout L(gpt.params(), 2);
+  const StateMemory fp8 = zero_state_memory(L, s);
+  int64_t others = 0;  // per block: ln_1, ln_2 (weight, bias), and the 4 projections' biases
+  for (Param* p : gpt.params())
+    if (p->name.find(".h.") != std::string::npos && !p->fp8_weight) others += p->numel();
+  for (Param* p : gpt.params()) p->fp8_weight = false;
+  const StateMemory plain = zero_state_memory(L, s);
+  const double extra = static_cast<double>(L.shard_total()) + 2.0 * static_cast<double>(others);
+  EXPECT_DOUBLE_EQ(fp8.communication - plain.communication, extra);
+  EXPECT_DOUBLE_EQ(fp8.persistent - plain.persistent, extra);
+}
+
 // parallel.grad_dtype auto: bf16 gradients for bf16 training when they are sharded (stages 2–3)
 // or nothing accumulates (one micro-batch per step); fp32 where stages 0–1 sum micro-batches.
 TEST(ZeroMemory, GradientDtypeIsTheOptimizersChoice) {
