@@ -44,11 +44,11 @@ void check(ops::Fp8Scaling scaling, DType dt, int64_t rows, int64_t cols, int pi
     Tensor h_own = Tensor::zeros(shape, DType::I32), d_own = upload_raw(h_own);
     ops::fp8_slice_amax(h_own, hw.slice_flat(c[i], {n}), c[i], rows, cols, scaling);
     ops::fp8_slice_amax(d_own, dw.slice_flat(c[i], {n}), c[i], rows, cols, scaling);
-    EXPECT_TRUE(same_bytes(d_own, h_own)) << what << ": slice " << i << "'s amax";
+    EXPECT_TRUE(same_amax_bits(d_own, h_own)) << what << ": slice " << i << "'s amax";
     ops::fp8_slice_amax(h_amax, hw.slice_flat(c[i], {n}), c[i], rows, cols, scaling);  // raised slice by slice
     ops::fp8_slice_amax(d_amax, dw.slice_flat(c[i], {n}), c[i], rows, cols, scaling);
   }
-  EXPECT_TRUE(same_bytes(d_amax, h_amax)) << what << ": the weight's amax";
+  EXPECT_TRUE(same_amax_bits(d_amax, h_amax)) << what << ": the weight's amax";
   Tensor h_q = Tensor::empty({rows * cols}, DType::F8E4M3), d_q = poisoned({rows * cols}, DType::F8E4M3);
   Tensor h_s = Tensor::empty(shape, DType::F32);
   for (size_t i = 0; i + 1 < c.size(); ++i) {
