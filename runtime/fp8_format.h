@@ -9,6 +9,7 @@
 // stays NaN (0x7F with x's sign bit cleared, as CUDA returns).
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "runtime/dtype.h"
 #include "runtime/host_device.h"
@@ -30,6 +31,14 @@ uint8_t fp8_from_float(float x, Fp8Format f);
 // The factor r that maps a group of values with largest magnitude `amax` onto the format's range
 // (q = fp8(x·r)); amax below 1e-12, zero or NaN count as 1e-12 so r stays finite. One definition
 // for the CPU backend and the CUDA kernels: IEEE fp32 division in both, the same bits.
+// |v| as its fp32 bit pattern, the order every amax compares in: an unsigned max over these is the
+// largest |v|, with a NaN above every number (the CUDA kernels' abs_bits, runtime/cuda/kernel_common.cuh).
+inline uint32_t fp8_abs_bits(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits & 0x7fffffffu;
+}
+
 TETRA_HOST_DEVICE inline float fp8_quant_factor(float amax, float largest) {
   return largest / (amax >= 1e-12f ? amax : 1e-12f);
 }

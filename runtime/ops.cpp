@@ -2,6 +2,7 @@
 // backend's op table (runtime/op_table.h): CPU kernels in runtime/cpu/, CUDA kernels in runtime/cuda/.
 #include "runtime/ops.h"
 
+#include "runtime/fp8_cast_shape.h"
 #include "runtime/op_table.h"
 #include "runtime/trace.h"
 
@@ -124,21 +125,14 @@ void attention_decode(Tensor& out, const Tensor& cache, int64_t length, int64_t 
 void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope) {
   TETRA_DISPATCH(dqkv.device(), rope_backward, dqkv, n_heads, n_kv_heads, rope);
 }
-namespace {
-// An amax output or input: U32 [1].
-void check_amax(const char* op, const Tensor* amax) {
-  if (amax && (amax->dtype() != DType::U32 || amax->numel() != 1))
-    TETRA_FAIL(Internal, op, ": amax must be U32 [1] (fp32 bit patterns), got ", amax->describe());
-}
-}  // namespace
 void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax) {
   check_same_device("swiglu_forward", {&h, &gate_up, amax});
-  check_amax("swiglu_forward", amax);
+  if (amax) fp8_check_amax_out("swiglu_forward", *amax);
   TETRA_DISPATCH(h.device(), swiglu_forward, h, gate_up, amax);
 }
 void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up, Tensor* amax) {
   check_same_device("swiglu_backward", {&d_gate_up, &dh, &gate_up, amax});
-  check_amax("swiglu_backward", amax);
+  if (amax) fp8_check_amax_out("swiglu_backward", *amax);
   TETRA_DISPATCH(d_gate_up.device(), swiglu_backward, d_gate_up, dh, gate_up, amax);
 }
 void moe_router_forward(Tensor& expert_ids, Tensor& weights, Tensor& counts, const Tensor& logits, const Tensor& bias,

@@ -12,15 +12,11 @@
 
 namespace tetra::cpu {
 
-namespace {
-uint32_t abs_bits(float v) { return std::bit_cast<uint32_t>(std::fabs(v)); }
-}  // namespace
-
 void fp8_amax(Tensor& amax, const Tensor& x) {
   fp8_check_amax_out("fp8_amax", amax);
   const FloatReader in(x);
   uint32_t a = 0;
-  for (int64_t i = 0; i < x.numel(); ++i) a = std::max(a, abs_bits(in[i]));
+  for (int64_t i = 0; i < x.numel(); ++i) a = std::max(a, fp8_abs_bits(in[i]));
   *static_cast<uint32_t*>(amax.data_ptr()) = a;
 }
 
@@ -36,7 +32,7 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
     for (int64_t m = 0; m < s.rows; ++m)
       for (int64_t k = 0; k < s.cols; ++k) {
         uint32_t& a = amax_bits[s.scale_index(m, k)];
-        a = std::max(a, abs_bits(in[m * s.cols + k]));
+        a = std::max(a, fp8_abs_bits(in[m * s.cols + k]));
       }
   const float largest = fp8_largest(s.format);
   std::vector<float> factor(amax_bits.size());

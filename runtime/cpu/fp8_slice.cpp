@@ -17,7 +17,7 @@ void fp8_slice_amax(Tensor& amax, const Tensor& x, int64_t begin, int64_t rows, 
   for (int64_t i = 0; i < x.numel(); ++i) {
     const int64_t e = begin + i;
     int32_t& g = a[s.scale_index(e / cols, e % cols)];
-    g = std::max(g, static_cast<int32_t>(std::bit_cast<uint32_t>(std::fabs(in[i]))));
+    g = std::max(g, static_cast<int32_t>(fp8_abs_bits(in[i])));
   }
 }
 

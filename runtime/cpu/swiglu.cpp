@@ -2,8 +2,6 @@
 //   forward   h = silu(g)·u,  silu(g) = g·σ(g),  σ(g) = 1/(1 + e^−g)
 //   backward  dg = dh·u·σ(g)·(1 + g·(1 − σ(g))),  du = dh·silu(g)
 // Shapes: gate_up, d_gate_up [..., 2F]; h, dh [..., F] (the same leading dimensions). fp32.
-#include <algorithm>
-#include <bit>
 #include <cmath>
 
 #include "runtime/cpu/cpu_ops.h"
@@ -23,14 +21,6 @@ int64_t check_gate_up(const char* op, const Tensor& gate_up) {
 
 float sigmoid(float g) { return 1.0f / (1.0f + std::exp(-g)); }
 
-// ops.h's amax output: the largest |v| over v[0, n) as fp32 bits (a NaN wins, as on CUDA).
-void write_amax(Tensor* amax, const float* v, int64_t n) {
-  if (!amax) return;
-  uint32_t m = 0;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::bit_cast<uint32_t>(std::fabs(v[i])));
-  *static_cast<uint32_t*>(amax->data_ptr()) = m;
-}
-
 }  // namespace
 
 void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax) {
@@ -48,7 +38,7 @@ void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax) {
     float* hr = ph + n * F;
     for (int64_t f = 0; f < F; ++f) hr[f] = g[f] * sigmoid(g[f]) * u[f];
   }
-  write_amax(amax, ph, N * F);
+  if (amax) fp8_amax(*amax, h);  // ops.h's amax output: the cast's own measure of h
 }
 
 void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up, Tensor* amax) {
@@ -76,7 +66,7 @@ void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up,
       du[f] = d[f] * g[f] * s;
     }
   }
-  write_amax(amax, pd, N * 2 * F);
+  if (amax) fp8_amax(*amax, d_gate_up);
 }
 
 }  // namespace tetra::cpu

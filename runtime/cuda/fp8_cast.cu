@@ -263,11 +263,10 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_tile_kernel(const T* __restri
 }
 
 // The Tensorwise amax: max |x| bits over the block (16-byte loads, kUnroll in flight per thread where
-// x is 16-byte aligned; a scalar loop for the tail), one atomicMax per block.
+// x is 16-byte aligned; a scalar loop for the tail), at most one atomicMax per block (block_amax_to).
 template <class T>
 __global__ void __launch_bounds__(256) fp8_amax_kernel(const T* __restrict__ x, int64_t n, bool vec, unsigned* amax) {
   constexpr int kUnroll = 4;
-  __shared__ unsigned part[32];
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t chunks = vec ? n / 8 : 0;  // 8 elements each
@@ -290,13 +289,7 @@ __global__ void __launch_bounds__(256) fp8_amax_kernel(const T* __restrict__ x, 
       for (int j = 0; j < 8; ++j) m = max(m, abs_bits(v[u][j]));
   }
   for (int64_t i = chunks * 8 + first; i < n; i += stride) m = max(m, abs_bits(to_f32(x[i])));
-  m = __reduce_max_sync(kFull, m);
-  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (unsigned w = 1; w < blockDim.x / 32; ++w) m = max(m, part[w]);
-    atomicMax(amax, m);
-  }
+  block_amax_to(amax, m);
 }
 
 struct Groups {
