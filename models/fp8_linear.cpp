@@ -133,6 +133,23 @@ Fp8Operand gathered_weight(Fp8Recipe recipe, const Param& w) {
   return {w.fp8_q, w.fp8_scale, w.fp8_scaling};
 }
 
+// w's FP8 copy of this step (Param::fp8_step), cast with its transpose at the step's first use;
+// null outside a step.
+const Param::Fp8StepCopy* step_weight(Fp8Recipe recipe, const Param& w) {
+  Param::Fp8StepCopy& copy = w.fp8_step;
+  if (!copy.enabled) return nullptr;
+  if (!copy.q.defined()) {
+    check_matrix("w", w.value);
+    Fp8Operand t;
+    const Fp8Operand q = cast_operand(w.value, fp8_recipe_casts(recipe).weight, &t);
+    copy.q = q.q;
+    copy.scale = q.scale;
+    copy.q_t = t.q;
+    copy.scale_t = t.scale;
+  }
+  return &copy;
+}
+
 }  // namespace
 
 void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, bool accumulate, Fp8Saved* keep) {
@@ -150,14 +167,21 @@ void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor
 }
 
 void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Param& w, bool accumulate, Fp8Saved* keep) {
-  const Fp8Operand wq = gathered_weight(recipe, w);
-  if (!wq.defined()) return forward(recipe, y, x, w.value, accumulate, keep);
-  forward_with(fp8_recipe_casts(recipe), y, x, wq, accumulate, keep);
+  const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
+  if (const Fp8Operand wq = gathered_weight(recipe, w); wq.defined()) return forward_with(casts, y, x, wq, accumulate, keep);
+  if (const Param::Fp8StepCopy* c = step_weight(recipe, w))
+    return forward_with(casts, y, x, {c->q, c->scale, casts.weight.scaling}, accumulate, keep);
+  forward(recipe, y, x, w.value, accumulate, keep);
 }
 
 void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Param& w, bool accumulate, Fp8Saved* keep) {
   const Fp8Operand wq = gathered_weight(recipe, w);
-  if (!wq.defined()) return backward_input(recipe, dx, dy, w.value, accumulate, keep);
+  if (!wq.defined()) {
+    const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
+    if (const Param::Fp8StepCopy* c = step_weight(recipe, w))
+      return backward_input_with(casts, dx, dy, {c->q_t, c->scale_t, casts.weight.scaling}, accumulate, keep);
+    return backward_input(recipe, dx, dy, w.value, accumulate, keep);
+  }
   // The input gradient reads wᵀ [I, O]: the gathered codes transposed, as the cast of w writes them.
   const int64_t out = wq.q.dim(0), in = wq.q.dim(1);
   Fp8Operand w_t{Tensor::empty({in, out}, wq.q.dtype(), wq.q.device()),

@@ -99,8 +99,9 @@ void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tenso
 
 // The Linear's FP8 path with its weight Param: w's FP8 copy (fp8_q, fp8_scale: ZeRO-3 gathered it
 // already cast, parallel/zero/fp8_gather.h — the codes and scales the cast of the whole weight
-// gives; the input gradient transposes them, ops::fp8_transpose) when defined, else the functions
-// above on w.value.
+// gives; the input gradient transposes them, ops::fp8_transpose) when defined; else,
+// within a training step, the step's cast of w.value (Param::fp8_step: made at the first GEMM,
+// read by the later ones), else the functions above on w.value.
 void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Param& w, bool accumulate, Fp8Saved* keep = nullptr);
 void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Param& w, bool accumulate,
                     Fp8Saved* keep = nullptr);

@@ -105,6 +105,16 @@ struct Param {
   // The gathered FP8 weight: codes [out, in] and scales, as ops::fp8_quantize of the whole weight
   // writes them; defined only while ZeRO-3 holds the weight gathered.
   Tensor fp8_q, fp8_scale;
+  // Within a training step (models/fp8_step_weights.h enables it around the step's forward and
+  // backward), the FP8 cast of `value` with its transposed copy, made at the step's first FP8 GEMM
+  // of the weight and read by every later one (later micro-batches, recompute, the input gradients'
+  // wᵀ): one cast a step instead of one a GEMM. The weights change only between steps, and the
+  // copies are dropped when the step ends. A cache of `value`, hence mutable.
+  struct Fp8StepCopy {
+    bool enabled = false;
+    Tensor q, scale, q_t, scale_t;  // [out, in] and [in, out], as ops::fp8_quantize writes them
+  };
+  mutable Fp8StepCopy fp8_step;
   Tensor grad;   // gradient, accumulated over micro-batches
   int64_t offset = 0;  // element offset of this param in its ParamSet's flat buffers
   int64_t numel() const { return shape_numel(local_shape); }

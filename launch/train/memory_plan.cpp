@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "launch/config/model.h"
+#include "models/fp8_step_weights.h"
 #include "parallel/expert/placement.h"
 #include "parallel/zero/memory.h"
 
@@ -93,6 +94,7 @@ MemoryPlan plan_memory(const Config& cfg, const std::vector<Param*>& params, int
   plan.state.persistent += buffers;
   add_copy_engine_staging(plan.state, cfg, dp, layout.total(), storage.grad_dtype);
   plan.activations = activation_bytes(cfg);
+  plan.fp8_weights = fp8_step_weight_bytes(params, oo.zero_stage == 3);
   return plan;
 }
 
@@ -107,6 +109,7 @@ MemoryPlan plan_memory(const Config& cfg, const DistributedOptimizer& optimizer,
   plan.state = optimizer.memory();
   add_copy_engine_staging(plan.state, cfg, dp, params.flat_numel(), params.grad_dtype());
   plan.activations = activation_bytes(cfg);
+  plan.fp8_weights = fp8_step_weight_bytes(params.params(), plan.zero_stage == 3);
   return plan;
 }
 
@@ -129,6 +132,7 @@ void print_memory_plan(std::FILE* out, const MemoryPlan& p, const std::string& i
   line("gradients", p.state.gradients, grads);
   line("optimizer state", p.state.optimizer, opt.c_str());
   line("activations", p.activations, "estimate, one micro-batch");
+  if (p.fp8_weights > 0) line("fp8 weights", p.fp8_weights, "the step's FP8 casts of the weights and their transposes");
   line("communication", p.state.communication, comm);
   line("total", p.total(), "");
   const double n = static_cast<double>(std::max<int64_t>(1, p.params));

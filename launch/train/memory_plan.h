@@ -27,7 +27,8 @@ struct MemoryPlan {
   int64_t params = 0;       // parameters of the model (unpadded)
   StateMemory state;        // weights, gradients, optimizer state, communication buffers
   double activations = 0;   // estimate
-  double total() const { return state.total() + activations; }
+  double fp8_weights = 0;   // train.fp8: the step's FP8 casts of the weights (models/fp8_step_weights.h)
+  double total() const { return state.total() + activations + fp8_weights; }
 };
 
 // From the config and the model's parameters alone (no allocation): what a run would hold. The

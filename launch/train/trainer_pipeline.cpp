@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "launch/train/trainer.h"
+#include "models/fp8_step_weights.h"
 #include "runtime/ops.h"
 
 namespace tetra::launch {
@@ -51,7 +52,10 @@ void Trainer::run_schedule(int64_t step, bool graph_inputs, double* data_wait_s)
   }
   p.stages->begin(/*training=*/true, std::move(source), state_->loss_sum(),
                   1.0f / static_cast<float>(p.loader->tokens_per_step()));
-  p.executor->run(*p.stages);
+  {
+    const Fp8StepWeights fp8_weights(p.model->params());  // each FP8 weight cast once this step
+    p.executor->run(*p.stages);
+  }
   p.stages->end();
 }
 

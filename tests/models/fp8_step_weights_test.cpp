@@ -1,0 +1,83 @@
+// A training step's FP8 weight casts (models/fp8_step_weights.h): within a step each weight is cast
+// once and every GEMM of the step reads that cast; the results are those of a cast at each GEMM.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "models/fp8_linear.h"
+#include "models/fp8_step_weights.h"
+#include "runtime/ops.h"
+#include "runtime/random.h"
+#include "tests/runtime/op_test_util.h"
+
+namespace tetra {
+namespace {
+
+using test::random_tensor;
+
+std::vector<float> values(const Tensor& t) { return {t.data<float>(), t.data<float>() + t.numel()}; }
+
+Param fp8_weight(Fp8Recipe recipe, const Shape& shape, Rng& rng) {
+  Param p;
+  p.name = "w";
+  p.full_shape = p.local_shape = shape;
+  p.value = random_tensor(rng, shape, 0.05);
+  p.fp8_weight = true;
+  p.fp8_scaling = fp8_recipe_casts(recipe).weight.scaling;
+  p.fp8_format = fp8_recipe_casts(recipe).weight.format;
+  return p;
+}
+
+// The forward and input gradient read the step's one cast of w and give, bit for bit, what a cast at
+// each GEMM gives. That they read the step's copy shows in a change to w.value within the step, which
+// they do not see (the optimizer changes weights only between steps); after the step they cast again.
+TEST(Fp8StepWeights, EachWeightIsCastOnceAStep) {
+  const int64_t N = 144, I = 256, O = 128;
+  for (Fp8Recipe recipe : {Fp8Recipe::Tensorwise, Fp8Recipe::Blockwise}) {
+    SCOPED_TRACE(fp8_recipe_name(recipe));
+    Rng rng(11);
+    Param w = fp8_weight(recipe, {O, I}, rng);
+    Param plain = fp8_weight(recipe, {O, I}, rng);
+    plain.fp8_weight = false;
+    const Tensor x = random_tensor(rng, {N, I}), dy = random_tensor(rng, {N, O}, 1e-3);
+    Tensor y_each = Tensor::empty({N, O}, DType::F32), dx_each = Tensor::empty({N, I}, DType::F32);
+    fp8_linear::forward(recipe, y_each, x, w.value, false);
+    fp8_linear::backward_input(recipe, dx_each, dy, w.value, false);
+
+    Tensor y = Tensor::empty({N, O}, DType::F32), dx = Tensor::empty({N, I}, DType::F32);
+    {
+      const Fp8StepWeights step({&w, &plain});
+      EXPECT_TRUE(w.fp8_step.enabled);
+      EXPECT_FALSE(plain.fp8_step.enabled) << "a weight no FP8 GEMM casts keeps no copy";
+      fp8_linear::forward(recipe, y, x, w, false);
+      EXPECT_EQ(values(y), values(y_each));
+      ASSERT_TRUE(w.fp8_step.q.defined() && w.fp8_step.q_t.defined());
+      EXPECT_EQ(w.fp8_step.q_t.shape(), (Shape{I, O}));
+      ops::zero(w.value);
+      fp8_linear::backward_input(recipe, dx, dy, w, false);
+      EXPECT_EQ(values(dx), values(dx_each)) << "the input gradient reads the step's cast";
+      fp8_linear::forward(recipe, y, x, w, false);
+      EXPECT_EQ(values(y), values(y_each)) << "a second micro-batch reads the step's cast";
+    }
+    EXPECT_FALSE(w.fp8_step.enabled || w.fp8_step.q.defined()) << "the step's copy is dropped";
+    fp8_linear::forward(recipe, y, x, w, false);
+    EXPECT_EQ(values(y), std::vector<float>(static_cast<size_t>(N * O), 0.0f)) << "outside a step: cast at the GEMM";
+  }
+}
+
+// The memory plans' share: codes and transposed codes (2 bytes an element) and the two scale
+// tensors; none where ZeRO-3 gathers the weights already cast, or for weights no FP8 GEMM casts.
+TEST(Fp8StepWeights, BytesCountCodesTransposesAndScales) {
+  Rng rng(3);
+  Param w = fp8_weight(Fp8Recipe::Blockwise, {256, 512}, rng);
+  Param other = fp8_weight(Fp8Recipe::Blockwise, {64, 64}, rng);
+  other.fp8_weight = false;
+  const double codes = 2.0 * 256 * 512;
+  const double bytes = fp8_step_weight_bytes({&w, &other}, /*zero3=*/false);
+  EXPECT_GE(bytes, codes + 4.0 * 2 * 8);        // two grids of 2 × 4 blocks, a float each at least
+  EXPECT_LE(bytes, codes + 4.0 * 2 * 8 * 4);    // the grids' rows padded to 4 floats at most
+  EXPECT_EQ(fp8_step_weight_bytes({&w}, /*zero3=*/true), 0.0);
+}
+
+}  // namespace
+}  // namespace tetra
