@@ -1,5 +1,8 @@
 #include "runtime/fp8_cast_shape.h"
 
+#include <string>
+#include <utility>
+
 #include "runtime/error.h"
 
 namespace tetra {
@@ -141,6 +144,34 @@ Fp8GemmShape fp8_gemm_shape(const char* op, const Tensor& y, const Tensor& a, co
     TETRA_FAIL(Internal, op, ": y must be fp32 or bf16, got ", y.describe());
   if (y.shape() != Shape{s.m, s.n}) TETRA_FAIL(Internal, op, ": y must be [", s.m, ", ", s.n, "], got ", y.describe());
   return s;
+}
+
+void fp8_check_epilogue(const char* op, const Tensor& y, bool accumulate, const ops::Fp8Epilogue& e) {
+  if (e.amax) fp8_check_amax_out(op, *e.amax);
+  if (!e.transforms()) return;
+  if (accumulate) TETRA_FAIL(Internal, op, ": an epilogue writes y whole (accumulate must be false)");
+  if ((e.residual ? 1 : 0) + (e.gelu_pre ? 1 : 0) + (e.dgelu_pre ? 1 : 0) > 1)
+    TETRA_FAIL(Internal, op, ": an epilogue takes at most one of residual, gelu_pre and dgelu_pre");
+  if (e.dgelu_pre && e.bias) TETRA_FAIL(Internal, op, ": the GELU backward epilogue adds no bias");
+  const int64_t N = y.ndim() == 2 ? y.dim(1) : 0;
+  if (e.bias) {
+    const Tensor& b = *e.bias;
+    if (!b.defined() || (b.dtype() != DType::F32 && b.dtype() != DType::BF16) || b.shape() != Shape{N})
+      TETRA_FAIL(Internal, op, ": bias must be fp32 or bf16 [", N, "], got ",
+                 b.defined() ? b.describe() : std::string("an undefined tensor"));
+  }
+  const std::pair<const char*, const Tensor*> like_y[] = {
+      {"residual", e.residual}, {"gelu_pre", e.gelu_pre}, {"dgelu_pre", e.dgelu_pre}};
+  for (const auto& [what, t] : like_y) {
+    if (!t) continue;
+    if (!t->defined() || t->dtype() != y.dtype() || t->shape() != y.shape())
+      TETRA_FAIL(Internal, op, ": ", what, " must be ", y.describe(), "'s dtype and shape, got ",
+                 t->defined() ? t->describe() : std::string("an undefined tensor"));
+    if (t == e.residual)
+      check_same_or_disjoint(op, what, y, *t);
+    else
+      check_disjoint(op, what, y, *t);
+  }
 }
 
 }  // namespace tetra

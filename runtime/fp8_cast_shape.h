@@ -69,4 +69,8 @@ Fp8GemmShape fp8_gemm_shape(const char* op, const Tensor& y, const Tensor& a, co
                             ops::Fp8Scaling a_scaling, const Tensor& b, const Tensor& b_scale,
                             ops::Fp8Scaling b_scaling);
 
+// fp8_gemm's epilogue (ops::Fp8Epilogue) against y [M, N]: what it may combine, and each tensor's
+// dtype, shape and overlap with y; a violation is an Internal error naming `op` and the tensor.
+void fp8_check_epilogue(const char* op, const Tensor& y, bool accumulate, const ops::Fp8Epilogue& e);
+
 }  // namespace tetra

@@ -84,13 +84,15 @@ void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tens
   check_same_device("linear_backward_weight", {&dw, db, &dy, &x, dy_column_sum});
   TETRA_DISPATCH(dw.device(), linear_backward_weight, dw, db, dy, x, accumulate, dy_column_sum);
 }
-void gelu_forward(Tensor& y, const Tensor& x) {
-  check_same_device("gelu_forward", {&y, &x});
-  TETRA_DISPATCH(y.device(), gelu_forward, y, x);
+void gelu_forward(Tensor& y, const Tensor& x, Tensor* amax) {
+  check_same_device("gelu_forward", {&y, &x, amax});
+  if (amax) fp8_check_amax_out("gelu_forward", *amax);
+  TETRA_DISPATCH(y.device(), gelu_forward, y, x, amax);
 }
-void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
-  check_same_device("gelu_backward", {&dx, &dy, &x});
-  TETRA_DISPATCH(dx.device(), gelu_backward, dx, dy, x);
+void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x, Tensor* amax) {
+  check_same_device("gelu_backward", {&dx, &dy, &x, amax});
+  if (amax) fp8_check_amax_out("gelu_backward", *amax);
+  TETRA_DISPATCH(dx.device(), gelu_backward, dx, dy, x, amax);
 }
 void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
                        float eps) {
@@ -271,11 +273,15 @@ void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, Fp8Scaling 
 }
 
 void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, Fp8Scaling a_scaling, const Tensor& b,
-              const Tensor& b_scale, Fp8Scaling b_scaling, bool accumulate, bool fast_accum) {
-  check_same_device("fp8_gemm", {&y, &a, &a_scale, &b, &b_scale});
+              const Tensor& b_scale, Fp8Scaling b_scaling, bool accumulate, bool fast_accum,
+              const Fp8Epilogue& epilogue) {
+  const Fp8Epilogue& e = epilogue;
+  check_same_device("fp8_gemm", {&y, &a, &a_scale, &b, &b_scale, e.bias, e.residual, e.gelu_pre, e.dgelu_pre, e.amax});
   if (fast_accum && (a_scaling != Fp8Scaling::Tensorwise || b_scaling != Fp8Scaling::Tensorwise))
     TETRA_FAIL(Internal, "fp8_gemm: fast accumulation is for tensorwise operands (block-scaled GEMMs promote every block)");
-  TETRA_DISPATCH(y.device(), fp8_gemm, y, a, a_scale, a_scaling, b, b_scale, b_scaling, accumulate, fast_accum);
+  fp8_check_epilogue("fp8_gemm", y, accumulate, e);
+  TETRA_DISPATCH(y.device(), fp8_gemm, y, a, a_scale, a_scaling, b, b_scale, b_scaling, accumulate, fast_accum,
+                 epilogue);
 }
 void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, Fp8Cast x_cast, const Tensor& w, Fp8Cast w_cast,
                              const Tensor& offsets) {

@@ -28,7 +28,7 @@ void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_c
 void add(Tensor& y, const Tensor& a, const Tensor& b);
 // x *= s
 void scale(Tensor& x, float s);
-// y[N, C] += b[C]: a bias after a GEMM without a bias epilogue (the FP8 GEMMs). y and b fp32 or
+// y[N, C] += b[C]: a bias after a GEMM without a bias epilogue (fp8_gemm's unfused one). y and b fp32 or
 // bf16, added in fp32 and rounded once to y's dtype (CPU and CUDA alike, bit for bit).
 void add_bias(Tensor& y, const Tensor& b);
 
@@ -57,10 +57,11 @@ void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, c
 void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate,
                             const Tensor* dy_column_sum = nullptr);
 
-// GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
-void gelu_forward(Tensor& y, const Tensor& x);
-// dx = dy · gelu'(x); dx may alias dy.
-void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
+// GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). amax (optional, U32 [1]
+// on the output's device): the largest |value| written, as swiglu_forward's amax.
+void gelu_forward(Tensor& y, const Tensor& x, Tensor* amax = nullptr);
+// dx = dy · gelu'(x); dx may alias dy. amax as above.
+void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x, Tensor* amax = nullptr);
 
 // ---------- normalisation ----------
 // Dtypes of the norms (both backends): x, and in backward dx and dresidual, share one dtype (the
@@ -344,8 +345,32 @@ void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, Fp8Scaling 
 // Hopper's fast accumulation, partial sums kept in the tensor cores' own accumulator for the whole
 // K loop instead of promoted to fp32 every few steps — faster, less exact (torchao's Float8Linear
 // takes it for the forward GEMM); the CPU computes in fp32 either way.
+//
+// The epilogue (Fp8Epilogue) finishes y from the product P = (a·sa)·(b·sb)ᵀ as the working dtype's
+// linear_forward / linear_backward_input_gelu do, each part optional:
+//   bias      [N], fp32 or bf16: added to every row;
+//   residual  [M, N] of y's dtype: y = P + residual + bias, the residual connection read where it
+//             lies (cuBLASLt's C distinct from D) instead of copied into y first; may be y itself;
+//   gelu_pre  [M, N] of y's dtype, not y: receives z = P + bias, and y = gelu(z) (gelu_forward);
+//   dgelu_pre [M, N] of y's dtype, not y (no bias): y = P ⊙ gelu'(dgelu_pre) (gelu_backward's), the
+//             gradient reaching the pre-activation of the GELU whose output was the input;
+//   amax      U32 [1]: the largest |y| as stored (ops' amax outputs), for the cast of y that follows.
+// At most one of residual, gelu_pre and dgelu_pre; all but amax need accumulate false. CPU: the
+// unfused sequence — the GEMM, then add_bias, gelu_forward or gelu_backward, fp8_amax — so a fused
+// call equals it bit for bit. CUDA: cuBLASLt's epilogues (BIAS, GELU_AUX(_BIAS), DGELU; a bf16 bias
+// with an fp32 y, as cuBLASLt's FP8 GEMMs take it) where it has an algorithm, else that sequence.
+struct Fp8Epilogue {
+  const Tensor* bias = nullptr;
+  const Tensor* residual = nullptr;
+  Tensor* gelu_pre = nullptr;
+  const Tensor* dgelu_pre = nullptr;
+  Tensor* amax = nullptr;
+  // Whether it changes what y holds (everything but amax).
+  bool transforms() const { return bias || residual || gelu_pre || dgelu_pre; }
+};
 void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, Fp8Scaling a_scaling, const Tensor& b,
-              const Tensor& b_scale, Fp8Scaling b_scaling, bool accumulate = false, bool fast_accum = false);
+              const Tensor& b_scale, Fp8Scaling b_scaling, bool accumulate = false, bool fast_accum = false,
+              const Fp8Epilogue& epilogue = {});
 
 // How one operand of an FP8 GEMM is cast: its scaling and its format (F8E4M3 or F8E5M2).
 struct Fp8Cast {

@@ -98,7 +98,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
   }
 
   if (act == Activation::Gelu) {
-    gelu_forward(y, z);  // elementwise: z may be y itself
+    gelu_forward(y, z, nullptr);  // elementwise: z may be y itself
   } else if (keep_pre) {
     std::copy_n(pz, N * O, y.data<float>());
   }
@@ -125,7 +125,7 @@ void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, c
   check_shape(op, "gelu_pre", gelu_pre, dx.shape());
   check_disjoint(op, "gelu_pre", dx, gelu_pre);
   linear_backward_input(dx, dy, w, /*accumulate=*/false);
-  gelu_backward(dx, dx, gelu_pre);
+  gelu_backward(dx, dx, gelu_pre, nullptr);
 }
 
 void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate,

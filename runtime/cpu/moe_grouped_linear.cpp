@@ -126,7 +126,7 @@ ExpertCast cast_expert(const Tensor& x, ops::Fp8Cast c, ExpertCast* transposed =
 }
 
 void expert_gemm(Tensor& y, const ExpertCast& a, const ExpertCast& b, bool accumulate) {
-  cpu::fp8_gemm(y, a.q, a.scale, a.scaling, b.q, b.scale, b.scaling, accumulate);
+  cpu::fp8_gemm(y, a.q, a.scale, a.scaling, b.q, b.scale, b.scaling, accumulate, false, {});
 }
 
 Tensor expert_weight(const Tensor& w, int64_t g, int64_t O, int64_t I) { return w.slice_flat(g * O * I, {O, I}); }

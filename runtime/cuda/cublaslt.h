@@ -41,8 +41,11 @@ struct LtProblem {
   float alpha = 1.0f, beta = 0.0f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   // BIAS / GELU_BIAS / GELU_AUX_BIAS: the bias [m] (read). BGRADA: bias gradient [m] (written);
-  // BGRADB: bias gradient [n] (written). Same type as D.
+  // BGRADB: bias gradient [n] (written). Of bias_type, a cudaDataType_t; -1: D's type (an FP8 GEMM
+  // with an fp32 D takes a bf16 bias).
   const void* bias = nullptr;
+  int bias_type = -1;
+  cudaDataType_t bias_lt_type() const { return bias_type < 0 ? d_type : static_cast<cudaDataType_t>(bias_type); }
   // GELU_AUX(_BIAS): the pre-activation output [m, n], column-major with leading dimension aux_ld
   // (a multiple of 8, ≥ m), same type as D. DGELU: the same layout, read (the forward's pre-activation).
   void* aux = nullptr;

@@ -73,7 +73,7 @@ struct PlanKey {
   int device;
   bool ta, tb;
   int64_t m, n, k, lda, ldb, ldd, aux_ld;
-  int ab_type, d_type, epilogue, b_type, a_scale_mode, b_scale_mode;
+  int ab_type, d_type, epilogue, b_type, a_scale_mode, b_scale_mode, bias_type;
   bool has_bias, has_aux, beta_nonzero, c_is_d;
   uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
   bool fast_accum;
@@ -88,7 +88,7 @@ struct PlanKeyHash {
     mix((k.ta ? 1u : 0u) | (k.tb ? 2u : 0u) | (k.has_bias ? 4u : 0u) | (k.has_aux ? 8u : 0u) |
         (k.beta_nonzero ? 16u : 0u) | (k.c_is_d ? 32u : 0u) | (k.fast_accum ? 64u : 0u));
     for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldd, k.aux_ld}) mix(static_cast<uint64_t>(v));
-    for (int v : {k.ab_type, k.d_type, k.epilogue, k.b_type, k.a_scale_mode, k.b_scale_mode})
+    for (int v : {k.ab_type, k.d_type, k.epilogue, k.b_type, k.a_scale_mode, k.b_scale_mode, k.bias_type})
       mix(static_cast<uint64_t>(v));
     for (uint32_t v : {k.align_a, k.align_b, k.align_c, k.align_d, k.align_bias, k.align_aux}) mix(v);
     return static_cast<size_t>(h);
@@ -213,7 +213,7 @@ std::unique_ptr<Plan> make_plan(const LtProblem& p, const PlanKey& key, cublasLt
   if (p.bias) {
     // The heuristic reads the pointer's alignment; the pointer itself is set again per call.
     set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, p);
-    set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(p.d_type), p);
+    set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(p.bias_lt_type()), p);
   }
   if (p.aux) {
     set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux, p);
@@ -380,6 +380,7 @@ bool lt_matmul(const LtProblem& p, Device device, cudaStream_t stream) {
   PlanKey key{device.index, p.trans_a, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.aux ? p.aux_ld : 0,
               static_cast<int>(p.ab_type), static_cast<int>(p.d_type), static_cast<int>(p.epilogue),
               static_cast<int>(p.b_type()), p.fp8() ? p.a_scale_mode : -1, p.fp8() ? p.b_scale_mode : -1,
+              p.bias ? static_cast<int>(p.bias_lt_type()) : -1,
               p.bias != nullptr, p.aux != nullptr, beta_nonzero, in_place, alignment_of(p.a), alignment_of(p.b),
               alignment_of(c), alignment_of(p.d), p.bias ? alignment_of(p.bias) : 0u, p.aux ? alignment_of(p.aux) : 0u,
               p.fp8() && p.fast_accum};

@@ -7,6 +7,12 @@
 //   ([⌈rows/128⌉, ⌈K/128⌉], the K blocks contiguous).
 // Partial sums are promoted to fp32 (no fast accumulation, as DeepSeek-V3's recipe does) unless the
 // caller asks for fast accumulation (tensorwise only).
+// The epilogue (ops::Fp8Epilogue) in column-major terms: the bias [N] runs along D's rows
+// (CUBLASLT_EPILOGUE_BIAS; a bf16 bias, as cuBLASLt's FP8 GEMMs take it with a bf16 or fp32 D), the
+// residual is C (D's layout, beta = 1; C = D when y is the residual), the GELU forward is GELU_AUX(_BIAS)
+// with the pre-activation as aux ([N, M] column-major, ld N) and DGELU reads it there. Where cuBLASLt
+// offers no fused algorithm (lt_matmul returns false), the product lands in y (or the pre-activation)
+// and the bias, GELU and amax run as the ops do (add_bias, gelu_forward / gelu_backward with their amax).
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/device_context.h"
@@ -27,10 +33,38 @@ int32_t scale_mode(ops::Fp8Scaling s) {
   return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
 }
 
+// The fused epilogue, or false (nothing done) where cuBLASLt has no algorithm for it.
+bool fused_epilogue(const LtProblem& p, const ops::Fp8Epilogue& e, Device dev) {
+  LtProblem f = p;
+  const int64_t n = p.m;  // y's columns: D's rows
+  if (e.gelu_pre || e.dgelu_pre) {
+    // bf16 y only, as linear_forward fuses GELU (an fp32 y keeps gelu_forward's exact tanhf); the aux
+    // leading dimension a multiple of 8.
+    if (p.d_type != CUDA_R_16BF || n % 8 != 0) return false;
+    f.aux = e.gelu_pre ? e.gelu_pre->data_ptr() : const_cast<void*>(e.dgelu_pre->data_ptr());  // DGELU only reads it
+    f.aux_ld = n;
+  }
+  if (e.bias) {
+    f.bias = e.bias->data_ptr();
+    f.bias_type = e.bias->dtype() == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  }
+  if (e.gelu_pre) f.epilogue = e.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  else if (e.dgelu_pre) f.epilogue = CUBLASLT_EPILOGUE_DGELU;
+  else if (e.bias) f.epilogue = CUBLASLT_EPILOGUE_BIAS;
+  else return false;  // a residual alone is p itself
+  return lt_matmul(f, dev, stream_of(dev));
+}
+
+void no_algorithm(const char* op, const Fp8GemmShape& s, const Tensor& a, const Tensor& b) {
+  TETRA_FAIL(Device, op, ": cuBLASLt offers no FP8 algorithm for y[", s.m, ", ", s.n, "] = a[", s.m, ", ", s.k, "] (",
+             dtype_name(a.dtype()), ") · b[", s.n, ", ", s.k, "]ᵀ (", dtype_name(b.dtype()), ") with these scalings");
+}
+
 }  // namespace
 
 void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, ops::Fp8Scaling a_scaling, const Tensor& b,
-              const Tensor& b_scale, ops::Fp8Scaling b_scaling, bool accumulate, bool fast_accum) {
+              const Tensor& b_scale, ops::Fp8Scaling b_scaling, bool accumulate, bool fast_accum,
+              const ops::Fp8Epilogue& e) {
   const char* op = "fp8_gemm";
   check_cuda_tensor(op, "y", y);
   check_cuda_tensor(op, "a", a);
@@ -58,16 +92,34 @@ void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, ops::Fp8Scaling
   p.a = b.data_ptr();
   p.b = a.data_ptr();
   p.d = y.data_ptr();
-  p.beta = accumulate ? 1.0f : 0.0f;
+  p.beta = accumulate || e.residual ? 1.0f : 0.0f;
+  p.c = e.residual ? e.residual->data_ptr() : nullptr;  // y itself when in place
   p.a_scale = b_scale.data<float>();
   p.b_scale = a_scale.data<float>();
   p.a_scale_mode = scale_mode(b_scaling);
   p.b_scale_mode = scale_mode(a_scaling);
   p.fast_accum = fast_accum;
-  if (!lt_matmul(p, dev, stream_of(dev)))
-    TETRA_FAIL(Device, op, ": cuBLASLt offers no FP8 algorithm for y[", s.m, ", ", s.n, "] = a[", s.m, ", ", s.k,
-               "] (", dtype_name(a.dtype()), ") · b[", s.n, ", ", s.k, "]ᵀ (", dtype_name(b.dtype()),
-               ") with these scalings");
+  if (s.m == 0 || s.n == 0) {  // nothing to write; the amax of an empty y is 0
+    if (e.amax) fp8_amax(*e.amax, y);
+    return;
+  }
+  if (fused_epilogue(p, e, dev)) {
+    if (e.amax) fp8_amax(*e.amax, y);  // one read of y (cuBLASLt's amax of D is not the stored bf16's)
+    return;
+  }
+  // Unfused: the product (plus the residual) into y, or into the pre-activation under a GELU forward.
+  Tensor& z = e.gelu_pre ? *e.gelu_pre : y;
+  p.d = z.data_ptr();
+  if (!lt_matmul(p, dev, stream_of(dev))) {
+    if (!e.residual || e.residual->data_ptr() == y.data_ptr()) no_algorithm(op, s, a, b);
+    copy(y, *e.residual);  // C distinct from D has no algorithm here: accumulate onto a copy
+    p.c = nullptr;
+    if (!lt_matmul(p, dev, stream_of(dev))) no_algorithm(op, s, a, b);
+  }
+  if (e.bias) add_bias(z, *e.bias);
+  if (e.gelu_pre) gelu_forward(y, z, e.amax);
+  else if (e.dgelu_pre) gelu_backward(y, y, *e.dgelu_pre, e.amax);
+  else if (e.amax) fp8_amax(*e.amax, y);
 }
 
 }  // namespace tetra::cuda

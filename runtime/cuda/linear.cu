@@ -172,7 +172,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
       zero(z);
     }
     if (by != nullptr) add_bias(z, *by, N, O);
-    if (act == Activation::Gelu) gelu_forward(y, z);
+    if (act == Activation::Gelu) gelu_forward(y, z, nullptr);
     else if (keep_pre) copy(y, z);
     return;
   }
@@ -222,7 +222,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
     lt_matmul_plain(p, dev, op);
     if (by != nullptr) add_bias(z, *by, N, O);
   }
-  if (act == Activation::Gelu) gelu_forward(y, z);  // elementwise: z may be y itself
+  if (act == Activation::Gelu) gelu_forward(y, z, nullptr);  // elementwise: z may be y itself
   else if (keep_pre) copy(y, z);
 }
 
@@ -263,7 +263,7 @@ void linear_backward_input_gelu(Tensor& dx, const Tensor& dy, const Tensor& w, c
     if (lt_matmul(p, dev, stream_of(dev))) return;
   }
   linear_backward_input(dx, dy, w, /*accumulate=*/false);
-  gelu_backward(dx, dx, gelu_pre);
+  gelu_backward(dx, dx, gelu_pre, nullptr);
 }
 
 void linear_backward_weight(Tensor& dw, Tensor* db, const Tensor& dy, const Tensor& x, bool accumulate,
