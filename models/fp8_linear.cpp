@@ -86,8 +86,9 @@ Fp8Operand transposed_operand(const Tensor& x, const Fp8Cast& cast, Fp8Operand* 
   return t;
 }
 
-void gemm(Tensor& y, const Fp8Operand& a, const Fp8Operand& b, bool accumulate, bool fast_accum = false) {
-  ops::fp8_gemm(y, a.q, a.scale, a.scaling, b.q, b.scale, b.scaling, accumulate, fast_accum);
+void gemm(Tensor& y, const Fp8Operand& a, const Fp8Operand& b, bool accumulate, bool fast_accum = false,
+          const ops::Fp8Epilogue& epilogue = {}) {
+  ops::fp8_gemm(y, a.q, a.scale, a.scaling, b.q, b.scale, b.scaling, accumulate, fast_accum, epilogue);
 }
 
 }  // namespace
@@ -99,28 +100,29 @@ Fp8Operand cast(const Tensor& x, const Fp8Cast& c, Fp8Operand* transposed, const
   return cast_operand(x, c, transposed, amax);
 }
 
-void gemm(Tensor& y, const Fp8Operand& a, const Fp8Operand& b, bool accumulate, bool fast_accum) {
-  tetra::gemm(y, a, b, accumulate, fast_accum);
+void gemm(Tensor& y, const Fp8Operand& a, const Fp8Operand& b, bool accumulate, bool fast_accum,
+          const ops::Fp8Epilogue& epilogue) {
+  tetra::gemm(y, a, b, accumulate, fast_accum, epilogue);
 }
 
 namespace {
 
 // y (+)= x · wᵀ with w already in FP8 (wq [O, I]): x cast with its kept transpose and amax.
 void forward_with(const Fp8RecipeCasts& casts, Tensor& y, const Tensor& x, const Fp8Operand& wq, bool accumulate,
-                  Fp8Saved* keep) {
+                  Fp8Saved* keep, const ops::Fp8Epilogue& epilogue) {
   check_matrix("x", x);
   const Tensor x_amax = take_amax(keep ? &keep->x_amax : nullptr);
   const Fp8Operand xq = cast_operand(x, casts.activation, keep ? &keep->x_t : nullptr, x_amax.defined() ? &x_amax : nullptr);
-  gemm(y, xq, wq, accumulate, casts.forward_fast_accum);
+  gemm(y, xq, wq, accumulate, casts.forward_fast_accum, epilogue);
 }
 
 // dx (+)= dy · w with wᵀ already in FP8 (w_t [I, O]).
 void backward_input_with(const Fp8RecipeCasts& casts, Tensor& dx, const Tensor& dy, const Fp8Operand& w_t,
-                         bool accumulate, Fp8Saved* keep) {
+                         bool accumulate, Fp8Saved* keep, const ops::Fp8Epilogue& epilogue) {
   check_matrix("dy", dy);
   const Tensor dy_amax = take_amax(keep ? &keep->dy_amax : nullptr);
   gemm(dx, cast_operand(dy, casts.gradient, keep ? &keep->dy_t : nullptr, dy_amax.defined() ? &dy_amax : nullptr), w_t,
-       accumulate);
+       accumulate, /*fast_accum=*/false, epilogue);
 }
 
 // w's copy that ZeRO-3 gathered in FP8 (Param::fp8_q), checked against the recipe's weight cast; an
@@ -152,42 +154,47 @@ const Param::Fp8StepCopy* step_weight(Fp8Recipe recipe, const Param& w) {
 
 }  // namespace
 
-void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, bool accumulate, Fp8Saved* keep) {
+void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, bool accumulate, Fp8Saved* keep,
+             const ops::Fp8Epilogue& epilogue) {
   check_matrix("w", w);
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
-  forward_with(casts, y, x, cast_operand(w, casts.weight), accumulate, keep);
+  forward_with(casts, y, x, cast_operand(w, casts.weight), accumulate, keep, epilogue);
 }
 
-void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate, Fp8Saved* keep) {
+void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate, Fp8Saved* keep,
+                    const ops::Fp8Epilogue& epilogue) {
   check_matrix("w", w);
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
   Fp8Operand w_t;
   cast_operand(w, casts.weight, &w_t);
-  backward_input_with(casts, dx, dy, w_t, accumulate, keep);
+  backward_input_with(casts, dx, dy, w_t, accumulate, keep, epilogue);
 }
 
-void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Param& w, bool accumulate, Fp8Saved* keep) {
+void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Param& w, bool accumulate, Fp8Saved* keep,
+             const ops::Fp8Epilogue& epilogue) {
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
-  if (const Fp8Operand wq = gathered_weight(recipe, w); wq.defined()) return forward_with(casts, y, x, wq, accumulate, keep);
+  if (const Fp8Operand wq = gathered_weight(recipe, w); wq.defined())
+    return forward_with(casts, y, x, wq, accumulate, keep, epilogue);
   if (const Param::Fp8StepCopy* c = step_weight(recipe, w))
-    return forward_with(casts, y, x, {c->q, c->scale, casts.weight.scaling}, accumulate, keep);
-  forward(recipe, y, x, w.value, accumulate, keep);
+    return forward_with(casts, y, x, {c->q, c->scale, casts.weight.scaling}, accumulate, keep, epilogue);
+  forward(recipe, y, x, w.value, accumulate, keep, epilogue);
 }
 
-void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Param& w, bool accumulate, Fp8Saved* keep) {
+void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Param& w, bool accumulate, Fp8Saved* keep,
+                    const ops::Fp8Epilogue& epilogue) {
   const Fp8Operand wq = gathered_weight(recipe, w);
   if (!wq.defined()) {
     const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
     if (const Param::Fp8StepCopy* c = step_weight(recipe, w))
-      return backward_input_with(casts, dx, dy, {c->q_t, c->scale_t, casts.weight.scaling}, accumulate, keep);
-    return backward_input(recipe, dx, dy, w.value, accumulate, keep);
+      return backward_input_with(casts, dx, dy, {c->q_t, c->scale_t, casts.weight.scaling}, accumulate, keep, epilogue);
+    return backward_input(recipe, dx, dy, w.value, accumulate, keep, epilogue);
   }
   // The input gradient reads wᵀ [I, O]: the gathered codes transposed, as the cast of w writes them.
   const int64_t out = wq.q.dim(0), in = wq.q.dim(1);
   Fp8Operand w_t{Tensor::empty({in, out}, wq.q.dtype(), wq.q.device()),
                  Tensor::empty(fp8_scale_shape(wq.scaling, in, out), DType::F32, wq.q.device()), wq.scaling};
   ops::fp8_transpose(w_t.q, w_t.scale, wq.q, wq.scale, wq.scaling);
-  backward_input_with(fp8_recipe_casts(recipe), dx, dy, w_t, accumulate, keep);
+  backward_input_with(fp8_recipe_casts(recipe), dx, dy, w_t, accumulate, keep, epilogue);
 }
 
 void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tensor& x, Fp8Saved* kept) {

@@ -83,16 +83,18 @@ namespace fp8_linear {
 // of a larger tensor (a tensor-parallel slice: models/fp8_tensor_parallel.h) the whole's.
 Fp8Operand cast(const Tensor& x, const Fp8Cast& cast, Fp8Operand* transposed = nullptr, const Tensor* amax = nullptr);
 // y[M, N] (+)= a[M, K] · b[N, K]ᵀ on the operands' dequantised values (ops::fp8_gemm; fast_accum:
-// tensorwise operands only).
-void gemm(Tensor& y, const Fp8Operand& a, const Fp8Operand& b, bool accumulate, bool fast_accum = false);
+// tensorwise operands only), finished by `epilogue` (ops::Fp8Epilogue: bias, residual, GELU, amax).
+void gemm(Tensor& y, const Fp8Operand& a, const Fp8Operand& b, bool accumulate, bool fast_accum = false,
+          const ops::Fp8Epilogue& epilogue = {});
 
 // y[N, O] (+)= x[N, I] · w[O, I]ᵀ; y fp32 or bf16. keep (may be null): receives xᵀ for the weight
-// gradient.
+// gradient. epilogue: the forward GEMM's (ops::Fp8Epilogue; its bias [O], residual [N, O], GELU).
 void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, bool accumulate,
-             Fp8Saved* keep = nullptr);
+             Fp8Saved* keep = nullptr, const ops::Fp8Epilogue& epilogue = {});
 // dx[N, I] (+)= dy[N, O] · w[O, I]. keep (may be null): receives dyᵀ for the weight gradient.
+// epilogue: the input gradient GEMM's (its GELU backward, amax).
 void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate,
-                    Fp8Saved* keep = nullptr);
+                    Fp8Saved* keep = nullptr, const ops::Fp8Epilogue& epilogue = {});
 // dw[O, I] += dy[N, O]ᵀ · x[N, I], reading kept's xᵀ and dyᵀ where defined (and releasing them),
 // else casting x and dy now.
 void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tensor& x, Fp8Saved* kept = nullptr);
@@ -102,9 +104,10 @@ void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tenso
 // gives; the input gradient transposes them, ops::fp8_transpose) when defined; else,
 // within a training step, the step's cast of w.value (Param::fp8_step: made at the first GEMM,
 // read by the later ones), else the functions above on w.value.
-void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Param& w, bool accumulate, Fp8Saved* keep = nullptr);
+void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Param& w, bool accumulate, Fp8Saved* keep = nullptr,
+             const ops::Fp8Epilogue& epilogue = {});
 void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Param& w, bool accumulate,
-                    Fp8Saved* keep = nullptr);
+                    Fp8Saved* keep = nullptr, const ops::Fp8Epilogue& epilogue = {});
 }  // namespace fp8_linear
 
 }  // namespace tetra

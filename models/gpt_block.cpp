@@ -94,7 +94,10 @@ void GptBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y, bool ke
   s.fc_pre = ctx.activation({N, F});
   s.fc_act = ctx.activation({N, F});
   s.ln2_in = c_fc_.sequence_sharded() ? ctx.activation({N, C}) : s.ln2;
-  c_fc_.forward(s.fc_act, s.ln2, &s.ln2_in, ops::Activation::Gelu, &s.fc_pre, keep_fp8 ? &s.c_fc_fp8 : nullptr);
+  // Under tensorwise FP8, c_fc's epilogue measures fc_act's amax for mlp.c_proj's cast as it writes it.
+  Tensor* act_amax = y && keep_fp8 ? mlp_proj_.fp8_amax_slot(&s.mlp_proj_fp8, /*gradient=*/false, ctx.device()) : nullptr;
+  c_fc_.forward(s.fc_act, s.ln2, &s.ln2_in, ops::Activation::Gelu, &s.fc_pre, keep_fp8 ? &s.c_fc_fp8 : nullptr,
+                act_amax);
   if (!y) return;
   mlp_proj_.forward_residual(*y, s.fc_act, s.x2, keep_fp8 ? &s.mlp_proj_fp8 : nullptr);
 }
@@ -139,7 +142,9 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   s.d_mlp_out_sum = std::move(in.column_sum);
   Tensor d_fc = ctx.activation({N, F});
   s.d_mlp_out_full = mlp_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.d_mlp_out;
-  mlp_proj_.backward_input_residual(d_fc, s.d_mlp_out, &s.d_mlp_out_full, &s.fc_pre, &s.mlp_proj_fp8);
+  // The GELU backward in mlp.c_proj's input-gradient GEMM, which measures d_fc's amax for c_fc's cast.
+  mlp_proj_.backward_input_residual(d_fc, s.d_mlp_out, &s.d_mlp_out_full, &s.fc_pre, &s.mlp_proj_fp8,
+                                    c_fc_.fp8_amax_slot(&s.c_fc_fp8, /*gradient=*/true, ctx.device()));
   s.d_fc_pre = d_fc;
   s.fc_pre = Tensor();  // no longer needed; W uses fc_act and ln2
   Tensor d_ln2 = ctx.activation({R, C});

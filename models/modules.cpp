@@ -86,29 +86,30 @@ void Linear::set_fp8(Fp8Recipe recipe) {
 }
 
 void Linear::fp8_forward(Tensor& y, const Tensor& x, ops::Activation act, Tensor* pre_act, const Tensor* residual,
-                         Fp8Saved* keep) const {
-  if (residual) {
-    if (y.data_ptr() != residual->data_ptr()) ops::copy(y, *residual);
-    fp8_linear::forward(fp8_, y, x, weight, /*accumulate=*/true, keep);
-    if (has_bias) ops::add_bias(y, bias.value);
-    return;
-  }
-  const bool gelu = act == ops::Activation::Gelu;
-  Tensor out = !gelu ? y : pre_act ? *pre_act : Tensor::empty(y.shape(), y.dtype(), y.device());
-  fp8_linear::forward(fp8_, out, x, weight, /*accumulate=*/false, keep);
-  if (has_bias) ops::add_bias(out, bias.value);
-  if (gelu) ops::gelu_forward(y, out);
+                         Fp8Saved* keep, Tensor* y_amax) const {
+  Tensor pre;  // GELU's pre-activation where the caller keeps none
+  if (act == ops::Activation::Gelu && !pre_act) pre = Tensor::empty(y.shape(), y.dtype(), y.device());
+  ops::Fp8Epilogue e;
+  e.bias = has_bias ? &bias.value : nullptr;
+  e.residual = residual;
+  e.gelu_pre = act != ops::Activation::Gelu ? nullptr : pre_act ? pre_act : &pre;
+  e.amax = y_amax;
+  fp8_linear::forward(fp8_, y, x, weight, /*accumulate=*/false, keep, e);
 }
 
 void Linear::forward(Tensor& y, const Tensor& x, Tensor* x_full, ops::Activation act, Tensor* pre_act,
-                     Fp8Saved* fp8) const {
+                     Fp8Saved* fp8, Tensor* y_amax) const {
   const Tensor b = has_bias ? bias.value : Tensor();
-  if (!tp_ && fp8_ != Fp8Recipe::None) return fp8_forward(y, x, act, pre_act, nullptr, fp8);
-  if (!tp_) return ops::linear_forward(y, x, weight.value, b, act, pre_act);
-  TETRA_CHECK(style_ == TpStyle::ColumnParallel, weight.name, ": forward runs a column-parallel layer, this one is ",
-              tp_style_name(style_), " (forward_residual)");
-  const tp::LinearGemms g = fp8_tp::forward(fp8_, *tp_, weight.value, x, stream_part());
-  tp_->column_forward(y, x, x_full, weight.value, b, act, pre_act, &g);
+  if (!tp_ && fp8_ != Fp8Recipe::None) return fp8_forward(y, x, act, pre_act, nullptr, fp8, y_amax);
+  if (!tp_) {
+    ops::linear_forward(y, x, weight.value, b, act, pre_act);
+  } else {
+    TETRA_CHECK(style_ == TpStyle::ColumnParallel, weight.name,
+                ": forward runs a column-parallel layer, this one is ", tp_style_name(style_), " (forward_residual)");
+    const tp::LinearGemms g = fp8_tp::forward(fp8_, *tp_, weight.value, x, stream_part());
+    tp_->column_forward(y, x, x_full, weight.value, b, act, pre_act, &g);
+  }
+  if (y_amax) ops::fp8_amax(*y_amax, y);
 }
 
 void Linear::forward_residual(Tensor& y, const Tensor& x, const Tensor& residual, Fp8Saved* fp8) const {
@@ -140,23 +141,25 @@ bool Linear::backward_input(Tensor& dx, const Tensor& dy, const std::function<vo
 }
 
 void Linear::backward_input_residual(Tensor& dx, const Tensor& dy, Tensor* dy_full, const Tensor* gelu_pre,
-                                     Fp8Saved* fp8) const {
+                                     Fp8Saved* fp8, Tensor* dx_amax) const {
   if (!tp_ && fp8_ != Fp8Recipe::None) {
-    fp8_linear::backward_input(fp8_, dx, dy, weight, /*accumulate=*/false, fp8);
-    if (gelu_pre) ops::gelu_backward(dx, dx, *gelu_pre);
+    ops::Fp8Epilogue e;
+    e.dgelu_pre = gelu_pre;
+    e.amax = dx_amax;
+    fp8_linear::backward_input(fp8_, dx, dy, weight, /*accumulate=*/false, fp8, e);
     return;
   }
-  if (!tp_) {
-    if (gelu_pre)
-      ops::linear_backward_input_gelu(dx, dy, weight.value, *gelu_pre);
-    else
-      ops::linear_backward_input(dx, dy, weight.value);
-    return;
+  if (!tp_ && gelu_pre) {
+    ops::linear_backward_input_gelu(dx, dy, weight.value, *gelu_pre);
+  } else if (!tp_) {
+    ops::linear_backward_input(dx, dy, weight.value);
+  } else {
+    TETRA_CHECK(style_ == TpStyle::RowParallel, weight.name,
+                ": backward_input_residual runs a row-parallel layer, this one is ", tp_style_name(style_));
+    const tp::LinearGemms g = fp8_tp::backward_input(fp8_, *tp_, weight.value, dy, stream_part());
+    tp_->row_backward_input(dx, dy, dy_full, weight.value, gelu_pre, &g);
   }
-  TETRA_CHECK(style_ == TpStyle::RowParallel, weight.name,
-              ": backward_input_residual runs a row-parallel layer, this one is ", tp_style_name(style_));
-  const tp::LinearGemms g = fp8_tp::backward_input(fp8_, *tp_, weight.value, dy, stream_part());
-  tp_->row_backward_input(dx, dy, dy_full, weight.value, gelu_pre, &g);
+  if (dx_amax) ops::fp8_amax(*dx_amax, dx);
 }
 
 void Linear::backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dy_sum, Fp8Saved* fp8) {

@@ -26,8 +26,8 @@ struct TensorParallelPlan;
 //                   parallelism, else N), writes [N, O/tp]; its input gradient is reduced over tp.
 //   RowParallel     W [O, I/tp], b [O]: reads [N, I/tp], writes the stream [R, O], reduced over tp.
 // The methods below that name a style run either it or the plain op. Under an FP8 recipe
-// (set_fp8; models/fp8_linear.h) the plain layer runs its three GEMMs in FP8, the bias, GELU and
-// residual as separate ops after them.
+// (set_fp8; models/fp8_linear.h) the plain layer runs its three GEMMs in FP8, the bias, GELU (and its
+// backward) and residual in the GEMMs' epilogue (ops::Fp8Epilogue), as the working dtype's ops fuse them.
 struct Linear {
   Param weight, bias;
   bool has_bias = true;
@@ -64,8 +64,10 @@ struct Linear {
   // ([N, in], may be null): receives the gathered input when sequence-sharded (else x is whole).
   // fp8 (may be null): this micro-batch's Fp8Saved, which receives what the FP8 path keeps for the
   // weight gradient (every method below takes it; the working-dtype path ignores it).
+  // y_amax (may be null; U32 [1]): receives the largest |y| as stored — the next layer's fp8_amax_slot,
+  // measured in the plain FP8 layer's epilogue (else by a pass over y).
   void forward(Tensor& y, const Tensor& x, Tensor* x_full = nullptr, ops::Activation act = ops::Activation::None,
-               Tensor* pre_act = nullptr, Fp8Saved* fp8 = nullptr) const;
+               Tensor* pre_act = nullptr, Fp8Saved* fp8 = nullptr, Tensor* y_amax = nullptr) const;
   // RowParallel or plain: y = x·Wᵀ + b + residual, the residual connection fused into the GEMM (and
   // into the reduction over tp); y may be the residual.
   void forward_residual(Tensor& y, const Tensor& x, const Tensor& residual, Fp8Saved* fp8 = nullptr) const;
@@ -76,9 +78,10 @@ struct Linear {
                       bool accumulate = false, Fp8Saved* fp8 = nullptr) const;
   // RowParallel or plain (forward_residual's): dx[N, in] = dy · W, times gelu'(gelu_pre) when given
   // (the input was gelu(gelu_pre)). dy [R, out]; dy_full ([N, out], may be null) receives it
-  // gathered when sequence-sharded.
+  // gathered when sequence-sharded. dx_amax (may be null): as forward's y_amax, for dx.
   void backward_input_residual(Tensor& dx, const Tensor& dy, Tensor* dy_full = nullptr,
-                               const Tensor* gelu_pre = nullptr, Fp8Saved* fp8 = nullptr) const;
+                               const Tensor* gelu_pre = nullptr, Fp8Saved* fp8 = nullptr,
+                               Tensor* dx_amax = nullptr) const;
   // Gradients accumulate over micro-batches. dy_sum (fp32 [out], may be undefined): Σ_n dy[n, :]
   // if already known, which the bias gradient then takes instead of reading dy again.
   void backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dy_sum = Tensor(), Fp8Saved* fp8 = nullptr);
@@ -90,9 +93,10 @@ struct Linear {
                                 Fp8Saved* fp8 = nullptr);
 
  private:
-  // The plain layer under fp8_: y = act(x·Wᵀ + b) or x·Wᵀ + b + residual, as ops::linear_forward.
+  // The plain layer under fp8_: y = act(x·Wᵀ + b) or x·Wᵀ + b + residual, as ops::linear_forward, all
+  // in the GEMM's epilogue; y_amax (may be null) receives y's amax.
   void fp8_forward(Tensor& y, const Tensor& x, ops::Activation act, Tensor* pre_act, const Tensor* residual,
-                   Fp8Saved* keep) const;
+                   Fp8Saved* keep, Tensor* y_amax = nullptr) const;
   // bias.grad += Σ_n dy[n, :] (dy_sum when defined).
   void bias_grad(const Tensor& dy, const Tensor& dy_sum);
   // Blockwise under tp: this rank's slice holds whole 128-wide groups of the full weight.

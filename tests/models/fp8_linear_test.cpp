@@ -1,6 +1,6 @@
 // The FP8 projections (models/fp8_linear.h) on the CPU, the recipes' emulation: each GEMM reads the
 // cast its recipe gives each operand (the transposed copies included), and a Linear under FP8 adds
-// its bias, GELU and residual after the GEMM as the working-dtype layer does.
+// its bias, GELU and residual in the GEMM's epilogue as the working-dtype layer does.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -177,6 +177,47 @@ TEST(Fp8Linear, LinearAddsBiasGeluAndResidualAroundTheGemm) {
   Tensor dw = Tensor::zeros({O, I}, DType::F32);
   fp8_linear::backward_weight(Fp8Recipe::Tensorwise, dw, dy, x);
   EXPECT_LE(rel(values(lin.weight.grad), values(dw)), 1e-7);
+}
+
+// The amax a plain FP8 Linear hands the next cast (Linear::forward's y_amax, backward_input_residual's
+// dx_amax: what GPT-2's c_fc and mlp.c_proj give each other's casts) is fp8_amax of what it wrote,
+// and the GELU backward in mlp.c_proj's input-gradient epilogue is the GEMM then gelu_backward, bit
+// for bit (the CPU runs that sequence); a tensorwise cast given the amax writes the codes of one that
+// measures its input itself.
+TEST(Fp8Linear, LinearHandsTheNextCastItsOutputsAmax) {
+  const int64_t N = 32, I = 48, O = 64;
+  Rng rng(9);
+  Linear lin;
+  lin.init("l", O, I, true, 0.02f, false, 1);
+  lin.weight = param({O, I}, rng, 0.1);
+  lin.bias = param({O}, rng, 0.5);
+  lin.set_fp8(Fp8Recipe::Tensorwise);
+  Tensor x = random_tensor(rng, {N, I}), y = Tensor::empty({N, O}, DType::F32), pre = Tensor::empty({N, O}, DType::F32);
+  Tensor amax = Tensor::empty({1}, DType::U32), want = Tensor::empty({1}, DType::U32);
+  lin.forward(y, x, nullptr, ops::Activation::Gelu, &pre, nullptr, &amax);
+  ops::fp8_amax(want, y);
+  EXPECT_EQ(*static_cast<uint32_t*>(amax.data_ptr()), *static_cast<uint32_t*>(want.data_ptr())) << "forward";
+
+  Tensor dy = random_tensor(rng, {N, I}), dx = Tensor::empty({N, O}, DType::F32);
+  Linear down;  // the next projection: [I, O], reading gelu(pre)
+  down.init("d", I, O, true, 0.02f, false, 1);
+  down.weight = param({I, O}, rng, 0.1);
+  down.bias = param({I}, rng, 0.5);
+  down.set_fp8(Fp8Recipe::Tensorwise);
+  down.backward_input_residual(dx, dy, nullptr, &pre, nullptr, &amax);
+  Tensor want_dx = Tensor::empty({N, O}, DType::F32);
+  fp8_linear::backward_input(Fp8Recipe::Tensorwise, want_dx, dy, down.weight.value, false);
+  ops::gelu_backward(want_dx, want_dx, pre);
+  EXPECT_EQ(values(dx), values(want_dx)) << "the GELU backward in the epilogue";
+  ops::fp8_amax(want, dx);
+  EXPECT_EQ(*static_cast<uint32_t*>(amax.data_ptr()), *static_cast<uint32_t*>(want.data_ptr())) << "input gradient";
+  const Fp8Cast g = fp8_recipe_casts(Fp8Recipe::Tensorwise).gradient;
+  EXPECT_EQ(cast_values(dx, g), values([&] {
+              const Fp8Operand q = fp8_linear::cast(dx, g, nullptr, &amax);
+              Tensor v = Tensor::empty({N, O}, DType::F32);
+              ops::fp8_dequantize(v, q.q, q.scale, q.scaling);
+              return v;
+            }()));
 }
 
 TEST(Fp8Linear, WidthsNotMultiplesOf16AreAConfigError) {
