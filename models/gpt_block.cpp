@@ -73,7 +73,9 @@ void GptBlock::run_attention_half(MicroBatchContext& ctx, Saved& s, bool keep_fp
   s.ln1 = ctx.activation({R, C});
   s.mean1 = ctx.fp32({R});
   s.rstd1 = ctx.fp32({R});
-  ln_1_.forward(s.ln1, s.mean1, s.rstd1, s.x);
+  // Under tensorwise FP8, the LayerNorms measure their outputs' amaxes for c_attn's and c_fc's casts.
+  ln_1_.forward(s.ln1, s.mean1, s.rstd1, s.x,
+                keep_fp8 ? c_attn_.fp8_amax_slot(&s.c_attn_fp8, /*gradient=*/false, ctx.device()) : nullptr);
   s.qkv = ctx.activation({N, 3 * HD});
   s.ln1_in = c_attn_.sequence_sharded() ? ctx.activation({N, C}) : s.ln1;
   c_attn_.forward(s.qkv, s.ln1, &s.ln1_in, ops::Activation::None, nullptr, keep_fp8 ? &s.c_attn_fp8 : nullptr);
@@ -90,7 +92,8 @@ void GptBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y, bool ke
   s.ln2 = ctx.activation({R, C});
   s.mean2 = ctx.fp32({R});
   s.rstd2 = ctx.fp32({R});
-  ln_2_.forward(s.ln2, s.mean2, s.rstd2, s.x2);
+  ln_2_.forward(s.ln2, s.mean2, s.rstd2, s.x2,
+                keep_fp8 ? c_fc_.fp8_amax_slot(&s.c_fc_fp8, /*gradient=*/false, ctx.device()) : nullptr);
   s.fc_pre = ctx.activation({N, F});
   s.fc_act = ctx.activation({N, F});
   s.ln2_in = c_fc_.sequence_sharded() ? ctx.activation({N, C}) : s.ln2;

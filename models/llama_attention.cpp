@@ -54,7 +54,9 @@ Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
   const int64_t H = local_heads(), Hkv = local_kv_heads(), Q = qkv_proj_.out_features(), HD = H * cfg_.head_dim();
   s.h1 = ctx.activation({R, C});
   s.rstd1 = ctx.fp32({R});
-  input_norm_.forward(s.h1, s.rstd1, s.x);
+  // Under tensorwise FP8, the norm measures h1's amax for qkv_proj's cast as it writes h1.
+  input_norm_.forward(s.h1, s.rstd1, s.x,
+                      s.keep_fp8 ? qkv_proj_.fp8_amax_slot(&s.qkv_fp8, /*gradient=*/false, ctx.device()) : nullptr);
   s.qkv = ctx.activation({N, Q});
   s.h1_in = qkv_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.h1;
   qkv_proj_.forward(s.qkv, s.h1, &s.h1_in, ops::Activation::None, nullptr, s.keep_fp8 ? &s.qkv_fp8 : nullptr);

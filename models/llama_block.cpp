@@ -60,7 +60,9 @@ void LlamaBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y, bool 
   const int64_t R = s.x2.dim(0), N = ctx.tokens(), C = cfg_.d_model, F = ffn();
   s.h2 = ctx.activation({R, C});
   s.rstd2 = ctx.fp32({R});
-  post_norm_.forward(s.h2, s.rstd2, s.x2);
+  // Under tensorwise FP8, the norm measures h2's amax for gate_up_proj's cast as it writes h2.
+  Tensor* h2_amax = keep_fp8 ? gate_up_proj_.fp8_amax_slot(&s.gate_up_fp8, /*gradient=*/false, ctx.device()) : nullptr;
+  post_norm_.forward(s.h2, s.rstd2, s.x2, h2_amax);
   s.gate_up = ctx.activation({N, 2 * F});
   s.h2_in = gate_up_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.h2;
   gate_up_proj_.forward(s.gate_up, s.h2, &s.h2_in, ops::Activation::None, nullptr, keep_fp8 ? &s.gate_up_fp8 : nullptr);

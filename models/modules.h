@@ -116,8 +116,10 @@ struct LayerNorm {
 
   void init(const std::string& name, int64_t channels, float epsilon, int layer);
   void collect(std::vector<Param*>& out);
-  void forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) const {
-    ops::layernorm_forward(y, mean, rstd, x, weight.value, bias.value, eps);
+  // y_amax (may be null; U32 [1]): receives the largest |y| as stored — the next projection's
+  // Linear::fp8_amax_slot, measured as y is written.
+  void forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, Tensor* y_amax = nullptr) const {
+    ops::layernorm_forward(y, mean, rstd, x, weight.value, bias.value, eps, y_amax);
   }
   // dx (+)= ...; the weight gradients accumulate. dx_sum (fp32 [C], optional) receives Σ_n dx[n, :];
   // dx_rounded (optional, dy's dtype) dx's values rounded to its dtype (ops.h).
@@ -141,7 +143,10 @@ struct RMSNorm {
 
   void init(const std::string& name, int64_t channels, float epsilon, int layer);
   void collect(std::vector<Param*>& out) { out.push_back(&weight); }
-  void forward(Tensor& y, Tensor& rstd, const Tensor& x) const { ops::rmsnorm_forward(y, rstd, x, weight.value, eps); }
+  // y_amax (may be null): as LayerNorm::forward's.
+  void forward(Tensor& y, Tensor& rstd, const Tensor& x, Tensor* y_amax = nullptr) const {
+    ops::rmsnorm_forward(y, rstd, x, weight.value, eps, y_amax);
+  }
   // dx = dresidual + the gradient through the norm (x also feeds the residual stream); the weight
   // gradient accumulates. dx_rounded (optional, dy's dtype): dx's values rounded to its dtype (ops.h).
   void backward_residual(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& dresidual,

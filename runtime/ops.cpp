@@ -95,9 +95,10 @@ void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x, Tensor* amax) 
   TETRA_DISPATCH(dx.device(), gelu_backward, dx, dy, x, amax);
 }
 void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
-                       float eps) {
-  check_same_device("layernorm_forward", {&y, &mean, &rstd, &x, &w, &b});
-  TETRA_DISPATCH(y.device(), layernorm_forward, y, mean, rstd, x, w, b, eps);
+                       float eps, Tensor* amax) {
+  check_same_device("layernorm_forward", {&y, &mean, &rstd, &x, &w, &b, amax});
+  if (amax) fp8_check_amax_out("layernorm_forward", *amax);
+  TETRA_DISPATCH(y.device(), layernorm_forward, y, mean, rstd, x, w, b, eps, amax);
 }
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual,
@@ -107,9 +108,10 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
   TETRA_DISPATCH(dx.device(), layernorm_backward, dx, dw, db, dy, x, w, mean, rstd, accumulate_dx, dresidual,
                  dx_column_sum, dx_rounded);
 }
-void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
-  check_same_device("rmsnorm_forward", {&y, &rstd, &x, &w});
-  TETRA_DISPATCH(y.device(), rmsnorm_forward, y, rstd, x, w, eps);
+void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps, Tensor* amax) {
+  check_same_device("rmsnorm_forward", {&y, &rstd, &x, &w, amax});
+  if (amax) fp8_check_amax_out("rmsnorm_forward", *amax);
+  TETRA_DISPATCH(y.device(), rmsnorm_forward, y, rstd, x, w, eps, amax);
 }
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                       bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded) {

@@ -71,8 +71,10 @@ void gelu_backward(Tensor& dx, const Tensor& dy, const Tensor& x, Tensor* amax =
 // The CPU computes in fp32 whatever the storage.
 //
 // y[N, C] = (x - mean) · rstd · w + b;  mean[N], rstd[N] fp32 (kept for backward).
+// amax (optional, U32 [1]): the largest |y| as stored, as swiglu_forward's (the FP8 cast of the
+// projection that reads y then takes it instead of a pass of its own).
 void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
-                       float eps);
+                       float eps, Tensor* amax = nullptr);
 // dx[N, C] (+)= ...; dw[C] += Σ dy·x̂; db[C] += Σ dy. Weight gradients always accumulate. db may be
 // undefined (a LayerNorm without bias). dx may alias dy.
 // With dresidual [N, C] (dx's dtype; accumulate_dx must be false): dx = dresidual + (the gradient
@@ -90,8 +92,8 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
                         Tensor* dx_rounded = nullptr);
 
 // RMSNorm (Hugging Face LlamaRMSNorm): y[N, C] = x · rstd · w, rstd[N] fp32 = 1/√(mean_c(x²) + eps).
-// y may alias x.
-void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps);
+// y may alias x. amax as in layernorm_forward.
+void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps, Tensor* amax = nullptr);
 // dx[N, C] (+)= the gradient through the norm; dw[C] += Σ_n dy·x·rstd (always accumulates).
 // With dresidual [N, C] (dx's dtype; accumulate_dx false): dx = dresidual + (gradient through the
 // norm), for a pre-norm residual stream; dx may alias dresidual or dy. dx_rounded as in

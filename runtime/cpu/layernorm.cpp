@@ -17,7 +17,7 @@
 namespace tetra::cpu {
 
 void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
-                       float eps) {
+                       float eps, Tensor* amax) {
   const char* op = "layernorm_forward";
   check_dtype(op, "w", w, DType::F32);
   if (w.ndim() != 1) TETRA_FAIL(Internal, op, ": w must be 1-D [C], got ", w.describe());
@@ -63,6 +63,7 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
     pmean[n] = m;
     prstd[n] = r;
   }
+  if (amax) fp8_amax(*amax, y);  // ops.h's amax output: the cast's own measure of y as stored
 }
 
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,

@@ -95,6 +95,13 @@ void check_cuda_float(const char* op, const char* what, const Tensor& t) {
     TETRA_FAIL(Internal, op, ": ", what, " must be fp32 or bf16, got ", t.describe());
 }
 
+unsigned* start_amax(const char* op, Tensor* amax, cudaStream_t stream) {
+  if (!amax) return nullptr;
+  check_cuda_tensor(op, "amax", *amax);
+  TETRA_CUDA_CHECK(cudaMemsetAsync(amax->data_ptr(), 0, sizeof(unsigned), stream));
+  return static_cast<unsigned*>(amax->data_ptr());
+}
+
 Shape leading_shape(const Tensor& t) {
   if (t.ndim() == 0) return {};
   return Shape(t.shape().begin(), t.shape().end() - 1);

@@ -39,6 +39,9 @@
 // re-read from L1/L2 for each pass; backward dw/db through per-warp shared-memory sums (2·C fp32
 // per warp plus one pad float per 8) folded into the same partials. Their shared memory bounds C
 // at about (opt-in shared memory) / 9 bytes: 25K channels on an H100/H200.
+// The forward's optional amax (ops.h: the largest |y| as stored, for the FP8 cast of the projection
+// y feeds) is folded from the values each thread stores, one atomicMax per block at most
+// (block_amax_to), in the row and the fallback kernels alike.
 // In the RMSNorm instantiations mean and b are null and nothing is written for db (its partials have
 // one row, dw's).
 #include <cuda_pipeline_primitives.h>
@@ -119,11 +122,12 @@ __device__ __forceinline__ float team_sum(float v, int team, float (*red)[kMaxTe
 }
 
 // y, mean, rstd for rows slot + k·slots·gridDim.x (k = 0, 1, ...), blockIdx.x·slots first.
+// amax (may be null): max |y| bits as stored (ops.h), zeroed before the launch.
 // Dynamic shared memory: w, b as fp32 [2][C].
 template <Norm K, int VPT, class TX, class TY, class P>
 __global__ void __launch_bounds__(kRowThreads)
     norm_forward_rows_kernel(TY* y, float* mean, float* rstd, const TX* x, const P* w, const P* b, int64_t N, int C,
-                             float eps, int team) {
+                             float eps, int team, unsigned* amax) {
   extern __shared__ float4 smem_f4[];
   float* sw = reinterpret_cast<float*>(smem_f4);
   float* sb = sw + C;
@@ -139,6 +143,7 @@ __global__ void __launch_bounds__(kRowThreads)
   __syncthreads();
 
   int parity = 0;
+  unsigned ymax = 0;
   const float inv_c = 1.0f / static_cast<float>(C);
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * slots; base < N;
        base += static_cast<int64_t>(gridDim.x) * slots) {  // the same trip count for the whole block
@@ -188,6 +193,8 @@ __global__ void __launch_bounds__(kRowThreads)
           for (int k = 0; k < 8; ++k) out[k] = v[j][k] * s * wv[k];
         }
         store_vec<8>(yr + vi * 8, out);  // y may alias x (TY = TX): this thread read these elements above
+#pragma unroll
+        for (int k = 0; k < 8; ++k) ymax = max(ymax, stored_abs_bits<TY>(out[k]));
       }
     }
     if (t == 0) {
@@ -195,6 +202,7 @@ __global__ void __launch_bounds__(kRowThreads)
       rstd[row] = s;
     }
   }
+  block_amax_to(amax, ymax);  // every thread of the block gets here (inactive rows only `continue`)
 }
 
 // 16-byte chunks of 8 elements of T: 1 for bf16, 2 for fp32.
@@ -525,12 +533,11 @@ struct PickBackward {
 
 constexpr int kForwardWarps = 8;
 
+// One row by one warp; returns the lane's max |y| bits as stored.
 template <Norm K, int V, class TX, class TY, class P>
-__global__ void norm_forward_kernel(TY* y, float* mean, float* rstd, const TX* x, const P* w, const P* b, int64_t N,
-                                    int C, float eps) {
+__device__ __forceinline__ unsigned norm_forward_row(TY* y, float* mean, float* rstd, const TX* x, const P* w,
+                                                     const P* b, int64_t row, int C, float eps) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= N) return;  // the whole warp leaves together
   const TX* xr = x + row * C;
   TY* yr = y + row * C;
 
@@ -555,6 +562,7 @@ __global__ void norm_forward_kernel(TY* y, float* mean, float* rstd, const TX* x
   }
   const float s = 1.0f / sqrtf(warp_sum(sq) / C + eps);
 
+  unsigned ymax = 0;
   for (int i = lane * V; i < C; i += 32 * V) {
     float v[V], wv[V], bv[V], out[V];
     load_vec<V>(xr + i, v);
@@ -573,11 +581,24 @@ __global__ void norm_forward_kernel(TY* y, float* mean, float* rstd, const TX* x
       for (int j = 0; j < V; ++j) out[j] = v[j] * s * wv[j];
     }
     store_vec<V>(yr + i, out);  // y may alias x (TY = TX): this lane read these elements just above
+#pragma unroll
+    for (int j = 0; j < V; ++j) ymax = max(ymax, stored_abs_bits<TY>(out[j]));
   }
   if (lane == 0) {
     if constexpr (K == Norm::Layer) mean[row] = m;
     rstd[row] = s;
   }
+  return ymax;
+}
+
+// A warp per row; amax as norm_forward_rows_kernel's.
+template <Norm K, int V, class TX, class TY, class P>
+__global__ void norm_forward_kernel(TY* y, float* mean, float* rstd, const TX* x, const P* w, const P* b, int64_t N,
+                                    int C, float eps, unsigned* amax) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  unsigned ymax = 0;
+  if (row < N) ymax = norm_forward_row<K, V>(y, mean, rstd, x, w, b, row, C, eps);  // the whole warp together
+  block_amax_to(amax, ymax);
 }
 
 // Where channel c lives in a warp's shared-memory row. With V = 8, lane l touches channels l·8 + j
@@ -764,13 +785,14 @@ void check_act(const char* op, const char* what, const Tensor& t, const Tensor& 
 // Runs norm K's forward on checked arguments (mean and b: null / undefined for RMSNorm).
 template <Norm K>
 void norm_forward(const char* op, Tensor& y, float* mean, Tensor& rstd, const Tensor& x, const Tensor& w,
-                  const Tensor& b, float eps) {
+                  const Tensor& b, float eps, Tensor* amax) {
   const int C = static_cast<int>(w.dim(0));
   const int64_t N = rows_of(x);
-  if (N == 0) return;
   const Device dev = y.device();
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
+  unsigned* pa = start_amax(op, amax, stream);
+  if (N == 0) return;
   const RowLayout rows = row_layout(C, kForwardMaxVpt);
   const bool rows_path = rows.vpt > 0 && aligned16(x.data_ptr()) && aligned16(y.data_ptr());
   const bool vec = C % 8 == 0 && aligned16(x.data_ptr()) && aligned16(y.data_ptr()) && aligned16(w.data_ptr()) &&
@@ -793,14 +815,14 @@ void norm_forward(const char* op, Tensor& y, float* mean, Tensor& rstd, const Te
           const int64_t wanted = (N + rows.slots - 1) / rows.slots;
           const int blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{per_sm} * sm_count(dev)));
           kernel<<<blocks, rows.threads, smem, stream>>>(py, mean, rstd.data<float>(), px, pw, pb, N, C, eps,
-                                                         rows.team);
+                                                         rows.team, pa);
           TETRA_CUDA_CHECK_LAUNCH();
           return;
         }
       }
       const int blocks = static_cast<int>((N + kForwardWarps - 1) / kForwardWarps);
       auto kernel = vec ? norm_forward_kernel<K, 8, TX, TY, P> : norm_forward_kernel<K, 1, TX, TY, P>;
-      kernel<<<blocks, kForwardWarps * 32, 0, stream>>>(py, mean, rstd.data<float>(), px, pw, pb, N, C, eps);
+      kernel<<<blocks, kForwardWarps * 32, 0, stream>>>(py, mean, rstd.data<float>(), px, pw, pb, N, C, eps, pa);
       TETRA_CUDA_CHECK_LAUNCH();
     });
   });
@@ -950,7 +972,7 @@ void check_rstd(const char* op, const Tensor& rstd, const Tensor& x) {
 }  // namespace
 
 void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
-                       float eps) {
+                       float eps, Tensor* amax) {
   const char* op = "layernorm_forward";
   check_params(op, w, b);
   const int C = channels(op, w.dim(0));
@@ -959,7 +981,7 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
   check_act(op, "y", y, x);
   check_stats(op, mean, rstd, x);
   if (!(eps >= 0.0f)) TETRA_FAIL(Internal, op, ": eps must be ≥ 0, got ", eps);
-  norm_forward<Norm::Layer>(op, y, mean.data<float>(), rstd, x, w, b, eps);
+  norm_forward<Norm::Layer>(op, y, mean.data<float>(), rstd, x, w, b, eps, amax);
 }
 
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
@@ -984,7 +1006,7 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
                              dx_column_sum, dx_rounded);
 }
 
-void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
+void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps, Tensor* amax) {
   const char* op = "rmsnorm_forward";
   check_params(op, w, Tensor());
   const int C = channels(op, w.dim(0));
@@ -993,7 +1015,7 @@ void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, 
   check_act(op, "y", y, x);
   check_rstd(op, rstd, x);
   if (!(eps >= 0.0f)) TETRA_FAIL(Internal, op, ": eps must be ≥ 0, got ", eps);
-  norm_forward<Norm::Rms>(op, y, nullptr, rstd, x, w, Tensor(), eps);
+  norm_forward<Norm::Rms>(op, y, nullptr, rstd, x, w, Tensor(), eps, amax);
 }
 
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,

@@ -92,14 +92,6 @@ bool vectorizable(int64_t F, std::initializer_list<const Tensor*> ts) {
   return true;
 }
 
-// The amax output (ops.h): zeroed on the stream before the kernel folds into it; null when not asked.
-unsigned* start_amax(const char* op, Tensor* amax, cudaStream_t stream) {
-  if (!amax) return nullptr;
-  check_cuda_tensor(op, "amax", *amax);
-  TETRA_CUDA_CHECK(cudaMemsetAsync(amax->data_ptr(), 0, sizeof(unsigned), stream));
-  return static_cast<unsigned*>(amax->data_ptr());
-}
-
 }  // namespace
 
 void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax) {

@@ -340,5 +340,38 @@ TEST(Fp8Cast, ProducersAmaxIsWhatTheCastWouldMeasure) {
   EXPECT_THROW(ops::fp8_quantize(q, rs, h, ops::Fp8Scaling::Rows1x128, nullptr, nullptr, &h_amax), Error);
 }
 
+// The norms' amax outputs (ops.h) are the largest |y| as stored — fp32 y, and bf16 y from an fp32 x
+// (rounded before measuring) — what fp8_amax measures over y, bit for bit; a NaN in x makes it NaN.
+TEST(Fp8Cast, NormsAmaxIsWhatTheCastWouldMeasure) {
+  Rng rng(9);
+  const int64_t N = 24, C = 80;
+  Tensor x = random_tensor(rng, {N, C}), w = random_tensor(rng, {C}), b = random_tensor(rng, {C});
+  auto bits = [](const Tensor& amax) { return *static_cast<const uint32_t*>(amax.data_ptr()); };
+  for (DType yd : {DType::F32, DType::BF16}) {
+    for (bool nan : {false, true}) {
+      if (nan) x.data<float>()[3 * C + 7] = std::numeric_limits<float>::quiet_NaN();
+      const std::string what = std::string(dtype_name(yd)) + (nan ? " with a NaN" : "");
+      Tensor y = Tensor::empty({N, C}, yd);
+      Tensor mean = Tensor::empty({N}, DType::F32), rstd = Tensor::empty({N}, DType::F32);
+      Tensor amax = Tensor::empty({1}, DType::U32), want = Tensor::empty({1}, DType::U32);
+      ops::rmsnorm_forward(y, rstd, x, w, 1e-5f, &amax);
+      ops::fp8_amax(want, y);
+      EXPECT_EQ(bits(amax), bits(want)) << "rmsnorm, " << what;
+      EXPECT_EQ(bits(amax) > 0x7f800000u, nan) << "rmsnorm, " << what;
+      ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f, &amax);
+      ops::fp8_amax(want, y);
+      EXPECT_EQ(bits(amax), bits(want)) << "layernorm, " << what;
+      EXPECT_EQ(bits(amax) > 0x7f800000u, nan) << "layernorm, " << what;
+    }
+    x.data<float>()[3 * C + 7] = 0.5f;
+  }
+  // The output must be U32 [1].
+  Tensor y = Tensor::empty({N, C}, DType::F32);
+  Tensor mean = Tensor::empty({N}, DType::F32), rstd = Tensor::empty({N}, DType::F32);
+  Tensor wrong = Tensor::empty({1}, DType::F32);
+  EXPECT_THROW(ops::rmsnorm_forward(y, rstd, x, w, 1e-5f, &wrong), Error);
+  EXPECT_THROW(ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f, &wrong), Error);
+}
+
 }  // namespace
 }  // namespace tetra

@@ -12,6 +12,7 @@
 #include <limits>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/cuda/cuda_backend.h"
@@ -208,5 +209,43 @@ inline Closeness close_error(const Tensor& dev, const Tensor& ref_host_f32) {
 }
 
 inline const char* name(DType t) { return dtype_name(t); }
+
+// A norm's amax output (ops.h: U32 [1], the largest |y| as stored) over the row kernels (a team of
+// one warp, of 8 warps, rows leaving blocks partly idle) and the fallback (C % 8 != 0); y bf16 or fp32
+// of its x's dtype, and bf16 y of an fp32 x; with and without a NaN in x. Each against the CPU twin's
+// measure of the y written (ops::fp8_amax over the downloaded y; NaN against NaN), and a Tensorwise
+// cast given it writes the codes and scale of the cast that measures y itself.
+// forward(y, x, amax): the norm on device tensors (its weights of its own).
+template <class Forward>
+void check_norm_amax(const char* norm, Forward&& forward) {
+  uint64_t seed = 60;
+  const std::pair<int64_t, int64_t> shapes[] = {{1001, 2048}, {64, 8192}, {37, 45}};
+  const std::pair<DType, DType> dtypes[] = {
+      {DType::BF16, DType::BF16}, {DType::F32, DType::F32}, {DType::F32, DType::BF16}};
+  for (const auto& [N, C] : shapes)
+    for (const auto& [xd, yd] : dtypes)
+      for (bool nan : {false, true}) {
+        const std::string what = std::string(norm) + " [" + std::to_string(N) + ", " + std::to_string(C) + "] x " +
+                                 dtype_name(xd) + " y " + dtype_name(yd) + (nan ? ", a NaN in x" : "");
+        Rng rng(seed++);
+        Tensor x = random_host(rng, {N, C}, 1.5, 0.3);
+        if (nan) x.data<float>()[N / 2 * C + C / 3] = std::numeric_limits<float>::quiet_NaN();
+        Tensor gx = upload(x, xd), gy = poisoned({N, C}, yd), amax = Tensor::empty({1}, DType::U32, gpu());
+        poison(amax);
+        forward(gy, gx, amax);
+        Tensor want = Tensor::empty({1}, DType::U32);
+        ops::fp8_amax(want, download_raw(gy));
+        EXPECT_TRUE(same_amax_bits(amax, want)) << what;
+        EXPECT_EQ(*static_cast<const uint32_t*>(download_raw(amax).data_ptr()) > 0x7f800000u, nan) << what;
+        Tensor q1 = Tensor::empty({N, C}, DType::F8E4M3, gpu()), q2 = Tensor::empty({N, C}, DType::F8E4M3, gpu());
+        Tensor s1 = Tensor::empty({1}, DType::F32, gpu()), s2 = Tensor::empty({1}, DType::F32, gpu());
+        ops::fp8_quantize(q1, s1, gy, ops::Fp8Scaling::Tensorwise);
+        ops::fp8_quantize(q2, s2, gy, ops::Fp8Scaling::Tensorwise, nullptr, nullptr, &amax);
+        const Tensor b1 = download_raw(q1), b2 = download_raw(q2);
+        EXPECT_EQ(std::memcmp(b1.data_ptr(), b2.data_ptr(), b1.nbytes()), 0) << what << ": codes";
+        EXPECT_EQ(std::memcmp(download_raw(s1).data_ptr(), download_raw(s2).data_ptr(), sizeof(float)), 0)
+            << what << ": scale";
+      }
+}
 
 }  // namespace tetra::gputest

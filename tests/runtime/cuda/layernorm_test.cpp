@@ -225,6 +225,18 @@ TEST(GpuLayerNorm, WideRowsNeedOptInSharedMemory) {
   check_layernorm({9, 16384}, false, 9);  // forward row kernel of 16 warps; backward fallback
 }
 
+// The amax output (FP8 tensorwise casts of the projection the norm feeds): gpu_test_util.h.
+TEST(GpuLayerNorm, AmaxOutputIsTheLargestStoredValue) {
+  TETRA_REQUIRE_GPU();
+  check_norm_amax("layernorm", [](Tensor& y, const Tensor& x, Tensor& amax) {
+    Rng rng(4);
+    const int64_t C = x.dim(-1), N = x.numel() / C;
+    Tensor w = upload(random_host(rng, {C}, 0.3, 1.0), DType::F32), b = upload(random_host(rng, {C}), DType::F32);
+    Tensor mean = poisoned({N}, DType::F32), rstd = poisoned({N}, DType::F32);
+    ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f, &amax);
+  });
+}
+
 TEST(GpuLayerNorm, UnalignedViewsTakeTheFallback) {
   TETRA_REQUIRE_GPU();
   check_unaligned(513, 768, 10);

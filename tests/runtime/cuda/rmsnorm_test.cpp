@@ -174,6 +174,17 @@ TEST(GpuRmsNorm, BackwardIsDeterministic) {
   }
 }
 
+// The amax output (FP8 tensorwise casts of the projection the norm feeds): gpu_test_util.h.
+TEST(GpuRmsNorm, AmaxOutputIsTheLargestStoredValue) {
+  TETRA_REQUIRE_GPU();
+  check_norm_amax("rmsnorm", [](Tensor& y, const Tensor& x, Tensor& amax) {
+    Rng rng(3);
+    const int64_t C = x.dim(-1), N = x.numel() / C;
+    Tensor w = upload(random_host(rng, {C}, 0.3, 1.0), DType::F32), rstd = poisoned({N}, DType::F32);
+    ops::rmsnorm_forward(y, rstd, x, w, 1e-5f, &amax);
+  });
+}
+
 TEST(GpuRmsNorm, RejectsBadArguments) {
   TETRA_REQUIRE_GPU();
   const int64_t N = 4, C = 16;

@@ -1,0 +1,94 @@
+// The norms that feed projections measure their output's amax for the projection's tensorwise FP8
+// cast (ops::rmsnorm_forward / layernorm_forward's amax output, through Linear::fp8_amax_slot): a
+// training forward that keeps its FP8 state casts q/k/v's and gate/up's (Llama) or c_attn's and
+// c_fc's (GPT-2) inputs with the norm's amax; the evaluation forward and the first forward of a fully
+// recomputed layer keep nothing and cast with the amax the cast measures itself. The amax is of the
+// values as stored, so every path reads the same codes and scales: losses and gradients equal bit
+// for bit across recompute none / mlp / full and the evaluation forward (CPU, fp32).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "models/gpt_model.h"
+#include "models/layer.h"
+#include "models/llama_model.h"
+#include "parallel/param_set.h"
+#include "runtime/ops.h"
+#include "runtime/random.h"
+
+namespace tetra {
+namespace {
+
+struct BatchResult {
+  double loss_sum = 0.0;
+  std::vector<std::vector<float>> grads;  // every parameter's, in the model's order (training only)
+};
+
+// One batch of 2 × 16 random tokens through a freshly initialised model (the same weights for every
+// call with the same config): forward, and with `training` backward.
+template <class M, class Config>
+BatchResult run_batch(Config cfg, Recompute recompute, bool training) {
+  cfg.recompute = recompute;
+  M model(cfg);
+  ParamSet params;
+  params.build(model.params(), Device::cpu(), DType::F32, DType::F32);
+  params.initialize(5);
+  const int64_t B = 2, T = 16;
+  Rng rng(9);
+  std::vector<int32_t> ids(B * T), targets(B * T);
+  for (int64_t i = 0; i < B * T; ++i) {
+    ids[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(cfg.vocab_size)));
+    targets[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(cfg.vocab_size)));
+  }
+  MicroBatchContext ctx(Device::cpu(), DType::F32);
+  ctx.batch = B;
+  ctx.seq_len = T;
+  ctx.training = training;
+  ctx.ids = Tensor::from_vector(ids, {B, T});
+  ctx.targets = Tensor::from_vector(targets, {B, T});
+  ctx.loss_grad_scale = 1.0f / static_cast<float>(B * T);
+  params.zero_grads();
+  std::vector<Layer*> layers = model.layers();
+  Tensor x = ctx.ids;
+  for (Layer* l : layers) x = l->forward(ctx, x);
+  BatchResult r;
+  r.loss_sum = ops::sum_to_host(ctx.losses);
+  if (!training) return r;
+  Tensor dy;
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    dy = (*it)->backward_input(ctx, dy);
+    (*it)->backward_weight(ctx);
+  }
+  for (Param* p : model.params()) r.grads.emplace_back(p->grad.data<float>(), p->grad.data<float>() + p->grad.numel());
+  return r;
+}
+
+template <class M, class Config>
+void expect_fused_amax_changes_nothing(const Config& cfg) {
+  const BatchResult fused = run_batch<M>(cfg, Recompute::None, true);
+  const BatchResult eval = run_batch<M>(cfg, Recompute::None, false);
+  EXPECT_EQ(eval.loss_sum, fused.loss_sum) << "the evaluation forward (each cast measures its input)";
+  for (Recompute r : {Recompute::Mlp, Recompute::Full}) {
+    const BatchResult run = run_batch<M>(cfg, r, true);
+    EXPECT_EQ(run.loss_sum, fused.loss_sum) << "recompute " << static_cast<int>(r);
+    ASSERT_EQ(run.grads.size(), fused.grads.size());
+    for (size_t i = 0; i < fused.grads.size(); ++i)
+      EXPECT_EQ(run.grads[i], fused.grads[i]) << "recompute " << static_cast<int>(r) << ", param " << i;
+  }
+}
+
+TEST(Fp8NormAmax, LlamaCastsWithTheNormsAmaxAsWithItsOwn) {
+  LlamaConfig cfg{.vocab_size = 96, .max_seq_len = 16, .d_model = 32, .n_layers = 2, .n_heads = 4, .ffn_dim = 48};
+  cfg.fp8 = Fp8Recipe::Tensorwise;
+  expect_fused_amax_changes_nothing<LlamaModel>(cfg);
+}
+
+TEST(Fp8NormAmax, Gpt2CastsWithTheLayerNormsAmaxAsWithItsOwn) {
+  GptConfig cfg{.vocab_size = 96, .max_seq_len = 16, .d_model = 32, .n_layers = 2, .n_heads = 4};
+  cfg.fp8 = Fp8Recipe::Tensorwise;
+  expect_fused_amax_changes_nothing<GptModel>(cfg);
+}
+
+}  // namespace
+}  // namespace tetra
