@@ -75,7 +75,7 @@ void GptBlock::run_attention_half(MicroBatchContext& ctx, Saved& s, bool keep_fp
   s.rstd1 = ctx.fp32({R});
   ln_1_.forward(s.ln1, s.mean1, s.rstd1, s.x);
   s.qkv = ctx.activation({N, 3 * HD});
-  s.ln1_in = c_attn_.sequence_sharded() ? ctx.activation({N, C}) : s.ln1;
+  s.ln1_in = c_attn_.gathered_input(s.ln1, keep_fp8 ? &s.c_attn_fp8 : nullptr);
   c_attn_.forward(s.qkv, s.ln1, &s.ln1_in, ops::Activation::None, nullptr, keep_fp8 ? &s.c_attn_fp8 : nullptr);
   s.att = ctx.activation({N, HD});
   s.lse = ctx.fp32({B, H, T});
@@ -93,7 +93,7 @@ void GptBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y, bool ke
   ln_2_.forward(s.ln2, s.mean2, s.rstd2, s.x2);
   s.fc_pre = ctx.activation({N, F});
   s.fc_act = ctx.activation({N, F});
-  s.ln2_in = c_fc_.sequence_sharded() ? ctx.activation({N, C}) : s.ln2;
+  s.ln2_in = c_fc_.gathered_input(s.ln2, keep_fp8 ? &s.c_fc_fp8 : nullptr);
   c_fc_.forward(s.fc_act, s.ln2, &s.ln2_in, ops::Activation::Gelu, &s.fc_pre, keep_fp8 ? &s.c_fc_fp8 : nullptr);
   if (!y) return;
   mlp_proj_.forward_residual(*y, s.fc_act, s.x2, keep_fp8 ? &s.mlp_proj_fp8 : nullptr);

@@ -56,7 +56,7 @@ Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
   s.rstd1 = ctx.fp32({R});
   input_norm_.forward(s.h1, s.rstd1, s.x);
   s.qkv = ctx.activation({N, Q});
-  s.h1_in = qkv_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.h1;
+  s.h1_in = qkv_proj_.gathered_input(s.h1, s.keep_fp8 ? &s.qkv_fp8 : nullptr);
   qkv_proj_.forward(s.qkv, s.h1, &s.h1_in, ops::Activation::None, nullptr, s.keep_fp8 ? &s.qkv_fp8 : nullptr);
   if (cfg_.qk_norm) qk_norm_forward(ctx, s);
   Tensor qkv3 = s.qkv.view({B, T, Q});
