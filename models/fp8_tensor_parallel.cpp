@@ -18,6 +18,21 @@ Tensor whole_amax(const Fp8Cast& cast, TensorParallel& tp, const Tensor& t, Part
 
 const Tensor* given(const Tensor& t) { return t.defined() ? &t : nullptr; }
 
+// The forward GEMM of tp::LinearGemms on rows that `operand` makes FP8 (cast them, or take them as
+// codes already cast): y = act(rows · wᵀ + b), the bias and GELU as separate ops after it (as the
+// plain layer's FP8 path: the FP8 GEMMs have no epilogue).
+template <class MakeOperand>
+auto forward_gemm(const Fp8Operand& wq, const Fp8RecipeCasts& casts, MakeOperand operand) {
+  return [wq, operand, fast = casts.forward_fast_accum](Tensor& y, const Tensor& rows, const Tensor& b,
+                                                        ops::Activation act, Tensor* pre_act) {
+    const bool gelu = act == ops::Activation::Gelu;
+    Tensor out = !gelu ? y : pre_act && pre_act->defined() ? *pre_act : Tensor::empty(y.shape(), y.dtype(), y.device());
+    fp8_linear::gemm(out, operand(rows), wq, /*accumulate=*/false, fast);
+    if (b.defined()) ops::add_bias(out, b);
+    if (gelu) ops::gelu_forward(y, out);
+  };
+}
+
 }  // namespace
 
 tp::LinearGemms forward(Fp8Recipe recipe, TensorParallel& tp, const Tensor& w, const Tensor& x, Part x_part) {
@@ -27,15 +42,40 @@ tp::LinearGemms forward(Fp8Recipe recipe, TensorParallel& tp, const Tensor& w, c
   const Fp8Operand wq = fp8_linear::cast(w, casts.weight, nullptr, given(w_amax));
   const Tensor x_amax = whole_amax(casts.activation, tp, x, x_part);
   tp::LinearGemms g;
-  g.forward = [wq, x_amax, cast = casts.activation, fast = casts.forward_fast_accum](
-                  Tensor& y, const Tensor& rows, const Tensor& b, ops::Activation act, Tensor* pre_act) {
-    // y = act(rows · wᵀ + b): the GEMM, then the bias and GELU as separate ops (as the plain
-    // layer's FP8 path: the FP8 GEMMs have no epilogue).
-    const bool gelu = act == ops::Activation::Gelu;
-    Tensor out = !gelu ? y : pre_act && pre_act->defined() ? *pre_act : Tensor::empty(y.shape(), y.dtype(), y.device());
-    fp8_linear::gemm(out, fp8_linear::cast(rows, cast, nullptr, given(x_amax)), wq, /*accumulate=*/false, fast);
-    if (b.defined()) ops::add_bias(out, b);
-    if (gelu) ops::gelu_forward(y, out);
+  g.forward = forward_gemm(wq, casts, [x_amax, cast = casts.activation](const Tensor& rows) {
+    return fp8_linear::cast(rows, cast, nullptr, given(x_amax));
+  });
+  return g;
+}
+
+bool casts_before_gather(Fp8Recipe recipe, const Fp8Saved* keep) {
+  return recipe != Fp8Recipe::None && keep && fp8_recipe_casts(recipe).activation.scaling == ops::Fp8Scaling::Tensorwise;
+}
+
+double sp_kept_input(Fp8Recipe recipe, double value_bytes, bool keeps) {
+  const Fp8Saved some;
+  return casts_before_gather(recipe, keeps ? &some : nullptr) ? fp8_kept_bytes_per_element(recipe) : value_bytes;
+}
+
+tp::LinearGemms gathered_forward(Fp8Recipe recipe, TensorParallel& tp, const Tensor& w, const Tensor& x_shard,
+                                 Fp8Saved* keep) {
+  if (!casts_before_gather(recipe, keep)) return forward(recipe, tp, w, x_shard, Part::Split);
+  const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
+  const Tensor w_amax = whole_amax(casts.weight, tp, w, Part::Split);
+  const Fp8Operand wq = fp8_linear::cast(w, casts.weight, nullptr, given(w_amax));
+  // The shard's codes with the whole input's scale: the rows of the gathered tensor's cast.
+  const Tensor x_amax = whole_amax(casts.activation, tp, x_shard, Part::Split);
+  const Fp8Operand shard = fp8_linear::cast(x_shard, casts.activation, nullptr, given(x_amax));
+  tp::LinearGemms g;
+  g.gather_shard = shard.q;
+  g.forward = forward_gemm(wq, casts, [scale = shard.scale](const Tensor& codes) {
+    return Fp8Operand{codes, scale, ops::Fp8Scaling::Tensorwise};
+  });
+  g.gathered = [keep, scale = shard.scale](const Tensor& codes) {
+    // xᵀ [I, N] for the weight gradient: the gathered codes transposed, the scale shared.
+    keep->x_t = Fp8Operand{Tensor::empty({codes.dim(1), codes.dim(0)}, codes.dtype(), codes.device()),
+                           Tensor::empty({1}, DType::F32, codes.device()), ops::Fp8Scaling::Tensorwise};
+    ops::fp8_transpose(keep->x_t.q, keep->x_t.scale, codes, scale, ops::Fp8Scaling::Tensorwise);
   };
   return g;
 }
@@ -56,13 +96,18 @@ tp::LinearGemms backward_input(Fp8Recipe recipe, TensorParallel& tp, const Tenso
 }
 
 void backward_weight(Fp8Recipe recipe, TensorParallel& tp, Tensor& dw, const Tensor& dy, Part dy_part, const Tensor& x,
-                     Part x_part) {
+                     Part x_part, Fp8Saved* kept) {
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
   const Tensor dy_amax = whole_amax(casts.gradient, tp, dy, dy_part);
-  const Tensor x_amax = whole_amax(casts.activation, tp, x, x_part);
   Fp8Operand dy_t, x_t;  // dyᵀ [O', N], xᵀ [I', N]: K = N tokens
   fp8_linear::cast(dy, casts.gradient, &dy_t, given(dy_amax));
-  fp8_linear::cast(x, casts.activation, &x_t, given(x_amax));
+  if (kept && kept->x_t.defined()) {
+    x_t = std::move(kept->x_t);
+    kept->x_t = Fp8Operand();
+  } else {
+    const Tensor x_amax = whole_amax(casts.activation, tp, x, x_part);
+    fp8_linear::cast(x, casts.activation, &x_t, given(x_amax));
+  }
   fp8_linear::gemm(dw, dy_t, x_t, /*accumulate=*/true);
 }
 

@@ -77,7 +77,7 @@ void GptBlock::run_attention_half(MicroBatchContext& ctx, Saved& s, bool keep_fp
   ln_1_.forward(s.ln1, s.mean1, s.rstd1, s.x,
                 keep_fp8 ? c_attn_.fp8_amax_slot(&s.c_attn_fp8, /*gradient=*/false, ctx.device()) : nullptr);
   s.qkv = ctx.activation({N, 3 * HD});
-  s.ln1_in = c_attn_.sequence_sharded() ? ctx.activation({N, C}) : s.ln1;
+  s.ln1_in = c_attn_.gathered_input(s.ln1, keep_fp8 ? &s.c_attn_fp8 : nullptr);
   c_attn_.forward(s.qkv, s.ln1, &s.ln1_in, ops::Activation::None, nullptr, keep_fp8 ? &s.c_attn_fp8 : nullptr);
   s.att = ctx.activation({N, HD});
   s.lse = ctx.fp32({B, H, T});
@@ -96,7 +96,7 @@ void GptBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y, bool ke
                 keep_fp8 ? c_fc_.fp8_amax_slot(&s.c_fc_fp8, /*gradient=*/false, ctx.device()) : nullptr);
   s.fc_pre = ctx.activation({N, F});
   s.fc_act = ctx.activation({N, F});
-  s.ln2_in = c_fc_.sequence_sharded() ? ctx.activation({N, C}) : s.ln2;
+  s.ln2_in = c_fc_.gathered_input(s.ln2, keep_fp8 ? &s.c_fc_fp8 : nullptr);
   // Under tensorwise FP8, c_fc's epilogue measures fc_act's amax for mlp.c_proj's cast as it writes it.
   Tensor* act_amax = y && keep_fp8 ? mlp_proj_.fp8_amax_slot(&s.mlp_proj_fp8, /*gradient=*/false, ctx.device()) : nullptr;
   c_fc_.forward(s.fc_act, s.ln2, &s.ln2_in, ops::Activation::Gelu, &s.fc_pre, keep_fp8 ? &s.c_fc_fp8 : nullptr,

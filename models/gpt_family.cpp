@@ -44,7 +44,8 @@ class GptFamily : public ModelFamily {
   // statistics and loss (12 B) and the [V] logits gradient.
   // Tensor parallelism (one of tp ranks): heads, qkv, att and the MLP's [4C] split over tp; with
   // sequence parallelism x, x2, ln_1, ln_2 and their statistics hold 1/tp of the tokens, plus the
-  // gathered ln_1 and ln_2 [C] the column-parallel GEMMs read (kept for their weight gradients);
+  // gathered ln_1 and ln_2 [C] the column-parallel GEMMs read (kept for their weight gradients; under
+  // tensorwise FP8 the codes of their transposes instead, a byte each, where the forward keeps them);
   // the head keeps its 1/tp rows, the gathered ln_f [C] and [V/tp] logits.
   std::vector<LayerCost> layer_costs(const ModelArgs& args, const ActivationShape& shape) const override {
     const double a = static_cast<double>(shape.value_bytes), r = static_cast<double>(shape.residual_bytes);
@@ -52,7 +53,9 @@ class GptFamily : public ModelFamily {
     const double V = static_cast<double>(args.vocab_size), T = static_cast<double>(shape.seq_len);
     const double tokens = static_cast<double>(shape.micro_batch) * T;
     const double tp = std::max(1, shape.tp), rows = shape.sequence_parallel ? tp : 1.0;  // token split
-    const double gathered = shape.sequence_parallel ? 2.0 * C * a : 0.0;
+    const double gathered = shape.sequence_parallel ? C * fp8_tp::sp_kept_input(args.fp8, a, true) +
+                                                          C * fp8_tp::sp_kept_input(args.fp8, a, args.recompute == Recompute::None)
+                                                    : 0.0;
     // Under train.fp8 the projections keep their inputs' FP8 transposes for W (Fp8Saved): ln_1 and att,
     // and ln_2 and fc_act [4C] where the MLP keeps its activations (not under recompute mlp).
     const double f8 = shape.tp > 1 ? 0.0 : fp8_kept_bytes_per_element(args.fp8);

@@ -58,7 +58,7 @@ Tensor LlamaAttention::forward(MicroBatchContext& ctx, State& s) const {
   input_norm_.forward(s.h1, s.rstd1, s.x,
                       s.keep_fp8 ? qkv_proj_.fp8_amax_slot(&s.qkv_fp8, /*gradient=*/false, ctx.device()) : nullptr);
   s.qkv = ctx.activation({N, Q});
-  s.h1_in = qkv_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.h1;
+  s.h1_in = qkv_proj_.gathered_input(s.h1, s.keep_fp8 ? &s.qkv_fp8 : nullptr);
   qkv_proj_.forward(s.qkv, s.h1, &s.h1_in, ops::Activation::None, nullptr, s.keep_fp8 ? &s.qkv_fp8 : nullptr);
   if (cfg_.qk_norm) qk_norm_forward(ctx, s);
   Tensor qkv3 = s.qkv.view({B, T, Q});

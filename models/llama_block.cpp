@@ -64,7 +64,7 @@ void LlamaBlock::run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y, bool 
   Tensor* h2_amax = keep_fp8 ? gate_up_proj_.fp8_amax_slot(&s.gate_up_fp8, /*gradient=*/false, ctx.device()) : nullptr;
   post_norm_.forward(s.h2, s.rstd2, s.x2, h2_amax);
   s.gate_up = ctx.activation({N, 2 * F});
-  s.h2_in = gate_up_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.h2;
+  s.h2_in = gate_up_proj_.gathered_input(s.h2, keep_fp8 ? &s.gate_up_fp8 : nullptr);
   gate_up_proj_.forward(s.gate_up, s.h2, &s.h2_in, ops::Activation::None, nullptr, keep_fp8 ? &s.gate_up_fp8 : nullptr);
   s.act = ctx.activation({N, F});
   // Under tensorwise FP8, SwiGLU measures act's amax for down_proj's cast as it writes act.

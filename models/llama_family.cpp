@@ -52,10 +52,13 @@ class LlamaFamily : public ModelFamily {
     const double V = static_cast<double>(c.vocab_size), T = static_cast<double>(shape.seq_len);
     const double tokens = static_cast<double>(shape.micro_batch) * T;
     // Tensor parallelism (one of tp ranks): heads and the MLP split over tp; with sequence
-    // parallelism x, h1, x2, h2 and the rstds on 1/tp of the tokens, plus the gathered h1 and h2.
+    // parallelism x, h1, x2, h2 and the rstds on 1/tp of the tokens, plus the gathered h1 and h2 (under
+    // tensorwise FP8 the codes of their transposes, a byte each, where the forward keeps them).
     // qkv holds this rank's q | k | v rows (replicated key/value heads in full, LlamaConfig::qkv_rows_per_rank).
     const double tp = std::max(1, shape.tp), rows = shape.sequence_parallel ? tp : 1.0;
-    const double gathered = shape.sequence_parallel ? 2.0 * C * a : 0.0;
+    const double gathered = shape.sequence_parallel ? C * fp8_tp::sp_kept_input(c.fp8, a, true) +
+                                                          C * fp8_tp::sp_kept_input(c.fp8, a, c.recompute == Recompute::None)
+                                                    : 0.0;
     const double Qr = static_cast<double>(c.qkv_rows_per_rank(std::max(1, shape.tp)));
     // att is [H·D] (C unless model.head_dim says otherwise); qwen3 also keeps q and k before their
     // norms [(H + Hkv)·D] and their fp32 rstd per head.

@@ -106,7 +106,9 @@ void Linear::forward(Tensor& y, const Tensor& x, Tensor* x_full, ops::Activation
   } else {
     TETRA_CHECK(style_ == TpStyle::ColumnParallel, weight.name,
                 ": forward runs a column-parallel layer, this one is ", tp_style_name(style_), " (forward_residual)");
-    const tp::LinearGemms g = fp8_tp::forward(fp8_, *tp_, weight.value, x, stream_part());
+    // Sequence-sharded: the shard cast before the gather where the recipe allows (its xᵀ kept in fp8).
+    const tp::LinearGemms g = sequence_sharded() ? fp8_tp::gathered_forward(fp8_, *tp_, weight.value, x, fp8)
+                                                 : fp8_tp::forward(fp8_, *tp_, weight.value, x, fp8_tp::Part::Whole);
     tp_->column_forward(y, x, x_full, weight.value, b, act, pre_act, &g);
   }
   if (y_amax) ops::fp8_amax(*y_amax, y);
@@ -173,7 +175,7 @@ void Linear::backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dy
     const bool column = style_ == TpStyle::ColumnParallel;
     using fp8_tp::Part;
     fp8_tp::backward_weight(fp8_, *tp_, weight.grad, dy, column ? Part::Split : Part::Whole, x,
-                            column ? Part::Whole : Part::Split);
+                            column ? Part::Whole : Part::Split, column ? fp8 : nullptr);
   } else {
     fp8_linear::backward_weight(fp8_, weight.grad, dy, x, fp8);
   }

@@ -60,8 +60,18 @@ struct Linear {
   // Rows N of the [N, ·] side for stream rows R (R, or R·tp when sequence-sharded).
   int64_t full_rows(int64_t stream_rows) const { return sequence_sharded() ? stream_rows * tp_->size() : stream_rows; }
 
+  // The [N, in] input that forward gathers into (x_full) and backward_weight reads, for stream input
+  // x [R, in] and the Fp8Saved the forward gets: x itself when not sequence-sharded; undefined where
+  // the FP8 recipe gathers the input's codes and keeps their transpose in fp8 instead
+  // (fp8_tp::casts_before_gather); else a new buffer like x.
+  Tensor gathered_input(const Tensor& x, const Fp8Saved* fp8) const {
+    if (!sequence_sharded()) return x;
+    if (fp8_tp::casts_before_gather(fp8_, fp8)) return Tensor();
+    return Tensor::empty({full_rows(x.dim(0)), x.dim(1)}, x.dtype(), x.device());
+  }
   // ColumnParallel or plain: y[N, out] = act(x·Wᵀ + b); pre_act as in ops::linear_forward. x_full
-  // ([N, in], may be null): receives the gathered input when sequence-sharded (else x is whole).
+  // ([N, in], may be null): receives the gathered input when sequence-sharded (else x is whole),
+  // unless the FP8 path keeps xᵀ in fp8 instead (gathered_input: x_full then undefined, not written).
   // fp8 (may be null): this micro-batch's Fp8Saved, which receives what the FP8 path keeps for the
   // weight gradient (every method below takes it; the working-dtype path ignores it).
   // y_amax (may be null; U32 [1]): receives the largest |y| as stored — the next layer's fp8_amax_slot,

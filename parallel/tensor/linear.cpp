@@ -63,15 +63,19 @@ void all_gather_linear_forward(TpGroup& g, Tensor& y, const Tensor& x_shard, con
     gemm_forward(gemms, y, x_shard, w, b, act, pre_act);
     return;
   }
-  Tensor gathered = gather_buffer(g, op, "x_gathered", x_gathered, x_shard);
+  const bool cast_first = gemms && gemms->gather_shard.defined();
+  if (cast_first) check_rows(op, "gemms' gather_shard", gemms->gather_shard, m);
+  Tensor gathered = cast_first ? gather_buffer(g, op, "", nullptr, gemms->gather_shard)
+                               : gather_buffer(g, op, "x_gathered", x_gathered, x_shard);
   all_gather_then(
-      g, gathered, x_shard,
+      g, gathered, cast_first ? gemms->gather_shard : x_shard,
       [&](int q, const Tensor& rows) {
         Tensor yq = TpGroup::chunk(y, q, m);
         Tensor pq = pre_act && pre_act->defined() ? TpGroup::chunk(*pre_act, q, m) : Tensor();
         gemm_forward(gemms, yq, rows, w, b, act, pq.defined() ? &pq : nullptr);
       },
       op);
+  if (cast_first && gemms->gathered) gemms->gathered(gathered);
 }
 
 void linear_forward_reduce_scatter(TpGroup& g, Tensor& y_shard, const Tensor& x, const Tensor& w, const Tensor& b,

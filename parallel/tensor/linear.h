@@ -62,6 +62,13 @@ struct LinearGemms {
   std::function<void(Tensor& y, const Tensor& x, const Tensor& b, ops::Activation act, Tensor* pre_act)> forward;
   // dx[R, I'] = dy[R, O'] · w, times gelu'(gelu_pre) when gelu_pre is given.
   std::function<void(Tensor& dx, const Tensor& dy, const Tensor* gelu_pre)> backward_input;
+  // all_gather_linear_forward only (may be undefined): this rank's input shard as it crosses the wire
+  // in place of x_shard — already cast, [M, I] of any dtype (an FP8 recipe's codes: a byte an
+  // element). forward then receives chunks of the gathered [N, I] of that dtype as its rows,
+  // `gathered` (may be empty) the whole of it once every chunk is consumed, and x_gathered is left
+  // unwritten (what the weight gradient reads is the layer's to keep).
+  Tensor gather_shard;
+  std::function<void(const Tensor& gathered)> gathered;
 };
 
 // y (= residual +) act(x · wᵀ + b) through `gemms` (null or empty: ops::linear_forward).
@@ -75,6 +82,8 @@ void gemm_backward_input(const LinearGemms* gemms, Tensor& dx, const Tensor& dy,
 // y[N, O/tp] = act(all_gather_rows(x_shard[M, I]) · w[O/tp, I]ᵀ + b[O/tp]); pre_act [N, O/tp] as in
 // ops::linear_forward. x_gathered ([N, I], optional): receives the gathered input (kept by the
 // caller for the weight gradient); without it a workspace of N·I elements is used and released.
+// With gemms->gather_shard defined, that is gathered instead (into a workspace) and x_gathered is
+// not written.
 void all_gather_linear_forward(TpGroup& g, Tensor& y, const Tensor& x_shard, const Tensor& w, const Tensor& b,
                                ops::Activation act = ops::Activation::None, Tensor* pre_act = nullptr,
                                Tensor* x_gathered = nullptr, const LinearGemms* gemms = nullptr);

@@ -70,7 +70,8 @@ void TensorParallel::column_forward(Tensor& y, const Tensor& x, Tensor* x_full, 
                                     ops::Activation act, Tensor* pre_act, const tp::LinearGemms* gemms) {
   // Without sequence parallelism Megatron's f is the identity in forward.
   if (!sequence_parallel_) return tp::gemm_forward(gemms, y, x, w, b, act, pre_act);
-  TETRA_CHECK(x_full && x_full->defined(), "column_forward: sequence parallelism needs the gathered input buffer");
+  TETRA_CHECK(x_full && (x_full->defined() || (gemms && gemms->gather_shard.defined())),
+              "column_forward: sequence parallelism needs the gathered input buffer");
   tp::all_gather_linear_forward(group_, y, x, w, b, act, pre_act, x_full, gemms);
 }
 

@@ -75,7 +75,8 @@ class TensorParallel {
   // `gemms` (may be null): the layer's own GEMMs (an FP8 recipe's, models/fp8_tensor_parallel.h) in
   // place of the plain ops with w (tp::LinearGemms).
   // y [N, O/tp]; x [local_rows, I]; x_full [N, I] receives the gathered input under sequence
-  // parallelism (allocated by the caller; ignored without it, where x is already whole).
+  // parallelism (allocated by the caller; ignored without it, where x is already whole; may be
+  // undefined where gemms->gather_shard is defined, which is gathered instead).
   void column_forward(Tensor& y, const Tensor& x, Tensor* x_full, const Tensor& w, const Tensor& b,
                       ops::Activation act = ops::Activation::None, Tensor* pre_act = nullptr,
                       const tp::LinearGemms* gemms = nullptr);

@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstring>
+
 #include "models/fp8_tensor_parallel.h"
 #include "parallel/tensor/tensor_parallel.h"
 #include "runtime/mpi_communicator.h"
@@ -115,6 +117,72 @@ TEST(Fp8TensorParallel, RowParallelLayer) {
     EXPECT_LE(rel_error(dx, columns(dx_all, R() * p.in_slice(), p.in_slice())), kTol) << "input gradient";
     EXPECT_LE(rel_error(dw, columns(dw_all, R() * p.in_slice(), p.in_slice())), kTol) << "weight gradient";
   });
+}
+
+// The bytes the scheduler recorded for the column-parallel forward's gather (one all-gather, or the
+// ring's steps under overlap).
+int64_t forward_gather_bytes(const CommScheduler& sched) {
+  int64_t bytes = 0;
+  for (const CommScheduler::Record& r : sched.records())
+    if (r.name.find("all_gather_linear_forward") != std::string::npos) bytes += r.bytes;
+  return bytes;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
+
+// Sequence parallelism's column-parallel forward with the layer keeping what its weight gradient
+// reads (gathered_forward): under tensorwise each rank casts its shard with the whole's amax and the
+// group gathers the codes, so the kept xᵀ is bit for bit the transposed copy of casting the gathered
+// x, and the gather moves a byte an element — a quarter of the working dtype's bytes here (fp32 on
+// the CPU; half of bf16's on a GPU), as the scheduler records them. Blockwise gathers x in the
+// working dtype (its xᵀ takes 128-token tiles the forward's codes cannot give) and keeps nothing.
+// Both: the forward and weight gradient as the one-rank layer's, plain and overlapped.
+TEST(Fp8TensorParallel, SequenceParallelGatherCastsFirst) {
+  const TpProblem p = problem(7);
+  for (bool overlap : {false, true}) {
+    int64_t working_bytes = 0;
+    for (Fp8Recipe recipe : {Fp8Recipe::None, Fp8Recipe::Tensorwise, Fp8Recipe::Blockwise}) {
+      SCOPED_TRACE(std::string(fp8_recipe_name(recipe)) + (overlap ? " overlap" : ""));
+      CommScheduler sched(Device::cpu());
+      sched.begin_step();
+      TensorParallel tp(*g_world, sched, /*sequence_parallel=*/true, overlap);
+      const Tensor w = p.w_rows(R()), b = p.b_rows(R()), x = p.x_shard(R());
+      Fp8Saved keep;
+      Tensor y = poisoned({p.n, p.out_slice()}), x_full = poisoned({p.n, p.in});
+      const tp::LinearGemms fwd = fp8_tp::gathered_forward(recipe, tp, w, x, &keep);
+      tp.column_forward(y, x, &x_full, w, b, ops::Activation::None, nullptr, &fwd);
+      const int64_t bytes = forward_gather_bytes(sched);
+      sched.end_step();
+      ASSERT_GT(bytes, 0);
+      if (recipe == Fp8Recipe::None) {
+        working_bytes = bytes;
+        continue;
+      }
+      Tensor want = fp8_forward(recipe, p.x, p.w);
+      ops::add_bias(want, p.b);
+      EXPECT_LE(rel_error(y, columns(want, R() * p.out_slice(), p.out_slice())), kTol) << "forward";
+      if (recipe == Fp8Recipe::Tensorwise) {
+        EXPECT_EQ(bytes * static_cast<int64_t>(dtype_size(p.x.dtype())), working_bytes) << "a byte an element";
+        Fp8Operand whole_t;
+        const Fp8Operand whole = fp8_linear::cast(p.x, fp8_recipe_casts(recipe).activation, &whole_t);
+        ASSERT_TRUE(keep.x_t.defined());
+        EXPECT_TRUE(same_bits(keep.x_t.q, whole_t.q)) << "xᵀ codes";
+        EXPECT_TRUE(same_bits(keep.x_t.scale, whole.scale)) << "xᵀ scale";
+      } else {
+        EXPECT_EQ(bytes, working_bytes) << "blockwise gathers the working dtype";
+        EXPECT_FALSE(keep.x_t.defined());
+        EXPECT_TRUE(same_bits(x_full, p.x)) << "the gathered x";
+      }
+      // The weight gradient reads the kept xᵀ (tensorwise; x_full is not written) or casts x_full.
+      Tensor dw_all = Tensor::zeros({p.out, p.in}, DType::F32), dw = Tensor::zeros({p.out_slice(), p.in}, DType::F32);
+      fp8_linear::backward_weight(recipe, dw_all, p.dy, p.x);
+      fp8_tp::backward_weight(recipe, tp, dw, p.dy_cols(R()), Part::Split, x_full, Part::Whole, &keep);
+      EXPECT_LE(rel_error(dw, rows(dw_all, R() * p.out_slice(), p.out_slice())), kTol) << "weight gradient";
+      EXPECT_FALSE(keep.x_t.defined()) << "released by the weight gradient";
+    }
+  }
 }
 
 }  // namespace

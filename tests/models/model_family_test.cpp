@@ -296,6 +296,31 @@ TEST(ModelFamily, ActivationsCountTheFp8KeptTransposes) {
   }
 }
 
+// Under sequence parallelism a column-parallel layer keeps its gathered input for W: under tensorwise
+// the codes of its transpose (a byte an element) in place of the gathered bf16 input, where the
+// forward keeps (ln_1 / h1 always, ln_2 / h2 without recompute mlp); blockwise keeps the bf16 input.
+TEST(ModelFamily, SequenceParallelFp8KeepsCodesOfTheGatheredInput) {
+  for (const std::string& arch : {std::string("gpt2"), std::string("llama")}) {
+    ModelArgs a{.arch = arch, .vocab_size = 50304, .seq_len = 1024, .d_model = 768, .n_layers = 12,
+                .n_heads = 12, .ffn_dim = 2048};
+    const ModelFamily& f = model_family(arch);
+    ActivationShape sp{16, 1024, 2, 2};
+    sp.tp = 2;
+    sp.sequence_parallel = true;
+    const double tokens_layers = 16.0 * 1024.0 * 12.0;
+    for (Recompute r : {Recompute::None, Recompute::Mlp}) {
+      a.recompute = r;
+      a.fp8 = Fp8Recipe::None;
+      const double plain = f.activation_bytes(a, sp);
+      a.fp8 = Fp8Recipe::Tensorwise;
+      const double inputs = r == Recompute::None ? 2.0 : 1.0;  // gathered inputs kept as codes
+      EXPECT_DOUBLE_EQ(f.activation_bytes(a, sp) - plain, -tokens_layers * inputs * 768 * (2.0 - 1.0)) << arch;
+      a.fp8 = Fp8Recipe::Blockwise;
+      EXPECT_DOUBLE_EQ(f.activation_bytes(a, sp), plain) << arch;
+    }
+  }
+}
+
 // Llama's numbers: the parameters of Llama 3.2 1B with an untied output layer, torchtitan's FLOPs,
 // Meta's default MLP width, and the errors of impossible grouped-query shapes.
 TEST(LlamaFamily, NumbersAndShapeErrors) {

@@ -31,6 +31,9 @@ Groups (one ctest each):
             for 4 steps). With the amax all-reduce taken out (each rank casting with its own part's
             scale) step 1's loss moves by 6.5e-4 to 1.1e-3: TP_FIRST_LOSS_TOL catches that. The
             scales themselves are checked to 1e-6 per GEMM by fp8_tensor_parallel_np{2,4}.
+            The sequence-parallel runs profile every step: the column-parallel forward's gathers
+            (the scheduler's records in trace.json) move a quarter of blockwise's bytes under
+            tensorwise — E4M3 codes cast before the gather against the CPU's fp32 values.
   resume    an FP8 run's checkpoint holds only the master weights and the optimizer state, in fp32:
             it resumes without FP8 and an unquantised checkpoint resumes with it.
   gpu       (label gpu; exit 77 without a GPU) each recipe's cuBLASLt GEMMs in bf16 training on one
@@ -91,6 +94,15 @@ def compare_to_one(ws, run, steps):
 # tp: see the group's notes above.
 TP_FIRST_LOSS_TOL = 2e-5
 TP_WEIGHTS_TOL = 5e-2
+
+
+def forward_gather_bytes(run_dir):
+    """The bytes of the column-parallel forward's gathers over the profiled steps, every rank (the
+    scheduler's records in trace.json)."""
+    with open(os.path.join(run_dir, "trace.json")) as f:
+        events = json.load(f)["traceEvents"]
+    return sum(e.get("args", {}).get("bytes", 0) for e in events
+               if e.get("cat") == "comm" and "all_gather_linear_forward" in e.get("name", ""))
 
 
 def step_dir(ws, run, step):
@@ -160,6 +172,7 @@ elif group == "tp":
     STEPS = 4
     # 2 blocks, 256 wide, 2 heads of 128 (Llama: 2 key/value heads, SwiGLU 256): at tp 2 every slice
     # of q, k, v, gate, up and of the row-parallel inputs is 128 wide.
+    gather_bytes = {}
     models = [("gpt2", ["model.d_model=256", "model.n_layers=2", "model.n_heads=2"]),
               ("llama", ["model.arch=llama", "model.d_model=256", "model.n_layers=2", "model.n_heads=2",
                          "model.n_kv_heads=2", "model.ffn_dim=256"])]
@@ -170,11 +183,13 @@ elif group == "tp":
             ws.train("one", np_=1, sets=["parallel.dp=1"], mpirun=False)
             b = metrics(ws.run_dir("one"))
             tp2 = ["parallel.dp=1", "parallel.tp=2"]
+            sp = ["parallel.sequence_parallel=true", f"log.profile_steps={STEPS}"]
             for name, layout in [("tp2", tp2 + ["parallel.sequence_parallel=false"]),
-                                 ("tp2_sp", tp2 + ["parallel.sequence_parallel=true", "parallel.tp_comm_overlap=off"]),
-                                 ("tp2_sp_overlap", tp2 + ["parallel.sequence_parallel=true",
-                                                           "parallel.tp_comm_overlap=on"])]:
+                                 ("tp2_sp", tp2 + sp + ["parallel.tp_comm_overlap=off"]),
+                                 ("tp2_sp_overlap", tp2 + sp + ["parallel.tp_comm_overlap=on"])]:
                 ws.train(name, np_=2, sets=layout, timeout=300)
+                if name != "tp2":
+                    gather_bytes[(arch, name, recipe)] = forward_gather_bytes(ws.run_dir(name))
                 a = metrics(ws.run_dir(name))
                 first = rel(a[1]["loss"], b[1]["loss"])
                 worst = max(rel(a[s][k], b[s][k]) for s in range(1, STEPS + 1) for k in ("loss", "grad_norm"))
@@ -185,6 +200,17 @@ elif group == "tp":
                       and weights <= TP_WEIGHTS_TOL,
                       f"{arch} {recipe} {name}: step 1's loss {first:.1e}, every step {worst:.1e}, weights "
                       f"{weights:.1e} of the one-rank run")
+    # The column-parallel forward's gathers under sequence parallelism, each of [N/tp, C] per rank: the
+    # two of each block and the output layer's (ln_f, which stays in the working dtype under FP8).
+    # Tensorwise's blocks gather E4M3 codes (a byte an element), blockwise's the CPU's fp32 (4 bytes).
+    for arch, _ in models:
+        for name in ("tp2_sp", "tp2_sp_overlap"):
+            tw, bw = gather_bytes[(arch, name, "tensorwise")], gather_bytes[(arch, name, "blockwise")]
+            head = bw // (2 * 2 + 1)  # 2 blocks
+            check(tw > 0 and 4 * (tw - head) == bw - head,
+                  f"{arch} {name}: the sequence-parallel gathers moved {tw} bytes under tensorwise, {bw} under "
+                  f"blockwise, {head} of each the output layer's (want the blocks' a quarter: E4M3 codes "
+                  f"against fp32)")
 elif group == "resume":
     STEPS, EVERY = 6, 3
     ws = Workspace(tetra, os.path.join(work, group), steps=STEPS, every=EVERY, base_sets=LLAMA)
