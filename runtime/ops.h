@@ -391,7 +391,9 @@ struct Fp8Cast {
 // multiple of 128): no run spans two experts. Blocks128: 128×128 blocks of each w[g], the last ones
 // ragged where O or I is not a multiple of 128. An expert without rows gives no rows and a zero weight
 // gradient (kept when accumulating). CPU: fp32, the casts and the emulated GEMM of fp8_quantize and
-// fp8_gemm, expert by expert (the twin). CUDA: not implemented yet (an Internal error).
+// fp8_gemm, expert by expert (the twin). CUDA: Tensorwise only (the others are an Internal error); x,
+// dy and w fp32 or bf16, outputs fp32 or bf16; the same codes and scales as the CPU, read from the
+// device offsets without a host synchronisation (runtime/cuda/moe_grouped_fp8.cu).
 void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, Fp8Cast x_cast, const Tensor& w, Fp8Cast w_cast,
                              const Tensor& offsets);
 void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, Fp8Cast dy_cast, const Tensor& w, Fp8Cast w_cast,

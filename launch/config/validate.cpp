@@ -233,17 +233,17 @@ void check_tensor_parallel(const Config& c) {
 
 // train.fp8: the FP8 GEMMs take every dimension in multiples of 16, the tokens of a micro-batch too
 // (under tensor parallelism each of the tp chunks of them that the tensor-parallel GEMMs run on); the
-// routed experts have no FP8 kernels on a GPU.
+// routed experts have tensorwise FP8 kernels only on a GPU.
 void check_fp8(const Config& c) {
   const TrainConfig& t = c.train;
   if (t.fp8.recipe == Fp8Recipe::None) return;
   const std::string recipe = fp8_recipe_name(t.fp8.recipe);
-  // The routed experts' grouped FP8 GEMMs run on CPU ranks only (runtime/ops.h moe_grouped_fp8_*).
-  if (c.model.moe.n_experts > 0 && t.device == DeviceChoice::Cuda)
+  // The routed experts' grouped FP8 GEMMs (runtime/ops.h moe_grouped_fp8_*) cast per tensor on CUDA.
+  if (c.model.moe.n_experts > 0 && t.device == DeviceChoice::Cuda && t.fp8.recipe != Fp8Recipe::Tensorwise)
     fail(c, {"train.fp8.recipe", "model.moe.n_experts", "train.device"},
-         recipe + " with routed experts on a GPU: the experts' grouped FP8 GEMMs have no CUDA kernels yet "
-         "(docs/kernels.md \"FP8 training\"); use train.fp8.recipe: none on a GPU, or train.device: cpu (the CPU "
-         "emulates the recipe)");
+         recipe + " with routed experts on a GPU: the experts' grouped FP8 GEMMs have CUDA kernels for tensorwise "
+         "only (docs/kernels.md \"FP8 training\"); use train.fp8.recipe: tensorwise or none on a GPU, or "
+         "train.device: cpu (the CPU emulates every recipe)");
   const long long tokens = static_cast<long long>(t.micro_batch) * t.seq_len;
   if (tokens % kFp8Multiple != 0)
     fail(c, {"train.fp8.recipe", "train.micro_batch", "train.seq_len"},

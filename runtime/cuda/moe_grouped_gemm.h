@@ -31,9 +31,15 @@ struct GroupedGemm {
   const void* a = nullptr;
   const void* b = nullptr;
   void* c = nullptr;
-  DType ab_type = DType::BF16;  // a and b: fp32 or bf16, alike
+  DType ab_type = DType::BF16;  // a and b: fp32 or bf16, alike; FP8 operands: a's format
   DType c_type = DType::BF16;   // fp32 or bf16
   bool accumulate = false;      // BackwardWeight only: c += result
+  // FP8 operands (moe_grouped_fp8_*, grouped_gemm_fp8 only): a and b hold codes, a's format in
+  // ab_type and b's in b_fp8 (F8E4M3 or F8E5M2), and expert g's result is multiplied by
+  // a_scale[g]·b_scale[g], the dequantisation scales of its two casts (fp32 [G], on the device).
+  DType b_fp8 = DType::F8E4M3;
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
   const char* op = "grouped GEMM";  // named in errors
 };
 
@@ -67,6 +73,9 @@ void grouped_gemm_wgmma_ws(const GroupedGemm& p, Device device, cudaStream_t str
 bool grouped_gemm_mma_applies(const GroupedGemm& p, const char** why);
 void grouped_gemm_mma(const GroupedGemm& p, Device device, cudaStream_t stream);
 void grouped_gemm_simt(const GroupedGemm& p, Device device, cudaStream_t stream);
+// The FP8 problem (a_scale and b_scale given): the SIMT kernel reading the codes (fp32 FMAs of the
+// code values, any shape, no host synchronisation). No tensor-core FP8 kernel exists yet.
+void grouped_gemm_fp8(const GroupedGemm& p, Device device, cudaStream_t stream);
 void grouped_gemm_cublas(const GroupedGemm& p, Device device, cudaStream_t stream);
 
 }  // namespace tetra::cuda

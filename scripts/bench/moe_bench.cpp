@@ -12,7 +12,9 @@
 // waits to learn the router's counts (the expert-parallel exchange's sizes) per layer.
 //
 //   tetra_moe_bench [--tokens N] [--dim D] [--experts E] [--topk K] [--ffn F] [--reps R]
-//                   [--routing balanced|router|imbalanced|all] [--impl wgmma|wgmma_ws|mma|simt|cublas|all]
+//                   [--routing balanced|router|imbalanced|all] [--impl wgmma|wgmma_ws|mma|simt|cublas|fp8|all]
+// fp8 (also in all): the six grouped GEMMs in FP8 tensorwise (moe_grouped_fp8_*, casts included),
+// lines with impl fp8_tensorwise and their sum (moe_gemm_sum) beside the bf16 layer's gemm_ms.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -207,7 +209,54 @@ void bench_counts_readback(Layer& L, int reps) {
          {"router_then_sync_us", sync_us}});
 }
 
-void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::GroupedGemmImpl>& impls, int reps) {
+// Times one grouped GEMM (C[M, N] = A[M, K]·B[K, N] summed over the experts) and prints its line.
+struct GemmTimer {
+  const Layer& L;
+  const std::string& how;
+  const std::string& name;
+  double load;
+  int reps;
+  std::vector<Line>& lines;
+  void operator()(const std::string& op, const std::string& phase, double M, double Nn, double K,
+                  const std::function<void()>& f) const {
+    const double flops = 2.0 * M * Nn * K, ms = time_ms(f, reps);
+    lines.push_back({op, phase, ms, flops / kPeakFlops * 1e3});
+    print({{"bench", "moe_gemm"}, {"routing", how}, {"impl", name}, {"op", op}, {"phase", phase}, {"rows", L.R},
+           {"n", Nn}, {"k", K}, {"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12},
+           {"floor_ms", flops / kPeakFlops * 1e3}, {"max_over_mean_load", load}});
+  }
+};
+
+// The six grouped GEMMs of the layer in FP8 (runtime/ops.h moe_grouped_fp8_*, tensorwise: E4M3
+// activations and weights, E5M2 gradients; each call casts its operands per expert, as a training
+// step does), with the bf16 operands and outputs of the bf16 rows, and their sum (moe_gemm_sum).
+// TFLOP/s counts the GEMMs' FLOPs against the whole call, casts included; floor_ms stays bf16's peak.
+void bench_fp8_gemms(Layer& L, const std::string& how, double load, int reps) {
+  const ops::Fp8Cast act{ops::Fp8Scaling::Tensorwise, DType::F8E4M3}, grad{ops::Fp8Scaling::Tensorwise, DType::F8E5M2};
+  const double R = static_cast<double>(L.R), d = static_cast<double>(L.d), F = static_cast<double>(L.F);
+  const std::string name = "fp8_tensorwise";
+  std::vector<Line> lines;
+  const GemmTimer gemm{L, how, name, load, reps, lines};
+  gemm("gate_up_forward", "forward", R, 2 * F, d,
+       [&] { ops::moe_grouped_fp8_forward(L.gu, L.xs, act, L.w_gu, act, L.offsets); });
+  gemm("down_forward", "forward", R, d, F,
+       [&] { ops::moe_grouped_fp8_forward(L.out, L.h, act, L.w_down, act, L.offsets); });
+  gemm("down_backward_input", "backward", R, F, d,
+       [&] { ops::moe_grouped_fp8_backward_input(L.dh, L.d_out, grad, L.w_down, act, L.offsets); });
+  gemm("down_backward_weight", "backward", d, F, R,
+       [&] { ops::moe_grouped_fp8_backward_weight(L.dw_down, L.d_out, grad, L.h, act, L.offsets, false); });
+  gemm("gate_up_backward_weight", "backward", 2 * F, d, R,
+       [&] { ops::moe_grouped_fp8_backward_weight(L.dw_gu, L.dgu, grad, L.xs, act, L.offsets, false); });
+  gemm("gate_up_backward_input", "backward", R, d, 2 * F,
+       [&] { ops::moe_grouped_fp8_backward_input(L.dxs, L.dgu, grad, L.w_gu, act, L.offsets); });
+  double ms = 0, floor = 0;
+  for (const Line& l : lines) ms += l.ms, floor += l.floor_ms;
+  print({{"bench", "moe_gemm_sum"}, {"routing", how}, {"impl", name}, {"max_over_mean_load", load}, {"gemm_ms", ms},
+         {"gemm_floor_ms", floor}, {"gemm_tflops", floor / ms * kPeakFlops / 1e12}});
+}
+
+void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::GroupedGemmImpl>& impls, bool fp8,
+                   int reps) {
   const double load = route(L, how);
   const ops::MoeRouting r = routing_of(L, how == "balanced");
   const double N = static_cast<double>(L.N), R = static_cast<double>(L.R), d = static_cast<double>(L.d),
@@ -250,14 +299,7 @@ void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::Gro
     cuda::set_grouped_gemm_impl(impl);
     const bool cublas = impl == cuda::GroupedGemmImpl::Cublas;
     std::vector<Line> gemm_lines;
-    auto gemm = [&](const std::string& op, const std::string& phase, double M, double Nn, double K,
-                    const std::function<void()>& f) {
-      const double flops = 2.0 * M * Nn * K, ms = time_ms(f, reps);
-      gemm_lines.push_back({op, phase, ms, flops / kPeakFlops * 1e3});
-      print({{"bench", "moe_gemm"}, {"routing", how}, {"impl", name}, {"op", op}, {"phase", phase}, {"rows", L.R},
-             {"n", Nn}, {"k", K}, {"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12},
-             {"floor_ms", flops / kPeakFlops * 1e3}, {"max_over_mean_load", load}});
-    };
+    const GemmTimer gemm{L, how, name, load, reps, gemm_lines};
     gemm("gate_up_forward", "forward", R, 2 * F, d, [&] { ops::moe_grouped_linear_forward(L.gu, L.xs, L.w_gu, L.offsets); });
     gemm("down_forward", "forward", R, d, F, [&] { ops::moe_grouped_linear_forward(L.out, L.h, L.w_down, L.offsets); });
     gemm("down_backward_input", "backward", R, F, d,
@@ -289,12 +331,13 @@ void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::Gro
     bench_sequence(L, how, name, impl != cuda::GroupedGemmImpl::Cublas, floor, load, r, reps);
   }
   cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
+  if (fp8) bench_fp8_gemms(L, how, load, reps);
 }
 
 int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--tokens N] [--dim D] [--experts E] [--topk K] [--ffn F] [--reps R] "
-               "[--routing balanced|router|imbalanced|all] [--impl wgmma|wgmma_ws|mma|simt|cublas|all]\n",
+               "[--routing balanced|router|imbalanced|all] [--impl wgmma|wgmma_ws|mma|simt|cublas|fp8|all]\n",
                argv0);
   return 2;
 }
@@ -334,7 +377,8 @@ int run(int argc, char** argv) {
   if (o.impl == "all" || o.impl == "mma") impls.push_back(cuda::GroupedGemmImpl::Mma);
   if (o.impl == "all" || o.impl == "cublas") impls.push_back(cuda::GroupedGemmImpl::Cublas);
   if (o.impl == "simt") impls.push_back(cuda::GroupedGemmImpl::Simt);
-  if (impls.empty()) return usage(argv[0]);
+  const bool fp8 = o.impl == "all" || o.impl == "fp8";
+  if (impls.empty() && !fp8) return usage(argv[0]);
   if (o.topk > o.experts) return usage(argv[0]);
   if (!bench::use_gpu("tetra_moe_bench") ||
       !bench::print_device({{"tokens", o.tokens}, {"dim", o.dim}, {"experts", o.experts}, {"topk", o.topk},
@@ -342,7 +386,7 @@ int run(int argc, char** argv) {
     return 1;
   Layer L = make_layer(o);
   for (const std::string& how : all_routings)
-    if (o.routing == "all" || o.routing == how) bench_routing(L, how, impls, o.reps);
+    if (o.routing == "all" || o.routing == how) bench_routing(L, how, impls, fp8, o.reps);
   bench_counts_readback(L, o.reps);
   return 0;
 }

@@ -38,12 +38,13 @@ Groups (one ctest each):
             it resumes without FP8 and an unquantised checkpoint resumes with it.
   gpu       (label gpu; exit 77 without a GPU) each recipe's cuBLASLt GEMMs in bf16 training on one
             GPU: a 256-wide Llama against the bf16 run (the last 10 losses' mean within LOSS_TOL, the
-            loss falls), and under CUDA graphs the same losses as without.
+            loss falls), and under CUDA graphs the same losses as without; then its MoE under
+            tensorwise (the routed experts' grouped FP8 kernels) the same way.
   refused   what the recipes cannot run is a configuration error before any work: blockwise at tp 2
             on slices that are not multiples of 128 wide, tp 2 with micro-batches of 16 tokens (chunks
             of 8 rows), a micro-batch of tokens not a multiple of 16, a width not a multiple of 16 (an
-            expert's too), samples (their decoding GEMMs have one row), routed experts on a GPU (no
-            kernels yet).
+            expert's too), samples (their decoding GEMMs have one row), blockwise with routed experts
+            on a GPU (their grouped GEMMs have tensorwise CUDA kernels only).
 
 usage: fp8_equivalence.py TETRA_BIN WORK_DIR GROUP
 """
@@ -259,6 +260,23 @@ elif group == "gpu":
         graphs = losses_of(ws, recipe + "_graphs")
         same = max(rel(a, b) for a, b in zip(graphs, got))
         check(same <= TOL, f"gpu {recipe}: CUDA graphs replay the same losses ({same:.1e})")
+    # The routed experts' grouped FP8 GEMMs (tensorwise, the recipe they have CUDA kernels for): the
+    # same Llama with 8 experts of width 128 in 3 of its 4 blocks against its bf16 run, and from graphs.
+    moe = ["model.moe.n_experts=8", "model.moe.top_k=2", "model.moe.n_shared=1", "model.moe.ffn_dim=128",
+           "model.moe.first_k_dense=1"]
+    ws.train("moe_bf16", np_=1, sets=moe, mpirun=False)
+    base = losses_of(ws, "moe_bf16")
+    ws.train("moe_tensorwise", np_=1, sets=moe + ["train.fp8.recipe=tensorwise"], mpirun=False)
+    got = losses_of(ws, "moe_tensorwise")
+    check(len(got) == STEPS and all(np.isfinite(got)) and got[-1] < got[0] - 1.0,
+          f"gpu MoE tensorwise: {STEPS} finite losses, falling ({got[0]:.3f} -> {got[-1]:.3f})")
+    tail = rel(np.mean(got[-10:]), np.mean(base[-10:]))
+    check(tail <= LOSS_TOL,
+          f"gpu MoE tensorwise: the last 10 losses' mean within {LOSS_TOL} of the bf16 run's ({tail:.1e})")
+    ws.train("moe_tensorwise_graphs", np_=1, sets=moe + ["train.fp8.recipe=tensorwise", "train.cuda_graphs=true"],
+             mpirun=False)
+    same = max(rel(a, b) for a, b in zip(losses_of(ws, "moe_tensorwise_graphs"), got))
+    check(same <= TOL, f"gpu MoE tensorwise: CUDA graphs replay the same losses ({same:.1e})")
 elif group == "refused":
     ws = Workspace(tetra, os.path.join(work, group), steps=2, every=2, base_sets=LLAMA + ["train.fp8.recipe=blockwise"])
     # LLAMA's projections are 32 to 64 wide: at tp 2 their slices hold parts of 128-wide groups.
@@ -271,8 +289,8 @@ elif group == "refused":
                              (["log.sample_every=2", "log.sample_prompt=The"], 1, "blockwise with samples"),
                              ([k for k in MOE[len(LLAMA):] if "ffn_dim" not in k] + ["model.moe.ffn_dim=24"], 1,
                               "model.moe.ffn_dim gives 24"),
-                             (MOE[len(LLAMA):] + ["train.fp8.recipe=tensorwise", "train.device=cuda"], 1,
-                              "tensorwise with routed experts on a GPU")]:
+                             (MOE[len(LLAMA):] + ["train.device=cuda"], 1,
+                              "blockwise with routed experts on a GPU")]:
         _, err, rc = ws.train("bad", np_=np_, sets=sets, expect=None, mpirun=np_ > 1)
         check(rc == 2 and words in err, f"{' '.join(sets)}: exit 2 with '{words}' (got {rc}: {err.strip()[-300:]})")
 else:

@@ -1,0 +1,223 @@
+// The grouped FP8 expert GEMMs on CUDA (runtime/ops.h moe_grouped_fp8_*, Tensorwise) against the
+// CPU twin: the same codes and scales, so the results differ only by fp32 summation order and the
+// output's rounding. Ragged experts (empty, one row, counts off 16 and 128), rows outside the experts,
+// bf16 and fp32 operands and outputs, the weight gradient accumulating or not; and the three ops
+// replayed from a CUDA graph on new rows and new offsets (nothing read on the host).
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/cuda_graph.h"
+#include "tests/runtime/cuda/gpu_test_util.h"
+
+namespace tetra::gputest {
+namespace {
+
+using ops::Fp8Cast;
+constexpr Fp8Cast kE4M3{ops::Fp8Scaling::Tensorwise, DType::F8E4M3};
+constexpr Fp8Cast kE5M2{ops::Fp8Scaling::Tensorwise, DType::F8E5M2};
+
+Tensor offsets_of(const std::vector<int64_t>& rows, int64_t start) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(rows.size()) + 1}, DType::I32);
+  int32_t* p = t.data<int32_t>();
+  p[0] = static_cast<int32_t>(start);
+  for (size_t g = 0; g < rows.size(); ++g) p[g + 1] = p[g] + static_cast<int32_t>(rows[g]);
+  return t;
+}
+
+Tensor abs_of(const Tensor& host) {
+  Tensor a = Tensor::empty(host.shape(), DType::F32);
+  for (int64_t i = 0; i < host.numel(); ++i) a.data<float>()[i] = std::fabs(host.data<float>()[i]);
+  return a;
+}
+
+// Where an element of a result lies: expert, row and column (row tensors: the row's expert).
+struct Layout {
+  const Tensor* offsets;  // host; null: a weight-shaped result [G, rows, cols]
+  int64_t rows_per_expert, cols;
+  std::string where(int64_t i) const {
+    const int64_t row = i / cols, col = i % cols;
+    int64_t g = row / rows_per_expert, r = row % rows_per_expert;
+    if (offsets) {
+      const int32_t* o = offsets->data<int32_t>();
+      g = -1;
+      for (int64_t e = 0; e + 1 < offsets->numel(); ++e)
+        if (o[e] <= row && row < o[e + 1]) g = e;
+      r = row;
+    }
+    std::ostringstream os;
+    os << "expert " << g << ", row " << r << ", col " << col;
+    return os.str();
+  }
+};
+
+// got against ref element by element over [begin, end). The two sides multiply the same codes and
+// scales: each term of the CPU's sum is (qa·sa)·(qb·sb), three fp32 roundings, the GPU's qa·qb exact
+// and two roundings after the sum; the sums themselves are fp32 in different orders, each of at
+// most K additions off by 2^-24 of the running sum. So |got − ref| ≤ (K + 8)·2^-23 · Σ|terms| (a
+// factor 2 to spare), where Σ|terms| is the twin on |x| and |w| (the same scales, the codes' magnitudes),
+// plus 2^-8·|ref| for a bf16 output (half an ulp of bf16, doubled). Prints the first miss (expert,
+// row, column, both values) and the worst error as a fraction of its bound.
+void expect_within(const Tensor& dev, const Tensor& ref, const Tensor& abs_ref, int64_t K, int64_t begin, int64_t end,
+                   const Layout& at, const std::string& what) {
+  const std::vector<double> got = download(dev), want = values(ref), mag = values(abs_ref);
+  const double rel = (static_cast<double>(K) + 8.0) * std::ldexp(1.0, -23);
+  const double out_rel = dev.dtype() == DType::BF16 ? std::ldexp(1.0, -8) : 0.0;
+  double worst = 0.0;
+  int64_t misses = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    const double bound = rel * mag[k] + out_rel * std::fabs(want[k]) + 1e-30;
+    const double err = std::fabs(got[k] - want[k]);
+    const double ratio = std::isfinite(got[k]) ? err / bound : INFINITY;
+    worst = std::max(worst, ratio);
+    if (!(ratio <= 1.0) && misses++ == 0)
+      ADD_FAILURE() << what << ": first mismatch at " << at.where(i) << ": gpu " << got[k] << ", cpu " << want[k]
+                    << ", |diff| " << err << " > bound " << bound;
+  }
+  std::printf("%s: worst error %.3g of its bound, %lld misses\n", what.c_str(), worst, static_cast<long long>(misses));
+}
+
+struct Case {
+  std::vector<int64_t> rows;
+  int64_t O, I;
+  DType in, out;
+  int64_t lead = 0, tail = 0;  // rows before offsets[0] and after offsets[G]: left alone
+  Fp8Cast act = kE4M3, grad = kE5M2, weight = kE4M3;
+};
+
+void check_case(const Case& c, uint64_t seed) {
+  TETRA_REQUIRE_GPU();
+  Rng rng(seed);
+  const int64_t G = static_cast<int64_t>(c.rows.size()), O = c.O, I = c.I;
+  int64_t used = 0;
+  for (int64_t r : c.rows) used += r;
+  const int64_t R = c.lead + used + c.tail;
+  const Tensor off = offsets_of(c.rows, c.lead);
+  const Tensor x = representable(random_host(rng, {R, I}, 1.0), c.in);
+  const Tensor dy = representable(random_host(rng, {R, O}, 1e-3), c.in);
+  const Tensor w = representable(random_host(rng, {G, O, I}, 0.05), c.in);
+  const Tensor dw0 = representable(random_host(rng, {G, O, I}, 1e-2), c.out);
+  const Tensor ax = abs_of(x), ady = abs_of(dy), aw = abs_of(w), adw0 = abs_of(dw0);
+  std::ostringstream os;
+  os << "G " << G << " rows " << used << " (+" << c.lead << "+" << c.tail << ") O " << O << " I " << I << " "
+     << dtype_name(c.in) << "→" << dtype_name(c.out);
+  const std::string what = os.str();
+
+  // The CPU twin on the values and on their magnitudes (the bound's Σ|terms|).
+  auto twin = [&](const Tensor& x_, const Tensor& dy_, const Tensor& w_, const Tensor& dw0_) {
+    std::vector<Tensor> r{Tensor::zeros({R, O}, DType::F32), Tensor::zeros({R, I}, DType::F32),
+                          Tensor::empty({G, O, I}, DType::F32), Tensor::empty({G, O, I}, DType::F32)};
+    ops::moe_grouped_fp8_forward(r[0], x_, c.act, w_, c.weight, off);
+    ops::moe_grouped_fp8_backward_input(r[1], dy_, c.grad, w_, c.weight, off);
+    ops::moe_grouped_fp8_backward_weight(r[2], dy_, c.grad, x_, c.act, off, false);
+    ops::copy(r[3], dw0_);
+    ops::moe_grouped_fp8_backward_weight(r[3], dy_, c.grad, x_, c.act, off, true);
+    return r;
+  };
+  const std::vector<Tensor> ref = twin(x, dy, w, dw0), mag = twin(ax, ady, aw, adw0);
+
+  Tensor g_off = upload_raw(off), g_x = upload(x, c.in), g_dy = upload(dy, c.in), g_w = upload(w, c.in);
+  Tensor g_y = poisoned({R, O}, c.out), g_dx = poisoned({R, I}, c.out), g_dw = poisoned({G, O, I}, c.out);
+  Tensor g_dw_acc = upload(dw0, c.out);
+  ops::moe_grouped_fp8_forward(g_y, g_x, c.act, g_w, c.weight, g_off);
+  ops::moe_grouped_fp8_backward_input(g_dx, g_dy, c.grad, g_w, c.weight, g_off);
+  ops::moe_grouped_fp8_backward_weight(g_dw, g_dy, c.grad, g_x, c.act, g_off, false);
+  ops::moe_grouped_fp8_backward_weight(g_dw_acc, g_dy, c.grad, g_x, c.act, g_off, true);
+
+  const Layout rows_y{&off, 0, O}, rows_dx{&off, 0, I}, weights{nullptr, O, I};
+  expect_within(g_y, ref[0], mag[0], I, c.lead * O, (c.lead + used) * O, rows_y, "forward, " + what);
+  expect_within(g_dx, ref[1], mag[1], O, c.lead * I, (c.lead + used) * I, rows_dx, "backward input, " + what);
+  expect_within(g_dw, ref[2], mag[2], R, 0, G * O * I, weights, "backward weight, " + what);
+  expect_within(g_dw_acc, ref[3], mag[3], R, 0, G * O * I, weights, "backward weight accumulating, " + what);
+  // Rows outside the experts stay as they were (poisoned: NaN).
+  for (const auto& [t, cols] : {std::pair<const Tensor*, int64_t>{&g_y, O}, {&g_dx, I}}) {
+    const std::vector<double> got = download(*t);
+    int64_t written = 0;
+    for (int64_t i = 0; i < R * cols; ++i)
+      if (i < c.lead * cols || i >= (c.lead + used) * cols) written += !std::isnan(got[static_cast<size_t>(i)]);
+    EXPECT_EQ(written, 0) << "elements written outside the experts' rows, " << what;
+  }
+}
+
+// Empty experts, one row, counts off 16 and 128; rows outside the experts on both sides.
+const std::vector<int64_t> kRagged = {37, 0, 1, 130, 16, 255, 0, 64, 3};
+
+TEST(GpuMoeGroupedFp8, RaggedExpertsBf16) { check_case({kRagged, 256, 512, DType::BF16, DType::BF16, 3, 5}, 1); }
+
+TEST(GpuMoeGroupedFp8, RaggedExpertsFp32Outputs) { check_case({kRagged, 512, 256, DType::BF16, DType::F32}, 2); }
+
+TEST(GpuMoeGroupedFp8, Fp32Operands) { check_case({{5, 0, 40, 1}, 48, 80, DType::F32, DType::F32, 2, 0}, 3); }
+
+// Widths off 16 and 8 (the kernels take any shape), every operand E4M3.
+TEST(GpuMoeGroupedFp8, OddWidthsAllE4M3) {
+  Case c{{7, 19, 0, 2}, 24, 40, DType::BF16, DType::BF16};
+  c.grad = kE4M3;
+  check_case(c, 4);
+}
+
+// No expert has rows: rows outside them only, the weight gradients zero (or kept).
+TEST(GpuMoeGroupedFp8, NoRows) { check_case({{0, 0, 0}, 64, 32, DType::BF16, DType::F32, 4, 4}, 5); }
+
+// Blockwise casts have no CUDA kernels: an error, not a wrong result.
+TEST(GpuMoeGroupedFp8, BlockwiseIsRefused) {
+  TETRA_REQUIRE_GPU();
+  const Tensor off = offsets_of({16, 16}, 0);
+  Tensor g_off = upload_raw(off), g_x = poisoned({32, 128}, DType::BF16), g_w = poisoned({2, 128, 128}, DType::BF16);
+  Tensor g_y = poisoned({32, 128}, DType::BF16);
+  const Fp8Cast rows{ops::Fp8Scaling::Rows1x128, DType::F8E4M3}, blocks{ops::Fp8Scaling::Blocks128, DType::F8E4M3};
+  EXPECT_THROW(ops::moe_grouped_fp8_forward(g_y, g_x, rows, g_w, blocks, g_off), Error);
+}
+
+// The three ops captured once and replayed on new values and new expert row counts: the replay
+// equals the eager run bit for bit (the kernels read the offsets on the device and run in a fixed
+// order; an op that synchronised the host would fail the capture).
+TEST(GpuMoeGroupedFp8, ReplaysFromAGraph) {
+  TETRA_REQUIRE_GPU();
+  const int64_t G = 6, O = 256, I = 128, R = 600;
+  const Device dev = gpu();
+  Tensor g_off = Tensor::empty({G + 1}, DType::I32, dev), g_x = Tensor::empty({R, I}, DType::BF16, dev);
+  Tensor g_dy = Tensor::empty({R, O}, DType::BF16, dev), g_w = Tensor::empty({G, O, I}, DType::BF16, dev);
+  Tensor g_y = Tensor::empty({R, O}, DType::BF16, dev), g_dx = Tensor::empty({R, I}, DType::BF16, dev);
+  Tensor g_dw = Tensor::empty({G, O, I}, DType::F32, dev);
+  auto ops3 = [&] {
+    ops::moe_grouped_fp8_forward(g_y, g_x, kE4M3, g_w, kE4M3, g_off);
+    ops::moe_grouped_fp8_backward_input(g_dx, g_dy, kE5M2, g_w, kE4M3, g_off);
+    ops::moe_grouped_fp8_backward_weight(g_dw, g_dy, kE5M2, g_x, kE4M3, g_off, false);
+  };
+  auto set_inputs = [&](uint64_t seed, const std::vector<int64_t>& rows) {
+    Rng rng(seed);
+    for (auto& [t, scale] : {std::pair<Tensor*, double>{&g_x, 1.0}, {&g_dy, 1e-3}, {&g_w, 0.05}}) {
+      const Tensor h = host_as(random_host(rng, t->shape(), scale), DType::BF16);
+      cuda::copy_bytes(t->data_ptr(), dev, h.data_ptr(), Device::cpu(), h.nbytes(), /*blocking=*/true);
+    }
+    const Tensor off = offsets_of(rows, 0);
+    cuda::copy_bytes(g_off.data_ptr(), dev, off.data_ptr(), Device::cpu(), off.nbytes(), /*blocking=*/true);
+  };
+  const Stream stream = Stream::create(dev);
+  StreamGuard guard(stream);
+  set_inputs(10, {100, 100, 100, 100, 100, 100});
+  ops3();  // warm-up outside the capture
+  stream.synchronize();
+  CudaGraph graph(dev);
+  graph.begin_capture();
+  ops3();
+  graph.end_capture();
+  const std::vector<std::vector<int64_t>> counts = {{0, 1, 599, 0, 0, 0}, {17, 0, 300, 3, 129, 151}};
+  for (size_t i = 0; i < counts.size(); ++i) {
+    set_inputs(11 + i, counts[i]);
+    graph.replay();
+    stream.synchronize();
+    const std::vector<double> y = download(g_y), dx = download(g_dx), dw = download(g_dw);
+    ops3();
+    stream.synchronize();
+    EXPECT_EQ(download(g_y), y) << "forward: graph replay vs eager, counts " << i;
+    EXPECT_EQ(download(g_dx), dx) << "backward input: graph replay vs eager, counts " << i;
+    EXPECT_EQ(download(g_dw), dw) << "backward weight: graph replay vs eager, counts " << i;
+  }
+}
+
+}  // namespace
+}  // namespace tetra::gputest
