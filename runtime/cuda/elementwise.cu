@@ -29,11 +29,21 @@ void fill_scalar(Tensor& x, T value) {
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
-template <class TY, class TB>
+// y [n / channels, channels] += b per row. V elements a thread a step: 8 (16-byte vectors, one
+// column index per vector) when channels % 8 == 0 and y and b are 16-byte aligned, so a vector never
+// spans two rows; else 1. The FP8 projections' unfused path adds GPT-2's biases this way (1.3B: ≈ 29 GB
+// a step, which the one-element kernel before took 23.5 ms for on one H200, a quarter of HBM's speed).
+template <int V, class TY, class TB>
 __global__ void add_bias_kernel(TY* y, const TB* b, int64_t n, int64_t channels) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    y[i] = from_f32<TY>(to_f32(y[i]) + to_f32(b[i % channels]));
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * V;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V; i < n; i += stride) {
+    float v[V], w[V];
+    load_vec<V>(y + i, v);
+    load_vec<V>(b + i % channels, w);
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] += w[j];
+    store_vec<V>(y + i, v);
+  }
 }
 
 }  // namespace
@@ -48,8 +58,14 @@ void add_bias(Tensor& y, const Tensor& b) {
     dispatch_float(b.dtype(), "add_bias", "b", [&](auto tb) {
       using TY = decltype(ty);
       using TB = decltype(tb);
-      add_bias_kernel<TY, TB><<<grid_size(n, kMapThreads, y.device()), kMapThreads, 0, stream_of(y.device())>>>(
-          static_cast<TY*>(y.data_ptr()), static_cast<const TB*>(b.data_ptr()), n, b.numel());
+      TY* py = static_cast<TY*>(y.data_ptr());
+      const TB* pb = static_cast<const TB*>(b.data_ptr());
+      const int64_t c = b.numel();
+      cudaStream_t s = stream_of(y.device());
+      if (c % 8 == 0 && aligned16(py) && aligned16(pb))
+        add_bias_kernel<8><<<grid_size(n / 8, kMapThreads, y.device()), kMapThreads, 0, s>>>(py, pb, n, c);
+      else
+        add_bias_kernel<1><<<grid_size(n, kMapThreads, y.device()), kMapThreads, 0, s>>>(py, pb, n, c);
       TETRA_CUDA_CHECK_LAUNCH();
     });
   });

@@ -39,7 +39,7 @@ Groups (one ctest each):
   gpu       (label gpu; exit 77 without a GPU) each recipe's cuBLASLt GEMMs in bf16 training on one
             GPU: a 256-wide Llama against the bf16 run (the last 10 losses' mean within LOSS_TOL, the
             loss falls), and under CUDA graphs the same losses as without; then its MoE under
-            tensorwise (the routed experts' grouped FP8 kernels) the same way.
+            tensorwise (the routed experts' grouped FP8 kernels) against its bf16 run, without graphs.
   refused   what the recipes cannot run is a configuration error before any work: blockwise at tp 2
             on slices that are not multiples of 128 wide, tp 2 with micro-batches of 16 tokens (chunks
             of 8 rows), a micro-batch of tokens not a multiple of 16, a width not a multiple of 16 (an
@@ -261,7 +261,8 @@ elif group == "gpu":
         same = max(rel(a, b) for a, b in zip(graphs, got))
         check(same <= TOL, f"gpu {recipe}: CUDA graphs replay the same losses ({same:.1e})")
     # The routed experts' grouped FP8 GEMMs (tensorwise, the recipe they have CUDA kernels for): the
-    # same Llama with 8 experts of width 128 in 3 of its 4 blocks against its bf16 run, and from graphs.
+    # same Llama with 8 experts of width 128 in 3 of its 4 blocks against its bf16 run (not under CUDA
+    # graphs, which the config refuses with routed experts under FP8 for now).
     moe = ["model.moe.n_experts=8", "model.moe.top_k=2", "model.moe.n_shared=1", "model.moe.ffn_dim=128",
            "model.moe.first_k_dense=1"]
     ws.train("moe_bf16", np_=1, sets=moe, mpirun=False)
@@ -273,10 +274,6 @@ elif group == "gpu":
     tail = rel(np.mean(got[-10:]), np.mean(base[-10:]))
     check(tail <= LOSS_TOL,
           f"gpu MoE tensorwise: the last 10 losses' mean within {LOSS_TOL} of the bf16 run's ({tail:.1e})")
-    ws.train("moe_tensorwise_graphs", np_=1, sets=moe + ["train.fp8.recipe=tensorwise", "train.cuda_graphs=true"],
-             mpirun=False)
-    same = max(rel(a, b) for a, b in zip(losses_of(ws, "moe_tensorwise_graphs"), got))
-    check(same <= TOL, f"gpu MoE tensorwise: CUDA graphs replay the same losses ({same:.1e})")
 elif group == "refused":
     ws = Workspace(tetra, os.path.join(work, group), steps=2, every=2, base_sets=LLAMA + ["train.fp8.recipe=blockwise"])
     # LLAMA's projections are 32 to 64 wide: at tp 2 their slices hold parts of 128-wide groups.

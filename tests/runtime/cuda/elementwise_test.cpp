@@ -94,12 +94,15 @@ TEST(GpuElementwise, AddBiasEqualsTheCpu) {
   Rng rng(12);
   for (DType ty : kFloatTypes)
     for (DType tb : kFloatTypes) {
-      Tensor y = host_as(random_host(rng, {33, 75}), ty), b = host_as(random_host(rng, {75}), tb);
-      Tensor d_y = upload_raw(y), d_b = upload_raw(b);
-      ops::add_bias(y, b);
-      ops::add_bias(d_y, d_b);
-      Tensor got = download_raw(d_y);
-      EXPECT_EQ(std::memcmp(got.data_ptr(), y.data_ptr(), y.nbytes()), 0) << name(ty) << " += " << name(tb);
+      // 75 channels: one element a thread; 88: 16-byte vectors, a row start every 11 of them.
+      for (int64_t c : {75, 88}) {
+        Tensor y = host_as(random_host(rng, {33, c}), ty), b = host_as(random_host(rng, {c}), tb);
+        Tensor d_y = upload_raw(y), d_b = upload_raw(b);
+        ops::add_bias(y, b);
+        ops::add_bias(d_y, d_b);
+        Tensor got = download_raw(d_y);
+        EXPECT_EQ(std::memcmp(got.data_ptr(), y.data_ptr(), y.nbytes()), 0) << name(ty) << " += " << name(tb) << ", " << c;
+      }
     }
 }
 
