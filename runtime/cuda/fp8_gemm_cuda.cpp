@@ -13,6 +13,10 @@
 // with the pre-activation as aux ([N, M] column-major, ld N) and DGELU reads it there. Where cuBLASLt
 // offers no fused algorithm (lt_matmul returns false), the product lands in y (or the pre-activation)
 // and the bias, GELU and amax run as the ops do (add_bias, gelu_forward / gelu_backward with their amax).
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/device_context.h"
@@ -33,8 +37,40 @@ int32_t scale_mode(ops::Fp8Scaling s) {
   return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
 }
 
-// The fused epilogue, or false (nothing done) where cuBLASLt has no algorithm for it.
+// Which epilogues the FP8 GEMMs hand to cuBLASLt: the environment variable TETRA_FP8_FUSE, a
+// comma-separated subset of bias, gelu (GELU_AUX, with the bias where there is one) and dgelu; "all":
+// every one; "none": the unfused ops after a plain GEMM (the residual is C either way). Unset: bias
+// and gelu. cuBLASLt's FP8 GEMMs with DGELU ran GPT-2 1.3B's step 20 ms slower on one H200 than the
+// plain GEMM and gelu_backward (docs/kernels.md "FP8 training"). Anything else fails at the first GEMM.
+struct FusedKinds {
+  bool bias = true, gelu = true, dgelu = false;
+};
+
+FusedKinds parse_fused_kinds(const char* v) {
+  if (!v) return {};
+  if (std::string(v) == "all") return {true, true, true};
+  FusedKinds k{false, false, false};
+  if (std::string(v) == "none") return k;
+  std::stringstream list(v);
+  for (std::string item; std::getline(list, item, ',');) {
+    if (item == "bias") k.bias = true;
+    else if (item == "gelu") k.gelu = true;
+    else if (item == "dgelu") k.dgelu = true;
+    else TETRA_FAIL(Config, "TETRA_FP8_FUSE=", v, ": '", item, "' is not bias, gelu or dgelu (or all, none)");
+  }
+  return k;
+}
+
+const FusedKinds& fused_kinds() {
+  static const FusedKinds kinds = parse_fused_kinds(std::getenv("TETRA_FP8_FUSE"));
+  return kinds;
+}
+
+// The fused epilogue, or false (nothing done) where cuBLASLt has no algorithm for it or
+// TETRA_FP8_FUSE leaves it to the ops.
 bool fused_epilogue(const LtProblem& p, const ops::Fp8Epilogue& e, Device dev) {
+  const FusedKinds& fuse = fused_kinds();
+  if (e.gelu_pre ? !fuse.gelu : e.dgelu_pre ? !fuse.dgelu : !fuse.bias) return false;
   LtProblem f = p;
   const int64_t n = p.m;  // y's columns: D's rows
   if (e.gelu_pre || e.dgelu_pre) {
