@@ -19,17 +19,19 @@ Tensor whole_amax(const Fp8Cast& cast, TensorParallel& tp, const Tensor& t, Part
 const Tensor* given(const Tensor& t) { return t.defined() ? &t : nullptr; }
 
 // The forward GEMM of tp::LinearGemms on rows that `operand` makes FP8 (cast them, or take them as
-// codes already cast): y = act(rows · wᵀ + b), the bias and GELU as separate ops after it (as the
-// plain layer's FP8 path: the FP8 GEMMs have no epilogue).
+// codes already cast): y = act(rows · wᵀ + b), the bias and GELU in the FP8 GEMM's epilogue as the
+// plain layer's FP8 path takes them (ops::Fp8Epilogue).
 template <class MakeOperand>
 auto forward_gemm(const Fp8Operand& wq, const Fp8RecipeCasts& casts, MakeOperand operand) {
   return [wq, operand, fast = casts.forward_fast_accum](Tensor& y, const Tensor& rows, const Tensor& b,
                                                         ops::Activation act, Tensor* pre_act) {
+    Tensor pre;  // GELU's pre-activation where the caller keeps none
     const bool gelu = act == ops::Activation::Gelu;
-    Tensor out = !gelu ? y : pre_act && pre_act->defined() ? *pre_act : Tensor::empty(y.shape(), y.dtype(), y.device());
-    fp8_linear::gemm(out, operand(rows), wq, /*accumulate=*/false, fast);
-    if (b.defined()) ops::add_bias(out, b);
-    if (gelu) ops::gelu_forward(y, out);
+    if (gelu && !(pre_act && pre_act->defined())) pre = Tensor::empty(y.shape(), y.dtype(), y.device());
+    ops::Fp8Epilogue e;
+    e.bias = b.defined() ? &b : nullptr;
+    e.gelu_pre = !gelu ? nullptr : pre.defined() ? &pre : pre_act;
+    fp8_linear::gemm(y, operand(rows), wq, /*accumulate=*/false, fast, e);
   };
 }
 
