@@ -359,8 +359,9 @@ void fp8_dequantize(Tensor& y, const Tensor& q, const Tensor& scale, Fp8Scaling 
 //   amax      U32 [1]: the largest |y| as stored (ops' amax outputs), for the cast of y that follows.
 // At most one of residual, gelu_pre and dgelu_pre; all but amax need accumulate false. CPU: the
 // unfused sequence — the GEMM, then add_bias, gelu_forward or gelu_backward, fp8_amax — so a fused
-// call equals it bit for bit. CUDA: cuBLASLt's epilogues (BIAS, GELU_AUX(_BIAS), DGELU; a bf16 bias
-// with an fp32 y, as cuBLASLt's FP8 GEMMs take it) where it has an algorithm, else that sequence.
+// call equals it bit for bit. CUDA: cuBLASLt's epilogues (BIAS, GELU_AUX(_BIAS); DGELU only with
+// TETRA_FP8_FUSE asking for it, runtime/cuda/fp8_gemm_cuda.cpp; a bf16 bias with an fp32 y, as
+// cuBLASLt's FP8 GEMMs take it) where it has an algorithm, else that sequence.
 struct Fp8Epilogue {
   const Tensor* bias = nullptr;
   const Tensor* residual = nullptr;
