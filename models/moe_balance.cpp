@@ -17,7 +17,10 @@ MoeBalance::MoeBalance(std::vector<MoeMlp*> layers, Device device, float rate, i
                 experts_, " and ", layers_[static_cast<size_t>(l)]->shape().experts, " experts");
     layers_[static_cast<size_t>(l)]->load() = loads_.slice_flat(l * experts_, {experts_});
   }
-  for (int s = 0; s < slots; ++s) readback_.push_back(std::make_unique<CountsReadback>(device, L * experts_));
+  for (int s = 0; s < slots; ++s) {
+    kept_.push_back(Tensor::zeros({L, experts_}, DType::I32, device));
+    readback_.push_back(std::make_unique<CountsReadback>(device, L * experts_));
+  }
 }
 
 void MoeBalance::finish_step(Communicator* dp, const Tensor* control, int slot) {
@@ -26,8 +29,13 @@ void MoeBalance::finish_step(Communicator* dp, const Tensor* control, int slot) 
   if (rate_ > 0)
     for (MoeMlp* m : layers_)
       if (m->bias().value.defined()) ops::moe_bias_update(m->bias().value, m->load(), rate_, control);
-  readback_[static_cast<size_t>(slot)]->copy_from(loads_);
+  ops::copy(kept_[static_cast<size_t>(slot)], loads_);
   ops::zero(loads_);
+}
+
+void MoeBalance::read_back(int slot) {
+  if (layers_.empty()) return;
+  readback_[static_cast<size_t>(slot)]->copy_from(kept_[static_cast<size_t>(slot)]);
 }
 
 const int32_t* MoeBalance::loads(int slot) { return readback_[static_cast<size_t>(slot)]->wait(); }

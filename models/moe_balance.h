@@ -31,9 +31,14 @@ class MoeBalance {
   // After the optimizer step: loads summed over `dp` (a device communicator; null or of size 1:
   // nothing to sum), the bias update (none where `control`, the step control of runtime/
   // step_control.h, says the step was skipped: its state stays the state before it), the loads
-  // copied for reading back in `slot`, the buffer cleared.
+  // kept on the device for `slot`, the buffer cleared. All device work: part of a captured step.
   void finish_step(Communicator* dp, const Tensor* control, int slot = 0);
-  // The global loads of the step finished in `slot`, int32 [layers, E] on the host (waits for them).
+  // Enqueues the copy of `slot`'s kept loads to the host, after the step's work on the current
+  // stream. Outside any CUDA graph capture: the host waits on its event (a copy captured into a
+  // graph would record that event only at capture, and a replayed step would never be waited for).
+  void read_back(int slot = 0);
+  // The global loads of the step finished in `slot`, int32 [layers, E] on the host (waits for the
+  // copy read_back(slot) enqueued).
   const int32_t* loads(int slot = 0);
   // max_e load / mean_e load of each layer of the step in `slot` (1 = perfectly balanced).
   std::vector<double> max_over_mean(int slot = 0);
@@ -42,7 +47,8 @@ class MoeBalance {
   std::vector<MoeMlp*> layers_;
   int64_t experts_ = 0;
   float rate_ = 0;
-  Tensor loads_;  // int32 [layers, E] on the device
+  Tensor loads_;              // int32 [layers, E] on the device, counted into during a step
+  std::vector<Tensor> kept_;  // per slot: the step's summed loads, until read back
   std::vector<std::unique_ptr<CountsReadback>> readback_;
 };
 

@@ -54,6 +54,9 @@ void HostReadback<T>::copy_from(std::initializer_list<const Tensor*> srcs) {
   TETRA_CHECK(total <= capacity_, readback_name<T>(), "::copy_from: ", total, " values exceed the capacity of ",
               capacity_);
   if (device_.is_cuda()) {
+    // A captured copy's event is recorded once, at capture: a replayed copy could never be waited for.
+    TETRA_CHECK(!cuda::capturing(device_), readback_name<T>(), "::copy_from while ", device_.str(),
+                "'s stream is being captured into a CUDA graph; read back outside the captured step");
     if (pending_) wait();  // the pinned buffer is about to be overwritten
     const Stream s = current_stream(device_);
     int64_t at = 0;

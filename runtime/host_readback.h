@@ -3,8 +3,10 @@
 // to back into one pinned buffer, and records one event after them; ready() asks and wait() blocks
 // the host on that event only, so the device keeps running whatever was queued before (a layer's
 // shared experts, say) while the host waits. The values of the previous copy stay readable until the
-// next copy_from. On the CPU the copy is immediate. A wait cannot be part of a captured CUDA graph:
-// a dropless expert-parallel exchange splits a graph at each wait.
+// next copy_from. On the CPU the copy is immediate. Neither a copy nor a wait can be part of a
+// captured CUDA graph (the event would be recorded at capture only, never at a replay; copy_from
+// refuses while the stream is capturing): a captured step keeps what it reads back in device
+// tensors and copies them after the step (models/moe_balance.h).
 //   HostReadback<double>: the trainer reads a step's loss, gradient norm and skip decision this way
 //     while the next step already runs (launch/train/trainer.cpp).
 //   CountsReadback = HostReadback<int32_t>: the router's per-expert counts and the counts an

@@ -244,10 +244,6 @@ void check_fp8(const Config& c) {
          recipe + " with routed experts on a GPU: the experts' grouped FP8 GEMMs have CUDA kernels for tensorwise "
          "only (docs/kernels.md \"FP8 training\"); use train.fp8.recipe: tensorwise or none on a GPU, or "
          "train.device: cpu (the CPU emulates every recipe)");
-  if (c.model.moe.n_experts > 0 && t.device == DeviceChoice::Cuda && t.cuda_graphs)
-    fail(c, {"train.fp8.recipe", "model.moe.n_experts", "train.cuda_graphs"},
-         recipe + " with routed experts under CUDA graphs: not supported yet (a captured FP8 MoE step has not "
-         "run through on a GPU; docs/kernels.md \"FP8 training\"); set train.cuda_graphs: false");
   const long long tokens = static_cast<long long>(t.micro_batch) * t.seq_len;
   if (tokens % kFp8Multiple != 0)
     fail(c, {"train.fp8.recipe", "train.micro_batch", "train.seq_len"},

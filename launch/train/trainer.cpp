@@ -147,6 +147,7 @@ Trainer::Launched Trainer::launch_step(int64_t step) {
     enqueue_step(step, /*graph_inputs=*/false, &l.data_wait_s);
   }
   state_->read_back(step);
+  parts_->balance->read_back(StepState::slot_of(step));  // outside the graph, as the step's own read-back
   return l;
 }
 

@@ -40,6 +40,8 @@ void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size
 
 int device_count();
 void set_device(Device device);
+// Whether the device's current stream is being captured into a CUDA graph.
+bool capturing(Device device);
 // The GPU's name (cudaGetDeviceProperties), or device.str() when it cannot be read.
 std::string device_name(Device device);
 

@@ -39,6 +39,7 @@ void copy_bytes(void*, Device dst_dev, const void*, Device src_dev, size_t, bool
 
 int device_count() { return 0; }
 void set_device(Device device) { fail("cannot select " + device.str()); }
+bool capturing(Device) { return false; }
 std::string device_name(Device device) { return device.str(); }
 
 }  // namespace tetra::cuda

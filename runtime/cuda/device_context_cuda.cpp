@@ -50,6 +50,13 @@ void set_device(Device device) {
   TETRA_CUDA_CHECK(cudaSetDevice(device.index));
 }
 
+bool capturing(Device device) {
+  DeviceScope scope(device);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  TETRA_CUDA_CHECK(cudaStreamIsCapturing(stream_of(device), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 std::string device_name(Device device) {
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, device.index) == cudaSuccess) return prop.name;

@@ -261,8 +261,9 @@ elif group == "gpu":
         same = max(rel(a, b) for a, b in zip(graphs, got))
         check(same <= TOL, f"gpu {recipe}: CUDA graphs replay the same losses ({same:.1e})")
     # The routed experts' grouped FP8 GEMMs (tensorwise, the recipe they have CUDA kernels for): the
-    # same Llama with 8 experts of width 128 in 3 of its 4 blocks against its bf16 run (not under CUDA
-    # graphs, which the config refuses with routed experts under FP8 for now).
+    # same Llama with 8 experts of width 128 in 3 of its 4 blocks against its bf16 run, then both again
+    # under CUDA graphs: the same losses, and the same per-layer expert loads in every step's metrics
+    # (the loads a replayed step reads back are that step's, not the captured step's).
     moe = ["model.moe.n_experts=8", "model.moe.top_k=2", "model.moe.n_shared=1", "model.moe.ffn_dim=128",
            "model.moe.first_k_dense=1"]
     ws.train("moe_bf16", np_=1, sets=moe, mpirun=False)
@@ -274,6 +275,14 @@ elif group == "gpu":
     tail = rel(np.mean(got[-10:]), np.mean(base[-10:]))
     check(tail <= LOSS_TOL,
           f"gpu MoE tensorwise: the last 10 losses' mean within {LOSS_TOL} of the bf16 run's ({tail:.1e})")
+    for name, sets in [("moe_bf16", moe), ("moe_tensorwise", moe + ["train.fp8.recipe=tensorwise"])]:
+        ws.train(name + "_graphs", np_=1, sets=sets + ["train.cuda_graphs=true"], mpirun=False)
+        eager, graphs = metrics(ws.run_dir(name)), metrics(ws.run_dir(name + "_graphs"))
+        same = max(rel(graphs[s]["loss"], eager[s]["loss"]) for s in eager)
+        check(same <= TOL, f"gpu {name}: CUDA graphs replay the same losses ({same:.1e})")
+        keys = sorted(k for k in eager[max(eager)] if k.startswith("moe_load_max_over_mean"))
+        loads_same = all(graphs[s].get(k) == eager[s][k] for s in eager for k in keys)
+        check(keys and loads_same, f"gpu {name}: CUDA graphs report each step's own expert loads ({len(keys)} layers)")
 elif group == "refused":
     ws = Workspace(tetra, os.path.join(work, group), steps=2, every=2, base_sets=LLAMA + ["train.fp8.recipe=blockwise"])
     # LLAMA's projections are 32 to 64 wide: at tp 2 their slices hold parts of 128-wide groups.

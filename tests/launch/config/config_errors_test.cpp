@@ -295,8 +295,6 @@ std::vector<BadCase> bad_cases() {
       {"moe_fp8_blockwise_on_gpu", moe_base(), {"train.fp8.recipe=blockwise", "train.device=cuda"}, 2,
        {"--set train.fp8.recipe: blockwise with routed experts on a GPU",
         "CUDA kernels for tensorwise only", "use train.fp8.recipe: tensorwise or none on a GPU"}},
-      {"moe_fp8_cuda_graphs", moe_base(), {"train.fp8.recipe=tensorwise", "train.device=cuda", "train.cuda_graphs=true"},
-       2, {"--set train.fp8.recipe: tensorwise with routed experts under CUDA graphs", "set train.cuda_graphs: false"}},
   };
 }
 
