@@ -95,6 +95,10 @@ bool grouped_gemm_fp8_tensor_cores(const GroupedGemm& p);
 // Rp for R rows in G experts: round_up(R, 128) + 128·G, a bound on Σ_g round_up(rows of g, 128).
 int64_t grouped_gemm_fp8_padded_rows(int64_t R, int64_t G);
 bool grouped_gemm_fp8_wgmma_applies(const GroupedGemm& p, const char** why);
+// Whether the wgmma FP8 kernel accumulates `kind` in the tensor cores over the whole K (128 × 256
+// tiles, Hopper's fast accumulation) rather than promoting every 128 products into fp32 (128 × 128
+// tiles): TETRA_FP8_GROUPED_ACCUM = forward (the default), all or none.
+bool grouped_gemm_fp8_fast_accumulation(GroupedGemmKind kind);
 void grouped_gemm_fp8_wgmma(const GroupedGemm& p, Device device, cudaStream_t stream);
 void grouped_gemm_cublas(const GroupedGemm& p, Device device, cudaStream_t stream);
 
