@@ -2,120 +2,21 @@
 // expert's rows and one per expert's weight, the CPU twin's (runtime/cpu/moe_grouped_linear.cpp)
 // codes and scales bit for bit. Everything runs from the offsets in device memory (no host
 // synchronisation; a CUDA graph captures it):
-//   1. amax: each block takes up to kRows rows of one expert (the row tensors: the grouped GEMMs'
-//      tile list, runtime/cuda/moe_grouped_tiles.cuh; the weights: blockIdx.y the expert), folds the
-//      bits of |x| (block_amax_to: one atomicMax per block) into amax[g];
-//   2. scales: s[g] = 1 / fp8_quant_factor(amax[g]) for every expert (empty ones too: a weight
-//      gradient of an expert without rows multiplies its zero sums by a finite scale);
-//   3. codes: the same blocks write fp8(x·r[g]) into a code tensor of x's shape;
-//   4. the grouped GEMM on the codes (grouped_gemm_fp8, runtime/cuda/moe_grouped_gemm.h), scaled per
+//   1. the casts (runtime/cuda/moe_grouped_fp8_cast.h): per-expert amax, scales and codes, in the
+//      layouts of the kernel that multiplies them (transposed for the tensor cores);
+//   2. the grouped GEMM on the codes (grouped_gemm_fp8, runtime/cuda/moe_grouped_gemm.h), scaled per
 //      expert in its epilogue.
 // Codes and scales are temporary tensors of the call (stream-ordered). Rows1x128 and Blocks128 have
 // no CUDA kernels yet (an Internal error; the config refuses them with routed experts on a GPU).
-#include <algorithm>
-
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/device_context.h"
-#include "runtime/cuda/fp8_device.cuh"
-#include "runtime/cuda/kernel_common.cuh"
+#include "runtime/cuda/moe_grouped_fp8_cast.h"
 #include "runtime/cuda/moe_grouped_gemm.h"
-#include "runtime/cuda/moe_grouped_tiles.cuh"
 #include "runtime/moe_shape.h"
 
 namespace tetra::cuda {
 
 namespace {
-
-constexpr int kRows = 16, kThreads = 256;
-
-// The segments of a [rows, cols] tensor that are cast apart: the experts' rows of a row tensor (from
-// the offsets) or the G weights w[g], O rows each.
-struct Segments {
-  const int32_t* offsets = nullptr;  // row tensors; null for weights
-  int G = 0;
-  int64_t R = 0;       // rows of a row tensor
-  int64_t O = 0;       // weights: rows per expert
-  int64_t cols = 0;
-};
-
-struct Span {
-  int g;
-  int64_t begin, end;  // rows [begin, end) of expert g
-  bool valid;
-};
-
-// This block's rows (every thread gets the same; locate_tile synchronises the block).
-__device__ Span block_span(const Segments& s) {
-  if (!s.offsets) {
-    const int g = blockIdx.y;
-    const int64_t begin = g * s.O + int64_t{blockIdx.x} * kRows, end = min(begin + kRows, (g + 1) * s.O);
-    return {g, begin, end, begin < end};
-  }
-  const TileAt t = locate_tile<GroupedGemmKind::Forward, kRows>(s.offsets, s.G, s.R, 0, 1, nullptr);
-  if (!t.valid) return {0, 0, 0, false};
-  int64_t r0, r1;
-  group_rows(s.offsets, t.g, s.R, &r0, &r1);
-  const int64_t begin = r0 + t.m_tile * kRows;
-  return {t.g, begin, min(begin + kRows, r1), true};
-}
-
-template <class T>
-__global__ void __launch_bounds__(kThreads) segment_amax_kernel(const T* __restrict__ x, Segments s, unsigned* amax) {
-  const Span sp = block_span(s);
-  if (!sp.valid) return;  // the whole block
-  unsigned m = 0;
-  for (int64_t i = sp.begin * s.cols + threadIdx.x; i < sp.end * s.cols; i += kThreads)
-    m = max(m, abs_bits(to_f32(x[i])));
-  block_amax_to(amax + sp.g, m);
-}
-
-// scale[g] = 1 / r[g], as fp8_quantize writes a Tensorwise scale.
-__global__ void segment_scale_kernel(const unsigned* amax, int G, Fp8Format f, float* scale) {
-  const int g = blockIdx.x * blockDim.x + threadIdx.x;
-  if (g < G) scale[g] = 1.0f / fp8_quant_factor(__uint_as_float(amax[g]), fp8_largest(f));
-}
-
-template <class T>
-__global__ void __launch_bounds__(kThreads)
-    segment_cast_kernel(const T* __restrict__ x, Segments s, const unsigned* amax, Fp8Format f, unsigned char* q) {
-  const Span sp = block_span(s);
-  if (!sp.valid) return;
-  const float r = fp8_quant_factor(__uint_as_float(amax[sp.g]), fp8_largest(f));
-  for (int64_t i = sp.begin * s.cols + threadIdx.x; i < sp.end * s.cols; i += kThreads)
-    q[i] = fp8_code(to_f32(x[i]), r, f);
-}
-
-// One operand cast per expert: codes of x's shape (format c.format) and scale [G].
-struct ExpertCodes {
-  Tensor q, scale;
-};
-
-ExpertCodes cast_segments(const Tensor& x, ops::Fp8Cast c, const Segments& s, Device dev, cudaStream_t stream,
-                          const char* op) {
-  ExpertCodes out{Tensor::empty(x.shape(), c.format, dev), Tensor::empty({s.G}, DType::F32, dev)};
-  Tensor amax = Tensor::empty({s.G}, DType::U32, dev);
-  TETRA_CUDA_CHECK(cudaMemsetAsync(amax.data_ptr(), 0, amax.nbytes(), stream));
-  const Fp8Format f = fp8_format_of(c.format);
-  const dim3 grid = s.offsets ? dim3(static_cast<unsigned>((s.R + kRows - 1) / kRows + s.G))
-                              : dim3(static_cast<unsigned>((s.O + kRows - 1) / kRows), static_cast<unsigned>(s.G));
-  unsigned* pa = static_cast<unsigned*>(amax.data_ptr());
-  dispatch_float(x.dtype(), op, "an operand", [&](auto tag) {
-    using T = decltype(tag);
-    const T* px = static_cast<const T*>(x.data_ptr());
-    if (grid.x > 0 && s.cols > 0) {
-      segment_amax_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, pa);
-      TETRA_CUDA_CHECK_LAUNCH();
-    }
-    segment_scale_kernel<<<(s.G + 127) / 128, 128, 0, stream>>>(pa, s.G, f, out.scale.data<float>());
-    TETRA_CUDA_CHECK_LAUNCH();
-    if (grid.x > 0 && s.cols > 0) {
-      unsigned char* q = static_cast<unsigned char*>(out.q.data_ptr());
-      segment_cast_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, pa, f, q);
-      TETRA_CUDA_CHECK_LAUNCH();
-    }
-  });
-  return out;
-}
 
 void check_operands(const char* op, const Tensor& c, const Tensor& a, ops::Fp8Cast a_cast, const Tensor& b,
                     ops::Fp8Cast b_cast, const Tensor& offsets) {
@@ -148,24 +49,39 @@ Segments weights_of(const MoeGemmDims& d) {
   return s;
 }
 
-// c (+)= a ∘ b in `kind`'s layout, both cast per expert.
+// c (+)= a ∘ b in `kind`'s layout, both cast per expert in the layouts of the kernel that runs it.
 void run(const char* op, GroupedGemmKind kind, const MoeGemmDims& d, Tensor& c, const Tensor& a, ops::Fp8Cast a_cast,
          const Segments& a_segs, const Tensor& b, ops::Fp8Cast b_cast, const Segments& b_segs, const Tensor& offsets,
          bool accumulate = false) {
   const Device dev = c.device();
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
-  const ExpertCodes qa = cast_segments(a, a_cast, a_segs, dev, stream, op);
-  const ExpertCodes qb = cast_segments(b, b_cast, b_segs, dev, stream, op);
   GroupedGemm p;
   p.kind = kind;
   p.G = d.G, p.R = d.R, p.O = d.O, p.I = d.I;
   p.offsets = offsets.data<int32_t>();
-  p.a = qa.q.data_ptr(), p.b = qb.q.data_ptr(), p.c = c.data_ptr();
+  p.c = c.data_ptr();
   p.ab_type = a_cast.format, p.b_fp8 = b_cast.format, p.c_type = c.dtype();
-  p.a_scale = qa.scale.data<float>(), p.b_scale = qb.scale.data<float>();
   p.accumulate = accumulate;
   p.op = op;
+  static const float kNoScale = 1.0f;  // grouped_gemm_fp8_tensor_cores asks only whether scales exist
+  p.a_scale = p.b_scale = &kNoScale;
+  p.fp8_transposed = grouped_gemm_fp8_tensor_cores(p);
+  // Tensor cores: B of BackwardInput is w[g]ᵀ; both operands of BackwardWeight are transposed and padded.
+  CodeLayout a_layout, b_layout;
+  Tensor po;
+  if (p.fp8_transposed && kind == GroupedGemmKind::BackwardWeight) {
+    po = padded_offsets(p.offsets, static_cast<int>(d.G), d.R, dev, stream);
+    p.padded_offsets = po.data<int32_t>();
+    p.Rp = grouped_gemm_fp8_padded_rows(d.R, d.G);
+    a_layout = b_layout = CodeLayout{true, p.padded_offsets, p.Rp};
+  } else if (p.fp8_transposed && kind == GroupedGemmKind::BackwardInput) {
+    b_layout.transposed = true;
+  }
+  const ExpertCodes qa = cast_segments(a, a_cast, a_segs, a_layout, dev, stream, op);
+  const ExpertCodes qb = cast_segments(b, b_cast, b_segs, b_layout, dev, stream, op);
+  p.a = qa.q.data_ptr(), p.b = qb.q.data_ptr();
+  p.a_scale = qa.scale.data<float>(), p.b_scale = qb.scale.data<float>();
   grouped_gemm_fp8(p, dev, stream);
 }
 

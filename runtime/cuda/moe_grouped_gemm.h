@@ -40,6 +40,16 @@ struct GroupedGemm {
   DType b_fp8 = DType::F8E4M3;
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
+  // FP8 operands in the tensor-core kernel's layouts (grouped_gemm_fp8_tensor_cores; all K-major):
+  //   Forward         a = x codes [R, I]              b = w codes [G, O, I]
+  //   BackwardInput   a = dy codes [R, O]             b = w[g]ᵀ codes [G, I, O]
+  //   BackwardWeight  a = dyᵀ codes [O, Rp]           b = xᵀ codes [I, Rp]
+  // where in BackwardWeight expert g's rows are the columns [po[g], po[g + 1]) of both, its row count
+  // rounded up to a multiple of 128 with zero codes (padded_offsets = po, int32 [G + 1] on the
+  // device; Rp ≥ po[G], the tensors' row stride). False: every operand as in the table above.
+  bool fp8_transposed = false;
+  const int32_t* padded_offsets = nullptr;
+  int64_t Rp = 0;
   const char* op = "grouped GEMM";  // named in errors
 };
 
@@ -73,9 +83,23 @@ void grouped_gemm_wgmma_ws(const GroupedGemm& p, Device device, cudaStream_t str
 bool grouped_gemm_mma_applies(const GroupedGemm& p, const char** why);
 void grouped_gemm_mma(const GroupedGemm& p, Device device, cudaStream_t stream);
 void grouped_gemm_simt(const GroupedGemm& p, Device device, cudaStream_t stream);
-// The FP8 problem (a_scale and b_scale given): the SIMT kernel reading the codes (fp32 FMAs of the
-// code values, any shape, no host synchronisation). No tensor-core FP8 kernel exists yet.
+// The FP8 problem (a_scale and b_scale given): with p.fp8_transposed the warp-specialised wgmma FP8
+// kernel (grouped_gemm_fp8_wgmma), else the SIMT kernel reading the codes (fp32 FMAs of the code
+// values, any shape). Neither synchronises the host.
 void grouped_gemm_fp8(const GroupedGemm& p, Device device, cudaStream_t stream);
+// Whether the FP8 problem p (its a and b not cast yet) runs on tensor cores, so that its operands
+// must be cast in the transposed layouts: TETRA_MOE_GEMM is not "simt" and the wgmma FP8 kernel
+// applies (an sm_90a build and a compute capability 9.0 device; E4M3 × E4M3 or E5M2 × E4M3 codes;
+// O and I multiples of 16; at most kMaxTableGroups experts; fewer than 2^31 rows in every operand).
+bool grouped_gemm_fp8_tensor_cores(const GroupedGemm& p);
+// Rp for R rows in G experts: round_up(R, 128) + 128·G, a bound on Σ_g round_up(rows of g, 128).
+int64_t grouped_gemm_fp8_padded_rows(int64_t R, int64_t G);
+bool grouped_gemm_fp8_wgmma_applies(const GroupedGemm& p, const char** why);
+// Whether the wgmma FP8 kernel accumulates `kind` in the tensor cores over the whole K (128 × 256
+// tiles, Hopper's fast accumulation) rather than promoting every 128 products into fp32 (128 × 128
+// tiles): TETRA_FP8_GROUPED_ACCUM = forward (the default), all or none.
+bool grouped_gemm_fp8_fast_accumulation(GroupedGemmKind kind);
+void grouped_gemm_fp8_wgmma(const GroupedGemm& p, Device device, cudaStream_t stream);
 void grouped_gemm_cublas(const GroupedGemm& p, Device device, cudaStream_t stream);
 
 }  // namespace tetra::cuda

@@ -3,8 +3,9 @@
 // matches the CPU twin to 1e-5) and the fallback where the tensor-core kernel does not apply. One
 // 64×64 output tile per block of 256 threads (4×4 outputs each), k in steps of 16 through shared
 // memory; tiles scheduled from the device offsets as the tensor-core kernel's
-// (runtime/cuda/moe_grouped_tiles.cuh). It also multiplies FP8 codes (grouped_gemm_fp8): the code
-// values are exact in fp32, and the epilogue scales expert g's sums by a_scale[g]·b_scale[g].
+// (runtime/cuda/moe_grouped_tiles.cuh). It also multiplies FP8 codes (grouped_gemm_fp8, where the
+// tensor-core kernel does not take them): the code values are exact in fp32, and the epilogue scales
+// expert g's sums by a_scale[g]·b_scale[g].
 #include <cuda_runtime.h>
 
 #include <limits>
@@ -162,6 +163,7 @@ void grouped_gemm_simt(const GroupedGemm& p, Device device, cudaStream_t stream)
 void grouped_gemm_fp8(const GroupedGemm& p, Device device, cudaStream_t stream) {
   if (!p.a_scale || !p.b_scale) TETRA_FAIL(Internal, p.op, ": an FP8 grouped GEMM needs both operands' scales");
   if (p.G == 0) return;
+  if (p.fp8_transposed) return grouped_gemm_fp8_wgmma(p, device, stream);
   Params prm;
   const unsigned grid = setup(p, &prm);
   if (grid == 0) return;

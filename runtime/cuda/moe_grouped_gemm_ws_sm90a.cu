@@ -25,13 +25,10 @@
 // waits for the k-tiles in order, so none is ever more than one phase early. The producer reuses a
 // stage only after both consumers released it (the previous phase of empty[s]).
 // Compiled for sm_90a only; elsewhere the kernel is absent and grouped_gemm_wgmma_ws_applies says no.
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <mutex>
 
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/moe_grouped_wgmma.cuh"
@@ -54,22 +51,6 @@ struct Maps {
   CUtensorMap a, b;
 };
 
-#ifdef TETRA_WGMMA
-
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-// A box of the 2-D tensor map at (inner, outer) into shared memory at dst, completing on bar.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int inner, int outer, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(bar)
-      : "memory");
-}
-
-#endif  // TETRA_WGMMA
 
 template <GroupedGemmKind KIND, class TC>
 __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_ws_kernel(Params p, const __grid_constant__ Maps maps) {
@@ -194,34 +175,9 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_ws_kernel(Params p, 
 #endif  // TETRA_WGMMA
 }
 
-// cuTensorMapEncodeTiled from the driver, found through the runtime (no link against libcuda).
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static std::once_flag once;
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-  std::call_once(once, [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess)
-      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  });
-  return fn;
-}
-
-// A 2-D bf16 tensor [outer, inner] (row stride `inner` elements) with boxes of 64 × box_outer.
+// A 2-D bf16 tensor [outer, inner] with boxes of 64 (128 bytes) × box_outer.
 CUtensorMap tensor_map(const char* op, const void* base, int64_t inner, int64_t outer, int box_outer) {
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(outer)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(inner) * 2};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_outer)};
-  const cuuint32_t elem[2] = {1, 1};
-  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
-                                    elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    TETRA_FAIL(Internal, op, " (wgmma ws kernel): cuTensorMapEncodeTiled failed with CUresult ", static_cast<int>(r),
-               " for a [", outer, ", ", inner, "] bf16 tensor at ", base, " with boxes of 64 × ", box_outer);
-  return map;
+  return wgmma::tensor_map(op, "wgmma ws kernel", base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, inner, outer, box_outer);
 }
 
 template <GroupedGemmKind KIND, class TC>

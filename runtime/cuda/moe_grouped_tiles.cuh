@@ -25,6 +25,29 @@ __device__ __forceinline__ void group_rows(const int32_t* offsets, int g, int64_
   *end = e;
 }
 
+// The inclusive prefix sum of v over the lanes of a (full) warp.
+__device__ __forceinline__ int warp_inclusive_sum(int v) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int u = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += u;
+  }
+  return v;
+}
+
+// The last g in [0, n) with starts[g] ≤ t, for nondecreasing starts with starts[0] ≤ t (segments
+// that are empty share their start with the next: the one that holds t is the last).
+__device__ __forceinline__ int last_start_at_or_before(const int* starts, int n, int64_t t) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (starts[mid] <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 struct TileAt {
   int g;
   int64_t m_tile, n_tile;

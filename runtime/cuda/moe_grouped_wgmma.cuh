@@ -12,8 +12,11 @@
 //   descriptor LBO = 8192 bytes (the next 64 columns), SBO = 1024 bytes (the next 8 k rows); the k16
 //   slice starts two atoms further per step. wgmma reads these with its transpose flag set.
 // Forward: A = x rows (K-major), B = w[g] (K-major). BackwardInput: A = dy rows (K-major), B = w[g]
-// (N-major). BackwardWeight: A = dy rows (M-major), B = x rows (N-major).
+// (N-major). BackwardWeight: A = dy rows (M-major), B = x rows (N-major). The FP8 kernel
+// (moe_grouped_gemm_fp8_sm90a.cu) reads every operand K-major, 128 codes a row (k-tiles of 128).
 #pragma once
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -38,33 +41,49 @@ namespace tetra::cuda::wgmma {
 constexpr int kBK = 64;                 // k per pipeline stage
 constexpr int kMaxTableGroups = 1024;   // experts per launch (the tile table lives in shared memory)
 
-struct Params {
-  const bf16* a;
-  const bf16* b;
+// The launch parameters, for operands of element type T (bf16; FP8 codes as unsigned char).
+template <class T>
+struct ParamsT {
+  const T* a;
+  const T* b;
   void* c;
   const int32_t* offsets;
   int G;
   int64_t R, O, I;
   int tiles_m, tiles_n;
   bool accumulate;
+  // FP8 (moe_grouped_gemm_fp8_sm90a.cu): expert g's result times a_scale[g]·b_scale[g]; and for
+  // BackwardWeight the experts' K ranges [po[g], po[g + 1]) of the transposed, padded operands
+  // (multiples of kFp8BK). Null for bf16.
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  const int32_t* padded_offsets = nullptr;
 };
+using Params = ParamsT<bf16>;
 
 // One output tile: where its operands and result are, and its extent.
-struct Tile {
-  const bf16* a;  // the tile's expert's A and B (row r0 applied); m0 / n0 are applied by the loads
-  const bf16* b;
+template <class T>
+struct TileT {
+  const T* a;  // the tile's expert's A and B (row r0 applied); m0 / n0 are applied by the loads
+  const T* b;
+  int g;                    // the expert
+  int64_t r0;               // the expert's first row (BackwardWeight with padded_offsets: its po[g])
   int64_t m0, n0, M, N, K;  // tile origin; the expert's problem extents
   int64_t c_offset;         // elements from c to the expert's C(0, 0)
 };
+using Tile = TileT<bf16>;
 
 // Operand row strides (elements): A = x or dy rows, B = w[g] or x rows, C = y, dx or dw[g] rows.
-template <GroupedGemmKind KIND>
-__host__ __device__ __forceinline__ int64_t lda(const Params& p) {
+template <GroupedGemmKind KIND, class T>
+__host__ __device__ __forceinline__ int64_t lda(const ParamsT<T>& p) {
   return KIND == GroupedGemmKind::Forward ? p.I : p.O;
 }
-__host__ __device__ __forceinline__ int64_t ldb(const Params& p) { return p.I; }
-template <GroupedGemmKind KIND>
-__host__ __device__ __forceinline__ int64_t ldc(const Params& p) {
+template <class T>
+__host__ __device__ __forceinline__ int64_t ldb(const ParamsT<T>& p) {
+  return p.I;
+}
+template <GroupedGemmKind KIND, class T>
+__host__ __device__ __forceinline__ int64_t ldc(const ParamsT<T>& p) {
   return KIND == GroupedGemmKind::Forward ? p.O : p.I;
 }
 
@@ -107,6 +126,20 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
   } while (!done);
+}
+
+// Arrives on bar and expects `bytes` of bulk tensor copies to complete on it in this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// A box of the 2-D tensor map at (inner, outer) into shared memory at dst, completing on bar.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int inner, int outer, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(bar)
+      : "memory");
 }
 
 // A shared-memory matrix descriptor with 128-byte swizzling: start address, leading and stride byte
@@ -199,8 +232,8 @@ __device__ __forceinline__ void load_tile(uint32_t s, int t, const bf16* base, i
 // synchronises the block):
 //   Forward / BackwardInput: table[g] = the first tile of expert g (tiles n-fastest), table[G] = total;
 //   BackwardWeight: table[rank] = the expert of that rank (falling row count, ties by index).
-template <GroupedGemmKind KIND, int BM>
-__device__ int64_t build_tile_table(const Params& p, int* table, int* rows) {
+template <GroupedGemmKind KIND, int BM, class T>
+__device__ int64_t build_tile_table(const ParamsT<T>& p, int* table, int* rows) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (KIND != GroupedGemmKind::BackwardWeight) {
     if (warp == 0) {
@@ -213,12 +246,7 @@ __device__ int64_t build_tile_table(const Params& p, int* table, int* rows) {
           group_rows(p.offsets, g, p.R, &s, &e);
           tiles = static_cast<int>((e - s + BM - 1) / BM) * p.tiles_n;
         }
-        int incl = tiles;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-          const int v = __shfl_up_sync(0xffffffffu, incl, o);
-          if (lane >= o) incl += v;
-        }
+        const int incl = warp_inclusive_sum(tiles);
         if (g < p.G) table[g] = prefix + incl - tiles;
         prefix += __shfl_sync(0xffffffffu, incl, 31);
       }
@@ -247,18 +275,13 @@ __device__ int64_t build_tile_table(const Params& p, int* table, int* rows) {
   return static_cast<int64_t>(p.G) * p.tiles_m * p.tiles_n;
 }
 
-template <GroupedGemmKind KIND, int BM, int BN>
-__device__ __forceinline__ Tile tile_info(const Params& p, const int* table, int64_t t) {
+// BackwardWeight with p.padded_offsets: K is the expert's padded extent and r0 its padded start.
+template <GroupedGemmKind KIND, int BM, int BN, class E>
+__device__ __forceinline__ TileT<E> tile_info(const ParamsT<E>& p, const int* table, int64_t t) {
   int g;
   int64_t local;
   if (KIND != GroupedGemmKind::BackwardWeight) {
-    int lo = 0, hi = p.G - 1;  // the last expert whose first tile ≤ t (empty experts share their start)
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (table[mid] <= t) lo = mid;
-      else hi = mid - 1;
-    }
-    g = lo;
+    g = last_start_at_or_before(table, p.G, t);  // the expert whose tiles hold t
     local = t - table[g];
   } else {
     const int64_t per_group = static_cast<int64_t>(p.tiles_m) * p.tiles_n;
@@ -267,7 +290,9 @@ __device__ __forceinline__ Tile tile_info(const Params& p, const int* table, int
   }
   int64_t r0, r1;
   group_rows(p.offsets, g, p.R, &r0, &r1);
-  Tile T;
+  TileT<E> T;
+  T.g = g;
+  T.r0 = r0;
   T.m0 = local / p.tiles_n * BM;
   T.n0 = local % p.tiles_n * BN;
   const int64_t w = static_cast<int64_t>(g) * p.O * p.I;
@@ -280,6 +305,7 @@ __device__ __forceinline__ Tile tile_info(const Params& p, const int* table, int
   } else {
     T.M = p.O, T.N = p.I, T.K = r1 - r0;
     T.a = p.a + r0 * p.O, T.b = p.b + r0 * p.I, T.c_offset = w;
+    if (p.padded_offsets) T.r0 = p.padded_offsets[g], T.K = p.padded_offsets[g + 1] - T.r0;
   }
   return T;
 }
@@ -329,6 +355,41 @@ __device__ __forceinline__ void store_slice(float (&d)[N / 2], TC* C, int64_t ld
 }
 
 #endif  // TETRA_WGMMA
+
+// cuTensorMapEncodeTiled from the driver, found through the runtime (no link against libcuda); null
+// where the driver has none.
+inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static std::once_flag once;
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  std::call_once(once, [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  });
+  return fn;
+}
+
+// A 2-D tensor [outer, inner] of `type` (elem_bytes each, row stride `inner` elements) for the bulk
+// tensor copies: boxes of 128 bytes (the swizzle span) × box_outer rows, 128-byte swizzled, zeros
+// past the extents. `kernel` names the caller in errors.
+inline CUtensorMap tensor_map(const char* op, const char* kernel, const void* base, CUtensorMapDataType type,
+                              int elem_bytes, int64_t inner, int64_t outer, int box_outer) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(outer)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(inner) * elem_bytes};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / elem_bytes), static_cast<cuuint32_t>(box_outer)};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult r = encode_tiled()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    TETRA_FAIL(Internal, op, " (", kernel, "): cuTensorMapEncodeTiled failed with CUresult ", static_cast<int>(r),
+               " for a [", outer, ", ", inner, "] tensor of ", elem_bytes, "-byte elements at ", base, " with boxes of ",
+               128 / elem_bytes, " × ", box_outer);
+  return map;
+}
 
 // Raises a kernel's dynamic shared-memory limit to `bytes`, once per (kernel, device).
 template <class Kernel>

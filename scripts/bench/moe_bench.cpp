@@ -14,7 +14,9 @@
 //   tetra_moe_bench [--tokens N] [--dim D] [--experts E] [--topk K] [--ffn F] [--reps R]
 //                   [--routing balanced|router|imbalanced|all] [--impl wgmma|wgmma_ws|mma|simt|cublas|fp8|all]
 // fp8 (also in all): the six grouped GEMMs in FP8 tensorwise (moe_grouped_fp8_*, casts included),
-// lines with impl fp8_tensorwise and their sum (moe_gemm_sum) beside the bf16 layer's gemm_ms.
+// lines with impl fp8_tensorwise and their sum (moe_gemm_sum) beside the bf16 layer's gemm_ms, after
+// a line (bench fp8_kernel) naming the kernel that multiplies the codes: wgmma_fp8 (Hopper's tensor
+// cores) or simt, with the reason the tensor cores do not apply.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -235,6 +237,15 @@ void bench_fp8_gemms(Layer& L, const std::string& how, double load, int reps) {
   const ops::Fp8Cast act{ops::Fp8Scaling::Tensorwise, DType::F8E4M3}, grad{ops::Fp8Scaling::Tensorwise, DType::F8E5M2};
   const double R = static_cast<double>(L.R), d = static_cast<double>(L.d), F = static_cast<double>(L.F);
   const std::string name = "fp8_tensorwise";
+  cuda::GroupedGemm p;  // the gate|up forward as grouped_gemm_fp8 sees it (scales: only their presence)
+  static const float one = 1.0f;
+  p.G = L.E, p.R = L.R, p.O = 2 * L.F, p.I = L.d, p.ab_type = DType::F8E4M3, p.c_type = DType::BF16;
+  p.a_scale = p.b_scale = &one;
+  p.c = L.gu.data_ptr();
+  const char* why = "";
+  const bool tc =
+      cuda::grouped_gemm_impl() != cuda::GroupedGemmImpl::Simt && cuda::grouped_gemm_fp8_wgmma_applies(p, &why);
+  print({{"bench", "fp8_kernel"}, {"kernel", tc ? "wgmma_fp8" : "simt"}, {"why", tc ? "" : why}});
   std::vector<Line> lines;
   const GemmTimer gemm{L, how, name, load, reps, lines};
   gemm("gate_up_forward", "forward", R, 2 * F, d,

@@ -1,14 +1,20 @@
 // The grouped FP8 expert GEMMs on CUDA (runtime/ops.h moe_grouped_fp8_*, Tensorwise) against the
-// CPU twin: the same codes and scales, so the results differ only by fp32 summation order and the
-// output's rounding. Ragged experts (empty, one row, counts off 16 and 128), rows outside the experts,
-// bf16 and fp32 operands and outputs, the weight gradient accumulating or not; and the three ops
-// replayed from a CUDA graph on new rows and new offsets (nothing read on the host).
+// CPU twin, through both kernels (TETRA_MOE_GEMM's choice: the SIMT kernel, and auto: the wgmma FP8
+// kernel where it applies): the same codes and scales, so the results differ only by summation order,
+// the tensor cores' accumulation and the output's rounding. Ragged experts (empty, one row, counts
+// around 16 and 128), rows outside the experts, widths off 128 and the 2B MoE's, bf16 and fp32
+// operands and outputs, the weight gradient accumulating or not; the casts into the tensor-core
+// layouts against the row layout; and the three ops replayed from a CUDA graph on new rows and new
+// offsets (nothing read on the host).
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "runtime/cuda/device_context.h"
+#include "runtime/cuda/moe_grouped_fp8_cast.h"
+#include "runtime/cuda/moe_grouped_gemm.h"
 #include "runtime/cuda_graph.h"
 #include "tests/runtime/cuda/gpu_test_util.h"
 
@@ -60,10 +66,28 @@ struct Layout {
 // factor 2 to spare), where Σ|terms| is the twin on |x| and |w| (the same scales, the codes' magnitudes),
 // plus 2^-8·|ref| for a bf16 output (half an ulp of bf16, doubled). Prints the first miss (expert,
 // row, column, both values) and the worst error as a fraction of its bound.
+// The tensor cores (tensor_cores): FP8 wgmma sums its products in an accumulator that keeps about 14
+// significant bits (DeepSeek-V3 §3.3.2 measured it on Hopper). Taking the worst reading — the 32
+// products of a k32 step aligned to the largest and cut to 14 bits, each off by up to 2^-13 of the
+// largest, and each of the 4 accumulations per k-tile off by 2^-13 of the partial sum — a k-tile errs
+// by at most (32 + 4)·2^-13 < 2^-7.8 of Σ|terms| over its 128 products; the kernel promotes every
+// k-tile into fp32, so these add up to at most that fraction of the whole Σ|terms|. The bound adds
+// 2^-7·Σ|terms| (a factor 1.8 to spare). A kind the kernel runs with fast accumulation
+// (cuda::grouped_gemm_fp8_fast_accumulation: the forward by default) is never promoted: the 32·2^-13
+// of the products stays, and each of the K/32 accumulations adds its 2^-13 of the partial sum, so the
+// bound adds 1.2·(32 + ⌈K/32⌉)·2^-13·Σ|terms| (2^-6.4 at K = 1536). A misplaced operand or scale is
+// off by about |result| ≈ Σ|terms|/√K for these random signs on nearly every element, more than
+// either bound on many of them for every K here (≤ 1536: 1/√K ≥ 2^-5.3).
+double tensor_core_rel(bool tensor_cores, cuda::GroupedGemmKind kind, int64_t K) {
+  if (!tensor_cores) return 0.0;
+  if (!cuda::grouped_gemm_fp8_fast_accumulation(kind)) return std::ldexp(1.0, -7);
+  return 1.2 * (32.0 + std::ceil(static_cast<double>(K) / 32.0)) * std::ldexp(1.0, -13);
+}
+
 void expect_within(const Tensor& dev, const Tensor& ref, const Tensor& abs_ref, int64_t K, int64_t begin, int64_t end,
-                   const Layout& at, const std::string& what) {
+                   const Layout& at, const std::string& what, double tc_rel) {
   const std::vector<double> got = download(dev), want = values(ref), mag = values(abs_ref);
-  const double rel = (static_cast<double>(K) + 8.0) * std::ldexp(1.0, -23);
+  const double rel = (static_cast<double>(K) + 8.0) * std::ldexp(1.0, -23) + tc_rel;
   const double out_rel = dev.dtype() == DType::BF16 ? std::ldexp(1.0, -8) : 0.0;
   double worst = 0.0;
   int64_t misses = 0;
@@ -88,8 +112,8 @@ struct Case {
   Fp8Cast act = kE4M3, grad = kE5M2, weight = kE4M3;
 };
 
-void check_case(const Case& c, uint64_t seed) {
-  TETRA_REQUIRE_GPU();
+// Runs the case through the SIMT kernel and through auto (the tensor cores where they apply).
+void check_case_with(const Case& c, uint64_t seed, cuda::GroupedGemmImpl impl) {
   Rng rng(seed);
   const int64_t G = static_cast<int64_t>(c.rows.size()), O = c.O, I = c.I;
   int64_t used = 0;
@@ -103,8 +127,9 @@ void check_case(const Case& c, uint64_t seed) {
   const Tensor ax = abs_of(x), ady = abs_of(dy), aw = abs_of(w), adw0 = abs_of(dw0);
   std::ostringstream os;
   os << "G " << G << " rows " << used << " (+" << c.lead << "+" << c.tail << ") O " << O << " I " << I << " "
-     << dtype_name(c.in) << "→" << dtype_name(c.out);
+     << dtype_name(c.in) << "→" << dtype_name(c.out) << " " << cuda::grouped_gemm_impl_name(impl);
   const std::string what = os.str();
+  const bool tc = impl != cuda::GroupedGemmImpl::Simt;
 
   // The CPU twin on the values and on their magnitudes (the bound's Σ|terms|).
   auto twin = [&](const Tensor& x_, const Tensor& dy_, const Tensor& w_, const Tensor& dw0_) {
@@ -122,16 +147,23 @@ void check_case(const Case& c, uint64_t seed) {
   Tensor g_off = upload_raw(off), g_x = upload(x, c.in), g_dy = upload(dy, c.in), g_w = upload(w, c.in);
   Tensor g_y = poisoned({R, O}, c.out), g_dx = poisoned({R, I}, c.out), g_dw = poisoned({G, O, I}, c.out);
   Tensor g_dw_acc = upload(dw0, c.out);
+  cuda::set_grouped_gemm_impl(impl);
   ops::moe_grouped_fp8_forward(g_y, g_x, c.act, g_w, c.weight, g_off);
   ops::moe_grouped_fp8_backward_input(g_dx, g_dy, c.grad, g_w, c.weight, g_off);
   ops::moe_grouped_fp8_backward_weight(g_dw, g_dy, c.grad, g_x, c.act, g_off, false);
   ops::moe_grouped_fp8_backward_weight(g_dw_acc, g_dy, c.grad, g_x, c.act, g_off, true);
+  cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
 
   const Layout rows_y{&off, 0, O}, rows_dx{&off, 0, I}, weights{nullptr, O, I};
-  expect_within(g_y, ref[0], mag[0], I, c.lead * O, (c.lead + used) * O, rows_y, "forward, " + what);
-  expect_within(g_dx, ref[1], mag[1], O, c.lead * I, (c.lead + used) * I, rows_dx, "backward input, " + what);
-  expect_within(g_dw, ref[2], mag[2], R, 0, G * O * I, weights, "backward weight, " + what);
-  expect_within(g_dw_acc, ref[3], mag[3], R, 0, G * O * I, weights, "backward weight accumulating, " + what);
+  using K = cuda::GroupedGemmKind;
+  expect_within(g_y, ref[0], mag[0], I, c.lead * O, (c.lead + used) * O, rows_y, "forward, " + what,
+                tensor_core_rel(tc, K::Forward, I));
+  expect_within(g_dx, ref[1], mag[1], O, c.lead * I, (c.lead + used) * I, rows_dx, "backward input, " + what,
+                tensor_core_rel(tc, K::BackwardInput, O));
+  expect_within(g_dw, ref[2], mag[2], R, 0, G * O * I, weights, "backward weight, " + what,
+                tensor_core_rel(tc, K::BackwardWeight, R));
+  expect_within(g_dw_acc, ref[3], mag[3], R, 0, G * O * I, weights, "backward weight accumulating, " + what,
+                tensor_core_rel(tc, K::BackwardWeight, R));
   // Rows outside the experts stay as they were (poisoned: NaN).
   for (const auto& [t, cols] : {std::pair<const Tensor*, int64_t>{&g_y, O}, {&g_dx, I}}) {
     const std::vector<double> got = download(*t);
@@ -140,6 +172,12 @@ void check_case(const Case& c, uint64_t seed) {
       if (i < c.lead * cols || i >= (c.lead + used) * cols) written += !std::isnan(got[static_cast<size_t>(i)]);
     EXPECT_EQ(written, 0) << "elements written outside the experts' rows, " << what;
   }
+}
+
+void check_case(const Case& c, uint64_t seed) {
+  TETRA_REQUIRE_GPU();
+  check_case_with(c, seed, cuda::GroupedGemmImpl::Simt);
+  check_case_with(c, seed, cuda::GroupedGemmImpl::Auto);
 }
 
 // Empty experts, one row, counts off 16 and 128; rows outside the experts on both sides.
@@ -161,6 +199,106 @@ TEST(GpuMoeGroupedFp8, OddWidthsAllE4M3) {
 // No expert has rows: rows outside them only, the weight gradients zero (or kept).
 TEST(GpuMoeGroupedFp8, NoRows) { check_case({{0, 0, 0}, 64, 32, DType::BF16, DType::F32, 4, 4}, 5); }
 
+// Expert row counts around the kernels' 128-row tiles and k-tiles, O and I multiples of 16 but not of
+// 128 (the tensor-core kernel's K tails and partial n tiles).
+const std::vector<int64_t> kAroundTiles = {0, 1, 127, 128, 129, 300, 0, 257};
+
+TEST(GpuMoeGroupedFp8, AroundTilesBf16) { check_case({kAroundTiles, 144, 400, DType::BF16, DType::BF16, 3, 5}, 6); }
+
+TEST(GpuMoeGroupedFp8, AroundTilesFp32Outputs) { check_case({kAroundTiles, 400, 144, DType::BF16, DType::F32}, 7); }
+
+// The 2B MoE's expert GEMMs: gate_up (O 1024, I 1536) and down (O 1536, I 512).
+TEST(GpuMoeGroupedFp8, MoeGateUpShape) { check_case({{129, 0, 300, 1}, 1024, 1536, DType::BF16, DType::BF16}, 8); }
+
+TEST(GpuMoeGroupedFp8, MoeDownShape) { check_case({{256, 3, 0, 140}, 1536, 512, DType::BF16, DType::F32, 1, 0}, 9); }
+
+// Where the build has sm_90a code and the device is a Hopper, the tensor cores take the 2B MoE's
+// shapes in the recipe's formats (else the tests above would compare SIMT with SIMT); they refuse
+// E5M2 weights and O or I off 16.
+TEST(GpuMoeGroupedFp8, TensorCoresTakeTheRecipe) {
+  TETRA_REQUIRE_GPU();
+  cuda::DeviceScope scope(gpu());
+  cuda::GroupedGemm p;
+  static const float one = 1.0f;
+  p.G = 8, p.R = 4096, p.O = 1024, p.I = 1536, p.a_scale = p.b_scale = &one;
+  p.ab_type = DType::F8E4M3, p.b_fp8 = DType::F8E4M3, p.c_type = DType::BF16;
+  const char* why = "";
+  if (!cuda::grouped_gemm_fp8_wgmma_applies(p, &why)) {
+    const std::string w = why;
+    if (w.find("sm_90a") != std::string::npos || w.find("compute capability 9.0") != std::string::npos)
+      GTEST_SKIP() << why;
+    FAIL() << "the wgmma FP8 kernel refuses the 2B MoE's forward: " << why;
+  }
+  for (cuda::GroupedGemmKind kind :
+       {cuda::GroupedGemmKind::Forward, cuda::GroupedGemmKind::BackwardInput, cuda::GroupedGemmKind::BackwardWeight}) {
+    p.kind = kind;
+    p.ab_type = kind == cuda::GroupedGemmKind::Forward ? DType::F8E4M3 : DType::F8E5M2;
+    EXPECT_TRUE(cuda::grouped_gemm_fp8_wgmma_applies(p, &why)) << why;
+  }
+  p.b_fp8 = DType::F8E5M2;
+  EXPECT_FALSE(cuda::grouped_gemm_fp8_wgmma_applies(p, nullptr)) << "E5M2 x E5M2";
+  p.b_fp8 = DType::F8E4M3, p.I = 1544;
+  EXPECT_FALSE(cuda::grouped_gemm_fp8_wgmma_applies(p, nullptr)) << "I off 16";
+}
+
+// The casts into the tensor-core layouts against the row-layout cast (itself checked against the CPU
+// twin above): padded offsets, w[g]ᵀ, and the row tensors transposed into zero-padded column ranges.
+TEST(GpuMoeGroupedFp8, TransposingCasts) {
+  TETRA_REQUIRE_GPU();
+  const Device dev = gpu();
+  cuda::DeviceScope scope(dev);
+  cudaStream_t stream = cuda::stream_of(dev);
+  Rng rng(20);
+  const std::vector<int64_t> rows = kAroundTiles;
+  const int G = static_cast<int>(rows.size());
+  const int64_t lead = 2, C = 144, O = 80;
+  int64_t used = 0;
+  for (int64_t r : rows) used += r;
+  const int64_t R = lead + used + 3;
+  const Tensor off = offsets_of(rows, lead);
+  Tensor g_off = upload_raw(off), g_x = upload(random_host(rng, {R, C}, 2.0), DType::BF16);
+  Tensor g_w = upload(random_host(rng, {G, O, C}, 0.1), DType::BF16);
+  const Tensor po = download_raw(cuda::padded_offsets(g_off.data<int32_t>(), G, R, dev, stream));
+  std::vector<int64_t> want_po{0};
+  for (int64_t r : rows) want_po.push_back(want_po.back() + (r + 127) / 128 * 128);
+  for (int g = 0; g <= G; ++g) ASSERT_EQ(po.data<int32_t>()[g], want_po[static_cast<size_t>(g)]) << "po[" << g << "]";
+  const int64_t Rp = cuda::grouped_gemm_fp8_padded_rows(R, G);
+  ASSERT_GE(Rp, want_po.back());
+
+  const ops::Fp8Cast cast = kE5M2;
+  cuda::Segments rs{g_off.data<int32_t>(), G, R, 0, C}, ws{nullptr, G, 0, O, C};
+  Tensor g_po = upload_raw(po);
+  const cuda::CodeLayout plain, transposed_rows{true, g_po.data<int32_t>(), Rp}, transposed_w{true, nullptr, 0};
+  const auto rq = cuda::cast_segments(g_x, cast, rs, plain, dev, stream, "test");
+  const auto tq = cuda::cast_segments(g_x, cast, rs, transposed_rows, dev, stream, "test");
+  const auto wq = cuda::cast_segments(g_w, kE4M3, ws, plain, dev, stream, "test");
+  const auto wtq = cuda::cast_segments(g_w, kE4M3, ws, transposed_w, dev, stream, "test");
+  ASSERT_EQ(tq.q.shape(), (Shape{C, Rp}));
+  ASSERT_EQ(wtq.q.shape(), (Shape{G, C, O}));
+  const Tensor r = download_raw(rq.q), t = download_raw(tq.q), w = download_raw(wq.q), wt = download_raw(wtq.q);
+  const auto* pr = static_cast<const uint8_t*>(r.data_ptr());
+  const auto* pt = static_cast<const uint8_t*>(t.data_ptr());
+  int64_t bad = 0;
+  for (int g = 0; g < G; ++g) {
+    const int64_t src0 = off.data<int32_t>()[g], base = want_po[static_cast<size_t>(g)];
+    for (int64_t j = 0; j < want_po[static_cast<size_t>(g) + 1] - base; ++j)
+      for (int64_t c = 0; c < C; ++c) {
+        const uint8_t want = j < rows[static_cast<size_t>(g)] ? pr[(src0 + j) * C + c] : 0;
+        bad += pt[c * Rp + base + j] != want;
+      }
+  }
+  EXPECT_EQ(bad, 0) << "row codes transposed into padded columns";
+  const auto* pw = static_cast<const uint8_t*>(w.data_ptr());
+  const auto* pwt = static_cast<const uint8_t*>(wt.data_ptr());
+  bad = 0;
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t c = 0; c < C; ++c) bad += pwt[(g * C + c) * O + o] != pw[(g * O + o) * C + c];
+  EXPECT_EQ(bad, 0) << "weight codes transposed";
+  EXPECT_EQ(download_raw(rq.scale).data<float>()[3], download_raw(tq.scale).data<float>()[3]);
+  EXPECT_EQ(download_raw(wq.scale).data<float>()[1], download_raw(wtq.scale).data<float>()[1]);
+}
+
 // Blockwise casts have no CUDA kernels: an error, not a wrong result.
 TEST(GpuMoeGroupedFp8, BlockwiseIsRefused) {
   TETRA_REQUIRE_GPU();
@@ -174,8 +312,8 @@ TEST(GpuMoeGroupedFp8, BlockwiseIsRefused) {
 // The three ops captured once and replayed on new values and new expert row counts: the replay
 // equals the eager run bit for bit (the kernels read the offsets on the device and run in a fixed
 // order; an op that synchronised the host would fail the capture).
-TEST(GpuMoeGroupedFp8, ReplaysFromAGraph) {
-  TETRA_REQUIRE_GPU();
+void replay_from_a_graph(cuda::GroupedGemmImpl impl) {
+  cuda::set_grouped_gemm_impl(impl);
   const int64_t G = 6, O = 256, I = 128, R = 600;
   const Device dev = gpu();
   Tensor g_off = Tensor::empty({G + 1}, DType::I32, dev), g_x = Tensor::empty({R, I}, DType::BF16, dev);
@@ -217,6 +355,13 @@ TEST(GpuMoeGroupedFp8, ReplaysFromAGraph) {
     EXPECT_EQ(download(g_dx), dx) << "backward input: graph replay vs eager, counts " << i;
     EXPECT_EQ(download(g_dw), dw) << "backward weight: graph replay vs eager, counts " << i;
   }
+  cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
+}
+
+TEST(GpuMoeGroupedFp8, ReplaysFromAGraph) {
+  TETRA_REQUIRE_GPU();
+  replay_from_a_graph(cuda::GroupedGemmImpl::Simt);
+  replay_from_a_graph(cuda::GroupedGemmImpl::Auto);
 }
 
 }  // namespace

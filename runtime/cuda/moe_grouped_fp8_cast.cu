@@ -1,0 +1,192 @@
+// The per-expert casts of the grouped FP8 expert GEMMs (runtime/cuda/moe_grouped_fp8_cast.h),
+// Tensorwise, the CPU twin's (runtime/cpu/moe_grouped_linear.cpp) codes and scales bit for bit:
+//   1. amax: each block takes up to kRows rows of one expert (the row tensors: the grouped GEMMs'
+//      tile list, runtime/cuda/moe_grouped_tiles.cuh; the weights: blockIdx.y the expert), folds the
+//      bits of |x| (block_amax_to: one atomicMax per block) into amax[g];
+//   2. scales: s[g] = 1 / fp8_quant_factor(amax[g]) for every expert (empty ones too: a weight
+//      gradient of an expert without rows multiplies its zero sums by a finite scale);
+//   3. codes: fp8(x·r[g]), either by the same blocks into a code tensor of x's shape, or transposed
+//      by 64 × 64 tiles through shared memory (the tensor-core kernel's layouts).
+#include <vector>
+
+#include "runtime/cuda/moe_grouped_fp8_cast.h"
+
+#include "runtime/cuda/cuda_ops.h"
+#include "runtime/cuda/device_context.h"
+#include "runtime/cuda/fp8_device.cuh"
+#include "runtime/cuda/kernel_common.cuh"
+#include "runtime/cuda/moe_grouped_tiles.cuh"
+
+namespace tetra::cuda {
+
+namespace {
+
+constexpr int kRows = 16, kThreads = 256;
+
+struct Span {
+  int g;
+  int64_t begin, end;  // rows [begin, end) of expert g
+  bool valid;
+};
+
+// This block's rows (every thread gets the same; locate_tile synchronises the block).
+__device__ Span block_span(const Segments& s) {
+  if (!s.offsets) {
+    const int g = blockIdx.y;
+    const int64_t begin = g * s.O + int64_t{blockIdx.x} * kRows, end = min(begin + kRows, (g + 1) * s.O);
+    return {g, begin, end, begin < end};
+  }
+  const TileAt t = locate_tile<GroupedGemmKind::Forward, kRows>(s.offsets, s.G, s.R, 0, 1, nullptr);
+  if (!t.valid) return {0, 0, 0, false};
+  int64_t r0, r1;
+  group_rows(s.offsets, t.g, s.R, &r0, &r1);
+  const int64_t begin = r0 + t.m_tile * kRows;
+  return {t.g, begin, min(begin + kRows, r1), true};
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) segment_amax_kernel(const T* __restrict__ x, Segments s, unsigned* amax) {
+  const Span sp = block_span(s);
+  if (!sp.valid) return;  // the whole block
+  unsigned m = 0;
+  for (int64_t i = sp.begin * s.cols + threadIdx.x; i < sp.end * s.cols; i += kThreads)
+    m = max(m, abs_bits(to_f32(x[i])));
+  block_amax_to(amax + sp.g, m);
+}
+
+// scale[g] = 1 / r[g], as fp8_quantize writes a Tensorwise scale.
+__global__ void segment_scale_kernel(const unsigned* amax, int G, Fp8Format f, float* scale) {
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g < G) scale[g] = 1.0f / fp8_quant_factor(__uint_as_float(amax[g]), fp8_largest(f));
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    segment_cast_kernel(const T* __restrict__ x, Segments s, const unsigned* amax, Fp8Format f, unsigned char* q) {
+  const Span sp = block_span(s);
+  if (!sp.valid) return;
+  const float r = fp8_quant_factor(__uint_as_float(amax[sp.g]), fp8_largest(f));
+  for (int64_t i = sp.begin * s.cols + threadIdx.x; i < sp.end * s.cols; i += kThreads)
+    q[i] = fp8_code(to_f32(x[i]), r, f);
+}
+
+constexpr int kT = 64;  // transposing casts: 64 × 64 tiles
+
+// Where a transposing cast's block writes: expert g's source rows [src0, src0 + n) become the
+// columns [j0, j0 + 64) ∩ [0, width) of dst (row stride ld), codes past n being zero.
+struct TransposedTile {
+  int g;
+  int64_t src0, n, width, j0;
+  unsigned char* dst;
+  int64_t ld;
+  bool valid;
+};
+
+__device__ TransposedTile transposed_tile(const Segments& s, const CodeLayout& l, unsigned char* q) {
+  TransposedTile t{};
+  if (!s.offsets) {  // w[g] [O, I] → [I, O]
+    t.g = blockIdx.z;
+    t.src0 = t.g * s.O, t.n = s.O, t.width = s.O, t.j0 = int64_t{blockIdx.y} * kT;
+    t.dst = q + t.g * s.cols * s.O, t.ld = s.O;
+  } else {
+    const int32_t* po = l.padded_offsets;
+    const int64_t pos = int64_t{blockIdx.y} * kT;  // po[g] are multiples of 128: one expert per block
+    if (pos >= po[s.G]) return t;
+    const int g = last_start_at_or_before(po, s.G, pos);
+    int64_t r0, r1;
+    group_rows(s.offsets, g, s.R, &r0, &r1);
+    t.g = g, t.src0 = r0, t.n = r1 - r0, t.width = po[g + 1] - po[g], t.j0 = pos - po[g];
+    t.dst = q + po[g], t.ld = l.Rp;
+  }
+  t.valid = t.j0 < t.width;
+  return t;
+}
+
+// Codes of a 64 × 64 tile, transposed through shared memory: reads along the source's columns,
+// writes along its rows (both coalesced).
+template <class T>
+__global__ void __launch_bounds__(kThreads) segment_cast_transposed_kernel(const T* __restrict__ x, Segments s,
+                                                                           CodeLayout l, const unsigned* amax,
+                                                                           Fp8Format f, unsigned char* q) {
+  __shared__ unsigned char tile[kT][kT + 4];
+  const TransposedTile t = transposed_tile(s, l, q);
+  if (!t.valid) return;  // the whole block
+  const float r = fp8_quant_factor(__uint_as_float(amax[t.g]), fp8_largest(f));
+  const int64_t c0 = int64_t{blockIdx.x} * kT;
+  const int tx = threadIdx.x % kT, ty = threadIdx.x / kT;
+  for (int i = ty; i < kT; i += kThreads / kT) {
+    const int64_t j = t.j0 + i, c = c0 + tx;
+    tile[i][tx] = j < t.n && c < s.cols ? fp8_code(to_f32(x[(t.src0 + j) * s.cols + c]), r, f) : 0;
+  }
+  __syncthreads();
+  for (int i = ty; i < kT; i += kThreads / kT) {
+    const int64_t c = c0 + i, j = t.j0 + tx;
+    if (c < s.cols && j < t.width) t.dst[c * t.ld + j] = tile[tx][i];
+  }
+}
+
+// One warp: po[g + 1] = po[g] + round_up(rows of g, 128), a scan over the experts 32 at a time.
+__global__ void padded_offsets_kernel(const int32_t* offsets, int G, int64_t R, int32_t* po) {
+  const int lane = threadIdx.x;
+  int prefix = 0;
+  if (lane == 0) po[0] = 0;
+  for (int g0 = 0; g0 < G; g0 += 32) {
+    const int g = g0 + lane;
+    int v = 0;
+    if (g < G) {
+      int64_t s, e;
+      group_rows(offsets, g, R, &s, &e);
+      v = static_cast<int>((e - s + 127) / 128 * 128);
+    }
+    const int incl = warp_inclusive_sum(v);
+    if (g < G) po[g + 1] = prefix + incl;
+    prefix += __shfl_sync(0xffffffffu, incl, 31);
+  }
+}
+
+}  // namespace
+
+Tensor padded_offsets(const int32_t* offsets, int G, int64_t R, Device dev, cudaStream_t stream) {
+  Tensor po = Tensor::empty({G + 1}, DType::I32, dev);
+  padded_offsets_kernel<<<1, 32, 0, stream>>>(offsets, G, R, po.data<int32_t>());
+  TETRA_CUDA_CHECK_LAUNCH();
+  return po;
+}
+
+ExpertCodes cast_segments(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& layout, Device dev,
+                          cudaStream_t stream, const char* op) {
+  const std::vector<int64_t> shape = !layout.transposed ? x.shape()
+                                     : s.offsets        ? std::vector<int64_t>{s.cols, layout.Rp}
+                                                        : std::vector<int64_t>{s.G, s.cols, s.O};
+  ExpertCodes out{Tensor::empty(shape, c.format, dev), Tensor::empty({s.G}, DType::F32, dev)};
+  Tensor amax = Tensor::empty({s.G}, DType::U32, dev);
+  TETRA_CUDA_CHECK(cudaMemsetAsync(amax.data_ptr(), 0, amax.nbytes(), stream));
+  const Fp8Format f = fp8_format_of(c.format);
+  const dim3 grid = s.offsets ? dim3(static_cast<unsigned>((s.R + kRows - 1) / kRows + s.G))
+                              : dim3(static_cast<unsigned>((s.O + kRows - 1) / kRows), static_cast<unsigned>(s.G));
+  const dim3 grid_t(static_cast<unsigned>((s.cols + kT - 1) / kT),
+                    static_cast<unsigned>(s.offsets ? layout.Rp / kT : (s.O + kT - 1) / kT),
+                    static_cast<unsigned>(s.offsets ? 1 : s.G));
+  unsigned* pa = static_cast<unsigned*>(amax.data_ptr());
+  dispatch_float(x.dtype(), op, "an operand", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = static_cast<const T*>(x.data_ptr());
+    if (grid.x > 0 && s.cols > 0) {
+      segment_amax_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, pa);
+      TETRA_CUDA_CHECK_LAUNCH();
+    }
+    segment_scale_kernel<<<(s.G + 127) / 128, 128, 0, stream>>>(pa, s.G, f, out.scale.data<float>());
+    TETRA_CUDA_CHECK_LAUNCH();
+    unsigned char* q = static_cast<unsigned char*>(out.q.data_ptr());
+    if (layout.transposed && grid_t.x > 0 && grid_t.y > 0 && grid_t.z > 0) {
+      segment_cast_transposed_kernel<T><<<grid_t, kThreads, 0, stream>>>(px, s, layout, pa, f, q);
+      TETRA_CUDA_CHECK_LAUNCH();
+    } else if (!layout.transposed && grid.x > 0 && s.cols > 0) {
+      segment_cast_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, pa, f, q);
+      TETRA_CUDA_CHECK_LAUNCH();
+    }
+  });
+  return out;
+}
+
+}  // namespace tetra::cuda

@@ -1,0 +1,48 @@
+// The per-expert Tensorwise casts of the grouped FP8 expert GEMMs (runtime/cuda/moe_grouped_fp8.cu):
+// one amax and one scale per segment (an expert's rows of a row tensor, or one expert's weight),
+// then the codes, in the operand's own layout or transposed for the tensor-core kernel
+// (runtime/cuda/moe_grouped_gemm.h, GroupedGemm::fp8_transposed). Stream-ordered, no host
+// synchronisation (a CUDA graph captures them).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "runtime/ops.h"
+#include "runtime/tensor.h"
+
+namespace tetra::cuda {
+
+// The segments of a [rows, cols] tensor that are cast apart: the experts' rows of a row tensor (from
+// the offsets) or the G weights w[g], O rows each.
+struct Segments {
+  const int32_t* offsets = nullptr;  // row tensors; null for weights
+  int G = 0;
+  int64_t R = 0;  // rows of a row tensor
+  int64_t O = 0;  // weights: rows per expert
+  int64_t cols = 0;
+};
+
+// Where the codes go:
+//   Rows: the operand's shape and layout.
+//   Transposed: weights [G, O, I] → [G, I, O] (w[g]ᵀ); row tensors [R, cols] → [cols, Rp], expert g's
+//     rows at columns [po[g], po[g + 1]) and zero codes up to po[g + 1] (padded_offsets; past po[G]
+//     the codes are not written).
+struct CodeLayout {
+  bool transposed = false;
+  const int32_t* padded_offsets = nullptr;  // row tensors, transposed: po, int32 [G + 1] on the device
+  int64_t Rp = 0;                           // row tensors, transposed: the columns of the codes
+};
+
+// One operand cast per expert: codes (format c.format) and scale [G] (fp32, the dequantisation scale).
+struct ExpertCodes {
+  Tensor q, scale;
+};
+
+ExpertCodes cast_segments(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& layout, Device dev,
+                          cudaStream_t stream, const char* op);
+
+// po[0] = 0, po[g + 1] = po[g] + round_up(rows of expert g, 128): int32 [G + 1] on the device.
+Tensor padded_offsets(const int32_t* offsets, int G, int64_t R, Device dev, cudaStream_t stream);
+
+}  // namespace tetra::cuda
