@@ -35,10 +35,14 @@ double fp8_kept_bytes_per_element(Fp8Recipe recipe) {
   return 0.0;
 }
 
-Tensor* fp8_amax_slot(Fp8Recipe recipe, Fp8Saved* fp8, bool gradient, Device device) {
-  if (!fp8 || recipe == Fp8Recipe::None) return nullptr;
+bool fp8_takes_measured_amax(Fp8Recipe recipe, bool gradient) {
+  if (recipe == Fp8Recipe::None) return false;
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
-  if ((gradient ? casts.gradient : casts.activation).scaling != ops::Fp8Scaling::Tensorwise) return nullptr;
+  return (gradient ? casts.gradient : casts.activation).scaling == ops::Fp8Scaling::Tensorwise;
+}
+
+Tensor* fp8_amax_slot(Fp8Recipe recipe, Fp8Saved* fp8, bool gradient, Device device) {
+  if (!fp8 || !fp8_takes_measured_amax(recipe, gradient)) return nullptr;
   Tensor& slot = gradient ? fp8->dy_amax : fp8->x_amax;
   slot = Tensor::empty({1}, DType::U32, device);
   return &slot;
@@ -56,10 +60,17 @@ void check_matrix(const char* what, const Tensor& t) {
 }
 
 // x [M, K] cast as `cast` says; with `transposed`, xᵀ [K, M] too (in the same pass over x). measured
-// (may be null): the amax to scale by (fp8_linear::cast).
+// (may be null): the amax to scale by (fp8_linear::cast); a tensorwise cast without one measures x
+// with ops::fp8_amax first — the same pass fp8_quantize would make itself, visible in the op profile.
 Fp8Operand cast_operand(const Tensor& x, const Fp8Cast& cast, Fp8Operand* transposed = nullptr,
                         const Tensor* measured = nullptr) {
   const int64_t rows = x.dim(0), cols = x.dim(1);
+  Tensor own;
+  if (!measured && cast.scaling == ops::Fp8Scaling::Tensorwise) {
+    own = Tensor::empty({1}, DType::U32, x.device());
+    ops::fp8_amax(own, x);
+    measured = &own;
+  }
   Fp8Operand out = empty_operand(cast, rows, cols, x.device());
   if (!transposed) {
     ops::fp8_quantize(out.q, out.scale, x, cast.scaling, nullptr, nullptr, measured);

@@ -72,6 +72,10 @@ struct Fp8Saved {
 // `recipe` (the memory plans): its codes, and blockwise's 128×1 scales (a float per 128); 0 for none.
 double fp8_kept_bytes_per_element(Fp8Recipe recipe);
 
+// Whether `recipe`'s cast of x (gradient false) or dy takes an amax its producer measured: a
+// tensorwise cast (a group-scaled one measures its groups itself); false under None.
+bool fp8_takes_measured_amax(Fp8Recipe recipe, bool gradient);
+
 // The slot of `fp8` for the amax of x (gradient false) or dy that `recipe`'s cast takes, made
 // U32 [1] on `device`; null where there is none to fill (no Fp8Saved, or the recipe scales that
 // operand by groups, which the cast measures itself).
@@ -80,7 +84,9 @@ Tensor* fp8_amax_slot(Fp8Recipe recipe, Fp8Saved* fp8, bool gradient, Device dev
 namespace fp8_linear {
 // x [M, K] cast as `cast` says; with `transposed`, xᵀ [K, M] too (in the same pass over x). amax
 // (Tensorwise only, may be null): ops::fp8_quantize's — what x's producer measured, or for x one part
-// of a larger tensor (a tensor-parallel slice: models/fp8_tensor_parallel.h) the whole's.
+// of a larger tensor (a tensor-parallel slice: models/fp8_tensor_parallel.h) the whole's. Without
+// it a tensorwise cast measures x first with ops::fp8_amax (the pass the op profile counts as
+// fp8_amax calls: what the producers' amax outputs spare).
 Fp8Operand cast(const Tensor& x, const Fp8Cast& cast, Fp8Operand* transposed = nullptr, const Tensor* amax = nullptr);
 // y[M, N] (+)= a[M, K] · b[N, K]ᵀ on the operands' dequantised values (ops::fp8_gemm; fast_accum:
 // tensorwise operands only), finished by `epilogue` (ops::Fp8Epilogue: bias, residual, GELU, amax).

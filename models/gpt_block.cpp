@@ -140,9 +140,12 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
 
   // MLP: y = x2 + c_proj(gelu(c_fc(ln_2(x2)))). dy is the residual stream's gradient; its GEMMs
   // read it in the activation dtype (the copy the layer above rounded while writing it).
+  // mlp.c_proj's FP8 cast takes the amax the layer above's norm backward measured of that copy (none
+  // where dy came from another pipeline stage: the cast measures it then).
   GradCompanions in = ctx.take_grad(dy);
   s.d_mlp_out = ctx.in_activation_dtype(dy, in.rounded);
   s.d_mlp_out_sum = std::move(in.column_sum);
+  mlp_proj_.hand_fp8_amax(&s.mlp_proj_fp8, /*gradient=*/true, std::move(in.amax));
   Tensor d_fc = ctx.activation({N, F});
   s.d_mlp_out_full = mlp_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.d_mlp_out;
   // The GELU backward in mlp.c_proj's input-gradient GEMM, which measures d_fc's amax for c_fc's cast.
@@ -156,10 +159,12 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   s.weights_done = c_fc_.backward_input(
       d_ln2, d_fc, ctx.weights_follow ? std::function<void()>([this, &s] { mlp_weight_grads(s); }) : nullptr,
       /*accumulate=*/false, &s.c_fc_fp8);
-  StreamGradient dx2 = ctx.stream_gradient({R, C});
+  // attn.c_proj's output gradient, with its amax for attn.c_proj's FP8 cast.
+  StreamGradient dx2 = ctx.stream_gradient({R, C}, attn_proj_.takes_fp8_amax(/*gradient=*/true));
   s.d_attn_out_sum = ctx.fp32({C});
   ln_2_.backward_residual(dx2.grad, d_ln2, s.x2, s.mean2, s.rstd2, /*dresidual=*/dy, &s.d_attn_out_sum,
-                          dx2.rounded_output());
+                          dx2.rounded_output(), dx2.amax_output());
+  attn_proj_.hand_fp8_amax(&s.attn_proj_fp8, /*gradient=*/true, dx2.amax);
 
   // Attention: x2 = x + c_proj(attn(c_attn(ln_1(x))))
   s.d_attn_out = dx2.rounded;
@@ -173,11 +178,14 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   c_attn_.backward_input(d_ln1, s.d_qkv,
                          s.weights_done ? std::function<void()>([this, &s] { attention_weight_grads(s); }) : nullptr,
                          /*accumulate=*/false, &s.c_attn_fp8);
-  StreamGradient dx = ctx.stream_gradient({R, C});
+  // The block below: its mlp.c_proj bias gradient, the gradient as its GEMMs read it, and (not under
+  // the first block: the embedding reads dx itself) the amax its FP8 cast takes — the blocks share
+  // mlp.c_proj's recipe and tensor parallelism.
+  StreamGradient dx = ctx.stream_gradient({R, C}, block_ > 0 && mlp_proj_.takes_fp8_amax(/*gradient=*/true));
   Tensor dx_sum = ctx.fp32({C});
-  ln_1_.backward_residual(dx.grad, d_ln1, s.x, s.mean1, s.rstd1, /*dresidual=*/dx2.grad, &dx_sum, dx.rounded_output());
-  // The block below: its mlp.c_proj bias gradient, and the gradient as its GEMMs read it.
-  ctx.offer_grad(dx.grad, {std::move(dx_sum), dx.rounded_output() ? dx.rounded : Tensor()});
+  ln_1_.backward_residual(dx.grad, d_ln1, s.x, s.mean1, s.rstd1, /*dresidual=*/dx2.grad, &dx_sum, dx.rounded_output(),
+                          dx.amax_output());
+  ctx.offer_grad(dx.grad, GradCompanions::of(dx, std::move(dx_sum)));
   // Forward tensors W does not need.
   s.x = s.x2 = s.qkv = s.lse = s.mean1 = s.rstd1 = s.mean2 = s.rstd2 = Tensor();
   return dx.grad;

@@ -45,11 +45,13 @@ Tensor GptHead::backward_input(MicroBatchContext& ctx, const Tensor&) {
   const int64_t R = a.x.dim(0), C = cfg_.d_model;
   Tensor dlnf = ctx.activation({R, C});
   a.weights_done = proj_.backward_input(ctx, dlnf, a.dlogits, a.lnf_full);
-  StreamGradient dx = ctx.stream_gradient({R, C});
+  // The last block: its mlp.c_proj bias gradient, the gradient as its GEMMs read it, and the amax
+  // its tensorwise FP8 cast takes (plain at tp = 1, as the head is).
+  StreamGradient dx = ctx.stream_gradient({R, C}, !proj_.tp && fp8_takes_measured_amax(cfg_.fp8, /*gradient=*/true));
   Tensor dx_sum = ctx.fp32({C});
-  ln_f_.backward(dx.grad, dlnf, a.x, a.mean, a.rstd, /*accumulate_dx=*/false, &dx_sum, dx.rounded_output());
-  // The last block: its mlp.c_proj bias gradient, and the gradient as its GEMMs read it.
-  ctx.offer_grad(dx.grad, {std::move(dx_sum), dx.rounded_output() ? dx.rounded : Tensor()});
+  ln_f_.backward(dx.grad, dlnf, a.x, a.mean, a.rstd, /*accumulate_dx=*/false, &dx_sum, dx.rounded_output(),
+                 dx.amax_output());
+  ctx.offer_grad(dx.grad, GradCompanions::of(dx, std::move(dx_sum)));
   a.x = a.mean = a.rstd = Tensor();
   return dx.grad;
 }

@@ -4,10 +4,11 @@
 
 namespace tetra {
 
-StreamGradient MicroBatchContext::stream_gradient(const Shape& shape) const {
+StreamGradient MicroBatchContext::stream_gradient(const Shape& shape, bool amax) const {
   StreamGradient g;
   g.grad = residual(shape);
   g.rounded = residual_dtype_ == dtype_ ? g.grad : activation(shape);
+  if (amax) g.amax = Tensor::empty({1}, DType::U32, device_);
   return g;
 }
 

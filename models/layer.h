@@ -30,17 +30,28 @@ enum class Recompute { None, Mlp, Full };
 // The residual stream's gradient as a block's backward writes it: `grad` in the stream's dtype and
 // `rounded`, the same values in the activation dtype for the GEMMs that read it (the output
 // projections' input and weight gradients). When the two dtypes agree, `rounded` is `grad` itself.
+// `amax` (U32 [1], where asked for: MicroBatchContext::stream_gradient) receives the largest |value|
+// of `rounded` as stored, for the tensorwise FP8 cast of the output gradient of a projection that
+// wrote into the stream (Linear::hand_fp8_amax), so that cast skips its own pass over it.
 struct StreamGradient {
-  Tensor grad, rounded;
+  Tensor grad, rounded, amax;
   // The norm backward's second output (ops.h dx_rounded): null when there is nothing to round.
   Tensor* rounded_output() { return rounded.data_ptr() == grad.data_ptr() ? nullptr : &rounded; }
+  // The norm backward's dx_amax output (ops.h): null when not asked for.
+  Tensor* amax_output() { return amax.defined() ? &amax : nullptr; }
 };
 
 // What the producer of a residual-stream gradient hands to its consumer with it (see
-// MicroBatchContext::offer_grad): its column sum, and its copy in the activation dtype.
+// MicroBatchContext::offer_grad): its column sum, its copy in the activation dtype, and the amax of
+// that copy.
 struct GradCompanions {
   Tensor column_sum;  // fp32 [C] Σ_n grad[n, :], or undefined
   Tensor rounded;     // grad rounded to the activation dtype, or undefined (the dtypes agree)
+  Tensor amax;        // U32 [1]: StreamGradient::amax (of rounded, or of grad when the dtypes agree), or undefined
+  // What the norm backward that wrote `g` offers with it; column_sum may be undefined.
+  static GradCompanions of(StreamGradient& g, Tensor column_sum = Tensor()) {
+    return {std::move(column_sum), g.rounded_output() ? g.rounded : Tensor(), g.amax};
+  }
 };
 
 class MicroBatchContext {
@@ -125,8 +136,8 @@ class MicroBatchContext {
   // A new residual-stream tensor (residual_dtype()).
   Tensor residual(const Shape& shape) const { return Tensor::empty(shape, residual_dtype_, device_); }
   // A residual-stream gradient to be written, with its activation-dtype copy (one tensor when the
-  // dtypes agree).
-  StreamGradient stream_gradient(const Shape& shape) const;
+  // dtypes agree) and, with `amax`, its amax output (StreamGradient::amax).
+  StreamGradient stream_gradient(const Shape& shape, bool amax = false) const;
   // A stream gradient as the GEMMs read it: grad itself in the activation dtype, else `rounded`
   // (offered by its producer) or, when that is undefined, a copy rounded now.
   Tensor in_activation_dtype(const Tensor& grad, const Tensor& rounded) const;

@@ -77,6 +77,7 @@ Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const St
   const int64_t H = local_heads(), Hkv = local_kv_heads(), Q = qkv_proj_.out_features(), HD = H * cfg_.head_dim();
   s.d_x2 = dx2.rounded;  // the stream gradient as o_proj's GEMMs read it
   s.d_x2_full = o_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.d_x2;
+  o_proj_.hand_fp8_amax(&s.o_fp8, /*gradient=*/true, dx2.amax);  // the post-attention norm's, if it measured one
   // tp = 1 and H·D = C: one [N, C] buffer for the gradients of att and then h1.
   Tensor d_att = ctx.activation_reusing(scratch, {N, HD});
   o_proj_.backward_input_residual(d_att, s.d_x2, &s.d_x2_full, nullptr, &s.o_fp8);
@@ -90,9 +91,12 @@ Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const St
   s.weights_done = qkv_proj_.backward_input(
       d_h1, s.d_qkv, ctx.weights_follow ? std::function<void()>([this, &s] { weight_grads(s); }) : nullptr,
       /*accumulate=*/false, &s.qkv_fp8);
-  StreamGradient dx = ctx.stream_gradient({R, C});
-  input_norm_.backward_residual(dx.grad, d_h1, s.x, s.rstd1, /*dresidual=*/dx2.grad, dx.rounded_output());
-  if (dx.rounded_output()) ctx.offer_grad(dx.grad, {Tensor(), dx.rounded});  // what the block below's GEMMs read
+  // What the block below's GEMMs read, and (not in the first block: the embedding reads dx itself) the
+  // amax its down_proj's FP8 cast takes — the blocks share o_proj's recipe and tensor parallelism.
+  StreamGradient dx = ctx.stream_gradient({R, C}, layer_ > 1 && takes_output_grad_amax());
+  input_norm_.backward_residual(dx.grad, d_h1, s.x, s.rstd1, /*dresidual=*/dx2.grad, dx.rounded_output(),
+                                dx.amax_output());
+  ctx.offer_grad(dx.grad, GradCompanions::of(dx));
   s.x = s.qkv = s.lse = s.rstd1 = s.q_in = s.k_in = s.q_rstd = s.k_rstd = Tensor();  // W needs att and h1_in
   return dx.grad;
 }

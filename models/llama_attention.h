@@ -56,6 +56,9 @@ class LlamaAttention {
   // gradients run here, under qkv_proj's input-gradient reduce-scatter, and backward_weight does
   // nothing.
   Tensor backward_input(MicroBatchContext& ctx, State& s, const StreamGradient& d_x2, Tensor scratch = Tensor());
+  // Whether o_proj's FP8 cast takes the amax of its output gradient (d_x2.amax above), measured by
+  // the norm backward that writes it (Linear::takes_fp8_amax).
+  bool takes_output_grad_amax() const { return o_proj_.takes_fp8_amax(/*gradient=*/true); }
   void backward_weight(State& s);
 
  private:

@@ -112,8 +112,11 @@ Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
 
   // MLP: y = x2 + down_proj(swiglu(gate_up_proj(post_attention_layernorm(x2)))). dy is the residual
   // stream's gradient; its GEMMs read it in the activation dtype (the copy the layer above rounded
-  // while writing it).
-  s.d_out = ctx.in_activation_dtype(dy, ctx.take_grad(dy).rounded);
+  // while writing it), and down_proj's FP8 cast the amax the layer above's norm backward measured
+  // of that copy (none where dy came from another pipeline stage: the cast measures it then).
+  GradCompanions in = ctx.take_grad(dy);
+  s.d_out = ctx.in_activation_dtype(dy, in.rounded);
+  down_proj_.hand_fp8_amax(&s.down_fp8, /*gradient=*/true, std::move(in.amax));
   Tensor d_act = ctx.activation({N, F});
   s.d_out_full = down_proj_.sequence_sharded() ? ctx.activation({N, C}) : s.d_out;
   down_proj_.backward_input_residual(d_act, s.d_out, &s.d_out_full, nullptr, &s.down_fp8);
@@ -127,8 +130,10 @@ Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   s.weights_done = gate_up_proj_.backward_input(
       d_h2, s.d_gate_up, ctx.weights_follow ? std::function<void()>([this, &s] { mlp_weight_grads(s); }) : nullptr,
       /*accumulate=*/false, &s.gate_up_fp8);
-  StreamGradient dx2 = ctx.stream_gradient({R, C});
-  post_norm_.backward_residual(dx2.grad, d_h2, s.x2, s.rstd2, /*dresidual=*/dy, dx2.rounded_output());
+  // o_proj's output gradient, with its amax for o_proj's FP8 cast (attention_.backward_input).
+  StreamGradient dx2 = ctx.stream_gradient({R, C}, attention_.takes_output_grad_amax());
+  post_norm_.backward_residual(dx2.grad, d_h2, s.x2, s.rstd2, /*dresidual=*/dy, dx2.rounded_output(),
+                               dx2.amax_output());
 
   // Attention: x2 = x + o_proj(attn(rope(qkv_proj(input_layernorm(x))))); d_h2's buffer is free
   // (used at tp = 1, where it is [N, C]).

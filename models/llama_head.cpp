@@ -51,10 +51,11 @@ Tensor LlamaHead::backward_input(MicroBatchContext& ctx, const Tensor&) {
   const int64_t R = a.x.dim(0), C = cfg_.d_model;
   Tensor dhn = ctx.activation({R, C});
   a.weights_done = proj_.backward_input(ctx, dhn, a.dlogits, a.hn_full);
-  StreamGradient dx = ctx.stream_gradient({R, C});
-  norm_.backward(dx.grad, dhn, a.x, a.rstd, dx.rounded_output());
-  // The last block reads the gradient in the activation dtype.
-  if (dx.rounded_output()) ctx.offer_grad(dx.grad, {Tensor(), dx.rounded});
+  // The last block reads the gradient in the activation dtype, and its down_proj's tensorwise FP8
+  // cast (plain at tp = 1, as the head is) the amax measured here.
+  StreamGradient dx = ctx.stream_gradient({R, C}, !proj_.tp && fp8_takes_measured_amax(cfg_.fp8, /*gradient=*/true));
+  norm_.backward(dx.grad, dhn, a.x, a.rstd, dx.rounded_output(), dx.amax_output());
+  ctx.offer_grad(dx.grad, GradCompanions::of(dx));
   a.x = a.rstd = Tensor();
   return dx.grad;
 }

@@ -5,6 +5,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/fp8_linear.h"
@@ -52,6 +53,15 @@ struct Linear {
   // tensor's amax for the FP8 cast (models/fp8_linear.h fp8_amax_slot); null where none is taken.
   Tensor* fp8_amax_slot(Fp8Saved* fp8, bool gradient, Device device) const {
     return tp_ ? nullptr : tetra::fp8_amax_slot(fp8_, fp8, gradient, device);
+  }
+  // Whether fp8_amax_slot gives a slot: the plain layer under a recipe whose cast of that operand
+  // takes its producer's amax.
+  bool takes_fp8_amax(bool gradient) const { return !tp_ && fp8_takes_measured_amax(fp8_, gradient); }
+  // Hands `amax` (U32 [1]; undefined: nothing to hand), which the op that wrote this layer's input
+  // (gradient false) or output gradient measured as it wrote it, to the cast of that tensor — the
+  // same slot fp8_amax_slot gives — where the layer takes one.
+  void hand_fp8_amax(Fp8Saved* fp8, bool gradient, Tensor amax) const {
+    if (fp8 && amax.defined() && takes_fp8_amax(gradient)) (gradient ? fp8->dy_amax : fp8->x_amax) = std::move(amax);
   }
   // Whether the layer's side of the stream is sequence-sharded: its stream rows R are N/tp, and the
   // [N, ·] tensor that side gathers (a column-parallel input, a row-parallel output gradient) is a
@@ -133,16 +143,20 @@ struct LayerNorm {
   }
   // dx (+)= ...; the weight gradients accumulate. dx_sum (fp32 [C], optional) receives Σ_n dx[n, :];
   // dx_rounded (optional, dy's dtype) dx's values rounded to its dtype (ops.h).
+  // dx_amax (optional, U32 [1]): the largest |value| of dx_rounded if given, else of dx, as stored
+  // (ops.h) — the amax the FP8 cast of the projection that reads that gradient takes.
   void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                bool accumulate_dx, Tensor* dx_sum = nullptr, Tensor* dx_rounded = nullptr) {
+                bool accumulate_dx, Tensor* dx_sum = nullptr, Tensor* dx_rounded = nullptr,
+                Tensor* dx_amax = nullptr) {
     ops::layernorm_backward(dx, weight.grad, bias.grad, dy, x, weight.value, mean, rstd, accumulate_dx, nullptr,
-                            dx_sum, dx_rounded);
+                            dx_sum, dx_rounded, dx_amax);
   }
   // dx = dresidual + the gradient through the LayerNorm (x also feeds the residual stream).
   void backward_residual(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& dresidual, Tensor* dx_sum = nullptr, Tensor* dx_rounded = nullptr) {
+                         const Tensor& dresidual, Tensor* dx_sum = nullptr, Tensor* dx_rounded = nullptr,
+                         Tensor* dx_amax = nullptr) {
     ops::layernorm_backward(dx, weight.grad, bias.grad, dy, x, weight.value, mean, rstd, false, &dresidual, dx_sum,
-                            dx_rounded);
+                            dx_rounded, dx_amax);
   }
 };
 
@@ -159,12 +173,14 @@ struct RMSNorm {
   }
   // dx = dresidual + the gradient through the norm (x also feeds the residual stream); the weight
   // gradient accumulates. dx_rounded (optional, dy's dtype): dx's values rounded to its dtype (ops.h).
+  // dx_amax (optional): as LayerNorm::backward's.
   void backward_residual(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& dresidual,
-                         Tensor* dx_rounded = nullptr) {
-    ops::rmsnorm_backward(dx, weight.grad, dy, x, weight.value, rstd, false, &dresidual, dx_rounded);
+                         Tensor* dx_rounded = nullptr, Tensor* dx_amax = nullptr) {
+    ops::rmsnorm_backward(dx, weight.grad, dy, x, weight.value, rstd, false, &dresidual, dx_rounded, dx_amax);
   }
-  void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& rstd, Tensor* dx_rounded = nullptr) {
-    ops::rmsnorm_backward(dx, weight.grad, dy, x, weight.value, rstd, false, nullptr, dx_rounded);
+  void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& rstd, Tensor* dx_rounded = nullptr,
+                Tensor* dx_amax = nullptr) {
+    ops::rmsnorm_backward(dx, weight.grad, dy, x, weight.value, rstd, false, nullptr, dx_rounded, dx_amax);
   }
 };
 

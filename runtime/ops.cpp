@@ -102,11 +102,12 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
 }
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual,
-                        Tensor* dx_column_sum, Tensor* dx_rounded) {
+                        Tensor* dx_column_sum, Tensor* dx_rounded, Tensor* dx_amax) {
   check_same_device("layernorm_backward",
-                    {&dx, &dw, &db, &dy, &x, &w, &mean, &rstd, dresidual, dx_column_sum, dx_rounded});
+                    {&dx, &dw, &db, &dy, &x, &w, &mean, &rstd, dresidual, dx_column_sum, dx_rounded, dx_amax});
+  if (dx_amax) fp8_check_amax_out("layernorm_backward", *dx_amax);
   TETRA_DISPATCH(dx.device(), layernorm_backward, dx, dw, db, dy, x, w, mean, rstd, accumulate_dx, dresidual,
-                 dx_column_sum, dx_rounded);
+                 dx_column_sum, dx_rounded, dx_amax);
 }
 void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps, Tensor* amax) {
   check_same_device("rmsnorm_forward", {&y, &rstd, &x, &w, amax});
@@ -114,9 +115,11 @@ void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, 
   TETRA_DISPATCH(y.device(), rmsnorm_forward, y, rstd, x, w, eps, amax);
 }
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded) {
-  check_same_device("rmsnorm_backward", {&dx, &dw, &dy, &x, &w, &rstd, dresidual, dx_rounded});
-  TETRA_DISPATCH(dx.device(), rmsnorm_backward, dx, dw, dy, x, w, rstd, accumulate_dx, dresidual, dx_rounded);
+                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded, Tensor* dx_amax) {
+  check_same_device("rmsnorm_backward", {&dx, &dw, &dy, &x, &w, &rstd, dresidual, dx_rounded, dx_amax});
+  if (dx_amax) fp8_check_amax_out("rmsnorm_backward", *dx_amax);
+  TETRA_DISPATCH(dx.device(), rmsnorm_backward, dx, dw, dy, x, w, rstd, accumulate_dx, dresidual, dx_rounded,
+                 dx_amax);
 }
 void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope, int64_t position) {
   TETRA_CHECK(position >= 0, "rope_forward: position ", position, " < 0");

@@ -86,20 +86,25 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
 // dx_rounded ([N, C] of dy's dtype, which must differ from dx's; optional) receives dx's final
 // values rounded to its dtype, written in the same pass: the fp32 stream gradient as the bf16
 // GEMMs of the projections that wrote into the stream read it.
+// dx_amax (optional, U32 [1] on dx's device): the largest |value| of the copy those GEMMs read —
+// dx_rounded when given, else dx — as stored, after dresidual is added; the forward's amax contract
+// (the FP8 cast of that projection's output gradient then takes it instead of a pass of its own).
+// CUDA: folded in the kernel that writes dx.
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& mean, const Tensor& rstd, bool accumulate_dx = false,
                         const Tensor* dresidual = nullptr, Tensor* dx_column_sum = nullptr,
-                        Tensor* dx_rounded = nullptr);
+                        Tensor* dx_rounded = nullptr, Tensor* dx_amax = nullptr);
 
 // RMSNorm (Hugging Face LlamaRMSNorm): y[N, C] = x · rstd · w, rstd[N] fp32 = 1/√(mean_c(x²) + eps).
 // y may alias x. amax as in layernorm_forward.
 void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps, Tensor* amax = nullptr);
 // dx[N, C] (+)= the gradient through the norm; dw[C] += Σ_n dy·x·rstd (always accumulates).
 // With dresidual [N, C] (dx's dtype; accumulate_dx false): dx = dresidual + (gradient through the
-// norm), for a pre-norm residual stream; dx may alias dresidual or dy. dx_rounded as in
+// norm), for a pre-norm residual stream; dx may alias dresidual or dy. dx_rounded and dx_amax as in
 // layernorm_backward. Same contract as layernorm_backward.
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                      bool accumulate_dx = false, const Tensor* dresidual = nullptr, Tensor* dx_rounded = nullptr);
+                      bool accumulate_dx = false, const Tensor* dresidual = nullptr, Tensor* dx_rounded = nullptr,
+                      Tensor* dx_amax = nullptr);
 
 // ---------- rotary position embedding ----------
 // In place on the q and k heads of a fused qkv [B, T, (H + 2·Hkv)·D] (per token: q heads, then k

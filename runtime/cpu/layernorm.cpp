@@ -68,7 +68,7 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
 
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual,
-                        Tensor* dx_column_sum, Tensor* dx_rounded) {
+                        Tensor* dx_column_sum, Tensor* dx_rounded, Tensor* dx_amax) {
   const char* op = "layernorm_backward";
   check_dtype(op, "w", w, DType::F32);
   if (w.ndim() != 1) TETRA_FAIL(Internal, op, ": w must be 1-D [C], got ", w.describe());
@@ -156,6 +156,8 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
     float* ps = dx_column_sum->data<float>();
     for (int64_t c = 0; c < C; ++c) ps[c] = static_cast<float>(dx_sum[c]);
   }
+  // ops.h's dx_amax: the cast's own measure of the copy the projections' GEMMs read.
+  if (dx_amax) fp8_amax(*dx_amax, with_rounded ? *dx_rounded : dx);
 }
 
 }  // namespace tetra::cpu

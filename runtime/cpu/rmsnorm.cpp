@@ -55,7 +55,7 @@ void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, 
 }
 
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded) {
+                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded, Tensor* dx_amax) {
   const char* op = "rmsnorm_backward";
   const int64_t C = check_weight(op, w);
   check_dtype(op, "x", x, DType::F32);
@@ -115,6 +115,8 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
   }
   float* pdw = dw.data<float>();
   for (int64_t c = 0; c < C; ++c) pdw[c] = static_cast<float>(pdw[c] + dw_sum[static_cast<size_t>(c)]);
+  // ops.h's dx_amax: the cast's own measure of the copy the projections' GEMMs read.
+  if (dx_amax) fp8_amax(*dx_amax, with_rounded ? *dx_rounded : dx);
 }
 
 }  // namespace tetra::cpu

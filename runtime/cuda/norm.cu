@@ -41,7 +41,8 @@
 // at about (opt-in shared memory) / 9 bytes: 25K channels on an H100/H200.
 // The forward's optional amax (ops.h: the largest |y| as stored, for the FP8 cast of the projection
 // y feeds) is folded from the values each thread stores, one atomicMax per block at most
-// (block_amax_to), in the row and the fallback kernels alike.
+// (block_amax_to), in the row and the fallback kernels alike; the backward's dx_amax (the largest
+// |dx|, or |dx_rounded| when that is written, as stored) the same way in the backward kernels.
 // In the RMSNorm instantiations mean and b are null and nothing is written for db (its partials have
 // one row, dw's).
 #include <cuda_pipeline_primitives.h>
@@ -230,9 +231,25 @@ __device__ __forceinline__ void stage_read(const uint4* s, int stride, float (&f
   }
 }
 
+// Raises m to the largest |value| of out[0 … V−1] as the GEMMs of the projection below read dx:
+// dx_rounded's (TA) where it is written, else dx's (TX).
+template <int V, class TA, class TX>
+__device__ __forceinline__ void fold_dx_amax(unsigned& m, const float (&out)[V], bool rounded) {
+  if constexpr (!std::is_same_v<TA, TX>) {
+    if (rounded) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) m = max(m, stored_abs_bits<TA>(out[k]));
+      return;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < V; ++k) m = max(m, stored_abs_bits<TX>(out[k]));
+}
+
 // dx for rows slot + k·slots·gridDim.x; the block's dw/db sums go to partial[0, blockIdx.x, :] and
 // partial[1, blockIdx.x, :]. dres (may be null) is added to dx; with accumulate, dx is added to.
-// dx_rounded (TA ≠ TX only; may be null) receives dx rounded to TA.
+// dx_rounded (TA ≠ TX only; may be null) receives dx rounded to TA. amax (may be null, zeroed
+// before the launch): the largest |dx| bits (|dx_rounded| where written) as stored.
 // With sum_dx, the block's column sums of dx (of the values stored, after rounding to TX) go to
 // partial[2, blockIdx.x, :]: each slot adds its rows into its own fp32 [C] row of shared memory
 // (each thread to its own channels, so without atomics), folded in slot order at the end.
@@ -246,7 +263,7 @@ template <Norm K, int VPT, class TA, class TX, class P>
 __global__ void __launch_bounds__(kRowThreads)
     norm_backward_rows_kernel(TX* dx, TA* dx_rounded, float* partial, const TA* dy, const TX* x, const P* w,
                               const float* mean, const float* rstd, const TX* dres, int64_t N, int C, int team,
-                              bool accumulate, bool sum_dx) {
+                              bool accumulate, bool sum_dx, unsigned* amax) {
   extern __shared__ float4 smem_f4[];
   __shared__ float red[2][kMaxTeam];
   const int team_threads = team * 32;
@@ -306,6 +323,7 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 
   int parity = 0, st = 0;
+  unsigned dmax = 0;
   constexpr bool kMean = K == Norm::Layer;  // RMSNorm: mean is null, m = 0
   float m_next = kMean && first < N ? mean[first] : 0.0f, s_next = first < N ? rstd[first] : 0.0f;
   const float inv_c = 1.0f / static_cast<float>(C);
@@ -371,6 +389,7 @@ __global__ void __launch_bounds__(kRowThreads)
         if constexpr (!std::is_same_v<TA, TX>) {
           if (dx_rounded) store_vec<8>(dx_rounded + row * C + vi * 8, out);
         }
+        if (amax) fold_dx_amax<8, TA, TX>(dmax, out, dx_rounded != nullptr);
         if (sum_dx) {  // what was stored: rounded to TX
           float4* d = reinterpret_cast<float4*>(sdx + vi * 8);
           float4 a = d[0], b = d[1];
@@ -389,6 +408,7 @@ __global__ void __launch_bounds__(kRowThreads)
     }
   }
   __pipeline_wait_prior(0);  // the last group staged nothing, but leave no copy outstanding
+  block_amax_to(amax, dmax);  // every thread of the block gets here (inactive rows only `continue`)
 
   // The block's dx sums: each thread wrote only its own channels of its slot's row; fold the
   // slots in order (after a barrier when there are several).
@@ -615,12 +635,12 @@ __device__ __host__ __forceinline__ int padded_width(int C) {
 
 // dx for rows blockIdx.x·warps + warp + k·gridDim.x·warps; the block's dw/db sums go to
 // partial[0, blockIdx.x, :] and partial[1, blockIdx.x, :]. dres (may be null) is added to dx;
-// dx_rounded (TA ≠ TX only; may be null) receives dx rounded to TA.
+// dx_rounded (TA ≠ TX only; may be null) receives dx rounded to TA. amax as the row kernel's.
 // Dynamic shared memory: warps × [2][padded_width(C)] fp32.
 template <Norm K, int V, class TA, class TX, class P>
 __global__ void norm_backward_kernel(TX* dx, TA* dx_rounded, float* partial, const TA* dy, const TX* x, const P* w,
                                      const float* mean, const float* rstd, const TX* dres, int64_t N, int C,
-                                     bool accumulate) {
+                                     bool accumulate, unsigned* amax) {
   constexpr bool kMean = K == Norm::Layer;  // RMSNorm: mean is null, m = 0, no db
   extern __shared__ float smem[];
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -632,6 +652,7 @@ __global__ void norm_backward_kernel(TX* dx, TA* dx_rounded, float* partial, con
     for (int j = 0; j < V; ++j) sdw[smem_index<V>(i + j)] = sdb[smem_index<V>(i + j)] = 0.0f;
   }
 
+  unsigned dmax = 0;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * warps + warp; row < N;
        row += static_cast<int64_t>(gridDim.x) * warps) {
     const TA* dyr = dy + row * C;
@@ -682,8 +703,10 @@ __global__ void norm_backward_kernel(TX* dx, TA* dx_rounded, float* partial, con
       if constexpr (!std::is_same_v<TA, TX>) {
         if (dx_rounded) store_vec<V>(dx_rounded + row * C + i, out);
       }
+      if (amax) fold_dx_amax<V, TA, TX>(dmax, out, dx_rounded != nullptr);
     }
   }
+  block_amax_to(amax, dmax);
 
   __syncthreads();
   float* out_dw = partial + static_cast<int64_t>(blockIdx.x) * C;
@@ -833,18 +856,19 @@ void norm_forward(const char* op, Tensor& y, float* mean, Tensor& rstd, const Te
 template <Norm K>
 void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
                    const Tensor& w, const float* mean, const Tensor& rstd, bool accumulate_dx,
-                   const Tensor* dresidual, Tensor* dx_column_sum, Tensor* dx_rounded) {
+                   const Tensor* dresidual, Tensor* dx_column_sum, Tensor* dx_rounded, Tensor* dx_amax) {
   const int C = static_cast<int>(w.dim(0));
   const bool with_db = db.defined(), with_res = given(dresidual), with_sum = given(dx_column_sum);
   const bool with_rounded = given(dx_rounded);
   const int64_t N = rows_of(x);
+  const Device dev = dx.device();
+  DeviceScope scope(dev);
+  cudaStream_t stream = stream_of(dev);
+  unsigned* pa = start_amax(op, dx_amax, stream);
   if (N == 0) {
     if (with_sum) zero(*dx_column_sum);
     return;
   }
-  const Device dev = dx.device();
-  DeviceScope scope(dev);
-  cudaStream_t stream = stream_of(dev);
 
   const bool aligned = aligned16(x.data_ptr()) && aligned16(dy.data_ptr()) && aligned16(dx.data_ptr()) &&
                        (!with_res || aligned16(dresidual->data_ptr())) &&
@@ -906,14 +930,15 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
       if (rows_path) {
         auto kernel = row_kernel<PickBackward, K, kBackwardMaxVpt, TA, TX, P>(rows.vpt);
         kernel<<<blocks, threads, smem, stream>>>(pdx, prounded, partial.data<float>(), pdy, px, pw, mean,
-                                                  rstd.data<float>(), pres, N, C, rows.team, accumulate_dx, fused_sum);
+                                                  rstd.data<float>(), pres, N, C, rows.team, accumulate_dx, fused_sum,
+                                                  pa);
       } else {
         auto kernel = vec ? norm_backward_kernel<K, 8, TA, TX, P> : norm_backward_kernel<K, 1, TA, TX, P>;
         if (smem > 48 * 1024)
           TETRA_CUDA_CHECK(
               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         kernel<<<blocks, threads, smem, stream>>>(pdx, prounded, partial.data<float>(), pdy, px, pw, mean,
-                                                  rstd.data<float>(), pres, N, C, accumulate_dx);
+                                                  rstd.data<float>(), pres, N, C, accumulate_dx, pa);
       }
       TETRA_CUDA_CHECK_LAUNCH();
     });
@@ -986,7 +1011,7 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
 
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& mean, const Tensor& rstd, bool accumulate_dx, const Tensor* dresidual,
-                        Tensor* dx_column_sum, Tensor* dx_rounded) {
+                        Tensor* dx_column_sum, Tensor* dx_rounded, Tensor* dx_amax) {
   const char* op = "layernorm_backward";
   check_params(op, w, Tensor());
   const int C = channels(op, w.dim(0));
@@ -1003,7 +1028,7 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
     check_shape(op, "dx_column_sum", *dx_column_sum, {C});
   }
   norm_backward<Norm::Layer>(op, dx, dw, db, dy, x, w, mean.data<float>(), rstd, accumulate_dx, dresidual,
-                             dx_column_sum, dx_rounded);
+                             dx_column_sum, dx_rounded, dx_amax);
 }
 
 void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps, Tensor* amax) {
@@ -1019,7 +1044,7 @@ void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, 
 }
 
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded) {
+                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded, Tensor* dx_amax) {
   const char* op = "rmsnorm_backward";
   check_params(op, w, Tensor());
   const int C = channels(op, w.dim(0));
@@ -1027,7 +1052,7 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
   check_rstd(op, rstd, x);
   Tensor no_db;
   norm_backward<Norm::Rms>(op, dx, dw, no_db, dy, x, w, nullptr, rstd, accumulate_dx, dresidual, nullptr,
-                           dx_rounded);
+                           dx_rounded, dx_amax);
 }
 
 }  // namespace tetra::cuda

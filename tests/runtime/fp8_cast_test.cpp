@@ -373,5 +373,55 @@ TEST(Fp8Cast, NormsAmaxIsWhatTheCastWouldMeasure) {
   EXPECT_THROW(ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f, &wrong), Error);
 }
 
+// The norms' backward dx_amax (ops.h) is the largest |value| of the copy the projections' GEMMs read
+// as stored, after dresidual is added: dx itself, or dx_rounded (bf16) beside an fp32 dx — what
+// fp8_amax measures over that tensor, bit for bit; a NaN or an infinity in dresidual reaches it.
+TEST(Fp8Cast, NormsBackwardAmaxIsWhatTheCastWouldMeasure) {
+  Rng rng(10);
+  const int64_t N = 24, C = 80;
+  Tensor x = random_tensor(rng, {N, C}), w = random_tensor(rng, {C}), b = random_tensor(rng, {C});
+  Tensor res = random_tensor(rng, {N, C});
+  Tensor mean = Tensor::empty({N}, DType::F32), rstd = Tensor::empty({N}, DType::F32);
+  Tensor y = Tensor::empty({N, C}, DType::F32);
+  ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
+  auto bits = [](const Tensor& amax) { return *static_cast<const uint32_t*>(amax.data_ptr()); };
+  const float specials[] = {0.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()};
+  for (bool rounded : {false, true}) {
+    for (float special : specials) {
+      const bool plain = special == 0.0f;
+      if (!plain) res.data<float>()[5 * C + 11] = -special;
+      const std::string what = std::string(rounded ? "bf16 copy" : "fp32 dx") +
+                               (plain ? "" : std::isnan(special) ? " with a NaN" : " with an infinity");
+      Tensor dy = random_tensor(rng, {N, C});
+      Tensor dyr = Tensor::empty({N, C}, rounded ? DType::BF16 : DType::F32);
+      ops::copy(dyr, dy);
+      Tensor dx = Tensor::empty({N, C}, DType::F32), copy = Tensor::empty({N, C}, DType::BF16);
+      Tensor dw = Tensor::zeros({C}, DType::F32), db = Tensor::zeros({C}, DType::F32);
+      Tensor amax = Tensor::empty({1}, DType::U32), want = Tensor::empty({1}, DType::U32);
+      Tensor* out_copy = rounded ? &copy : nullptr;
+      ops::rmsnorm_backward(dx, dw, dyr, x, w, rstd, false, &res, out_copy, &amax);
+      ops::fp8_amax(want, rounded ? copy : dx);
+      EXPECT_EQ(bits(amax), bits(want)) << "rmsnorm, " << what;
+      EXPECT_EQ(bits(amax), plain ? bits(want) : std::bit_cast<uint32_t>(std::fabs(special))) << "rmsnorm, " << what;
+      ops::layernorm_backward(dx, dw, db, dyr, x, w, mean, rstd, false, &res, nullptr, out_copy, &amax);
+      ops::fp8_amax(want, rounded ? copy : dx);
+      EXPECT_EQ(bits(amax), bits(want)) << "layernorm, " << what;
+      EXPECT_EQ(bits(amax) > 0x7f800000u, std::isnan(special)) << "layernorm, " << what;
+      // Without dresidual (the final norm before the output layer): dx alone.
+      ops::layernorm_backward(dx, dw, db, dyr, x, w, mean, rstd, false, nullptr, nullptr, out_copy, &amax);
+      ops::fp8_amax(want, rounded ? copy : dx);
+      EXPECT_EQ(bits(amax), bits(want)) << "layernorm without dresidual, " << what;
+      if (!plain) res.data<float>()[5 * C + 11] = 0.25f;
+    }
+  }
+  // The output must be U32 [1].
+  Tensor dx = Tensor::empty({N, C}, DType::F32), dy = random_tensor(rng, {N, C});
+  Tensor dw = Tensor::zeros({C}, DType::F32), db = Tensor::zeros({C}, DType::F32);
+  Tensor wrong = Tensor::empty({1}, DType::F32);
+  EXPECT_THROW(ops::rmsnorm_backward(dx, dw, dy, x, w, rstd, false, nullptr, nullptr, &wrong), Error);
+  EXPECT_THROW(ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false, nullptr, nullptr, nullptr, &wrong),
+               Error);
+}
+
 }  // namespace
 }  // namespace tetra

@@ -248,4 +248,50 @@ void check_norm_amax(const char* norm, Forward&& forward) {
       }
 }
 
+// The norm backward's dx_amax (ops.h), on the row kernel's shapes and the fallback's (C % 8 ≠ 0): dy
+// and dx of one dtype (bf16, fp32), and bf16 dy with an fp32 dx and its bf16 copy dx_rounded; with
+// and without a NaN in dresidual. The amax is the CPU twin's measure of what was stored (ops::fp8_amax
+// over the downloaded dx_rounded, else dx), and dx, dx_rounded and dw are bit for bit those of the
+// same call without the amax (it changes nothing the kernel writes).
+// backward(dx, dw, dy, x, dres, dx_rounded, amax): the norm's backward with dresidual on device
+// tensors (its weights and statistics of its own, the same on every call); dx_rounded, amax may be null.
+template <class Backward>
+void check_norm_backward_amax(const char* norm, Backward&& backward) {
+  uint64_t seed = 90;
+  const std::pair<int64_t, int64_t> shapes[] = {{1001, 2048}, {64, 8192}, {37, 45}};
+  const std::pair<DType, DType> dtypes[] = {  // {dy, x and dx}
+      {DType::BF16, DType::BF16}, {DType::F32, DType::F32}, {DType::BF16, DType::F32}};
+  for (const auto& [N, C] : shapes)
+    for (const auto& [ad, xd] : dtypes)
+      for (bool nan : {false, true}) {
+        const std::string what = std::string(norm) + " backward [" + std::to_string(N) + ", " + std::to_string(C) +
+                                 "] dy " + dtype_name(ad) + " dx " + dtype_name(xd) +
+                                 (nan ? ", a NaN in dresidual" : "");
+        Rng rng(seed++);
+        Tensor x = random_host(rng, {N, C}, 1.5, 0.3), dy = random_host(rng, {N, C}), res = random_host(rng, {N, C}, 0.5);
+        if (nan) res.data<float>()[N / 2 * C + C / 3] = std::numeric_limits<float>::quiet_NaN();
+        const Tensor gx = upload(x, xd), gdy = upload(dy, ad), gres = upload(res, xd);
+        const bool rounded = ad != xd;
+        std::vector<Tensor> outs[2];  // each run's dx, dw (and dx_rounded), downloaded
+        for (int run = 0; run < 2; ++run) {
+          Tensor dx = poisoned({N, C}, xd), dw = Tensor::zeros({C}, DType::F32, gpu());
+          Tensor copy = rounded ? poisoned({N, C}, ad) : Tensor();
+          Tensor amax = Tensor::empty({1}, DType::U32, gpu());
+          poison(amax);
+          backward(dx, dw, gdy, gx, gres, rounded ? &copy : nullptr, run == 1 ? &amax : nullptr);
+          outs[run] = {download_raw(dx), download_raw(dw)};
+          if (rounded) outs[run].push_back(download_raw(copy));
+          if (run == 0) continue;
+          Tensor want = Tensor::empty({1}, DType::U32);
+          ops::fp8_amax(want, outs[run][rounded ? 2 : 0]);  // dx_rounded where written, else dx
+          EXPECT_TRUE(same_amax_bits(amax, want)) << what;
+          EXPECT_EQ(*static_cast<const uint32_t*>(download_raw(amax).data_ptr()) > 0x7f800000u, nan) << what;
+        }
+        const char* names[] = {"dx", "dw", "dx_rounded"};
+        for (size_t k = 0; k < outs[0].size(); ++k)
+          EXPECT_EQ(std::memcmp(outs[0][k].data_ptr(), outs[1][k].data_ptr(), outs[0][k].nbytes()), 0)
+              << what << ": " << names[k] << " differs with the amax";
+      }
+}
+
 }  // namespace tetra::gputest

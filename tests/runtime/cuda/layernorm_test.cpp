@@ -237,6 +237,22 @@ TEST(GpuLayerNorm, AmaxOutputIsTheLargestStoredValue) {
   });
 }
 
+// The backward's dx_amax (the FP8 cast of the output gradient of the projection below), here beside
+// the column sum of dx as GPT-2's blocks ask for both: gpu_test_util.h.
+TEST(GpuLayerNorm, BackwardAmaxIsTheLargestStoredValue) {
+  TETRA_REQUIRE_GPU();
+  check_norm_backward_amax("layernorm", [](Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
+                                           const Tensor& dres, Tensor* dx_rounded, Tensor* amax) {
+    Rng rng(4);
+    const int64_t C = x.dim(-1), N = x.numel() / C;
+    Tensor w = upload(random_host(rng, {C}, 0.3, 1.0), DType::F32), b = upload(random_host(rng, {C}), DType::F32);
+    Tensor mean = poisoned({N}, DType::F32), rstd = poisoned({N}, DType::F32), y = poisoned({N, C}, x.dtype());
+    Tensor db = Tensor::zeros({C}, DType::F32, gpu()), sum = poisoned({C}, DType::F32);
+    ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
+    ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false, &dres, &sum, dx_rounded, amax);
+  });
+}
+
 TEST(GpuLayerNorm, UnalignedViewsTakeTheFallback) {
   TETRA_REQUIRE_GPU();
   check_unaligned(513, 768, 10);

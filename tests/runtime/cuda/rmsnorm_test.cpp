@@ -185,6 +185,20 @@ TEST(GpuRmsNorm, AmaxOutputIsTheLargestStoredValue) {
   });
 }
 
+// The backward's dx_amax (the FP8 cast of the output gradient of the projection below): gpu_test_util.h.
+TEST(GpuRmsNorm, BackwardAmaxIsTheLargestStoredValue) {
+  TETRA_REQUIRE_GPU();
+  check_norm_backward_amax("rmsnorm", [](Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
+                                         const Tensor& dres, Tensor* dx_rounded, Tensor* amax) {
+    Rng rng(3);
+    const int64_t C = x.dim(-1), N = x.numel() / C;
+    Tensor w = upload(random_host(rng, {C}, 0.3, 1.0), DType::F32), rstd = poisoned({N}, DType::F32);
+    Tensor y = poisoned({N, C}, x.dtype());
+    ops::rmsnorm_forward(y, rstd, x, w, 1e-5f);
+    ops::rmsnorm_backward(dx, dw, dy, x, w, rstd, false, &dres, dx_rounded, amax);
+  });
+}
+
 TEST(GpuRmsNorm, RejectsBadArguments) {
   TETRA_REQUIRE_GPU();
   const int64_t N = 4, C = 16;
