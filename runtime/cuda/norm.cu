@@ -904,7 +904,9 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
       if (per_warp > optin)
         TETRA_FAIL(Device, op, ": C = ", C, " needs ", per_warp, " bytes of shared memory per warp, more than the ",
                    optin, " a block may have on ", dev.str());
-      const int warps = static_cast<int>(std::clamp<int64_t>((48 * 1024) / per_warp, 1, 8));
+      // 48 KB without opting in, less 1 KB for the kernel's static shared memory (block_amax_to's
+      // per-warp maxima): dynamic + static past 48 KB fails the launch
+      const int warps = static_cast<int>(std::clamp<int64_t>((47 * 1024) / per_warp, 1, 8));
       threads = warps * 32;
       smem = static_cast<size_t>(warps * per_warp);
       blocks = static_cast<int>(std::clamp<int64_t>((N + warps - 1) / warps, 1, 4 * sm_count(dev)));
@@ -934,7 +936,7 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
                                                   pa);
       } else {
         auto kernel = vec ? norm_backward_kernel<K, 8, TA, TX, P> : norm_backward_kernel<K, 1, TA, TX, P>;
-        if (smem > 48 * 1024)
+        if (smem > 47 * 1024)
           TETRA_CUDA_CHECK(
               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         kernel<<<blocks, threads, smem, stream>>>(pdx, prounded, partial.data<float>(), pdy, px, pw, mean,
