@@ -10,8 +10,7 @@
 // no CUDA kernels yet (an Internal error; the config refuses them with routed experts on a GPU).
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/device_context.h"
-#include "runtime/cuda/moe_grouped_fp8_cast.h"
-#include "runtime/cuda/moe_grouped_gemm.h"
+#include "runtime/cuda/moe_grouped_fp8.h"
 #include "runtime/moe_shape.h"
 
 namespace tetra::cuda {
@@ -49,14 +48,20 @@ Segments weights_of(const MoeGemmDims& d) {
   return s;
 }
 
-// c (+)= a ∘ b in `kind`'s layout, both cast per expert in the layouts of the kernel that runs it.
-void run(const char* op, GroupedGemmKind kind, const MoeGemmDims& d, Tensor& c, const Tensor& a, ops::Fp8Cast a_cast,
-         const Segments& a_segs, const Tensor& b, ops::Fp8Cast b_cast, const Segments& b_segs, const Tensor& offsets,
-         bool accumulate = false) {
+}  // namespace
+
+GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c, const Tensor& a, ops::Fp8Cast a_cast,
+                                const Tensor& b, ops::Fp8Cast b_cast, const Tensor& offsets, bool accumulate) {
   const Device dev = c.device();
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
-  GroupedGemm p;
+  const bool weight_kind = kind == GroupedGemmKind::BackwardWeight;
+  const int64_t G = offsets.numel() - 1, R = a.dim(0);
+  // [G, O, I] of the weight (forward, input gradient) or the weight gradient.
+  const Tensor& w = weight_kind ? c : b;
+  const MoeGemmDims d{G, R, w.dim(1), w.dim(2)};
+  GroupedFp8Call call;
+  GroupedGemm& p = call.p;
   p.kind = kind;
   p.G = d.G, p.R = d.R, p.O = d.O, p.I = d.I;
   p.offsets = offsets.data<int32_t>();
@@ -69,20 +74,30 @@ void run(const char* op, GroupedGemmKind kind, const MoeGemmDims& d, Tensor& c, 
   p.fp8_transposed = grouped_gemm_fp8_tensor_cores(p);
   // Tensor cores: B of BackwardInput is w[g]ᵀ; both operands of BackwardWeight are transposed and padded.
   CodeLayout a_layout, b_layout;
-  Tensor po;
-  if (p.fp8_transposed && kind == GroupedGemmKind::BackwardWeight) {
-    po = padded_offsets(p.offsets, static_cast<int>(d.G), d.R, dev, stream);
-    p.padded_offsets = po.data<int32_t>();
+  if (p.fp8_transposed && weight_kind) {
+    call.po = padded_offsets(p.offsets, static_cast<int>(d.G), d.R, dev, stream);
+    p.padded_offsets = call.po.data<int32_t>();
     p.Rp = grouped_gemm_fp8_padded_rows(d.R, d.G);
     a_layout = b_layout = CodeLayout{true, p.padded_offsets, p.Rp};
   } else if (p.fp8_transposed && kind == GroupedGemmKind::BackwardInput) {
     b_layout.transposed = true;
   }
-  const ExpertCodes qa = cast_segments(a, a_cast, a_segs, a_layout, dev, stream, op);
-  const ExpertCodes qb = cast_segments(b, b_cast, b_segs, b_layout, dev, stream, op);
-  p.a = qa.q.data_ptr(), p.b = qb.q.data_ptr();
-  p.a_scale = qa.scale.data<float>(), p.b_scale = qb.scale.data<float>();
-  grouped_gemm_fp8(p, dev, stream);
+  const Segments a_segs = rows_of(a, d, offsets), b_segs = weight_kind ? rows_of(b, d, offsets) : weights_of(d);
+  call.qa = cast_segments(a, a_cast, a_segs, a_layout, dev, stream, op);
+  call.qb = cast_segments(b, b_cast, b_segs, b_layout, dev, stream, op);
+  p.a = call.qa.q.data_ptr(), p.b = call.qb.q.data_ptr();
+  p.a_scale = call.qa.scale.data<float>(), p.b_scale = call.qb.scale.data<float>();
+  return call;
+}
+
+namespace {
+
+// c (+)= a ∘ b in `kind`'s layout, both cast per expert in the layouts of the kernel that runs it.
+void run(const char* op, GroupedGemmKind kind, Tensor& c, const Tensor& a, ops::Fp8Cast a_cast, const Tensor& b,
+         ops::Fp8Cast b_cast, const Tensor& offsets, bool accumulate = false) {
+  const GroupedFp8Call call = cast_grouped_fp8(op, kind, c, a, a_cast, b, b_cast, offsets, accumulate);
+  DeviceScope scope(c.device());
+  grouped_gemm_fp8(call.p, c.device(), stream_of(c.device()));
 }
 
 }  // namespace
@@ -93,7 +108,7 @@ void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, ops::Fp8Cast x_cast, co
   const MoeGemmDims d = check_moe_grouped_forward(op, y, x, w, offsets);
   check_operands(op, y, x, x_cast, w, w_cast, offsets);
   if (d.G == 0 || d.R == 0 || d.O == 0) return;
-  run(op, GroupedGemmKind::Forward, d, y, x, x_cast, rows_of(x, d, offsets), w, w_cast, weights_of(d), offsets);
+  run(op, GroupedGemmKind::Forward, y, x, x_cast, w, w_cast, offsets);
 }
 
 void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, ops::Fp8Cast dy_cast, const Tensor& w,
@@ -102,8 +117,7 @@ void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, ops::Fp8Cast d
   const MoeGemmDims d = check_moe_grouped_backward_input(op, dx, dy, w, offsets);
   check_operands(op, dx, dy, dy_cast, w, w_cast, offsets);
   if (d.G == 0 || d.R == 0 || d.I == 0) return;
-  run(op, GroupedGemmKind::BackwardInput, d, dx, dy, dy_cast, rows_of(dy, d, offsets), w, w_cast, weights_of(d),
-      offsets);
+  run(op, GroupedGemmKind::BackwardInput, dx, dy, dy_cast, w, w_cast, offsets);
 }
 
 void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, ops::Fp8Cast dy_cast, const Tensor& x,
@@ -112,8 +126,7 @@ void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, ops::Fp8Cast 
   const MoeGemmDims d = check_moe_grouped_backward_weight(op, dw, dy, x, offsets);
   check_operands(op, dw, dy, dy_cast, x, x_cast, offsets);
   if (d.G == 0 || d.O == 0 || d.I == 0) return;
-  run(op, GroupedGemmKind::BackwardWeight, d, dw, dy, dy_cast, rows_of(dy, d, offsets), x, x_cast,
-      rows_of(x, d, offsets), offsets, accumulate);
+  run(op, GroupedGemmKind::BackwardWeight, dw, dy, dy_cast, x, x_cast, offsets, accumulate);
 }
 
 }  // namespace tetra::cuda

@@ -16,7 +16,8 @@
 // fp8 (also in all): the six grouped GEMMs in FP8 tensorwise (moe_grouped_fp8_*, casts included),
 // lines with impl fp8_tensorwise and their sum (moe_gemm_sum) beside the bf16 layer's gemm_ms, after
 // a line (bench fp8_kernel) naming the kernel that multiplies the codes: wgmma_fp8 (Hopper's tensor
-// cores) or simt, with the reason the tensor cores do not apply.
+// cores) or simt, with the reason the tensor cores do not apply; then the same calls split into
+// their casts and their grouped GEMM on codes cast before (moe_fp8_split: the kernel's own rate).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,6 +32,8 @@
 
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda_graph.h"
+#include "runtime/cuda/device_context.h"
+#include "runtime/cuda/moe_grouped_fp8.h"
 #include "runtime/cuda/moe_grouped_gemm.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
@@ -229,6 +232,33 @@ struct GemmTimer {
   }
 };
 
+// The same six calls in their two parts (runtime/cuda/moe_grouped_fp8.h): the casts of both operands
+// alone (casts_ms), and the grouped GEMM alone on codes cast once before (gemm_ms, tflops on its
+// FLOPs). Lines bench moe_fp8_split, then their sums (moe_fp8_split_sum).
+void bench_fp8_split(Layer& L, const std::string& how, int reps) {
+  const ops::Fp8Cast act{ops::Fp8Scaling::Tensorwise, DType::F8E4M3}, grad{ops::Fp8Scaling::Tensorwise, DType::F8E5M2};
+  const double R = static_cast<double>(L.R), d = static_cast<double>(L.d), F = static_cast<double>(L.F);
+  using K = cuda::GroupedGemmKind;
+  double casts_sum = 0, gemm_sum = 0, flops_sum = 0;
+  auto split = [&](const std::string& op, K kind, double flops, Tensor& c, const Tensor& a, ops::Fp8Cast ac,
+                   const Tensor& b, ops::Fp8Cast bc) {
+    const double casts_ms = time_ms([&] { cuda::cast_grouped_fp8(op.c_str(), kind, c, a, ac, b, bc, L.offsets); }, reps);
+    const cuda::GroupedFp8Call call = cuda::cast_grouped_fp8(op.c_str(), kind, c, a, ac, b, bc, L.offsets);
+    const double gemm_ms = time_ms([&] { cuda::grouped_gemm_fp8(call.p, gpu(), cuda::stream_of(gpu())); }, reps);
+    casts_sum += casts_ms, gemm_sum += gemm_ms, flops_sum += flops;
+    print({{"bench", "moe_fp8_split"}, {"routing", how}, {"op", op}, {"casts_ms", casts_ms}, {"gemm_ms", gemm_ms},
+           {"gemm_tflops", flops / (gemm_ms * 1e-3) / 1e12}});
+  };
+  split("gate_up_forward", K::Forward, 2 * R * 2 * F * d, L.gu, L.xs, act, L.w_gu, act);
+  split("down_forward", K::Forward, 2 * R * d * F, L.out, L.h, act, L.w_down, act);
+  split("down_backward_input", K::BackwardInput, 2 * R * F * d, L.dh, L.d_out, grad, L.w_down, act);
+  split("down_backward_weight", K::BackwardWeight, 2 * d * F * R, L.dw_down, L.d_out, grad, L.h, act);
+  split("gate_up_backward_weight", K::BackwardWeight, 2 * 2 * F * d * R, L.dw_gu, L.dgu, grad, L.xs, act);
+  split("gate_up_backward_input", K::BackwardInput, 2 * R * d * 2 * F, L.dxs, L.dgu, grad, L.w_gu, act);
+  print({{"bench", "moe_fp8_split_sum"}, {"routing", how}, {"casts_ms", casts_sum}, {"gemm_ms", gemm_sum},
+         {"gemm_tflops", flops_sum / (gemm_sum * 1e-3) / 1e12}});
+}
+
 // The six grouped GEMMs of the layer in FP8 (runtime/ops.h moe_grouped_fp8_*, tensorwise: E4M3
 // activations and weights, E5M2 gradients; each call casts its operands per expert, as a training
 // step does), with the bf16 operands and outputs of the bf16 rows, and their sum (moe_gemm_sum).
@@ -264,6 +294,7 @@ void bench_fp8_gemms(Layer& L, const std::string& how, double load, int reps) {
   for (const Line& l : lines) ms += l.ms, floor += l.floor_ms;
   print({{"bench", "moe_gemm_sum"}, {"routing", how}, {"impl", name}, {"max_over_mean_load", load}, {"gemm_ms", ms},
          {"gemm_floor_ms", floor}, {"gemm_tflops", floor / ms * kPeakFlops / 1e12}});
+  bench_fp8_split(L, how, reps);
 }
 
 void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::GroupedGemmImpl>& impls, bool fp8,

@@ -1,0 +1,29 @@
+// One grouped FP8 expert GEMM of runtime/cuda/moe_grouped_fp8.cu in its two parts: the per-expert
+// casts of both operands into the layouts of the kernel that multiplies them, and the grouped GEMM
+// on the codes. The ops (runtime/ops.h moe_grouped_fp8_*) run both; tetra_moe_bench times them
+// apart (how much of a call the casts take, and the kernel's own rate).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "runtime/cuda/moe_grouped_fp8_cast.h"
+#include "runtime/cuda/moe_grouped_gemm.h"
+#include "runtime/ops.h"
+#include "runtime/tensor.h"
+
+namespace tetra::cuda {
+
+// A call with its operands cast: p reads qa, qb and po (keep this alive until the GEMM has run).
+struct GroupedFp8Call {
+  GroupedGemm p;
+  ExpertCodes qa, qb;
+  Tensor po;  // padded offsets of a tensor-core weight gradient, else undefined
+};
+
+// c (+)= a ∘ b in `kind`'s layout (GroupedGemm's table; c, a, b as moe_grouped_fp8_* check them):
+// casts a and b per expert on the current stream of c's device and returns the call that multiplies
+// them (grouped_gemm_fp8(call.p, ...)).
+GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c, const Tensor& a,
+                                ops::Fp8Cast a_cast, const Tensor& b, ops::Fp8Cast b_cast, const Tensor& offsets,
+                                bool accumulate = false);
+
+}  // namespace tetra::cuda
