@@ -2,23 +2,42 @@
 
 namespace tetra::fp8_grouped {
 
-void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, const Tensor& offsets) {
-  if (recipe == Fp8Recipe::None) return ops::moe_grouped_linear_forward(y, x, w, offsets);
+namespace {
+// Codes only where they exist (an undefined holder: the op casts that operand itself).
+const ops::Fp8GroupedCodes* given(const ops::Fp8GroupedCodes* codes) {
+  return codes && codes->defined() ? codes : nullptr;
+}
+}  // namespace
+
+bool casts_ahead(Fp8Recipe recipe) { return recipe == Fp8Recipe::Tensorwise; }
+
+ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& offsets, bool gradient) {
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
-  ops::moe_grouped_fp8_forward(y, x, casts.activation, w, casts.weight, offsets);
+  ops::Fp8GroupedCodes codes;
+  ops::moe_grouped_fp8_cast(codes, x, gradient ? casts.gradient : casts.activation, &offsets);
+  return codes;
 }
 
-void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& offsets) {
+void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, const Tensor& offsets,
+             const ops::Fp8GroupedCodes* x_codes) {
+  if (recipe == Fp8Recipe::None) return ops::moe_grouped_linear_forward(y, x, w, offsets);
+  const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
+  ops::moe_grouped_fp8_forward(y, x, casts.activation, w, casts.weight, offsets, given(x_codes));
+}
+
+void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& offsets,
+                    const ops::Fp8GroupedCodes* dy_codes) {
   if (recipe == Fp8Recipe::None) return ops::moe_grouped_linear_backward_input(dx, dy, w, offsets);
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
-  ops::moe_grouped_fp8_backward_input(dx, dy, casts.gradient, w, casts.weight, offsets);
+  ops::moe_grouped_fp8_backward_input(dx, dy, casts.gradient, w, casts.weight, offsets, given(dy_codes));
 }
 
 void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& offsets,
-                     bool accumulate) {
+                     bool accumulate, const ops::Fp8GroupedCodes* dy_codes, const ops::Fp8GroupedCodes* x_codes) {
   if (recipe == Fp8Recipe::None) return ops::moe_grouped_linear_backward_weight(dw, dy, x, offsets, accumulate);
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
-  ops::moe_grouped_fp8_backward_weight(dw, dy, casts.gradient, x, casts.activation, offsets, accumulate);
+  ops::moe_grouped_fp8_backward_weight(dw, dy, casts.gradient, x, casts.activation, offsets, accumulate,
+                                       given(dy_codes), given(x_codes));
 }
 
 }  // namespace tetra::fp8_grouped

@@ -5,17 +5,30 @@
 // gradient's transposed operands, 128×128 blocks of each w[g]). Recipe none runs the grouped GEMMs of
 // the working dtype (moe_grouped_linear_*). Shapes and offsets as those: x [R, I], y [R, O],
 // w [G, O, I], offsets int32 [G + 1] on the device.
+//
+// Tensorwise casts each row tensor once for the two GEMMs that read it (cast_rows: x for the forward
+// and the weight gradient, dy for the input and weight gradients; both layouts in one pass), the
+// caller keeping the codes in between; the functions take them as `codes` (null: cast there).
 #pragma once
 #include "models/fp8_linear.h"
 
 namespace tetra::fp8_grouped {
 
+// Whether `recipe` casts the row tensors ahead (tensorwise; blockwise casts in each GEMM).
+bool casts_ahead(Fp8Recipe recipe);
+// x [R, cols] cast per expert as `recipe` casts an activation (gradient false) or a gradient, in
+// both layouts (ops::moe_grouped_fp8_cast); only where casts_ahead(recipe).
+ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& offsets, bool gradient);
+
 // y[rows of g] = x[rows of g] · w[g]ᵀ.
-void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, const Tensor& offsets);
+void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, const Tensor& offsets,
+             const ops::Fp8GroupedCodes* x_codes = nullptr);
 // dx[rows of g] = dy[rows of g] · w[g].
-void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& offsets);
+void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& offsets,
+                    const ops::Fp8GroupedCodes* dy_codes = nullptr);
 // dw[g] (+)= dy[rows of g]ᵀ · x[rows of g] (an expert without rows: 0, or kept when accumulating).
 void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& offsets,
-                     bool accumulate);
+                     bool accumulate, const ops::Fp8GroupedCodes* dy_codes = nullptr,
+                     const ops::Fp8GroupedCodes* x_codes = nullptr);
 
 }  // namespace tetra::fp8_grouped

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 
+#include "models/fp8_grouped.h"
 #include "models/llama_model.h"
 
 namespace tetra {
@@ -80,9 +81,12 @@ class LlamaFamily : public ModelFamily {
     // count the active parameters' products: the gate, k experts, the shared experts.
     const double E = static_cast<double>(c.moe.n_experts), k = static_cast<double>(c.moe.top_k);
     const double Fe = static_cast<double>(c.expert_ffn()), Fs = static_cast<double>(c.shared_ffn());
+    // Under tensorwise the routed experts keep the transposed codes of their inputs x [C] and act
+    // [Fe] per slot for W (MoeMlp::State, a byte each; act's dropped under recompute mlp).
+    const double g8 = fp8_grouped::casts_ahead(c.fp8) ? 1.0 : 0.0;
     double moe_block = (3.0 * C + Q + k * (2.0 * C + 3.0 * Fe) + 3.0 * Fs) * a + 2.0 * C * r + 4.0 * E + 12.0 * k +
-                       8.0 + 4.0 * H + f8 * (C + HD);
-    if (c.recompute == Recompute::Mlp) moe_block -= (3.0 * k * Fe + 3.0 * Fs) * a;
+                       8.0 + 4.0 * H + f8 * (C + HD) + g8 * k * (C + Fe);
+    if (c.recompute == Recompute::Mlp) moe_block -= (3.0 * k * Fe + 3.0 * Fs) * a + g8 * k * Fe;
     if (c.recompute == Recompute::Full) moe_block = C * r;
     const double moe_flops = 2.0 * static_cast<double>(c.moe_block_active_params() - 2 * c.d_model) + 4.0 * C * T;
     std::vector<LayerCost> out;
@@ -121,7 +125,12 @@ class LlamaFamily : public ModelFamily {
     if (c.moe_blocks() > 0) {
       const double moe = static_cast<double>(c.moe.top_k * (2 * c.d_model + 3 * c.expert_ffn()) + c.moe.n_experts +
                                              3 * c.shared_ffn() + 4 * c.d_model + c.qkv_rows());
-      per_token = std::max(per_token, a * moe);
+      // Tensorwise: the codes of d_out [C] and d_gu [2Fe] per slot, both layouts while the input
+      // gradients run (a byte an element each), the transposed ones kept for W.
+      const double codes = fp8_grouped::casts_ahead(c.fp8)
+                               ? 2.0 * static_cast<double>(c.moe.top_k * (c.d_model + 2 * c.expert_ffn()))
+                               : 0.0;
+      per_token = std::max(per_token, a * moe + codes);
     }
     return tokens * per_token;
   }

@@ -152,7 +152,9 @@ void MoeMlp::forward_dispatch(MicroBatchContext& ctx, State& s) {
 void MoeMlp::run_experts(MicroBatchContext& ctx, State& s) {
   const int64_t R = s.x_e.dim(0), F = shape_.expert_ffn;
   s.gu_e = ctx.activation({R, 2 * F});
-  fp8_grouped::forward(fp8_, s.gu_e, s.x_e, local_gate_up(), s.e_offsets);
+  if (casts_ahead(ctx)) s.x_codes = fp8_grouped::cast_rows(fp8_, s.x_e, s.e_offsets, /*gradient=*/false);
+  fp8_grouped::forward(fp8_, s.gu_e, s.x_e, local_gate_up(), s.e_offsets, &s.x_codes);
+  s.x_codes.q = Tensor();
   s.act_e = ctx.activation({R, F});
   ops::swiglu_forward(s.act_e, s.gu_e);
 }
@@ -171,7 +173,9 @@ void MoeMlp::forward_experts(MicroBatchContext& ctx, State& s) {
   run_experts(ctx, s);
   const int64_t R = s.x_e.dim(0);
   s.out_e = ctx.activation({R, C});
-  fp8_grouped::forward(fp8_, s.out_e, s.act_e, local_down(), s.e_offsets);
+  if (casts_ahead(ctx)) s.act_codes = fp8_grouped::cast_rows(fp8_, s.act_e, s.e_offsets, /*gradient=*/false);
+  fp8_grouped::forward(fp8_, s.out_e, s.act_e, local_down(), s.e_offsets, &s.act_codes);
+  s.act_codes.q = Tensor();
   if (exchanging()) {
     // Back to source-major order, then to the ranks the rows came from.
     Tensor back = ctx.activation({R, C});
@@ -212,7 +216,12 @@ Tensor MoeMlp::forward(MicroBatchContext& ctx, State& s, const Tensor& h, const 
   return forward_combine(ctx, s);
 }
 
-void MoeMlp::drop_hidden(State& s) { s.gu_e = s.act_e = s.s_gu = s.s_act = Tensor(); }
+void MoeMlp::drop_hidden(State& s) {
+  s.gu_e = s.act_e = s.s_gu = s.s_act = Tensor();
+  s.act_codes = ops::Fp8GroupedCodes{};  // the weight gradient casts the recomputed act_e
+}
+
+bool MoeMlp::casts_ahead(const MicroBatchContext& ctx) const { return ctx.training && fp8_grouped::casts_ahead(fp8_); }
 
 // ---- backward --------------------------------------------------------------------------------
 
@@ -253,12 +262,16 @@ void MoeMlp::backward_experts(MicroBatchContext& ctx, State& s) {
   if (!s.gu_e.defined()) run_experts(ctx, s);  // recompute mlp
   const int64_t R = s.x_e.dim(0);
   Tensor d_act = ctx.activation({R, F});
-  fp8_grouped::backward_input(fp8_, d_act, s.d_out_e, local_down(), s.e_offsets);
+  if (casts_ahead(ctx)) s.d_out_codes = fp8_grouped::cast_rows(fp8_, s.d_out_e, s.e_offsets, /*gradient=*/true);
+  fp8_grouped::backward_input(fp8_, d_act, s.d_out_e, local_down(), s.e_offsets, &s.d_out_codes);
+  s.d_out_codes.q = Tensor();
   s.d_gu_e = ctx.activation({R, 2 * F});
   ops::swiglu_backward(s.d_gu_e, d_act, s.gu_e);
   s.gu_e = Tensor();  // W needs act_e and x_e
   Tensor d_x = ctx.activation({R, C});
-  fp8_grouped::backward_input(fp8_, d_x, s.d_gu_e, local_gate_up(), s.e_offsets);
+  if (casts_ahead(ctx)) s.d_gu_codes = fp8_grouped::cast_rows(fp8_, s.d_gu_e, s.e_offsets, /*gradient=*/true);
+  fp8_grouped::backward_input(fp8_, d_x, s.d_gu_e, local_gate_up(), s.e_offsets, &s.d_gu_codes);
+  s.d_gu_codes.q = Tensor();
   if (exchanging()) {
     Tensor back = ctx.activation({R, C});
     ops::moe_permute(back, d_x, s.plan.to_source, 1);
@@ -300,10 +313,11 @@ void MoeMlp::backward_weight(State& s) {
   // gradient per tile and the buffer's zeroing (docs/moe.md "Weight gradients"); later ones add.
   Tensor d_down = down_.grad.view({El, C, F});
   fp8_grouped::backward_weight(fp8_, d_down, s.d_out_e, s.act_e, s.e_offsets,
-                               /*accumulate=*/!down_.first_grad_write());
+                               /*accumulate=*/!down_.first_grad_write(), &s.d_out_codes, &s.act_codes);
   Tensor d_gate_up = gate_up_.grad.view({El, 2 * F, C});
   fp8_grouped::backward_weight(fp8_, d_gate_up, s.d_gu_e, s.x_e, s.e_offsets,
-                               /*accumulate=*/!gate_up_.first_grad_write());
+                               /*accumulate=*/!gate_up_.first_grad_write(), &s.d_gu_codes, &s.x_codes);
+  s.x_codes = s.act_codes = s.d_out_codes = s.d_gu_codes = ops::Fp8GroupedCodes{};
   if (has_shared_) {
     shared_down_.backward_weight(s.d_y, s.s_act);
     shared_gate_up_.backward_weight(s.d_s_gu, s.h);

@@ -93,6 +93,10 @@ class MoeMlp {
     CommScheduler::Ticket ticket;
     // Backward: gradients kept from B for W, and the buffers the exchanges fill.
     Tensor d_y, d_rows, d_weights, d_out_e, d_gu_e, d_s_gu, d_logits, d_h;
+    // Tensorwise FP8 (fp8_grouped::casts_ahead): x_e, act_e, d_out_e and d_gu_e cast once, both
+    // layouts; the first GEMM of each reads the row codes and drops them, the weight gradient reads
+    // the transposed ones (a byte an element while kept) and drops the rest.
+    ops::Fp8GroupedCodes x_codes, act_codes, d_out_codes, d_gu_codes;
     bool recomputing = false;      // the forward runs again for backward (no loads, no loss)
   };
 
@@ -124,6 +128,8 @@ class MoeMlp {
 
  private:
   bool exchanging() const { return ep_ && ep_->size() > 1; }
+  // Whether this pass casts the expert rows ahead (State's codes): training under tensorwise FP8.
+  bool casts_ahead(const MicroBatchContext& ctx) const;
   Tensor local_gate_up() const;  // [El, 2F, d] view of the working weights
   Tensor local_down() const;     // [El, d, F]
   void run_experts(MicroBatchContext& ctx, State& s);  // gu_e, act_e, out_e from x_e

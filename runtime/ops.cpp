@@ -288,20 +288,77 @@ void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, Fp8Scaling a_sc
   TETRA_DISPATCH(y.device(), fp8_gemm, y, a, a_scale, a_scaling, b, b_scale, b_scaling, accumulate, fast_accum,
                  epilogue);
 }
+namespace {
+
+// codes stand for `operand` cast as `cast` (ops.h Fp8GroupedCodes): its format, Tensorwise, one
+// scale per expert, each layout it holds of the operand's shape. rows: a row tensor (else weights).
+void check_grouped_codes(const char* op, const char* what, const Fp8GroupedCodes* codes, const Tensor& operand,
+                         Fp8Cast cast, int64_t G, bool rows) {
+  if (!codes) return;
+  auto bad = [&](const std::string& why) { TETRA_FAIL(Internal, op, ": the codes of ", what, " ", why); };
+  if (!codes->defined()) bad("are not cast (no scale)");
+  if (cast.scaling != Fp8Scaling::Tensorwise) bad("are Tensorwise; this cast is group-scaled");
+  if (codes->format != cast.format)
+    bad(std::string("are ") + dtype_name(codes->format) + ", the cast " + dtype_name(cast.format));
+  if (codes->scale.dtype() != DType::F32 || codes->scale.shape() != Shape{G}) bad("have scales not fp32 [G]");
+  if (!codes->q.defined() && !codes->q_t.defined()) bad("hold neither layout");
+  if (codes->q.defined() && (codes->q.shape() != operand.shape() || codes->q.dtype() != cast.format))
+    bad("are not of the operand's shape " + shape_str(operand.shape()));
+  if (!codes->q_t.defined()) return;
+  const Shape want_t = rows ? Shape{operand.dim(1), moe_grouped_fp8_padded_rows(operand.dim(0), G)}
+                            : Shape{operand.dim(0), operand.dim(2), operand.dim(1)};
+  if (codes->q_t.shape() != want_t || codes->q_t.dtype() != cast.format)
+    bad("have transposed codes not " + shape_str(want_t));
+  if (rows && (!codes->padded_offsets.defined() || codes->padded_offsets.shape() != Shape{G + 1}))
+    bad("have transposed codes without their padded offsets [G + 1]");
+}
+
+int64_t experts_of(const Tensor& offsets) { return offsets.numel() - 1; }
+
+}  // namespace
+
+int64_t moe_grouped_fp8_padded_rows(int64_t R, int64_t G) { return (R + kFp8Block - 1) / kFp8Block * kFp8Block + kFp8Block * G; }
+
 void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, Fp8Cast x_cast, const Tensor& w, Fp8Cast w_cast,
-                             const Tensor& offsets) {
-  check_same_device("moe_grouped_fp8_forward", {&y, &x, &w, &offsets});
-  TETRA_DISPATCH(x.device(), moe_grouped_fp8_forward, y, x, x_cast, w, w_cast, offsets);
+                             const Tensor& offsets, const Fp8GroupedCodes* x_codes, const Fp8GroupedCodes* w_codes) {
+  const char* op = "moe_grouped_fp8_forward";
+  check_same_device(op, {&y, &x, &w, &offsets});
+  check_grouped_codes(op, "x", x_codes, x, x_cast, experts_of(offsets), true);
+  check_grouped_codes(op, "w", w_codes, w, w_cast, experts_of(offsets), false);
+  TETRA_DISPATCH(x.device(), moe_grouped_fp8_forward, y, x, x_cast, w, w_cast, offsets, x_codes, w_codes);
 }
 void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, Fp8Cast dy_cast, const Tensor& w, Fp8Cast w_cast,
-                                    const Tensor& offsets) {
-  check_same_device("moe_grouped_fp8_backward_input", {&dx, &dy, &w, &offsets});
-  TETRA_DISPATCH(dy.device(), moe_grouped_fp8_backward_input, dx, dy, dy_cast, w, w_cast, offsets);
+                                    const Tensor& offsets, const Fp8GroupedCodes* dy_codes,
+                                    const Fp8GroupedCodes* w_codes) {
+  const char* op = "moe_grouped_fp8_backward_input";
+  check_same_device(op, {&dx, &dy, &w, &offsets});
+  check_grouped_codes(op, "dy", dy_codes, dy, dy_cast, experts_of(offsets), true);
+  check_grouped_codes(op, "w", w_codes, w, w_cast, experts_of(offsets), false);
+  TETRA_DISPATCH(dy.device(), moe_grouped_fp8_backward_input, dx, dy, dy_cast, w, w_cast, offsets, dy_codes, w_codes);
 }
 void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_cast, const Tensor& x, Fp8Cast x_cast,
-                                     const Tensor& offsets, bool accumulate) {
-  check_same_device("moe_grouped_fp8_backward_weight", {&dw, &dy, &x, &offsets});
-  TETRA_DISPATCH(dy.device(), moe_grouped_fp8_backward_weight, dw, dy, dy_cast, x, x_cast, offsets, accumulate);
+                                     const Tensor& offsets, bool accumulate, const Fp8GroupedCodes* dy_codes,
+                                     const Fp8GroupedCodes* x_codes) {
+  const char* op = "moe_grouped_fp8_backward_weight";
+  check_same_device(op, {&dw, &dy, &x, &offsets});
+  check_grouped_codes(op, "dy", dy_codes, dy, dy_cast, experts_of(offsets), true);
+  check_grouped_codes(op, "x", x_codes, x, x_cast, experts_of(offsets), true);
+  TETRA_DISPATCH(dy.device(), moe_grouped_fp8_backward_weight, dw, dy, dy_cast, x, x_cast, offsets, accumulate,
+                 dy_codes, x_codes);
+}
+void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, const Tensor* offsets) {
+  const char* op = "moe_grouped_fp8_cast";
+  check_same_device(op, {&x, offsets});
+  if (cast.scaling != Fp8Scaling::Tensorwise)
+    TETRA_FAIL(Internal, op, ": only Tensorwise casts are cast ahead (group-scaled ones cast in their GEMMs)");
+  if (cast.format != DType::F8E4M3 && cast.format != DType::F8E5M2)
+    TETRA_FAIL(Internal, op, ": the format is ", dtype_name(cast.format), ", not F8E4M3 or F8E5M2");
+  if (x.dtype() != DType::F32 && x.dtype() != DType::BF16) TETRA_FAIL(Internal, op, ": x is ", x.describe());
+  if (offsets ? x.ndim() != 2 : x.ndim() != 3)
+    TETRA_FAIL(Internal, op, ": x is ", x.describe(), offsets ? ", not rows [R, cols]" : ", not weights [G, O, I]");
+  if (offsets && (offsets->dtype() != DType::I32 || offsets->ndim() != 1 || offsets->numel() < 1))
+    TETRA_FAIL(Internal, op, ": offsets are ", offsets->describe(), ", not int32 [G + 1]");
+  TETRA_DISPATCH(x.device(), moe_grouped_fp8_cast, out, x, cast, offsets);
 }
 
 void fp8_slice_amax(Tensor& amax, const Tensor& x, int64_t begin, int64_t rows, int64_t cols, Fp8Scaling scaling) {

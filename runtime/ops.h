@@ -400,12 +400,46 @@ struct Fp8Cast {
 // fp8_gemm, expert by expert (the twin). CUDA: Tensorwise only (the others are an Internal error); x,
 // dy and w fp32 or bf16, outputs fp32 or bf16; the same codes and scales as the CPU, read from the
 // device offsets without a host synchronisation (runtime/cuda/moe_grouped_fp8.cu).
+//
+// Cast once (Tensorwise): a tensor that two of these GEMMs read — x (the forward and the weight
+// gradient), dy (the input and the weight gradients), w (the forward and the input gradient) — can be
+// cast ahead with moe_grouped_fp8_cast and handed to both as its Fp8GroupedCodes (x_codes, w_codes,
+// dy_codes; null: cast here). The op then reads the codes in the layout its kernel takes instead of
+// casting that operand; the result is the same bit for bit (the codes are the casts it would make).
+// The codes must be of the operand and its cast (format, shape); a layout they lack (undefined q or
+// q_t) is cast from the operand here.
+struct Fp8GroupedCodes;
 void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, Fp8Cast x_cast, const Tensor& w, Fp8Cast w_cast,
-                             const Tensor& offsets);
+                             const Tensor& offsets, const Fp8GroupedCodes* x_codes = nullptr,
+                             const Fp8GroupedCodes* w_codes = nullptr);
 void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, Fp8Cast dy_cast, const Tensor& w, Fp8Cast w_cast,
-                                    const Tensor& offsets);
+                                    const Tensor& offsets, const Fp8GroupedCodes* dy_codes = nullptr,
+                                    const Fp8GroupedCodes* w_codes = nullptr);
 void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_cast, const Tensor& x, Fp8Cast x_cast,
-                                     const Tensor& offsets, bool accumulate);
+                                     const Tensor& offsets, bool accumulate, const Fp8GroupedCodes* dy_codes = nullptr,
+                                     const Fp8GroupedCodes* x_codes = nullptr);
+// One operand of the grouped FP8 GEMMs cast per expert, Tensorwise (one scale per expert), in both
+// layouts the GEMMs read:
+//   a row tensor x [R, cols] (offsets given): q = the codes [R, cols]; q_t = the transposed codes
+//     [cols, Rp], expert g's rows at columns [po[g], po[g + 1]) with zero codes after its last row
+//     (po = padded_offsets, int32 [G + 1]: po[g + 1] = po[g] + round_up(rows of g, 128);
+//     Rp = moe_grouped_fp8_padded_rows(R, G); columns past po[G] are not written);
+//   the weights w [G, O, I] (no offsets): q = the codes [G, O, I]; q_t = w[g]ᵀ's codes [G, I, O].
+// scale: fp32 [G], expert g's dequantisation scale (as fp8_quantize writes a Tensorwise scale of g's
+// rows or of w[g]; 1/r of an expert without rows). A holder may drop q or q_t once no GEMM needs it.
+struct Fp8GroupedCodes {
+  Tensor q, q_t, scale, padded_offsets;
+  DType format = DType::F8E4M3;
+  bool defined() const { return scale.defined(); }
+};
+// The columns of a row tensor's transposed codes: R rounded up to 128, plus 128 per expert (every
+// expert's padding fits whatever the counts; the tensor-core kernel's padded weight-gradient operands).
+int64_t moe_grouped_fp8_padded_rows(int64_t R, int64_t G);
+// out = x cast per expert as above (cast.scaling Tensorwise; x fp32 or bf16). offsets: the row
+// tensor's, int32 [G + 1] on x's device; null for the weights [G, O, I]. CPU: each expert's
+// fp8_quantize with its transposed copy, placed; CUDA: one segmented amax pass and one pass writing
+// both layouts (runtime/cuda/moe_grouped_fp8_cast.h), from the device offsets (no host sync).
+void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, const Tensor* offsets);
 // The cast of a weight w[rows, cols] that no rank holds whole (ZeRO-3's FP8 gather,
 // parallel/zero/fp8_gather.h): each rank casts its flat slice of w with the scales of all of w.
 // x: the slice (fp32 or bf16), w's elements [begin, begin + x.numel()) in row-major order.

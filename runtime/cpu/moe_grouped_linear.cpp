@@ -5,14 +5,18 @@
 //   backward weight  dw[g] (+)= dy[rows of g]ᵀ · x[rows of g]     (0 for an expert without rows)
 // Offsets are checked: nondecreasing within [0, R]. fp32.
 // The FP8 grouped GEMMs (moe_grouped_fp8_*) cast each expert's rows and weight on their own with the
-// CPU's fp8_quantize and multiply them with its fp8_gemm (the recipes' emulation), expert by expert.
+// CPU's fp8_quantize and multiply them with its fp8_gemm (the recipes' emulation), expert by expert;
+// an operand cast ahead (moe_grouped_fp8_cast: those casts, placed in the CUDA kernels' layouts) is
+// read back out of its codes instead.
 #include <cblas.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "runtime/cpu/cpu_ops.h"
 #include "runtime/cpu/kernel_util.h"
 #include "runtime/fp8_cast_shape.h"
+#include "runtime/fp8_format.h"
 #include "runtime/moe_shape.h"
 
 namespace tetra::cpu {
@@ -131,10 +135,91 @@ void expert_gemm(Tensor& y, const ExpertCast& a, const ExpertCast& b, bool accum
 
 Tensor expert_weight(const Tensor& w, int64_t g, int64_t O, int64_t I) { return w.slice_flat(g * O * I, {O, I}); }
 
+// Expert g's operand out of codes cast ahead (ops::Fp8GroupedCodes), Tensorwise: codes with the
+// expert's scale as a [1] tensor, as cast_expert would give them. False where codes lack the layout.
+ExpertCast with_scale(Tensor q, const ops::Fp8GroupedCodes& c, int64_t g) {
+  return {std::move(q), Tensor::from_vector(std::vector<float>{c.scale.data<float>()[g]}, {1}),
+          ops::Fp8Scaling::Tensorwise};
+}
+
+// Rows [r0, r0 + m) of a row tensor's codes, in their layout [m, cols].
+bool coded_rows(const ops::Fp8GroupedCodes* c, int64_t g, int64_t r0, int64_t m, ExpertCast* out) {
+  if (!c || !c->q.defined()) return false;
+  *out = with_scale(c->q.narrow(r0, m), *c, g);
+  return true;
+}
+
+// The same rows transposed, [cols, m]: from q_t's columns [po[g], po[g] + m), else q transposed
+// (a Tensorwise cast's transposed codes are its codes transposed).
+bool coded_rows_t(const ops::Fp8GroupedCodes* c, int64_t g, int64_t r0, int64_t m, ExpertCast* out) {
+  if (!c || (!c->q.defined() && !c->q_t.defined())) return false;
+  const bool from_t = c->q_t.defined();
+  const int64_t cols = from_t ? c->q_t.dim(0) : c->q.dim(1);
+  Tensor t = Tensor::empty({cols, m}, c->format, Device::cpu());
+  auto* dst = static_cast<uint8_t*>(t.data_ptr());
+  if (from_t) {
+    const auto* src = static_cast<const uint8_t*>(c->q_t.data_ptr());
+    const int64_t Rp = c->q_t.dim(1), p0 = c->padded_offsets.data<int32_t>()[g];
+    for (int64_t k = 0; k < cols; ++k) std::copy_n(src + k * Rp + p0, m, dst + k * m);
+  } else {
+    const auto* src = static_cast<const uint8_t*>(c->q.data_ptr()) + r0 * cols;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t k = 0; k < cols; ++k) dst[k * m + r] = src[r * cols + k];
+  }
+  *out = with_scale(std::move(t), *c, g);
+  return true;
+}
+
+// w[g]'s codes [O, I] (transposed false) or w[g]ᵀ's [I, O].
+bool coded_weight(const ops::Fp8GroupedCodes* c, int64_t g, int64_t O, int64_t I, bool transposed, ExpertCast* out) {
+  if (!c) return false;
+  const Tensor& q = transposed ? c->q_t : c->q;
+  if (!q.defined()) return false;
+  *out = with_scale(q.slice_flat(g * O * I, transposed ? Shape{I, O} : Shape{O, I}), *c, g);
+  return true;
+}
+
 }  // namespace
 
+void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Cast cast, const Tensor* offsets) {
+  const bool rows = offsets != nullptr;
+  const int64_t G = rows ? offsets->numel() - 1 : x.dim(0);
+  const int64_t R = rows ? x.dim(0) : 0, cols = rows ? x.dim(1) : x.dim(2), O = rows ? 0 : x.dim(1);
+  const int32_t* o = rows ? offsets->data<int32_t>() : nullptr;
+  if (rows && (o[0] < 0 || o[G] > R))
+    TETRA_FAIL(Internal, "moe_grouped_fp8_cast: the offsets span rows [", o[0], ", ", o[G], ") of ", R);
+  out = ops::Fp8GroupedCodes{};
+  out.format = cast.format;
+  out.q = Tensor::zeros(x.shape(), cast.format, Device::cpu());
+  out.scale = Tensor::empty({G}, DType::F32, Device::cpu());
+  const int64_t Rp = ops::moe_grouped_fp8_padded_rows(R, G);
+  out.q_t = Tensor::zeros(rows ? Shape{cols, Rp} : Shape{G, cols, O}, cast.format, Device::cpu());
+  if (rows) out.padded_offsets = Tensor::empty({G + 1}, DType::I32, Device::cpu());
+  int32_t* po = rows ? out.padded_offsets.data<int32_t>() : nullptr;
+  if (po) po[0] = 0;
+  auto* q = static_cast<uint8_t*>(out.q.data_ptr());
+  auto* qt = static_cast<uint8_t*>(out.q_t.data_ptr());
+  const float largest = fp8_largest(fp8_format_of(cast.format));
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t m = rows ? o[g + 1] - o[g] : O, first = rows ? o[g] : g * O;
+    if (po) po[g + 1] = static_cast<int32_t>(po[g] + (m + ops::kFp8Block - 1) / ops::kFp8Block * ops::kFp8Block);
+    if (m == 0 || cols == 0) {  // nothing to cast: the scale of an amax of 0, as the CUDA kernels write it
+      out.scale.data<float>()[g] = 1.0f / fp8_quant_factor(0.0f, largest);
+      continue;
+    }
+    ExpertCast t;
+    const ExpertCast e = cast_expert(rows ? x.narrow(first, m) : expert_weight(x, g, O, cols), cast, &t);
+    out.scale.data<float>()[g] = e.scale.data<float>()[0];
+    std::copy_n(static_cast<const uint8_t*>(e.q.data_ptr()), m * cols, q + first * cols);
+    const auto* tq = static_cast<const uint8_t*>(t.q.data_ptr());  // [cols, m]
+    for (int64_t k = 0; k < cols; ++k)
+      std::copy_n(tq + k * m, m, rows ? qt + k * Rp + po[g] : qt + g * cols * O + k * O);
+  }
+}
+
 void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, ops::Fp8Cast x_cast, const Tensor& w, ops::Fp8Cast w_cast,
-                             const Tensor& offsets) {
+                             const Tensor& offsets, const ops::Fp8GroupedCodes* x_codes,
+                             const ops::Fp8GroupedCodes* w_codes) {
   const char* op = "moe_grouped_fp8_forward";
   const MoeGemmDims d = check_moe_grouped_forward(op, y, x, w, offsets);
   const int32_t* o = checked_operands(op, {"y", y}, {"x", x}, {"w", w}, offsets, d);
@@ -142,28 +227,33 @@ void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, ops::Fp8Cast x_cast, co
     const int64_t m = o[g + 1] - o[g];
     if (m == 0 || d.O == 0) continue;
     Tensor yg = y.narrow(o[g], m);
-    expert_gemm(yg, cast_expert(x.narrow(o[g], m), x_cast), cast_expert(expert_weight(w, g, d.O, d.I), w_cast),
-                /*accumulate=*/false);
+    ExpertCast a, b;
+    if (!coded_rows(x_codes, g, o[g], m, &a)) a = cast_expert(x.narrow(o[g], m), x_cast);
+    if (!coded_weight(w_codes, g, d.O, d.I, false, &b)) b = cast_expert(expert_weight(w, g, d.O, d.I), w_cast);
+    expert_gemm(yg, a, b, /*accumulate=*/false);
   }
 }
 
 void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, ops::Fp8Cast dy_cast, const Tensor& w,
-                                    ops::Fp8Cast w_cast, const Tensor& offsets) {
+                                    ops::Fp8Cast w_cast, const Tensor& offsets, const ops::Fp8GroupedCodes* dy_codes,
+                                    const ops::Fp8GroupedCodes* w_codes) {
   const char* op = "moe_grouped_fp8_backward_input";
   const MoeGemmDims d = check_moe_grouped_backward_input(op, dx, dy, w, offsets);
   const int32_t* o = checked_operands(op, {"dx", dx}, {"dy", dy}, {"w", w}, offsets, d);
   for (int64_t g = 0; g < d.G; ++g) {
     const int64_t m = o[g + 1] - o[g];
     if (m == 0 || d.I == 0) continue;
-    ExpertCast w_t;
-    cast_expert(expert_weight(w, g, d.O, d.I), w_cast, &w_t);
+    ExpertCast a, w_t;
+    if (!coded_weight(w_codes, g, d.O, d.I, true, &w_t)) cast_expert(expert_weight(w, g, d.O, d.I), w_cast, &w_t);
+    if (!coded_rows(dy_codes, g, o[g], m, &a)) a = cast_expert(dy.narrow(o[g], m), dy_cast);
     Tensor dxg = dx.narrow(o[g], m);
-    expert_gemm(dxg, cast_expert(dy.narrow(o[g], m), dy_cast), w_t, /*accumulate=*/false);
+    expert_gemm(dxg, a, w_t, /*accumulate=*/false);
   }
 }
 
 void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, ops::Fp8Cast dy_cast, const Tensor& x,
-                                     ops::Fp8Cast x_cast, const Tensor& offsets, bool accumulate) {
+                                     ops::Fp8Cast x_cast, const Tensor& offsets, bool accumulate,
+                                     const ops::Fp8GroupedCodes* dy_codes, const ops::Fp8GroupedCodes* x_codes) {
   const char* op = "moe_grouped_fp8_backward_weight";
   const MoeGemmDims d = check_moe_grouped_backward_weight(op, dw, dy, x, offsets);
   const int32_t* o = checked_operands(op, {"dw", dw}, {"dy", dy}, {"x", x}, offsets, d);
@@ -177,8 +267,8 @@ void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, ops::Fp8Cast 
     }
     // The K-major operands of dw[g] = dyᵀ·x: the transposed copies, in runs of the expert's rows.
     ExpertCast dy_t, x_t;
-    cast_expert(dy.narrow(o[g], m), dy_cast, &dy_t);
-    cast_expert(x.narrow(o[g], m), x_cast, &x_t);
+    if (!coded_rows_t(dy_codes, g, o[g], m, &dy_t)) cast_expert(dy.narrow(o[g], m), dy_cast, &dy_t);
+    if (!coded_rows_t(x_codes, g, o[g], m, &x_t)) cast_expert(x.narrow(o[g], m), x_cast, &x_t);
     expert_gemm(dwg, dy_t, x_t, accumulate);
   }
 }

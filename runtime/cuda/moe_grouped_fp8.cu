@@ -50,8 +50,22 @@ Segments weights_of(const MoeGemmDims& d) {
 
 }  // namespace
 
+namespace {
+
+// The codes of one operand in `layout` out of codes cast ahead, where they hold that layout.
+bool from_codes(const ops::Fp8GroupedCodes* codes, const CodeLayout& layout, ExpertCodes* out) {
+  if (!codes) return false;
+  const Tensor& q = layout.transposed ? codes->q_t : codes->q;
+  if (!q.defined()) return false;
+  *out = ExpertCodes{q, codes->scale};
+  return true;
+}
+
+}  // namespace
+
 GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c, const Tensor& a, ops::Fp8Cast a_cast,
-                                const Tensor& b, ops::Fp8Cast b_cast, const Tensor& offsets, bool accumulate) {
+                                const Tensor& b, ops::Fp8Cast b_cast, const Tensor& offsets, bool accumulate,
+                                const ops::Fp8GroupedCodes* a_codes, const ops::Fp8GroupedCodes* b_codes) {
   const Device dev = c.device();
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
@@ -75,7 +89,11 @@ GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c,
   // Tensor cores: B of BackwardInput is w[g]ᵀ; both operands of BackwardWeight are transposed and padded.
   CodeLayout a_layout, b_layout;
   if (p.fp8_transposed && weight_kind) {
-    call.po = padded_offsets(p.offsets, static_cast<int>(d.G), d.R, dev, stream);
+    // The padded offsets of codes cast ahead where one operand brings them (the same values).
+    const ops::Fp8GroupedCodes* ahead = a_codes && a_codes->q_t.defined()   ? a_codes
+                                        : b_codes && b_codes->q_t.defined() ? b_codes
+                                                                            : nullptr;
+    call.po = ahead ? ahead->padded_offsets : padded_offsets(p.offsets, static_cast<int>(d.G), d.R, dev, stream);
     p.padded_offsets = call.po.data<int32_t>();
     p.Rp = grouped_gemm_fp8_padded_rows(d.R, d.G);
     a_layout = b_layout = CodeLayout{true, p.padded_offsets, p.Rp};
@@ -83,8 +101,8 @@ GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c,
     b_layout.transposed = true;
   }
   const Segments a_segs = rows_of(a, d, offsets), b_segs = weight_kind ? rows_of(b, d, offsets) : weights_of(d);
-  call.qa = cast_segments(a, a_cast, a_segs, a_layout, dev, stream, op);
-  call.qb = cast_segments(b, b_cast, b_segs, b_layout, dev, stream, op);
+  if (!from_codes(a_codes, a_layout, &call.qa)) call.qa = cast_segments(a, a_cast, a_segs, a_layout, dev, stream, op);
+  if (!from_codes(b_codes, b_layout, &call.qb)) call.qb = cast_segments(b, b_cast, b_segs, b_layout, dev, stream, op);
   p.a = call.qa.q.data_ptr(), p.b = call.qb.q.data_ptr();
   p.a_scale = call.qa.scale.data<float>(), p.b_scale = call.qb.scale.data<float>();
   return call;
@@ -94,8 +112,9 @@ namespace {
 
 // c (+)= a ∘ b in `kind`'s layout, both cast per expert in the layouts of the kernel that runs it.
 void run(const char* op, GroupedGemmKind kind, Tensor& c, const Tensor& a, ops::Fp8Cast a_cast, const Tensor& b,
-         ops::Fp8Cast b_cast, const Tensor& offsets, bool accumulate = false) {
-  const GroupedFp8Call call = cast_grouped_fp8(op, kind, c, a, a_cast, b, b_cast, offsets, accumulate);
+         ops::Fp8Cast b_cast, const Tensor& offsets, bool accumulate, const ops::Fp8GroupedCodes* a_codes,
+         const ops::Fp8GroupedCodes* b_codes) {
+  const GroupedFp8Call call = cast_grouped_fp8(op, kind, c, a, a_cast, b, b_cast, offsets, accumulate, a_codes, b_codes);
   DeviceScope scope(c.device());
   grouped_gemm_fp8(call.p, c.device(), stream_of(c.device()));
 }
@@ -103,30 +122,56 @@ void run(const char* op, GroupedGemmKind kind, Tensor& c, const Tensor& a, ops::
 }  // namespace
 
 void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, ops::Fp8Cast x_cast, const Tensor& w, ops::Fp8Cast w_cast,
-                             const Tensor& offsets) {
+                             const Tensor& offsets, const ops::Fp8GroupedCodes* x_codes,
+                             const ops::Fp8GroupedCodes* w_codes) {
   const char* op = "moe_grouped_fp8_forward";
   const MoeGemmDims d = check_moe_grouped_forward(op, y, x, w, offsets);
   check_operands(op, y, x, x_cast, w, w_cast, offsets);
   if (d.G == 0 || d.R == 0 || d.O == 0) return;
-  run(op, GroupedGemmKind::Forward, y, x, x_cast, w, w_cast, offsets);
+  run(op, GroupedGemmKind::Forward, y, x, x_cast, w, w_cast, offsets, false, x_codes, w_codes);
 }
 
 void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, ops::Fp8Cast dy_cast, const Tensor& w,
-                                    ops::Fp8Cast w_cast, const Tensor& offsets) {
+                                    ops::Fp8Cast w_cast, const Tensor& offsets, const ops::Fp8GroupedCodes* dy_codes,
+                                    const ops::Fp8GroupedCodes* w_codes) {
   const char* op = "moe_grouped_fp8_backward_input";
   const MoeGemmDims d = check_moe_grouped_backward_input(op, dx, dy, w, offsets);
   check_operands(op, dx, dy, dy_cast, w, w_cast, offsets);
   if (d.G == 0 || d.R == 0 || d.I == 0) return;
-  run(op, GroupedGemmKind::BackwardInput, dx, dy, dy_cast, w, w_cast, offsets);
+  run(op, GroupedGemmKind::BackwardInput, dx, dy, dy_cast, w, w_cast, offsets, false, dy_codes, w_codes);
 }
 
 void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, ops::Fp8Cast dy_cast, const Tensor& x,
-                                     ops::Fp8Cast x_cast, const Tensor& offsets, bool accumulate) {
+                                     ops::Fp8Cast x_cast, const Tensor& offsets, bool accumulate,
+                                     const ops::Fp8GroupedCodes* dy_codes, const ops::Fp8GroupedCodes* x_codes) {
   const char* op = "moe_grouped_fp8_backward_weight";
   const MoeGemmDims d = check_moe_grouped_backward_weight(op, dw, dy, x, offsets);
   check_operands(op, dw, dy, dy_cast, x, x_cast, offsets);
   if (d.G == 0 || d.O == 0 || d.I == 0) return;
-  run(op, GroupedGemmKind::BackwardWeight, dw, dy, dy_cast, x, x_cast, offsets, accumulate);
+  run(op, GroupedGemmKind::BackwardWeight, dw, dy, dy_cast, x, x_cast, offsets, accumulate, dy_codes, x_codes);
+}
+
+void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Cast cast, const Tensor* offsets) {
+  const char* op = "moe_grouped_fp8_cast";
+  check_cuda_float(op, "x", x);
+  if (offsets) check_cuda_tensor(op, "offsets", *offsets);
+  const Device dev = x.device();
+  DeviceScope scope(dev);
+  cudaStream_t stream = stream_of(dev);
+  const int64_t G = offsets ? offsets->numel() - 1 : x.dim(0);
+  Segments s;
+  s.G = static_cast<int>(G);
+  CodeLayout t{true, nullptr, 0};
+  Tensor po;
+  if (offsets) {
+    s.offsets = offsets->data<int32_t>(), s.R = x.dim(0), s.cols = x.dim(1);
+    po = padded_offsets(s.offsets, s.G, s.R, dev, stream);
+    t.padded_offsets = po.data<int32_t>(), t.Rp = ops::moe_grouped_fp8_padded_rows(s.R, G);
+  } else {
+    s.O = x.dim(1), s.cols = x.dim(2);
+  }
+  BothCodes codes = cast_segments_both(x, cast, s, t, dev, stream, op);
+  out = ops::Fp8GroupedCodes{std::move(codes.q), std::move(codes.q_t), std::move(codes.scale), std::move(po), cast.format};
 }
 
 }  // namespace tetra::cuda

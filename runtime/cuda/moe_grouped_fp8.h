@@ -22,8 +22,11 @@ struct GroupedFp8Call {
 // c (+)= a ∘ b in `kind`'s layout (GroupedGemm's table; c, a, b as moe_grouped_fp8_* check them):
 // casts a and b per expert on the current stream of c's device and returns the call that multiplies
 // them (grouped_gemm_fp8(call.p, ...)).
+// a_codes, b_codes (may be null): the operands cast ahead (ops::Fp8GroupedCodes), read where they
+// hold the layout the kernel takes.
 GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c, const Tensor& a,
                                 ops::Fp8Cast a_cast, const Tensor& b, ops::Fp8Cast b_cast, const Tensor& offsets,
-                                bool accumulate = false);
+                                bool accumulate = false, const ops::Fp8GroupedCodes* a_codes = nullptr,
+                                const ops::Fp8GroupedCodes* b_codes = nullptr);
 
 }  // namespace tetra::cuda

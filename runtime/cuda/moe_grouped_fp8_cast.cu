@@ -168,11 +168,12 @@ __global__ void __launch_bounds__(kThreads) segment_cast_transposed_kernel(const
 // The transposing cast with vectors: each thread reads 8 columns of a source row (a 16-byte load of
 // bf16) and writes 16 codes of a destination row (one 16-byte store) where the destination's row
 // stride is a multiple of 16 and the 16 codes lie inside the expert's width; else byte by byte. For
-// cols a multiple of 8 and x 16-byte aligned, as the vector kernels above.
+// cols a multiple of 8 and x 16-byte aligned, as the vector kernels above. q_rows (may be null): the
+// same codes in x's own layout too, so that one pass over x gives both (moe_grouped_fp8_cast).
 template <class T>
-__global__ void __launch_bounds__(kThreads) segment_cast_transposed_vec_kernel(const T* __restrict__ x, Segments s,
-                                                                               CodeLayout l, const unsigned* amax,
-                                                                               Fp8Format f, unsigned char* q) {
+__global__ void __launch_bounds__(kThreads)
+    segment_cast_transposed_vec_kernel(const T* __restrict__ x, Segments s, CodeLayout l, const unsigned* amax,
+                                       Fp8Format f, unsigned char* q, unsigned char* q_rows) {
   // [source row][source column]; a row stride of 68 bytes spreads the 16-row reads of the store
   // loop over the banks (a multiple of 8 would put every fourth reader in one bank)
   __shared__ __align__(16) unsigned char tile[kT][kT + 4];
@@ -191,6 +192,7 @@ __global__ void __launch_bounds__(kThreads) segment_cast_transposed_vec_kernel(c
       unsigned char* b = reinterpret_cast<unsigned char*>(&codes);
 #pragma unroll
       for (int k = 0; k < kV; ++k) b[k] = fp8_code(vals[k], r, f);
+      if (q_rows) *reinterpret_cast<uint2*>(q_rows + (t.src0 + j) * s.cols + c) = codes;
     }
     reinterpret_cast<unsigned*>(&tile[i][cc])[0] = codes.x;
     reinterpret_cast<unsigned*>(&tile[i][cc])[1] = codes.y;
@@ -242,47 +244,113 @@ Tensor padded_offsets(const int32_t* offsets, int G, int64_t R, Device dev, cuda
   return po;
 }
 
-ExpertCodes cast_segments(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& layout, Device dev,
-                          cudaStream_t stream, const char* op) {
-  const std::vector<int64_t> shape = !layout.transposed ? x.shape()
-                                     : s.offsets        ? std::vector<int64_t>{s.cols, layout.Rp}
-                                                        : std::vector<int64_t>{s.G, s.cols, s.O};
-  ExpertCodes out{Tensor::empty(shape, c.format, dev), Tensor::empty({s.G}, DType::F32, dev)};
+namespace {
+
+dim3 rows_grid(const Segments& s) {
+  return s.offsets ? dim3(static_cast<unsigned>((s.R + kRows - 1) / kRows + s.G))
+                   : dim3(static_cast<unsigned>((s.O + kRows - 1) / kRows), static_cast<unsigned>(s.G));
+}
+
+dim3 transposed_grid(const Segments& s, const CodeLayout& l) {
+  return dim3(static_cast<unsigned>((s.cols + kT - 1) / kT), static_cast<unsigned>(s.offsets ? l.Rp / kT : (s.O + kT - 1) / kT),
+              static_cast<unsigned>(s.offsets ? 1 : s.G));
+}
+
+bool nonempty(const dim3& g) { return g.x > 0 && g.y > 0 && g.z > 0; }
+
+// Passes 1 and 2: amax [G] (the bits) and the scales [G] of x's segments.
+template <class T>
+Tensor measure(const T* px, bool vec, const Segments& s, Fp8Format f, Tensor& scale, Device dev, cudaStream_t stream) {
   Tensor amax = Tensor::empty({s.G}, DType::U32, dev);
   TETRA_CUDA_CHECK(cudaMemsetAsync(amax.data_ptr(), 0, amax.nbytes(), stream));
-  const Fp8Format f = fp8_format_of(c.format);
-  const dim3 grid = s.offsets ? dim3(static_cast<unsigned>((s.R + kRows - 1) / kRows + s.G))
-                              : dim3(static_cast<unsigned>((s.O + kRows - 1) / kRows), static_cast<unsigned>(s.G));
-  const dim3 grid_t(static_cast<unsigned>((s.cols + kT - 1) / kT),
-                    static_cast<unsigned>(s.offsets ? layout.Rp / kT : (s.O + kT - 1) / kT),
-                    static_cast<unsigned>(s.offsets ? 1 : s.G));
   unsigned* pa = static_cast<unsigned*>(amax.data_ptr());
+  const dim3 grid = rows_grid(s);
+  if (nonempty(grid) && s.cols > 0) {
+    if (vec)
+      segment_amax_vec_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, pa);
+    else
+      segment_amax_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, pa);
+    TETRA_CUDA_CHECK_LAUNCH();
+  }
+  segment_scale_kernel<<<(s.G + 127) / 128, 128, 0, stream>>>(pa, s.G, f, scale.data<float>());
+  TETRA_CUDA_CHECK_LAUNCH();
+  return amax;
+}
+
+template <class T>
+void cast_rows(const T* px, bool vec, const Segments& s, const unsigned* pa, Fp8Format f, unsigned char* q,
+               cudaStream_t stream) {
+  const dim3 grid = rows_grid(s);
+  if (!nonempty(grid) || s.cols == 0) return;
+  if (vec)
+    segment_cast_vec_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, pa, f, q);
+  else
+    segment_cast_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, pa, f, q);
+  TETRA_CUDA_CHECK_LAUNCH();
+}
+
+// The transposed codes, and with q_rows (vector kernel only) the row codes in the same pass.
+template <class T>
+void cast_transposed(const T* px, bool vec, const Segments& s, const CodeLayout& l, const unsigned* pa, Fp8Format f,
+                     unsigned char* q, unsigned char* q_rows, cudaStream_t stream) {
+  const dim3 grid = transposed_grid(s, l);
+  if (!nonempty(grid)) return;
+  if (vec)
+    segment_cast_transposed_vec_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, l, pa, f, q, q_rows);
+  else
+    segment_cast_transposed_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, l, pa, f, q);
+  TETRA_CUDA_CHECK_LAUNCH();
+}
+
+std::vector<int64_t> transposed_shape(const Segments& s, const CodeLayout& l) {
+  return s.offsets ? std::vector<int64_t>{s.cols, l.Rp} : std::vector<int64_t>{s.G, s.cols, s.O};
+}
+
+// Whether x's segments take the 8-wide kernels: every segment starts on a 16-byte vector.
+bool vector_ok(const Tensor& x, const Segments& s) {
+  return s.cols % kV == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
+}
+
+}  // namespace
+
+ExpertCodes cast_segments(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& layout, Device dev,
+                          cudaStream_t stream, const char* op) {
+  ExpertCodes out{Tensor::empty(layout.transposed ? transposed_shape(s, layout) : x.shape(), c.format, dev),
+                  Tensor::empty({s.G}, DType::F32, dev)};
+  const Fp8Format f = fp8_format_of(c.format);
+  const bool vec = vector_ok(x, s);
   dispatch_float(x.dtype(), op, "an operand", [&](auto tag) {
     using T = decltype(tag);
     const T* px = static_cast<const T*>(x.data_ptr());
-    const bool vec = s.cols % kV == 0 && reinterpret_cast<uintptr_t>(px) % 16 == 0;
-    if (grid.x > 0 && s.cols > 0) {
-      if (vec)
-        segment_amax_vec_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, pa);
-      else
-        segment_amax_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, pa);
-      TETRA_CUDA_CHECK_LAUNCH();
-    }
-    segment_scale_kernel<<<(s.G + 127) / 128, 128, 0, stream>>>(pa, s.G, f, out.scale.data<float>());
-    TETRA_CUDA_CHECK_LAUNCH();
+    const Tensor amax = measure(px, vec, s, f, out.scale, dev, stream);
+    const unsigned* pa = static_cast<const unsigned*>(amax.data_ptr());
     unsigned char* q = static_cast<unsigned char*>(out.q.data_ptr());
-    if (layout.transposed && grid_t.x > 0 && grid_t.y > 0 && grid_t.z > 0) {
-      if (vec)
-        segment_cast_transposed_vec_kernel<T><<<grid_t, kThreads, 0, stream>>>(px, s, layout, pa, f, q);
-      else
-        segment_cast_transposed_kernel<T><<<grid_t, kThreads, 0, stream>>>(px, s, layout, pa, f, q);
-      TETRA_CUDA_CHECK_LAUNCH();
-    } else if (!layout.transposed && grid.x > 0 && s.cols > 0) {
-      if (vec)
-        segment_cast_vec_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, pa, f, q);
-      else
-        segment_cast_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, pa, f, q);
-      TETRA_CUDA_CHECK_LAUNCH();
+    if (layout.transposed)
+      cast_transposed(px, vec, s, layout, pa, f, q, nullptr, stream);
+    else
+      cast_rows(px, vec, s, pa, f, q, stream);
+  });
+  return out;
+}
+
+BothCodes cast_segments_both(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& transposed,
+                             Device dev, cudaStream_t stream, const char* op) {
+  BothCodes out{Tensor::empty(x.shape(), c.format, dev), Tensor::empty(transposed_shape(s, transposed), c.format, dev),
+                Tensor::empty({s.G}, DType::F32, dev)};
+  const Fp8Format f = fp8_format_of(c.format);
+  const bool vec = vector_ok(x, s);
+  dispatch_float(x.dtype(), op, "an operand", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = static_cast<const T*>(x.data_ptr());
+    const Tensor amax = measure(px, vec, s, f, out.scale, dev, stream);
+    const unsigned* pa = static_cast<const unsigned*>(amax.data_ptr());
+    unsigned char* q = static_cast<unsigned char*>(out.q.data_ptr());
+    unsigned char* q_t = static_cast<unsigned char*>(out.q_t.data_ptr());
+    if (vec) {
+      cast_transposed(px, vec, s, transposed, pa, f, q_t, q, stream);
+    } else {
+      cast_transposed(px, vec, s, transposed, pa, f, q_t, nullptr, stream);
+      cast_rows(px, vec, s, pa, f, q, stream);
     }
   });
   return out;

@@ -35,6 +35,7 @@
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/moe_grouped_wgmma.cuh"
 #include "runtime/fp8_format.h"
+#include "runtime/ops.h"
 
 namespace tetra::cuda {
 
@@ -354,7 +355,9 @@ void run_shape(const GroupedGemm& p, Device device, cudaStream_t stream) {
 
 }  // namespace
 
-int64_t grouped_gemm_fp8_padded_rows(int64_t R, int64_t G) { return (R + kFp8BK - 1) / kFp8BK * kFp8BK + kFp8BK * G; }
+// The casts ahead (ops::moe_grouped_fp8_cast) pad by the op library's rule: the same 128.
+static_assert(kFp8BK == ops::kFp8Block);
+int64_t grouped_gemm_fp8_padded_rows(int64_t R, int64_t G) { return ops::moe_grouped_fp8_padded_rows(R, G); }
 
 bool grouped_gemm_fp8_wgmma_applies(const GroupedGemm& p, const char** why) {
   auto no = [&](const char* reason) {

@@ -17,7 +17,8 @@
 // lines with impl fp8_tensorwise and their sum (moe_gemm_sum) beside the bf16 layer's gemm_ms, after
 // a line (bench fp8_kernel) naming the kernel that multiplies the codes: wgmma_fp8 (Hopper's tensor
 // cores) or simt, with the reason the tensor cores do not apply; then the same calls split into
-// their casts and their grouped GEMM on codes cast before (moe_fp8_split: the kernel's own rate).
+// their casts and their grouped GEMM on codes cast before (moe_fp8_split: the kernel's own rate),
+// and the six as the layer runs them with each row tensor cast once (moe_fp8_ahead).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -259,6 +260,37 @@ void bench_fp8_split(Layer& L, const std::string& how, int reps) {
          {"gemm_tflops", flops_sum / (gemm_sum * 1e-3) / 1e12}});
 }
 
+// The six calls as the layer runs them under tensorwise (models/moe_mlp.cpp): x, h, d_out and d_gu
+// each cast once, both layouts (ops::moe_grouped_fp8_cast), the GEMMs reading the codes; the
+// weights still cast in each call. One line, moe_fp8_ahead: the whole sequence's ms beside the six
+// calls casting for themselves (the moe_gemm_sum above).
+void bench_fp8_ahead(Layer& L, const std::string& how, int reps) {
+  const ops::Fp8Cast act{ops::Fp8Scaling::Tensorwise, DType::F8E4M3}, grad{ops::Fp8Scaling::Tensorwise, DType::F8E5M2};
+  auto layer = [&] {
+    ops::Fp8GroupedCodes xc, hc, oc, gc;
+    ops::moe_grouped_fp8_cast(xc, L.xs, act, &L.offsets);
+    ops::moe_grouped_fp8_forward(L.gu, L.xs, act, L.w_gu, act, L.offsets, &xc);
+    ops::moe_grouped_fp8_cast(hc, L.h, act, &L.offsets);
+    ops::moe_grouped_fp8_forward(L.out, L.h, act, L.w_down, act, L.offsets, &hc);
+    ops::moe_grouped_fp8_cast(oc, L.d_out, grad, &L.offsets);
+    ops::moe_grouped_fp8_backward_input(L.dh, L.d_out, grad, L.w_down, act, L.offsets, &oc);
+    ops::moe_grouped_fp8_backward_weight(L.dw_down, L.d_out, grad, L.h, act, L.offsets, false, &oc, &hc);
+    ops::moe_grouped_fp8_cast(gc, L.dgu, grad, &L.offsets);
+    ops::moe_grouped_fp8_backward_weight(L.dw_gu, L.dgu, grad, L.xs, act, L.offsets, false, &gc, &xc);
+    ops::moe_grouped_fp8_backward_input(L.dxs, L.dgu, grad, L.w_gu, act, L.offsets, &gc);
+  };
+  const double ms = time_ms(layer, reps);
+  double cast_ms = 0;
+  for (const Tensor* t : {&L.xs, &L.h, &L.d_out, &L.dgu}) {
+    const ops::Fp8Cast c = t == &L.xs || t == &L.h ? act : grad;
+    cast_ms += time_ms([&] {
+      ops::Fp8GroupedCodes codes;
+      ops::moe_grouped_fp8_cast(codes, *t, c, &L.offsets);
+    }, reps);
+  }
+  print({{"bench", "moe_fp8_ahead"}, {"routing", how}, {"layer_ms", ms}, {"row_casts_ms", cast_ms}});
+}
+
 // The six grouped GEMMs of the layer in FP8 (runtime/ops.h moe_grouped_fp8_*, tensorwise: E4M3
 // activations and weights, E5M2 gradients; each call casts its operands per expert, as a training
 // step does), with the bf16 operands and outputs of the bf16 rows, and their sum (moe_gemm_sum).
@@ -295,6 +327,7 @@ void bench_fp8_gemms(Layer& L, const std::string& how, double load, int reps) {
   print({{"bench", "moe_gemm_sum"}, {"routing", how}, {"impl", name}, {"max_over_mean_load", load}, {"gemm_ms", ms},
          {"gemm_floor_ms", floor}, {"gemm_tflops", floor / ms * kPeakFlops / 1e12}});
   bench_fp8_split(L, how, reps);
+  bench_fp8_ahead(L, how, reps);
 }
 
 void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::GroupedGemmImpl>& impls, bool fp8,

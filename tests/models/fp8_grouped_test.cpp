@@ -134,6 +134,90 @@ TEST_P(Fp8Grouped, WeightGradientIsThePerExpertProjection) {
 INSTANTIATE_TEST_SUITE_P(Recipes, Fp8Grouped, ::testing::Values(Fp8Recipe::Tensorwise, Fp8Recipe::Blockwise),
                          [](const auto& info) { return std::string(fp8_recipe_name(info.param)); });
 
+// Tensorwise casts each row tensor ahead, once for both GEMMs that read it (ops::moe_grouped_fp8_cast):
+// its codes are each expert's fp8_quantize with its transposed copy, placed (rows in x's layout; the
+// transposed codes at the expert's padded columns, zeros after its rows), and the GEMMs reading them
+// equal the GEMMs casting for themselves bit for bit, with either layout dropped as the layer drops it.
+TEST(Fp8GroupedAhead, CodesAreThePerExpertCasts) {
+  Problem p = make_problem(16);
+  const ops::Fp8Cast cast{ops::Fp8Scaling::Tensorwise, DType::F8E5M2};
+  ops::Fp8GroupedCodes c;
+  ops::moe_grouped_fp8_cast(c, p.dy, cast, &p.offsets);
+  const int64_t Rp = ops::moe_grouped_fp8_padded_rows(R, G);
+  ASSERT_EQ(c.q.shape(), (Shape{R, O}));
+  ASSERT_EQ(c.q_t.shape(), (Shape{O, Rp}));
+  ASSERT_EQ(c.scale.shape(), (Shape{G}));
+  const auto* q = static_cast<const uint8_t*>(c.q.data_ptr());
+  const auto* qt = static_cast<const uint8_t*>(c.q_t.data_ptr());
+  int64_t p0 = 0;
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t m = kOffsets[g + 1] - kOffsets[g], width = (m + 127) / 128 * 128;
+    EXPECT_EQ(c.padded_offsets.data<int32_t>()[g], p0) << "expert " << g;
+    if (m > 0) {
+      Tensor want = Tensor::empty({m, O}, DType::F8E5M2), scale = Tensor::empty({1}, DType::F32);
+      ops::fp8_quantize(want, scale, p.dy.narrow(kOffsets[g], m), ops::Fp8Scaling::Tensorwise);
+      EXPECT_EQ(c.scale.data<float>()[g], scale.data<float>()[0]) << "expert " << g;
+      const auto* w = static_cast<const uint8_t*>(want.data_ptr());
+      int64_t bad = 0;
+      for (int64_t r = 0; r < width; ++r)
+        for (int64_t o = 0; o < O; ++o) {
+          if (r < m) bad += q[(kOffsets[g] + r) * O + o] != w[r * O + o];
+          bad += qt[o * Rp + p0 + r] != (r < m ? w[r * O + o] : 0);
+        }
+      EXPECT_EQ(bad, 0) << "expert " << g << ": codes unlike its own cast";
+    }
+    p0 += width;
+  }
+  EXPECT_EQ(c.padded_offsets.data<int32_t>()[G], p0);
+}
+
+TEST(Fp8GroupedAhead, GemmsReadingCodesEqualGemmsCasting) {
+  const Fp8Recipe recipe = Fp8Recipe::Tensorwise;
+  ASSERT_TRUE(fp8_grouped::casts_ahead(recipe));
+  EXPECT_FALSE(fp8_grouped::casts_ahead(Fp8Recipe::Blockwise));
+  Problem p = make_problem(17);
+  auto equal = [](const Tensor& a, const Tensor& b, const char* what) {
+    const int64_t rows = kOffsets.back() - kOffsets.front();
+    const bool by_rows = a.ndim() == 2;
+    const Tensor ia = by_rows ? a.narrow(kOffsets.front(), rows) : a, ib = by_rows ? b.narrow(kOffsets.front(), rows) : b;
+    EXPECT_EQ(test::rel_error(ia, ib), 0.0) << what;
+  };
+  ops::Fp8GroupedCodes xc = fp8_grouped::cast_rows(recipe, p.x, p.offsets, /*gradient=*/false);
+  ops::Fp8GroupedCodes dyc = fp8_grouped::cast_rows(recipe, p.dy, p.offsets, /*gradient=*/true);
+  Tensor y = poisoned({R, O}), y_want = poisoned({R, O});
+  fp8_grouped::forward(recipe, y, p.x, p.w, p.offsets, &xc);
+  fp8_grouped::forward(recipe, y_want, p.x, p.w, p.offsets);
+  equal(y, y_want, "forward");
+  Tensor dx = poisoned({R, I}), dx_want = poisoned({R, I});
+  fp8_grouped::backward_input(recipe, dx, p.dy, p.w, p.offsets, &dyc);
+  fp8_grouped::backward_input(recipe, dx_want, p.dy, p.w, p.offsets);
+  equal(dx, dx_want, "backward input");
+  Tensor dw_want = poisoned({G, O, I});
+  fp8_grouped::backward_weight(recipe, dw_want, p.dy, p.x, p.offsets, false);
+  // The weight gradient from the transposed codes alone (the layer drops the row codes after the
+  // first GEMM), and from the row codes alone.
+  for (bool keep_t : {true, false}) {
+    ops::Fp8GroupedCodes xk = xc, dyk = dyc;
+    (keep_t ? xk.q : xk.q_t) = Tensor();
+    (keep_t ? dyk.q : dyk.q_t) = Tensor();
+    Tensor dw = poisoned({G, O, I});
+    fp8_grouped::backward_weight(recipe, dw, p.dy, p.x, p.offsets, false, &dyk, &xk);
+    equal(dw, dw_want, keep_t ? "backward weight from the transposed codes" : "backward weight from the row codes");
+  }
+}
+
+// Codes of another cast or shape are an error, not a wrong result.
+TEST(Fp8GroupedAhead, MismatchedCodesAreRefused) {
+  Problem p = make_problem(18);
+  ops::Fp8GroupedCodes xc = fp8_grouped::cast_rows(Fp8Recipe::Tensorwise, p.x, p.offsets, /*gradient=*/false);
+  Tensor dx = poisoned({R, I});
+  // x's codes (E4M3, [R, I]) handed as dy's (E5M2, [R, O]).
+  EXPECT_THROW(fp8_grouped::backward_input(Fp8Recipe::Tensorwise, dx, p.dy, p.w, p.offsets, &xc), Error);
+  const ops::Fp8Cast rows128{ops::Fp8Scaling::Rows1x128, DType::F8E4M3};
+  ops::Fp8GroupedCodes none;
+  EXPECT_THROW(ops::moe_grouped_fp8_cast(none, p.x, rows128, &p.offsets), Error);
+}
+
 // Recipe none is the working dtype's grouped GEMMs themselves.
 TEST(Fp8GroupedNone, RunsTheGroupedGemms) {
   Problem p = make_problem(15);
@@ -188,6 +272,9 @@ TEST(Fp8GroupedMoe, TheRoutedExpertsRunTheRecipe) {
   ctx.loss_grad_scale = 1.0f / N;
   MoeMlp::State s;
   moe.forward(ctx, s, random_tensor(rng, {N, C}), random_tensor(rng, {N, C}));
+  // Training under tensorwise: x_e and act_e cast once, their transposed codes kept for W.
+  EXPECT_TRUE(s.x_codes.q_t.defined() && !s.x_codes.q.defined()) << "x_e's codes as kept";
+  EXPECT_TRUE(s.act_codes.q_t.defined() && !s.act_codes.q.defined()) << "act_e's codes as kept";
 
   Tensor gu = Tensor::empty(s.gu_e.shape(), DType::F32), plain = Tensor::empty(s.gu_e.shape(), DType::F32);
   fp8_grouped::forward(Fp8Recipe::Tensorwise, gu, s.x_e, gate_up, s.e_offsets);
@@ -200,8 +287,11 @@ TEST(Fp8GroupedMoe, TheRoutedExpertsRunTheRecipe) {
   Tensor d_x = Tensor::empty(s.d_rows.shape(), DType::F32);
   fp8_grouped::backward_input(Fp8Recipe::Tensorwise, d_x, s.d_gu_e, gate_up, s.e_offsets);
   expect_same(s.d_rows, d_x, "gate|up input gradient");
+  EXPECT_TRUE(s.d_out_codes.q_t.defined() && s.d_gu_codes.q_t.defined()) << "the gradients' codes kept for W";
   moe.backward_route(ctx, s);
   moe.backward_weight(s);
+  EXPECT_FALSE(s.x_codes.defined() || s.act_codes.defined() || s.d_out_codes.defined() || s.d_gu_codes.defined())
+      << "W released the codes";
   Tensor d_down = Tensor::zeros({E, C, F}, DType::F32);
   fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, d_down, s.d_out_e, s.act_e, s.e_offsets, /*accumulate=*/true);
   expect_same(down.grad, d_down, "down weight gradient");

@@ -7,6 +7,7 @@
 // layouts against the row layout; and the three ops replayed from a CUDA graph on new rows and new
 // offsets (nothing read on the host).
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -352,6 +353,119 @@ TEST(GpuMoeGroupedFp8, ElementAndVectorCastsAgree) {
     EXPECT_EQ(bad, 0) << f.name;
     for (int g = 0; g < G; ++g) EXPECT_EQ(sa.data<float>()[g], sb.data<float>()[g]) << f.name << " scale " << g;
   }
+}
+
+// ops::moe_grouped_fp8_cast on the GPU against its CPU twin: padded offsets, scales, row codes within
+// the experts and transposed codes up to po[G], rows and weights, bf16 and fp32, vector and element
+// kernels (C 136 and 132; a view one element in); then the three GEMMs reading those codes (each
+// layout alone) against the GEMMs casting for themselves, bit for bit, through both kernels.
+void check_cast_ahead(int64_t C, int64_t O, DType in, bool unaligned, uint64_t seed) {
+  const Device dev = gpu();
+  Rng rng(seed);
+  const std::vector<int64_t> rows = kAroundTiles;
+  const int64_t G = static_cast<int64_t>(rows.size()), lead = 3;
+  int64_t used = 0;
+  for (int64_t r : rows) used += r;
+  const int64_t R = lead + used + 2;
+  const Tensor off = offsets_of(rows, lead);
+  Tensor g_off = upload_raw(off);
+  const Tensor x = representable(random_host(rng, {R, C}, 2.0), in);
+  const Tensor w = representable(random_host(rng, {G, O, C}, 0.1), in);
+  auto place = [&](const Tensor& host) {
+    if (!unaligned) return upload(host, in);
+    Tensor buf = Tensor::empty({host.numel() + 1}, in, dev);
+    Tensor view = buf.slice_flat(1, host.shape());
+    ops::copy(view, upload(host, in));
+    return view;
+  };
+  const Tensor g_x = place(x), g_w = place(w);
+  const std::string what = std::string(dtype_name(in)) + " C " + std::to_string(C) + (unaligned ? " unaligned" : "");
+  for (const bool weights : {false, true}) {
+    ops::Fp8GroupedCodes want, got;
+    const Fp8Cast cast = weights ? kE4M3 : kE5M2;
+    ops::moe_grouped_fp8_cast(want, weights ? w : x, cast, weights ? nullptr : &off);
+    ops::moe_grouped_fp8_cast(got, weights ? g_w : g_x, cast, weights ? nullptr : &g_off);
+    const std::string name = what + (weights ? " weights" : " rows");
+    ASSERT_EQ(got.q.shape(), want.q.shape()) << name;
+    ASSERT_EQ(got.q_t.shape(), want.q_t.shape()) << name;
+    const Tensor q = download_raw(got.q), qt = download_raw(got.q_t), sc = download_raw(got.scale);
+    for (int64_t g = 0; g < G; ++g) EXPECT_EQ(sc.data<float>()[g], want.scale.data<float>()[g]) << name << " scale " << g;
+    const auto* a = static_cast<const uint8_t*>(q.data_ptr());
+    const auto* b = static_cast<const uint8_t*>(want.q.data_ptr());
+    const int64_t first = weights ? 0 : lead * C, last = weights ? q.numel() : (lead + used) * C;
+    int64_t bad = 0;
+    for (int64_t i = first; i < last; ++i) bad += a[i] != b[i];
+    EXPECT_EQ(bad, 0) << name << ": row codes";
+    const auto* at = static_cast<const uint8_t*>(qt.data_ptr());
+    const auto* bt = static_cast<const uint8_t*>(want.q_t.data_ptr());
+    bad = 0;
+    if (weights) {
+      for (int64_t i = 0; i < qt.numel(); ++i) bad += at[i] != bt[i];
+    } else {
+      const Tensor po = download_raw(got.padded_offsets);
+      for (int64_t g = 0; g <= G; ++g)
+        EXPECT_EQ(po.data<int32_t>()[g], want.padded_offsets.data<int32_t>()[g]) << name << " po " << g;
+      const int64_t Rp = qt.dim(1), end = po.data<int32_t>()[G];
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t j = 0; j < end; ++j) bad += at[c * Rp + j] != bt[c * Rp + j];
+    }
+    EXPECT_EQ(bad, 0) << name << ": transposed codes";
+  }
+
+  // The GEMMs reading the codes (O rows of dy; the weights [G, O, C]).
+  const Tensor dy = representable(random_host(rng, {R, O}, 1e-3), in);
+  const Tensor g_dy = upload(dy, in);
+  ops::Fp8GroupedCodes xc, dyc, wc;
+  ops::moe_grouped_fp8_cast(xc, g_x, kE4M3, &g_off);
+  ops::moe_grouped_fp8_cast(dyc, g_dy, kE5M2, &g_off);
+  ops::moe_grouped_fp8_cast(wc, g_w, kE4M3, nullptr);
+  auto same = [&](const Tensor& a, const Tensor& b, const std::string& name) {
+    const std::vector<double> ha = download(a), hb = download(b);
+    const bool by_rows = a.ndim() == 2;
+    const int64_t width = by_rows ? a.dim(1) : 0, n = static_cast<int64_t>(ha.size());
+    int64_t bad = 0;
+    for (int64_t i = by_rows ? lead * width : 0; i < (by_rows ? (lead + used) * width : n); ++i)
+      bad += std::memcmp(&ha[static_cast<size_t>(i)], &hb[static_cast<size_t>(i)], sizeof(double)) != 0;
+    EXPECT_EQ(bad, 0) << what << ": " << name;
+  };
+  for (const cuda::GroupedGemmImpl impl : {cuda::GroupedGemmImpl::Simt, cuda::GroupedGemmImpl::Auto}) {
+    cuda::set_grouped_gemm_impl(impl);
+    const std::string k = std::string(" ") + cuda::grouped_gemm_impl_name(impl);
+    Tensor y = poisoned({R, O}, DType::BF16), y0 = poisoned({R, O}, DType::BF16);
+    ops::moe_grouped_fp8_forward(y, g_x, kE4M3, g_w, kE4M3, g_off, &xc, &wc);
+    ops::moe_grouped_fp8_forward(y0, g_x, kE4M3, g_w, kE4M3, g_off);
+    same(y, y0, "forward" + k);
+    Tensor dx = poisoned({R, C}, DType::BF16), dx0 = poisoned({R, C}, DType::BF16);
+    ops::moe_grouped_fp8_backward_input(dx, g_dy, kE5M2, g_w, kE4M3, g_off, &dyc, &wc);
+    ops::moe_grouped_fp8_backward_input(dx0, g_dy, kE5M2, g_w, kE4M3, g_off);
+    same(dx, dx0, "backward input" + k);
+    Tensor dw0 = poisoned({G, O, C}, DType::F32);
+    ops::moe_grouped_fp8_backward_weight(dw0, g_dy, kE5M2, g_x, kE4M3, g_off, false);
+    for (const bool keep_t : {true, false}) {
+      ops::Fp8GroupedCodes xk = xc, dyk = dyc;
+      (keep_t ? xk.q : xk.q_t) = Tensor();
+      (keep_t ? dyk.q : dyk.q_t) = Tensor();
+      Tensor dw = poisoned({G, O, C}, DType::F32);
+      ops::moe_grouped_fp8_backward_weight(dw, g_dy, kE5M2, g_x, kE4M3, g_off, false, &dyk, &xk);
+      same(dw, dw0, (keep_t ? "backward weight, transposed codes" : "backward weight, row codes") + k);
+    }
+  }
+  cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
+}
+
+TEST(GpuMoeGroupedFp8, CastAheadBf16) {
+  TETRA_REQUIRE_GPU();
+  check_cast_ahead(144, 80, DType::BF16, false, 30);
+}
+
+TEST(GpuMoeGroupedFp8, CastAheadFp32Unaligned) {
+  TETRA_REQUIRE_GPU();
+  check_cast_ahead(136, 96, DType::F32, true, 31);
+}
+
+TEST(GpuMoeGroupedFp8, CastAheadElementKernels) {
+  TETRA_REQUIRE_GPU();
+  check_cast_ahead(132, 48, DType::BF16, false, 32);  // C not a multiple of 8
 }
 
 // Blockwise casts have no CUDA kernels: an error, not a wrong result.
