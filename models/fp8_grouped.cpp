@@ -18,18 +18,33 @@ ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& 
   return codes;
 }
 
+ops::Fp8GroupedCodes step_weight(Fp8Recipe recipe, const Param& w, const Tensor& w_view) {
+  Param::Fp8StepCopy& copy = w.fp8_step;
+  if (!casts_ahead(recipe) || !copy.enabled) return {};
+  const ops::Fp8Cast cast = fp8_recipe_casts(recipe).weight;
+  if (!copy.q.defined()) {
+    ops::Fp8GroupedCodes codes;
+    ops::moe_grouped_fp8_cast(codes, w_view, cast, nullptr);
+    copy.q = codes.q, copy.q_t = codes.q_t, copy.scale = copy.scale_t = codes.scale;
+  }
+  TETRA_CHECK(copy.q.shape() == w_view.shape() && copy.q.dtype() == cast.format, w.name, ": its step copy ",
+              copy.q.describe(), " is not the grouped cast of ", w_view.describe());
+  return {copy.q, copy.q_t, copy.scale, Tensor(), cast.format};
+}
+
 void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, const Tensor& offsets,
-             const ops::Fp8GroupedCodes* x_codes) {
+             const ops::Fp8GroupedCodes* x_codes, const ops::Fp8GroupedCodes* w_codes) {
   if (recipe == Fp8Recipe::None) return ops::moe_grouped_linear_forward(y, x, w, offsets);
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
-  ops::moe_grouped_fp8_forward(y, x, casts.activation, w, casts.weight, offsets, given(x_codes));
+  ops::moe_grouped_fp8_forward(y, x, casts.activation, w, casts.weight, offsets, given(x_codes), given(w_codes));
 }
 
 void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& offsets,
-                    const ops::Fp8GroupedCodes* dy_codes) {
+                    const ops::Fp8GroupedCodes* dy_codes, const ops::Fp8GroupedCodes* w_codes) {
   if (recipe == Fp8Recipe::None) return ops::moe_grouped_linear_backward_input(dx, dy, w, offsets);
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
-  ops::moe_grouped_fp8_backward_input(dx, dy, casts.gradient, w, casts.weight, offsets, given(dy_codes));
+  ops::moe_grouped_fp8_backward_input(dx, dy, casts.gradient, w, casts.weight, offsets, given(dy_codes),
+                                      given(w_codes));
 }
 
 void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& offsets,

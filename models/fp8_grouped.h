@@ -8,7 +8,8 @@
 //
 // Tensorwise casts each row tensor once for the two GEMMs that read it (cast_rows: x for the forward
 // and the weight gradient, dy for the input and weight gradients; both layouts in one pass), the
-// caller keeping the codes in between; the functions take them as `codes` (null: cast there).
+// caller keeping the codes in between; the functions take them as `codes` (null: cast there). The
+// experts' weights are cast once a step likewise (step_weight).
 #pragma once
 #include "models/fp8_linear.h"
 
@@ -20,12 +21,17 @@ bool casts_ahead(Fp8Recipe recipe);
 // both layouts (ops::moe_grouped_fp8_cast); only where casts_ahead(recipe).
 ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& offsets, bool gradient);
 
+// The weight param `w` (its stacked value viewed as `w_view` [G, O, I]) cast for this step: its
+// Param::fp8_step copy, made at the first call of the step with both layouts; undefined outside a
+// step, where the copy is not enabled (ZeRO-3, Fp8StepWeights) or the recipe casts in each GEMM.
+ops::Fp8GroupedCodes step_weight(Fp8Recipe recipe, const Param& w, const Tensor& w_view);
+
 // y[rows of g] = x[rows of g] · w[g]ᵀ.
 void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, const Tensor& offsets,
-             const ops::Fp8GroupedCodes* x_codes = nullptr);
+             const ops::Fp8GroupedCodes* x_codes = nullptr, const ops::Fp8GroupedCodes* w_codes = nullptr);
 // dx[rows of g] = dy[rows of g] · w[g].
 void backward_input(Fp8Recipe recipe, Tensor& dx, const Tensor& dy, const Tensor& w, const Tensor& offsets,
-                    const ops::Fp8GroupedCodes* dy_codes = nullptr);
+                    const ops::Fp8GroupedCodes* dy_codes = nullptr, const ops::Fp8GroupedCodes* w_codes = nullptr);
 // dw[g] (+)= dy[rows of g]ᵀ · x[rows of g] (an expert without rows: 0, or kept when accumulating).
 void backward_weight(Fp8Recipe recipe, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& offsets,
                      bool accumulate, const ops::Fp8GroupedCodes* dy_codes = nullptr,

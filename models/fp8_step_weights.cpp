@@ -1,13 +1,12 @@
 #include "models/fp8_step_weights.h"
 
-
 #include "runtime/fp8_cast_shape.h"
 
 namespace tetra {
 
-Fp8StepWeights::Fp8StepWeights(std::vector<Param*> params) {
+Fp8StepWeights::Fp8StepWeights(std::vector<Param*> params, bool zero3) {
   for (Param* p : params)
-    if (p->fp8_weight) {
+    if (p->fp8_weight || (p->fp8_grouped && !zero3)) {
       p->fp8_step = Param::Fp8StepCopy{};
       p->fp8_step.enabled = true;
       params_.push_back(p);
@@ -22,6 +21,10 @@ double fp8_step_weight_bytes(const std::vector<Param*>& params, bool zero3) {
   if (zero3) return 0.0;
   double bytes = 0.0;
   for (const Param* p : params) {
+    if (p->fp8_grouped && p->local_shape.size() == 2) {
+      bytes += 2.0 * static_cast<double>(p->numel()) + 4.0 * static_cast<double>(p->local_shape[0]);
+      continue;
+    }
     if (!p->fp8_weight || p->local_shape.size() != 2) continue;
     const int64_t rows = p->local_shape[0], cols = p->local_shape[1];
     const double scales = static_cast<double>(shape_numel(fp8_scale_shape(p->fp8_scaling, rows, cols)) +

@@ -10,11 +10,13 @@
 
 namespace tetra {
 
-// Enables the step copies of `params`' FP8 weights (Param::fp8_weight) for its lifetime, and drops
-// them when it ends: the optimizer then changes the weights, and the memory goes back to the pool.
+// Enables the step copies of `params`' FP8 weights (Param::fp8_weight, and Param::fp8_grouped
+// except under ZeRO-3, zero3 true, which gathers the experts' weights per use: a copy kept all step
+// would hold what the sharding frees) for its lifetime, and drops them when it ends: the optimizer
+// then changes the weights, and the memory goes back to the pool.
 class Fp8StepWeights {
  public:
-  explicit Fp8StepWeights(std::vector<Param*> params);
+  explicit Fp8StepWeights(std::vector<Param*> params, bool zero3 = false);
   ~Fp8StepWeights();
   Fp8StepWeights(const Fp8StepWeights&) = delete;
   Fp8StepWeights& operator=(const Fp8StepWeights&) = delete;
@@ -24,8 +26,9 @@ class Fp8StepWeights {
 };
 
 // Bytes the step copies of `params` hold at most (the memory plans): codes and transposed codes of
-// every FP8 weight (2 bytes an element) and their scales. 0 under ZeRO-3 (zero3 true), whose FP8
-// weights come gathered already cast.
+// every FP8 weight (2 bytes an element) and their scales (a grouped weight's: at most a float per
+// row). 0 under ZeRO-3 (zero3 true), whose FP8 weights come gathered already cast and whose grouped
+// weights keep no copy.
 double fp8_step_weight_bytes(const std::vector<Param*>& params, bool zero3);
 
 }  // namespace tetra

@@ -66,6 +66,7 @@ void MoeMlp::init(const std::string& prefix, int block, const MoeShape& shape, i
 
 void MoeMlp::set_fp8(Fp8Recipe recipe) {
   fp8_ = recipe;
+  gate_up_.fp8_grouped = down_.fp8_grouped = fp8_grouped::casts_ahead(recipe);
   if (!has_shared_) return;
   shared_gate_up_.set_fp8(recipe);
   shared_down_.set_fp8(recipe);
@@ -153,7 +154,9 @@ void MoeMlp::run_experts(MicroBatchContext& ctx, State& s) {
   const int64_t R = s.x_e.dim(0), F = shape_.expert_ffn;
   s.gu_e = ctx.activation({R, 2 * F});
   if (casts_ahead(ctx)) s.x_codes = fp8_grouped::cast_rows(fp8_, s.x_e, s.e_offsets, /*gradient=*/false);
-  fp8_grouped::forward(fp8_, s.gu_e, s.x_e, local_gate_up(), s.e_offsets, &s.x_codes);
+  const Tensor w_gu = local_gate_up();
+  const ops::Fp8GroupedCodes w_codes = fp8_grouped::step_weight(fp8_, gate_up_, w_gu);
+  fp8_grouped::forward(fp8_, s.gu_e, s.x_e, w_gu, s.e_offsets, &s.x_codes, &w_codes);
   s.x_codes.q = Tensor();
   s.act_e = ctx.activation({R, F});
   ops::swiglu_forward(s.act_e, s.gu_e);
@@ -174,7 +177,9 @@ void MoeMlp::forward_experts(MicroBatchContext& ctx, State& s) {
   const int64_t R = s.x_e.dim(0);
   s.out_e = ctx.activation({R, C});
   if (casts_ahead(ctx)) s.act_codes = fp8_grouped::cast_rows(fp8_, s.act_e, s.e_offsets, /*gradient=*/false);
-  fp8_grouped::forward(fp8_, s.out_e, s.act_e, local_down(), s.e_offsets, &s.act_codes);
+  const Tensor w_down = local_down();
+  const ops::Fp8GroupedCodes w_codes = fp8_grouped::step_weight(fp8_, down_, w_down);
+  fp8_grouped::forward(fp8_, s.out_e, s.act_e, w_down, s.e_offsets, &s.act_codes, &w_codes);
   s.act_codes.q = Tensor();
   if (exchanging()) {
     // Back to source-major order, then to the ranks the rows came from.
@@ -263,14 +268,17 @@ void MoeMlp::backward_experts(MicroBatchContext& ctx, State& s) {
   const int64_t R = s.x_e.dim(0);
   Tensor d_act = ctx.activation({R, F});
   if (casts_ahead(ctx)) s.d_out_codes = fp8_grouped::cast_rows(fp8_, s.d_out_e, s.e_offsets, /*gradient=*/true);
-  fp8_grouped::backward_input(fp8_, d_act, s.d_out_e, local_down(), s.e_offsets, &s.d_out_codes);
+  const Tensor w_down = local_down(), w_gu = local_gate_up();
+  const ops::Fp8GroupedCodes down_codes = fp8_grouped::step_weight(fp8_, down_, w_down);
+  fp8_grouped::backward_input(fp8_, d_act, s.d_out_e, w_down, s.e_offsets, &s.d_out_codes, &down_codes);
   s.d_out_codes.q = Tensor();
   s.d_gu_e = ctx.activation({R, 2 * F});
   ops::swiglu_backward(s.d_gu_e, d_act, s.gu_e);
   s.gu_e = Tensor();  // W needs act_e and x_e
   Tensor d_x = ctx.activation({R, C});
   if (casts_ahead(ctx)) s.d_gu_codes = fp8_grouped::cast_rows(fp8_, s.d_gu_e, s.e_offsets, /*gradient=*/true);
-  fp8_grouped::backward_input(fp8_, d_x, s.d_gu_e, local_gate_up(), s.e_offsets, &s.d_gu_codes);
+  const ops::Fp8GroupedCodes gu_codes = fp8_grouped::step_weight(fp8_, gate_up_, w_gu);
+  fp8_grouped::backward_input(fp8_, d_x, s.d_gu_e, w_gu, s.e_offsets, &s.d_gu_codes, &gu_codes);
   s.d_gu_codes.q = Tensor();
   if (exchanging()) {
     Tensor back = ctx.activation({R, C});

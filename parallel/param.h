@@ -105,6 +105,10 @@ struct Param {
   // The gathered FP8 weight: codes [out, in] and scales, as ops::fp8_quantize of the whole weight
   // writes them; defined only while ZeRO-3 holds the weight gathered.
   Tensor fp8_q, fp8_scale;
+  // Set by the routed experts under tensorwise FP8 (models/moe_mlp.h) on their stacked weights
+  // [experts·O, I]: cast per expert, once a step, into Fp8StepCopy (q [G, O, I], q_t [G, I, O], scale
+  // and scale_t the same fp32 [G]; ops::moe_grouped_fp8_cast) where not ZeRO-3 (Fp8StepWeights).
+  bool fp8_grouped = false;
   // Within a training step (models/fp8_step_weights.h enables it around the step's forward and
   // backward), the FP8 cast of `value` with its transposed copy, made at the step's first FP8 GEMM
   // of the weight and read by every later one (later micro-batches, recompute, the input gradients'

@@ -53,7 +53,8 @@ void Trainer::run_schedule(int64_t step, bool graph_inputs, double* data_wait_s)
   p.stages->begin(/*training=*/true, std::move(source), state_->loss_sum(),
                   1.0f / static_cast<float>(p.loader->tokens_per_step()));
   {
-    const Fp8StepWeights fp8_weights(p.model->params());  // each FP8 weight cast once this step
+    // each FP8 weight cast once this step
+    const Fp8StepWeights fp8_weights(p.model->params(), cfg_.parallel.zero_stage == 3);
     p.executor->run(*p.stages);
   }
   p.stages->end();
