@@ -313,23 +313,35 @@ bool vector_ok(const Tensor& x, const Segments& s) {
 
 }  // namespace
 
-ExpertCodes cast_segments(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& layout, Device dev,
-                          cudaStream_t stream, const char* op) {
-  ExpertCodes out{Tensor::empty(layout.transposed ? transposed_shape(s, layout) : x.shape(), c.format, dev),
-                  Tensor::empty({s.G}, DType::F32, dev)};
+namespace {
+
+// x's scales into `scale` and its codes into q (x's layout) and q_t (`transposed`'s), each where
+// not null: one amax pass, then one pass per layout, or one for both with the vector kernels.
+void cast_into(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& transposed, unsigned char* q,
+               unsigned char* q_t, Tensor& scale, Device dev, cudaStream_t stream, const char* op) {
   const Fp8Format f = fp8_format_of(c.format);
   const bool vec = vector_ok(x, s);
   dispatch_float(x.dtype(), op, "an operand", [&](auto tag) {
     using T = decltype(tag);
     const T* px = static_cast<const T*>(x.data_ptr());
-    const Tensor amax = measure(px, vec, s, f, out.scale, dev, stream);
+    const Tensor amax = measure(px, vec, s, f, scale, dev, stream);
     const unsigned* pa = static_cast<const unsigned*>(amax.data_ptr());
-    unsigned char* q = static_cast<unsigned char*>(out.q.data_ptr());
-    if (layout.transposed)
-      cast_transposed(px, vec, s, layout, pa, f, q, nullptr, stream);
-    else
-      cast_rows(px, vec, s, pa, f, q, stream);
+    const bool rows_with_t = q_t && q && vec;  // the transposing kernel writes the row codes too
+    if (q_t) cast_transposed(px, vec, s, transposed, pa, f, q_t, rows_with_t ? q : nullptr, stream);
+    if (q && !rows_with_t) cast_rows(px, vec, s, pa, f, q, stream);
   });
+}
+
+unsigned char* codes_of(const Tensor& t) { return static_cast<unsigned char*>(t.data_ptr()); }
+
+}  // namespace
+
+ExpertCodes cast_segments(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& layout, Device dev,
+                          cudaStream_t stream, const char* op) {
+  ExpertCodes out{Tensor::empty(layout.transposed ? transposed_shape(s, layout) : x.shape(), c.format, dev),
+                  Tensor::empty({s.G}, DType::F32, dev)};
+  cast_into(x, c, s, layout, layout.transposed ? nullptr : codes_of(out.q), layout.transposed ? codes_of(out.q) : nullptr,
+            out.scale, dev, stream, op);
   return out;
 }
 
@@ -337,22 +349,7 @@ BothCodes cast_segments_both(const Tensor& x, ops::Fp8Cast c, const Segments& s,
                              Device dev, cudaStream_t stream, const char* op) {
   BothCodes out{Tensor::empty(x.shape(), c.format, dev), Tensor::empty(transposed_shape(s, transposed), c.format, dev),
                 Tensor::empty({s.G}, DType::F32, dev)};
-  const Fp8Format f = fp8_format_of(c.format);
-  const bool vec = vector_ok(x, s);
-  dispatch_float(x.dtype(), op, "an operand", [&](auto tag) {
-    using T = decltype(tag);
-    const T* px = static_cast<const T*>(x.data_ptr());
-    const Tensor amax = measure(px, vec, s, f, out.scale, dev, stream);
-    const unsigned* pa = static_cast<const unsigned*>(amax.data_ptr());
-    unsigned char* q = static_cast<unsigned char*>(out.q.data_ptr());
-    unsigned char* q_t = static_cast<unsigned char*>(out.q_t.data_ptr());
-    if (vec) {
-      cast_transposed(px, vec, s, transposed, pa, f, q_t, q, stream);
-    } else {
-      cast_transposed(px, vec, s, transposed, pa, f, q_t, nullptr, stream);
-      cast_rows(px, vec, s, pa, f, q, stream);
-    }
-  });
+  cast_into(x, c, s, transposed, codes_of(out.q), codes_of(out.q_t), out.scale, dev, stream, op);
   return out;
 }
 
