@@ -48,10 +48,6 @@ Segments weights_of(const MoeGemmDims& d) {
   return s;
 }
 
-}  // namespace
-
-namespace {
-
 // The codes of one operand in `layout` out of codes cast ahead, where they hold that layout.
 bool from_codes(const ops::Fp8GroupedCodes* codes, const CodeLayout& layout, ExpertCodes* out) {
   if (!codes) return false;
@@ -158,17 +154,14 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
   const Device dev = x.device();
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
-  const int64_t G = offsets ? offsets->numel() - 1 : x.dim(0);
-  Segments s;
-  s.G = static_cast<int>(G);
+  const MoeGemmDims d = offsets ? MoeGemmDims{offsets->numel() - 1, x.dim(0), 0, 0}
+                                : MoeGemmDims{x.dim(0), 0, x.dim(1), x.dim(2)};
+  const Segments s = offsets ? rows_of(x, d, *offsets) : weights_of(d);
   CodeLayout t{true, nullptr, 0};
   Tensor po;
   if (offsets) {
-    s.offsets = offsets->data<int32_t>(), s.R = x.dim(0), s.cols = x.dim(1);
-    po = padded_offsets(s.offsets, s.G, s.R, dev, stream);
-    t.padded_offsets = po.data<int32_t>(), t.Rp = ops::moe_grouped_fp8_padded_rows(s.R, G);
-  } else {
-    s.O = x.dim(1), s.cols = x.dim(2);
+    po = padded_offsets(s.offsets, s.G, d.R, dev, stream);
+    t.padded_offsets = po.data<int32_t>(), t.Rp = grouped_gemm_fp8_padded_rows(d.R, d.G);
   }
   BothCodes codes = cast_segments_both(x, cast, s, t, dev, stream, op);
   out = ops::Fp8GroupedCodes{std::move(codes.q), std::move(codes.q_t), std::move(codes.scale), std::move(po), cast.format};

@@ -311,10 +311,6 @@ bool vector_ok(const Tensor& x, const Segments& s) {
   return s.cols % kV == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
 }
 
-}  // namespace
-
-namespace {
-
 // x's scales into `scale` and its codes into q (x's layout) and q_t (`transposed`'s), each where
 // not null: one amax pass, then one pass per layout, or one for both with the vector kernels.
 void cast_into(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& transposed, unsigned char* q,
