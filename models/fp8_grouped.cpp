@@ -11,11 +11,19 @@ const ops::Fp8GroupedCodes* given(const ops::Fp8GroupedCodes* codes) {
 
 bool casts_ahead(Fp8Recipe recipe) { return recipe == Fp8Recipe::Tensorwise; }
 
-ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& offsets, bool gradient) {
+ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& offsets, bool gradient,
+                               const Tensor* row_amax) {
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
   ops::Fp8GroupedCodes codes;
-  ops::moe_grouped_fp8_cast(codes, x, gradient ? casts.gradient : casts.activation, &offsets);
+  ops::moe_grouped_fp8_cast(codes, x, gradient ? casts.gradient : casts.activation, &offsets,
+                            row_amax && row_amax->defined() ? row_amax : nullptr);
   return codes;
+}
+
+Tensor* row_amax_slot(Fp8Recipe recipe, Tensor& slot, int64_t rows, Device device) {
+  if (!casts_ahead(recipe)) return nullptr;
+  slot = Tensor::empty({rows}, DType::U32, device);
+  return &slot;
 }
 
 ops::Fp8GroupedCodes step_weight(Fp8Recipe recipe, const Param& w, const Tensor& w_view) {

@@ -18,8 +18,14 @@ namespace tetra::fp8_grouped {
 // Whether `recipe` casts the row tensors ahead (tensorwise; blockwise casts in each GEMM).
 bool casts_ahead(Fp8Recipe recipe);
 // x [R, cols] cast per expert as `recipe` casts an activation (gradient false) or a gradient, in
-// both layouts (ops::moe_grouped_fp8_cast); only where casts_ahead(recipe).
-ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& offsets, bool gradient);
+// both layouts (ops::moe_grouped_fp8_cast); only where casts_ahead(recipe). row_amax (may be null or
+// undefined): x's rows' amaxes as the op that wrote x measured them (ops.h row_amax; the cast then
+// reads x once).
+ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& offsets, bool gradient,
+                               const Tensor* row_amax = nullptr);
+// Where the op writing x [rows, ·] leaves its rows' amaxes for cast_rows: `slot` made U32 [rows] on
+// `device` where the recipe casts ahead (else null, and the slot is left alone).
+Tensor* row_amax_slot(Fp8Recipe recipe, Tensor& slot, int64_t rows, Device device);
 
 // The weight param `w` (its stacked value viewed as `w_view` [G, O, I]) cast for this step: its
 // Param::fp8_step copy, made at the first call of the step with both layouts; undefined outside a

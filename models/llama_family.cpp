@@ -82,10 +82,12 @@ class LlamaFamily : public ModelFamily {
     const double E = static_cast<double>(c.moe.n_experts), k = static_cast<double>(c.moe.top_k);
     const double Fe = static_cast<double>(c.expert_ffn()), Fs = static_cast<double>(c.shared_ffn());
     // Under tensorwise the routed experts keep the transposed codes of their inputs x [C] and act
-    // [Fe] per slot for W (MoeMlp::State, a byte each; act's dropped under recompute mlp).
+    // [Fe] per slot for W (MoeMlp::State, a byte each; act's dropped under recompute mlp); the shared
+    // experts those of h [C] and s_act [Fs] as a dense MLP does (not under recompute mlp).
     const double g8 = fp8_grouped::casts_ahead(c.fp8) ? 1.0 : 0.0;
+    const double shared8 = Fs > 0 && c.recompute == Recompute::None ? f8 * (C + Fs) : 0.0;
     double moe_block = (3.0 * C + Q + k * (2.0 * C + 3.0 * Fe) + 3.0 * Fs) * a + 2.0 * C * r + 4.0 * E + 12.0 * k +
-                       8.0 + 4.0 * H + f8 * (C + HD) + g8 * k * (C + Fe);
+                       8.0 + 4.0 * H + f8 * (C + HD) + g8 * k * (C + Fe) + shared8;
     if (c.recompute == Recompute::Mlp) moe_block -= (3.0 * k * Fe + 3.0 * Fs) * a + g8 * k * Fe;
     if (c.recompute == Recompute::Full) moe_block = C * r;
     const double moe_flops = 2.0 * static_cast<double>(c.moe_block_active_params() - 2 * c.d_model) + 4.0 * C * T;
@@ -126,10 +128,14 @@ class LlamaFamily : public ModelFamily {
       const double moe = static_cast<double>(c.moe.top_k * (2 * c.d_model + 3 * c.expert_ffn()) + c.moe.n_experts +
                                              3 * c.shared_ffn() + 4 * c.d_model + c.qkv_rows());
       // Tensorwise: the codes of d_out [C] and d_gu [2Fe] per slot, both layouts while the input
-      // gradients run (a byte an element each), the transposed ones kept for W.
-      const double codes = fp8_grouped::casts_ahead(c.fp8)
-                               ? 2.0 * static_cast<double>(c.moe.top_k * (c.d_model + 2 * c.expert_ffn()))
-                               : 0.0;
+      // gradients run (a byte an element each), the transposed ones kept for W; under any recipe the
+      // shared experts' dyᵀ [C] and d_s_guᵀ [2Fs], kept from B to W.
+      const double codes = (fp8_grouped::casts_ahead(c.fp8)
+                                ? 2.0 * static_cast<double>(c.moe.top_k * (c.d_model + 2 * c.expert_ffn()))
+                                : 0.0) +
+                           (c.shared_ffn() > 0 ? fp8_kept_bytes_per_element(c.fp8) *
+                                                     static_cast<double>(c.d_model + 2 * c.shared_ffn())
+                                               : 0.0);
       per_token = std::max(per_token, a * moe + codes);
     }
     return tokens * per_token;

@@ -42,10 +42,13 @@ Tensor LlamaMoeBlock::run_forward_phase(MicroBatchContext& ctx, Saved& s, const 
       s.att.x = x;
       // FP8 projections keep xᵀ for W where the attention's activations stay until B.
       s.att.keep_fp8 = ctx.training && (recompute_ != Recompute::Full || s.moe.recomputing);
+      // ... and the shared experts where their activations do (recompute mlp rebuilds them in B).
+      s.moe.keep_fp8 = ctx.training && (recompute_ == Recompute::None || s.moe.recomputing);
       s.x2 = attention_.forward(ctx, s.att);
       s.h2 = ctx.activation({N, C});
       s.rstd2 = ctx.fp32({N});
-      post_norm_.forward(s.h2, s.rstd2, s.x2);
+      // Under tensorwise FP8, the norm measures h2's amax for the shared experts' cast as it writes h2.
+      post_norm_.forward(s.h2, s.rstd2, s.x2, moe_.input_amax_slot(s.moe, ctx.device()));
       moe_.forward_route(ctx, s.moe, s.h2, s.x2);
       return Tensor();
     }
@@ -96,15 +99,18 @@ Tensor LlamaMoeBlock::backward_phase(MicroBatchContext& ctx, const Tensor& dy, i
         s.moe.recomputing = true;
         for (int p = 0; p < forward_phases(); ++p) run_forward_phase(ctx, s, x, p);
       }
-      moe_.backward_combine(ctx, s.moe, dy);
+      // dy's amax, where the layer above's norm backward measured it, for the shared experts' cast.
+      moe_.backward_combine(ctx, s.moe, dy, ctx.take_grad(dy).amax);
       return Tensor();
     case 1: moe_.backward_experts(ctx, s.moe); return Tensor();
     case 2: {
       const int64_t N = s.x2.dim(0), C = cfg_.d_model;
       Tensor d_h2 = moe_.backward_route(ctx, s.moe);
       // The stream in the activation dtype (the trainer refuses an fp32 stream with MoE blocks).
-      StreamGradient dx2 = ctx.stream_gradient({N, C});
-      post_norm_.backward_residual(dx2.grad, d_h2, s.x2, s.rstd2, /*dresidual=*/dy, dx2.rounded_output());
+      // ... with its amax for o_proj's FP8 cast (attention_.backward_input).
+      StreamGradient dx2 = ctx.stream_gradient({N, C}, attention_.takes_output_grad_amax());
+      post_norm_.backward_residual(dx2.grad, d_h2, s.x2, s.rstd2, /*dresidual=*/dy, dx2.rounded_output(),
+                                   dx2.amax_output());
       Tensor dx = attention_.backward_input(ctx, s.att, dx2, /*scratch=*/d_h2);
       s.x2 = s.rstd2 = Tensor();
       return dx;

@@ -123,19 +123,29 @@ void MoeMlp::forward_route(MicroBatchContext& ctx, State& s, const Tensor& h, co
   s.slot_of = Tensor::empty({N * k}, DType::I32, dev);
   ops::moe_permute_map(s.offsets, s.row_of, s.slot_of, s.expert_ids);
   s.rows = ctx.activation({N * k, C});
-  ops::moe_permute(s.rows, h, s.slot_of, k);
+  // Without the exchange the rows are x_e: the permutation measures their amaxes for the FP8 cast.
+  Tensor* rows_amax = casts_ahead(ctx) && !exchanging() ? fp8_grouped::row_amax_slot(fp8_, s.x_amax, N * k, dev) : nullptr;
+  ops::moe_permute(s.rows, h, s.slot_of, k, rows_amax);
   if (exchanging()) {
     s.recv_counts = Tensor::empty({E}, DType::I32, dev);
     s.ticket = ep_->issue_counts(s.recv_counts, s.counts, "counts " + prefix_);
   }
 }
 
-void MoeMlp::run_shared(MicroBatchContext& ctx, State& s) {
+Tensor* MoeMlp::input_amax_slot(State& s, Device device) const {
+  return has_shared_ && s.keep_fp8 ? shared_gate_up_.fp8_amax_slot(&s.s_gate_up_fp8, /*gradient=*/false, device)
+                                   : nullptr;
+}
+
+void MoeMlp::run_shared(MicroBatchContext& ctx, State& s, bool down_follows) {
   const int64_t N = s.h.dim(0), Fs = shape_.shared_ffn;
   s.s_gu = ctx.activation({N, 2 * Fs});
-  shared_gate_up_.forward(s.s_gu, s.h);
+  shared_gate_up_.forward(s.s_gu, s.h, nullptr, ops::Activation::None, nullptr, s.keep_fp8 ? &s.s_gate_up_fp8 : nullptr);
   s.s_act = ctx.activation({N, Fs});
-  ops::swiglu_forward(s.s_act, s.s_gu);
+  Tensor* act_amax = down_follows && s.keep_fp8
+                         ? shared_down_.fp8_amax_slot(&s.s_down_fp8, /*gradient=*/false, ctx.device())
+                         : nullptr;
+  ops::swiglu_forward(s.s_act, s.s_gu, act_amax);
 }
 
 void MoeMlp::forward_dispatch(MicroBatchContext& ctx, State& s) {
@@ -147,19 +157,21 @@ void MoeMlp::forward_dispatch(MicroBatchContext& ctx, State& s) {
     s.ticket = ep_->issue_rows(s.recv, s.plan.recv_rows, s.rows, s.plan.send_rows, "dispatch " + prefix_);
   }
   // The shared experts need only h: they run while this micro-batch's rows travel.
-  if (has_shared_) run_shared(ctx, s);
+  if (has_shared_) run_shared(ctx, s, /*down_follows=*/true);
 }
 
 void MoeMlp::run_experts(MicroBatchContext& ctx, State& s) {
   const int64_t R = s.x_e.dim(0), F = shape_.expert_ffn;
   s.gu_e = ctx.activation({R, 2 * F});
-  if (casts_ahead(ctx)) s.x_codes = fp8_grouped::cast_rows(fp8_, s.x_e, s.e_offsets, /*gradient=*/false);
+  if (casts_ahead(ctx)) s.x_codes = fp8_grouped::cast_rows(fp8_, s.x_e, s.e_offsets, /*gradient=*/false, &s.x_amax);
+  s.x_amax = Tensor();
   const Tensor w_gu = local_gate_up();
   const ops::Fp8GroupedCodes w_codes = fp8_grouped::step_weight(fp8_, gate_up_, w_gu);
   fp8_grouped::forward(fp8_, s.gu_e, s.x_e, w_gu, s.e_offsets, &s.x_codes, &w_codes);
   s.x_codes.q = Tensor();
   s.act_e = ctx.activation({R, F});
-  ops::swiglu_forward(s.act_e, s.gu_e);
+  ops::swiglu_forward(s.act_e, s.gu_e, nullptr,
+                      casts_ahead(ctx) ? fp8_grouped::row_amax_slot(fp8_, s.act_amax, R, ctx.device()) : nullptr);
 }
 
 void MoeMlp::forward_experts(MicroBatchContext& ctx, State& s) {
@@ -167,7 +179,9 @@ void MoeMlp::forward_experts(MicroBatchContext& ctx, State& s) {
   if (exchanging()) {
     ep_->wait(s.ticket);
     s.x_e = ctx.activation({s.plan.recv_total, C});
-    ops::moe_permute(s.x_e, s.recv, s.plan.to_expert, 1);
+    ops::moe_permute(s.x_e, s.recv, s.plan.to_expert, 1,
+                     casts_ahead(ctx) ? fp8_grouped::row_amax_slot(fp8_, s.x_amax, s.plan.recv_total, ctx.device())
+                                      : nullptr);
     s.e_offsets = s.plan.offsets;
   } else {
     s.x_e = s.rows;
@@ -176,7 +190,8 @@ void MoeMlp::forward_experts(MicroBatchContext& ctx, State& s) {
   run_experts(ctx, s);
   const int64_t R = s.x_e.dim(0);
   s.out_e = ctx.activation({R, C});
-  if (casts_ahead(ctx)) s.act_codes = fp8_grouped::cast_rows(fp8_, s.act_e, s.e_offsets, /*gradient=*/false);
+  if (casts_ahead(ctx)) s.act_codes = fp8_grouped::cast_rows(fp8_, s.act_e, s.e_offsets, /*gradient=*/false, &s.act_amax);
+  s.act_amax = Tensor();
   const Tensor w_down = local_down();
   const ops::Fp8GroupedCodes w_codes = fp8_grouped::step_weight(fp8_, down_, w_down);
   fp8_grouped::forward(fp8_, s.out_e, s.act_e, w_down, s.e_offsets, &s.act_codes, &w_codes);
@@ -201,7 +216,7 @@ Tensor MoeMlp::forward_combine(MicroBatchContext& ctx, State& s) {
   }
   s.y = ctx.activation({N, C});
   if (has_shared_) {
-    shared_down_.forward_residual(s.y, s.s_act, s.residual);
+    shared_down_.forward_residual(s.y, s.s_act, s.residual, s.keep_fp8 ? &s.s_down_fp8 : nullptr);
   } else {
     ops::copy(s.y, s.residual);
   }
@@ -230,13 +245,16 @@ bool MoeMlp::casts_ahead(const MicroBatchContext& ctx) const { return ctx.traini
 
 // ---- backward --------------------------------------------------------------------------------
 
-void MoeMlp::backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy) {
+void MoeMlp::backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy, Tensor dy_amax) {
   const int64_t N = s.h.dim(0), C = shape_.d_model, k = shape_.top_k, Fs = shape_.shared_ffn;
   s.d_y = dy;
   // y = residual + shared + Σ_j w_j·rows_out[row_of[n, j]]
   s.d_rows = ctx.activation({N * k, C});
   s.d_weights = ctx.fp32({N, k});
-  ops::moe_unpermute_backward(s.d_rows, s.d_weights, dy, s.rows_out, s.weights, s.row_of);
+  // Without the exchange d_rows is d_out_e: its rows' amaxes measured for the FP8 cast.
+  Tensor* d_rows_amax =
+      casts_ahead(ctx) && !exchanging() ? fp8_grouped::row_amax_slot(fp8_, s.d_out_amax, N * k, ctx.device()) : nullptr;
+  ops::moe_unpermute_backward(s.d_rows, s.d_weights, dy, s.rows_out, s.weights, s.row_of, d_rows_amax);
   s.rows_out = Tensor();
   if (exchanging()) {
     s.recv = ctx.activation({s.plan.recv_total, C});
@@ -245,13 +263,19 @@ void MoeMlp::backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy
   // The shared experts' input gradient while the rows' gradients travel.
   s.d_h = ctx.activation({N, C});
   if (has_shared_) {
-    if (!s.s_act.defined()) run_shared(ctx, s);  // recompute mlp
+    if (!s.s_act.defined()) {  // recompute mlp: h's transpose kept for W now
+      s.keep_fp8 = true;
+      run_shared(ctx, s, /*down_follows=*/false);
+    }
+    // The input gradients keep dyᵀ and d_s_guᵀ for W, their casts taking the amaxes measured for them.
     Tensor d_s_act = ctx.activation({N, Fs});
-    shared_down_.backward_input(d_s_act, dy);
+    shared_down_.hand_fp8_amax(&s.s_down_fp8, /*gradient=*/true, std::move(dy_amax));
+    shared_down_.backward_input(d_s_act, dy, {}, /*accumulate=*/false, &s.s_down_fp8);
     s.d_s_gu = ctx.activation({N, 2 * Fs});
-    ops::swiglu_backward(s.d_s_gu, d_s_act, s.s_gu);
+    ops::swiglu_backward(s.d_s_gu, d_s_act, s.s_gu,
+                         shared_gate_up_.fp8_amax_slot(&s.s_gate_up_fp8, /*gradient=*/true, ctx.device()));
     s.s_gu = Tensor();  // W needs s_act and h
-    shared_gate_up_.backward_input(s.d_h, s.d_s_gu);
+    shared_gate_up_.backward_input(s.d_h, s.d_s_gu, {}, /*accumulate=*/false, &s.s_gate_up_fp8);
   }
 }
 
@@ -260,23 +284,33 @@ void MoeMlp::backward_experts(MicroBatchContext& ctx, State& s) {
   if (exchanging()) {
     ep_->wait(s.ticket);
     s.d_out_e = ctx.activation({s.plan.recv_total, C});
-    ops::moe_permute(s.d_out_e, s.recv, s.plan.to_expert, 1);
+    ops::moe_permute(s.d_out_e, s.recv, s.plan.to_expert, 1,
+                     casts_ahead(ctx) ? fp8_grouped::row_amax_slot(fp8_, s.d_out_amax, s.plan.recv_total, ctx.device())
+                                      : nullptr);
   } else {
     s.d_out_e = s.d_rows;
   }
-  if (!s.gu_e.defined()) run_experts(ctx, s);  // recompute mlp
+  if (!s.gu_e.defined()) {  // recompute mlp (the weight gradient casts the recomputed act_e itself)
+    run_experts(ctx, s);
+    s.act_amax = Tensor();
+  }
   const int64_t R = s.x_e.dim(0);
   Tensor d_act = ctx.activation({R, F});
-  if (casts_ahead(ctx)) s.d_out_codes = fp8_grouped::cast_rows(fp8_, s.d_out_e, s.e_offsets, /*gradient=*/true);
+  if (casts_ahead(ctx))
+    s.d_out_codes = fp8_grouped::cast_rows(fp8_, s.d_out_e, s.e_offsets, /*gradient=*/true, &s.d_out_amax);
+  s.d_out_amax = Tensor();
   const Tensor w_down = local_down(), w_gu = local_gate_up();
   const ops::Fp8GroupedCodes down_codes = fp8_grouped::step_weight(fp8_, down_, w_down);
   fp8_grouped::backward_input(fp8_, d_act, s.d_out_e, w_down, s.e_offsets, &s.d_out_codes, &down_codes);
   s.d_out_codes.q = Tensor();
   s.d_gu_e = ctx.activation({R, 2 * F});
-  ops::swiglu_backward(s.d_gu_e, d_act, s.gu_e);
+  ops::swiglu_backward(s.d_gu_e, d_act, s.gu_e, nullptr,
+                       casts_ahead(ctx) ? fp8_grouped::row_amax_slot(fp8_, s.d_gu_amax, R, ctx.device()) : nullptr);
   s.gu_e = Tensor();  // W needs act_e and x_e
   Tensor d_x = ctx.activation({R, C});
-  if (casts_ahead(ctx)) s.d_gu_codes = fp8_grouped::cast_rows(fp8_, s.d_gu_e, s.e_offsets, /*gradient=*/true);
+  if (casts_ahead(ctx))
+    s.d_gu_codes = fp8_grouped::cast_rows(fp8_, s.d_gu_e, s.e_offsets, /*gradient=*/true, &s.d_gu_amax);
+  s.d_gu_amax = Tensor();
   const ops::Fp8GroupedCodes gu_codes = fp8_grouped::step_weight(fp8_, gate_up_, w_gu);
   fp8_grouped::backward_input(fp8_, d_x, s.d_gu_e, w_gu, s.e_offsets, &s.d_gu_codes, &gu_codes);
   s.d_gu_codes.q = Tensor();
@@ -327,8 +361,9 @@ void MoeMlp::backward_weight(State& s) {
                                /*accumulate=*/!gate_up_.first_grad_write(), &s.d_gu_codes, &s.x_codes);
   s.x_codes = s.act_codes = s.d_out_codes = s.d_gu_codes = ops::Fp8GroupedCodes{};
   if (has_shared_) {
-    shared_down_.backward_weight(s.d_y, s.s_act);
-    shared_gate_up_.backward_weight(s.d_s_gu, s.h);
+    shared_down_.backward_weight(s.d_y, s.s_act, Tensor(), &s.s_down_fp8);
+    shared_gate_up_.backward_weight(s.d_s_gu, s.h, Tensor(), &s.s_gate_up_fp8);
+    s.s_gate_up_fp8 = s.s_down_fp8 = Fp8Saved{};
   }
 }
 

@@ -97,10 +97,22 @@ class MoeMlp {
     // layouts; the first GEMM of each reads the row codes and drops them, the weight gradient reads
     // the transposed ones (a byte an element while kept) and drops the rest.
     ops::Fp8GroupedCodes x_codes, act_codes, d_out_codes, d_gu_codes;
+    // ... each cast taking the rows' amaxes (U32 [R]) that the op writing the tensor measured (the
+    // permutation x_e's and, under expert parallelism, d_out_e's; the combine's backward d_out_e's;
+    // SwiGLU act_e's and d_gu_e's), consumed by the cast.
+    Tensor x_amax, act_amax, d_out_amax, d_gu_amax;
+    // The shared experts' FP8 projections (models/fp8_linear.h): the transposes of h and s_act cast
+    // in the forward where keep_fp8 (and of dy and d_s_gu in the input gradient) for W, and the
+    // amaxes that the norm, SwiGLU and the layer above's norm backward measured for their casts.
+    Fp8Saved s_gate_up_fp8, s_down_fp8;
+    bool keep_fp8 = false;         // set by the block: the forward's FP8 state stays until B
     bool recomputing = false;      // the forward runs again for backward (no loads, no loss)
   };
 
   // ---- forward, in phases (each ends by issuing the exchange the next one waits for) ----
+  // Where the post-attention norm leaves h's amax for the shared experts' tensorwise FP8 cast (null
+  // where none is taken: no shared experts, a recipe that scales by groups, or s.keep_fp8 unset).
+  Tensor* input_amax_slot(State& s, Device device) const;
   // 0: router, balance loss, permutation; issues the counts exchange. h and residual [N, d].
   void forward_route(MicroBatchContext& ctx, State& s, const Tensor& h, const Tensor& residual);
   // 1: the exchange plan; issues the dispatch; the shared experts run meanwhile.
@@ -114,7 +126,9 @@ class MoeMlp {
 
   // ---- backward of the input, in phases ----
   // 0: gradients of the combine and the shared experts; issues the combine's reverse exchange.
-  void backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy);
+  // dy_amax (U32 [1] or undefined): dy's amax as the layer above's norm backward measured it, for the
+  // shared down projection's cast (GradCompanions::amax).
+  void backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy, Tensor dy_amax = Tensor());
   // 1: the routed experts' input gradient; issues the dispatch's reverse exchange.
   void backward_experts(MicroBatchContext& ctx, State& s);
   // 2: the gradient of h (s.d_h, also returned): permutation, router, shared experts together.
@@ -133,7 +147,9 @@ class MoeMlp {
   Tensor local_gate_up() const;  // [El, 2F, d] view of the working weights
   Tensor local_down() const;     // [El, d, F]
   void run_experts(MicroBatchContext& ctx, State& s);  // gu_e, act_e, out_e from x_e
-  void run_shared(MicroBatchContext& ctx, State& s);   // s_gu, s_act from h
+  // s_gu, s_act from h; with `down_follows` (the forward, not a recomputation in backward) SwiGLU
+  // measures s_act's amax for the shared down projection's cast.
+  void run_shared(MicroBatchContext& ctx, State& s, bool down_follows);
 
   std::string prefix_;
   int block_ = 0;

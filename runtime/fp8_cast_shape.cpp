@@ -89,6 +89,12 @@ void fp8_check_amax_out(const char* op, const Tensor& amax) {
                amax.defined() ? amax.describe() : std::string("an undefined tensor"));
 }
 
+void fp8_check_row_amax(const char* op, const Tensor& row_amax, int64_t rows) {
+  if (!row_amax.defined() || row_amax.dtype() != DType::U32 || row_amax.shape() != Shape{rows})
+    TETRA_FAIL(Internal, op, ": row_amax must be u32 [", rows, "] (one amax per row, the bits), got ",
+               row_amax.defined() ? row_amax.describe() : std::string("an undefined tensor"));
+}
+
 bool fp8_check_amax(const char* op, const Tensor* amax, ops::Fp8Scaling scaling) {
   if (!amax || !amax->defined()) return false;
   fp8_check_amax_out(op, *amax);

@@ -49,6 +49,8 @@ Fp8CastShape fp8_cast_shape(const char* op, const Tensor& q, const Tensor& scale
 bool fp8_check_amax(const char* op, const Tensor* amax, ops::Fp8Scaling scaling);
 // fp8_amax's output: U32 [1].
 void fp8_check_amax_out(const char* op, const Tensor& amax);
+// A per-row amax (ops.h row_amax): U32 [rows].
+void fp8_check_row_amax(const char* op, const Tensor& row_amax, int64_t rows);
 // fp8_slice_amax / fp8_slice_quantize: the groups of a cast of w [rows, cols] (format E4M3 unless q
 // is given). Checks amax (I32, w's scale shape), x (fp32 or bf16, one dimension, inside w from
 // `begin`), and q (x's element count, FP8) and scale (w's) where given.

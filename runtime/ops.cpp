@@ -132,15 +132,24 @@ void attention_decode(Tensor& out, const Tensor& cache, int64_t length, int64_t 
 void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope) {
   TETRA_DISPATCH(dqkv.device(), rope_backward, dqkv, n_heads, n_kv_heads, rope);
 }
-void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax) {
-  check_same_device("swiglu_forward", {&h, &gate_up, amax});
-  if (amax) fp8_check_amax_out("swiglu_forward", *amax);
-  TETRA_DISPATCH(h.device(), swiglu_forward, h, gate_up, amax);
+// The rows of a [..., C] tensor: every dimension but the last.
+static int64_t leading_rows(const Tensor& t) {
+  int64_t rows = 1;
+  for (int64_t i = 0; i + 1 < t.ndim(); ++i) rows *= t.dim(i);
+  return rows;
 }
-void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up, Tensor* amax) {
-  check_same_device("swiglu_backward", {&d_gate_up, &dh, &gate_up, amax});
+
+void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax, Tensor* row_amax) {
+  check_same_device("swiglu_forward", {&h, &gate_up, amax, row_amax});
+  if (amax) fp8_check_amax_out("swiglu_forward", *amax);
+  if (row_amax) fp8_check_row_amax("swiglu_forward", *row_amax, leading_rows(gate_up));
+  TETRA_DISPATCH(h.device(), swiglu_forward, h, gate_up, amax, row_amax);
+}
+void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up, Tensor* amax, Tensor* row_amax) {
+  check_same_device("swiglu_backward", {&d_gate_up, &dh, &gate_up, amax, row_amax});
   if (amax) fp8_check_amax_out("swiglu_backward", *amax);
-  TETRA_DISPATCH(d_gate_up.device(), swiglu_backward, d_gate_up, dh, gate_up, amax);
+  if (row_amax) fp8_check_row_amax("swiglu_backward", *row_amax, leading_rows(gate_up));
+  TETRA_DISPATCH(d_gate_up.device(), swiglu_backward, d_gate_up, dh, gate_up, amax, row_amax);
 }
 void moe_router_forward(Tensor& expert_ids, Tensor& weights, Tensor& counts, const Tensor& logits, const Tensor& bias,
                         const MoeRouting& routing, Tensor* load) {
@@ -167,9 +176,10 @@ void moe_permute_map(Tensor& offsets, Tensor& row_of, Tensor& slot_of, const Ten
   check_same_device("moe_permute_map", {&offsets, &row_of, &slot_of, &expert_ids});
   TETRA_DISPATCH(expert_ids.device(), moe_permute_map, offsets, row_of, slot_of, expert_ids);
 }
-void moe_permute(Tensor& rows, const Tensor& x, const Tensor& slot_of, int64_t top_k) {
-  check_same_device("moe_permute", {&rows, &x, &slot_of});
-  TETRA_DISPATCH(x.device(), moe_permute, rows, x, slot_of, top_k);
+void moe_permute(Tensor& rows, const Tensor& x, const Tensor& slot_of, int64_t top_k, Tensor* row_amax) {
+  check_same_device("moe_permute", {&rows, &x, &slot_of, row_amax});
+  if (row_amax) fp8_check_row_amax("moe_permute", *row_amax, rows.ndim() == 2 ? rows.dim(0) : -1);
+  TETRA_DISPATCH(x.device(), moe_permute, rows, x, slot_of, top_k, row_amax);
 }
 void moe_permute_backward(Tensor& dx, const Tensor& d_rows, const Tensor& row_of, bool accumulate) {
   check_same_device("moe_permute_backward", {&dx, &d_rows, &row_of});
@@ -180,9 +190,11 @@ void moe_unpermute(Tensor& y, const Tensor& rows, const Tensor& weights, const T
   TETRA_DISPATCH(y.device(), moe_unpermute, y, rows, weights, row_of, accumulate);
 }
 void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy, const Tensor& rows,
-                            const Tensor& weights, const Tensor& row_of) {
-  check_same_device("moe_unpermute_backward", {&d_rows, &d_weights, &dy, &rows, &weights, &row_of});
-  TETRA_DISPATCH(dy.device(), moe_unpermute_backward, d_rows, d_weights, dy, rows, weights, row_of);
+                            const Tensor& weights, const Tensor& row_of, Tensor* d_rows_amax) {
+  check_same_device("moe_unpermute_backward", {&d_rows, &d_weights, &dy, &rows, &weights, &row_of, d_rows_amax});
+  if (d_rows_amax)
+    fp8_check_row_amax("moe_unpermute_backward", *d_rows_amax, d_rows.ndim() == 2 ? d_rows.dim(0) : -1);
+  TETRA_DISPATCH(dy.device(), moe_unpermute_backward, d_rows, d_weights, dy, rows, weights, row_of, d_rows_amax);
 }
 void moe_sort_chunks(Tensor& out, const Tensor& in, const Tensor& chunk_counts, bool inverse) {
   check_same_device("moe_sort_chunks", {&out, &in, &chunk_counts});
@@ -346,9 +358,10 @@ void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_ca
   TETRA_DISPATCH(dy.device(), moe_grouped_fp8_backward_weight, dw, dy, dy_cast, x, x_cast, offsets, accumulate,
                  dy_codes, x_codes);
 }
-void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, const Tensor* offsets) {
+void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, const Tensor* offsets,
+                          const Tensor* row_amax) {
   const char* op = "moe_grouped_fp8_cast";
-  check_same_device(op, {&x, offsets});
+  check_same_device(op, {&x, offsets, row_amax});
   if (cast.scaling != Fp8Scaling::Tensorwise)
     TETRA_FAIL(Internal, op, ": only Tensorwise casts are cast ahead (group-scaled ones cast in their GEMMs)");
   if (cast.format != DType::F8E4M3 && cast.format != DType::F8E5M2)
@@ -358,7 +371,9 @@ void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, c
     TETRA_FAIL(Internal, op, ": x is ", x.describe(), offsets ? ", not rows [R, cols]" : ", not weights [G, O, I]");
   if (offsets && (offsets->dtype() != DType::I32 || offsets->ndim() != 1 || offsets->numel() < 1))
     TETRA_FAIL(Internal, op, ": offsets are ", offsets->describe(), ", not int32 [G + 1]");
-  TETRA_DISPATCH(x.device(), moe_grouped_fp8_cast, out, x, cast, offsets);
+  if (row_amax && !offsets) TETRA_FAIL(Internal, op, ": row_amax is for row tensors (with offsets), not weights");
+  if (row_amax) fp8_check_row_amax(op, *row_amax, x.dim(0));
+  TETRA_DISPATCH(x.device(), moe_grouped_fp8_cast, out, x, cast, offsets, row_amax);
 }
 
 void fp8_slice_amax(Tensor& amax, const Tensor& x, int64_t begin, int64_t rows, int64_t cols, Fp8Scaling scaling) {

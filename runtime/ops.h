@@ -125,9 +125,14 @@ void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, const Rope
 // amax (optional, U32 [1] on the output's device) receives the largest |value| the op wrote, as
 // stored (rounded to the output's dtype), compared as fp32 bit patterns — what a Tensorwise
 // fp8_quantize of the output measures first, which that cast can then take instead (its amax).
-void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax = nullptr);
-// d_gate_up[N, 2F] from dh[N, F] and the saved gate_up; d_gate_up may alias neither. amax as above.
-void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up, Tensor* amax = nullptr);
+// row_amax (optional, U32 [N] on the output's device; N the rows, every dimension but the last):
+// each row's largest |value| as stored, the same bits — what moe_grouped_fp8_cast of the output
+// takes instead of measuring each expert's rows itself.
+void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax = nullptr, Tensor* row_amax = nullptr);
+// d_gate_up[N, 2F] from dh[N, F] and the saved gate_up; d_gate_up may alias neither. amax and
+// row_amax as above (of d_gate_up).
+void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up, Tensor* amax = nullptr,
+                     Tensor* row_amax = nullptr);
 
 // ---------- mixture of experts (DeepSeek-V3; docs/kernels.md "Mixture of experts") ----------
 // E = routed experts, k = experts per token (top_k), N = tokens, R = routed rows (N·k in a layer's own
@@ -188,8 +193,9 @@ void moe_bias_update(Tensor& bias, const Tensor& load, float rate, const Tensor*
 // every expert (its row_of entry and the row it would have had are then unspecified).
 void moe_permute_map(Tensor& offsets, Tensor& row_of, Tensor& slot_of, const Tensor& expert_ids);
 // rows[r, :] = x[slot_of[r] / top_k, :] for r < R (rows [R, d], x [N, d], slot_of int32 [R]): the
-// tokens copied into expert-grouped rows. rows may not overlap x.
-void moe_permute(Tensor& rows, const Tensor& x, const Tensor& slot_of, int64_t top_k);
+// tokens copied into expert-grouped rows. rows may not overlap x. row_amax (optional, U32 [R]): as
+// swiglu_forward's, of rows.
+void moe_permute(Tensor& rows, const Tensor& x, const Tensor& slot_of, int64_t top_k, Tensor* row_amax = nullptr);
 // dx[n, :] (+)= Σ_j d_rows[row_of[n, j], :] (fp32 sum over j in order); dx [N, d], row_of [N, k].
 void moe_permute_backward(Tensor& dx, const Tensor& d_rows, const Tensor& row_of, bool accumulate = false);
 // The combine: y[n, :] (+)= Σ_j weights[n, j] · rows[row_of[n, j], :] (fp32 sum over j in order);
@@ -198,8 +204,9 @@ void moe_unpermute(Tensor& y, const Tensor& rows, const Tensor& weights, const T
                    bool accumulate = false);
 // Its backward: d_rows[row_of[n, j], :] = weights[n, j] · dy[n, :] (rows no slot maps to are not
 // written) and d_weights[n, j] fp32 = Σ_c dy[n, c] · rows[row_of[n, j], c] (fp32 dot products).
+// d_rows_amax (optional, U32 [R]): as swiglu_forward's row_amax, of d_rows (0 for rows not written).
 void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy, const Tensor& rows,
-                            const Tensor& weights, const Tensor& row_of);
+                            const Tensor& weights, const Tensor& row_of, Tensor* d_rows_amax = nullptr);
 
 // Expert parallelism: rows that arrive from A ranks hold, per rank, its rows for each of this rank's
 // B experts, in (rank, expert) order; chunk_counts int32 [A, B] (device) gives their sizes.
@@ -439,7 +446,11 @@ int64_t moe_grouped_fp8_padded_rows(int64_t R, int64_t G);
 // tensor's, int32 [G + 1] on x's device; null for the weights [G, O, I]. CPU: each expert's
 // fp8_quantize with its transposed copy, placed; CUDA: one segmented amax pass and one pass writing
 // both layouts (runtime/cuda/moe_grouped_fp8_cast.h), from the device offsets (no host sync).
-void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, const Tensor* offsets);
+// row_amax (optional, row tensors only; U32 [R] on x's device): each row's amax as the op that wrote
+// x measured it (swiglu_forward's row_amax): each expert's amax is then the largest over its rows,
+// and x is read once, by the codes' pass.
+void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, const Tensor* offsets,
+                          const Tensor* row_amax = nullptr);
 // The cast of a weight w[rows, cols] that no rank holds whole (ZeRO-3's FP8 gather,
 // parallel/zero/fp8_gather.h): each rank casts its flat slice of w with the scales of all of w.
 // x: the slice (fp32 or bf16), w's elements [begin, begin + x.numel()) in row-major order.

@@ -20,6 +20,18 @@ void fp8_amax(Tensor& amax, const Tensor& x) {
   *static_cast<uint32_t*>(amax.data_ptr()) = a;
 }
 
+void fp8_row_amax(Tensor& row_amax, const Tensor& y, int64_t first, int64_t count) {
+  const int64_t C = y.ndim() == 0 ? 1 : y.dim(-1), rows = C == 0 ? row_amax.numel() : y.numel() / C;
+  const int64_t end = count < 0 ? rows : first + count;
+  const FloatReader in(y);
+  auto* out = static_cast<uint32_t*>(row_amax.data_ptr());
+  for (int64_t r = first; r < end; ++r) {
+    uint32_t a = 0;
+    for (int64_t c = 0; c < C; ++c) a = std::max(a, fp8_abs_bits(in[r * C + c]));
+    out[r] = a;
+  }
+}
+
 void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling scaling, Tensor* q_t, Tensor* scale_t,
                   const Tensor* amax) {
   const Fp8CastShape s = fp8_cast_shape("fp8_quantize", q, scale, x, scaling, q_t, scale_t);

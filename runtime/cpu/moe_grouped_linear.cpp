@@ -120,12 +120,21 @@ ExpertCast empty_cast(ops::Fp8Cast c, int64_t rows, int64_t cols) {
 }
 
 // x [rows, cols] cast as `c`; with `transposed`, xᵀ [cols, rows] too.
-ExpertCast cast_expert(const Tensor& x, ops::Fp8Cast c, ExpertCast* transposed = nullptr) {
+// amax (may be null): x's, as its producer measured it (Tensorwise only).
+ExpertCast cast_expert(const Tensor& x, ops::Fp8Cast c, ExpertCast* transposed = nullptr, const Tensor* amax = nullptr) {
   const int64_t rows = x.dim(0), cols = x.dim(1);
   ExpertCast out = empty_cast(c, rows, cols);
   if (transposed) *transposed = empty_cast(c, cols, rows);
   cpu::fp8_quantize(out.q, out.scale, x, c.scaling, transposed ? &transposed->q : nullptr,
-                    transposed ? &transposed->scale : nullptr);
+                    transposed ? &transposed->scale : nullptr, amax);
+  return out;
+}
+
+// The largest of row_amax [first, first + m) (the bits): an expert's amax from its rows'.
+Tensor rows_amax(const Tensor& row_amax, int64_t first, int64_t m) {
+  const auto* a = static_cast<const uint32_t*>(row_amax.data_ptr()) + first;
+  Tensor out = Tensor::empty({1}, DType::U32, Device::cpu());
+  *static_cast<uint32_t*>(out.data_ptr()) = *std::max_element(a, a + m);
   return out;
 }
 
@@ -181,7 +190,8 @@ bool coded_weight(const ops::Fp8GroupedCodes* c, int64_t g, int64_t O, int64_t I
 
 }  // namespace
 
-void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Cast cast, const Tensor* offsets) {
+void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Cast cast, const Tensor* offsets,
+                          const Tensor* row_amax) {
   const bool rows = offsets != nullptr;
   const int64_t G = rows ? offsets->numel() - 1 : x.dim(0);
   const int64_t R = rows ? x.dim(0) : 0, cols = rows ? x.dim(1) : x.dim(2), O = rows ? 0 : x.dim(1);
@@ -208,7 +218,9 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
       continue;
     }
     ExpertCast t;
-    const ExpertCast e = cast_expert(rows ? x.narrow(first, m) : expert_weight(x, g, O, cols), cast, &t);
+    const Tensor given = row_amax ? rows_amax(*row_amax, first, m) : Tensor();
+    const ExpertCast e = cast_expert(rows ? x.narrow(first, m) : expert_weight(x, g, O, cols), cast, &t,
+                                     row_amax ? &given : nullptr);
     out.scale.data<float>()[g] = e.scale.data<float>()[0];
     std::copy_n(static_cast<const uint8_t*>(e.q.data_ptr()), m * cols, q + first * cols);
     const auto* tq = static_cast<const uint8_t*>(t.q.data_ptr());  // [cols, m]

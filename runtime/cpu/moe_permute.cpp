@@ -47,7 +47,7 @@ void moe_permute_map(Tensor& offsets, Tensor& row_of, Tensor& slot_of, const Ten
   }
 }
 
-void moe_permute(Tensor& rows, const Tensor& x, const Tensor& slot_of, int64_t top_k) {
+void moe_permute(Tensor& rows, const Tensor& x, const Tensor& slot_of, int64_t top_k, Tensor* row_amax) {
   const char* op = "moe_permute";
   const MoeRowDims d = check_moe_permute(op, rows, x, slot_of, top_k);
   check_dtype(op, "x", x, DType::F32);
@@ -61,6 +61,7 @@ void moe_permute(Tensor& rows, const Tensor& x, const Tensor& slot_of, int64_t t
     const float* src = px + (ps[r] / d.k) * d.d;
     std::copy(src, src + d.d, pr + r * d.d);
   }
+  if (row_amax) fp8_row_amax(*row_amax, rows);
 }
 
 void moe_permute_backward(Tensor& dx, const Tensor& d_rows, const Tensor& row_of, bool accumulate) {
@@ -110,7 +111,7 @@ void moe_unpermute(Tensor& y, const Tensor& rows, const Tensor& weights, const T
 }
 
 void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy, const Tensor& rows,
-                            const Tensor& weights, const Tensor& row_of) {
+                            const Tensor& weights, const Tensor& row_of, Tensor* d_rows_amax) {
   const char* op = "moe_unpermute_backward";
   const MoeRowDims d = check_moe_unpermute_backward(op, d_rows, d_weights, dy, rows, weights, row_of);
   check_dtype(op, "d_rows", d_rows, DType::F32);
@@ -138,6 +139,9 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
       pdw[n * d.k + j] = static_cast<float>(dot);
     }
   }
+  if (!d_rows_amax) return;  // the rows written; 0 for the others
+  std::fill_n(static_cast<uint32_t*>(d_rows_amax->data_ptr()), d.R, 0u);
+  for (int64_t i = 0; i < d.N * d.k; ++i) fp8_row_amax(*d_rows_amax, d_rows, prow[i], 1);
 }
 
 void moe_sort_chunks(Tensor& out, const Tensor& in, const Tensor& chunk_counts, bool inverse) {

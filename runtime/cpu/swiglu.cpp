@@ -23,7 +23,7 @@ float sigmoid(float g) { return 1.0f / (1.0f + std::exp(-g)); }
 
 }  // namespace
 
-void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax) {
+void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax, Tensor* row_amax) {
   const char* op = "swiglu_forward";
   const int64_t F = check_gate_up(op, gate_up);
   check_dtype(op, "h", h, DType::F32);
@@ -39,9 +39,10 @@ void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax) {
     for (int64_t f = 0; f < F; ++f) hr[f] = g[f] * sigmoid(g[f]) * u[f];
   }
   if (amax) fp8_amax(*amax, h);  // ops.h's amax output: the cast's own measure of h
+  if (row_amax) fp8_row_amax(*row_amax, h);
 }
 
-void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up, Tensor* amax) {
+void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up, Tensor* amax, Tensor* row_amax) {
   const char* op = "swiglu_backward";
   const int64_t F = check_gate_up(op, gate_up);
   check_dtype(op, "dh", dh, DType::F32);
@@ -67,6 +68,7 @@ void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up,
     }
   }
   if (amax) fp8_amax(*amax, d_gate_up);
+  if (row_amax) fp8_row_amax(*row_amax, d_gate_up);
 }
 
 }  // namespace tetra::cpu

@@ -43,6 +43,8 @@ void check_cuda_float(const char* op, const char* what, const Tensor& t);
 // An op's amax output (runtime/ops.h: U32 [1], may be null): checked, zeroed on `stream` before the
 // kernel folds its blocks' maxima into it (block_amax_to); its bits, or null when not asked for.
 unsigned* start_amax(const char* op, Tensor* amax, cudaStream_t stream);
+// A per-row amax output (ops.h row_amax; may be null): checked, zeroed on `stream`, its device pointer.
+unsigned* start_row_amax(const char* op, Tensor* row_amax, cudaStream_t stream);
 
 // t.shape() without its last dimension (the per-row shape of a [..., F] tensor), and the row count.
 Shape leading_shape(const Tensor& t);

@@ -51,6 +51,14 @@ __device__ __forceinline__ void block_amax_to(unsigned* amax, unsigned m) {
   for (unsigned w = 1; w < (blockDim.x + 31) / 32; ++w) m = max(m, warp_max[w]);
   if (m > *static_cast<volatile unsigned*>(amax)) atomicMax(amax, m);
 }
+// Folds a warp's amax bits of one row into row_amax[row] (ops.h row_amax; no-op when null): every
+// lane of the warp calls it with the same row; one atomicMax per warp that saw a nonzero value (the
+// rows' words are distinct addresses, so the atomics do not queue on one).
+__device__ __forceinline__ void warp_row_amax_to(unsigned* row_amax, int64_t row, unsigned m) {
+  if (!row_amax) return;
+  m = __reduce_max_sync(0xffffffffu, m);
+  if ((threadIdx.x & 31) == 0 && m != 0) atomicMax(row_amax + row, m);
+}
 
 // ---------- 8 values of one or two 16-byte words as fp32 ----------
 __device__ __forceinline__ void unpack_bf16x8(const uint4& u, float (&f)[8]) {

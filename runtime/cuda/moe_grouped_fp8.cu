@@ -147,10 +147,12 @@ void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, ops::Fp8Cast 
   run(op, GroupedGemmKind::BackwardWeight, dw, dy, dy_cast, x, x_cast, offsets, accumulate, dy_codes, x_codes);
 }
 
-void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Cast cast, const Tensor* offsets) {
+void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Cast cast, const Tensor* offsets,
+                          const Tensor* row_amax) {
   const char* op = "moe_grouped_fp8_cast";
   check_cuda_float(op, "x", x);
   if (offsets) check_cuda_tensor(op, "offsets", *offsets);
+  if (row_amax) check_cuda_tensor(op, "row_amax", *row_amax);
   const Device dev = x.device();
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
@@ -163,7 +165,8 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
     po = padded_offsets(s.offsets, s.G, d.R, dev, stream);
     t.padded_offsets = po.data<int32_t>(), t.Rp = grouped_gemm_fp8_padded_rows(d.R, d.G);
   }
-  BothCodes codes = cast_segments_both(x, cast, s, t, dev, stream, op);
+  BothCodes codes = cast_segments_both(x, cast, s, t, dev, stream, op,
+                                       row_amax ? static_cast<const unsigned*>(row_amax->data_ptr()) : nullptr);
   out = ops::Fp8GroupedCodes{std::move(codes.q), std::move(codes.q_t), std::move(codes.scale), std::move(po), cast.format};
 }
 

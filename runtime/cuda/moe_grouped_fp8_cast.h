@@ -44,12 +44,14 @@ ExpertCodes cast_segments(const Tensor& x, ops::Fp8Cast c, const Segments& s, co
 
 // Both layouts of one operand (ops::moe_grouped_fp8_cast): q in x's layout (a row tensor's rows
 // outside every expert are not written), q_t in `transposed`'s (transposed must be true), one scale
-// per expert; one amax pass and, where the vector kernels apply, one pass writing both.
+// per expert; one amax pass and, where the vector kernels apply, one pass writing both. row_amax
+// (row tensors; may be null): each row's amax bits [R] as x's producer measured them, which replace
+// the amax pass over x by one over them.
 struct BothCodes {
   Tensor q, q_t, scale;
 };
 BothCodes cast_segments_both(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& transposed,
-                             Device dev, cudaStream_t stream, const char* op);
+                             Device dev, cudaStream_t stream, const char* op, const unsigned* row_amax = nullptr);
 
 // po[0] = 0, po[g + 1] = po[g] + round_up(rows of expert g, 128): int32 [G + 1] on the device.
 Tensor padded_offsets(const int32_t* offsets, int G, int64_t R, Device dev, cudaStream_t stream);

@@ -144,10 +144,13 @@ __global__ void map_unused_rows_kernel(int32_t* slot_of, const int32_t* offsets,
 }
 
 // rows[r, :] = x[slot_of[r] / k, :] (zeros where slot_of[r] is no slot). One thread per V values.
+// row_amax (may be null, zeroed): each row's amax bits as stored; with warp_rows (d / V a multiple of
+// 32) a warp's items lie in one row and the loop's trip count is the same for its lanes: one atomic
+// per warp; else one per thread.
 template <int V, class TR, class TX>
 __global__ void __launch_bounds__(kRowThreads)
     permute_kernel(TR* __restrict__ rows, const TX* __restrict__ x, const int32_t* __restrict__ slot_of, int64_t R,
-                   int64_t d, int64_t k, int64_t slots) {
+                   int64_t d, int64_t k, int64_t slots, unsigned* row_amax, bool warp_rows) {
   const int64_t per_row = d / V, items = R * per_row;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; item < items;
        item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -161,6 +164,14 @@ __global__ void __launch_bounds__(kRowThreads)
       for (int j = 0; j < V; ++j) v[j] = 0.0f;
     }
     store_vec<V>(rows + r * d + c, v);
+    if (!row_amax) continue;
+    unsigned m = 0;
+#pragma unroll
+    for (int j = 0; j < V; ++j) m = max(m, stored_abs_bits<TR>(v[j]));
+    if (warp_rows)
+      warp_row_amax_to(row_amax, r, m);
+    else if (m != 0)
+      atomicMax(row_amax + r, m);
   }
 }
 
@@ -203,7 +214,8 @@ template <int V, class TDR, class TDY, class TR>
 __global__ void __launch_bounds__(kRowThreads)
     unpermute_backward_kernel(TDR* __restrict__ d_rows, float* __restrict__ d_w, const TDY* __restrict__ dy,
                               const TR* __restrict__ rows, const float* __restrict__ w,
-                              const int32_t* __restrict__ row_of, int64_t N, int64_t k, int64_t d, int64_t R) {
+                              const int32_t* __restrict__ row_of, int64_t N, int64_t k, int64_t d, int64_t R,
+                              unsigned* d_rows_amax) {
   const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
   const int64_t per_row = d / V;
   for (int64_t n = static_cast<int64_t>(blockIdx.x) * warps + threadIdx.x / 32; n < N;
@@ -214,6 +226,7 @@ __global__ void __launch_bounds__(kRowThreads)
       const bool valid = r >= 0 && r < R;
       const float wj = w[n * k + j];
       float dot = 0.0f;
+      unsigned m = 0;  // the row's amax bits as stored (d_rows_amax)
       if (valid) {
         for (int64_t chunk = lane; chunk < per_row; chunk += 32) {
           float gv[V], rv[V], out[V];
@@ -223,9 +236,15 @@ __global__ void __launch_bounds__(kRowThreads)
           for (int t = 0; t < V; ++t) {
             dot += gv[t] * rv[t];
             out[t] = wj * gv[t];
+            m = max(m, stored_abs_bits<TDR>(out[t]));
           }
           store_vec<V>(d_rows + r * d + chunk * V, out);
         }
+      }
+      // The warp owns row r: a store, not an atomic (rows no slot maps to keep the zero).
+      if (d_rows_amax && valid) {
+        m = __reduce_max_sync(0xffffffffu, m);
+        if (lane == 0) d_rows_amax[r] = m;
       }
       dot = warp_sum(dot);
       if (lane == 0) d_w[n * k + j] = valid ? dot : 0.0f;
@@ -352,25 +371,27 @@ void moe_permute_map(Tensor& offsets, Tensor& row_of, Tensor& slot_of, const Ten
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
-void moe_permute(Tensor& rows, const Tensor& x, const Tensor& slot_of, int64_t top_k) {
+void moe_permute(Tensor& rows, const Tensor& x, const Tensor& slot_of, int64_t top_k, Tensor* row_amax) {
   const char* op = "moe_permute";
   const MoeRowDims d = check_moe_permute(op, rows, x, slot_of, top_k);
   check_cuda_float(op, "rows", rows);
   check_cuda_float(op, "x", x);
   check_index(op, "slot_of", slot_of);
-  if (d.R == 0 || d.d == 0) return;
   const Device dev = rows.device();
   DeviceScope scope(dev);
+  unsigned* pr = start_row_amax(op, row_amax, stream_of(dev));
+  if (d.R == 0 || d.d == 0) return;
   const bool vec = vectorizable(d.d, {&rows, &x});
   with_width(vec, [&](auto v) {
     constexpr int V = decltype(v)::value;
+    const bool warp_rows = (d.d / V) % 32 == 0;
     dispatch_float(rows.dtype(), op, "rows", [&](auto tr) {
       dispatch_float(x.dtype(), op, "x", [&](auto tx) {
         using TR = decltype(tr);
         using TX = decltype(tx);
         permute_kernel<V, TR, TX><<<grid_size(d.R * d.d / V, kRowThreads, dev), kRowThreads, 0, stream_of(dev)>>>(
             static_cast<TR*>(rows.data_ptr()), static_cast<const TX*>(x.data_ptr()), slot_of.data<int32_t>(), d.R,
-            d.d, top_k, d.N * top_k);
+            d.d, top_k, d.N * top_k, pr, warp_rows);
         TETRA_CUDA_CHECK_LAUNCH();
       });
     });
@@ -422,7 +443,7 @@ void moe_unpermute(Tensor& y, const Tensor& rows, const Tensor& weights, const T
 }
 
 void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy, const Tensor& rows,
-                            const Tensor& weights, const Tensor& row_of) {
+                            const Tensor& weights, const Tensor& row_of, Tensor* d_rows_amax) {
   const char* op = "moe_unpermute_backward";
   const MoeRowDims d = check_moe_unpermute_backward(op, d_rows, d_weights, dy, rows, weights, row_of);
   check_cuda_float(op, "d_rows", d_rows);
@@ -431,9 +452,10 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
   check_index(op, "d_weights", d_weights);
   check_index(op, "weights", weights);
   check_index(op, "row_of", row_of);
-  if (d.N == 0) return;
   const Device dev = dy.device();
   DeviceScope scope(dev);
+  unsigned* pr = start_row_amax(op, d_rows_amax, stream_of(dev));
+  if (d.N == 0) return;
   if (d.d == 0) {
     TETRA_CUDA_CHECK(cudaMemsetAsync(d_weights.data_ptr(), 0, d_weights.nbytes(), stream_of(dev)));
     return;
@@ -451,7 +473,7 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
           unpermute_backward_kernel<V, TDR, TDY, TR><<<grid_size(d.N, warps, dev, 8), kRowThreads, 0, stream_of(dev)>>>(
               static_cast<TDR*>(d_rows.data_ptr()), d_weights.data<float>(), static_cast<const TDY*>(dy.data_ptr()),
               static_cast<const TR*>(rows.data_ptr()), weights.data<float>(), row_of.data<int32_t>(), d.N, d.k, d.d,
-              d.R);
+              d.R, pr);
           TETRA_CUDA_CHECK_LAUNCH();
         },
         d_rows.dtype(), "d_rows", dy.dtype(), "dy", rows.dtype(), "rows");

@@ -8,6 +8,7 @@
 // routed experts' three GEMMs through them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -17,6 +18,7 @@
 #include "models/fp8_linear.h"
 #include "models/layer.h"
 #include "models/moe_mlp.h"
+#include "runtime/fp8_format.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
 #include "tests/runtime/op_test_util.h"
@@ -169,6 +171,62 @@ TEST(Fp8GroupedAhead, CodesAreThePerExpertCasts) {
     p0 += width;
   }
   EXPECT_EQ(c.padded_offsets.data<int32_t>()[G], p0);
+}
+
+// Each row's largest |value| of a host fp32 tensor [..., C] (fp32 bits): ops.h's row_amax.
+std::vector<uint32_t> row_amax_of(const Tensor& t) {
+  const int64_t C = t.dim(-1), rows = t.numel() / C;
+  std::vector<uint32_t> out(static_cast<size_t>(rows), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < C; ++c) out[r] = std::max(out[r], fp8_abs_bits(t.data<float>()[r * C + c]));
+  return out;
+}
+
+std::vector<uint32_t> u32_values(const Tensor& t) {
+  const auto* p = static_cast<const uint32_t*>(t.data_ptr());
+  return std::vector<uint32_t>(p, p + t.numel());
+}
+
+// The ops that write the experts' row tensors measure each row's amax (ops.h row_amax), and the
+// cast given them equals the cast that measures each expert itself, bit for bit (the CPU twins of
+// GpuMoeGroupedFp8.ProducersMeasureEachRowsAmax).
+TEST(Fp8GroupedAhead, RowAmaxesOfTheProducersCastAsTheirOwn) {
+  Rng rng(17);
+  const int64_t N = 40, k = 2, E = 4, d = 24, F = 20;
+  const Tensor ids = test::random_ids(rng, {N, k}, 0, static_cast<int32_t>(E));
+  Tensor off = Tensor::empty({E + 1}, DType::I32), row_of = Tensor::empty({N, k}, DType::I32);
+  Tensor slot_of = Tensor::empty({N * k}, DType::I32);
+  ops::moe_permute_map(off, row_of, slot_of, ids);
+  const Tensor x = random_tensor(rng, {N, d}, 3.0);
+  Tensor rows = poisoned({N * k, d}), rows_amax = Tensor::empty({N * k}, DType::U32);
+  ops::moe_permute(rows, x, slot_of, k, &rows_amax);
+  EXPECT_EQ(u32_values(rows_amax), row_amax_of(rows)) << "moe_permute";
+  const ops::Fp8Cast cast{ops::Fp8Scaling::Tensorwise, DType::F8E4M3};
+  ops::Fp8GroupedCodes own, given;
+  ops::moe_grouped_fp8_cast(own, rows, cast, &off);
+  ops::moe_grouped_fp8_cast(given, rows, cast, &off, &rows_amax);
+  for (auto [a, b] : {std::pair{&own.q, &given.q}, {&own.q_t, &given.q_t}, {&own.scale, &given.scale}})
+    EXPECT_EQ(std::memcmp(a->data_ptr(), b->data_ptr(), a->nbytes()), 0) << "the cast given the rows' amaxes";
+
+  const Tensor dy = random_tensor(rng, {N, d}), w = random_tensor(rng, {N, k});
+  Tensor d_rows = poisoned({N * k, d}), dw = Tensor::empty({N, k}, DType::F32);
+  Tensor d_amax = Tensor::empty({N * k}, DType::U32);
+  ops::moe_unpermute_backward(d_rows, dw, dy, rows, w, row_of, &d_amax);
+  EXPECT_EQ(u32_values(d_amax), row_amax_of(d_rows)) << "moe_unpermute_backward";
+
+  const Tensor gu = random_tensor(rng, {N * k, 2 * F}, 2.0), dh = random_tensor(rng, {N * k, F});
+  Tensor h = poisoned({N * k, F}), h_amax = Tensor::empty({N * k}, DType::U32);
+  ops::swiglu_forward(h, gu, nullptr, &h_amax);
+  EXPECT_EQ(u32_values(h_amax), row_amax_of(h)) << "swiglu_forward";
+  Tensor dgu = poisoned({N * k, 2 * F}), dgu_amax = Tensor::empty({N * k}, DType::U32);
+  ops::swiglu_backward(dgu, dh, gu, nullptr, &dgu_amax);
+  EXPECT_EQ(u32_values(dgu_amax), row_amax_of(dgu)) << "swiglu_backward";
+  // A row amax of the wrong length, or given for weights, is refused.
+  Tensor short_amax = Tensor::empty({N * k - 1}, DType::U32);
+  EXPECT_THROW(ops::swiglu_forward(h, gu, nullptr, &short_amax), Error);
+  Tensor w3 = random_tensor(rng, {2, 16, 16}), w3_amax = Tensor::empty({2}, DType::U32);
+  ops::Fp8GroupedCodes wc;
+  EXPECT_THROW(ops::moe_grouped_fp8_cast(wc, w3, cast, nullptr, &w3_amax), Error);
 }
 
 TEST(Fp8GroupedAhead, GemmsReadingCodesEqualGemmsCasting) {

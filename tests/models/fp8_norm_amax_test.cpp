@@ -10,7 +10,9 @@
 // norm's for o_proj (attn.c_proj), the input norm of the block above (or the final norm) for
 // down_proj (mlp.c_proj), handed over with the gradient (MicroBatchContext::offer_grad). A gradient
 // that comes without it (from another pipeline stage) is cast with the cast's own amax: the same
-// bits. The op profile shows the passes spared.
+// bits. The op profile shows the passes spared. A MoE block's shared experts take the same amaxes as
+// a dense MLP (the post-attention norm's, SwiGLU's, the layer above's norm backward's) and keep their
+// inputs' and output gradients' transposes for W, cast in the same passes.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -30,6 +32,7 @@ namespace {
 struct BatchResult {
   double loss_sum = 0.0;
   std::vector<std::vector<float>> grads;  // every parameter's, in the model's order (training only)
+  int64_t forward_amax_passes = 0;        // ops::fp8_amax calls in the forward (training only)
   int64_t backward_amax_passes = 0;       // ops::fp8_amax calls in backward: the casts' own amax passes
 };
 
@@ -67,14 +70,20 @@ BatchResult run_batch(Config cfg, Recompute recompute, bool training, bool sever
   ctx.loss_grad_scale = 1.0f / static_cast<float>(B * T);
   params.zero_grads();
   std::vector<Layer*> layers = model.layers();
+  Tracer& tracer = Tracer::instance();
+  tracer.start(Device::cpu(), 0, "forward and backward");
+  const int64_t calls_at_start = amax_calls();
   Tensor x = ctx.ids;
   for (Layer* l : layers) x = l->forward(ctx, x);
   BatchResult r;
   r.loss_sum = ops::sum_to_host(ctx.losses);
-  if (!training) return r;
-  Tracer& tracer = Tracer::instance();
-  tracer.start(Device::cpu(), 0, "backward");
+  tracer.end_step();  // resolves the forward's ops into the profile
   const int64_t calls_before = amax_calls();
+  r.forward_amax_passes = calls_before - calls_at_start;
+  if (!training) {
+    tracer.stop();
+    return r;
+  }
   Tensor dy;
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
     if (severed && dy.defined()) {
@@ -88,7 +97,8 @@ BatchResult run_batch(Config cfg, Recompute recompute, bool training, bool sever
   tracer.end_step();
   tracer.stop();
   r.backward_amax_passes = amax_calls() - calls_before;
-  for (Param* p : model.params()) r.grads.emplace_back(p->grad.data<float>(), p->grad.data<float>() + p->grad.numel());
+  for (Param* p : model.params())  // buffers (the router's bias) have no gradient
+    if (p->grad.defined()) r.grads.emplace_back(p->grad.data<float>(), p->grad.data<float>() + p->grad.numel());
   return r;
 }
 
@@ -107,11 +117,14 @@ void expect_fused_amax_changes_nothing(const Config& cfg) {
 }
 
 // The backward's hand-offs change no bit of the gradients, and spare the casts of o_proj's and
-// down_proj's (attn.c_proj's and mlp.c_proj's) output gradients their amax passes. What remains per
-// block (ops::fp8_amax calls, tensorwise, no training step's weight copy in this harness): the four
-// weights' casts for the input gradients, and q/k/v's (c_attn's) output gradient, which the
-// attention backward writes without measuring it. A severed stream costs each block's down_proj
-// (mlp.c_proj) a pass of its own again.
+// down_proj's (attn.c_proj's and mlp.c_proj's; a MoE block's shared down projection's) output
+// gradients their amax passes. What remains per block (ops::fp8_amax calls, tensorwise, no training
+// step's weight copy in this harness): the four weights' casts for the input gradients, and q/k/v's
+// (c_attn's) output gradient, which the attention backward writes without measuring it; the weight
+// gradients cast nothing of their own (the transposes were kept). A severed stream costs each
+// block's down_proj (mlp.c_proj, the shared experts' down_proj) a pass of its own again. The forward
+// of each block measures the same five: the four weights and the attention's output.
+// (The routed experts' grouped casts measure per expert inside ops::moe_grouped_fp8_cast.)
 template <class M, class Config>
 void expect_backward_hand_off(const Config& cfg) {
   constexpr int64_t kOwnPassesPerBlock = 5;
@@ -121,6 +134,7 @@ void expect_backward_hand_off(const Config& cfg) {
   EXPECT_EQ(severed.loss_sum, fused.loss_sum);
   ASSERT_EQ(severed.grads.size(), fused.grads.size());
   for (size_t i = 0; i < fused.grads.size(); ++i) EXPECT_EQ(severed.grads[i], fused.grads[i]) << "param " << i;
+  EXPECT_EQ(fused.forward_amax_passes, kOwnPassesPerBlock * L);
   EXPECT_EQ(fused.backward_amax_passes, kOwnPassesPerBlock * L);
   EXPECT_EQ(severed.backward_amax_passes, (kOwnPassesPerBlock + 1) * L);
   // Blockwise scales the gradients by 1×128 groups, which every cast measures itself: nothing handed.
@@ -142,6 +156,26 @@ TEST(Fp8NormAmax, Gpt2BackwardHandsTheLayerNormsAmaxToTheStreamsProjections) {
   GptConfig cfg{.vocab_size = 96, .max_seq_len = 16, .d_model = 32, .n_layers = 3, .n_heads = 4};
   cfg.fp8 = Fp8Recipe::Tensorwise;
   expect_backward_hand_off<GptModel>(cfg);
+}
+
+// Llama with MoE blocks after a dense first one: 4 routed experts of width 16 (top 2), one shared.
+LlamaConfig llama_moe_config() {
+  LlamaConfig cfg{.vocab_size = 96, .max_seq_len = 16, .d_model = 32, .n_layers = 3, .n_heads = 4, .ffn_dim = 48};
+  cfg.moe.n_experts = 4;
+  cfg.moe.top_k = 2;
+  cfg.moe.n_shared = 1;
+  cfg.moe.ffn_dim = 16;
+  cfg.moe.first_k_dense = 1;
+  cfg.fp8 = Fp8Recipe::Tensorwise;
+  return cfg;
+}
+
+TEST(Fp8NormAmax, LlamaMoeSharedExpertsTakeTheMeasuredAmaxAndKeepTheirTransposes) {
+  expect_backward_hand_off<LlamaModel>(llama_moe_config());
+}
+
+TEST(Fp8NormAmax, LlamaMoeCastsWithTheMeasuredAmaxAsWithItsOwn) {
+  expect_fused_amax_changes_nothing<LlamaModel>(llama_moe_config());
 }
 
 TEST(Fp8NormAmax, LlamaCastsWithTheNormsAmaxAsWithItsOwn) {

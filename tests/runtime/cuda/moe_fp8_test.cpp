@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/cuda/device_context.h"
+#include "runtime/fp8_format.h"
 #include "runtime/cuda/moe_grouped_fp8_cast.h"
 #include "runtime/cuda/moe_grouped_gemm.h"
 #include "runtime/cuda_graph.h"
@@ -466,6 +467,89 @@ TEST(GpuMoeGroupedFp8, CastAheadFp32Unaligned) {
 TEST(GpuMoeGroupedFp8, CastAheadElementKernels) {
   TETRA_REQUIRE_GPU();
   check_cast_ahead(132, 48, DType::BF16, false, 32);  // C not a multiple of 8
+}
+
+// Each row's largest |value| of a device result as stored (fp32 bits), rows of its last dimension.
+std::vector<uint32_t> stored_row_amax(const Tensor& dev) {
+  const std::vector<double> v = download(dev);
+  const int64_t C = dev.dim(-1), rows = dev.numel() / std::max<int64_t>(C, 1);
+  std::vector<uint32_t> out(static_cast<size_t>(rows), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < C; ++c) out[r] = std::max(out[r], fp8_abs_bits(static_cast<float>(v[r * C + c])));
+  return out;
+}
+
+std::vector<uint32_t> host_u32(const Tensor& dev) {
+  const Tensor h = download_raw(dev);
+  const auto* p = static_cast<const uint32_t*>(h.data_ptr());
+  return std::vector<uint32_t>(p, p + h.numel());
+}
+
+// Codes and scales of two casts of one row tensor (offsets from 0 to R), bit for bit: the row codes,
+// the scales, and the transposed codes' columns up to the last expert's padded end (past it they are
+// not written).
+void expect_same_codes(const ops::Fp8GroupedCodes& a, const ops::Fp8GroupedCodes& b, const std::string& what) {
+  for (auto [x, y] : {std::pair{&a.q, &b.q}, {&a.scale, &b.scale}}) {
+    const Tensor hx = download_raw(*x), hy = download_raw(*y);
+    ASSERT_EQ(hx.nbytes(), hy.nbytes()) << what;
+    EXPECT_EQ(std::memcmp(hx.data_ptr(), hy.data_ptr(), hx.nbytes()), 0) << what << ": " << x->describe();
+  }
+  const Tensor ta = download_raw(a.q_t), tb = download_raw(b.q_t), po = download_raw(a.padded_offsets);
+  ASSERT_EQ(ta.shape(), tb.shape()) << what;
+  const int64_t cols = ta.dim(0), Rp = ta.dim(1), used = po.data<int32_t>()[po.numel() - 1];
+  const auto* pa = static_cast<const uint8_t*>(ta.data_ptr());
+  const auto* pb = static_cast<const uint8_t*>(tb.data_ptr());
+  for (int64_t c = 0; c < cols; ++c)
+    ASSERT_EQ(std::memcmp(pa + c * Rp, pb + c * Rp, static_cast<size_t>(used)), 0) << what << ": transposed codes, row " << c;
+}
+
+// The ops that write the routed experts' row tensors measure each row's amax as stored (ops.h
+// row_amax: the permutation x_e, the combine's backward d_out_e, SwiGLU act_e and d_gu_e), and
+// moe_grouped_fp8_cast given them casts exactly as when it measures the rows itself. Widths take the
+// vector kernels with whole warps a row (256), vector kernels with warps across rows (200) and the
+// element kernels (52, 13; SwiGLU 20 and 26): the row amaxes are then folded per thread.
+TEST(GpuMoeGroupedFp8, ProducersMeasureEachRowsAmax) {
+  TETRA_REQUIRE_GPU();
+  const Device dev = gpu();
+  Rng rng(41);
+  const int64_t N = 300, k = 3, E = 5;
+  const Tensor ids = random_ids(rng, {N, k}, 0, static_cast<int32_t>(E));
+  Tensor g_ids = upload_raw(ids), g_off = Tensor::empty({E + 1}, DType::I32, dev);
+  Tensor g_row_of = Tensor::empty({N, k}, DType::I32, dev), g_slot_of = Tensor::empty({N * k}, DType::I32, dev);
+  ops::moe_permute_map(g_off, g_row_of, g_slot_of, g_ids);
+  const Tensor g_w = upload(random_host(rng, {N, k}, 1.0), DType::F32);
+  for (const int64_t d : {256, 200, 52, 13}) {
+    const std::string what = "d " + std::to_string(d);
+    const Tensor g_x = upload(random_host(rng, {N, d}, 3.0), DType::BF16);
+    Tensor g_rows = poisoned({N * k, d}, DType::BF16), rows_amax = Tensor::empty({N * k}, DType::U32, dev);
+    ops::moe_permute(g_rows, g_x, g_slot_of, k, &rows_amax);
+    EXPECT_EQ(host_u32(rows_amax), stored_row_amax(g_rows)) << what << ": moe_permute";
+    ops::Fp8GroupedCodes own, given;
+    ops::moe_grouped_fp8_cast(own, g_rows, kE4M3, &g_off);
+    ops::moe_grouped_fp8_cast(given, g_rows, kE4M3, &g_off, &rows_amax);
+    expect_same_codes(own, given, what + ": the cast given the rows' amaxes");
+
+    const Tensor g_dy = upload(random_host(rng, {N, d}, 0.01), DType::BF16);
+    Tensor g_d_rows = poisoned({N * k, d}, DType::BF16), g_dw = Tensor::empty({N, k}, DType::F32, dev);
+    Tensor d_amax = Tensor::empty({N * k}, DType::U32, dev);
+    ops::moe_unpermute_backward(g_d_rows, g_dw, g_dy, g_rows, g_w, g_row_of, &d_amax);
+    EXPECT_EQ(host_u32(d_amax), stored_row_amax(g_d_rows)) << what << ": moe_unpermute_backward";
+  }
+  for (const int64_t F : {512, 256, 20, 26}) {
+    const std::string what = "F " + std::to_string(F);
+    const Tensor g_gu = upload(random_host(rng, {N * k, 2 * F}, 2.0), DType::BF16);
+    Tensor g_h = poisoned({N * k, F}, DType::BF16), h_amax = Tensor::empty({N * k}, DType::U32, dev);
+    ops::swiglu_forward(g_h, g_gu, nullptr, &h_amax);
+    EXPECT_EQ(host_u32(h_amax), stored_row_amax(g_h)) << what << ": swiglu_forward";
+    const Tensor g_dh = upload(random_host(rng, {N * k, F}, 0.01), DType::BF16);
+    Tensor g_dgu = poisoned({N * k, 2 * F}, DType::BF16), dgu_amax = Tensor::empty({N * k}, DType::U32, dev);
+    ops::swiglu_backward(g_dgu, g_dh, g_gu, nullptr, &dgu_amax);
+    EXPECT_EQ(host_u32(dgu_amax), stored_row_amax(g_dgu)) << what << ": swiglu_backward";
+    ops::Fp8GroupedCodes own, given;
+    ops::moe_grouped_fp8_cast(own, g_dgu, kE5M2, &g_off);
+    ops::moe_grouped_fp8_cast(given, g_dgu, kE5M2, &g_off, &dgu_amax);
+    expect_same_codes(own, given, what + ": the cast given the rows' amaxes");
+  }
 }
 
 // Blockwise casts have no CUDA kernels: an error, not a wrong result.

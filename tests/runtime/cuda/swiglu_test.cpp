@@ -48,6 +48,11 @@ TEST(GpuSwiGlu, VectorAndElementwisePaths) {
   check_swiglu(77, 24, DType::F32, DType::F32, 5);
   check_swiglu(1, 4, DType::F32, DType::F32, 6);
   check_swiglu(129, 64, DType::BF16, DType::F32, 7);  // bf16 activations, fp32 outputs
+  // Several rows a block (F / 8 groups a multiple of 32 dividing the block: 4 and 8 rows; the row
+  // counts leave a partial last pass) and a whole block a row (F / 8 = 256).
+  check_swiglu(1003, 512, DType::BF16, DType::BF16, 9);
+  check_swiglu(257, 256, DType::BF16, DType::BF16, 10);
+  check_swiglu(65, 2048, DType::BF16, DType::BF16, 11);
 }
 
 // Views at an 8-byte offset into a buffer: not 16-byte aligned, so the vector path must step aside.
