@@ -69,6 +69,13 @@ ZeroLayout::ZeroLayout(const std::vector<Param*>& params, int shards, int64_t al
   layers_.assign(layers.begin(), layers.end());
 }
 
+bool ZeroLayout::shards_are_units() const {
+  if (shards_ != 1) return false;
+  for (const ZeroUnit& u : units_)
+    if (u.shard_offset != u.offset || u.shard != u.padded) return false;
+  return true;
+}
+
 int64_t ZeroLayout::param_numel() const {
   int64_t n = 0;
   for (Param* p : params_) n += p->numel();

@@ -73,6 +73,9 @@ class ZeroLayout {
   int64_t total() const { return total_; }                     // flat elements, with padding
   int64_t shard_total() const { return total_ / shards_; }     // elements of one rank's shard buffer
   int64_t param_numel() const;                                 // without padding
+  // One shard: every unit's shard is the whole unit at the unit's own offset, so that the shard
+  // buffers may be the flat buffers themselves.
+  bool shards_are_units() const;
 
   // Units whose parameters layer `layer` reads (its own and tied ones), ascending; empty if none.
   const std::vector<int>& units_of_layer(int layer) const;

@@ -57,19 +57,24 @@ StateMemory zero_state_memory(const ZeroLayout& layout, const ZeroMemorySpec& sp
                                      layout.largest_units(zero_reduce_scatters_in_flight(spec.fsdp_prefetch) + 1,
                                                           /*include_tied=*/false));
   unit_grads = std::min(unit_grads, T);
+  // One shard below stage 3: the optimizer works on the flat buffers themselves (ZeroOptimizer): no
+  // working-weight shard, no fp32 master beside fp32 weights, at stage 1 no gradient shard.
+  const bool whole = layout.shards_are_units();
+  const double optimizer = (whole && !separate_master ? moments : master_and_moments) * S;
+  const double weight_shard = separate_master && !whole ? w * S : 0.0;
   switch (spec.stage) {
     case 1:
       m.weights = w * T;
-      m.gradients = g * (T + S);
-      m.optimizer = master_and_moments * S;
-      m.communication = separate_master ? w * S : 0.0;
+      m.gradients = g * (T + (whole ? 0.0 : S));
+      m.optimizer = optimizer;
+      m.communication = weight_shard;
       m.persistent = m.total();
       break;
     case 2:
       m.weights = w * T;
       m.gradients = g * (S + unit_grads);
-      m.optimizer = master_and_moments * S;
-      m.communication = separate_master ? w * S : 0.0;
+      m.optimizer = optimizer;
+      m.communication = weight_shard;
       m.persistent = w * T + g * S + m.optimizer + m.communication;
       break;
     case 3: {

@@ -8,6 +8,13 @@
 
 namespace tetra {
 
+namespace {
+// dst = src, except where they are the same elements (the flat buffers of one shard).
+void copy_unless_same(Tensor& dst, const Tensor& src) {
+  if (dst.data_ptr() != src.data_ptr()) ops::copy(dst, src);
+}
+}  // namespace
+
 ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler,
                              const DistributedOptimizerOptions& options, const TpGradGroups& tp)
     : params_(params),
@@ -27,14 +34,21 @@ ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& 
   const Device dev = params.device();
   const int64_t S = layout.shard_total();
   separate_master_ = params.value_dtype() != DType::F32;
-  master_ = Tensor::zeros({S}, DType::F32, dev);
+  // One data-parallel rank below ZeRO-3: each shard is its whole unit, at the unit's own place, so the
+  // optimizer works on the ParamSet's buffers (the working weights; stage 1's gradients) instead of
+  // copies that every step would fill from them and back.
+  const bool whole = stage_ < 3 && layout.shards_are_units() && values.numel() == S;
+  master_ = whole && !separate_master_ ? values : Tensor::zeros({S}, DType::F32, dev);
   const DType state = options.adamw.state_dtype;
   TETRA_CHECK(state == DType::F32 || state == DType::BF16, "ZeroOptimizer: state_dtype ", dtype_name(state),
               " (valid: fp32, bf16)");
   exp_avg_ = Tensor::zeros({S}, state, dev);
   exp_avg_sq_ = Tensor::zeros({S}, state, dev);
-  grad_shard_ = Tensor::zeros({S}, params.grad_dtype(), dev);
-  weight_shard_ = separate_master_ ? Tensor::zeros({S}, params.value_dtype(), dev) : master_;
+  Tensor& flat_grads = params.flat_grads();
+  grad_shard_ = whole && stage_ == 1 && flat_grads.defined() && flat_grads.numel() == S
+                    ? flat_grads
+                    : Tensor::zeros({S}, params.grad_dtype(), dev);
+  weight_shard_ = !separate_master_ ? master_ : whole ? values : Tensor::zeros({S}, params.value_dtype(), dev);
   // Take this rank's shard of every unit from the (identically initialised or loaded) full weights:
   // the master from their fp32 initial values where the ParamSet keeps them (bf16 working weights,
   // ParamSet::set_initial_values), the working shard from the working copy.
@@ -44,10 +58,10 @@ ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& 
   for (const ZeroUnit& u : layout.units()) {
     Tensor src = values.slice_flat(u.offset + rank_ * u.shard, {u.shard});
     Tensor m = master_.slice_flat(u.shard_offset, {u.shard});
-    ops::copy(m, initial.defined() ? initial.slice_flat(u.offset + rank_ * u.shard, {u.shard}) : src);
+    copy_unless_same(m, initial.defined() ? initial.slice_flat(u.offset + rank_ * u.shard, {u.shard}) : src);
     if (separate_master_) {
       Tensor w = weight_shard_.slice_flat(u.shard_offset, {u.shard});
-      ops::copy(w, src);
+      copy_unless_same(w, src);
     }
   }
   segments_.assign(layout.units().size(), {});
@@ -156,7 +170,7 @@ std::unique_ptr<Work> ZeroOptimizer::gather_weights(int u) {
   Tensor in = weight_shard_.slice_flat(zu.shard_offset, {zu.shard});
   Tensor out = params_.flat_values().slice_flat(zu.offset, {zu.padded});
   if (dp_.size() == 1) {
-    ops::copy(out, in);
+    copy_unless_same(out, in);
     return nullptr;
   }
   return dp_.all_gather(out, in);

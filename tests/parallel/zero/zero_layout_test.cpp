@@ -163,10 +163,15 @@ TEST(ZeroMemory, StagesMatchTheFormula) {
     s.stage = 1;
     s.grad_dtype = DType::F32;
     StateMemory m1 = zero_state_memory(L, s);
-    EXPECT_DOUBLE_EQ(m1.total(), 2 * T + 4 * (T + S) + 12 * S + 2 * S);
+    // One rank: the optimizer updates the flat weights and reads the flat gradients themselves (no
+    // working-weight shard, no gradient shard; with fp32 weights no master beside them).
+    const bool whole = dp == 1;
+    EXPECT_DOUBLE_EQ(m1.total(), 2 * T + 4 * (T + (whole ? 0 : S)) + 12 * S + (whole ? 0 : 2 * S));
     s.stage = 0;
     EXPECT_DOUBLE_EQ(zero_state_memory(L, s).total(), (2 + 4 + 12) * T);
     s.weight_dtype = DType::F32;
+    s.stage = 1;
+    EXPECT_DOUBLE_EQ(zero_state_memory(L, s).total(), 4 * T + 4 * (T + (whole ? 0 : S)) + (whole ? 8 : 12) * S);
     s.stage = 3;
     EXPECT_DOUBLE_EQ(zero_state_memory(L, s).persistent, 16.0 * S) << "fp32: 4 weights(=master) + 4 + 8";
   }
