@@ -503,6 +503,15 @@ void expect_same_codes(const ops::Fp8GroupedCodes& a, const ops::Fp8GroupedCodes
     ASSERT_EQ(std::memcmp(pa + c * Rp, pb + c * Rp, static_cast<size_t>(used)), 0) << what << ": transposed codes, row " << c;
 }
 
+// x cast per expert given its rows' amaxes equals x cast measuring them itself.
+void expect_cast_takes_row_amax(const Tensor& x, Fp8Cast cast, const Tensor& offsets, const Tensor& row_amax,
+                                const std::string& what) {
+  ops::Fp8GroupedCodes own, given;
+  ops::moe_grouped_fp8_cast(own, x, cast, &offsets);
+  ops::moe_grouped_fp8_cast(given, x, cast, &offsets, &row_amax);
+  expect_same_codes(own, given, what + ": the cast given the rows' amaxes");
+}
+
 // The ops that write the routed experts' row tensors measure each row's amax as stored (ops.h
 // row_amax: the permutation x_e, the combine's backward d_out_e, SwiGLU act_e and d_gu_e), and
 // moe_grouped_fp8_cast given them casts exactly as when it measures the rows itself. Widths take the
@@ -524,10 +533,7 @@ TEST(GpuMoeGroupedFp8, ProducersMeasureEachRowsAmax) {
     Tensor g_rows = poisoned({N * k, d}, DType::BF16), rows_amax = Tensor::empty({N * k}, DType::U32, dev);
     ops::moe_permute(g_rows, g_x, g_slot_of, k, &rows_amax);
     EXPECT_EQ(host_u32(rows_amax), stored_row_amax(g_rows)) << what << ": moe_permute";
-    ops::Fp8GroupedCodes own, given;
-    ops::moe_grouped_fp8_cast(own, g_rows, kE4M3, &g_off);
-    ops::moe_grouped_fp8_cast(given, g_rows, kE4M3, &g_off, &rows_amax);
-    expect_same_codes(own, given, what + ": the cast given the rows' amaxes");
+    expect_cast_takes_row_amax(g_rows, kE4M3, g_off, rows_amax, what);
 
     const Tensor g_dy = upload(random_host(rng, {N, d}, 0.01), DType::BF16);
     Tensor g_d_rows = poisoned({N * k, d}, DType::BF16), g_dw = Tensor::empty({N, k}, DType::F32, dev);
@@ -545,10 +551,7 @@ TEST(GpuMoeGroupedFp8, ProducersMeasureEachRowsAmax) {
     Tensor g_dgu = poisoned({N * k, 2 * F}, DType::BF16), dgu_amax = Tensor::empty({N * k}, DType::U32, dev);
     ops::swiglu_backward(g_dgu, g_dh, g_gu, nullptr, &dgu_amax);
     EXPECT_EQ(host_u32(dgu_amax), stored_row_amax(g_dgu)) << what << ": swiglu_backward";
-    ops::Fp8GroupedCodes own, given;
-    ops::moe_grouped_fp8_cast(own, g_dgu, kE5M2, &g_off);
-    ops::moe_grouped_fp8_cast(given, g_dgu, kE5M2, &g_off, &dgu_amax);
-    expect_same_codes(own, given, what + ": the cast given the rows' amaxes");
+    expect_cast_takes_row_amax(g_dgu, kE5M2, g_off, dgu_amax, what);
   }
 }
 
