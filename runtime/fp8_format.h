@@ -28,9 +28,6 @@ float fp8_to_float(uint8_t code, Fp8Format f);
 // x rounded to the nearest FP8 value (ties to even), saturated to ±fp8_largest(f).
 uint8_t fp8_from_float(float x, Fp8Format f);
 
-// The factor r that maps a group of values with largest magnitude `amax` onto the format's range
-// (q = fp8(x·r)); amax below 1e-12, zero or NaN count as 1e-12 so r stays finite. One definition
-// for the CPU backend and the CUDA kernels: IEEE fp32 division in both, the same bits.
 // |v| as its fp32 bit pattern, the order every amax compares in: an unsigned max over these is the
 // largest |v|, with a NaN above every number (the CUDA kernels' abs_bits, runtime/cuda/kernel_common.cuh).
 inline uint32_t fp8_abs_bits(float v) {
@@ -39,8 +36,15 @@ inline uint32_t fp8_abs_bits(float v) {
   return bits & 0x7fffffffu;
 }
 
+// The factor r that maps a group of values with largest magnitude `amax` onto the format's range
+// (q = fp8(x·r)); amax below 1e-12, zero or NaN count as 1e-12 so r stays finite. One definition
+// for the CPU backend and the CUDA kernels: IEEE fp32 division in both, the same bits.
 TETRA_HOST_DEVICE inline float fp8_quant_factor(float amax, float largest) {
   return largest / (amax >= 1e-12f ? amax : 1e-12f);
 }
+
+// An expert's m rows as the grouped FP8 GEMMs' transposed operands lay them out: whole 128-row
+// blocks (ops::kFp8Block), zero codes after the rows (ops::moe_grouped_fp8_cast's padded offsets).
+TETRA_HOST_DEVICE constexpr int64_t fp8_padded_expert_rows(int64_t m) { return (m + 127) / 128 * 128; }
 
 }  // namespace tetra

@@ -190,6 +190,8 @@ bool coded_weight(const ops::Fp8GroupedCodes* c, int64_t g, int64_t O, int64_t I
 
 }  // namespace
 
+static_assert(fp8_padded_expert_rows(1) == ops::kFp8Block, "an expert's padded rows are whole FP8 blocks");
+
 void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Cast cast, const Tensor* offsets,
                           const Tensor* row_amax) {
   const bool rows = offsets != nullptr;
@@ -212,7 +214,7 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
   const float largest = fp8_largest(fp8_format_of(cast.format));
   for (int64_t g = 0; g < G; ++g) {
     const int64_t m = rows ? o[g + 1] - o[g] : O, first = rows ? o[g] : g * O;
-    if (po) po[g + 1] = static_cast<int32_t>(po[g] + (m + ops::kFp8Block - 1) / ops::kFp8Block * ops::kFp8Block);
+    if (po) po[g + 1] = static_cast<int32_t>(po[g] + fp8_padded_expert_rows(m));
     if (m == 0 || cols == 0) {  // nothing to cast: the scale of an amax of 0, as the CUDA kernels write it
       out.scale.data<float>()[g] = 1.0f / fp8_quant_factor(0.0f, largest);
       continue;

@@ -237,7 +237,7 @@ __global__ void padded_offsets_kernel(const int32_t* offsets, int G, int64_t R, 
     if (g < G) {
       int64_t s, e;
       group_rows(offsets, g, R, &s, &e);
-      v = static_cast<int>((e - s + 127) / 128 * 128);
+      v = static_cast<int>(fp8_padded_expert_rows(e - s));
     }
     const int incl = warp_inclusive_sum(v);
     if (g < G) po[g + 1] = prefix + incl;
