@@ -17,7 +17,8 @@ namespace tetra::ops {
 // ---------- elementwise and memory ----------
 void fill(Tensor& x, float value);
 void zero(Tensor& x);
-// dst = src, across devices and between fp32/bf16 (conversion on the destination's device).
+// dst = src, across devices and between fp32/bf16 (conversion on the destination's device); nothing
+// when dst and src are the same elements.
 void copy(Tensor& dst, const Tensor& src);
 // dst[n, dst_col + j] = src[n, src_col + j] for j < cols and every row n: a block of columns
 // between two 2-D tensors of one dtype, one device and the same rows (the q or k heads of a fused

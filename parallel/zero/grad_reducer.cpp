@@ -101,7 +101,7 @@ void ZeroGradReducer::issue(int u) {
   Tensor in = full_of(u);
   if (tp_) tp_->sync_unit(u, in);
   if (dp_.size() == 1) {
-    if (out.data_ptr() != in.data_ptr()) ops::copy(out, in);  // the same at stage 1 (ZeroOptimizer)
+    ops::copy(out, in);  // the same buffer at stage 1 (ZeroOptimizer): no copy
     free_buffer(u);
     return;
   }

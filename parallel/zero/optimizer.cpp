@@ -8,13 +8,6 @@
 
 namespace tetra {
 
-namespace {
-// dst = src, except where they are the same elements (the flat buffers of one shard).
-void copy_unless_same(Tensor& dst, const Tensor& src) {
-  if (dst.data_ptr() != src.data_ptr()) ops::copy(dst, src);
-}
-}  // namespace
-
 ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& scheduler,
                              const DistributedOptimizerOptions& options, const TpGradGroups& tp)
     : params_(params),
@@ -58,10 +51,10 @@ ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& 
   for (const ZeroUnit& u : layout.units()) {
     Tensor src = values.slice_flat(u.offset + rank_ * u.shard, {u.shard});
     Tensor m = master_.slice_flat(u.shard_offset, {u.shard});
-    copy_unless_same(m, initial.defined() ? initial.slice_flat(u.offset + rank_ * u.shard, {u.shard}) : src);
+    ops::copy(m, initial.defined() ? initial.slice_flat(u.offset + rank_ * u.shard, {u.shard}) : src);
     if (separate_master_) {
       Tensor w = weight_shard_.slice_flat(u.shard_offset, {u.shard});
-      copy_unless_same(w, src);
+      ops::copy(w, src);
     }
   }
   segments_.assign(layout.units().size(), {});
@@ -170,7 +163,7 @@ std::unique_ptr<Work> ZeroOptimizer::gather_weights(int u) {
   Tensor in = weight_shard_.slice_flat(zu.shard_offset, {zu.shard});
   Tensor out = params_.flat_values().slice_flat(zu.offset, {zu.padded});
   if (dp_.size() == 1) {
-    copy_unless_same(out, in);
+    ops::copy(out, in);
     return nullptr;
   }
   return dp_.all_gather(out, in);
