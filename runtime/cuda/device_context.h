@@ -40,11 +40,10 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 // Argument checks for CUDA ops: a defined tensor on a CUDA device, fp32 or bf16.
 void check_cuda_tensor(const char* op, const char* what, const Tensor& t);
 void check_cuda_float(const char* op, const char* what, const Tensor& t);
-// An op's amax output (runtime/ops.h: U32 [1], may be null): checked, zeroed on `stream` before the
-// kernel folds its blocks' maxima into it (block_amax_to); its bits, or null when not asked for.
+// An op's amax output (runtime/ops.h: U32 [1], or a row_amax U32 [rows]; may be null): checked,
+// zeroed on `stream` before the kernel folds its maxima into it (block_amax_to, warp_row_amax_to);
+// its bits, or null when not asked for.
 unsigned* start_amax(const char* op, Tensor* amax, cudaStream_t stream);
-// A per-row amax output (ops.h row_amax; may be null): checked, zeroed on `stream`, its device pointer.
-unsigned* start_row_amax(const char* op, Tensor* row_amax, cudaStream_t stream);
 
 // t.shape() without its last dimension (the per-row shape of a [..., F] tensor), and the row count.
 Shape leading_shape(const Tensor& t);

@@ -105,15 +105,8 @@ void check_cuda_float(const char* op, const char* what, const Tensor& t) {
 unsigned* start_amax(const char* op, Tensor* amax, cudaStream_t stream) {
   if (!amax) return nullptr;
   check_cuda_tensor(op, "amax", *amax);
-  TETRA_CUDA_CHECK(cudaMemsetAsync(amax->data_ptr(), 0, sizeof(unsigned), stream));
+  TETRA_CUDA_CHECK(cudaMemsetAsync(amax->data_ptr(), 0, amax->nbytes(), stream));
   return static_cast<unsigned*>(amax->data_ptr());
-}
-
-unsigned* start_row_amax(const char* op, Tensor* row_amax, cudaStream_t stream) {
-  if (!row_amax) return nullptr;
-  check_cuda_tensor(op, "row_amax", *row_amax);
-  TETRA_CUDA_CHECK(cudaMemsetAsync(row_amax->data_ptr(), 0, row_amax->nbytes(), stream));
-  return static_cast<unsigned*>(row_amax->data_ptr());
 }
 
 Shape leading_shape(const Tensor& t) {

@@ -379,7 +379,7 @@ void moe_permute(Tensor& rows, const Tensor& x, const Tensor& slot_of, int64_t t
   check_index(op, "slot_of", slot_of);
   const Device dev = rows.device();
   DeviceScope scope(dev);
-  unsigned* pr = start_row_amax(op, row_amax, stream_of(dev));
+  unsigned* pr = start_amax(op, row_amax, stream_of(dev));
   if (d.R == 0 || d.d == 0) return;
   const bool vec = vectorizable(d.d, {&rows, &x});
   with_width(vec, [&](auto v) {
@@ -454,7 +454,7 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
   check_index(op, "row_of", row_of);
   const Device dev = dy.device();
   DeviceScope scope(dev);
-  unsigned* pr = start_row_amax(op, d_rows_amax, stream_of(dev));
+  unsigned* pr = start_amax(op, d_rows_amax, stream_of(dev));
   if (d.N == 0) return;
   if (d.d == 0) {
     TETRA_CUDA_CHECK(cudaMemsetAsync(d_weights.data_ptr(), 0, d_weights.nbytes(), stream_of(dev)));

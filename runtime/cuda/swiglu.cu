@@ -140,7 +140,7 @@ void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax, Tensor* row_
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
   unsigned* pa = start_amax(op, amax, stream);
-  unsigned* pr = start_row_amax(op, row_amax, stream);
+  unsigned* pr = start_amax(op, row_amax, stream);
   if (rows == 0 || F == 0) return;
   const bool vec = vectorizable(F, {&h, &gate_up});
   dispatch_float(h.dtype(), op, "h", [&](auto th) {
@@ -174,7 +174,7 @@ void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up,
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
   unsigned* pa = start_amax(op, amax, stream);
-  unsigned* pr = start_row_amax(op, row_amax, stream);
+  unsigned* pr = start_amax(op, row_amax, stream);
   if (rows == 0 || F == 0) return;
   const bool vec = vectorizable(F, {&d_gate_up, &dh, &gate_up});
   dispatch_floats(
