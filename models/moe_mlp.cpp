@@ -1,5 +1,7 @@
 #include "models/moe_mlp.h"
 
+#include <utility>
+
 #include "models/fp8_grouped.h"
 #include "runtime/ops.h"
 
@@ -124,8 +126,7 @@ void MoeMlp::forward_route(MicroBatchContext& ctx, State& s, const Tensor& h, co
   ops::moe_permute_map(s.offsets, s.row_of, s.slot_of, s.expert_ids);
   s.rows = ctx.activation({N * k, C});
   // Without the exchange the rows are x_e: the permutation measures their amaxes for the FP8 cast.
-  Tensor* rows_amax = casts_ahead(ctx) && !exchanging() ? fp8_grouped::row_amax_slot(fp8_, s.x_amax, N * k, dev) : nullptr;
-  ops::moe_permute(s.rows, h, s.slot_of, k, rows_amax);
+  ops::moe_permute(s.rows, h, s.slot_of, k, exchanging() ? nullptr : row_amax_slot(ctx, s.x_amax, N * k));
   if (exchanging()) {
     s.recv_counts = Tensor::empty({E}, DType::I32, dev);
     s.ticket = ep_->issue_counts(s.recv_counts, s.counts, "counts " + prefix_);
@@ -163,15 +164,13 @@ void MoeMlp::forward_dispatch(MicroBatchContext& ctx, State& s) {
 void MoeMlp::run_experts(MicroBatchContext& ctx, State& s) {
   const int64_t R = s.x_e.dim(0), F = shape_.expert_ffn;
   s.gu_e = ctx.activation({R, 2 * F});
-  if (casts_ahead(ctx)) s.x_codes = fp8_grouped::cast_rows(fp8_, s.x_e, s.e_offsets, /*gradient=*/false, &s.x_amax);
-  s.x_amax = Tensor();
+  s.x_codes = cast_ahead(ctx, s.x_e, /*gradient=*/false, s.x_amax, s.e_offsets);
   const Tensor w_gu = local_gate_up();
   const ops::Fp8GroupedCodes w_codes = fp8_grouped::step_weight(fp8_, gate_up_, w_gu);
   fp8_grouped::forward(fp8_, s.gu_e, s.x_e, w_gu, s.e_offsets, &s.x_codes, &w_codes);
   s.x_codes.q = Tensor();
   s.act_e = ctx.activation({R, F});
-  ops::swiglu_forward(s.act_e, s.gu_e, nullptr,
-                      casts_ahead(ctx) ? fp8_grouped::row_amax_slot(fp8_, s.act_amax, R, ctx.device()) : nullptr);
+  ops::swiglu_forward(s.act_e, s.gu_e, nullptr, row_amax_slot(ctx, s.act_amax, R));
 }
 
 void MoeMlp::forward_experts(MicroBatchContext& ctx, State& s) {
@@ -179,9 +178,7 @@ void MoeMlp::forward_experts(MicroBatchContext& ctx, State& s) {
   if (exchanging()) {
     ep_->wait(s.ticket);
     s.x_e = ctx.activation({s.plan.recv_total, C});
-    ops::moe_permute(s.x_e, s.recv, s.plan.to_expert, 1,
-                     casts_ahead(ctx) ? fp8_grouped::row_amax_slot(fp8_, s.x_amax, s.plan.recv_total, ctx.device())
-                                      : nullptr);
+    ops::moe_permute(s.x_e, s.recv, s.plan.to_expert, 1, row_amax_slot(ctx, s.x_amax, s.plan.recv_total));
     s.e_offsets = s.plan.offsets;
   } else {
     s.x_e = s.rows;
@@ -190,8 +187,7 @@ void MoeMlp::forward_experts(MicroBatchContext& ctx, State& s) {
   run_experts(ctx, s);
   const int64_t R = s.x_e.dim(0);
   s.out_e = ctx.activation({R, C});
-  if (casts_ahead(ctx)) s.act_codes = fp8_grouped::cast_rows(fp8_, s.act_e, s.e_offsets, /*gradient=*/false, &s.act_amax);
-  s.act_amax = Tensor();
+  s.act_codes = cast_ahead(ctx, s.act_e, /*gradient=*/false, s.act_amax, s.e_offsets);
   const Tensor w_down = local_down();
   const ops::Fp8GroupedCodes w_codes = fp8_grouped::step_weight(fp8_, down_, w_down);
   fp8_grouped::forward(fp8_, s.out_e, s.act_e, w_down, s.e_offsets, &s.act_codes, &w_codes);
@@ -243,6 +239,16 @@ void MoeMlp::drop_hidden(State& s) {
 
 bool MoeMlp::casts_ahead(const MicroBatchContext& ctx) const { return ctx.training && fp8_grouped::casts_ahead(fp8_); }
 
+Tensor* MoeMlp::row_amax_slot(const MicroBatchContext& ctx, Tensor& slot, int64_t rows) const {
+  return casts_ahead(ctx) ? fp8_grouped::row_amax_slot(fp8_, slot, rows, ctx.device()) : nullptr;
+}
+
+ops::Fp8GroupedCodes MoeMlp::cast_ahead(const MicroBatchContext& ctx, const Tensor& x, bool gradient, Tensor& amax,
+                                        const Tensor& offsets) const {
+  const Tensor measured = std::exchange(amax, Tensor());
+  return casts_ahead(ctx) ? fp8_grouped::cast_rows(fp8_, x, offsets, gradient, &measured) : ops::Fp8GroupedCodes{};
+}
+
 // ---- backward --------------------------------------------------------------------------------
 
 void MoeMlp::backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy, Tensor dy_amax) {
@@ -252,9 +258,8 @@ void MoeMlp::backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy
   s.d_rows = ctx.activation({N * k, C});
   s.d_weights = ctx.fp32({N, k});
   // Without the exchange d_rows is d_out_e: its rows' amaxes measured for the FP8 cast.
-  Tensor* d_rows_amax =
-      casts_ahead(ctx) && !exchanging() ? fp8_grouped::row_amax_slot(fp8_, s.d_out_amax, N * k, ctx.device()) : nullptr;
-  ops::moe_unpermute_backward(s.d_rows, s.d_weights, dy, s.rows_out, s.weights, s.row_of, d_rows_amax);
+  ops::moe_unpermute_backward(s.d_rows, s.d_weights, dy, s.rows_out, s.weights, s.row_of,
+                              exchanging() ? nullptr : row_amax_slot(ctx, s.d_out_amax, N * k));
   s.rows_out = Tensor();
   if (exchanging()) {
     s.recv = ctx.activation({s.plan.recv_total, C});
@@ -284,9 +289,7 @@ void MoeMlp::backward_experts(MicroBatchContext& ctx, State& s) {
   if (exchanging()) {
     ep_->wait(s.ticket);
     s.d_out_e = ctx.activation({s.plan.recv_total, C});
-    ops::moe_permute(s.d_out_e, s.recv, s.plan.to_expert, 1,
-                     casts_ahead(ctx) ? fp8_grouped::row_amax_slot(fp8_, s.d_out_amax, s.plan.recv_total, ctx.device())
-                                      : nullptr);
+    ops::moe_permute(s.d_out_e, s.recv, s.plan.to_expert, 1, row_amax_slot(ctx, s.d_out_amax, s.plan.recv_total));
   } else {
     s.d_out_e = s.d_rows;
   }
@@ -296,21 +299,16 @@ void MoeMlp::backward_experts(MicroBatchContext& ctx, State& s) {
   }
   const int64_t R = s.x_e.dim(0);
   Tensor d_act = ctx.activation({R, F});
-  if (casts_ahead(ctx))
-    s.d_out_codes = fp8_grouped::cast_rows(fp8_, s.d_out_e, s.e_offsets, /*gradient=*/true, &s.d_out_amax);
-  s.d_out_amax = Tensor();
+  s.d_out_codes = cast_ahead(ctx, s.d_out_e, /*gradient=*/true, s.d_out_amax, s.e_offsets);
   const Tensor w_down = local_down(), w_gu = local_gate_up();
   const ops::Fp8GroupedCodes down_codes = fp8_grouped::step_weight(fp8_, down_, w_down);
   fp8_grouped::backward_input(fp8_, d_act, s.d_out_e, w_down, s.e_offsets, &s.d_out_codes, &down_codes);
   s.d_out_codes.q = Tensor();
   s.d_gu_e = ctx.activation({R, 2 * F});
-  ops::swiglu_backward(s.d_gu_e, d_act, s.gu_e, nullptr,
-                       casts_ahead(ctx) ? fp8_grouped::row_amax_slot(fp8_, s.d_gu_amax, R, ctx.device()) : nullptr);
+  ops::swiglu_backward(s.d_gu_e, d_act, s.gu_e, nullptr, row_amax_slot(ctx, s.d_gu_amax, R));
   s.gu_e = Tensor();  // W needs act_e and x_e
   Tensor d_x = ctx.activation({R, C});
-  if (casts_ahead(ctx))
-    s.d_gu_codes = fp8_grouped::cast_rows(fp8_, s.d_gu_e, s.e_offsets, /*gradient=*/true, &s.d_gu_amax);
-  s.d_gu_amax = Tensor();
+  s.d_gu_codes = cast_ahead(ctx, s.d_gu_e, /*gradient=*/true, s.d_gu_amax, s.e_offsets);
   const ops::Fp8GroupedCodes gu_codes = fp8_grouped::step_weight(fp8_, gate_up_, w_gu);
   fp8_grouped::backward_input(fp8_, d_x, s.d_gu_e, w_gu, s.e_offsets, &s.d_gu_codes, &gu_codes);
   s.d_gu_codes.q = Tensor();

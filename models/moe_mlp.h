@@ -144,6 +144,13 @@ class MoeMlp {
   bool exchanging() const { return ep_ && ep_->size() > 1; }
   // Whether this pass casts the expert rows ahead (State's codes): training under tensorwise FP8.
   bool casts_ahead(const MicroBatchContext& ctx) const;
+  // Where the op writing a row tensor [rows, ·] leaves its rows' amaxes (`slot`), null where this pass
+  // does not cast ahead.
+  Tensor* row_amax_slot(const MicroBatchContext& ctx, Tensor& slot, int64_t rows) const;
+  // x cast ahead as an activation (gradient false) or a gradient, taking the rows' amaxes its writer
+  // left in `amax` (consumed either way); empty codes where this pass does not cast ahead.
+  ops::Fp8GroupedCodes cast_ahead(const MicroBatchContext& ctx, const Tensor& x, bool gradient, Tensor& amax,
+                                  const Tensor& offsets) const;
   Tensor local_gate_up() const;  // [El, 2F, d] view of the working weights
   Tensor local_down() const;     // [El, d, F]
   void run_experts(MicroBatchContext& ctx, State& s);  // gu_e, act_e, out_e from x_e
