@@ -6,7 +6,9 @@
 //   2. scales: s[g] = 1 / fp8_quant_factor(amax[g]) for every expert (empty ones too: a weight
 //      gradient of an expert without rows multiplies its zero sums by a finite scale);
 //   3. codes: fp8(x·r[g]), either by the same blocks into a code tensor of x's shape, or transposed
-//      by 64 × 64 tiles through shared memory (the tensor-core kernel's layouts).
+//      (the tensor-core kernel's layouts): with vectors, 8 × 8 pieces transposed in each thread's
+//      registers (and the row codes written in the same pass where both layouts are asked for);
+//      element by element, 64 × 64 tiles through shared memory.
 // Passes 1 and 3 move 8 elements a load where the columns allow (cols a multiple of 8, x 16-byte
 // aligned: every shape the models run), one element otherwise.
 #include <vector>
@@ -120,7 +122,7 @@ __global__ void __launch_bounds__(kThreads) segment_cast_vec_kernel(const T* __r
   }
 }
 
-constexpr int kT = 64;  // transposing casts: 64 × 64 tiles
+constexpr int kT = 64;  // the element transposing cast: 64 × 64 tiles
 
 // Where a transposing cast's block writes: expert g's source rows [src0, src0 + n) become the
 // columns [j0, j0 + 64) ∩ [0, width) of dst (row stride ld), codes past n being zero.
@@ -132,15 +134,17 @@ struct TransposedTile {
   bool valid;
 };
 
-__device__ TransposedTile transposed_tile(const Segments& s, const CodeLayout& l, unsigned char* q) {
+// tile_rows: the source rows a block takes (a divisor of the experts' 128-row padding: 64 for the
+// element kernel, CastTile::kRows for the vector one).
+__device__ TransposedTile transposed_tile(const Segments& s, const CodeLayout& l, unsigned char* q, int tile_rows) {
   TransposedTile t{};
   if (!s.offsets) {  // w[g] [O, I] → [I, O]
     t.g = blockIdx.z;
-    t.src0 = t.g * s.O, t.n = s.O, t.width = s.O, t.j0 = int64_t{blockIdx.y} * kT;
+    t.src0 = t.g * s.O, t.n = s.O, t.width = s.O, t.j0 = int64_t{blockIdx.y} * tile_rows;
     t.dst = q + t.g * s.cols * s.O, t.ld = s.O;
   } else {
     const int32_t* po = l.padded_offsets;
-    const int64_t pos = int64_t{blockIdx.y} * kT;  // po[g] are multiples of 128: one expert per block
+    const int64_t pos = int64_t{blockIdx.y} * tile_rows;  // po[g] are multiples of 128: one expert per block
     if (pos >= po[s.G]) return t;
     const int g = last_start_at_or_before(po, s.G, pos);
     int64_t r0, r1;
@@ -159,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) segment_cast_transposed_kernel(const
                                                                            CodeLayout l, const unsigned* amax,
                                                                            Fp8Format f, unsigned char* q) {
   __shared__ unsigned char tile[kT][kT + 4];
-  const TransposedTile t = transposed_tile(s, l, q);
+  const TransposedTile t = transposed_tile(s, l, q, kT);
   if (!t.valid) return;  // the whole block
   const float r = fp8_quant_factor(__uint_as_float(amax[t.g]), fp8_largest(f));
   const int64_t c0 = int64_t{blockIdx.x} * kT;
@@ -175,53 +179,102 @@ __global__ void __launch_bounds__(kThreads) segment_cast_transposed_kernel(const
   }
 }
 
-// The transposing cast with vectors: each thread reads 8 columns of a source row (a 16-byte load of
-// bf16) and writes 16 codes of a destination row (one 16-byte store) where the destination's row
-// stride is a multiple of 16 and the 16 codes lie inside the expert's width; else byte by byte. For
-// cols a multiple of 8 and x 16-byte aligned, as the vector kernels above. q_rows (may be null): the
-// same codes in x's own layout too, so that one pass over x gives both (moe_grouped_fp8_cast).
+// Codes of an 8 × 8 byte block transposed in registers: in[p] holds row p's 8 codes (byte k of the
+// pair = column k), out[k] column k's (byte p = row p). Four 4 × 4 transposes of 32-bit words.
+__device__ __forceinline__ void transpose_8x8(const uint2 (&in)[8], uint2 (&out)[8]) {
+  // a[0..3] rows of a 4 × 4 block (byte j = column j) → column j's four bytes.
+  auto t4 = [](unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned (&c)[4]) {
+    const unsigned t0 = __byte_perm(a0, a1, 0x5140), t1 = __byte_perm(a0, a1, 0x7362);
+    const unsigned t2 = __byte_perm(a2, a3, 0x5140), t3 = __byte_perm(a2, a3, 0x7362);
+    c[0] = __byte_perm(t0, t2, 0x5410), c[1] = __byte_perm(t0, t2, 0x7632);
+    c[2] = __byte_perm(t1, t3, 0x5410), c[3] = __byte_perm(t1, t3, 0x7632);
+  };
+  unsigned top_lo[4], top_hi[4], bot_lo[4], bot_hi[4];
+  t4(in[0].x, in[1].x, in[2].x, in[3].x, top_lo);  // rows 0-3, columns 0-3
+  t4(in[0].y, in[1].y, in[2].y, in[3].y, top_hi);  // rows 0-3, columns 4-7
+  t4(in[4].x, in[5].x, in[6].x, in[7].x, bot_lo);  // rows 4-7, columns 0-3
+  t4(in[4].y, in[5].y, in[6].y, in[7].y, bot_hi);  // rows 4-7, columns 4-7
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    out[k] = make_uint2(top_lo[k], bot_lo[k]);
+    out[k + 4] = make_uint2(top_hi[k], bot_hi[k]);
+  }
+}
+
+// The transposing cast with vectors, without shared memory: a thread takes 8 source rows × 8
+// columns, loaded as 8 vectors (all 8 in flight where the rows exist: a 16-byte load of bf16 each),
+// cast, transposed in registers (transpose_8x8) and stored as 8 codes down each of its 8 destination
+// rows (8-byte stores where the destination's row stride is a multiple of 8 and the 8 codes lie
+// inside the expert's width; else byte by byte). A warp's lanes: kGroups groups of 8 rows
+// (lane % kGroups) by 32 / kGroups groups of 8 columns (lane / kGroups); a block of 8 warps side by
+// side along the columns. kGroups = 4 (RegTile: 32 rows × 512 columns a block): a warp's loads of one
+// source row cover 128 contiguous bytes, its stores of one destination row 32 (a whole sector).
+// Measured on one H200 at the 2B MoE's shapes against 64 × 64 tiles through shared memory (2 vectors a
+// thread) and against 8, 16 groups: docs/kernels.md, "FP8 training v7". q_rows (may be null): the
+// same codes in x's own layout too, so that one pass over x gives both (moe_grouped_fp8_cast). For
+// cols a multiple of 8 and x 16-byte aligned, as the vector kernels above.
+template <int kGroups>
+struct RegTile {
+  static constexpr int kRows = kV * kGroups;                 // source rows a block takes
+  static constexpr int kWarpCols = kV * (32 / kGroups);      // columns a warp takes
+  static constexpr int kCols = kWarpCols * (kThreads / 32);  // columns a block takes
+};
+constexpr int kGroups = 4;
+using CastTile = RegTile<kGroups>;
+
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     segment_cast_transposed_vec_kernel(const T* __restrict__ x, Segments s, CodeLayout l, const unsigned* amax,
                                        Fp8Format f, unsigned char* q, unsigned char* q_rows) {
-  // [source row][source column]; a row stride of 68 bytes spreads the 16-row reads of the store
-  // loop over the banks (a multiple of 8 would put every fourth reader in one bank)
-  __shared__ __align__(16) unsigned char tile[kT][kT + 4];
-  const TransposedTile t = transposed_tile(s, l, q);
-  if (!t.valid) return;
+  const TransposedTile t = transposed_tile(s, l, q, CastTile::kRows);
+  if (!t.valid) return;  // no barrier in this kernel: threads leave as they finish
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t c = int64_t{blockIdx.x} * CastTile::kCols + warp * CastTile::kWarpCols + (lane / kGroups) * kV;
+  const int64_t j = t.j0 + (lane % kGroups) * kV;  // the first of its rows, in the expert's (or weight's)
+  if (c >= s.cols || j >= t.width) return;
   const float r = fp8_quant_factor(__uint_as_float(amax[t.g]), fp8_largest(f));
-  const int64_t c0 = int64_t{blockIdx.x} * kT;
-  constexpr int kChunks = kT / kV;  // vectors per source row of the tile
-  for (int v = threadIdx.x; v < kT * kChunks; v += kThreads) {
-    const int i = v / kChunks, cc = (v % kChunks) * kV;
-    const int64_t j = t.j0 + i, c = c0 + cc;
-    uint2 codes = make_uint2(0, 0);
-    if (j < t.n && c < s.cols) {
-      float vals[kV];
-      load_vec<kV>(x + (t.src0 + j) * s.cols + c, vals);
-      unsigned char* b = reinterpret_cast<unsigned char*>(&codes);
+  const T* src = x + (t.src0 + j) * s.cols + c;
+  float v[kV][kV];
+  if (j + kV <= t.n) {
 #pragma unroll
-      for (int k = 0; k < kV; ++k) b[k] = fp8_code(vals[k], r, f);
-      if (q_rows) *reinterpret_cast<uint2*>(q_rows + (t.src0 + j) * s.cols + c) = codes;
+    for (int p = 0; p < kV; ++p) load_vec<kV>(src + p * s.cols, v[p]);
+  } else {
+#pragma unroll
+    for (int p = 0; p < kV; ++p) {
+      if (j + p < t.n) {
+        load_vec<kV>(src + p * s.cols, v[p]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kV; ++k) v[p][k] = 0.0f;
+      }
     }
-    reinterpret_cast<unsigned*>(&tile[i][cc])[0] = codes.x;
-    reinterpret_cast<unsigned*>(&tile[i][cc])[1] = codes.y;
   }
-  __syncthreads();
-  constexpr int kOut = 16;  // codes per store
-  for (int v = threadIdx.x; v < kT * (kT / kOut); v += kThreads) {
-    const int ci = v / (kT / kOut), jj = (v % (kT / kOut)) * kOut;
-    const int64_t c = c0 + ci, j = t.j0 + jj;
-    if (c >= s.cols) continue;
-    unsigned char* dst = t.dst + c * t.ld + j;
-    if (t.ld % kOut == 0 && j + kOut <= t.width) {
-      uint4 out;
-      unsigned char* b = reinterpret_cast<unsigned char*>(&out);
+  uint2 codes[kV];
 #pragma unroll
-      for (int k = 0; k < kOut; ++k) b[k] = tile[jj + k][ci];
-      *reinterpret_cast<uint4*>(dst) = out;
+  for (int p = 0; p < kV; ++p) {
+    codes[p] = make_uint2(0, 0);  // rows past the expert's: zero codes
+    unsigned char* b = reinterpret_cast<unsigned char*>(&codes[p]);
+    if (j + p < t.n) {
+#pragma unroll
+      for (int k = 0; k < kV; ++k) b[k] = fp8_code(v[p][k], r, f);
+    }
+  }
+  if (q_rows) {
+#pragma unroll
+    for (int p = 0; p < kV; ++p)
+      if (j + p < t.n) *reinterpret_cast<uint2*>(q_rows + (t.src0 + j + p) * s.cols + c) = codes[p];
+  }
+  uint2 cols[kV];
+  transpose_8x8(codes, cols);
+  const bool whole = t.ld % kV == 0 && j + kV <= t.width;
+#pragma unroll
+  for (int k = 0; k < kV; ++k) {
+    unsigned char* dst = t.dst + (c + k) * t.ld + j;
+    if (whole) {
+      *reinterpret_cast<uint2*>(dst) = cols[k];
     } else {
-      for (int k = 0; k < kOut && j + k < t.width; ++k) dst[k] = tile[jj + k][ci];
+      const unsigned char* b = reinterpret_cast<const unsigned char*>(&cols[k]);
+      for (int p = 0; p < kV && j + p < t.width; ++p) dst[p] = b[p];
     }
   }
 }
@@ -261,8 +314,10 @@ dim3 rows_grid(const Segments& s) {
                    : dim3(static_cast<unsigned>((s.O + kRows - 1) / kRows), static_cast<unsigned>(s.G));
 }
 
-dim3 transposed_grid(const Segments& s, const CodeLayout& l) {
-  return dim3(static_cast<unsigned>((s.cols + kT - 1) / kT), static_cast<unsigned>(s.offsets ? l.Rp / kT : (s.O + kT - 1) / kT),
+// A transposing cast's blocks: `cols_per_block` source columns by `tile_rows` source rows each.
+dim3 transposed_grid(const Segments& s, const CodeLayout& l, int tile_rows, int64_t cols_per_block) {
+  return dim3(static_cast<unsigned>((s.cols + cols_per_block - 1) / cols_per_block),
+              static_cast<unsigned>(s.offsets ? l.Rp / tile_rows : (s.O + tile_rows - 1) / tile_rows),
               static_cast<unsigned>(s.offsets ? 1 : s.G));
 }
 
@@ -308,12 +363,16 @@ void cast_rows(const T* px, bool vec, const Segments& s, const unsigned* pa, Fp8
 template <class T>
 void cast_transposed(const T* px, bool vec, const Segments& s, const CodeLayout& l, const unsigned* pa, Fp8Format f,
                      unsigned char* q, unsigned char* q_rows, cudaStream_t stream) {
-  const dim3 grid = transposed_grid(s, l);
-  if (!nonempty(grid)) return;
-  if (vec)
-    segment_cast_transposed_vec_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, l, pa, f, q, q_rows);
-  else
+  if (!vec) {
+    const dim3 grid = transposed_grid(s, l, kT, kT);
+    if (!nonempty(grid)) return;
     segment_cast_transposed_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, l, pa, f, q);
+    TETRA_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const dim3 grid = transposed_grid(s, l, CastTile::kRows, CastTile::kCols);
+  if (!nonempty(grid)) return;
+  segment_cast_transposed_vec_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, l, pa, f, q, q_rows);
   TETRA_CUDA_CHECK_LAUNCH();
 }
 

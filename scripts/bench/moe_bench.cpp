@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda_graph.h"
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/moe_grouped_fp8.h"
@@ -291,6 +292,32 @@ void bench_fp8_ahead(Layer& L, const std::string& how, int reps) {
   print({{"bench", "moe_fp8_ahead"}, {"routing", how}, {"layer_ms", ms}, {"row_casts_ms", cast_ms}});
 }
 
+// Each grouped cast as the layer makes it (ops::moe_grouped_fp8_cast, both layouts): the row tensors
+// with their rows' amaxes given (the producers measure them; 0x3f3f3f3f, ≈ 0.75, stands in), so
+// one pass reading x and writing two codes; the stacked weights with their own amax pass. Lines
+// bench moe_fp8_cast: us, and the byte floor at kPeakBytes (rows: 2 + 1 + 1 bytes an element; weights
+// 2 more for the amax pass) as a share.
+void bench_fp8_casts(Layer& L, const std::string& how, int reps) {
+  const ops::Fp8Cast act{ops::Fp8Scaling::Tensorwise, DType::F8E4M3}, grad{ops::Fp8Scaling::Tensorwise, DType::F8E5M2};
+  Tensor row_amax = Tensor::empty({L.R}, DType::U32, gpu());
+  TETRA_CUDA_CHECK(cudaMemset(row_amax.data_ptr(), 0x3f, row_amax.nbytes()));
+  auto one = [&](const char* what, const Tensor& x, ops::Fp8Cast c, bool rows) {
+    const double ms = time_ms([&] {
+      ops::Fp8GroupedCodes codes;
+      ops::moe_grouped_fp8_cast(codes, x, c, rows ? &L.offsets : nullptr, rows ? &row_amax : nullptr);
+    }, reps);
+    const double bytes = static_cast<double>(x.numel()) * (rows ? 4.0 : 6.0);
+    print({{"bench", "moe_fp8_cast"}, {"routing", how}, {"tensor", what}, {"shape", shape_str(x.shape())},
+           {"us", ms * 1e3}, {"floor_us", bytes / kPeakBytes * 1e6}, {"of_floor", bytes / kPeakBytes / (ms * 1e-3)}});
+  };
+  one("x_e", L.xs, act, true);
+  one("act_e", L.h, act, true);
+  one("d_out_e", L.d_out, grad, true);
+  one("d_gu_e", L.dgu, grad, true);
+  one("w_gate_up", L.w_gu, act, false);
+  one("w_down", L.w_down, act, false);
+}
+
 // The six grouped GEMMs of the layer in FP8 (runtime/ops.h moe_grouped_fp8_*, tensorwise: E4M3
 // activations and weights, E5M2 gradients; each call casts its operands per expert, as a training
 // step does), with the bf16 operands and outputs of the bf16 rows, and their sum (moe_gemm_sum).
@@ -328,6 +355,7 @@ void bench_fp8_gemms(Layer& L, const std::string& how, double load, int reps) {
          {"gemm_floor_ms", floor}, {"gemm_tflops", floor / ms * kPeakFlops / 1e12}});
   bench_fp8_split(L, how, reps);
   bench_fp8_ahead(L, how, reps);
+  bench_fp8_casts(L, how, reps);
 }
 
 void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::GroupedGemmImpl>& impls, bool fp8,
