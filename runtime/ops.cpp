@@ -134,23 +134,17 @@ void attention_decode(Tensor& out, const Tensor& cache, int64_t length, int64_t 
 void rope_backward(Tensor& dqkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope) {
   TETRA_DISPATCH(dqkv.device(), rope_backward, dqkv, n_heads, n_kv_heads, rope);
 }
-// The rows of a [..., C] tensor: every dimension but the last.
-static int64_t leading_rows(const Tensor& t) {
-  int64_t rows = 1;
-  for (int64_t i = 0; i + 1 < t.ndim(); ++i) rows *= t.dim(i);
-  return rows;
-}
 
 void swiglu_forward(Tensor& h, const Tensor& gate_up, Tensor* amax, Tensor* row_amax) {
   check_same_device("swiglu_forward", {&h, &gate_up, amax, row_amax});
   if (amax) fp8_check_amax_out("swiglu_forward", *amax);
-  if (row_amax) fp8_check_row_amax("swiglu_forward", *row_amax, leading_rows(gate_up));
+  if (row_amax) fp8_check_row_amax("swiglu_forward", *row_amax, rows_of(gate_up));
   TETRA_DISPATCH(h.device(), swiglu_forward, h, gate_up, amax, row_amax);
 }
 void swiglu_backward(Tensor& d_gate_up, const Tensor& dh, const Tensor& gate_up, Tensor* amax, Tensor* row_amax) {
   check_same_device("swiglu_backward", {&d_gate_up, &dh, &gate_up, amax, row_amax});
   if (amax) fp8_check_amax_out("swiglu_backward", *amax);
-  if (row_amax) fp8_check_row_amax("swiglu_backward", *row_amax, leading_rows(gate_up));
+  if (row_amax) fp8_check_row_amax("swiglu_backward", *row_amax, rows_of(gate_up));
   TETRA_DISPATCH(d_gate_up.device(), swiglu_backward, d_gate_up, dh, gate_up, amax, row_amax);
 }
 void moe_router_forward(Tensor& expert_ids, Tensor& weights, Tensor& counts, const Tensor& logits, const Tensor& bias,

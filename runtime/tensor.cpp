@@ -162,4 +162,16 @@ void check_disjoint(const char* op, const char* what, const Tensor& out, const T
     TETRA_FAIL(Internal, op, ": ", what, " ", in.describe(), " shares memory with the output ", out.describe());
 }
 
+Shape leading_shape(const Tensor& t) {
+  if (t.ndim() == 0) return {};
+  return Shape(t.shape().begin(), t.shape().end() - 1);
+}
+
+int64_t rows_of(const Tensor& t) { return shape_numel(leading_shape(t)); }
+
+Shape with_last(Shape lead, int64_t last) {
+  lead.push_back(last);
+  return lead;
+}
+
 }  // namespace tetra

@@ -107,4 +107,11 @@ void check_same_or_disjoint(const char* op, const char* what, const Tensor& out,
 // `in` must not share any memory with `out` (an input read after the output is written).
 void check_disjoint(const char* op, const char* what, const Tensor& out, const Tensor& in);
 
+// A [..., F] tensor seen as rows of F: its shape without the last dimension (the shape of per-row
+// values: mean, rstd, losses, row amaxes; [] for a scalar), and the row count (their product).
+Shape leading_shape(const Tensor& t);
+int64_t rows_of(const Tensor& t);
+// `lead` with one more trailing dimension.
+Shape with_last(Shape lead, int64_t last);
+
 }  // namespace tetra

@@ -19,15 +19,6 @@ inline void check_last_dim(const char* op, const char* what, const Tensor& t, in
     TETRA_FAIL(Internal, op, ": ", what, " must be [..., ", features, "], got ", t.describe());
 }
 
-// t.shape() without its last dimension: the shape of per-row values (mean, rstd, losses, ...).
-inline Shape leading_shape(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 1); }
-// `lead` with one more trailing dimension.
-inline Shape with_last(Shape lead, int64_t last) {
-  lead.push_back(last);
-  return lead;
-}
-// Rows of a [..., F] tensor: the product of every dimension but the last.
-inline int64_t rows_of(const Tensor& t) { return shape_numel(leading_shape(t)); }
 
 // Reads element i of a contiguous fp32 or bf16 tensor as fp32.
 class FloatReader {

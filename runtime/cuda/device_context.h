@@ -45,10 +45,6 @@ void check_cuda_float(const char* op, const char* what, const Tensor& t);
 // its bits, or null when not asked for.
 unsigned* start_amax(const char* op, Tensor* amax, cudaStream_t stream);
 
-// t.shape() without its last dimension (the per-row shape of a [..., F] tensor), and the row count.
-Shape leading_shape(const Tensor& t);
-Shape with_last(Shape lead, int64_t last);
-int64_t rows_of(const Tensor& t);
 // Fails unless t has at least one dimension and its last one is `features`.
 void check_last_dim(const char* op, const char* what, const Tensor& t, int64_t features);
 

@@ -109,18 +109,6 @@ unsigned* start_amax(const char* op, Tensor* amax, cudaStream_t stream) {
   return static_cast<unsigned*>(amax->data_ptr());
 }
 
-Shape leading_shape(const Tensor& t) {
-  if (t.ndim() == 0) return {};
-  return Shape(t.shape().begin(), t.shape().end() - 1);
-}
-
-Shape with_last(Shape lead, int64_t last) {
-  lead.push_back(last);
-  return lead;
-}
-
-int64_t rows_of(const Tensor& t) { return shape_numel(leading_shape(t)); }
-
 void check_last_dim(const char* op, const char* what, const Tensor& t, int64_t features) {
   if (!t.defined() || t.ndim() < 1 || t.dim(-1) != features)
     TETRA_FAIL(Internal, op, ": ", what, " must be [..., ", features, "], got ", t.describe());

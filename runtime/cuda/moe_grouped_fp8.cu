@@ -31,7 +31,7 @@ void check_operands(const char* op, const Tensor& c, const Tensor& a, ops::Fp8Ca
   }
 }
 
-Segments rows_of(const Tensor& x, const MoeGemmDims& d, const Tensor& offsets) {
+Segments row_segments(const Tensor& x, const MoeGemmDims& d, const Tensor& offsets) {
   Segments s;
   s.offsets = offsets.data<int32_t>();
   s.G = static_cast<int>(d.G);
@@ -96,7 +96,7 @@ GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c,
   } else if (p.fp8_transposed && kind == GroupedGemmKind::BackwardInput) {
     b_layout.transposed = true;
   }
-  const Segments a_segs = rows_of(a, d, offsets), b_segs = weight_kind ? rows_of(b, d, offsets) : weights_of(d);
+  const Segments a_segs = row_segments(a, d, offsets), b_segs = weight_kind ? row_segments(b, d, offsets) : weights_of(d);
   if (!from_codes(a_codes, a_layout, &call.qa)) call.qa = cast_segments(a, a_cast, a_segs, a_layout, dev, stream, op);
   if (!from_codes(b_codes, b_layout, &call.qb)) call.qb = cast_segments(b, b_cast, b_segs, b_layout, dev, stream, op);
   p.a = call.qa.q.data_ptr(), p.b = call.qb.q.data_ptr();
@@ -158,7 +158,7 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
   cudaStream_t stream = stream_of(dev);
   const MoeGemmDims d = offsets ? MoeGemmDims{offsets->numel() - 1, x.dim(0), 0, 0}
                                 : MoeGemmDims{x.dim(0), 0, x.dim(1), x.dim(2)};
-  const Segments s = offsets ? rows_of(x, d, *offsets) : weights_of(d);
+  const Segments s = offsets ? row_segments(x, d, *offsets) : weights_of(d);
   CodeLayout t{true, nullptr, 0};
   Tensor po;
   if (offsets) {
