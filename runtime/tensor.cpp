@@ -125,6 +125,11 @@ void check_shape(const char* op, const char* what, const Tensor& t, const Shape&
     TETRA_FAIL(Internal, op, ": ", what, " must be ", shape_str(want), ", got ", t.describe());
 }
 
+void check_last_dim(const char* op, const char* what, const Tensor& t, int64_t features) {
+  if (!t.defined() || t.ndim() < 1 || t.dim(-1) != features)
+    TETRA_FAIL(Internal, op, ": ", what, " must be [..., ", features, "], got ", t.describe());
+}
+
 void check_dtype(const char* op, const char* what, const Tensor& t, DType want) {
   if (!t.defined() || t.dtype() != want)
     TETRA_FAIL(Internal, op, ": ", what, " must be ", dtype_name(want), ", got ", t.describe());

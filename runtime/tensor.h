@@ -106,6 +106,8 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> ts);
 void check_same_or_disjoint(const char* op, const char* what, const Tensor& out, const Tensor& in);
 // `in` must not share any memory with `out` (an input read after the output is written).
 void check_disjoint(const char* op, const char* what, const Tensor& out, const Tensor& in);
+// Fails unless t is defined with at least one dimension and its last dimension is `features`.
+void check_last_dim(const char* op, const char* what, const Tensor& t, int64_t features);
 
 // A [..., F] tensor seen as rows of F: its shape without the last dimension (the shape of per-row
 // values: mean, rstd, losses, row amaxes; [] for a scalar), and the row count (their product).

@@ -13,13 +13,6 @@ inline void check_float(const char* op, const char* what, const Tensor& t) {
     TETRA_FAIL(Internal, op, ": ", what, " must be fp32 or bf16, got ", t.describe());
 }
 
-// Fails unless t is defined with at least one dimension and its last dimension is `features`.
-inline void check_last_dim(const char* op, const char* what, const Tensor& t, int64_t features) {
-  if (!t.defined() || t.ndim() < 1 || t.dim(-1) != features)
-    TETRA_FAIL(Internal, op, ": ", what, " must be [..., ", features, "], got ", t.describe());
-}
-
-
 // Reads element i of a contiguous fp32 or bf16 tensor as fp32.
 class FloatReader {
  public:

@@ -45,8 +45,6 @@ void check_cuda_float(const char* op, const char* what, const Tensor& t);
 // its bits, or null when not asked for.
 unsigned* start_amax(const char* op, Tensor* amax, cudaStream_t stream);
 
-// Fails unless t has at least one dimension and its last one is `features`.
-void check_last_dim(const char* op, const char* what, const Tensor& t, int64_t features);
 
 // An optional tensor argument (pointer that may be null or point to an undefined tensor).
 inline bool given(const Tensor* t) { return t != nullptr && t->defined(); }

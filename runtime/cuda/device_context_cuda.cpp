@@ -109,11 +109,6 @@ unsigned* start_amax(const char* op, Tensor* amax, cudaStream_t stream) {
   return static_cast<unsigned*>(amax->data_ptr());
 }
 
-void check_last_dim(const char* op, const char* what, const Tensor& t, int64_t features) {
-  if (!t.defined() || t.ndim() < 1 || t.dim(-1) != features)
-    TETRA_FAIL(Internal, op, ": ", what, " must be [..., ", features, "], got ", t.describe());
-}
-
 }  // namespace tetra::cuda
 
 namespace tetra {
