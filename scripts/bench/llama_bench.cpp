@@ -127,117 +127,119 @@ void linear(Step& step, const std::string& name, int64_t N, int64_t I, int64_t O
       io + 6.0 * double(O) * I, 0, o, [&] { ops::linear_backward_weight(dw32, nullptr, dy, x, true); });
 }
 
-int run_bench(const Options& o) {
-  const Llama m;
-  const int64_t B = o.batch, T = o.seq, N = B * T, L = o.layers, d = m.d, F = m.ffn, V = m.vocab;
+// RMSNorm: two per layer and the final one.
+void bench_rmsnorm(Step& step, const Llama& m, const Options& o) {
+  const int64_t N = o.batch * o.seq, L = o.layers, d = m.d;
   const DType bf = DType::BF16, f32 = DType::F32;
-  if (!bench::print_device({{"tokens", N}, {"layers", L}, {"reps", o.reps}})) return 1;
-  Step step;
+  Tensor x = random_device({N, d}, bf, 1.0, 1), w = random_device({d}, bf, 0.2, 2), y = Tensor::empty({N, d}, bf, gpu());
+  Tensor rstd = Tensor::empty({N}, f32, gpu()), dy = random_device({N, d}, bf, 1.0, 3);
+  Tensor dres = random_device({N, d}, bf, 1.0, 4), dw = Tensor::zeros({d}, f32, gpu());
+  const double act = 2.0 * double(N) * d;
+  run(step, "norm", "rmsnorm_forward", dims({N, d}), 0, 2 * act + 4.0 * N, 2 * L + 1, o,
+      [&] { ops::rmsnorm_forward(y, rstd, x, w, m.eps); });
+  run(step, "norm", "rmsnorm_backward (dresidual in place)", dims({N, d}), 0, 4 * act + 4.0 * N, 2 * L + 1, o,
+      [&] { ops::rmsnorm_backward(dres, dw, dy, x, w, rstd, false, &dres); });
+}
 
-  // ---- GEMMs: per layer QKV, o_proj (+ residual), gate/up, down (+ residual); the head once ----
-  linear(step, "qkv_proj", N, d, m.qkv(), false, L, o, 100);
-  linear(step, "o_proj", N, m.heads * m.head_dim, d, true, L, o, 200);
-  linear(step, "gate_up_proj", N, d, 2 * F, false, L, o, 300);
-  linear(step, "down_proj", N, F, d, true, L, o, 400);
-  linear(step, "lm_head", N, d, V, false, 1, o, 500);
+// RoPE on the q and k heads of qkv, forward and backward.
+void bench_rope(Step& step, const Llama& m, const Options& o) {
+  const int64_t B = o.batch, T = o.seq, N = B * T, L = o.layers;
+  const DType bf = DType::BF16;
+  Tensor qkv = random_device({B, T, m.qkv()}, bf, 1.0, 5);
+  const double bytes = 2.0 * 2.0 * double(N) * double((m.heads + m.kv_heads) * m.head_dim);
+  const std::string shape = dims({B, T, m.qkv()});
+  run(step, "rope", "rope_forward", shape, 0, bytes, L, o,
+      [&] { ops::rope_forward(qkv, m.heads, m.kv_heads, m.theta); });
+  run(step, "rope", "rope_backward", shape, 0, bytes, L, o,
+      [&] { ops::rope_backward(qkv, m.heads, m.kv_heads, m.theta); });
+}
 
-  // ---- RMSNorm: two per layer and the final one ----
-  {
-    Tensor x = random_device({N, d}, bf, 1.0, 1), w = random_device({d}, bf, 0.2, 2), y = Tensor::empty({N, d}, bf, gpu());
-    Tensor rstd = Tensor::empty({N}, f32, gpu()), dy = random_device({N, d}, bf, 1.0, 3);
-    Tensor dres = random_device({N, d}, bf, 1.0, 4), dw = Tensor::zeros({d}, f32, gpu());
-    const double act = 2.0 * double(N) * d;
-    run(step, "norm", "rmsnorm_forward", dims({N, d}), 0, 2 * act + 4.0 * N, 2 * L + 1, o,
-        [&] { ops::rmsnorm_forward(y, rstd, x, w, m.eps); });
-    run(step, "norm", "rmsnorm_backward (dresidual in place)", dims({N, d}), 0, 4 * act + 4.0 * N, 2 * L + 1, o,
-        [&] { ops::rmsnorm_backward(dres, dw, dy, x, w, rstd, false, &dres); });
-  }
+// Attention: cuDNN SDPA with grouped-query heads.
+void bench_attention(Step& step, const Llama& m, const Options& o) {
+  const int64_t B = o.batch, T = o.seq, L = o.layers, d = m.d;
+  const DType bf = DType::BF16, f32 = DType::F32;
+  Tensor qkv = random_device({B, T, m.qkv()}, bf, 1.0, 6), dout = random_device({B, T, d}, bf, 1.0, 7);
+  Tensor out = Tensor::empty({B, T, d}, bf, gpu()), lse = Tensor::empty({B, m.heads, T}, f32, gpu());
+  Tensor dqkv = Tensor::empty(qkv.shape(), bf, gpu());
+  const double bhttd = double(B) * m.heads * double(T) * double(T) * m.head_dim;  // causal half: ×2 per matmul
+  const std::string shape = dims({B, T, m.heads, m.kv_heads, m.head_dim});
+  run(step, "attention", "attention_forward", shape, 2.0 * bhttd, 0, L, o,
+      [&] { ops::attention_forward(out, lse, qkv, m.heads, m.kv_heads); });
+  run(step, "attention", "attention_backward", shape, 5.0 * bhttd, 0, L, o,
+      [&] { ops::attention_backward(dqkv, dout, qkv, out, lse, m.heads, m.kv_heads); });
+}
 
-  // ---- RoPE on the q and k heads of qkv, forward and backward ----
-  {
-    Tensor qkv = random_device({B, T, m.qkv()}, bf, 1.0, 5);
-    const double bytes = 2.0 * 2.0 * double(N) * double((m.heads + m.kv_heads) * m.head_dim);
-    const std::string shape = dims({B, T, m.qkv()});
-    run(step, "rope", "rope_forward", shape, 0, bytes, L, o,
-        [&] { ops::rope_forward(qkv, m.heads, m.kv_heads, m.theta); });
-    run(step, "rope", "rope_backward", shape, 0, bytes, L, o,
-        [&] { ops::rope_backward(qkv, m.heads, m.kv_heads, m.theta); });
-  }
+// SwiGLU on the [gate | up] projection.
+void bench_swiglu(Step& step, const Llama& m, const Options& o) {
+  const int64_t N = o.batch * o.seq, L = o.layers, F = m.ffn;
+  const DType bf = DType::BF16;
+  Tensor gu = random_device({N, 2 * F}, bf, 1.0, 8), h = Tensor::empty({N, F}, bf, gpu());
+  Tensor dh = random_device({N, F}, bf, 1.0, 9), dgu = Tensor::empty({N, 2 * F}, bf, gpu());
+  const double nf = 2.0 * double(N) * F;  // bytes of one bf16 [N, F]
+  run(step, "swiglu", "swiglu_forward", dims({N, 2 * F}), 0, 3 * nf, L, o, [&] { ops::swiglu_forward(h, gu); });
+  run(step, "swiglu", "swiglu_backward", dims({N, 2 * F}), 0, 5 * nf, L, o,
+      [&] { ops::swiglu_backward(dgu, dh, gu); });
+}
 
-  // ---- attention: cuDNN SDPA with grouped-query heads ----
-  {
-    Tensor qkv = random_device({B, T, m.qkv()}, bf, 1.0, 6), dout = random_device({B, T, d}, bf, 1.0, 7);
-    Tensor out = Tensor::empty({B, T, d}, bf, gpu()), lse = Tensor::empty({B, m.heads, T}, f32, gpu());
-    Tensor dqkv = Tensor::empty(qkv.shape(), bf, gpu());
-    const double bhttd = double(B) * m.heads * double(T) * double(T) * m.head_dim;  // causal half: ×2 per matmul
-    const std::string shape = dims({B, T, m.heads, m.kv_heads, m.head_dim});
-    run(step, "attention", "attention_forward", shape, 2.0 * bhttd, 0, L, o,
-        [&] { ops::attention_forward(out, lse, qkv, m.heads, m.kv_heads); });
-    run(step, "attention", "attention_backward", shape, 5.0 * bhttd, 0, L, o,
-        [&] { ops::attention_backward(dqkv, dout, qkv, out, lse, m.heads, m.kv_heads); });
-  }
+// The loss on bf16 logits [N, V] (no fp32 copy), gradient in place.
+void bench_loss(Step& step, const Llama& m, const Options& o) {
+  const int64_t N = o.batch * o.seq, V = m.vocab;
+  const DType bf = DType::BF16, f32 = DType::F32;
+  Tensor logits = random_device({N, V}, bf, 2.0, 10), losses = Tensor::empty({N}, f32, gpu());
+  Rng rng(11);
+  Tensor targets_host = Tensor::empty({N}, DType::I32);
+  for (int64_t i = 0; i < N; ++i) targets_host.data<int32_t>()[i] = static_cast<int32_t>(rng.below(uint64_t(V)));
+  Tensor targets = Tensor::empty({N}, DType::I32, gpu());
+  ops::copy(targets, targets_host);
+  // Floor: read the logits once, write the gradient once (this kernel reads them twice).
+  run(step, "loss", "softmax_cross_entropy (dlogits in place)", dims({N, V}), 0, 4.0 * double(N) * V, 1, o,
+      [&] { ops::softmax_cross_entropy(losses, &logits, logits, targets, 1.0f / float(N)); });
+}
 
-  // ---- SwiGLU on the [gate | up] projection ----
-  {
-    Tensor gu = random_device({N, 2 * F}, bf, 1.0, 8), h = Tensor::empty({N, F}, bf, gpu());
-    Tensor dh = random_device({N, F}, bf, 1.0, 9), dgu = Tensor::empty({N, 2 * F}, bf, gpu());
-    const double nf = 2.0 * double(N) * F;  // bytes of one bf16 [N, F]
-    run(step, "swiglu", "swiglu_forward", dims({N, 2 * F}), 0, 3 * nf, L, o, [&] { ops::swiglu_forward(h, gu); });
-    run(step, "swiglu", "swiglu_backward", dims({N, 2 * F}), 0, 5 * nf, L, o,
-        [&] { ops::swiglu_backward(dgu, dh, gu); });
-  }
+// Token embedding without positions.
+void bench_embedding(Step& step, const Llama& m, const Options& o) {
+  const int64_t B = o.batch, T = o.seq, N = B * T, d = m.d, V = m.vocab;
+  const DType bf = DType::BF16, f32 = DType::F32;
+  Tensor wte = random_device({V, d}, bf, 1.0, 12), y = Tensor::empty({B, T, d}, bf, gpu());
+  Tensor dwte = Tensor::zeros({V, d}, f32, gpu()), dy = random_device({B, T, d}, bf, 1.0, 13);
+  Rng rng(14);
+  Tensor ids_host = Tensor::empty({B, T}, DType::I32);
+  for (int64_t i = 0; i < N; ++i) ids_host.data<int32_t>()[i] = static_cast<int32_t>(rng.below(uint64_t(V)));
+  Tensor ids = Tensor::empty({B, T}, DType::I32, gpu());
+  ops::copy(ids, ids_host);
+  run(step, "embedding", "embedding_forward", dims({N, d}), 0, 4.0 * double(N) * d, 1, o,
+      [&] { ops::embedding_forward(y, ids, wte, Tensor(), T); });
+  run(step, "embedding", "embedding_backward (fp32 dwte)", dims({N, d}), 0, 2.0 * N * d + 8.0 * N * d, 1, o,
+      [&] { ops::embedding_backward(dwte, nullptr, dy, ids, T); });
+}
 
-  // ---- the loss on bf16 logits [N, V] (no fp32 copy), gradient in place ----
-  {
-    Tensor logits = random_device({N, V}, bf, 2.0, 10), losses = Tensor::empty({N}, f32, gpu());
-    Rng rng(11);
-    Tensor targets_host = Tensor::empty({N}, DType::I32);
-    for (int64_t i = 0; i < N; ++i) targets_host.data<int32_t>()[i] = static_cast<int32_t>(rng.below(uint64_t(V)));
-    Tensor targets = Tensor::empty({N}, DType::I32, gpu());
-    ops::copy(targets, targets_host);
-    // Floor: read the logits once, write the gradient once (this kernel reads them twice).
-    run(step, "loss", "softmax_cross_entropy (dlogits in place)", dims({N, V}), 0, 4.0 * double(N) * V, 1, o,
-        [&] { ops::softmax_cross_entropy(losses, &logits, logits, targets, 1.0f / float(N)); });
-  }
+// AdamW over every parameter (fp32 master, m, v; bf16 gradient and working copy).
+void bench_adamw(Step& step, const Llama& m, const Options& o) {
+  const int64_t L = o.layers, d = m.d, F = m.ffn, V = m.vocab;
+  const DType bf = DType::BF16, f32 = DType::F32;
+  const int64_t P = 2 * V * d + L * (d * m.qkv() + d * d + 3 * d * F + 2 * d) + d;
+  Tensor master = random_device({P}, f32, 0.02, 15), mom = Tensor::zeros({P}, f32, gpu());
+  Tensor var = Tensor::zeros({P}, f32, gpu()), grad = random_device({P}, bf, 1e-3, 16);
+  Tensor working = Tensor::empty({P}, bf, gpu());
+  ops::AdamWHyper h;
+  h.weight_decay = 0.1f;
+  run(step, "optimizer", "adamw_update (" + std::to_string(P) + " parameters)", dims({P}), 0, 28.0 * double(P), 1,
+      o, [&] { ops::adamw_update(master, grad, mom, var, h, &working); });
+  // optimizer.state_dtype bf16: m and v move 2 + 2 bytes each way instead of 4 + 4 (printed, not
+  // counted in the step).
+  Tensor mom16 = Tensor::zeros({P}, bf, gpu()), var16 = Tensor::zeros({P}, bf, gpu());
+  run(step, "optimizer", "adamw_update, bf16 moments (" + std::to_string(P) + " parameters)", dims({P}), 0,
+      20.0 * double(P), 0, o, [&] { ops::adamw_update(master, grad, mom16, var16, h, &working); });
+}
 
-  // ---- token embedding without positions ----
-  {
-    Tensor wte = random_device({V, d}, bf, 1.0, 12), y = Tensor::empty({B, T, d}, bf, gpu());
-    Tensor dwte = Tensor::zeros({V, d}, f32, gpu()), dy = random_device({B, T, d}, bf, 1.0, 13);
-    Rng rng(14);
-    Tensor ids_host = Tensor::empty({B, T}, DType::I32);
-    for (int64_t i = 0; i < N; ++i) ids_host.data<int32_t>()[i] = static_cast<int32_t>(rng.below(uint64_t(V)));
-    Tensor ids = Tensor::empty({B, T}, DType::I32, gpu());
-    ops::copy(ids, ids_host);
-    run(step, "embedding", "embedding_forward", dims({N, d}), 0, 4.0 * double(N) * d, 1, o,
-        [&] { ops::embedding_forward(y, ids, wte, Tensor(), T); });
-    run(step, "embedding", "embedding_backward (fp32 dwte)", dims({N, d}), 0, 2.0 * N * d + 8.0 * N * d, 1, o,
-        [&] { ops::embedding_backward(dwte, nullptr, dy, ids, T); });
-  }
-
-  // ---- AdamW over every parameter (fp32 master, m, v; bf16 gradient and working copy) ----
-  if (o.optimizer) {
-    const int64_t P = 2 * V * d + L * (d * m.qkv() + d * d + 3 * d * F + 2 * d) + d;
-    Tensor master = random_device({P}, f32, 0.02, 15), mom = Tensor::zeros({P}, f32, gpu());
-    Tensor var = Tensor::zeros({P}, f32, gpu()), grad = random_device({P}, bf, 1e-3, 16);
-    Tensor working = Tensor::empty({P}, bf, gpu());
-    ops::AdamWHyper h;
-    h.weight_decay = 0.1f;
-    run(step, "optimizer", "adamw_update (" + std::to_string(P) + " parameters)", dims({P}), 0, 28.0 * double(P), 1,
-        o, [&] { ops::adamw_update(master, grad, mom, var, h, &working); });
-    // optimizer.state_dtype bf16: m and v move 2 + 2 bytes each way instead of 4 + 4 (printed, not
-    // counted in the step).
-    Tensor mom16 = Tensor::zeros({P}, bf, gpu()), var16 = Tensor::zeros({P}, bf, gpu());
-    run(step, "optimizer", "adamw_update, bf16 moments (" + std::to_string(P) + " parameters)", dims({P}), 0,
-        20.0 * double(P), 0, o, [&] { ops::adamw_update(master, grad, mom16, var16, h, &working); });
-  }
-
-  // ---- the step ----
+// The step: the ops' times summed, against their floors.
+void print_step(const Step& step, const Llama& m, const Options& o) {
+  const int64_t B = o.batch, T = o.seq, N = B * T, L = o.layers, d = m.d, F = m.ffn, V = m.vocab;
   const double flops_per_token = 6.0 * double(2 * V * d + L * (d * m.qkv() + d * d + 3 * d * F) - V * d) +
                                  12.0 * double(L) * d * double(T);
   nlohmann::json kinds;
   for (const auto& [k, ms] : step.ms_by_kind)
-    kinds[k] = {{"ms", ms}, {"floor_ms", step.floor_by_kind[k]}, {"share", ms / step.ms}};
+    kinds[k] = {{"ms", ms}, {"floor_ms", step.floor_by_kind.at(k)}, {"share", ms / step.ms}};
   const double tok_s = double(N) / (step.ms * 1e-3);
   print({{"bench", "llama_step"},
          {"tokens", N},
@@ -250,6 +252,31 @@ int run_bench(const Options& o) {
          {"kinds", kinds},
          {"note", "sum of the ops of one step of one micro-batch, each timed alone; no host overhead, "
                   "no communication, no CUDA-graph or overlap effects"}});
+}
+
+int run_bench(const Options& o) {
+  const Llama m;
+  const int64_t B = o.batch, T = o.seq, N = B * T, L = o.layers, d = m.d, F = m.ffn, V = m.vocab;
+  if (!bench::print_device({{"tokens", N}, {"layers", L}, {"reps", o.reps}})) return 1;
+  Step step;
+
+  // ---- GEMMs: per layer QKV, o_proj (+ residual), gate/up, down (+ residual); the head once ----
+  linear(step, "qkv_proj", N, d, m.qkv(), false, L, o, 100);
+  linear(step, "o_proj", N, m.heads * m.head_dim, d, true, L, o, 200);
+  linear(step, "gate_up_proj", N, d, 2 * F, false, L, o, 300);
+  linear(step, "down_proj", N, F, d, true, L, o, 400);
+  linear(step, "lm_head", N, d, V, false, 1, o, 500);
+
+  bench_rmsnorm(step, m, o);
+  bench_rope(step, m, o);
+  bench_attention(step, m, o);
+  bench_swiglu(step, m, o);
+  bench_loss(step, m, o);
+  bench_embedding(step, m, o);
+
+  if (o.optimizer) bench_adamw(step, m, o);
+
+  print_step(step, m, o);
   return 0;
 }
 

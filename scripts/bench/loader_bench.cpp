@@ -185,73 +185,73 @@ uint64_t splitmix64(uint64_t& x) {
   return z ^ (z >> 31);
 }
 
-}  // namespace
+constexpr int64_t kAlign = 4096;
 
-nlohmann::json run_random_read_bench(const RandomReadOptions& b) {
-  TETRA_CHECK(b.threads > 0 && b.seq_len > 0 && (b.seconds > 0 || b.max_gb > 0), "random-read bench: threads ",
-              b.threads, ", seq_len ", b.seq_len, ", seconds ", b.seconds, ", max_gb ", b.max_gb);
-  constexpr int64_t kAlign = 4096;
-  CorpusOptions co;
-  co.train.sources.push_back({b.files, 1.0});
-  co.seq_len = b.seq_len;
-  const Corpus corpus(co);  // expands the globs and gives the token width
-  const int64_t width = corpus.shards().front()->width;
-  const int64_t window_bytes = (b.seq_len + 1) * width;
-  const int64_t request = (window_bytes + kAlign - 1) / kAlign * kAlign;
-
-  // Every file and the 4 KiB-aligned request offsets it offers; a request picks one uniformly.
+// Every file and the 4 KiB-aligned request offsets it offers (a request picks one uniformly), open
+// for O_DIRECT reads where the file system takes them, else buffered with its pages dropped.
+struct ReadTargets {
   struct File {
     std::string path;
     int fd = -1;
     int64_t offsets = 0;  // aligned starts with a whole request inside the file
   };
-  struct Files : std::vector<File> {
-    void close_all() {
-      for (File& f : *this)
-        if (f.fd >= 0) ::close(f.fd), f.fd = -1;
-    }
-    ~Files() { close_all(); }
-  } files;
+  std::vector<File> files;
   std::vector<int64_t> cumulative;  // offsets of files [0, i]
   int64_t total_offsets = 0, file_bytes = 0;
   bool direct = true;
-  for (const auto& sh : corpus.shards()) {
-    struct stat st {};
-    TETRA_CHECK(::stat(sh->path.c_str(), &st) == 0, "cannot stat ", sh->path);
-    file_bytes += static_cast<int64_t>(st.st_size);
-    const int64_t n = static_cast<int64_t>(st.st_size) >= request ? (st.st_size - request) / kAlign + 1 : 0;
-    if (n == 0) continue;
-    files.push_back({sh->path, -1, n});
-    total_offsets += n;
-    cumulative.push_back(total_offsets);
-  }
-  TETRA_CHECK(total_offsets > 0, "random-read bench: no file holds one request of ", request, " bytes");
 
-  auto open_all = [&](int flags) {
+  ReadTargets() = default;
+  ReadTargets(const ReadTargets&) = delete;
+  ReadTargets& operator=(const ReadTargets&) = delete;
+  ~ReadTargets() { close_all(); }
+  void close_all() {
+    for (File& f : files)
+      if (f.fd >= 0) ::close(f.fd), f.fd = -1;
+  }
+  int open_all(int flags) {
     for (File& f : files)
       if ((f.fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC | flags)) < 0) return errno;
     return 0;
-  };
-  int err = open_all(O_DIRECT);
+  }
+};
+
+void open_read_targets(const Corpus& corpus, int64_t request, ReadTargets& t) {
+  for (const auto& sh : corpus.shards()) {
+    struct stat st {};
+    TETRA_CHECK(::stat(sh->path.c_str(), &st) == 0, "cannot stat ", sh->path);
+    t.file_bytes += static_cast<int64_t>(st.st_size);
+    const int64_t n = static_cast<int64_t>(st.st_size) >= request ? (st.st_size - request) / kAlign + 1 : 0;
+    if (n == 0) continue;
+    t.files.push_back({sh->path, -1, n});
+    t.total_offsets += n;
+    t.cumulative.push_back(t.total_offsets);
+  }
+  TETRA_CHECK(t.total_offsets > 0, "random-read bench: no file holds one request of ", request, " bytes");
+  int err = t.open_all(O_DIRECT);
   if (err == 0) {  // some file systems take O_DIRECT at open and refuse it at the first read
     void* probe = std::aligned_alloc(kAlign, static_cast<size_t>(request));
     TETRA_CHECK(probe != nullptr, "out of memory");
-    if (::pread(files[0].fd, probe, static_cast<size_t>(request), 0) < 0) err = errno;
+    if (::pread(t.files[0].fd, probe, static_cast<size_t>(request), 0) < 0) err = errno;
     std::free(probe);
   }
   if (err == EINVAL) {  // no O_DIRECT here (tmpfs, some overlays): buffered reads, pages dropped first
-    files.close_all();
-    direct = false;
-    err = open_all(0);
+    t.close_all();
+    t.direct = false;
+    err = t.open_all(0);
   }
-  if (err != 0) TETRA_FAIL(Data, "random-read bench: cannot read the files (", files[0].path, ", …): ", std::strerror(err));
-  if (!direct)
-    for (File& f : files) {
+  if (err != 0)
+    TETRA_FAIL(Data, "random-read bench: cannot read the files (", t.files[0].path, ", …): ", std::strerror(err));
+  if (!t.direct)
+    for (ReadTargets::File& f : t.files) {
       (void)::fdatasync(f.fd);
       (void)::posix_fadvise(f.fd, 0, 0, POSIX_FADV_DONTNEED);
       (void)::posix_fadvise(f.fd, 0, 0, POSIX_FADV_RANDOM);  // no read-ahead around each request
     }
+}
 
+// b.threads threads, each one request of `request` bytes at a time at uniformly random offsets, until
+// b.max_gb is read or b.seconds pass: every read's latency (µs) and the wall time (*wall, s).
+std::vector<float> read_randomly(const ReadTargets& t, int64_t request, const RandomReadOptions& b, double* wall) {
   const int64_t max_requests =
       b.max_gb > 0 ? std::max<int64_t>(1, static_cast<int64_t>(b.max_gb * 1e9 / static_cast<double>(request))) : INT64_MAX;
   const double deadline_s = b.seconds > 0 ? b.seconds : 1e30;
@@ -260,23 +260,24 @@ nlohmann::json run_random_read_bench(const RandomReadOptions& b) {
   std::vector<std::string> errors(static_cast<size_t>(b.threads));
   const double t0 = now_s();
   std::vector<std::thread> threads;
-  for (int t = 0; t < b.threads; ++t)
-    threads.emplace_back([&, t] {
+  for (int th = 0; th < b.threads; ++th)
+    threads.emplace_back([&, th] {
       void* buf = std::aligned_alloc(kAlign, static_cast<size_t>(request));
-      if (!buf) return void(errors[static_cast<size_t>(t)] = "out of memory");
-      uint64_t rng = 0x5eed0000ull + static_cast<uint64_t>(t);
-      std::vector<float>& lat = latency_us[static_cast<size_t>(t)];
+      if (!buf) return void(errors[static_cast<size_t>(th)] = "out of memory");
+      uint64_t rng = 0x5eed0000ull + static_cast<uint64_t>(th);
+      std::vector<float>& lat = latency_us[static_cast<size_t>(th)];
       lat.reserve(1 << 16);
       while (issued.fetch_add(1, std::memory_order_relaxed) < max_requests) {
-        const int64_t pick = static_cast<int64_t>(splitmix64(rng) % static_cast<uint64_t>(total_offsets));
-        const size_t i = static_cast<size_t>(std::upper_bound(cumulative.begin(), cumulative.end(), pick) - cumulative.begin());
-        const int64_t at = (pick - (i ? cumulative[i - 1] : 0)) * kAlign;
+        const int64_t pick = static_cast<int64_t>(splitmix64(rng) % static_cast<uint64_t>(t.total_offsets));
+        const size_t i =
+            static_cast<size_t>(std::upper_bound(t.cumulative.begin(), t.cumulative.end(), pick) - t.cumulative.begin());
+        const int64_t at = (pick - (i ? t.cumulative[i - 1] : 0)) * kAlign;
         const double r0 = now_s();
-        const ssize_t got = ::pread(files[i].fd, buf, static_cast<size_t>(request), static_cast<off_t>(at));
+        const ssize_t got = ::pread(t.files[i].fd, buf, static_cast<size_t>(request), static_cast<off_t>(at));
         const double r1 = now_s();
         if (got != static_cast<ssize_t>(request)) {
-          errors[static_cast<size_t>(t)] = files[i].path + " at byte " + std::to_string(at) + ": " +
-                                           (got < 0 ? std::strerror(errno) : "short read");
+          errors[static_cast<size_t>(th)] = t.files[i].path + " at byte " + std::to_string(at) + ": " +
+                                            (got < 0 ? std::strerror(errno) : "short read");
           break;
         }
         lat.push_back(static_cast<float>((r1 - r0) * 1e6));
@@ -284,13 +285,31 @@ nlohmann::json run_random_read_bench(const RandomReadOptions& b) {
       }
       std::free(buf);
     });
-  for (std::thread& th : threads) th.join();
-  const double wall = now_s() - t0;
+  for (std::thread& thread : threads) thread.join();
+  *wall = now_s() - t0;
   for (const std::string& e : errors)
     if (!e.empty()) TETRA_FAIL(Data, "random-read bench: ", e);
-
   std::vector<float> all;
   for (const auto& v : latency_us) all.insert(all.end(), v.begin(), v.end());
+  return all;
+}
+
+}  // namespace
+
+nlohmann::json run_random_read_bench(const RandomReadOptions& b) {
+  TETRA_CHECK(b.threads > 0 && b.seq_len > 0 && (b.seconds > 0 || b.max_gb > 0), "random-read bench: threads ",
+              b.threads, ", seq_len ", b.seq_len, ", seconds ", b.seconds, ", max_gb ", b.max_gb);
+  CorpusOptions co;
+  co.train.sources.push_back({b.files, 1.0});
+  co.seq_len = b.seq_len;
+  const Corpus corpus(co);  // expands the globs and gives the token width
+  const int64_t width = corpus.shards().front()->width;
+  const int64_t window_bytes = (b.seq_len + 1) * width;
+  const int64_t request = (window_bytes + kAlign - 1) / kAlign * kAlign;
+  ReadTargets targets;
+  open_read_targets(corpus, request, targets);
+  double wall = 0;
+  std::vector<float> all = read_randomly(targets, request, b, &wall);
   const int64_t reads = static_cast<int64_t>(all.size());
   TETRA_CHECK(reads > 0, "random-read bench: no read finished");
   double sum = 0;
@@ -299,11 +318,11 @@ nlohmann::json run_random_read_bench(const RandomReadOptions& b) {
   auto pct = [&](double q) { return all[std::min(all.size() - 1, static_cast<size_t>(q * static_cast<double>(all.size())))]; };
   const double iops = static_cast<double>(reads) / wall;
   return {{"mode", "random_read"},
-          {"method", direct ? "pread O_DIRECT, one request per thread at a time" :
-                              "buffered pread after POSIX_FADV_DONTNEED, POSIX_FADV_RANDOM (no O_DIRECT here)"},
-          {"direct", direct},
-          {"files", static_cast<int64_t>(files.size())},
-          {"file_bytes", file_bytes},
+          {"method", targets.direct ? "pread O_DIRECT, one request per thread at a time" :
+                                      "buffered pread after POSIX_FADV_DONTNEED, POSIX_FADV_RANDOM (no O_DIRECT here)"},
+          {"direct", targets.direct},
+          {"files", static_cast<int64_t>(targets.files.size())},
+          {"file_bytes", targets.file_bytes},
           {"threads", b.threads},
           {"window_bytes", window_bytes},
           {"request_bytes", request},

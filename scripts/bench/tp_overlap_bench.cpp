@@ -90,6 +90,97 @@ Result measure(CommScheduler& sched, const std::function<void()>& call, int reps
   return {worst[0], worst[1]};
 }
 
+// One primitive at one shape: the call, the same chunk GEMMs without communication, and the bytes of
+// the full [N, ·] tensor its collective moves.
+struct Case {
+  std::string name;
+  std::function<void()> call, compute_only;
+  int64_t bytes;
+};
+
+// The column-parallel primitives of a layer [in] → [out / tp] (w [out, in] this rank's rows), on n
+// tokens, m = n / tp per rank under sequence parallelism.
+std::vector<Case> column_cases(TpGroup& g, const Tensor& w, const Tensor& b, int64_t n, int64_t m, int tp, Device dev) {
+  const int64_t out = w.dim(0), in = w.dim(1);
+  Tensor x_shard = filled({m, in}, 0.5f, dev), xg = filled({n, in}, 0.5f, dev), y = filled({n, out}, 0, dev);
+  Tensor dy = filled({n, out}, 0.01f, dev), dx = filled({m, in}, 0, dev), dx_full = filled({n, in}, 0, dev);
+  Tensor dw = Tensor::empty({out, in}, DType::F32, dev), parts = filled({tp, m, in}, 0, dev);
+  std::vector<Case> cases;
+  cases.push_back(
+      {"all_gather_linear_forward",
+       [=, &g]() mutable { tp::all_gather_linear_forward(g, y, x_shard, w, b, ops::Activation::None, nullptr, &xg); },
+       [=]() mutable {
+         for (int q = 0; q < tp; ++q) {
+           Tensor yq = y.narrow(q * m, m);
+           ops::linear_forward(yq, xg.narrow(q * m, m), w, b);
+         }
+       },
+       n * in * 2});
+  cases.push_back({"linear_backward_input_reduce_scatter + wgrad",
+                   [=, &g]() mutable {
+                     tp::linear_backward_input_reduce_scatter(
+                         g, dx, dy, w, [&] { ops::linear_backward_weight(dw, nullptr, dy, xg, true); });
+                   },
+                   [=]() mutable {
+                     for (int q = 0; q < tp; ++q) {
+                       Tensor pq = parts.narrow(q, 1).view({m, in});
+                       ops::linear_backward_input(pq, dy.narrow(q * m, m), w);
+                     }
+                     ops::linear_backward_weight(dw, nullptr, dy, xg, true);
+                     ops::sum_partials(dx, parts, Tensor());
+                   },
+                   n * in * 2});
+  cases.push_back({"linear_backward_input_all_reduce (no SP)",
+                   [=, &g]() mutable { tp::linear_backward_input_all_reduce(g, dx_full, dy, w); },
+                   [=]() mutable {
+                     for (int q = 0; q < tp; ++q) {
+                       Tensor pq = parts.narrow(q, 1).view({m, in});
+                       ops::linear_backward_input(pq, dy.narrow(q * m, m), w);
+                     }
+                   },
+                   2 * n * in * 2});
+  return cases;
+}
+
+// The row-parallel primitives of a layer [in / tp] → [out] (w [out, in / tp] this rank's columns).
+std::vector<Case> row_cases(TpGroup& g, const Tensor& w, const Tensor& b, int64_t n, int64_t m, int tp, Device dev) {
+  const int64_t out = w.dim(0), in = w.dim(1);
+  Tensor x = filled({n, in}, 0.5f, dev), y_shard = filled({m, out}, 0, dev), res = filled({m, out}, 0.1f, dev);
+  Tensor y_full = filled({n, out}, 0, dev), res_full = filled({n, out}, 0.1f, dev);
+  Tensor dy_shard = filled({m, out}, 0.01f, dev), dyg = filled({n, out}, 0, dev), dx = filled({n, in}, 0, dev);
+  Tensor parts = filled({tp, m, out}, 0, dev);
+  std::vector<Case> cases;
+  cases.push_back({"linear_forward_reduce_scatter",
+                   [=, &g]() mutable { tp::linear_forward_reduce_scatter(g, y_shard, x, w, b, &res); },
+                   [=]() mutable {
+                     for (int q = 0; q < tp; ++q) {
+                       Tensor pq = parts.narrow(q, 1).view({m, out});
+                       ops::linear_forward(pq, x.narrow(q * m, m), w, Tensor());
+                     }
+                     ops::sum_partials(y_shard, parts, b, &res);
+                   },
+                   n * out * 2});
+  cases.push_back({"all_gather_linear_backward_input",
+                   [=, &g]() mutable { tp::all_gather_linear_backward_input(g, dx, dy_shard, w, nullptr, &dyg); },
+                   [=]() mutable {
+                     for (int q = 0; q < tp; ++q) {
+                       Tensor dxq = dx.narrow(q * m, m);
+                       ops::linear_backward_input(dxq, dyg.narrow(q * m, m), w);
+                     }
+                   },
+                   n * out * 2});
+  cases.push_back({"linear_forward_all_reduce (no SP)",
+                   [=, &g]() mutable { tp::linear_forward_all_reduce(g, y_full, x, w, b, &res_full); },
+                   [=]() mutable {
+                     for (int q = 0; q < tp; ++q) {
+                       Tensor pq = parts.narrow(q, 1).view({m, out});
+                       ops::linear_forward(pq, x.narrow(q * m, m), w, Tensor());
+                     }
+                   },
+                   2 * n * out * 2});
+  return cases;
+}
+
 int run(const Options& o) {
   auto world = MpiCommunicator::world();
   const int tp = world->size(), r = world->rank();
@@ -108,114 +199,30 @@ int run(const Options& o) {
 
   for (const Shape2& s : kShapes) {
     const int64_t in = s.column ? s.in : s.in / tp, out = s.column ? s.out / tp : s.out;
-    Tensor w = filled({out, in}, 0.01f, dev);
-    Tensor b = filled({s.column ? out : s.out}, 0.0f, dev);
-    // (primitive, call, the same chunk GEMMs without communication, bytes of the full [N, ·] moved)
-    struct Case {
-      std::string name;
-      std::function<void()> call, compute_only;
-      int64_t bytes;
-    };
-    std::vector<Case> cases;
-    if (s.column) {
-      Tensor x_shard = filled({m, in}, 0.5f, dev), xg = filled({n, in}, 0.5f, dev), y = filled({n, out}, 0, dev);
-      Tensor dy = filled({n, out}, 0.01f, dev), dx = filled({m, in}, 0, dev), dx_full = filled({n, in}, 0, dev);
-      Tensor dw = Tensor::empty({out, in}, DType::F32, dev), parts = filled({tp, m, in}, 0, dev);
-      cases.push_back({"all_gather_linear_forward",
-                       [&, x_shard, xg, y]() mutable {
-                         tp::all_gather_linear_forward(g, y, x_shard, w, b, ops::Activation::None, nullptr, &xg);
-                       },
-                       [&, xg, y]() mutable {
-                         for (int q = 0; q < tp; ++q) {
-                           Tensor yq = y.narrow(q * m, m);
-                           ops::linear_forward(yq, xg.narrow(q * m, m), w, b);
-                         }
-                       },
-                       n * in * 2});
-      cases.push_back({"linear_backward_input_reduce_scatter + wgrad",
-                       [&, dx, dy, xg, dw]() mutable {
-                         tp::linear_backward_input_reduce_scatter(
-                             g, dx, dy, w, [&] { ops::linear_backward_weight(dw, nullptr, dy, xg, true); });
-                       },
-                       [&, dx, dy, xg, dw, parts]() mutable {
-                         for (int q = 0; q < tp; ++q) {
-                           Tensor pq = parts.narrow(q, 1).view({m, in});
-                           ops::linear_backward_input(pq, dy.narrow(q * m, m), w);
-                         }
-                         ops::linear_backward_weight(dw, nullptr, dy, xg, true);
-                         ops::sum_partials(dx, parts, Tensor());
-                       },
-                       n * in * 2});
-      cases.push_back({"linear_backward_input_all_reduce (no SP)",
-                       [&, dx_full, dy]() mutable { tp::linear_backward_input_all_reduce(g, dx_full, dy, w); },
-                       [&, dx_full, dy, parts]() mutable {
-                         for (int q = 0; q < tp; ++q) {
-                           Tensor pq = parts.narrow(q, 1).view({m, in});
-                           ops::linear_backward_input(pq, dy.narrow(q * m, m), w);
-                         }
-                       },
-                       2 * n * in * 2});
-    } else {
-      Tensor x = filled({n, in}, 0.5f, dev), y_shard = filled({m, out}, 0, dev), res = filled({m, out}, 0.1f, dev);
-      Tensor y_full = filled({n, out}, 0, dev), res_full = filled({n, out}, 0.1f, dev);
-      Tensor dy_shard = filled({m, out}, 0.01f, dev), dyg = filled({n, out}, 0, dev), dx = filled({n, in}, 0, dev);
-      Tensor parts = filled({tp, m, out}, 0, dev);
-      cases.push_back({"linear_forward_reduce_scatter",
-                       [&, x, y_shard, res]() mutable { tp::linear_forward_reduce_scatter(g, y_shard, x, w, b, &res); },
-                       [&, x, y_shard, res, parts]() mutable {
-                         for (int q = 0; q < tp; ++q) {
-                           Tensor pq = parts.narrow(q, 1).view({m, out});
-                           ops::linear_forward(pq, x.narrow(q * m, m), w, Tensor());
-                         }
-                         ops::sum_partials(y_shard, parts, b, &res);
-                       },
-                       n * out * 2});
-      cases.push_back({"all_gather_linear_backward_input",
-                       [&, dx, dy_shard, dyg]() mutable {
-                         tp::all_gather_linear_backward_input(g, dx, dy_shard, w, nullptr, &dyg);
-                       },
-                       [&, dx, dyg]() mutable {
-                         for (int q = 0; q < tp; ++q) {
-                           Tensor dxq = dx.narrow(q * m, m);
-                           ops::linear_backward_input(dxq, dyg.narrow(q * m, m), w);
-                         }
-                       },
-                       n * out * 2});
-      cases.push_back(
-          {"linear_forward_all_reduce (no SP)",
-           [&, x, y_full, res_full]() mutable { tp::linear_forward_all_reduce(g, y_full, x, w, b, &res_full); },
-           [&, x, parts]() mutable {
-             for (int q = 0; q < tp; ++q) {
-               Tensor pq = parts.narrow(q, 1).view({m, out});
-               ops::linear_forward(pq, x.narrow(q * m, m), w, Tensor());
-             }
-           },
-           2 * n * out * 2});
-    }
-    for (Case& c : cases) {
+    const Tensor w = filled({out, in}, 0.01f, dev), b = filled({s.column ? out : s.out}, 0.0f, dev);
+    for (Case& c : s.column ? column_cases(g, w, b, n, m, tp, dev) : row_cases(g, w, b, n, m, tp, dev)) {
       if (!o.only.empty() && c.name.find(o.only) == std::string::npos) continue;
       g.set_overlap(false);
       const Result plain = measure(sched, c.call, o.reps, dev);
       g.set_overlap(true);
       const Result overlapped = measure(sched, c.call, o.reps, dev);
       const Result compute = measure(sched, c.compute_only, o.reps, dev);
-      if (r == 0) {
-        nlohmann::json j = {{"primitive", c.name},
-                            {"layer", s.name},
-                            {"tp", tp},
-                            {"tokens", n},
-                            {"in", in},
-                            {"out", out},
-                            {"plain_ms", plain.ms},
-                            {"plain_exposed_ms", plain.exposed_ms},
-                            {"overlap_ms", overlapped.ms},
-                            {"overlap_exposed_ms", overlapped.exposed_ms},
-                            {"compute_only_ms", compute.ms},
-                            {"comm_floor_ms", static_cast<double>(c.bytes) * floor_scale},
-                            {"speedup", plain.ms / overlapped.ms}};
-        std::printf("%s\n", j.dump().c_str());
-        std::fflush(stdout);
-      }
+      if (r != 0) continue;
+      const nlohmann::json j = {{"primitive", c.name},
+                                {"layer", s.name},
+                                {"tp", tp},
+                                {"tokens", n},
+                                {"in", in},
+                                {"out", out},
+                                {"plain_ms", plain.ms},
+                                {"plain_exposed_ms", plain.exposed_ms},
+                                {"overlap_ms", overlapped.ms},
+                                {"overlap_exposed_ms", overlapped.exposed_ms},
+                                {"compute_only_ms", compute.ms},
+                                {"comm_floor_ms", static_cast<double>(c.bytes) * floor_scale},
+                                {"speedup", plain.ms / overlapped.ms}};
+      std::printf("%s\n", j.dump().c_str());
+      std::fflush(stdout);
     }
   }
   return 0;

@@ -134,7 +134,7 @@ TEST_P(Fp8Grouped, WeightGradientIsThePerExpertProjection) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, Fp8Grouped, ::testing::Values(Fp8Recipe::Tensorwise, Fp8Recipe::Blockwise),
-                         [](const auto& info) { return std::string(fp8_recipe_name(info.param)); });
+                         [](const auto& param_info) { return std::string(fp8_recipe_name(param_info.param)); });
 
 // Tensorwise casts each row tensor ahead, once for both GEMMs that read it (ops::moe_grouped_fp8_cast):
 // its codes are each expert's fp8_quantize with its transposed copy, placed (rows in x's layout; the

@@ -115,7 +115,9 @@ TEST_P(GreedyWithCache, EqualsFullRecomputation) {
   EXPECT_EQ(cached, full);
   // Untied, the random model moves between tokens (a tied one tends to repeat its input's token,
   // the row of the output matrix closest to its own embedding).
-  if (!tie) EXPECT_GT(std::set<int32_t>(full.begin(), full.end()).size(), 1u) << "a model that repeats one token";
+  if (!tie) {
+    EXPECT_GT(std::set<int32_t>(full.begin(), full.end()).size(), 1u) << "a model that repeats one token";
+  }
   // The sequence cannot outgrow model.seq_len: 32 tokens in all.
   o.max_new_tokens = 100;
   EXPECT_EQ(generate(*m.model, kPrompt, 32, o, Device::cpu(), DType::F32).size(), 32u - kPrompt.size());

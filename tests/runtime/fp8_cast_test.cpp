@@ -219,7 +219,9 @@ TEST(Fp8Cast, PartsCastWithTheWholesAmaxAreTheWholeCast) {
       for (int64_t k = 0; k < K; ++k) differ += pq[m * K + k] != pt[k * rows + m];
     EXPECT_EQ(differ, 0) << "the transposed copy takes the given amax too";
     ops::fp8_quantize(qp, sp, part, ops::Fp8Scaling::Tensorwise);
-    if (p != 1) EXPECT_NE(sp.data<float>()[0], scale.data<float>()[0]) << "part " << p << "'s own amax is smaller";
+    if (p != 1) {
+      EXPECT_NE(sp.data<float>()[0], scale.data<float>()[0]) << "part " << p << "'s own amax is smaller";
+    }
   }
   // An empty tensor's amax is 0; a given amax is Tensorwise only.
   ops::fp8_amax(part_amax, Tensor::empty({0, K}, DType::F32));

@@ -26,9 +26,9 @@ std::string moe_base(const std::string& more = "") {
   return edit("model:", "model:\n  arch: llama\n  moe:\n    n_experts: 8\n    top_k: 2" + more);
 }
 
-std::vector<BadCase> bad_cases() {
+// The file against the schema.
+std::vector<BadCase> schema_cases() {
   return {
-      // --- the file against the schema -------------------------------------------------------
       {"unknown_key_typo", edit("  steps: 100", "  stpes: 100"), {}, 2,
        {"cfg.yaml:12: train.stpes: unknown key (did you mean train.steps?)"}},
       {"skip_limit_not_a_mapping", edit("  micro_batch: 2", "  micro_batch: 2\n  max_skipped_steps: 10"), {}, 2,
@@ -102,7 +102,12 @@ std::vector<BadCase> bad_cases() {
        {"--set parallel.zero_stage: 4 is too large (an integer in 0..3)"}},
       {"run_name_path", "run:\n  name: a/b\n" + std::string(kBase), {}, 2,
        {"cfg.yaml:2: run.name: \"a/b\" is not a single directory name"}},
-      // --- overrides -------------------------------------------------------------------------
+  };
+}
+
+// Overrides.
+std::vector<BadCase> override_cases() {
+  return {
       {"override_unknown_key", kBase, {"train.stepz=5"}, 2,
        {"--set train.stepz: unknown key (did you mean train.steps?)"}},
       {"override_unknown_section", kBase, {"trainer.steps=5"}, 2,
@@ -111,7 +116,12 @@ std::vector<BadCase> bad_cases() {
       {"override_no_equals", kBase, {"train.steps"}, 2, {"--set train.steps: expected section.key=value"}},
       {"override_bad_type", kBase, {"train.steps=abc"}, 2, {"--set train.steps: abc is not an integer"}},
       {"override_bad_yaml", kBase, {"optimizer.betas=[0.9,"}, 2, {"--set optimizer.betas=[0.9,: not a YAML value"}},
-      // --- combinations against the job --------------------------------------------------------
+  };
+}
+
+// Combinations against the job.
+std::vector<BadCase> job_cases() {
+  return {
       {"mesh_mismatch", edit("  dp: 2", "  dp: 3"), {}, 2,
        {"cfg.yaml:8: parallel.dp: dp·tp·pp = 3·1·1 = 3 but the job has 2 ranks; set parallel.dp to 2 (or 0 to derive it) "
         "or launch 3 ranks"}},
@@ -205,7 +215,12 @@ std::vector<BadCase> bad_cases() {
         "train.cuda_graphs: false) [parallel.zero_stage at --set parallel.zero_stage]"}},
       {"unknown_arch", "model:\n  arch: mamba\n" + edit("model:", ""), {}, 2,
        {"cfg.yaml:2: model.arch: mamba is not a valid choice", "(one of: gpt2, llama"}},
-      // --- model families: keys of another family, impossible Llama shapes ---------------------
+  };
+}
+
+// Model families: keys of another family, impossible Llama shapes.
+std::vector<BadCase> family_cases() {
+  return {
       {"llama_key_with_gpt2", edit("  n_heads: 4", "  n_heads: 4\n  rope_theta: 500000"), {}, 2,
        {"cfg.yaml:7: model.rope_theta: not read by gpt2 models (a key of llama, qwen2, qwen3, mistral); remove it, or "
         "set model.arch to llama, qwen2, qwen3, mistral (gpt2 takes, besides the common keys: ln_eps)"}},
@@ -238,7 +253,12 @@ std::vector<BadCase> bad_cases() {
         "ranks); use tp among 1, 3, 6, or n_kv_heads among 1, 2, 6", "[parallel.tp at "}},
       {"odd_head_dim", edit("  d_model: 64", "  d_model: 60", edit("model:", "model:\n  arch: llama")), {}, 2,
        {"cfg.yaml:5: model.d_model: 60 / model.n_heads = 15 channels per head, an odd number", "e.g. d_model 64"}},
-      // --- sizes whose products overflow (a d_model near 2^31) --------------------------------
+  };
+}
+
+// Sizes whose products overflow (a d_model near 2^31).
+std::vector<BadCase> overflow_cases() {
+  return {
       {"d_model_near_2_31", edit("  d_model: 64", "  d_model: 2147483644"), {}, 2,
        {"cfg.yaml:4: model.d_model: makes an MLP weight (4·d_model·d_model) 1.84e+19 elements, more than the "
         "2^60 a tensor may hold (model.d_model = 2147483644); use smaller sizes"}},
@@ -247,7 +267,12 @@ std::vector<BadCase> bad_cases() {
        {"--set train.micro_batch: makes a micro-batch's logits (micro_batch·seq_len·vocab_size)",
         "train.micro_batch = 1000000000, train.seq_len = 64, model.vocab_size = 2147483646",
         "[model.vocab_size at ", "cfg.yaml:2]"}},
-      // --- model.moe: mixture of experts -------------------------------------------------------
+  };
+}
+
+// Model.moe: mixture of experts.
+std::vector<BadCase> moe_cases() {
+  return {
       {"moe_key_with_gpt2", edit("  n_heads: 4", "  n_heads: 4\n  moe:\n    n_experts: 8"), {}, 2,
        {"cfg.yaml:8: model.moe.n_experts: not read by gpt2 models (a key of llama)"}},
       {"moe_top_k_too_large", moe_base(), {"model.moe.top_k=9"}, 2,
@@ -296,6 +321,13 @@ std::vector<BadCase> bad_cases() {
        {"--set train.fp8.recipe: blockwise with routed experts on a GPU",
         "CUDA kernels for tensorwise only", "use train.fp8.recipe: tensorwise or none on a GPU"}},
   };
+}
+
+std::vector<BadCase> bad_cases() {
+  std::vector<BadCase> all;
+  for (auto section : {schema_cases, override_cases, job_cases, family_cases, overflow_cases, moe_cases})
+    for (BadCase& c : section()) all.push_back(std::move(c));
+  return all;
 }
 
 // gtest prints a failing row by its name.

@@ -106,6 +106,118 @@ double worst_norm_error(const std::vector<double>& num, const std::vector<double
   return w;
 }
 
+// Each parameter's place: its index in the layout's order and its first element in a flat count.
+struct ParamIndex {
+  std::map<std::string, size_t> index;
+  std::vector<int64_t> base;
+  int64_t total = 0;
+};
+
+ParamIndex index_params(const ZeroLayout& layout) {
+  ParamIndex pi;
+  for (Param* p : layout.params()) {
+    pi.index[p->name] = pi.base.size();
+    pi.base.push_back(pi.total);
+    pi.total += p->numel();
+  }
+  return pi;
+}
+
+// Final optimizer state: every piece this rank saves matches the reference; over the ranks the
+// pieces cover every element of every parameter exactly once. Returns the worst norm-wise error.
+double check_final_state(MpiCommunicator& world, DistributedOptimizer& opt, const ZeroLayout& layout,
+                         const ParamIndex& pi, const Variant& v, const Run& ref, double state_tol) {
+  std::vector<int> cover(static_cast<size_t>(pi.total), 0);
+  const size_t P = pi.base.size();
+  std::vector<double> num(3 * P, 0.0), den(3 * P, 0.0);  // master, exp_avg, exp_avg_sq per parameter
+  for (const StatePiece& s : opt.pieces_to_save()) {
+    auto it = pi.index.find(s.name);
+    if (it == pi.index.end()) {
+      fail(v.name + ": piece of unknown parameter " + s.name);
+      continue;
+    }
+    const size_t k = it->second;
+    const int64_t n = s.end - s.begin;
+    if (s.exp_avg.dtype() != (v.bf16_state ? DType::BF16 : DType::F32))
+      fail(v.name + ": exp_avg of " + s.name + " is " + s.exp_avg.describe());
+    accumulate_error(s.master.data<float>(), ref.master.at(s.name), s.begin, n, &num[k], &den[k]);
+    accumulate_error(host_floats(s.exp_avg).data(), ref.exp_avg.at(s.name), s.begin, n, &num[P + k], &den[P + k]);
+    accumulate_error(host_floats(s.exp_avg_sq).data(), ref.exp_avg_sq.at(s.name), s.begin, n, &num[2 * P + k],
+                     &den[2 * P + k]);
+    for (int64_t e = s.begin; e < s.end; ++e) ++cover[static_cast<size_t>(pi.base[k] + e)];
+  }
+  MPI_Allreduce(MPI_IN_PLACE, cover.data(), static_cast<int>(cover.size()), MPI_INT, MPI_SUM, world.handle());
+  MPI_Allreduce(MPI_IN_PLACE, num.data(), static_cast<int>(num.size()), MPI_DOUBLE, MPI_SUM, world.handle());
+  MPI_Allreduce(MPI_IN_PLACE, den.data(), static_cast<int>(den.size()), MPI_DOUBLE, MPI_SUM, world.handle());
+  const int64_t bad = std::count_if(cover.begin(), cover.end(), [](int c) { return c != 1; });
+  if (bad) fail(v.name + ": " + std::to_string(bad) + " parameter elements not saved by exactly one rank");
+  std::string worst_state;
+  bool state_ok = true;
+  const double ws = worst_norm_error(num, den, layout.params(), &worst_state, &state_ok, state_tol);
+  if (!state_ok) fail(v.name + ": final optimizer state differs (worst elsewhere than c_attn.bias: " + std::to_string(ws) + ", " + worst_state + ")");
+  return ws;
+}
+
+// Final working weights, as the next forward would read them (every rank sees them whole). Returns
+// the worst norm-wise error.
+double check_working_weights(DistributedOptimizer& opt, const ZeroLayout& layout, const ParamIndex& pi,
+                             const Variant& v, const Run& ref, double weight_tol) {
+  const size_t P = pi.base.size();
+  std::vector<double> wnum(P, 0.0), wden(P, 0.0);
+  auto compare_values = [&](int unit) {
+    for (int idx : layout.units()[static_cast<size_t>(unit)].params) {
+      Param* p = layout.params()[static_cast<size_t>(idx)];
+      if (!p->value.defined()) {
+        fail(v.name + ": " + p->name + " has no working value during its layer's forward");
+        continue;
+      }
+      const size_t k = pi.index.at(p->name);
+      wnum[k] = wden[k] = 0;
+      accumulate_error(p->value.data<float>(), ref.master.at(p->name), 0, p->numel(), &wnum[k], &wden[k]);
+    }
+  };
+  // Stages 1–2 leave most of the last update's gathers to the next step: sync_weights() does them
+  // as an evaluation would (the per-step losses cover the in-step path).
+  opt.sync_weights();
+  for (int layer : layout.layers()) {
+    opt.before_forward(layer);
+    for (int u : layout.units_of_layer(layer)) compare_values(u);
+    opt.after_forward(layer);
+  }
+  std::string worst_weight;
+  bool weights_ok = true;
+  const double ww = worst_norm_error(wnum, wden, layout.params(), &worst_weight, &weights_ok, weight_tol);
+  if (!weights_ok) fail(v.name + ": final working weights differ (worst elsewhere than c_attn.bias: " + std::to_string(ww) + ", " + worst_weight + ")");
+  return ww;
+}
+
+// Buffers against the bounds the memory plan uses; returns what they reached, for the log line.
+std::string check_buffer_bounds(DistributedOptimizer& opt, const ZeroLayout& layout, const Variant& v, int accum) {
+  std::string bounds;
+  auto* z = dynamic_cast<ZeroOptimizer*>(&opt);
+  if (!z) return bounds;
+  const int64_t peak_grads = z->reducer().peak_unit_elements();
+  if (v.stage >= 2) {
+    const bool all = accum > 1 || !v.overlap;
+    const int64_t bound = all ? layout.total()
+                              : layout.tied_elements() +
+                                    layout.largest_units(zero_reduce_scatters_in_flight(v.prefetch) + 1, false);
+    if (all ? peak_grads != bound : (peak_grads > bound || peak_grads <= 0))
+      fail(v.name + ": per-layer gradient buffers peaked at " + std::to_string(peak_grads) + " elements, bound " +
+           std::to_string(bound) + (all ? " (all layers accumulate)" : ""));
+    bounds += " grad buffers " + std::to_string(peak_grads) + "/" + std::to_string(layout.total());
+  }
+  if (const ZeroParamGather* g = z->gather()) {
+    const int64_t bound = layout.tied_elements() + layout.largest_units(1 + v.prefetch, false);
+    if (g->peak_elements() > bound || g->peak_elements() <= 0)
+      fail(v.name + ": gathered weights peaked at " + std::to_string(g->peak_elements()) + " elements, bound " +
+           std::to_string(bound));
+    bounds += " gathered " + std::to_string(g->peak_elements()) + "/" + std::to_string(bound) + " (" +
+              std::to_string(g->gathers_issued()) + " all-gathers)";
+  }
+  return bounds;
+}
+
 void check_variant(MpiCommunicator& world, const std::string& yaml, const std::string& work, const Variant& v,
                    const Run& ref) {
   std::vector<std::string> o = {"parallel.zero_stage=" + std::to_string(v.stage),
@@ -114,14 +226,11 @@ void check_variant(MpiCommunicator& world, const std::string& yaml, const std::s
                                 std::string("parallel.overlap_grad_reduce=") + (v.overlap ? "true" : "false"),
                                 std::string("optimizer.state_dtype=") + (v.bf16_state ? "bf16" : "fp32")};
   const double tol = v.bf16_state ? kBf16StepTol : kTol;
-  const double state_tol = v.bf16_state ? kBf16MomentTol : kStateTol;
-  const double weight_tol = v.bf16_state ? kBf16WeightTol : kStateTol;
   auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Trainer> tr = train(world, yaml, v.name, o);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   DistributedOptimizer& opt = tr->optimizer();
-  ParamSet& ps = tr->params();
-  const ZeroLayout& layout = ps.layout();
+  const ZeroLayout& layout = tr->params().layout();
   if (opt.zero_stage() != v.stage) fail(v.name + ": optimizer runs stage " + std::to_string(opt.zero_stage()));
   const int accum = 8 / (world.size() * v.micro_batch);
 
@@ -135,96 +244,10 @@ void check_variant(MpiCommunicator& world, const std::string& yaml, const std::s
     wg = worst_rel(got.grad_norm, ref.grad_norm, "gradient norm", v.name, tol);
     wv = worst_rel(got.val_loss, ref.val_loss, "val loss", v.name, tol);
   }
-
-  // Final optimizer state: every piece this rank saves matches the reference; over the ranks the
-  // pieces cover every element of every parameter exactly once.
-  std::map<std::string, size_t> index;
-  std::vector<int64_t> base;
-  int64_t total = 0;
-  for (Param* p : layout.params()) {
-    index[p->name] = base.size();
-    base.push_back(total);
-    total += p->numel();
-  }
-  std::vector<int> cover(static_cast<size_t>(total), 0);
-  const size_t P = base.size();
-  std::vector<double> num(3 * P, 0.0), den(3 * P, 0.0);  // master, exp_avg, exp_avg_sq per parameter
-  for (const StatePiece& s : opt.pieces_to_save()) {
-    auto it = index.find(s.name);
-    if (it == index.end()) {
-      fail(v.name + ": piece of unknown parameter " + s.name);
-      continue;
-    }
-    const size_t k = it->second;
-    const int64_t n = s.end - s.begin;
-    if (s.exp_avg.dtype() != (v.bf16_state ? DType::BF16 : DType::F32))
-      fail(v.name + ": exp_avg of " + s.name + " is " + s.exp_avg.describe());
-    accumulate_error(s.master.data<float>(), ref.master.at(s.name), s.begin, n, &num[k], &den[k]);
-    accumulate_error(host_floats(s.exp_avg).data(), ref.exp_avg.at(s.name), s.begin, n, &num[P + k], &den[P + k]);
-    accumulate_error(host_floats(s.exp_avg_sq).data(), ref.exp_avg_sq.at(s.name), s.begin, n, &num[2 * P + k],
-                     &den[2 * P + k]);
-    for (int64_t e = s.begin; e < s.end; ++e) ++cover[static_cast<size_t>(base[k] + e)];
-  }
-  MPI_Allreduce(MPI_IN_PLACE, cover.data(), static_cast<int>(cover.size()), MPI_INT, MPI_SUM, world.handle());
-  MPI_Allreduce(MPI_IN_PLACE, num.data(), static_cast<int>(num.size()), MPI_DOUBLE, MPI_SUM, world.handle());
-  MPI_Allreduce(MPI_IN_PLACE, den.data(), static_cast<int>(den.size()), MPI_DOUBLE, MPI_SUM, world.handle());
-  const int64_t bad = std::count_if(cover.begin(), cover.end(), [](int c) { return c != 1; });
-  if (bad) fail(v.name + ": " + std::to_string(bad) + " parameter elements not saved by exactly one rank");
-  std::string worst_state;
-  bool state_ok = true;
-  const double ws = worst_norm_error(num, den, layout.params(), &worst_state, &state_ok, state_tol);
-  if (!state_ok) fail(v.name + ": final optimizer state differs (worst elsewhere than c_attn.bias: " + std::to_string(ws) + ", " + worst_state + ")");
-
-  // Final working weights, as the next forward would read them (every rank sees them whole).
-  std::vector<double> wnum(P, 0.0), wden(P, 0.0);
-  auto compare_values = [&](int unit) {
-    for (int pi : layout.units()[static_cast<size_t>(unit)].params) {
-      Param* p = layout.params()[static_cast<size_t>(pi)];
-      if (!p->value.defined()) {
-        fail(v.name + ": " + p->name + " has no working value during its layer's forward");
-        continue;
-      }
-      const size_t k = index.at(p->name);
-      wnum[k] = wden[k] = 0;
-      accumulate_error(p->value.data<float>(), ref.master.at(p->name), 0, p->numel(), &wnum[k], &wden[k]);
-    }
-  };
-  // Stages 1–2 leave most of the last update's gathers to the next step: sync_weights() does them
-  // as an evaluation would (the per-step losses above cover the in-step path).
-  opt.sync_weights();
-  for (int layer : layout.layers()) {
-    opt.before_forward(layer);
-    for (int u : layout.units_of_layer(layer)) compare_values(u);
-    opt.after_forward(layer);
-  }
-  std::string worst_weight;
-  bool weights_ok = true;
-  const double ww = worst_norm_error(wnum, wden, layout.params(), &worst_weight, &weights_ok, weight_tol);
-  if (!weights_ok) fail(v.name + ": final working weights differ (worst elsewhere than c_attn.bias: " + std::to_string(ww) + ", " + worst_weight + ")");
-
-  // Buffers against the bounds the memory plan uses.
-  std::string bounds;
-  if (auto* z = dynamic_cast<ZeroOptimizer*>(&opt)) {
-    const int64_t peak_grads = z->reducer().peak_unit_elements();
-    if (v.stage >= 2) {
-      const bool all = accum > 1 || !v.overlap;
-      const int64_t bound = all ? layout.total()
-                                : layout.tied_elements() +
-                                      layout.largest_units(zero_reduce_scatters_in_flight(v.prefetch) + 1, false);
-      if (all ? peak_grads != bound : (peak_grads > bound || peak_grads <= 0))
-        fail(v.name + ": per-layer gradient buffers peaked at " + std::to_string(peak_grads) + " elements, bound " +
-             std::to_string(bound) + (all ? " (all layers accumulate)" : ""));
-      bounds += " grad buffers " + std::to_string(peak_grads) + "/" + std::to_string(layout.total());
-    }
-    if (const ZeroParamGather* g = z->gather()) {
-      const int64_t bound = layout.tied_elements() + layout.largest_units(1 + v.prefetch, false);
-      if (g->peak_elements() > bound || g->peak_elements() <= 0)
-        fail(v.name + ": gathered weights peaked at " + std::to_string(g->peak_elements()) + " elements, bound " +
-             std::to_string(bound));
-      bounds += " gathered " + std::to_string(g->peak_elements()) + "/" + std::to_string(bound) + " (" +
-                std::to_string(g->gathers_issued()) + " all-gathers)";
-    }
-  }
+  const ParamIndex pi = index_params(layout);
+  const double ws = check_final_state(world, opt, layout, pi, v, ref, v.bf16_state ? kBf16MomentTol : kStateTol);
+  const double ww = check_working_weights(opt, layout, pi, v, ref, v.bf16_state ? kBf16WeightTol : kStateTol);
+  const std::string bounds = check_buffer_bounds(opt, layout, v, accum);
   if (world.rank() == 0)
     std::printf("[zero] dp %d %-22s accum %d: loss %.1e, grad norm %.1e, val %.1e, state %.1e, weights %.1e |%s | %.1f s\n",
                 world.size(), v.name.c_str(), accum, wl, wg, wv, ws, ww, bounds.c_str(), seconds);

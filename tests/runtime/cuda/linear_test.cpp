@@ -46,126 +46,163 @@ std::string label(const Case& c, DType dt, DType out, const char* what) {
   return os.str();
 }
 
-void check_case(const Case& c, uint64_t seed) {
+// The CPU references of one case: three GEMMs, and what derives from them.
+struct References {
+  Tensor x, w, b, dy, dx0, dw0, db0, res, x_pre;  // the inputs (bf16-representable)
+  Tensor pre, y_gelu, dx, dw, db, dx_acc, dw_acc, db_acc, dx_gelu, y_res;
+  Tensor pre_nobias, y_gelu_nobias, y_res_nobias;  // c.variants only
+};
+
+References cpu_references(const Case& c, uint64_t seed) {
   Rng rng(seed);
   const Shape x_shape = with_last(c.lead, c.I), y_shape = with_last(c.lead, c.O);
-  Tensor x = rand_bf16(rng, x_shape, 1.0);
-  Tensor w = rand_bf16(rng, {c.O, c.I}, 1.0 / std::sqrt(static_cast<double>(c.I)));
-  Tensor b = rand_bf16(rng, {c.O}, 0.5);
-  Tensor dy = rand_bf16(rng, y_shape, 1.0);
-  Tensor dx0 = rand_bf16(rng, x_shape, 1.0);
-  Tensor dw0 = rand_bf16(rng, {c.O, c.I}, 0.1);
-  Tensor db0 = rand_bf16(rng, {c.O}, 1.0);
-
-  // CPU references (three GEMMs; everything else derives from them).
-  Tensor pre = Tensor::empty(y_shape, DType::F32), y_gelu = Tensor::empty(y_shape, DType::F32);
-  ops::linear_forward(y_gelu, x, w, b, Activation::Gelu, &pre);
-  Tensor dx = Tensor::empty(x_shape, DType::F32);
-  ops::linear_backward_input(dx, dy, w, false);
-  Tensor dw = Tensor::empty({c.O, c.I}, DType::F32), db = Tensor::empty({c.O}, DType::F32);
-  ops::linear_backward_weight(dw, &db, dy, x, false);
-  const Tensor dx_acc = host_sum(dx, dx0), dw_acc = host_sum(dw, dw0), db_acc = host_sum(db, db0);
+  References r;
+  r.x = rand_bf16(rng, x_shape, 1.0);
+  r.w = rand_bf16(rng, {c.O, c.I}, 1.0 / std::sqrt(static_cast<double>(c.I)));
+  r.b = rand_bf16(rng, {c.O}, 0.5);
+  r.dy = rand_bf16(rng, y_shape, 1.0);
+  r.dx0 = rand_bf16(rng, x_shape, 1.0);
+  r.dw0 = rand_bf16(rng, {c.O, c.I}, 0.1);
+  r.db0 = rand_bf16(rng, {c.O}, 1.0);
+  r.pre = Tensor::empty(y_shape, DType::F32), r.y_gelu = Tensor::empty(y_shape, DType::F32);
+  ops::linear_forward(r.y_gelu, r.x, r.w, r.b, Activation::Gelu, &r.pre);
+  r.dx = Tensor::empty(x_shape, DType::F32);
+  ops::linear_backward_input(r.dx, r.dy, r.w, false);
+  r.dw = Tensor::empty({c.O, c.I}, DType::F32), r.db = Tensor::empty({c.O}, DType::F32);
+  ops::linear_backward_weight(r.dw, &r.db, r.dy, r.x, false);
+  r.dx_acc = host_sum(r.dx, r.dx0), r.dw_acc = host_sum(r.dw, r.dw0), r.db_acc = host_sum(r.db, r.db0);
   // The input gradient through a GELU that produced x: dx ⊙ gelu'(x_pre).
-  Tensor x_pre = rand_bf16(rng, x_shape, 2.0), dx_gelu = Tensor::empty(x_shape, DType::F32);
-  ops::gelu_backward(dx_gelu, dx, x_pre);
-  Tensor pre_nobias, y_gelu_nobias;
+  r.x_pre = rand_bf16(rng, x_shape, 2.0), r.dx_gelu = Tensor::empty(x_shape, DType::F32);
+  ops::gelu_backward(r.dx_gelu, r.dx, r.x_pre);
   if (c.variants) {
-    pre_nobias = Tensor::empty(y_shape, DType::F32);
-    ops::linear_forward(pre_nobias, x, w, Tensor(), Activation::None);
-    y_gelu_nobias = Tensor::empty(y_shape, DType::F32);
-    ops::gelu_forward(y_gelu_nobias, pre_nobias);
+    r.pre_nobias = Tensor::empty(y_shape, DType::F32);
+    ops::linear_forward(r.pre_nobias, r.x, r.w, Tensor(), Activation::None);
+    r.y_gelu_nobias = Tensor::empty(y_shape, DType::F32);
+    ops::gelu_forward(r.y_gelu_nobias, r.pre_nobias);
   }
   // The residual connection fused into the projection: y = x·wᵀ + b + residual.
-  Tensor res = rand_bf16(rng, y_shape, 1.0);
-  Tensor y_res = Tensor::empty(y_shape, DType::F32), y_res_nobias;
-  ops::linear_forward(y_res, x, w, b, Activation::None, nullptr, &res);
+  r.res = rand_bf16(rng, y_shape, 1.0);
+  r.y_res = Tensor::empty(y_shape, DType::F32);
+  ops::linear_forward(r.y_res, r.x, r.w, r.b, Activation::None, nullptr, &r.res);
   if (c.variants) {
-    y_res_nobias = Tensor::empty(y_shape, DType::F32);
-    ops::linear_forward(y_res_nobias, x, w, Tensor(), Activation::None, nullptr, &res);
+    r.y_res_nobias = Tensor::empty(y_shape, DType::F32);
+    ops::linear_forward(r.y_res_nobias, r.x, r.w, Tensor(), Activation::None, nullptr, &r.res);
   }
+  return r;
+}
 
+// The device operands of one input dtype, and the output dtype checked.
+struct Gpu {
+  Tensor x, w, dy;
+  DType dt, out;
+};
+
+void check_forward(const Case& c, const References& r, const Gpu& g) {
+  const Shape y_shape = with_last(c.lead, c.O);
+  const DType dt = g.dt, out = g.out;
+  const double t = tol(out);
+  Tensor gb_out = upload(r.b, out);
+  Tensor y = poisoned(y_shape, out);
+  ops::linear_forward(y, g.x, g.w, gb_out, Activation::None);
+  EXPECT_LE(close_error(y, r.pre), t) << label(c, dt, out, "forward + bias");
+
+  Tensor yg = poisoned(y_shape, out), p = poisoned(y_shape, out);
+  ops::linear_forward(yg, g.x, g.w, gb_out, Activation::Gelu, &p);
+  EXPECT_LE(close_error(yg, r.y_gelu), t) << label(c, dt, out, "forward + bias + GELU, y");
+  EXPECT_LE(close_error(p, r.pre), t) << label(c, dt, out, "forward + bias + GELU, pre_act");
+
+  Tensor yg2 = poisoned(y_shape, out);
+  ops::linear_forward(yg2, g.x, g.w, gb_out, Activation::Gelu);
+  EXPECT_LE(close_error(yg2, r.y_gelu), t) << label(c, dt, out, "forward + bias + GELU, no pre_act");
+
+  if (c.variants) {
+    Tensor y0 = poisoned(y_shape, out);
+    ops::linear_forward(y0, g.x, g.w, Tensor(), Activation::None);
+    EXPECT_LE(close_error(y0, r.pre_nobias), t) << label(c, dt, out, "forward, no bias");
+    Tensor yg0 = poisoned(y_shape, out), p0 = poisoned(y_shape, out);
+    ops::linear_forward(yg0, g.x, g.w, Tensor(), Activation::Gelu, &p0);
+    EXPECT_LE(close_error(yg0, r.y_gelu_nobias), t) << label(c, dt, out, "forward + GELU, no bias, y");
+    EXPECT_LE(close_error(p0, r.pre_nobias), t) << label(c, dt, out, "forward + GELU, no bias, pre_act");
+  }
+}
+
+void check_forward_residual(const Case& c, const References& r, const Gpu& g) {
+  const Shape y_shape = with_last(c.lead, c.O);
+  const DType dt = g.dt, out = g.out;
+  const double t = tol(out);
+  Tensor gb_out = upload(r.b, out), gres = upload(r.res, out);
+  Tensor yr = poisoned(y_shape, out);
+  ops::linear_forward(yr, g.x, g.w, gb_out, Activation::None, nullptr, &gres);
+  EXPECT_LE(close_error(yr, r.y_res), t) << label(c, dt, out, "forward + bias + residual");
+  EXPECT_EQ(close_error(gres, r.res), 0.0) << label(c, dt, out, "forward + bias + residual: residual unchanged");
+  Tensor y_alias = upload(r.res, out);  // y is the residual: C = D in cuBLASLt
+  ops::linear_forward(y_alias, g.x, g.w, gb_out, Activation::None, nullptr, &y_alias);
+  EXPECT_LE(close_error(y_alias, r.y_res), t) << label(c, dt, out, "forward + bias + residual, in place");
+  if (c.variants) {
+    Tensor yr0 = poisoned(y_shape, out);
+    ops::linear_forward(yr0, g.x, g.w, Tensor(), Activation::None, nullptr, &gres);
+    EXPECT_LE(close_error(yr0, r.y_res_nobias), t) << label(c, dt, out, "forward + residual, no bias");
+    Tensor y_alias0 = upload(r.res, out);
+    ops::linear_forward(y_alias0, g.x, g.w, Tensor(), Activation::None, nullptr, &y_alias0);
+    EXPECT_LE(close_error(y_alias0, r.y_res_nobias), t) << label(c, dt, out, "forward + residual, no bias, in place");
+  }
+}
+
+void check_backward_input(const Case& c, const References& r, const Gpu& g) {
+  const Shape x_shape = with_last(c.lead, c.I);
+  const DType dt = g.dt, out = g.out;
+  const double t = tol(out);
+  Tensor gdx = poisoned(x_shape, out);
+  ops::linear_backward_input(gdx, g.dy, g.w, false);
+  EXPECT_LE(close_error(gdx, r.dx), t) << label(c, dt, out, "backward input");
+  Tensor gdx_acc = upload(r.dx0, out);
+  ops::linear_backward_input(gdx_acc, g.dy, g.w, true);
+  EXPECT_LE(close_error(gdx_acc, r.dx_acc), t) << label(c, dt, out, "backward input, accumulate");
+  if (out == dt) {  // gelu_pre has dx's dtype, and the inputs' (no mixed GELU backward)
+    Tensor gdxg = poisoned(x_shape, out);
+    ops::linear_backward_input_gelu(gdxg, g.dy, g.w, upload(r.x_pre, out));
+    EXPECT_LE(close_error(gdxg, r.dx_gelu), t) << label(c, dt, out, "backward input through GELU");
+  }
+}
+
+void check_backward_weight(const Case& c, const References& r, const Gpu& g) {
+  const DType dt = g.dt, out = g.out;
+  const double t = tol(out);
+  Tensor gdw = poisoned({c.O, c.I}, out), gdb = poisoned({c.O}, out);
+  ops::linear_backward_weight(gdw, &gdb, g.dy, g.x, false);
+  EXPECT_LE(close_error(gdw, r.dw), t) << label(c, dt, out, "backward weight, dw");
+  EXPECT_LE(close_error(gdb, r.db), t) << label(c, dt, out, "backward weight, db");
+  Tensor gdw_acc = upload(r.dw0, out), gdb_acc = upload(r.db0, out);
+  ops::linear_backward_weight(gdw_acc, &gdb_acc, g.dy, g.x, true);
+  EXPECT_LE(close_error(gdw_acc, r.dw_acc), t) << label(c, dt, out, "backward weight, accumulate, dw");
+  EXPECT_LE(close_error(gdb_acc, r.db_acc), t) << label(c, dt, out, "backward weight, accumulate, db");
+  Tensor gdw_only = upload(r.dw0, out);
+  ops::linear_backward_weight(gdw_only, nullptr, g.dy, g.x, true);
+  EXPECT_LE(close_error(gdw_only, r.dw_acc), t) << label(c, dt, out, "backward weight, accumulate, no db");
+  // db from a given column sum of dy (fp32, as a LayerNorm backward hands it over): db is the
+  // CPU's Σ dy (the sum given) or db0 + it, dw as before.
+  Tensor gsum = upload(r.db, DType::F32);
+  Tensor gdw_s = poisoned({c.O, c.I}, out), gdb_s = poisoned({c.O}, out);
+  ops::linear_backward_weight(gdw_s, &gdb_s, g.dy, g.x, false, &gsum);
+  EXPECT_LE(close_error(gdw_s, r.dw), t) << label(c, dt, out, "backward weight with a given sum, dw");
+  EXPECT_LE(close_error(gdb_s, r.db), t) << label(c, dt, out, "backward weight with a given sum, db");
+  Tensor gdw_sa = upload(r.dw0, out), gdb_sa = upload(r.db0, out);
+  ops::linear_backward_weight(gdw_sa, &gdb_sa, g.dy, g.x, true, &gsum);
+  EXPECT_LE(close_error(gdw_sa, r.dw_acc), t) << label(c, dt, out, "backward weight with a given sum, accumulate, dw");
+  EXPECT_LE(close_error(gdb_sa, r.db_acc), t) << label(c, dt, out, "backward weight with a given sum, accumulate, db");
+}
+
+void check_case(const Case& c, uint64_t seed) {
+  const References r = cpu_references(c, seed);
   for (DType dt : {DType::F32, DType::BF16}) {
-    Tensor gx = upload(x, dt), gw = upload(w, dt), gb = upload(b, dt), gdy = upload(dy, dt);
     for (DType out : {DType::F32, DType::BF16}) {
       if (dt == DType::F32 && out == DType::BF16) continue;  // no fp32-in, bf16-out GEMM
       if (out != dt && !c.variants) continue;
-      const double t = tol(out);
-      Tensor gb_out = upload(b, out);
-
-      Tensor y = poisoned(y_shape, out);
-      ops::linear_forward(y, gx, gw, gb_out, Activation::None);
-      EXPECT_LE(close_error(y, pre), t) << label(c, dt, out, "forward + bias");
-
-      Tensor yg = poisoned(y_shape, out), p = poisoned(y_shape, out);
-      ops::linear_forward(yg, gx, gw, gb_out, Activation::Gelu, &p);
-      EXPECT_LE(close_error(yg, y_gelu), t) << label(c, dt, out, "forward + bias + GELU, y");
-      EXPECT_LE(close_error(p, pre), t) << label(c, dt, out, "forward + bias + GELU, pre_act");
-
-      Tensor yg2 = poisoned(y_shape, out);
-      ops::linear_forward(yg2, gx, gw, gb_out, Activation::Gelu);
-      EXPECT_LE(close_error(yg2, y_gelu), t) << label(c, dt, out, "forward + bias + GELU, no pre_act");
-
-      if (c.variants) {
-        Tensor y0 = poisoned(y_shape, out);
-        ops::linear_forward(y0, gx, gw, Tensor(), Activation::None);
-        EXPECT_LE(close_error(y0, pre_nobias), t) << label(c, dt, out, "forward, no bias");
-        Tensor yg0 = poisoned(y_shape, out), p0 = poisoned(y_shape, out);
-        ops::linear_forward(yg0, gx, gw, Tensor(), Activation::Gelu, &p0);
-        EXPECT_LE(close_error(yg0, y_gelu_nobias), t) << label(c, dt, out, "forward + GELU, no bias, y");
-        EXPECT_LE(close_error(p0, pre_nobias), t) << label(c, dt, out, "forward + GELU, no bias, pre_act");
-      }
-
-      Tensor gres = upload(res, out);
-      Tensor yr = poisoned(y_shape, out);
-      ops::linear_forward(yr, gx, gw, gb_out, Activation::None, nullptr, &gres);
-      EXPECT_LE(close_error(yr, y_res), t) << label(c, dt, out, "forward + bias + residual");
-      EXPECT_EQ(close_error(gres, res), 0.0) << label(c, dt, out, "forward + bias + residual: residual unchanged");
-      Tensor y_alias = upload(res, out);  // y is the residual: C = D in cuBLASLt
-      ops::linear_forward(y_alias, gx, gw, gb_out, Activation::None, nullptr, &y_alias);
-      EXPECT_LE(close_error(y_alias, y_res), t) << label(c, dt, out, "forward + bias + residual, in place");
-      if (c.variants) {
-        Tensor yr0 = poisoned(y_shape, out);
-        ops::linear_forward(yr0, gx, gw, Tensor(), Activation::None, nullptr, &gres);
-        EXPECT_LE(close_error(yr0, y_res_nobias), t) << label(c, dt, out, "forward + residual, no bias");
-        Tensor y_alias0 = upload(res, out);
-        ops::linear_forward(y_alias0, gx, gw, Tensor(), Activation::None, nullptr, &y_alias0);
-        EXPECT_LE(close_error(y_alias0, y_res_nobias), t) << label(c, dt, out, "forward + residual, no bias, in place");
-      }
-
-      Tensor gdx = poisoned(x_shape, out);
-      ops::linear_backward_input(gdx, gdy, gw, false);
-      EXPECT_LE(close_error(gdx, dx), t) << label(c, dt, out, "backward input");
-      Tensor gdx_acc = upload(dx0, out);
-      ops::linear_backward_input(gdx_acc, gdy, gw, true);
-      EXPECT_LE(close_error(gdx_acc, dx_acc), t) << label(c, dt, out, "backward input, accumulate");
-      if (out == dt) {  // gelu_pre has dx's dtype, and the inputs' (no mixed GELU backward)
-        Tensor gdxg = poisoned(x_shape, out);
-        ops::linear_backward_input_gelu(gdxg, gdy, gw, upload(x_pre, out));
-        EXPECT_LE(close_error(gdxg, dx_gelu), t) << label(c, dt, out, "backward input through GELU");
-      }
-
-      Tensor gdw = poisoned({c.O, c.I}, out), gdb = poisoned({c.O}, out);
-      ops::linear_backward_weight(gdw, &gdb, gdy, gx, false);
-      EXPECT_LE(close_error(gdw, dw), t) << label(c, dt, out, "backward weight, dw");
-      EXPECT_LE(close_error(gdb, db), t) << label(c, dt, out, "backward weight, db");
-      Tensor gdw_acc = upload(dw0, out), gdb_acc = upload(db0, out);
-      ops::linear_backward_weight(gdw_acc, &gdb_acc, gdy, gx, true);
-      EXPECT_LE(close_error(gdw_acc, dw_acc), t) << label(c, dt, out, "backward weight, accumulate, dw");
-      EXPECT_LE(close_error(gdb_acc, db_acc), t) << label(c, dt, out, "backward weight, accumulate, db");
-      Tensor gdw_only = upload(dw0, out);
-      ops::linear_backward_weight(gdw_only, nullptr, gdy, gx, true);
-      EXPECT_LE(close_error(gdw_only, dw_acc), t) << label(c, dt, out, "backward weight, accumulate, no db");
-      // db from a given column sum of dy (fp32, as a LayerNorm backward hands it over): db is the
-      // CPU's Σ dy (the sum given) or db0 + it, dw as before.
-      Tensor gsum = upload(db, DType::F32);
-      Tensor gdw_s = poisoned({c.O, c.I}, out), gdb_s = poisoned({c.O}, out);
-      ops::linear_backward_weight(gdw_s, &gdb_s, gdy, gx, false, &gsum);
-      EXPECT_LE(close_error(gdw_s, dw), t) << label(c, dt, out, "backward weight with a given sum, dw");
-      EXPECT_LE(close_error(gdb_s, db), t) << label(c, dt, out, "backward weight with a given sum, db");
-      Tensor gdw_sa = upload(dw0, out), gdb_sa = upload(db0, out);
-      ops::linear_backward_weight(gdw_sa, &gdb_sa, gdy, gx, true, &gsum);
-      EXPECT_LE(close_error(gdw_sa, dw_acc), t) << label(c, dt, out, "backward weight with a given sum, accumulate, dw");
-      EXPECT_LE(close_error(gdb_sa, db_acc), t) << label(c, dt, out, "backward weight with a given sum, accumulate, db");
+      const Gpu g{upload(r.x, dt), upload(r.w, dt), upload(r.dy, dt), dt, out};
+      check_forward(c, r, g);
+      check_forward_residual(c, r, g);
+      check_backward_input(c, r, g);
+      check_backward_weight(c, r, g);
     }
   }
 }
