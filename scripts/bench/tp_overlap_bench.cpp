@@ -98,6 +98,24 @@ struct Case {
   int64_t bytes;
 };
 
+// parts[q] = x's q-th chunk of m rows · wᵀ, q < tp: the chunk GEMMs of a row-parallel forward with
+// no communication (parts [tp, m, out]).
+void chunk_forwards(Tensor& parts, const Tensor& x, const Tensor& w, int64_t m, int tp) {
+  for (int q = 0; q < tp; ++q) {
+    Tensor pq = parts.narrow(q, 1).view({m, w.dim(0)});
+    ops::linear_forward(pq, x.narrow(q * m, m), w, Tensor());
+  }
+}
+
+// parts[q] = dy's q-th chunk of m rows · w, q < tp: the chunk GEMMs of a column-parallel input
+// gradient with no communication (parts [tp, m, in]).
+void chunk_backward_inputs(Tensor& parts, const Tensor& dy, const Tensor& w, int64_t m, int tp) {
+  for (int q = 0; q < tp; ++q) {
+    Tensor pq = parts.narrow(q, 1).view({m, w.dim(1)});
+    ops::linear_backward_input(pq, dy.narrow(q * m, m), w);
+  }
+}
+
 // The column-parallel primitives of a layer [in] → [out / tp] (w [out, in] this rank's rows), on n
 // tokens, m = n / tp per rank under sequence parallelism.
 std::vector<Case> column_cases(TpGroup& g, const Tensor& w, const Tensor& b, int64_t n, int64_t m, int tp, Device dev) {
@@ -122,10 +140,7 @@ std::vector<Case> column_cases(TpGroup& g, const Tensor& w, const Tensor& b, int
                          g, dx, dy, w, [&] { ops::linear_backward_weight(dw, nullptr, dy, xg, true); });
                    },
                    [=]() mutable {
-                     for (int q = 0; q < tp; ++q) {
-                       Tensor pq = parts.narrow(q, 1).view({m, in});
-                       ops::linear_backward_input(pq, dy.narrow(q * m, m), w);
-                     }
+                     chunk_backward_inputs(parts, dy, w, m, tp);
                      ops::linear_backward_weight(dw, nullptr, dy, xg, true);
                      ops::sum_partials(dx, parts, Tensor());
                    },
@@ -133,10 +148,7 @@ std::vector<Case> column_cases(TpGroup& g, const Tensor& w, const Tensor& b, int
   cases.push_back({"linear_backward_input_all_reduce (no SP)",
                    [=, &g]() mutable { tp::linear_backward_input_all_reduce(g, dx_full, dy, w); },
                    [=]() mutable {
-                     for (int q = 0; q < tp; ++q) {
-                       Tensor pq = parts.narrow(q, 1).view({m, in});
-                       ops::linear_backward_input(pq, dy.narrow(q * m, m), w);
-                     }
+                     chunk_backward_inputs(parts, dy, w, m, tp);
                    },
                    2 * n * in * 2});
   return cases;
@@ -153,10 +165,7 @@ std::vector<Case> row_cases(TpGroup& g, const Tensor& w, const Tensor& b, int64_
   cases.push_back({"linear_forward_reduce_scatter",
                    [=, &g]() mutable { tp::linear_forward_reduce_scatter(g, y_shard, x, w, b, &res); },
                    [=]() mutable {
-                     for (int q = 0; q < tp; ++q) {
-                       Tensor pq = parts.narrow(q, 1).view({m, out});
-                       ops::linear_forward(pq, x.narrow(q * m, m), w, Tensor());
-                     }
+                     chunk_forwards(parts, x, w, m, tp);
                      ops::sum_partials(y_shard, parts, b, &res);
                    },
                    n * out * 2});
@@ -172,10 +181,7 @@ std::vector<Case> row_cases(TpGroup& g, const Tensor& w, const Tensor& b, int64_
   cases.push_back({"linear_forward_all_reduce (no SP)",
                    [=, &g]() mutable { tp::linear_forward_all_reduce(g, y_full, x, w, b, &res_full); },
                    [=]() mutable {
-                     for (int q = 0; q < tp; ++q) {
-                       Tensor pq = parts.narrow(q, 1).view({m, out});
-                       ops::linear_forward(pq, x.narrow(q * m, m), w, Tensor());
-                     }
+                     chunk_forwards(parts, x, w, m, tp);
                    },
                    2 * n * out * 2});
   return cases;
