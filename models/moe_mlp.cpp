@@ -125,8 +125,9 @@ void MoeMlp::forward_route(MicroBatchContext& ctx, State& s, const Tensor& h, co
   s.slot_of = Tensor::empty({N * k}, DType::I32, dev);
   ops::moe_permute_map(s.offsets, s.row_of, s.slot_of, s.expert_ids);
   s.rows = ctx.activation({N * k, C});
-  // Without the exchange the rows are x_e: the permutation measures their amaxes for the FP8 cast.
-  ops::moe_permute(s.rows, h, s.slot_of, k, exchanging() ? nullptr : row_amax_slot(ctx, s.x_amax, N * k));
+  // Without the exchange the rows are x_e, permuted with their FP8 cast in forward_experts where
+  // this pass casts ahead.
+  if (!permutes_with_cast(ctx)) ops::moe_permute(s.rows, h, s.slot_of, k);
   if (exchanging()) {
     s.recv_counts = Tensor::empty({E}, DType::I32, dev);
     s.ticket = ep_->issue_counts(s.recv_counts, s.counts, "counts " + prefix_);
@@ -164,7 +165,8 @@ void MoeMlp::forward_dispatch(MicroBatchContext& ctx, State& s) {
 void MoeMlp::run_experts(MicroBatchContext& ctx, State& s) {
   const int64_t R = s.x_e.dim(0), F = shape_.expert_ffn;
   s.gu_e = ctx.activation({R, 2 * F});
-  s.x_codes = cast_ahead(ctx, s.x_e, /*gradient=*/false, s.x_amax, s.e_offsets);
+  if (!s.x_codes.q.defined())  // else permuted with its cast (forward_experts)
+    s.x_codes = cast_ahead(ctx, s.x_e, /*gradient=*/false, s.x_amax, s.e_offsets);
   const Tensor w_gu = local_gate_up();
   const ops::Fp8GroupedCodes w_codes = fp8_grouped::step_weight(fp8_, gate_up_, w_gu);
   fp8_grouped::forward(fp8_, s.gu_e, s.x_e, w_gu, s.e_offsets, &s.x_codes, &w_codes);
@@ -181,6 +183,8 @@ void MoeMlp::forward_experts(MicroBatchContext& ctx, State& s) {
     ops::moe_permute(s.x_e, s.recv, s.plan.to_expert, 1, row_amax_slot(ctx, s.x_amax, s.plan.recv_total));
     s.e_offsets = s.plan.offsets;
   } else {
+    if (permutes_with_cast(ctx))
+      s.x_codes = fp8_grouped::permute_rows(fp8_, s.rows, s.h, s.slot_of, shape_.top_k, s.offsets);
     s.x_e = s.rows;
     s.e_offsets = s.offsets;
   }

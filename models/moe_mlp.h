@@ -97,9 +97,10 @@ class MoeMlp {
     // layouts; the first GEMM of each reads the row codes and drops them, the weight gradient reads
     // the transposed ones (a byte an element while kept) and drops the rest.
     ops::Fp8GroupedCodes x_codes, act_codes, d_out_codes, d_gu_codes;
-    // ... each cast taking the rows' amaxes (U32 [R]) that the op writing the tensor measured (the
-    // permutation x_e's and, under expert parallelism, d_out_e's; the combine's backward d_out_e's;
-    // SwiGLU act_e's and d_gu_e's), consumed by the cast.
+    // ... each cast taking the rows' amaxes (U32 [R]) that the op writing the tensor measured (under
+    // expert parallelism the permutation of what arrived, x_e's and d_out_e's; the combine's backward
+    // d_out_e's; SwiGLU act_e's and d_gu_e's), consumed by the cast. Without the exchange x_e is
+    // permuted from h and cast in one pass (ops::moe_permute_fp8_cast), its amaxes from h's rows.
     Tensor x_amax, act_amax, d_out_amax, d_gu_amax;
     // The shared experts' FP8 projections (models/fp8_linear.h): the transposes of h and s_act cast
     // in the forward where keep_fp8 (and of dy and d_s_gu in the input gradient) for W, and the
@@ -144,6 +145,9 @@ class MoeMlp {
   bool exchanging() const { return ep_ && ep_->size() > 1; }
   // Whether this pass casts the expert rows ahead (State's codes): training under tensorwise FP8.
   bool casts_ahead(const MicroBatchContext& ctx) const;
+  // Whether x_e is permuted and cast in one pass (ops::moe_permute_fp8_cast, in forward_experts):
+  // casting ahead without the exchange, where x_e is h's rows.
+  bool permutes_with_cast(const MicroBatchContext& ctx) const { return casts_ahead(ctx) && !exchanging(); }
   // Where the op writing a row tensor [rows, ·] leaves its rows' amaxes (`slot`), null where this pass
   // does not cast ahead.
   Tensor* row_amax_slot(const MicroBatchContext& ctx, Tensor& slot, int64_t rows) const;

@@ -3,6 +3,7 @@
 #include "runtime/ops.h"
 
 #include "runtime/fp8_cast_shape.h"
+#include "runtime/moe_shape.h"
 #include "runtime/op_table.h"
 #include "runtime/trace.h"
 
@@ -370,6 +371,20 @@ void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, c
   if (row_amax && !offsets) TETRA_FAIL(Internal, op, ": row_amax is for row tensors (with offsets), not weights");
   if (row_amax) fp8_check_row_amax(op, *row_amax, x.dim(0));
   TETRA_DISPATCH(x.device(), moe_grouped_fp8_cast, out, x, cast, offsets, row_amax);
+}
+void moe_permute_fp8_cast(Tensor& rows, Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of, int64_t top_k,
+                          const Tensor& offsets, Fp8Cast cast) {
+  const char* op = "moe_permute_fp8_cast";
+  check_same_device(op, {&rows, &x, &slot_of, &offsets});
+  check_moe_permute(op, rows, x, slot_of, top_k);
+  if (cast.scaling != Fp8Scaling::Tensorwise)
+    TETRA_FAIL(Internal, op, ": only Tensorwise casts are cast ahead (group-scaled ones cast in their GEMMs)");
+  if (cast.format != DType::F8E4M3 && cast.format != DType::F8E5M2)
+    TETRA_FAIL(Internal, op, ": the format is ", dtype_name(cast.format), ", not F8E4M3 or F8E5M2");
+  if (rows.dtype() != DType::F32 && rows.dtype() != DType::BF16) TETRA_FAIL(Internal, op, ": rows are ", rows.describe());
+  if (offsets.dtype() != DType::I32 || offsets.ndim() != 1 || offsets.numel() < 1)
+    TETRA_FAIL(Internal, op, ": offsets are ", offsets.describe(), ", not int32 [G + 1]");
+  TETRA_DISPATCH(x.device(), moe_permute_fp8_cast, rows, out, x, slot_of, top_k, offsets, cast);
 }
 
 void fp8_slice_amax(Tensor& amax, const Tensor& x, int64_t begin, int64_t rows, int64_t cols, Fp8Scaling scaling) {

@@ -452,6 +452,16 @@ int64_t moe_grouped_fp8_padded_rows(int64_t R, int64_t G);
 // and x is read once, by the codes' pass.
 void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, const Tensor* offsets,
                           const Tensor* row_amax = nullptr);
+// moe_permute and moe_grouped_fp8_cast of its rows in one pass over x (Tensorwise): rows[r, :] =
+// x[slot_of[r] / top_k, :] as moe_permute writes them (rows [R, C] of x's dtype, x [N, C], slot_of
+// int32 [R]; rows outside every expert are not written), and out = moe_grouped_fp8_cast(out, rows,
+// cast, &offsets) of them, bit for bit. Each expert's amax is the largest over the tokens routed to
+// it, from x's rows' amaxes ([N] words): x is read once for its amaxes and once, through slot_of,
+// for the rows and both code layouts, where the two ops write the rows and read them back. CPU: the
+// two ops. CUDA: one pass where C is a multiple of 8 and x and rows are 16-byte aligned and of one
+// dtype (else the two ops).
+void moe_permute_fp8_cast(Tensor& rows, Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of, int64_t top_k,
+                          const Tensor& offsets, Fp8Cast cast);
 // The cast of a weight w[rows, cols] that no rank holds whole (ZeRO-3's FP8 gather,
 // parallel/zero/fp8_gather.h): each rank casts its flat slice of w with the scales of all of w.
 // x: the slice (fp32 or bf16), w's elements [begin, begin + x.numel()) in row-major order.

@@ -231,6 +231,13 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
   }
 }
 
+void moe_permute_fp8_cast(Tensor& rows, ops::Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of,
+                          int64_t top_k, const Tensor& offsets, ops::Fp8Cast cast) {
+  Tensor row_amax = Tensor::empty({rows.dim(0)}, DType::U32, Device::cpu());
+  cpu::moe_permute(rows, x, slot_of, top_k, &row_amax);
+  cpu::moe_grouped_fp8_cast(out, rows, cast, &offsets, &row_amax);
+}
+
 void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, ops::Fp8Cast x_cast, const Tensor& w, ops::Fp8Cast w_cast,
                              const Tensor& offsets, const ops::Fp8GroupedCodes* x_codes,
                              const ops::Fp8GroupedCodes* w_codes) {

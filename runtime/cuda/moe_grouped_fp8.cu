@@ -170,4 +170,29 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
   out = ops::Fp8GroupedCodes{std::move(codes.q), std::move(codes.q_t), std::move(codes.scale), std::move(po), cast.format};
 }
 
+void moe_permute_fp8_cast(Tensor& rows, ops::Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of,
+                          int64_t top_k, const Tensor& offsets, ops::Fp8Cast cast) {
+  const char* op = "moe_permute_fp8_cast";
+  check_cuda_float(op, "x", x);
+  check_cuda_float(op, "rows", rows);
+  check_cuda_tensor(op, "slot_of", slot_of);
+  check_cuda_tensor(op, "offsets", offsets);
+  if (!gathered_cast_applies(rows, x)) {  // the two ops
+    Tensor row_amax = Tensor::empty({rows.dim(0)}, DType::U32, rows.device());
+    cuda::moe_permute(rows, x, slot_of, top_k, &row_amax);
+    cuda::moe_grouped_fp8_cast(out, rows, cast, &offsets, &row_amax);
+    return;
+  }
+  const Device dev = x.device();
+  DeviceScope scope(dev);
+  cudaStream_t stream = stream_of(dev);
+  const MoeGemmDims d{offsets.numel() - 1, rows.dim(0), 0, 0};
+  Segments s = row_segments(rows, d, offsets);
+  s.gather = slot_of.data<int32_t>(), s.top_k = top_k;
+  Tensor po = padded_offsets(s.offsets, s.G, d.R, dev, stream);
+  const CodeLayout t{true, po.data<int32_t>(), grouped_gemm_fp8_padded_rows(d.R, d.G)};
+  BothCodes codes = cast_gathered_both(rows, x, cast, s, t, dev, stream, op);
+  out = ops::Fp8GroupedCodes{std::move(codes.q), std::move(codes.q_t), std::move(codes.scale), std::move(po), cast.format};
+}
+
 }  // namespace tetra::cuda

@@ -21,6 +21,10 @@ struct Segments {
   int64_t R = 0;  // rows of a row tensor
   int64_t O = 0;  // weights: rows per expert
   int64_t cols = 0;
+  // Row tensors read through a gather (moe_permute_fp8_cast): row r of the segments is x's row
+  // gather[r] / top_k (moe_permute's slot_of); null: row r of x.
+  const int32_t* gather = nullptr;
+  int64_t top_k = 1;
 };
 
 // Where the codes go:
@@ -52,6 +56,14 @@ struct BothCodes {
 };
 BothCodes cast_segments_both(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& transposed,
                              Device dev, cudaStream_t stream, const char* op, const unsigned* row_amax = nullptr);
+
+// The rows moe_permute gathers (s.gather: slot_of, s.top_k) cast as cast_segments_both casts them,
+// written with them in one pass over x [N, cols] (ops::moe_permute_fp8_cast): x's rows' amaxes, each
+// expert's as the largest over its rows' tokens, then the rows (into `rows`, x's dtype) and both
+// layouts. Needs cols a multiple of 8 and x, rows 16-byte aligned (gathered_cast_applies).
+bool gathered_cast_applies(const Tensor& rows, const Tensor& x);
+BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, const Segments& s,
+                             const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op);
 
 // po[0] = 0, po[g + 1] = po[g] + round_up(rows of expert g, 128): int32 [G + 1] on the device.
 Tensor padded_offsets(const int32_t* offsets, int G, int64_t R, Device dev, cudaStream_t stream);

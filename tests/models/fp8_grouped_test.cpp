@@ -229,6 +229,32 @@ TEST(Fp8GroupedAhead, RowAmaxesOfTheProducersCastAsTheirOwn) {
   EXPECT_THROW(ops::moe_grouped_fp8_cast(wc, w3, cast, nullptr, &w3_amax), Error);
 }
 
+// fp8_grouped::permute_rows (ops::moe_permute_fp8_cast) gives the rows moe_permute writes and the
+// codes cast_rows makes of them; a group-scaled recipe, which casts in its GEMMs, and a cast of the
+// wrong scaling are refused.
+TEST(Fp8GroupedAhead, PermutingWithTheCastIsThePermutationThenTheCast) {
+  Rng rng(19);
+  const int64_t N = 40, k = 3, E = 4, d = 24;
+  const Tensor ids = test::random_ids(rng, {N, k}, 0, static_cast<int32_t>(E));
+  Tensor off = Tensor::empty({E + 1}, DType::I32), row_of = Tensor::empty({N, k}, DType::I32);
+  Tensor slot_of = Tensor::empty({N * k}, DType::I32);
+  ops::moe_permute_map(off, row_of, slot_of, ids);
+  const Tensor x = random_tensor(rng, {N, d}, 3.0);
+  Tensor rows = poisoned({N * k, d}), rows_ref = poisoned({N * k, d});
+  const ops::Fp8GroupedCodes codes = fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, rows, x, slot_of, k, off);
+  ops::moe_permute(rows_ref, x, slot_of, k);
+  const ops::Fp8GroupedCodes ref = fp8_grouped::cast_rows(Fp8Recipe::Tensorwise, rows_ref, off, /*gradient=*/false);
+  EXPECT_EQ(std::memcmp(rows.data_ptr(), rows_ref.data_ptr(), rows.nbytes()), 0) << "the rows";
+  for (auto [a, b] : {std::pair{&codes.q, &ref.q}, {&codes.q_t, &ref.q_t}, {&codes.scale, &ref.scale},
+                      {&codes.padded_offsets, &ref.padded_offsets}})
+    EXPECT_EQ(std::memcmp(a->data_ptr(), b->data_ptr(), a->nbytes()), 0) << a->describe();
+  EXPECT_EQ(codes.format, DType::F8E4M3);
+  EXPECT_THROW(fp8_grouped::permute_rows(Fp8Recipe::Blockwise, rows, x, slot_of, k, off), Error);
+  ops::Fp8GroupedCodes out;
+  EXPECT_THROW(ops::moe_permute_fp8_cast(rows, out, x, slot_of, k, off, {ops::Fp8Scaling::Rows1x128, DType::F8E4M3}),
+               Error);
+}
+
 TEST(Fp8GroupedAhead, GemmsReadingCodesEqualGemmsCasting) {
   const Fp8Recipe recipe = Fp8Recipe::Tensorwise;
   ASSERT_TRUE(fp8_grouped::casts_ahead(recipe));

@@ -4,7 +4,7 @@
 // the tensor cores' accumulation and the output's rounding. Ragged experts (empty, one row, counts
 // around 16 and 128), rows outside the experts, widths off 128 and the 2B MoE's, bf16 and fp32
 // operands and outputs, the weight gradient accumulating or not; the casts into the tensor-core
-// layouts against the row layout; and the three ops replayed from a CUDA graph on new rows and new
+// layouts against the row layout; the permutation with its cast against the two ops; and the three ops replayed from a CUDA graph on new rows and new
 // offsets (nothing read on the host).
 #include <cmath>
 #include <cstring>
@@ -552,6 +552,42 @@ TEST(GpuMoeGroupedFp8, ProducersMeasureEachRowsAmax) {
     ops::swiglu_backward(g_dgu, g_dh, g_gu, nullptr, &dgu_amax);
     EXPECT_EQ(host_u32(dgu_amax), stored_row_amax(g_dgu)) << what << ": swiglu_backward";
     expect_cast_takes_row_amax(g_dgu, kE5M2, g_off, dgu_amax, what);
+  }
+}
+
+// moe_permute_fp8_cast writes what moe_permute and moe_grouped_fp8_cast of its rows write, bit for
+// bit: the rows, the row and transposed codes, the scales. Ragged routing (5 experts of 300 tokens ×
+// 3, 64 of 512 × 6), widths through the one-pass kernel (1536, 200 and 8: whole 512-column blocks,
+// a partial one, one vector a row) and through the two ops (52, 13: not 8-column vectors), bf16 and
+// fp32, E4M3 and E5M2.
+TEST(GpuMoeGroupedFp8, PermuteWithItsCastIsThePermutationThenTheCast) {
+  TETRA_REQUIRE_GPU();
+  const Device dev = gpu();
+  Rng rng(43);
+  struct Routing {
+    int64_t N, k, E;
+  };
+  for (const Routing r : {Routing{300, 3, 5}, Routing{512, 6, 64}}) {
+    const Tensor ids = random_ids(rng, {r.N, r.k}, 0, static_cast<int32_t>(r.E));
+    Tensor g_ids = upload_raw(ids), g_off = Tensor::empty({r.E + 1}, DType::I32, dev);
+    Tensor g_row_of = Tensor::empty({r.N, r.k}, DType::I32, dev), g_slot_of = Tensor::empty({r.N * r.k}, DType::I32, dev);
+    ops::moe_permute_map(g_off, g_row_of, g_slot_of, g_ids);
+    for (const int64_t d : {1536, 200, 8, 52, 13}) {
+      for (const DType dt : {DType::BF16, DType::F32}) {
+        const Fp8Cast cast = dt == DType::BF16 ? kE4M3 : kE5M2;
+        const std::string what = "N " + std::to_string(r.N) + " E " + std::to_string(r.E) + " d " + std::to_string(d) +
+                                 " " + dtype_name(dt);
+        const Tensor g_x = upload(random_host(rng, {r.N, d}, 3.0), dt);
+        Tensor rows = poisoned({r.N * r.k, d}, dt), rows_ref = poisoned({r.N * r.k, d}, dt);
+        ops::Fp8GroupedCodes codes, codes_ref;
+        ops::moe_permute_fp8_cast(rows, codes, g_x, g_slot_of, r.k, g_off, cast);
+        ops::moe_permute(rows_ref, g_x, g_slot_of, r.k);
+        ops::moe_grouped_fp8_cast(codes_ref, rows_ref, cast, &g_off);
+        const Tensor h_rows = download_raw(rows), h_ref = download_raw(rows_ref);
+        EXPECT_EQ(std::memcmp(h_rows.data_ptr(), h_ref.data_ptr(), h_ref.nbytes()), 0) << what << ": the rows";
+        expect_same_codes(codes, codes_ref, what);
+      }
+    }
   }
 }
 
