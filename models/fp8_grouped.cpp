@@ -20,11 +20,12 @@ ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& 
   return codes;
 }
 
-ops::Fp8GroupedCodes permute_rows(Fp8Recipe recipe, Tensor& rows, const Tensor& x, const Tensor& slot_of,
-                                  int64_t top_k, const Tensor& offsets) {
+ops::Fp8GroupedCodes permute_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& slot_of, int64_t top_k,
+                                  const Tensor& offsets) {
   TETRA_CHECK(casts_ahead(recipe), "fp8_grouped::permute_rows: the recipe casts in each GEMM");
   ops::Fp8GroupedCodes codes;
-  ops::moe_permute_fp8_cast(rows, codes, x, slot_of, top_k, offsets, fp8_recipe_casts(recipe).activation);
+  Tensor no_rows;
+  ops::moe_permute_fp8_cast(no_rows, codes, x, slot_of, top_k, offsets, fp8_recipe_casts(recipe).activation);
   return codes;
 }
 

@@ -23,10 +23,11 @@ bool casts_ahead(Fp8Recipe recipe);
 // reads x once).
 ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& offsets, bool gradient,
                                const Tensor* row_amax = nullptr);
-// rows = x's rows gathered by slot_of / top_k (ops::moe_permute), cast per expert as cast_rows casts an
-// activation, in one pass (ops::moe_permute_fp8_cast); only where casts_ahead(recipe).
-ops::Fp8GroupedCodes permute_rows(Fp8Recipe recipe, Tensor& rows, const Tensor& x, const Tensor& slot_of,
-                                  int64_t top_k, const Tensor& offsets);
+// The codes of x's rows gathered by slot_of / top_k (the rows ops::moe_permute would write, never
+// written), cast per expert as cast_rows casts an activation, in one pass over x
+// (ops::moe_permute_fp8_cast); only where casts_ahead(recipe).
+ops::Fp8GroupedCodes permute_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& slot_of, int64_t top_k,
+                                  const Tensor& offsets);
 // Where the op writing x [rows, ·] leaves its rows' amaxes for cast_rows: `slot` made U32 [rows] on
 // `device` where the recipe casts ahead (else null, and the slot is left alone).
 Tensor* row_amax_slot(Fp8Recipe recipe, Tensor& slot, int64_t rows, Device device);

@@ -83,11 +83,15 @@ class LlamaFamily : public ModelFamily {
     const double Fe = static_cast<double>(c.expert_ffn()), Fs = static_cast<double>(c.shared_ffn());
     // Under tensorwise the routed experts keep the transposed codes of their inputs x [C] and act
     // [Fe] per slot for W (MoeMlp::State, a byte each; act's dropped under recompute mlp); the shared
-    // experts those of h [C] and s_act [Fs] as a dense MLP does (not under recompute mlp).
+    // experts those of h [C] and s_act [Fs] as a dense MLP does (not under recompute mlp). Without
+    // expert parallelism x's codes are gathered from h and x itself is not kept, but the slots' int32
+    // index into h is (MoeMlp::permutes_with_cast).
     const double g8 = fp8_grouped::casts_ahead(c.fp8) ? 1.0 : 0.0;
+    const bool x_gathered = g8 > 0.0 && shape.ep <= 1;
     const double shared8 = Fs > 0 && c.recompute == Recompute::None ? f8 * (C + Fs) : 0.0;
-    double moe_block = (3.0 * C + Q + k * (2.0 * C + 3.0 * Fe) + 3.0 * Fs) * a + 2.0 * C * r + 4.0 * E + 12.0 * k +
-                       8.0 + 4.0 * H + f8 * (C + HD) + g8 * k * (C + Fe) + shared8;
+    const double x_rows = x_gathered ? 0.0 : C;
+    double moe_block = (3.0 * C + Q + k * (x_rows + C + 3.0 * Fe) + 3.0 * Fs) * a + 2.0 * C * r + 4.0 * E +
+                       (x_gathered ? 16.0 : 12.0) * k + 8.0 + 4.0 * H + f8 * (C + HD) + g8 * k * (C + Fe) + shared8;
     if (c.recompute == Recompute::Mlp) moe_block -= (3.0 * k * Fe + 3.0 * Fs) * a + g8 * k * Fe;
     if (c.recompute == Recompute::Full) moe_block = C * r;
     const double moe_flops = 2.0 * static_cast<double>(c.moe_block_active_params() - 2 * c.d_model) + 4.0 * C * T;

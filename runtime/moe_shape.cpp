@@ -296,14 +296,18 @@ struct Operand {
 // What the three grouped GEMMs check alike: w [G, O, I] with offsets int32 [G + 1]; `lead` fixes R and
 // is [R, I] (forward: x) or [R, O] (backward: dy); `rows` is the other row tensor, [R, O] or [R, I]
 // then. The output is w (backward weight) or `rows`; everything on one device, the output apart from
-// what is read.
+// what is read. x_coded: x may be undefined, FP8 codes standing for it (ops.h moe_grouped_fp8_*); R is
+// then the other row tensor's.
 MoeGemmDims check_grouped_gemm(const char* op, Operand w, Operand lead, Operand rows, bool forward, bool w_is_output,
-                               const Tensor& offsets) {
+                               const Tensor& offsets, bool x_coded = false) {
   const int64_t G = check_grouped_weight(op, w.name, w.t, offsets), O = w.t.dim(1), I = w.t.dim(2);
-  check_2d(op, lead.name, lead.t, forward ? "[R, I]" : "[R, O]");
-  const int64_t R = lead.t.dim(0);
-  check_shape(op, lead.name, lead.t, {R, forward ? I : O});
-  check_shape(op, rows.name, rows.t, {R, forward ? O : I});
+  const bool lead_given = lead.t.defined() || !x_coded, rows_given = rows.t.defined() || !x_coded;
+  const Operand& fixing = lead_given ? lead : rows;
+  const bool fixing_is_lead = lead_given;
+  check_2d(op, fixing.name, fixing.t, fixing_is_lead == forward ? "[R, I]" : "[R, O]");
+  const int64_t R = fixing.t.dim(0);
+  if (lead_given) check_shape(op, lead.name, lead.t, {R, forward ? I : O});
+  if (rows_given) check_shape(op, rows.name, rows.t, {R, forward ? O : I});
   check_rows_fit(op, R);
   const Operand out = w_is_output ? w : rows, in = w_is_output ? rows : w;
   check_same_device(op, {&out.t, &lead.t, &in.t, &offsets});
@@ -314,8 +318,9 @@ MoeGemmDims check_grouped_gemm(const char* op, Operand w, Operand lead, Operand 
 }  // namespace
 
 MoeGemmDims check_moe_grouped_forward(const char* op, const Tensor& y, const Tensor& x, const Tensor& w,
-                                      const Tensor& offsets) {
-  return check_grouped_gemm(op, {"w", w}, {"x", x}, {"y", y}, /*forward=*/true, /*w_is_output=*/false, offsets);
+                                      const Tensor& offsets, bool x_coded) {
+  return check_grouped_gemm(op, {"w", w}, {"x", x}, {"y", y}, /*forward=*/true, /*w_is_output=*/false, offsets,
+                            x_coded);
 }
 
 MoeGemmDims check_moe_grouped_backward_input(const char* op, const Tensor& dx, const Tensor& dy, const Tensor& w,
@@ -324,8 +329,9 @@ MoeGemmDims check_moe_grouped_backward_input(const char* op, const Tensor& dx, c
 }
 
 MoeGemmDims check_moe_grouped_backward_weight(const char* op, const Tensor& dw, const Tensor& dy, const Tensor& x,
-                                              const Tensor& offsets) {
-  return check_grouped_gemm(op, {"dw", dw}, {"dy", dy}, {"x", x}, /*forward=*/false, /*w_is_output=*/true, offsets);
+                                              const Tensor& offsets, bool x_coded) {
+  return check_grouped_gemm(op, {"dw", dw}, {"dy", dy}, {"x", x}, /*forward=*/false, /*w_is_output=*/true, offsets,
+                            x_coded);
 }
 
 }  // namespace tetra

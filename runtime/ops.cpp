@@ -301,7 +301,7 @@ namespace {
 
 // codes stand for `operand` cast as `cast` (ops.h Fp8GroupedCodes): its format, Tensorwise, one
 // scale per expert, each layout it holds of the operand's shape. rows: a row tensor (else weights).
-void check_grouped_codes(const char* op, const char* what, const Fp8GroupedCodes* codes, const Tensor& operand,
+void check_grouped_codes(const char* op, const char* what, const Fp8GroupedCodes* codes, const Shape& operand,
                          Fp8Cast cast, int64_t G, bool rows) {
   if (!codes) return;
   auto bad = [&](const std::string& why) { TETRA_FAIL(Internal, op, ": the codes of ", what, " ", why); };
@@ -311,11 +311,12 @@ void check_grouped_codes(const char* op, const char* what, const Fp8GroupedCodes
     bad(std::string("are ") + dtype_name(codes->format) + ", the cast " + dtype_name(cast.format));
   if (codes->scale.dtype() != DType::F32 || codes->scale.shape() != Shape{G}) bad("have scales not fp32 [G]");
   if (!codes->q.defined() && !codes->q_t.defined()) bad("hold neither layout");
-  if (codes->q.defined() && (codes->q.shape() != operand.shape() || codes->q.dtype() != cast.format))
-    bad("are not of the operand's shape " + shape_str(operand.shape()));
+  if (codes->q.defined() && (codes->q.shape() != operand || codes->q.dtype() != cast.format))
+    bad("are not of the operand's shape " + shape_str(operand));
   if (!codes->q_t.defined()) return;
-  const Shape want_t = rows ? Shape{operand.dim(1), moe_grouped_fp8_padded_rows(operand.dim(0), G)}
-                            : Shape{operand.dim(0), operand.dim(2), operand.dim(1)};
+  if (operand.size() != (rows ? 2u : 3u)) bad("stand for an operand of shape " + shape_str(operand));
+  const Shape want_t = rows ? Shape{operand[1], moe_grouped_fp8_padded_rows(operand[0], G)}
+                            : Shape{operand[0], operand[2], operand[1]};
   if (codes->q_t.shape() != want_t || codes->q_t.dtype() != cast.format)
     bad("have transposed codes not " + shape_str(want_t));
   if (rows && (!codes->padded_offsets.defined() || codes->padded_offsets.shape() != Shape{G + 1}))
@@ -323,6 +324,19 @@ void check_grouped_codes(const char* op, const char* what, const Fp8GroupedCodes
 }
 
 int64_t experts_of(const Tensor& offsets) { return offsets.numel() - 1; }
+
+// The shape of the row operand x [R, I] of a grouped FP8 GEMM, where it may be undefined: its codes
+// must then hold the layout this GEMM reads (`transposed`), and R is `R`, I w's (or dw's) inner width.
+Shape coded_row_operand(const char* op, const Tensor& x, const Fp8GroupedCodes* codes, bool transposed, int64_t R,
+                        const Tensor& w) {
+  if (x.defined()) return x.shape();
+  const Tensor* layout = codes ? (transposed ? &codes->q_t : &codes->q) : nullptr;
+  if (!layout || !layout->defined())
+    TETRA_FAIL(Internal, op, ": x is not given and no codes stand for it in the ", transposed ? "transposed" : "row",
+               " layout this GEMM reads");
+  if (w.ndim() != 3) TETRA_FAIL(Internal, op, ": the weight is ", w.describe(), ", not [G, O, I]");
+  return {R, w.dim(2)};
+}
 
 }  // namespace
 
@@ -332,17 +346,18 @@ void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, Fp8Cast x_cast, const T
                              const Tensor& offsets, const Fp8GroupedCodes* x_codes, const Fp8GroupedCodes* w_codes) {
   const char* op = "moe_grouped_fp8_forward";
   check_same_device(op, {&y, &x, &w, &offsets});
-  check_grouped_codes(op, "x", x_codes, x, x_cast, experts_of(offsets), true);
-  check_grouped_codes(op, "w", w_codes, w, w_cast, experts_of(offsets), false);
-  TETRA_DISPATCH(x.device(), moe_grouped_fp8_forward, y, x, x_cast, w, w_cast, offsets, x_codes, w_codes);
+  const Shape x_shape = coded_row_operand(op, x, x_codes, /*transposed=*/false, y.ndim() == 2 ? y.dim(0) : -1, w);
+  check_grouped_codes(op, "x", x_codes, x_shape, x_cast, experts_of(offsets), true);
+  check_grouped_codes(op, "w", w_codes, w.shape(), w_cast, experts_of(offsets), false);
+  TETRA_DISPATCH(y.device(), moe_grouped_fp8_forward, y, x, x_cast, w, w_cast, offsets, x_codes, w_codes);
 }
 void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, Fp8Cast dy_cast, const Tensor& w, Fp8Cast w_cast,
                                     const Tensor& offsets, const Fp8GroupedCodes* dy_codes,
                                     const Fp8GroupedCodes* w_codes) {
   const char* op = "moe_grouped_fp8_backward_input";
   check_same_device(op, {&dx, &dy, &w, &offsets});
-  check_grouped_codes(op, "dy", dy_codes, dy, dy_cast, experts_of(offsets), true);
-  check_grouped_codes(op, "w", w_codes, w, w_cast, experts_of(offsets), false);
+  check_grouped_codes(op, "dy", dy_codes, dy.shape(), dy_cast, experts_of(offsets), true);
+  check_grouped_codes(op, "w", w_codes, w.shape(), w_cast, experts_of(offsets), false);
   TETRA_DISPATCH(dy.device(), moe_grouped_fp8_backward_input, dx, dy, dy_cast, w, w_cast, offsets, dy_codes, w_codes);
 }
 void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_cast, const Tensor& x, Fp8Cast x_cast,
@@ -350,8 +365,9 @@ void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_ca
                                      const Fp8GroupedCodes* x_codes) {
   const char* op = "moe_grouped_fp8_backward_weight";
   check_same_device(op, {&dw, &dy, &x, &offsets});
-  check_grouped_codes(op, "dy", dy_codes, dy, dy_cast, experts_of(offsets), true);
-  check_grouped_codes(op, "x", x_codes, x, x_cast, experts_of(offsets), true);
+  check_grouped_codes(op, "dy", dy_codes, dy.shape(), dy_cast, experts_of(offsets), true);
+  const Shape x_shape = coded_row_operand(op, x, x_codes, /*transposed=*/true, dy.ndim() == 2 ? dy.dim(0) : -1, dw);
+  check_grouped_codes(op, "x", x_codes, x_shape, x_cast, experts_of(offsets), true);
   TETRA_DISPATCH(dy.device(), moe_grouped_fp8_backward_weight, dw, dy, dy_cast, x, x_cast, offsets, accumulate,
                  dy_codes, x_codes);
 }
@@ -376,12 +392,18 @@ void moe_permute_fp8_cast(Tensor& rows, Fp8GroupedCodes& out, const Tensor& x, c
                           const Tensor& offsets, Fp8Cast cast) {
   const char* op = "moe_permute_fp8_cast";
   check_same_device(op, {&rows, &x, &slot_of, &offsets});
-  check_moe_permute(op, rows, x, slot_of, top_k);
+  if (rows.defined()) {
+    check_moe_permute(op, rows, x, slot_of, top_k);
+  } else if (x.ndim() != 2 || slot_of.dtype() != DType::I32 || slot_of.ndim() != 1 || top_k < 1) {
+    TETRA_FAIL(Internal, op, ": x ", x.describe(), ", slot_of ", slot_of.describe(), " and top_k ", top_k,
+               " are not [N, C], int32 [R] and at least 1");
+  }
   if (cast.scaling != Fp8Scaling::Tensorwise)
     TETRA_FAIL(Internal, op, ": only Tensorwise casts are cast ahead (group-scaled ones cast in their GEMMs)");
   if (cast.format != DType::F8E4M3 && cast.format != DType::F8E5M2)
     TETRA_FAIL(Internal, op, ": the format is ", dtype_name(cast.format), ", not F8E4M3 or F8E5M2");
-  if (rows.dtype() != DType::F32 && rows.dtype() != DType::BF16) TETRA_FAIL(Internal, op, ": rows are ", rows.describe());
+  if (rows.defined() && rows.dtype() != DType::F32 && rows.dtype() != DType::BF16)
+    TETRA_FAIL(Internal, op, ": rows are ", rows.describe());
   if (offsets.dtype() != DType::I32 || offsets.ndim() != 1 || offsets.numel() < 1)
     TETRA_FAIL(Internal, op, ": offsets are ", offsets.describe(), ", not int32 [G + 1]");
   TETRA_DISPATCH(x.device(), moe_permute_fp8_cast, rows, out, x, slot_of, top_k, offsets, cast);

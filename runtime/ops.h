@@ -415,7 +415,9 @@ struct Fp8Cast {
 // dy_codes; null: cast here). The op then reads the codes in the layout its kernel takes instead of
 // casting that operand; the result is the same bit for bit (the codes are the casts it would make).
 // The codes must be of the operand and its cast (format, shape); a layout they lack (undefined q or
-// q_t) is cast from the operand here.
+// q_t) is cast from the operand here. x may be undefined where x_codes hold the layout the GEMM reads
+// (the forward: q; the weight gradient: q_t): its shape is then [R, I], R y's or dy's rows and I w's
+// or dw's inner width (moe_permute_fp8_cast's codes of rows never written).
 struct Fp8GroupedCodes;
 void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, Fp8Cast x_cast, const Tensor& w, Fp8Cast w_cast,
                              const Tensor& offsets, const Fp8GroupedCodes* x_codes = nullptr,
@@ -459,7 +461,8 @@ void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, c
 // it, from x's rows' amaxes ([N] words): x is read once for its amaxes and once, through slot_of,
 // for the rows and both code layouts, where the two ops write the rows and read them back. CPU: the
 // two ops. CUDA: one pass where C is a multiple of 8 and x and rows are 16-byte aligned and of one
-// dtype (else the two ops).
+// dtype (else the two ops). rows may be undefined: the codes alone (the rows only where the op must
+// fall back to the two ops, as a temporary).
 void moe_permute_fp8_cast(Tensor& rows, Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of, int64_t top_k,
                           const Tensor& offsets, Fp8Cast cast);
 // The cast of a weight w[rows, cols] that no rank holds whole (ZeRO-3's FP8 gather,

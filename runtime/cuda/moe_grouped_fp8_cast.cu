@@ -109,6 +109,19 @@ __global__ void __launch_bounds__(kThreads)
     q[i] = fp8_code(to_f32(x[i]), r, f);
 }
 
+// q[r, c] = q_t[c, po[g] + r − first row of g] for the rows of each expert g (the row layout of a row
+// tensor's codes out of their transposed layout; rows outside every expert are not written).
+__global__ void __launch_bounds__(kThreads)
+    rows_from_transposed_kernel(const unsigned char* __restrict__ q_t, Segments s, CodeLayout l, unsigned char* q) {
+  const Span sp = block_span(s);
+  if (!sp.valid) return;
+  int64_t first, last;
+  group_rows(s.offsets, sp.g, s.R, &first, &last);
+  const int64_t po = l.padded_offsets[sp.g];
+  for (int64_t i = sp.begin * s.cols + threadIdx.x; i < sp.end * s.cols; i += kThreads)
+    q[i] = q_t[(i % s.cols) * l.Rp + po + (i / s.cols - first)];
+}
+
 // The same two passes 8 elements at a time (16-byte loads of bf16, 8-byte stores of codes): for
 // cols a multiple of 8 and x 16-byte aligned, so that every expert's rows start on a vector. The
 // element loops above moved 2 bytes a load and 1 a store, well below what HBM streams.
@@ -458,17 +471,28 @@ BothCodes cast_segments_both(const Tensor& x, ops::Fp8Cast c, const Segments& s,
   return out;
 }
 
+Tensor rows_from_transposed(const Tensor& q_t, const Segments& s, const CodeLayout& transposed, Device dev,
+                            cudaStream_t stream) {
+  Tensor q = Tensor::empty({s.R, s.cols}, q_t.dtype(), dev);
+  const dim3 grid = rows_grid(s);
+  if (s.offsets && nonempty(grid) && s.cols > 0) {
+    rows_from_transposed_kernel<<<grid, kThreads, 0, stream>>>(codes_of(q_t), s, transposed, codes_of(q));
+    TETRA_CUDA_CHECK_LAUNCH();
+  }
+  return q;
+}
+
 bool gathered_cast_applies(const Tensor& rows, const Tensor& x) {
   const int64_t cols = x.dim(-1);
-  return rows.dtype() == x.dtype() && cols % kV == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(rows.data_ptr()) % 16 == 0;
+  const bool rows_ok = !rows.defined() || (rows.dtype() == x.dtype() && reinterpret_cast<uintptr_t>(rows.data_ptr()) % 16 == 0);
+  return rows_ok && cols % kV == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
 }
 
 BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, const Segments& s,
                              const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op) {
   if (!s.gather || !s.offsets || !gathered_cast_applies(rows, x))
     TETRA_FAIL(Internal, op, ": the gathered cast needs a gather, offsets and 8-column vectors of one dtype");
-  BothCodes out{Tensor::empty(rows.shape(), c.format, dev), Tensor::empty(transposed_shape(s, transposed), c.format, dev),
+  BothCodes out{Tensor::empty({s.R, s.cols}, c.format, dev), Tensor::empty(transposed_shape(s, transposed), c.format, dev),
                 Tensor::empty({s.G}, DType::F32, dev)};
   const Fp8Format f = fp8_format_of(c.format);
   const int64_t N = x.dim(0);
@@ -485,7 +509,7 @@ BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, cons
     }
     const Tensor amax = measure(px, /*vec=*/true, s, f, out.scale, dev, stream, pt);
     cast_transposed(px, /*vec=*/true, s, transposed, static_cast<const unsigned*>(amax.data_ptr()), f, codes_of(out.q_t),
-                    codes_of(out.q), stream, static_cast<T*>(rows.data_ptr()));
+                    codes_of(out.q), stream, rows.defined() ? static_cast<T*>(rows.data_ptr()) : nullptr);
   });
   return out;
 }

@@ -57,10 +57,17 @@ struct BothCodes {
 BothCodes cast_segments_both(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& transposed,
                              Device dev, cudaStream_t stream, const char* op, const unsigned* row_amax = nullptr);
 
+// The row layout [R, cols] of a row tensor's codes out of their transposed layout `transposed` (the
+// weight gradient's SIMT kernel given x as moe_permute_fp8_cast's codes alone): each expert's rows;
+// rows outside every expert are not written.
+Tensor rows_from_transposed(const Tensor& q_t, const Segments& s, const CodeLayout& transposed, Device dev,
+                            cudaStream_t stream);
+
 // The rows moe_permute gathers (s.gather: slot_of, s.top_k) cast as cast_segments_both casts them,
 // written with them in one pass over x [N, cols] (ops::moe_permute_fp8_cast): x's rows' amaxes, each
 // expert's as the largest over its rows' tokens, then the rows (into `rows`, x's dtype) and both
-// layouts. Needs cols a multiple of 8 and x, rows 16-byte aligned (gathered_cast_applies).
+// layouts (rows may be undefined: the codes alone). Needs cols a multiple of 8 and x, rows 16-byte
+// aligned and of one dtype (gathered_cast_applies).
 bool gathered_cast_applies(const Tensor& rows, const Tensor& x);
 BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, const Segments& s,
                              const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op);

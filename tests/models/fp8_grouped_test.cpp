@@ -229,30 +229,51 @@ TEST(Fp8GroupedAhead, RowAmaxesOfTheProducersCastAsTheirOwn) {
   EXPECT_THROW(ops::moe_grouped_fp8_cast(wc, w3, cast, nullptr, &w3_amax), Error);
 }
 
-// fp8_grouped::permute_rows (ops::moe_permute_fp8_cast) gives the rows moe_permute writes and the
-// codes cast_rows makes of them; a group-scaled recipe, which casts in its GEMMs, and a cast of the
-// wrong scaling are refused.
+// ops::moe_permute_fp8_cast gives the rows moe_permute writes and the codes moe_grouped_fp8_cast makes
+// of them, and without rows (fp8_grouped::permute_rows) the same codes; the grouped GEMMs given those
+// codes in place of x (undefined) equal the GEMMs reading x. A group-scaled recipe, which casts in its
+// GEMMs, a cast of the wrong scaling, and an undefined x without the codes' layout are refused.
 TEST(Fp8GroupedAhead, PermutingWithTheCastIsThePermutationThenTheCast) {
   Rng rng(19);
-  const int64_t N = 40, k = 3, E = 4, d = 24;
+  const int64_t N = 40, k = 3, E = 4, d = 24, O = 16;
   const Tensor ids = test::random_ids(rng, {N, k}, 0, static_cast<int32_t>(E));
   Tensor off = Tensor::empty({E + 1}, DType::I32), row_of = Tensor::empty({N, k}, DType::I32);
   Tensor slot_of = Tensor::empty({N * k}, DType::I32);
   ops::moe_permute_map(off, row_of, slot_of, ids);
   const Tensor x = random_tensor(rng, {N, d}, 3.0);
+  const ops::Fp8Cast cast{ops::Fp8Scaling::Tensorwise, DType::F8E4M3};
   Tensor rows = poisoned({N * k, d}), rows_ref = poisoned({N * k, d});
-  const ops::Fp8GroupedCodes codes = fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, rows, x, slot_of, k, off);
+  ops::Fp8GroupedCodes with_rows;
+  ops::moe_permute_fp8_cast(rows, with_rows, x, slot_of, k, off, cast);
+  const ops::Fp8GroupedCodes codes = fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, x, slot_of, k, off);
   ops::moe_permute(rows_ref, x, slot_of, k);
   const ops::Fp8GroupedCodes ref = fp8_grouped::cast_rows(Fp8Recipe::Tensorwise, rows_ref, off, /*gradient=*/false);
   EXPECT_EQ(std::memcmp(rows.data_ptr(), rows_ref.data_ptr(), rows.nbytes()), 0) << "the rows";
-  for (auto [a, b] : {std::pair{&codes.q, &ref.q}, {&codes.q_t, &ref.q_t}, {&codes.scale, &ref.scale},
-                      {&codes.padded_offsets, &ref.padded_offsets}})
-    EXPECT_EQ(std::memcmp(a->data_ptr(), b->data_ptr(), a->nbytes()), 0) << a->describe();
+  for (const ops::Fp8GroupedCodes* c : std::initializer_list<const ops::Fp8GroupedCodes*>{&with_rows, &codes})
+    for (auto [a, b] : {std::pair{&c->q, &ref.q}, {&c->q_t, &ref.q_t}, {&c->scale, &ref.scale},
+                        {&c->padded_offsets, &ref.padded_offsets}})
+      EXPECT_EQ(std::memcmp(a->data_ptr(), b->data_ptr(), a->nbytes()), 0) << a->describe();
   EXPECT_EQ(codes.format, DType::F8E4M3);
-  EXPECT_THROW(fp8_grouped::permute_rows(Fp8Recipe::Blockwise, rows, x, slot_of, k, off), Error);
+
+  // The forward and the weight gradient with the codes standing for x.
+  const Tensor w = random_tensor(rng, {E, O, d}, 0.1), dy = random_tensor(rng, {N * k, O}, 0.01);
+  Tensor y = poisoned({N * k, O}), y_ref = poisoned({N * k, O});
+  fp8_grouped::forward(Fp8Recipe::Tensorwise, y, Tensor(), w, off, &codes);
+  fp8_grouped::forward(Fp8Recipe::Tensorwise, y_ref, rows_ref, w, off);
+  EXPECT_EQ(std::memcmp(y.data_ptr(), y_ref.data_ptr(), y.nbytes()), 0) << "the forward";
+  ops::Fp8GroupedCodes kept_t = codes;
+  kept_t.q = Tensor();  // as MoeMlp keeps them for W
+  Tensor dw = poisoned({E, O, d}), dw_ref = poisoned({E, O, d});
+  fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, dw, dy, Tensor(), off, false, nullptr, &kept_t);
+  fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, dw_ref, dy, rows_ref, off, false);
+  EXPECT_EQ(std::memcmp(dw.data_ptr(), dw_ref.data_ptr(), dw.nbytes()), 0) << "the weight gradient";
+
+  EXPECT_THROW(fp8_grouped::permute_rows(Fp8Recipe::Blockwise, x, slot_of, k, off), Error);
   ops::Fp8GroupedCodes out;
   EXPECT_THROW(ops::moe_permute_fp8_cast(rows, out, x, slot_of, k, off, {ops::Fp8Scaling::Rows1x128, DType::F8E4M3}),
                Error);
+  EXPECT_THROW(fp8_grouped::forward(Fp8Recipe::Tensorwise, y, Tensor(), w, off, &kept_t), Error);  // no row codes
+  EXPECT_THROW(fp8_grouped::forward(Fp8Recipe::Tensorwise, y, Tensor(), w, off), Error);          // no codes at all
 }
 
 TEST(Fp8GroupedAhead, GemmsReadingCodesEqualGemmsCasting) {
@@ -360,10 +381,15 @@ TEST(Fp8GroupedMoe, TheRoutedExpertsRunTheRecipe) {
   EXPECT_TRUE(s.x_codes.q_t.defined() && !s.x_codes.q.defined()) << "x_e's codes as kept";
   EXPECT_TRUE(s.act_codes.q_t.defined() && !s.act_codes.q.defined()) << "act_e's codes as kept";
 
+  // Without the exchange x_e is never written: only its codes, gathered from h (the slots' index kept).
+  EXPECT_FALSE(s.x_e.defined()) << "x_e itself";
+  ASSERT_TRUE(s.slot_of.defined());
+  Tensor x_e = Tensor::empty({N * shape.top_k, C}, DType::F32);
+  ops::moe_permute(x_e, s.h, s.slot_of, shape.top_k);
   Tensor gu = Tensor::empty(s.gu_e.shape(), DType::F32), plain = Tensor::empty(s.gu_e.shape(), DType::F32);
-  fp8_grouped::forward(Fp8Recipe::Tensorwise, gu, s.x_e, gate_up, s.e_offsets);
+  fp8_grouped::forward(Fp8Recipe::Tensorwise, gu, x_e, gate_up, s.e_offsets);
   expect_same(s.gu_e, gu, "gate|up forward");
-  ops::moe_grouped_linear_forward(plain, s.x_e, gate_up, s.e_offsets);
+  ops::moe_grouped_linear_forward(plain, x_e, gate_up, s.e_offsets);
   EXPECT_GT(test::rel_error(s.gu_e, plain), 1e-4) << "the forward ran in the working dtype";
 
   moe.backward_combine(ctx, s, random_tensor(rng, {N, C}));

@@ -296,6 +296,31 @@ TEST(ModelFamily, ActivationsCountTheFp8KeptTransposes) {
   }
 }
 
+// A MoE block under tensorwise without expert parallelism keeps its routed experts' input x_e only as
+// codes gathered from h (MoeMlp::permutes_with_cast): per slot 2·C bytes of bf16 fewer than under
+// expert parallelism, where the rows arrive and are kept, and the slots' int32 index into h (4 B) more.
+// Both keep x_e's transposed codes. Blockwise casts in its GEMMs and keeps x_e either way.
+TEST(ModelFamily, TensorwiseMoeKeepsCodesOfTheGatheredRows) {
+  ModelArgs a{.arch = "llama", .vocab_size = 32000, .seq_len = 2048, .d_model = 1536, .n_layers = 12,
+              .n_heads = 12, .ffn_dim = 4096};
+  a.moe.n_experts = 64;
+  a.moe.top_k = 6;
+  a.moe.n_shared = 2;
+  a.moe.ffn_dim = 512;
+  a.moe.first_k_dense = 1;
+  const ModelFamily& f = model_family("llama");
+  ActivationShape one{8, 2048, 2, 2}, exchanged = one;
+  exchanged.ep = 8;
+  const double slots = 8.0 * 2048.0 * 6.0 * 11.0;  // tokens × top-k × MoE layers
+  for (Recompute r : {Recompute::None, Recompute::Mlp}) {
+    a.recompute = r;
+    a.fp8 = Fp8Recipe::Tensorwise;
+    EXPECT_DOUBLE_EQ(f.activation_bytes(a, exchanged) - f.activation_bytes(a, one), slots * (2.0 * 1536 - 4.0));
+    a.fp8 = Fp8Recipe::Blockwise;
+    EXPECT_DOUBLE_EQ(f.activation_bytes(a, exchanged), f.activation_bytes(a, one));
+  }
+}
+
 // Under sequence parallelism a column-parallel layer keeps its gathered input for W: under tensorwise
 // the codes of its transpose (a byte an element) in place of the gathered bf16 input, where the
 // forward keeps (ln_1 / h1 always, ln_2 / h2 without recompute mlp); blockwise keeps the bf16 input.

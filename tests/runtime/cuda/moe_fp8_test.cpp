@@ -586,9 +586,52 @@ TEST(GpuMoeGroupedFp8, PermuteWithItsCastIsThePermutationThenTheCast) {
         const Tensor h_rows = download_raw(rows), h_ref = download_raw(rows_ref);
         EXPECT_EQ(std::memcmp(h_rows.data_ptr(), h_ref.data_ptr(), h_ref.nbytes()), 0) << what << ": the rows";
         expect_same_codes(codes, codes_ref, what);
+        ops::Fp8GroupedCodes alone;  // without the rows
+        Tensor no_rows;
+        ops::moe_permute_fp8_cast(no_rows, alone, g_x, g_slot_of, r.k, g_off, cast);
+        expect_same_codes(alone, codes_ref, what + ", codes alone");
       }
     }
   }
+}
+
+// The forward and the weight gradient given x's codes alone (x undefined, as MoeMlp runs them after
+// moe_permute_fp8_cast) equal the same GEMMs given x, bit for bit, through both kernels: the
+// tensor-core one reads the transposed codes for W, the SIMT one their row layout, transposed back.
+TEST(GpuMoeGroupedFp8, GemmsOnCodesAloneEqualGemmsOnX) {
+  TETRA_REQUIRE_GPU();
+  const Device dev = gpu();
+  Rng rng(47);
+  const int64_t N = 512, k = 6, E = 64, d = 256, O = 128;
+  const Tensor ids = random_ids(rng, {N, k}, 0, static_cast<int32_t>(E));
+  Tensor g_ids = upload_raw(ids), g_off = Tensor::empty({E + 1}, DType::I32, dev);
+  Tensor g_row_of = Tensor::empty({N, k}, DType::I32, dev), g_slot_of = Tensor::empty({N * k}, DType::I32, dev);
+  ops::moe_permute_map(g_off, g_row_of, g_slot_of, g_ids);
+  const Tensor g_x = upload(random_host(rng, {N, d}, 1.0), DType::BF16);
+  const Tensor g_w = upload(random_host(rng, {E, O, d}, 0.05), DType::BF16);
+  const Tensor g_dy = upload(random_host(rng, {N * k, O}, 1e-3), DType::BF16);
+  Tensor rows = Tensor::empty({N * k, d}, DType::BF16, dev), none;
+  ops::Fp8GroupedCodes codes;
+  ops::moe_permute_fp8_cast(rows, codes, g_x, g_slot_of, k, g_off, kE4M3);
+  auto same_bytes = [](const Tensor& a, const Tensor& b) {
+    const Tensor ha = download_raw(a), hb = download_raw(b);
+    return ha.nbytes() == hb.nbytes() && std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
+  };
+  for (const cuda::GroupedGemmImpl impl : {cuda::GroupedGemmImpl::Simt, cuda::GroupedGemmImpl::Auto}) {
+    const std::string what = cuda::grouped_gemm_impl_name(impl);
+    cuda::set_grouped_gemm_impl(impl);
+    Tensor y = poisoned({N * k, O}, DType::BF16), y_ref = poisoned({N * k, O}, DType::BF16);
+    ops::moe_grouped_fp8_forward(y, none, kE4M3, g_w, kE4M3, g_off, &codes);
+    ops::moe_grouped_fp8_forward(y_ref, rows, kE4M3, g_w, kE4M3, g_off);
+    EXPECT_TRUE(same_bytes(y, y_ref)) << what << ": the forward";
+    ops::Fp8GroupedCodes kept_t = codes;
+    kept_t.q = Tensor();
+    Tensor dw = poisoned({E, O, d}, DType::F32), dw_ref = poisoned({E, O, d}, DType::F32);
+    ops::moe_grouped_fp8_backward_weight(dw, g_dy, kE5M2, none, kE4M3, g_off, false, nullptr, &kept_t);
+    ops::moe_grouped_fp8_backward_weight(dw_ref, g_dy, kE5M2, rows, kE4M3, g_off, false);
+    EXPECT_TRUE(same_bytes(dw, dw_ref)) << what << ": the weight gradient";
+  }
+  cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
 }
 
 // Blockwise casts have no CUDA kernels: an error, not a wrong result.
