@@ -187,16 +187,24 @@ std::vector<uint32_t> u32_values(const Tensor& t) {
   return std::vector<uint32_t>(p, p + t.numel());
 }
 
+struct Routing {
+  Tensor offsets, row_of, slot_of;  // moe_permute_map's
+};
+// N tokens each routed to k of E experts at random.
+Routing random_routing(Rng& rng, int64_t N, int64_t k, int64_t E) {
+  const Tensor ids = test::random_ids(rng, {N, k}, 0, static_cast<int32_t>(E));
+  Routing r{Tensor::empty({E + 1}, DType::I32), Tensor::empty({N, k}, DType::I32), Tensor::empty({N * k}, DType::I32)};
+  ops::moe_permute_map(r.offsets, r.row_of, r.slot_of, ids);
+  return r;
+}
+
 // The ops that write the experts' row tensors measure each row's amax (ops.h row_amax), and the
 // cast given them equals the cast that measures each expert itself, bit for bit (the CPU twins of
 // GpuMoeGroupedFp8.ProducersMeasureEachRowsAmax).
 TEST(Fp8GroupedAhead, RowAmaxesOfTheProducersCastAsTheirOwn) {
   Rng rng(17);
   const int64_t N = 40, k = 2, E = 4, d = 24, F = 20;
-  const Tensor ids = test::random_ids(rng, {N, k}, 0, static_cast<int32_t>(E));
-  Tensor off = Tensor::empty({E + 1}, DType::I32), row_of = Tensor::empty({N, k}, DType::I32);
-  Tensor slot_of = Tensor::empty({N * k}, DType::I32);
-  ops::moe_permute_map(off, row_of, slot_of, ids);
+  const auto [off, row_of, slot_of] = random_routing(rng, N, k, E);
   const Tensor x = random_tensor(rng, {N, d}, 3.0);
   Tensor rows = poisoned({N * k, d}), rows_amax = Tensor::empty({N * k}, DType::U32);
   ops::moe_permute(rows, x, slot_of, k, &rows_amax);
@@ -236,10 +244,7 @@ TEST(Fp8GroupedAhead, RowAmaxesOfTheProducersCastAsTheirOwn) {
 TEST(Fp8GroupedAhead, PermutingWithTheCastIsThePermutationThenTheCast) {
   Rng rng(19);
   const int64_t N = 40, k = 3, E = 4, d = 24, O = 16;
-  const Tensor ids = test::random_ids(rng, {N, k}, 0, static_cast<int32_t>(E));
-  Tensor off = Tensor::empty({E + 1}, DType::I32), row_of = Tensor::empty({N, k}, DType::I32);
-  Tensor slot_of = Tensor::empty({N * k}, DType::I32);
-  ops::moe_permute_map(off, row_of, slot_of, ids);
+  const auto [off, row_of, slot_of] = random_routing(rng, N, k, E);
   const Tensor x = random_tensor(rng, {N, d}, 3.0);
   const ops::Fp8Cast cast{ops::Fp8Scaling::Tensorwise, DType::F8E4M3};
   Tensor rows = poisoned({N * k, d}), rows_ref = poisoned({N * k, d});
