@@ -243,7 +243,7 @@ TEST(Fp8GroupedAhead, RowAmaxesOfTheProducersCastAsTheirOwn) {
 // GEMMs, a cast of the wrong scaling, and an undefined x without the codes' layout are refused.
 TEST(Fp8GroupedAhead, PermutingWithTheCastIsThePermutationThenTheCast) {
   Rng rng(19);
-  const int64_t N = 40, k = 3, E = 4, d = 24, O = 16;
+  const int64_t N = 40, k = 3, E = 4, d = 24, outs = 16;
   const auto [off, row_of, slot_of] = random_routing(rng, N, k, E);
   const Tensor x = random_tensor(rng, {N, d}, 3.0);
   const ops::Fp8Cast cast{ops::Fp8Scaling::Tensorwise, DType::F8E4M3};
@@ -261,14 +261,14 @@ TEST(Fp8GroupedAhead, PermutingWithTheCastIsThePermutationThenTheCast) {
   EXPECT_EQ(codes.format, DType::F8E4M3);
 
   // The forward and the weight gradient with the codes standing for x.
-  const Tensor w = random_tensor(rng, {E, O, d}, 0.1), dy = random_tensor(rng, {N * k, O}, 0.01);
-  Tensor y = poisoned({N * k, O}), y_ref = poisoned({N * k, O});
+  const Tensor w = random_tensor(rng, {E, outs, d}, 0.1), dy = random_tensor(rng, {N * k, outs}, 0.01);
+  Tensor y = poisoned({N * k, outs}), y_ref = poisoned({N * k, outs});
   fp8_grouped::forward(Fp8Recipe::Tensorwise, y, Tensor(), w, off, &codes);
   fp8_grouped::forward(Fp8Recipe::Tensorwise, y_ref, rows_ref, w, off);
   EXPECT_EQ(std::memcmp(y.data_ptr(), y_ref.data_ptr(), y.nbytes()), 0) << "the forward";
   ops::Fp8GroupedCodes kept_t = codes;
   kept_t.q = Tensor();  // as MoeMlp keeps them for W
-  Tensor dw = poisoned({E, O, d}), dw_ref = poisoned({E, O, d});
+  Tensor dw = poisoned({E, outs, d}), dw_ref = poisoned({E, outs, d});
   fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, dw, dy, Tensor(), off, false, nullptr, &kept_t);
   fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, dw_ref, dy, rows_ref, off, false);
   EXPECT_EQ(std::memcmp(dw.data_ptr(), dw_ref.data_ptr(), dw.nbytes()), 0) << "the weight gradient";
