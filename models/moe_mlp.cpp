@@ -267,11 +267,17 @@ void MoeMlp::backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy
   const int64_t N = s.h.dim(0), C = shape_.d_model, k = shape_.top_k, Fs = shape_.shared_ffn;
   s.d_y = dy;
   // y = residual + shared + Σ_j w_j·rows_out[row_of[n, j]]
-  s.d_rows = ctx.activation({N * k, C});
   s.d_weights = ctx.fp32({N, k});
-  // Without the exchange d_rows is d_out_e: its rows' amaxes measured for the FP8 cast.
-  ops::moe_unpermute_backward(s.d_rows, s.d_weights, dy, s.rows_out, s.weights, s.row_of,
-                              exchanging() ? nullptr : row_amax_slot(ctx, s.d_out_amax, N * k));
+  if (permutes_with_cast(ctx)) {
+    // d_rows (d_out_e) is read only by its FP8 cast, which backward_experts gathers from dy and the
+    // weights: the weights' gradient alone here.
+    ops::moe_unpermute_backward(s.d_rows, s.d_weights, dy, s.rows_out, s.weights, s.row_of);
+  } else {
+    // Without the exchange d_rows is d_out_e: its rows' amaxes measured for the FP8 cast.
+    s.d_rows = ctx.activation({N * k, C});
+    ops::moe_unpermute_backward(s.d_rows, s.d_weights, dy, s.rows_out, s.weights, s.row_of,
+                                exchanging() ? nullptr : row_amax_slot(ctx, s.d_out_amax, N * k));
+  }
   s.rows_out = Tensor();
   if (exchanging()) {
     s.recv = ctx.activation({s.plan.recv_total, C});
@@ -311,7 +317,11 @@ void MoeMlp::backward_experts(MicroBatchContext& ctx, State& s) {
   }
   const int64_t R = expert_rows(s);
   Tensor d_act = ctx.activation({R, F});
-  s.d_out_codes = cast_ahead(ctx, s.d_out_e, /*gradient=*/true, s.d_out_amax, s.e_offsets);
+  // d_out_e's codes alone, gathered from dy times the routing weights where this pass permutes with
+  // the cast (d_out_e stays undefined).
+  s.d_out_codes = permutes_with_cast(ctx) ? fp8_grouped::permute_rows(fp8_, s.d_y, s.slot_of, shape_.top_k, s.e_offsets,
+                                                                      /*gradient=*/true, &s.weights)
+                                          : cast_ahead(ctx, s.d_out_e, /*gradient=*/true, s.d_out_amax, s.e_offsets);
   const Tensor w_down = local_down(), w_gu = local_gate_up();
   const ops::Fp8GroupedCodes down_codes = fp8_grouped::step_weight(fp8_, down_, w_down);
   fp8_grouped::backward_input(fp8_, d_act, s.d_out_e, w_down, s.e_offsets, &s.d_out_codes, &down_codes);

@@ -99,10 +99,12 @@ class MoeMlp {
     // the transposed ones (a byte an element while kept) and drops the rest.
     ops::Fp8GroupedCodes x_codes, act_codes, d_out_codes, d_gu_codes;
     // ... each cast taking the rows' amaxes (U32 [R]) that the op writing the tensor measured (under
-    // expert parallelism the permutation of what arrived, x_e's and d_out_e's; the combine's backward
-    // d_out_e's; SwiGLU act_e's and d_gu_e's), consumed by the cast. Without the exchange x_e's
-    // codes are gathered from h in one pass (ops::moe_permute_fp8_cast, its amaxes from h's rows) and
-    // x_e itself is never written.
+    // expert parallelism the permutation of what arrived, x_e's and d_out_e's; SwiGLU act_e's and
+    // d_gu_e's), consumed by the cast. Without the exchange x_e's and d_out_e's codes are gathered in
+    // one pass each (ops::moe_permute_fp8_cast): x_e's from h, d_out_e's from dy times the routing
+    // weights (the rows moe_unpermute_backward would write), their amaxes from the tokens' rows; x_e
+    // and d_out_e themselves are never written (d_rows neither: the combine's backward makes the
+    // weights' gradient alone).
     Tensor x_amax, act_amax, d_out_amax, d_gu_amax;
     // The shared experts' FP8 projections (models/fp8_linear.h): the transposes of h and s_act cast
     // in the forward where keep_fp8 (and of dy and d_s_gu in the input gradient) for W, and the
@@ -147,8 +149,9 @@ class MoeMlp {
   bool exchanging() const { return ep_ && ep_->size() > 1; }
   // Whether this pass casts the expert rows ahead (State's codes): training under tensorwise FP8.
   bool casts_ahead(const MicroBatchContext& ctx) const;
-  // Whether x_e is permuted and cast in one pass (ops::moe_permute_fp8_cast, in forward_experts):
-  // casting ahead without the exchange, where x_e is h's rows.
+  // Whether x_e and d_out_e are permuted and cast in one pass (ops::moe_permute_fp8_cast, in
+  // forward_experts and backward_experts): casting ahead without the exchange, where x_e is h's rows
+  // and d_out_e dy's times the routing weights.
   bool permutes_with_cast(const MicroBatchContext& ctx) const { return casts_ahead(ctx) && !exchanging(); }
   // The routed experts' rows R: x_e's, or N·k where only its codes exist (permutes_with_cast).
   int64_t expert_rows(const State& s) const;

@@ -65,14 +65,27 @@ __device__ __forceinline__ int64_t source_row(const Segments& s, int64_t r) {
 
 // amax[g] = the largest of row_amax over expert g's rows [offsets[g], offsets[g + 1]) (through the
 // gather: over the tokens they read): one block an expert, its threads striding over the rows (a few
-// µs: 4 bytes a row).
+// µs: 4 bytes a row). With row weights (Segments::row_weight) a row's amax is its token's times |w|,
+// rounded to T as the scaled rows are: the largest |w·x| as stored, since a product with a fixed |w|
+// and the rounding both keep the order of magnitudes.
+template <class T>
 __global__ void __launch_bounds__(kThreads) segment_row_amax_kernel(const unsigned* __restrict__ row_amax, Segments s,
                                                                     unsigned* amax) {
   const int g = blockIdx.x;
   unsigned m = 0;
-  for (int64_t r = s.offsets[g] + threadIdx.x; r < s.offsets[g + 1]; r += kThreads)
-    m = max(m, row_amax[source_row(s, r)]);
+  for (int64_t r = s.offsets[g] + threadIdx.x; r < s.offsets[g + 1]; r += kThreads) {
+    const unsigned a = row_amax[source_row(s, r)];
+    m = max(m, s.row_weight ? stored_abs_bits<T>(fabsf(s.row_weight[s.gather[r]]) * __uint_as_float(a)) : a);
+  }
   block_amax_to(amax + g, m);
+}
+
+// rows[i] = weights[slot_of[i / cols]] · rows[i], rounded to T (scale_gathered_rows).
+template <class T>
+__global__ void __launch_bounds__(kThreads) scale_rows_kernel(T* rows, const int32_t* __restrict__ slot_of,
+                                                              const float* __restrict__ weights, int64_t n, int64_t cols) {
+  for (int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads)
+    rows[i] = from_f32<T>(weights[slot_of[i / cols]] * to_f32(rows[i]));
 }
 
 // row_amax[n] = the bits of max |x[n, :]| (x [N, cols], cols a multiple of 8, 16-byte aligned): a warp
@@ -262,6 +275,13 @@ struct RegTile {
 constexpr int kGroups = 4;
 using CastTile = RegTile<kGroups>;
 
+// v[k] = w · v[k] in fp32, rounded to T (Segments::row_weight).
+template <class T>
+__device__ __forceinline__ void scale_rounded(float (&v)[kV], float w) {
+#pragma unroll
+  for (int k = 0; k < kV; ++k) v[k] = to_f32(from_f32<T>(w * v[k]));
+}
+
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     segment_cast_transposed_vec_kernel(const T* __restrict__ x, Segments s, CodeLayout l, const unsigned* amax,
@@ -280,11 +300,15 @@ __global__ void __launch_bounds__(kThreads)
   if (j + kV <= t.n) {
 #pragma unroll
     for (int p = 0; p < kV; ++p) load_vec<kV>(src(p), v[p]);
+    if (s.row_weight)  // after all 8 loads are issued
+#pragma unroll
+      for (int p = 0; p < kV; ++p) scale_rounded<T>(v[p], s.row_weight[s.gather[r0 + p]]);
   } else {
 #pragma unroll
     for (int p = 0; p < kV; ++p) {
       if (j + p < t.n) {
         load_vec<kV>(src(p), v[p]);
+        if (s.row_weight) scale_rounded<T>(v[p], s.row_weight[s.gather[r0 + p]]);
       } else {
 #pragma unroll
         for (int k = 0; k < kV; ++k) v[p][k] = 0.0f;
@@ -309,7 +333,7 @@ __global__ void __launch_bounds__(kThreads)
   if (rows_out) {
 #pragma unroll
     for (int p = 0; p < kV; ++p)
-      if (j + p < t.n) store_vec<kV>(rows_out + (r0 + p) * s.cols + c, v[p]);  // the values as read: exact
+      if (j + p < t.n) store_vec<kV>(rows_out + (r0 + p) * s.cols + c, v[p]);  // values of T: stored exactly
   }
   uint2 cols[kV];
   transpose_8x8(codes, cols);
@@ -347,6 +371,17 @@ __global__ void padded_offsets_kernel(const int32_t* offsets, int G, int64_t R, 
 
 }  // namespace
 
+void scale_gathered_rows(Tensor& rows, const Tensor& slot_of, const Tensor& weights, cudaStream_t stream) {
+  const int64_t n = rows.numel(), cols = rows.dim(1);
+  if (n == 0) return;
+  dispatch_float(rows.dtype(), "scale_gathered_rows", "rows", [&](auto tag) {
+    using T = decltype(tag);
+    scale_rows_kernel<T><<<grid_size(n, kThreads, rows.device()), kThreads, 0, stream>>>(
+        static_cast<T*>(rows.data_ptr()), slot_of.data<int32_t>(), weights.data<float>(), n, cols);
+    TETRA_CUDA_CHECK_LAUNCH();
+  });
+}
+
 Tensor padded_offsets(const int32_t* offsets, int G, int64_t R, Device dev, cudaStream_t stream) {
   Tensor po = Tensor::empty({G + 1}, DType::I32, dev);
   padded_offsets_kernel<<<1, 32, 0, stream>>>(offsets, G, R, po.data<int32_t>());
@@ -380,7 +415,7 @@ Tensor measure(const T* px, bool vec, const Segments& s, Fp8Format f, Tensor& sc
   unsigned* pa = static_cast<unsigned*>(amax.data_ptr());
   const dim3 grid = rows_grid(s);
   if (row_amax && s.offsets && s.G > 0) {
-    segment_row_amax_kernel<<<s.G, kThreads, 0, stream>>>(row_amax, s, pa);
+    segment_row_amax_kernel<T><<<s.G, kThreads, 0, stream>>>(row_amax, s, pa);
     TETRA_CUDA_CHECK_LAUNCH();
   } else if (nonempty(grid) && s.cols > 0) {
     if (vec)

@@ -25,6 +25,9 @@ struct Segments {
   // gather[r] / top_k (moe_permute's slot_of); null: row r of x.
   const int32_t* gather = nullptr;
   int64_t top_k = 1;
+  // With a gather (moe_permute_fp8_cast's weights): row r is x's row times row_weight[gather[r]] in
+  // fp32, rounded to x's type (moe_unpermute_backward's d_rows); null: x's row as it is.
+  const float* row_weight = nullptr;
 };
 
 // Where the codes go:
@@ -66,11 +69,17 @@ Tensor rows_from_transposed(const Tensor& q_t, const Segments& s, const CodeLayo
 // The rows moe_permute gathers (s.gather: slot_of, s.top_k) cast as cast_segments_both casts them,
 // written with them in one pass over x [N, cols] (ops::moe_permute_fp8_cast): x's rows' amaxes, each
 // expert's as the largest over its rows' tokens, then the rows (into `rows`, x's dtype) and both
-// layouts (rows may be undefined: the codes alone). Needs cols a multiple of 8 and x, rows 16-byte
-// aligned and of one dtype (gathered_cast_applies).
+// layouts (rows may be undefined: the codes alone). With s.row_weight the rows are scaled and rounded
+// as they are read, their amaxes from the tokens' likewise. Needs cols a multiple of 8 and x, rows
+// 16-byte aligned and of one dtype (gathered_cast_applies).
 bool gathered_cast_applies(const Tensor& rows, const Tensor& x);
 BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, const Segments& s,
                              const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op);
+
+// rows[r, :] = weights[slot_of[r]] · rows[r, :] in fp32, rounded to rows' dtype (rows [R, cols], slot_of
+// int32 [R], weights fp32 [N·k]): moe_permute's rows made moe_unpermute_backward's d_rows, where the
+// gathered cast does not apply.
+void scale_gathered_rows(Tensor& rows, const Tensor& slot_of, const Tensor& weights, cudaStream_t stream);
 
 // po[0] = 0, po[g + 1] = po[g] + round_up(rows of expert g, 128): int32 [G + 1] on the device.
 Tensor padded_offsets(const int32_t* offsets, int G, int64_t R, Device dev, cudaStream_t stream);

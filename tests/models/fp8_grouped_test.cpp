@@ -221,6 +221,11 @@ TEST(Fp8GroupedAhead, RowAmaxesOfTheProducersCastAsTheirOwn) {
   Tensor d_amax = Tensor::empty({N * k}, DType::U32);
   ops::moe_unpermute_backward(d_rows, dw, dy, rows, w, row_of, &d_amax);
   EXPECT_EQ(u32_values(d_amax), row_amax_of(d_rows)) << "moe_unpermute_backward";
+  // Without d_rows: the same weights' gradient alone; no amax of rows not written.
+  Tensor no_rows, dw_alone = Tensor::empty({N, k}, DType::F32);
+  ops::moe_unpermute_backward(no_rows, dw_alone, dy, rows, w, row_of);
+  EXPECT_EQ(std::memcmp(dw_alone.data_ptr(), dw.data_ptr(), dw.nbytes()), 0) << "d_weights without d_rows";
+  EXPECT_THROW(ops::moe_unpermute_backward(no_rows, dw_alone, dy, rows, w, row_of, &d_amax), Error);
 
   const Tensor gu = random_tensor(rng, {N * k, 2 * F}, 2.0), dh = random_tensor(rng, {N * k, F});
   Tensor h = poisoned({N * k, F}), h_amax = Tensor::empty({N * k}, DType::U32);
@@ -279,6 +284,54 @@ TEST(Fp8GroupedAhead, PermutingWithTheCastIsThePermutationThenTheCast) {
                Error);
   EXPECT_THROW(fp8_grouped::forward(Fp8Recipe::Tensorwise, y, Tensor(), w, off, &kept_t), Error);  // no row codes
   EXPECT_THROW(fp8_grouped::forward(Fp8Recipe::Tensorwise, y, Tensor(), w, off), Error);          // no codes at all
+}
+
+// With the routing weights, ops::moe_permute_fp8_cast gives the rows moe_unpermute_backward writes
+// (d_out_e: each slot's weight times its token's dy) and their cast as a gradient, bit for bit; the
+// input and weight gradients given those codes in place of dy (undefined) equal the GEMMs reading
+// d_out_e. Weights of the wrong shape, and a dy that neither it nor its codes' layout gives, are refused.
+TEST(Fp8GroupedAhead, GatheringTheCombinesGradientIsItsBackwardThenTheCast) {
+  Rng rng(23);
+  const int64_t N = 40, k = 3, E = 4, outs = 24, in = 16;
+  const auto [off, row_of, slot_of] = random_routing(rng, N, k, E);
+  const Tensor dy = random_tensor(rng, {N, outs}, 3.0), weights = random_tensor(rng, {N, k});
+  const Tensor rows_out = random_tensor(rng, {N * k, outs});
+  Tensor d_out_e = poisoned({N * k, outs}), d_weights = Tensor::empty({N, k}, DType::F32);
+  ops::moe_unpermute_backward(d_out_e, d_weights, dy, rows_out, weights, row_of);
+  const ops::Fp8GroupedCodes ref = fp8_grouped::cast_rows(Fp8Recipe::Tensorwise, d_out_e, off, /*gradient=*/true);
+  const ops::Fp8GroupedCodes codes =
+      fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, dy, slot_of, k, off, /*gradient=*/true, &weights);
+  Tensor rows = poisoned({N * k, outs});
+  ops::Fp8GroupedCodes with_rows;
+  ops::moe_permute_fp8_cast(rows, with_rows, dy, slot_of, k, off, {ops::Fp8Scaling::Tensorwise, DType::F8E5M2},
+                            &weights);
+  EXPECT_EQ(std::memcmp(rows.data_ptr(), d_out_e.data_ptr(), rows.nbytes()), 0) << "the rows";
+  EXPECT_EQ(codes.format, DType::F8E5M2);
+  for (const ops::Fp8GroupedCodes* c : std::initializer_list<const ops::Fp8GroupedCodes*>{&with_rows, &codes})
+    for (auto [a, b] : {std::pair{&c->q, &ref.q}, {&c->q_t, &ref.q_t}, {&c->scale, &ref.scale}})
+      EXPECT_EQ(std::memcmp(a->data_ptr(), b->data_ptr(), a->nbytes()), 0) << a->describe();
+
+  // The input gradient reads the row codes, the weight gradient (after MoeMlp drops them) the transposed.
+  const Tensor w = random_tensor(rng, {E, outs, in}, 0.1), x = random_tensor(rng, {N * k, in});
+  Tensor dx = poisoned({N * k, in}), dx_ref = poisoned({N * k, in});
+  fp8_grouped::backward_input(Fp8Recipe::Tensorwise, dx, Tensor(), w, off, &codes);
+  fp8_grouped::backward_input(Fp8Recipe::Tensorwise, dx_ref, d_out_e, w, off);
+  EXPECT_EQ(std::memcmp(dx.data_ptr(), dx_ref.data_ptr(), dx.nbytes()), 0) << "the input gradient";
+  ops::Fp8GroupedCodes kept_t = codes;
+  kept_t.q = Tensor();
+  Tensor dw = poisoned({E, outs, in}), dw_ref = poisoned({E, outs, in});
+  fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, dw, Tensor(), x, off, false, &kept_t);
+  fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, dw_ref, d_out_e, x, off, false);
+  EXPECT_EQ(std::memcmp(dw.data_ptr(), dw_ref.data_ptr(), dw.nbytes()), 0) << "the weight gradient";
+
+  const Tensor short_weights = random_tensor(rng, {N, k - 1});
+  EXPECT_THROW(fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, dy, slot_of, k, off, true, &short_weights), Error);
+  EXPECT_THROW(fp8_grouped::backward_input(Fp8Recipe::Tensorwise, dx, Tensor(), w, off, &kept_t), Error);  // no q
+  EXPECT_THROW(fp8_grouped::backward_input(Fp8Recipe::Tensorwise, dx, Tensor(), w, off), Error);  // no codes
+  ops::Fp8GroupedCodes x_t = fp8_grouped::cast_rows(Fp8Recipe::Tensorwise, x, off, /*gradient=*/false);
+  x_t.q = Tensor();
+  EXPECT_THROW(fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, dw, Tensor(), Tensor(), off, false, &kept_t, &x_t),
+               Error);  // neither row tensor fixes R
 }
 
 TEST(Fp8GroupedAhead, GemmsReadingCodesEqualGemmsCasting) {
@@ -397,8 +450,11 @@ TEST(Fp8GroupedMoe, TheRoutedExpertsRunTheRecipe) {
   ops::moe_grouped_linear_forward(plain, x_e, gate_up, s.e_offsets);
   EXPECT_GT(test::rel_error(s.gu_e, plain), 1e-4) << "the forward ran in the working dtype";
 
-  moe.backward_combine(ctx, s, random_tensor(rng, {N, C}));
+  const Tensor dy = random_tensor(rng, {N, C});
+  moe.backward_combine(ctx, s, dy);
+  EXPECT_FALSE(s.d_rows.defined()) << "d_out_e's rows (the combine's backward makes the weights' gradient alone)";
   moe.backward_experts(ctx, s);
+  EXPECT_FALSE(s.d_out_e.defined()) << "d_out_e itself";
   Tensor d_x = Tensor::empty(s.d_rows.shape(), DType::F32);
   fp8_grouped::backward_input(Fp8Recipe::Tensorwise, d_x, s.d_gu_e, gate_up, s.e_offsets);
   expect_same(s.d_rows, d_x, "gate|up input gradient");
@@ -407,8 +463,14 @@ TEST(Fp8GroupedMoe, TheRoutedExpertsRunTheRecipe) {
   moe.backward_weight(s);
   EXPECT_FALSE(s.x_codes.defined() || s.act_codes.defined() || s.d_out_codes.defined() || s.d_gu_codes.defined())
       << "W released the codes";
+  // d_out_e as moe_unpermute_backward writes it: each slot's weight times its token's dy.
+  const int64_t k = shape.top_k;
+  Tensor d_out_e = Tensor::empty({N * k, C}, DType::F32);
+  ops::moe_permute(d_out_e, dy, s.slot_of, k);
+  for (int64_t r = 0; r < N * k; ++r)
+    for (int64_t c = 0; c < C; ++c) d_out_e.data<float>()[r * C + c] *= s.weights.data<float>()[s.slot_of.data<int32_t>()[r]];
   Tensor d_down = Tensor::zeros({E, C, F}, DType::F32);
-  fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, d_down, s.d_out_e, s.act_e, s.e_offsets, /*accumulate=*/true);
+  fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, d_down, d_out_e, s.act_e, s.e_offsets, /*accumulate=*/true);
   expect_same(down.grad, d_down, "down weight gradient");
 }
 

@@ -312,17 +312,20 @@ ModelArgs moe_2b_args() {
 // A MoE block under tensorwise without expert parallelism keeps its routed experts' input x_e only as
 // codes gathered from h (MoeMlp::permutes_with_cast): per slot 2·C bytes of bf16 fewer than under
 // expert parallelism, where the rows arrive and are kept, and the slots' int32 index into h (4 B) more.
-// Both keep x_e's transposed codes. Blockwise casts in its GEMMs and keeps x_e either way.
+// Both keep x_e's transposed codes. Its backward gathers d_out_e's codes from dy likewise: one layer's
+// slots hold one row gradient of 2·C bytes fewer at the backward's peak. Blockwise casts in its GEMMs
+// and keeps x_e either way.
 TEST(ModelFamily, TensorwiseMoeKeepsCodesOfTheGatheredRows) {
   ModelArgs a = moe_2b_args();
   const ModelFamily& f = model_family("llama");
   ActivationShape one{8, 2048, 2, 2}, exchanged = one;
   exchanged.ep = 8;
-  const double slots = 8.0 * 2048.0 * 6.0 * 11.0;  // tokens × top-k × MoE layers
+  const double layer_slots = 8.0 * 2048.0 * 6.0, slots = layer_slots * 11.0;  // tokens × top-k (× MoE layers)
   for (Recompute r : {Recompute::None, Recompute::Mlp}) {
     a.recompute = r;
     a.fp8 = Fp8Recipe::Tensorwise;
-    EXPECT_DOUBLE_EQ(f.activation_bytes(a, exchanged) - f.activation_bytes(a, one), slots * (2.0 * 1536 - 4.0));
+    EXPECT_DOUBLE_EQ(f.activation_bytes(a, exchanged) - f.activation_bytes(a, one),
+                     slots * (2.0 * 1536 - 4.0) + layer_slots * 2.0 * 1536);
     a.fp8 = Fp8Recipe::Blockwise;
     EXPECT_DOUBLE_EQ(f.activation_bytes(a, exchanged), f.activation_bytes(a, one));
   }

@@ -634,6 +634,82 @@ TEST(GpuMoeGroupedFp8, GemmsOnCodesAloneEqualGemmsOnX) {
   cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
 }
 
+// With the routing weights, moe_permute_fp8_cast gathers d_out_e = weight · dy: its rows and codes
+// equal moe_unpermute_backward's d_rows and their cast, bit for bit (widths through the one-pass kernel
+// and through the fallback, bf16 and fp32), and moe_unpermute_backward without d_rows gives the same
+// weights' gradient. The input and weight gradients on those codes alone (dy undefined, as MoeMlp runs
+// them) equal the GEMMs on d_rows through both kernels.
+TEST(GpuMoeGroupedFp8, CombinesGradientGatheredWithItsCastIsItsBackwardThenTheCast) {
+  TETRA_REQUIRE_GPU();
+  const Device dev = gpu();
+  Rng rng(53);
+  struct Routing {
+    int64_t N, k, E;
+  };
+  for (const Routing r : {Routing{300, 3, 5}, Routing{512, 6, 64}}) {
+    const Tensor ids = random_ids(rng, {r.N, r.k}, 0, static_cast<int32_t>(r.E));
+    Tensor g_ids = upload_raw(ids), g_off = Tensor::empty({r.E + 1}, DType::I32, dev);
+    Tensor g_row_of = Tensor::empty({r.N, r.k}, DType::I32, dev), g_slot_of = Tensor::empty({r.N * r.k}, DType::I32, dev);
+    ops::moe_permute_map(g_off, g_row_of, g_slot_of, g_ids);
+    const Tensor g_weights = upload(random_host(rng, {r.N, r.k}, 1.0), DType::F32);
+    for (const int64_t d : {1536, 200, 8, 52, 13}) {
+      for (const DType dt : {DType::BF16, DType::F32}) {
+        const std::string what = "N " + std::to_string(r.N) + " E " + std::to_string(r.E) + " d " + std::to_string(d) +
+                                 " " + dtype_name(dt);
+        const Tensor g_dy = upload(random_host(rng, {r.N, d}, 3.0), dt);
+        const Tensor g_rows_out = upload(random_host(rng, {r.N * r.k, d}, 1.0), dt);
+        Tensor d_rows = poisoned({r.N * r.k, d}, dt), dw = Tensor::empty({r.N, r.k}, DType::F32, dev);
+        ops::moe_unpermute_backward(d_rows, dw, g_dy, g_rows_out, g_weights, g_row_of);
+        ops::Fp8GroupedCodes ref, codes, alone;
+        ops::moe_grouped_fp8_cast(ref, d_rows, kE5M2, &g_off);
+        Tensor rows = poisoned({r.N * r.k, d}, dt), no_rows;
+        ops::moe_permute_fp8_cast(rows, codes, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights);
+        ops::moe_permute_fp8_cast(no_rows, alone, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights);
+        const Tensor h_rows = download_raw(rows), h_ref = download_raw(d_rows);
+        EXPECT_EQ(std::memcmp(h_rows.data_ptr(), h_ref.data_ptr(), h_ref.nbytes()), 0) << what << ": the rows";
+        expect_same_codes(codes, ref, what);
+        expect_same_codes(alone, ref, what + ", codes alone");
+        Tensor dw_alone = Tensor::empty({r.N, r.k}, DType::F32, dev);
+        ops::moe_unpermute_backward(no_rows, dw_alone, g_dy, g_rows_out, g_weights, g_row_of);
+        const Tensor h_dw = download_raw(dw), h_dw_alone = download_raw(dw_alone);
+        EXPECT_EQ(std::memcmp(h_dw.data_ptr(), h_dw_alone.data_ptr(), h_dw.nbytes()), 0) << what << ": d_weights alone";
+      }
+    }
+  }
+
+  const int64_t N = 512, k = 6, E = 64, O = 256, I = 128;
+  const Tensor ids = random_ids(rng, {N, k}, 0, static_cast<int32_t>(E));
+  Tensor g_ids = upload_raw(ids), g_off = Tensor::empty({E + 1}, DType::I32, dev);
+  Tensor g_row_of = Tensor::empty({N, k}, DType::I32, dev), g_slot_of = Tensor::empty({N * k}, DType::I32, dev);
+  ops::moe_permute_map(g_off, g_row_of, g_slot_of, g_ids);
+  const Tensor g_weights = upload(random_host(rng, {N, k}, 0.5), DType::F32);
+  const Tensor g_dy = upload(random_host(rng, {N, O}, 1e-3), DType::BF16);
+  const Tensor g_w = upload(random_host(rng, {E, O, I}, 0.05), DType::BF16);
+  const Tensor g_x = upload(random_host(rng, {N * k, I}, 1.0), DType::BF16);
+  Tensor d_rows = Tensor::empty({N * k, O}, DType::BF16, dev), none;
+  ops::Fp8GroupedCodes codes;
+  ops::moe_permute_fp8_cast(d_rows, codes, g_dy, g_slot_of, k, g_off, kE5M2, &g_weights);
+  auto same_bytes = [](const Tensor& a, const Tensor& b) {
+    const Tensor ha = download_raw(a), hb = download_raw(b);
+    return ha.nbytes() == hb.nbytes() && std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
+  };
+  for (const cuda::GroupedGemmImpl impl : {cuda::GroupedGemmImpl::Simt, cuda::GroupedGemmImpl::Auto}) {
+    const std::string what = cuda::grouped_gemm_impl_name(impl);
+    cuda::set_grouped_gemm_impl(impl);
+    Tensor dx = poisoned({N * k, I}, DType::BF16), dx_ref = poisoned({N * k, I}, DType::BF16);
+    ops::moe_grouped_fp8_backward_input(dx, none, kE5M2, g_w, kE4M3, g_off, &codes);
+    ops::moe_grouped_fp8_backward_input(dx_ref, d_rows, kE5M2, g_w, kE4M3, g_off);
+    EXPECT_TRUE(same_bytes(dx, dx_ref)) << what << ": the input gradient";
+    ops::Fp8GroupedCodes kept_t = codes;
+    kept_t.q = Tensor();
+    Tensor dw = poisoned({E, O, I}, DType::F32), dw_ref = poisoned({E, O, I}, DType::F32);
+    ops::moe_grouped_fp8_backward_weight(dw, none, kE5M2, g_x, kE4M3, g_off, false, &kept_t);
+    ops::moe_grouped_fp8_backward_weight(dw_ref, d_rows, kE5M2, g_x, kE4M3, g_off, false);
+    EXPECT_TRUE(same_bytes(dw, dw_ref)) << what << ": the weight gradient";
+  }
+  cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
+}
+
 // Blockwise casts have no CUDA kernels: an error, not a wrong result.
 TEST(GpuMoeGroupedFp8, BlockwiseIsRefused) {
   TETRA_REQUIRE_GPU();
