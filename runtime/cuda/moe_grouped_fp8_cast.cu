@@ -549,4 +549,23 @@ BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, cons
   return out;
 }
 
+bool dense_cast_applies(const Tensor& x, int64_t M, int64_t K, const void* q, const void* q_t) {
+  const auto aligned = [](const void* p, uintptr_t b) { return reinterpret_cast<uintptr_t>(p) % b == 0; };
+  return K % kV == 0 && aligned(x.data_ptr(), 16) && aligned(q, 8) && aligned(q_t, 8) &&
+         (M + CastTile::kRows - 1) / CastTile::kRows <= 65535 && (K + CastTile::kCols - 1) / CastTile::kCols <= INT32_MAX;
+}
+
+void cast_dense_both(const Tensor& x, int64_t M, int64_t K, Fp8Format f, const unsigned* amax_bits, unsigned char* q,
+                     unsigned char* q_t, float* scale, cudaStream_t stream) {
+  Segments s;  // one weight: w[0] = x [M, K], its transpose [K, M]
+  s.G = 1, s.O = M, s.cols = K;
+  segment_scale_kernel<<<1, 128, 0, stream>>>(amax_bits, 1, f, scale);
+  TETRA_CUDA_CHECK_LAUNCH();
+  dispatch_float(x.dtype(), "fp8_quantize", "x", [&](auto tag) {
+    using T = decltype(tag);
+    cast_transposed(static_cast<const T*>(x.data_ptr()), /*vec=*/true, s, CodeLayout{true, nullptr, 0}, amax_bits, f,
+                    q_t, q, stream);
+  });
+}
+
 }  // namespace tetra::cuda

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "runtime/fp8_format.h"
 #include "runtime/ops.h"
 #include "runtime/tensor.h"
 
@@ -75,6 +76,15 @@ Tensor rows_from_transposed(const Tensor& q_t, const Segments& s, const CodeLayo
 bool gathered_cast_applies(const Tensor& rows, const Tensor& x);
 BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, const Segments& s,
                              const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op);
+
+// A dense x [M, K] (fp32 or bf16, row-major) cast Tensorwise in both layouts by the transposing vector
+// kernel, x taken as one weight of M rows (fp8_quantize's Tensorwise cast with q_t): q [M, K],
+// q_t [K, M] and scale [1] = 1 / fp8_quant_factor(amax) from amax_bits (U32 [1] on the device), the
+// tile kernel's codes and scale bit for bit. dense_cast_applies: K a multiple of 8, x 16-byte and q,
+// q_t 8-byte aligned, and the grid within CUDA's limits.
+bool dense_cast_applies(const Tensor& x, int64_t M, int64_t K, const void* q, const void* q_t);
+void cast_dense_both(const Tensor& x, int64_t M, int64_t K, Fp8Format f, const unsigned* amax_bits, unsigned char* q,
+                     unsigned char* q_t, float* scale, cudaStream_t stream);
 
 // rows[r, :] = weights[slot_of[r]] · rows[r, :] in fp32, rounded to rows' dtype (rows [R, cols], slot_of
 // int32 [R], weights fp32 [N·k]): moe_permute's rows made moe_unpermute_backward's d_rows, where the
