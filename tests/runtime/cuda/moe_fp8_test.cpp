@@ -485,6 +485,25 @@ std::vector<uint32_t> host_u32(const Tensor& dev) {
   return std::vector<uint32_t>(p, p + h.numel());
 }
 
+// A random routing of N tokens to k of E experts, mapped on the GPU (ops::moe_permute_map).
+struct GpuRouting {
+  Tensor offsets, row_of, slot_of;
+};
+GpuRouting gpu_routing(Rng& rng, int64_t N, int64_t k, int64_t E) {
+  const Device dev = gpu();
+  const Tensor ids = upload_raw(random_ids(rng, {N, k}, 0, static_cast<int32_t>(E)));
+  GpuRouting r{Tensor::empty({E + 1}, DType::I32, dev), Tensor::empty({N, k}, DType::I32, dev),
+               Tensor::empty({N * k}, DType::I32, dev)};
+  ops::moe_permute_map(r.offsets, r.row_of, r.slot_of, ids);
+  return r;
+}
+
+// Whether two device tensors hold the same bytes.
+bool same_device_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor ha = download_raw(a), hb = download_raw(b);
+  return ha.nbytes() == hb.nbytes() && std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
+}
+
 // Codes and scales of two casts of one row tensor (offsets from 0 to R), bit for bit: the row codes,
 // the scales, and the transposed codes' columns up to the last expert's padded end (past it they are
 // not written).
@@ -522,10 +541,8 @@ TEST(GpuMoeGroupedFp8, ProducersMeasureEachRowsAmax) {
   const Device dev = gpu();
   Rng rng(41);
   const int64_t N = 300, k = 3, E = 5;
-  const Tensor ids = random_ids(rng, {N, k}, 0, static_cast<int32_t>(E));
-  Tensor g_ids = upload_raw(ids), g_off = Tensor::empty({E + 1}, DType::I32, dev);
-  Tensor g_row_of = Tensor::empty({N, k}, DType::I32, dev), g_slot_of = Tensor::empty({N * k}, DType::I32, dev);
-  ops::moe_permute_map(g_off, g_row_of, g_slot_of, g_ids);
+  const GpuRouting routing = gpu_routing(rng, N, k, E);
+  const Tensor &g_off = routing.offsets, &g_row_of = routing.row_of, &g_slot_of = routing.slot_of;
   const Tensor g_w = upload(random_host(rng, {N, k}, 1.0), DType::F32);
   for (const int64_t d : {256, 200, 52, 13}) {
     const std::string what = "d " + std::to_string(d);
@@ -562,16 +579,13 @@ TEST(GpuMoeGroupedFp8, ProducersMeasureEachRowsAmax) {
 // fp32, E4M3 and E5M2.
 TEST(GpuMoeGroupedFp8, PermuteWithItsCastIsThePermutationThenTheCast) {
   TETRA_REQUIRE_GPU();
-  const Device dev = gpu();
   Rng rng(43);
   struct Routing {
     int64_t N, k, E;
   };
   for (const Routing r : {Routing{300, 3, 5}, Routing{512, 6, 64}}) {
-    const Tensor ids = random_ids(rng, {r.N, r.k}, 0, static_cast<int32_t>(r.E));
-    Tensor g_ids = upload_raw(ids), g_off = Tensor::empty({r.E + 1}, DType::I32, dev);
-    Tensor g_row_of = Tensor::empty({r.N, r.k}, DType::I32, dev), g_slot_of = Tensor::empty({r.N * r.k}, DType::I32, dev);
-    ops::moe_permute_map(g_off, g_row_of, g_slot_of, g_ids);
+    const GpuRouting routing = gpu_routing(rng, r.N, r.k, r.E);
+    const Tensor &g_off = routing.offsets, &g_slot_of = routing.slot_of;
     for (const int64_t d : {1536, 200, 8, 52, 13}) {
       for (const DType dt : {DType::BF16, DType::F32}) {
         const Fp8Cast cast = dt == DType::BF16 ? kE4M3 : kE5M2;
@@ -603,33 +617,27 @@ TEST(GpuMoeGroupedFp8, GemmsOnCodesAloneEqualGemmsOnX) {
   const Device dev = gpu();
   Rng rng(47);
   const int64_t N = 512, k = 6, E = 64, d = 256, O = 128;
-  const Tensor ids = random_ids(rng, {N, k}, 0, static_cast<int32_t>(E));
-  Tensor g_ids = upload_raw(ids), g_off = Tensor::empty({E + 1}, DType::I32, dev);
-  Tensor g_row_of = Tensor::empty({N, k}, DType::I32, dev), g_slot_of = Tensor::empty({N * k}, DType::I32, dev);
-  ops::moe_permute_map(g_off, g_row_of, g_slot_of, g_ids);
+  const GpuRouting routing = gpu_routing(rng, N, k, E);
+  const Tensor &g_off = routing.offsets, &g_slot_of = routing.slot_of;
   const Tensor g_x = upload(random_host(rng, {N, d}, 1.0), DType::BF16);
   const Tensor g_w = upload(random_host(rng, {E, O, d}, 0.05), DType::BF16);
   const Tensor g_dy = upload(random_host(rng, {N * k, O}, 1e-3), DType::BF16);
   Tensor rows = Tensor::empty({N * k, d}, DType::BF16, dev), none;
   ops::Fp8GroupedCodes codes;
   ops::moe_permute_fp8_cast(rows, codes, g_x, g_slot_of, k, g_off, kE4M3);
-  auto same_bytes = [](const Tensor& a, const Tensor& b) {
-    const Tensor ha = download_raw(a), hb = download_raw(b);
-    return ha.nbytes() == hb.nbytes() && std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
-  };
   for (const cuda::GroupedGemmImpl impl : {cuda::GroupedGemmImpl::Simt, cuda::GroupedGemmImpl::Auto}) {
     const std::string what = cuda::grouped_gemm_impl_name(impl);
     cuda::set_grouped_gemm_impl(impl);
     Tensor y = poisoned({N * k, O}, DType::BF16), y_ref = poisoned({N * k, O}, DType::BF16);
     ops::moe_grouped_fp8_forward(y, none, kE4M3, g_w, kE4M3, g_off, &codes);
     ops::moe_grouped_fp8_forward(y_ref, rows, kE4M3, g_w, kE4M3, g_off);
-    EXPECT_TRUE(same_bytes(y, y_ref)) << what << ": the forward";
+    EXPECT_TRUE(same_device_bytes(y, y_ref)) << what << ": the forward";
     ops::Fp8GroupedCodes kept_t = codes;
     kept_t.q = Tensor();
     Tensor dw = poisoned({E, O, d}, DType::F32), dw_ref = poisoned({E, O, d}, DType::F32);
     ops::moe_grouped_fp8_backward_weight(dw, g_dy, kE5M2, none, kE4M3, g_off, false, nullptr, &kept_t);
     ops::moe_grouped_fp8_backward_weight(dw_ref, g_dy, kE5M2, rows, kE4M3, g_off, false);
-    EXPECT_TRUE(same_bytes(dw, dw_ref)) << what << ": the weight gradient";
+    EXPECT_TRUE(same_device_bytes(dw, dw_ref)) << what << ": the weight gradient";
   }
   cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
 }
@@ -647,10 +655,8 @@ TEST(GpuMoeGroupedFp8, CombinesGradientGatheredWithItsCastIsItsBackwardThenTheCa
     int64_t N, k, E;
   };
   for (const Routing r : {Routing{300, 3, 5}, Routing{512, 6, 64}}) {
-    const Tensor ids = random_ids(rng, {r.N, r.k}, 0, static_cast<int32_t>(r.E));
-    Tensor g_ids = upload_raw(ids), g_off = Tensor::empty({r.E + 1}, DType::I32, dev);
-    Tensor g_row_of = Tensor::empty({r.N, r.k}, DType::I32, dev), g_slot_of = Tensor::empty({r.N * r.k}, DType::I32, dev);
-    ops::moe_permute_map(g_off, g_row_of, g_slot_of, g_ids);
+    const GpuRouting routing = gpu_routing(rng, r.N, r.k, r.E);
+    const Tensor &g_off = routing.offsets, &g_row_of = routing.row_of, &g_slot_of = routing.slot_of;
     const Tensor g_weights = upload(random_host(rng, {r.N, r.k}, 1.0), DType::F32);
     for (const int64_t d : {1536, 200, 8, 52, 13}) {
       for (const DType dt : {DType::BF16, DType::F32}) {
@@ -678,10 +684,8 @@ TEST(GpuMoeGroupedFp8, CombinesGradientGatheredWithItsCastIsItsBackwardThenTheCa
   }
 
   const int64_t N = 512, k = 6, E = 64, O = 256, I = 128;
-  const Tensor ids = random_ids(rng, {N, k}, 0, static_cast<int32_t>(E));
-  Tensor g_ids = upload_raw(ids), g_off = Tensor::empty({E + 1}, DType::I32, dev);
-  Tensor g_row_of = Tensor::empty({N, k}, DType::I32, dev), g_slot_of = Tensor::empty({N * k}, DType::I32, dev);
-  ops::moe_permute_map(g_off, g_row_of, g_slot_of, g_ids);
+  const GpuRouting routing = gpu_routing(rng, N, k, E);
+  const Tensor &g_off = routing.offsets, &g_slot_of = routing.slot_of;
   const Tensor g_weights = upload(random_host(rng, {N, k}, 0.5), DType::F32);
   const Tensor g_dy = upload(random_host(rng, {N, O}, 1e-3), DType::BF16);
   const Tensor g_w = upload(random_host(rng, {E, O, I}, 0.05), DType::BF16);
@@ -689,23 +693,19 @@ TEST(GpuMoeGroupedFp8, CombinesGradientGatheredWithItsCastIsItsBackwardThenTheCa
   Tensor d_rows = Tensor::empty({N * k, O}, DType::BF16, dev), none;
   ops::Fp8GroupedCodes codes;
   ops::moe_permute_fp8_cast(d_rows, codes, g_dy, g_slot_of, k, g_off, kE5M2, &g_weights);
-  auto same_bytes = [](const Tensor& a, const Tensor& b) {
-    const Tensor ha = download_raw(a), hb = download_raw(b);
-    return ha.nbytes() == hb.nbytes() && std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
-  };
   for (const cuda::GroupedGemmImpl impl : {cuda::GroupedGemmImpl::Simt, cuda::GroupedGemmImpl::Auto}) {
     const std::string what = cuda::grouped_gemm_impl_name(impl);
     cuda::set_grouped_gemm_impl(impl);
     Tensor dx = poisoned({N * k, I}, DType::BF16), dx_ref = poisoned({N * k, I}, DType::BF16);
     ops::moe_grouped_fp8_backward_input(dx, none, kE5M2, g_w, kE4M3, g_off, &codes);
     ops::moe_grouped_fp8_backward_input(dx_ref, d_rows, kE5M2, g_w, kE4M3, g_off);
-    EXPECT_TRUE(same_bytes(dx, dx_ref)) << what << ": the input gradient";
+    EXPECT_TRUE(same_device_bytes(dx, dx_ref)) << what << ": the input gradient";
     ops::Fp8GroupedCodes kept_t = codes;
     kept_t.q = Tensor();
     Tensor dw = poisoned({E, O, I}, DType::F32), dw_ref = poisoned({E, O, I}, DType::F32);
     ops::moe_grouped_fp8_backward_weight(dw, none, kE5M2, g_x, kE4M3, g_off, false, &kept_t);
     ops::moe_grouped_fp8_backward_weight(dw_ref, d_rows, kE5M2, g_x, kE4M3, g_off, false);
-    EXPECT_TRUE(same_bytes(dw, dw_ref)) << what << ": the weight gradient";
+    EXPECT_TRUE(same_device_bytes(dw, dw_ref)) << what << ": the weight gradient";
   }
   cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
 }
