@@ -365,7 +365,8 @@ void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, Fp8Cast dy_cas
   const Shape dy_shape = coded_row_operand(op, "dy", dy, dy_codes, /*transposed=*/false, rows_of_2d(dx), w, 1);
   check_grouped_codes(op, "dy", dy_codes, dy_shape, dy_cast, experts_of(offsets), true);
   check_grouped_codes(op, "w", w_codes, w.shape(), w_cast, experts_of(offsets), false);
-  TETRA_DISPATCH(dy.device(), moe_grouped_fp8_backward_input, dx, dy, dy_cast, w, w_cast, offsets, dy_codes, w_codes);
+  // Dispatched on the output: dy may be undefined, its codes standing for it.
+  TETRA_DISPATCH(dx.device(), moe_grouped_fp8_backward_input, dx, dy, dy_cast, w, w_cast, offsets, dy_codes, w_codes);
 }
 void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_cast, const Tensor& x, Fp8Cast x_cast,
                                      const Tensor& offsets, bool accumulate, const Fp8GroupedCodes* dy_codes,
@@ -376,7 +377,8 @@ void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_ca
   check_grouped_codes(op, "dy", dy_codes, dy_shape, dy_cast, experts_of(offsets), true);
   const Shape x_shape = coded_row_operand(op, "x", x, x_codes, /*transposed=*/true, rows_of_2d(dy), dw, 2);
   check_grouped_codes(op, "x", x_codes, x_shape, x_cast, experts_of(offsets), true);
-  TETRA_DISPATCH(dy.device(), moe_grouped_fp8_backward_weight, dw, dy, dy_cast, x, x_cast, offsets, accumulate,
+  // Dispatched on the output: dy or x may be undefined, their codes standing for them.
+  TETRA_DISPATCH(dw.device(), moe_grouped_fp8_backward_weight, dw, dy, dy_cast, x, x_cast, offsets, accumulate,
                  dy_codes, x_codes);
 }
 void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, const Tensor* offsets,
