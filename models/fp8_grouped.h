@@ -23,6 +23,13 @@ bool casts_ahead(Fp8Recipe recipe);
 // reads x once).
 ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& offsets, bool gradient,
                                const Tensor* row_amax = nullptr);
+// The codes of x's rows gathered by slot_of / top_k (the rows ops::moe_permute would write, never
+// written), cast per expert as cast_rows casts an activation (gradient false) or a gradient, in one
+// pass over x (ops::moe_permute_fp8_cast); only where casts_ahead(recipe). weights (fp32 [N, top_k],
+// may be null): each row scaled by its slot's weight, as moe_unpermute_backward writes d_rows from
+// dy = x.
+ops::Fp8GroupedCodes permute_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& slot_of, int64_t top_k,
+                                  const Tensor& offsets, bool gradient = false, const Tensor* weights = nullptr);
 // Where the op writing x [rows, ·] leaves its rows' amaxes for cast_rows: `slot` made U32 [rows] on
 // `device` where the recipe casts ahead (else null, and the slot is left alone).
 Tensor* row_amax_slot(Fp8Recipe recipe, Tensor& slot, int64_t rows, Device device);

@@ -83,11 +83,15 @@ class LlamaFamily : public ModelFamily {
     const double Fe = static_cast<double>(c.expert_ffn()), Fs = static_cast<double>(c.shared_ffn());
     // Under tensorwise the routed experts keep the transposed codes of their inputs x [C] and act
     // [Fe] per slot for W (MoeMlp::State, a byte each; act's dropped under recompute mlp); the shared
-    // experts those of h [C] and s_act [Fs] as a dense MLP does (not under recompute mlp).
+    // experts those of h [C] and s_act [Fs] as a dense MLP does (not under recompute mlp). Without
+    // expert parallelism x's codes are gathered from h and x itself is not kept, but the slots' int32
+    // index into h is (MoeMlp::permutes_with_cast).
     const double g8 = fp8_grouped::casts_ahead(c.fp8) ? 1.0 : 0.0;
+    const bool x_gathered = g8 > 0.0 && shape.ep <= 1;
     const double shared8 = Fs > 0 && c.recompute == Recompute::None ? f8 * (C + Fs) : 0.0;
-    double moe_block = (3.0 * C + Q + k * (2.0 * C + 3.0 * Fe) + 3.0 * Fs) * a + 2.0 * C * r + 4.0 * E + 12.0 * k +
-                       8.0 + 4.0 * H + f8 * (C + HD) + g8 * k * (C + Fe) + shared8;
+    const double x_rows = x_gathered ? 0.0 : C;
+    double moe_block = (3.0 * C + Q + k * (x_rows + C + 3.0 * Fe) + 3.0 * Fs) * a + 2.0 * C * r + 4.0 * E +
+                       (x_gathered ? 16.0 : 12.0) * k + 8.0 + 4.0 * H + f8 * (C + HD) + g8 * k * (C + Fe) + shared8;
     if (c.recompute == Recompute::Mlp) moe_block -= (3.0 * k * Fe + 3.0 * Fs) * a + g8 * k * Fe;
     if (c.recompute == Recompute::Full) moe_block = C * r;
     const double moe_flops = 2.0 * static_cast<double>(c.moe_block_active_params() - 2 * c.d_model) + 4.0 * C * T;
@@ -108,7 +112,8 @@ class LlamaFamily : public ModelFamily {
   // One dense block's backward: d_act [F], d_gate_up [2F], d_h2 [C], d_qkv [(H + 2·Hkv)·D] at the
   // working width; the stream gradients dx2, dx [C] at the residual stream's, and their working-dtype
   // copies when the widths differ. A MoE block's (its stream always of the working dtype): per slot
-  // the rows' gradients [C] twice and the experts' d_act [F], d_gu [2F]; d_logits [E]; the shared
+  // the rows' gradients [C] twice (once where d_out's codes are gathered from dy) and the experts'
+  // d_act [F], d_gu [2F]; d_logits [E]; the shared
   // experts' [3Fs]; d_h2, dx2, dx, d_att [C], d_qkv.
   double backward_working_bytes(const ModelArgs& args, const ActivationShape& shape) const override {
     const LlamaConfig c = LlamaConfig::from(args);
@@ -125,8 +130,11 @@ class LlamaFamily : public ModelFamily {
                                       static_cast<double>(c.qkv_rows_per_rank(shape.tp)) + 3.0 * C / rows +
                                       (shape.sequence_parallel ? 2.0 * C : 0.0));
     if (c.moe_blocks() > 0) {
-      const double moe = static_cast<double>(c.moe.top_k * (2 * c.d_model + 3 * c.expert_ffn()) + c.moe.n_experts +
-                                             3 * c.shared_ffn() + 4 * c.d_model + c.qkv_rows());
+      // Tensorwise without expert parallelism gathers d_out's codes from dy (MoeMlp::permutes_with_cast):
+      // one row gradient per slot, not two.
+      const int64_t row_grads = fp8_grouped::casts_ahead(c.fp8) && shape.ep <= 1 ? 1 : 2;
+      const double moe = static_cast<double>(c.moe.top_k * (row_grads * c.d_model + 3 * c.expert_ffn()) +
+                                             c.moe.n_experts + 3 * c.shared_ffn() + 4 * c.d_model + c.qkv_rows());
       // Tensorwise: the codes of d_out [C] and d_gu [2Fe] per slot, both layouts while the input
       // gradients run (a byte an element each), the transposed ones kept for W; under any recipe the
       // shared experts' dyᵀ [C] and d_s_guᵀ [2Fs], kept from B to W.

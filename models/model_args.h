@@ -81,6 +81,8 @@ struct ActivationShape {
   // the residual stream at the working width (launch/config/validate.cpp).
   int tp = 1;
   bool sequence_parallel = false;
+  // Expert parallelism: ep > 1 exchanges the routed experts' rows between ranks.
+  int ep = 1;
 };
 
 // A model shape a family cannot build, or cannot split over the mesh: the config keys involved

@@ -124,9 +124,12 @@ void MoeMlp::forward_route(MicroBatchContext& ctx, State& s, const Tensor& h, co
   s.row_of = Tensor::empty({N, k}, DType::I32, dev);
   s.slot_of = Tensor::empty({N * k}, DType::I32, dev);
   ops::moe_permute_map(s.offsets, s.row_of, s.slot_of, s.expert_ids);
-  s.rows = ctx.activation({N * k, C});
-  // Without the exchange the rows are x_e: the permutation measures their amaxes for the FP8 cast.
-  ops::moe_permute(s.rows, h, s.slot_of, k, exchanging() ? nullptr : row_amax_slot(ctx, s.x_amax, N * k));
+  // Without the exchange the rows are x_e; where this pass casts ahead, only their FP8 codes are made,
+  // gathered from h in forward_experts.
+  if (!permutes_with_cast(ctx)) {
+    s.rows = ctx.activation({N * k, C});
+    ops::moe_permute(s.rows, h, s.slot_of, k);
+  }
   if (exchanging()) {
     s.recv_counts = Tensor::empty({E}, DType::I32, dev);
     s.ticket = ep_->issue_counts(s.recv_counts, s.counts, "counts " + prefix_);
@@ -161,10 +164,16 @@ void MoeMlp::forward_dispatch(MicroBatchContext& ctx, State& s) {
   if (has_shared_) run_shared(ctx, s, /*down_follows=*/true);
 }
 
+int64_t MoeMlp::expert_rows(const State& s) const { return s.x_e.defined() ? s.x_e.dim(0) : s.row_of.numel(); }
+
 void MoeMlp::run_experts(MicroBatchContext& ctx, State& s) {
-  const int64_t R = s.x_e.dim(0), F = shape_.expert_ffn;
+  const int64_t R = expert_rows(s), F = shape_.expert_ffn;
   s.gu_e = ctx.activation({R, 2 * F});
-  s.x_codes = cast_ahead(ctx, s.x_e, /*gradient=*/false, s.x_amax, s.e_offsets);
+  if (!s.x_codes.q.defined()) {  // the forward's were gathered in forward_experts; a recomputation's:
+    s.x_codes = permutes_with_cast(ctx)
+                    ? fp8_grouped::permute_rows(fp8_, s.h, s.slot_of, shape_.top_k, s.e_offsets)
+                    : cast_ahead(ctx, s.x_e, /*gradient=*/false, s.x_amax, s.e_offsets);
+  }
   const Tensor w_gu = local_gate_up();
   const ops::Fp8GroupedCodes w_codes = fp8_grouped::step_weight(fp8_, gate_up_, w_gu);
   fp8_grouped::forward(fp8_, s.gu_e, s.x_e, w_gu, s.e_offsets, &s.x_codes, &w_codes);
@@ -181,11 +190,13 @@ void MoeMlp::forward_experts(MicroBatchContext& ctx, State& s) {
     ops::moe_permute(s.x_e, s.recv, s.plan.to_expert, 1, row_amax_slot(ctx, s.x_amax, s.plan.recv_total));
     s.e_offsets = s.plan.offsets;
   } else {
+    // x_e itself where this pass casts ahead: its codes alone, gathered from h (x_e stays undefined).
+    if (permutes_with_cast(ctx)) s.x_codes = fp8_grouped::permute_rows(fp8_, s.h, s.slot_of, shape_.top_k, s.offsets);
     s.x_e = s.rows;
     s.e_offsets = s.offsets;
   }
   run_experts(ctx, s);
-  const int64_t R = s.x_e.dim(0);
+  const int64_t R = expert_rows(s);
   s.out_e = ctx.activation({R, C});
   s.act_codes = cast_ahead(ctx, s.act_e, /*gradient=*/false, s.act_amax, s.e_offsets);
   const Tensor w_down = local_down();
@@ -220,7 +231,8 @@ Tensor MoeMlp::forward_combine(MicroBatchContext& ctx, State& s) {
   // Backward keeps h, the routing (logits, ids, weights, row_of), the expert side (x_e, offsets,
   // gu_e, act_e), rows_out and the shared experts' hidden activations.
   Tensor y = s.y;
-  s.residual = s.rows = s.counts = s.slot_of = s.offsets = s.recv_counts = s.out_e = s.y = Tensor();
+  s.residual = s.rows = s.counts = s.offsets = s.recv_counts = s.out_e = s.y = Tensor();
+  if (s.x_e.defined()) s.slot_of = Tensor();  // else kept: a recomputation gathers x_e's codes from h again
   if (!ctx.training) s = State();
   return y;
 }
@@ -255,11 +267,17 @@ void MoeMlp::backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy
   const int64_t N = s.h.dim(0), C = shape_.d_model, k = shape_.top_k, Fs = shape_.shared_ffn;
   s.d_y = dy;
   // y = residual + shared + Σ_j w_j·rows_out[row_of[n, j]]
-  s.d_rows = ctx.activation({N * k, C});
   s.d_weights = ctx.fp32({N, k});
-  // Without the exchange d_rows is d_out_e: its rows' amaxes measured for the FP8 cast.
-  ops::moe_unpermute_backward(s.d_rows, s.d_weights, dy, s.rows_out, s.weights, s.row_of,
-                              exchanging() ? nullptr : row_amax_slot(ctx, s.d_out_amax, N * k));
+  if (permutes_with_cast(ctx)) {
+    // d_rows (d_out_e) is read only by its FP8 cast, which backward_experts gathers from dy and the
+    // weights: the weights' gradient alone here.
+    ops::moe_unpermute_backward(s.d_rows, s.d_weights, dy, s.rows_out, s.weights, s.row_of);
+  } else {
+    // Without the exchange d_rows is d_out_e: its rows' amaxes measured for the FP8 cast.
+    s.d_rows = ctx.activation({N * k, C});
+    ops::moe_unpermute_backward(s.d_rows, s.d_weights, dy, s.rows_out, s.weights, s.row_of,
+                                exchanging() ? nullptr : row_amax_slot(ctx, s.d_out_amax, N * k));
+  }
   s.rows_out = Tensor();
   if (exchanging()) {
     s.recv = ctx.activation({s.plan.recv_total, C});
@@ -297,9 +315,13 @@ void MoeMlp::backward_experts(MicroBatchContext& ctx, State& s) {
     run_experts(ctx, s);
     s.act_amax = Tensor();
   }
-  const int64_t R = s.x_e.dim(0);
+  const int64_t R = expert_rows(s);
   Tensor d_act = ctx.activation({R, F});
-  s.d_out_codes = cast_ahead(ctx, s.d_out_e, /*gradient=*/true, s.d_out_amax, s.e_offsets);
+  // d_out_e's codes alone, gathered from dy times the routing weights where this pass permutes with
+  // the cast (d_out_e stays undefined).
+  s.d_out_codes = permutes_with_cast(ctx) ? fp8_grouped::permute_rows(fp8_, s.d_y, s.slot_of, shape_.top_k, s.e_offsets,
+                                                                      /*gradient=*/true, &s.weights)
+                                          : cast_ahead(ctx, s.d_out_e, /*gradient=*/true, s.d_out_amax, s.e_offsets);
   const Tensor w_down = local_down(), w_gu = local_gate_up();
   const ops::Fp8GroupedCodes down_codes = fp8_grouped::step_weight(fp8_, down_, w_down);
   fp8_grouped::backward_input(fp8_, d_act, s.d_out_e, w_down, s.e_offsets, &s.d_out_codes, &down_codes);

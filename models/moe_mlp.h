@@ -80,8 +80,9 @@ class MoeMlp {
     Tensor d_prob_sums;            // fp32 [B, E]: the balance loss's gradient (α > 0)
     Tensor offsets, row_of, slot_of;  // moe_permute_map: int32 [E + 1], [N, k], [N·k]
     Tensor rows;                   // [N·k, d] h permuted into expert order (the send side)
-    // Expert side: x_e [R, d] the rows this rank's experts take (expert-major), their offsets
-    // int32 [El + 1], the SwiGLU's input and output and the experts' outputs.
+    // Expert side: x_e [R, d] the rows this rank's experts take (expert-major; undefined where only
+    // its FP8 codes are made, permutes_with_cast), their offsets int32 [El + 1], the SwiGLU's input
+    // and output and the experts' outputs.
     Tensor x_e, e_offsets, gu_e, act_e, out_e;
     Tensor rows_out;               // [N·k, d] the experts' outputs back in the send side's order
     Tensor s_gu, s_act;            // shared experts: [N, 2·Fs], [N, Fs]
@@ -97,9 +98,13 @@ class MoeMlp {
     // layouts; the first GEMM of each reads the row codes and drops them, the weight gradient reads
     // the transposed ones (a byte an element while kept) and drops the rest.
     ops::Fp8GroupedCodes x_codes, act_codes, d_out_codes, d_gu_codes;
-    // ... each cast taking the rows' amaxes (U32 [R]) that the op writing the tensor measured (the
-    // permutation x_e's and, under expert parallelism, d_out_e's; the combine's backward d_out_e's;
-    // SwiGLU act_e's and d_gu_e's), consumed by the cast.
+    // ... each cast taking the rows' amaxes (U32 [R]) that the op writing the tensor measured (under
+    // expert parallelism the permutation of what arrived, x_e's and d_out_e's; SwiGLU act_e's and
+    // d_gu_e's), consumed by the cast. Without the exchange x_e's and d_out_e's codes are gathered in
+    // one pass each (ops::moe_permute_fp8_cast): x_e's from h, d_out_e's from dy times the routing
+    // weights (the rows moe_unpermute_backward would write), their amaxes from the tokens' rows; x_e
+    // and d_out_e themselves are never written (d_rows neither: the combine's backward makes the
+    // weights' gradient alone).
     Tensor x_amax, act_amax, d_out_amax, d_gu_amax;
     // The shared experts' FP8 projections (models/fp8_linear.h): the transposes of h and s_act cast
     // in the forward where keep_fp8 (and of dy and d_s_gu in the input gradient) for W, and the
@@ -144,6 +149,12 @@ class MoeMlp {
   bool exchanging() const { return ep_ && ep_->size() > 1; }
   // Whether this pass casts the expert rows ahead (State's codes): training under tensorwise FP8.
   bool casts_ahead(const MicroBatchContext& ctx) const;
+  // Whether x_e and d_out_e are permuted and cast in one pass (ops::moe_permute_fp8_cast, in
+  // forward_experts and backward_experts): casting ahead without the exchange, where x_e is h's rows
+  // and d_out_e dy's times the routing weights.
+  bool permutes_with_cast(const MicroBatchContext& ctx) const { return casts_ahead(ctx) && !exchanging(); }
+  // The routed experts' rows R: x_e's, or N·k where only its codes exist (permutes_with_cast).
+  int64_t expert_rows(const State& s) const;
   // Where the op writing a row tensor [rows, ·] leaves its rows' amaxes (`slot`), null where this pass
   // does not cast ahead.
   Tensor* row_amax_slot(const MicroBatchContext& ctx, Tensor& slot, int64_t rows) const;

@@ -244,7 +244,7 @@ MoeRowDims check_moe_unpermute_backward(const char* op, const Tensor& d_rows, co
   check_dtype(op, "d_weights", d_weights, DType::F32);
   check_shape(op, "d_weights", d_weights, {N, k});
   const int64_t R = check_rows_like(op, "rows", rows, d, "dy");
-  check_shape(op, "d_rows", d_rows, rows.shape());
+  if (d_rows.defined()) check_shape(op, "d_rows", d_rows, rows.shape());  // undefined: d_weights alone
   check_same_device(op, {&d_rows, &d_weights, &dy, &rows, &weights, &row_of});
   for (const Tensor* out : {&d_rows, &d_weights})
     check_outputs_disjoint(op, *out, "an output",
@@ -296,14 +296,19 @@ struct Operand {
 // What the three grouped GEMMs check alike: w [G, O, I] with offsets int32 [G + 1]; `lead` fixes R and
 // is [R, I] (forward: x) or [R, O] (backward: dy); `rows` is the other row tensor, [R, O] or [R, I]
 // then. The output is w (backward weight) or `rows`; everything on one device, the output apart from
-// what is read.
+// what is read. coded: a row tensor that is only read (x, dy) may be undefined, FP8 codes standing for
+// it (ops.h moe_grouped_fp8_*); R is then the other row tensor's.
 MoeGemmDims check_grouped_gemm(const char* op, Operand w, Operand lead, Operand rows, bool forward, bool w_is_output,
-                               const Tensor& offsets) {
+                               const Tensor& offsets, bool coded = false) {
   const int64_t G = check_grouped_weight(op, w.name, w.t, offsets), O = w.t.dim(1), I = w.t.dim(2);
-  check_2d(op, lead.name, lead.t, forward ? "[R, I]" : "[R, O]");
-  const int64_t R = lead.t.dim(0);
-  check_shape(op, lead.name, lead.t, {R, forward ? I : O});
-  check_shape(op, rows.name, rows.t, {R, forward ? O : I});
+  // Only inputs may be undefined: `rows` is one where the weight is the output.
+  const bool lead_given = lead.t.defined() || !coded, rows_given = rows.t.defined() || !coded || !w_is_output;
+  const Operand& fixing = lead_given ? lead : rows;
+  const bool fixing_is_lead = lead_given;
+  check_2d(op, fixing.name, fixing.t, fixing_is_lead == forward ? "[R, I]" : "[R, O]");
+  const int64_t R = fixing.t.dim(0);
+  if (lead_given) check_shape(op, lead.name, lead.t, {R, forward ? I : O});
+  if (rows_given) check_shape(op, rows.name, rows.t, {R, forward ? O : I});
   check_rows_fit(op, R);
   const Operand out = w_is_output ? w : rows, in = w_is_output ? rows : w;
   check_same_device(op, {&out.t, &lead.t, &in.t, &offsets});
@@ -314,18 +319,21 @@ MoeGemmDims check_grouped_gemm(const char* op, Operand w, Operand lead, Operand 
 }  // namespace
 
 MoeGemmDims check_moe_grouped_forward(const char* op, const Tensor& y, const Tensor& x, const Tensor& w,
-                                      const Tensor& offsets) {
-  return check_grouped_gemm(op, {"w", w}, {"x", x}, {"y", y}, /*forward=*/true, /*w_is_output=*/false, offsets);
+                                      const Tensor& offsets, bool coded) {
+  return check_grouped_gemm(op, {"w", w}, {"x", x}, {"y", y}, /*forward=*/true, /*w_is_output=*/false, offsets,
+                            coded);
 }
 
 MoeGemmDims check_moe_grouped_backward_input(const char* op, const Tensor& dx, const Tensor& dy, const Tensor& w,
-                                             const Tensor& offsets) {
-  return check_grouped_gemm(op, {"w", w}, {"dy", dy}, {"dx", dx}, /*forward=*/false, /*w_is_output=*/false, offsets);
+                                             const Tensor& offsets, bool coded) {
+  return check_grouped_gemm(op, {"w", w}, {"dy", dy}, {"dx", dx}, /*forward=*/false, /*w_is_output=*/false, offsets,
+                            coded);
 }
 
 MoeGemmDims check_moe_grouped_backward_weight(const char* op, const Tensor& dw, const Tensor& dy, const Tensor& x,
-                                              const Tensor& offsets) {
-  return check_grouped_gemm(op, {"dw", dw}, {"dy", dy}, {"x", x}, /*forward=*/false, /*w_is_output=*/true, offsets);
+                                              const Tensor& offsets, bool coded) {
+  return check_grouped_gemm(op, {"dw", dw}, {"dy", dy}, {"x", x}, /*forward=*/false, /*w_is_output=*/true, offsets,
+                            coded);
 }
 
 }  // namespace tetra

@@ -51,14 +51,15 @@ void check_moe_chunk_offsets(const char* op, const Tensor& offsets, const Tensor
 struct MoeGemmDims {
   int64_t G, R, O, I;  // experts, rows, output and input features
 };
-// y [R, O], x [R, I], w [G, O, I], offsets int32 [G + 1].
+// y [R, O], x [R, I], w [G, O, I], offsets int32 [G + 1]. coded (the FP8 ops): a row tensor that is
+// only read (x; dy) may be undefined, its codes standing for it; R is then the other row tensor's.
 MoeGemmDims check_moe_grouped_forward(const char* op, const Tensor& y, const Tensor& x, const Tensor& w,
-                                      const Tensor& offsets);
+                                      const Tensor& offsets, bool coded = false);
 // dx [R, I], dy [R, O], w [G, O, I].
 MoeGemmDims check_moe_grouped_backward_input(const char* op, const Tensor& dx, const Tensor& dy, const Tensor& w,
-                                             const Tensor& offsets);
-// dw [G, O, I], dy [R, O], x [R, I].
+                                             const Tensor& offsets, bool coded = false);
+// dw [G, O, I], dy [R, O], x [R, I] (coded: one of dy and x may be undefined).
 MoeGemmDims check_moe_grouped_backward_weight(const char* op, const Tensor& dw, const Tensor& dy, const Tensor& x,
-                                              const Tensor& offsets);
+                                              const Tensor& offsets, bool coded = false);
 
 }  // namespace tetra

@@ -57,6 +57,7 @@
   X(moe_grouped_fp8_backward_input)                                                                  \
   X(moe_grouped_fp8_backward_weight)                                                                 \
   X(moe_grouped_fp8_cast)                                                                            \
+  X(moe_permute_fp8_cast)                                                                            \
   X(fp8_slice_amax)                                                                                  \
   X(fp8_slice_quantize)                                                                              \
   X(fp8_transpose)                                                                                   \

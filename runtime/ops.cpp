@@ -3,6 +3,7 @@
 #include "runtime/ops.h"
 
 #include "runtime/fp8_cast_shape.h"
+#include "runtime/moe_shape.h"
 #include "runtime/op_table.h"
 #include "runtime/trace.h"
 
@@ -188,6 +189,8 @@ void moe_unpermute(Tensor& y, const Tensor& rows, const Tensor& weights, const T
 void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy, const Tensor& rows,
                             const Tensor& weights, const Tensor& row_of, Tensor* d_rows_amax) {
   check_same_device("moe_unpermute_backward", {&d_rows, &d_weights, &dy, &rows, &weights, &row_of, d_rows_amax});
+  if (d_rows_amax && !d_rows.defined())
+    TETRA_FAIL(Internal, "moe_unpermute_backward: d_rows_amax is of the rows written, and d_rows is not given");
   if (d_rows_amax)
     fp8_check_row_amax("moe_unpermute_backward", *d_rows_amax, d_rows.ndim() == 2 ? d_rows.dim(0) : -1);
   TETRA_DISPATCH(dy.device(), moe_unpermute_backward, d_rows, d_weights, dy, rows, weights, row_of, d_rows_amax);
@@ -300,7 +303,7 @@ namespace {
 
 // codes stand for `operand` cast as `cast` (ops.h Fp8GroupedCodes): its format, Tensorwise, one
 // scale per expert, each layout it holds of the operand's shape. rows: a row tensor (else weights).
-void check_grouped_codes(const char* op, const char* what, const Fp8GroupedCodes* codes, const Tensor& operand,
+void check_grouped_codes(const char* op, const char* what, const Fp8GroupedCodes* codes, const Shape& operand,
                          Fp8Cast cast, int64_t G, bool rows) {
   if (!codes) return;
   auto bad = [&](const std::string& why) { TETRA_FAIL(Internal, op, ": the codes of ", what, " ", why); };
@@ -310,11 +313,12 @@ void check_grouped_codes(const char* op, const char* what, const Fp8GroupedCodes
     bad(std::string("are ") + dtype_name(codes->format) + ", the cast " + dtype_name(cast.format));
   if (codes->scale.dtype() != DType::F32 || codes->scale.shape() != Shape{G}) bad("have scales not fp32 [G]");
   if (!codes->q.defined() && !codes->q_t.defined()) bad("hold neither layout");
-  if (codes->q.defined() && (codes->q.shape() != operand.shape() || codes->q.dtype() != cast.format))
-    bad("are not of the operand's shape " + shape_str(operand.shape()));
+  if (codes->q.defined() && (codes->q.shape() != operand || codes->q.dtype() != cast.format))
+    bad("are not of the operand's shape " + shape_str(operand));
   if (!codes->q_t.defined()) return;
-  const Shape want_t = rows ? Shape{operand.dim(1), moe_grouped_fp8_padded_rows(operand.dim(0), G)}
-                            : Shape{operand.dim(0), operand.dim(2), operand.dim(1)};
+  if (operand.size() != (rows ? 2u : 3u)) bad("stand for an operand of shape " + shape_str(operand));
+  const Shape want_t = rows ? Shape{operand[1], moe_grouped_fp8_padded_rows(operand[0], G)}
+                            : Shape{operand[0], operand[2], operand[1]};
   if (codes->q_t.shape() != want_t || codes->q_t.dtype() != cast.format)
     bad("have transposed codes not " + shape_str(want_t));
   if (rows && (!codes->padded_offsets.defined() || codes->padded_offsets.shape() != Shape{G + 1}))
@@ -322,6 +326,23 @@ void check_grouped_codes(const char* op, const char* what, const Fp8GroupedCodes
 }
 
 int64_t experts_of(const Tensor& offsets) { return offsets.numel() - 1; }
+
+// The shape of a row operand (x [R, I] or dy [R, O]) of a grouped FP8 GEMM, where it may be undefined:
+// its codes must then hold the layout this GEMM reads (`transposed`), R is `R` (the other row tensor's;
+// < 0: none is given) and its width w's (or dw's) dimension `dim` (1: O, 2: I).
+Shape coded_row_operand(const char* op, const char* name, const Tensor& x, const Fp8GroupedCodes* codes,
+                        bool transposed, int64_t R, const Tensor& w, int dim) {
+  if (x.defined()) return x.shape();
+  const Tensor* layout = codes ? (transposed ? &codes->q_t : &codes->q) : nullptr;
+  if (!layout || !layout->defined())
+    TETRA_FAIL(Internal, op, ": ", name, " is not given and no codes stand for it in the ",
+               transposed ? "transposed" : "row", " layout this GEMM reads");
+  if (w.ndim() != 3) TETRA_FAIL(Internal, op, ": the weight is ", w.describe(), ", not [G, O, I]");
+  if (R < 0) TETRA_FAIL(Internal, op, ": no row tensor is given to fix R (", name, " stands as codes alone)");
+  return {R, w.dim(dim)};
+}
+
+int64_t rows_of_2d(const Tensor& t) { return t.defined() && t.ndim() == 2 ? t.dim(0) : -1; }
 
 }  // namespace
 
@@ -331,27 +352,33 @@ void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, Fp8Cast x_cast, const T
                              const Tensor& offsets, const Fp8GroupedCodes* x_codes, const Fp8GroupedCodes* w_codes) {
   const char* op = "moe_grouped_fp8_forward";
   check_same_device(op, {&y, &x, &w, &offsets});
-  check_grouped_codes(op, "x", x_codes, x, x_cast, experts_of(offsets), true);
-  check_grouped_codes(op, "w", w_codes, w, w_cast, experts_of(offsets), false);
-  TETRA_DISPATCH(x.device(), moe_grouped_fp8_forward, y, x, x_cast, w, w_cast, offsets, x_codes, w_codes);
+  const Shape x_shape = coded_row_operand(op, "x", x, x_codes, /*transposed=*/false, rows_of_2d(y), w, 2);
+  check_grouped_codes(op, "x", x_codes, x_shape, x_cast, experts_of(offsets), true);
+  check_grouped_codes(op, "w", w_codes, w.shape(), w_cast, experts_of(offsets), false);
+  TETRA_DISPATCH(y.device(), moe_grouped_fp8_forward, y, x, x_cast, w, w_cast, offsets, x_codes, w_codes);
 }
 void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, Fp8Cast dy_cast, const Tensor& w, Fp8Cast w_cast,
                                     const Tensor& offsets, const Fp8GroupedCodes* dy_codes,
                                     const Fp8GroupedCodes* w_codes) {
   const char* op = "moe_grouped_fp8_backward_input";
   check_same_device(op, {&dx, &dy, &w, &offsets});
-  check_grouped_codes(op, "dy", dy_codes, dy, dy_cast, experts_of(offsets), true);
-  check_grouped_codes(op, "w", w_codes, w, w_cast, experts_of(offsets), false);
-  TETRA_DISPATCH(dy.device(), moe_grouped_fp8_backward_input, dx, dy, dy_cast, w, w_cast, offsets, dy_codes, w_codes);
+  const Shape dy_shape = coded_row_operand(op, "dy", dy, dy_codes, /*transposed=*/false, rows_of_2d(dx), w, 1);
+  check_grouped_codes(op, "dy", dy_codes, dy_shape, dy_cast, experts_of(offsets), true);
+  check_grouped_codes(op, "w", w_codes, w.shape(), w_cast, experts_of(offsets), false);
+  // Dispatched on the output: dy may be undefined, its codes standing for it.
+  TETRA_DISPATCH(dx.device(), moe_grouped_fp8_backward_input, dx, dy, dy_cast, w, w_cast, offsets, dy_codes, w_codes);
 }
 void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_cast, const Tensor& x, Fp8Cast x_cast,
                                      const Tensor& offsets, bool accumulate, const Fp8GroupedCodes* dy_codes,
                                      const Fp8GroupedCodes* x_codes) {
   const char* op = "moe_grouped_fp8_backward_weight";
   check_same_device(op, {&dw, &dy, &x, &offsets});
-  check_grouped_codes(op, "dy", dy_codes, dy, dy_cast, experts_of(offsets), true);
-  check_grouped_codes(op, "x", x_codes, x, x_cast, experts_of(offsets), true);
-  TETRA_DISPATCH(dy.device(), moe_grouped_fp8_backward_weight, dw, dy, dy_cast, x, x_cast, offsets, accumulate,
+  const Shape dy_shape = coded_row_operand(op, "dy", dy, dy_codes, /*transposed=*/true, rows_of_2d(x), dw, 1);
+  check_grouped_codes(op, "dy", dy_codes, dy_shape, dy_cast, experts_of(offsets), true);
+  const Shape x_shape = coded_row_operand(op, "x", x, x_codes, /*transposed=*/true, rows_of_2d(dy), dw, 2);
+  check_grouped_codes(op, "x", x_codes, x_shape, x_cast, experts_of(offsets), true);
+  // Dispatched on the output: dy or x may be undefined, their codes standing for them.
+  TETRA_DISPATCH(dw.device(), moe_grouped_fp8_backward_weight, dw, dy, dy_cast, x, x_cast, offsets, accumulate,
                  dy_codes, x_codes);
 }
 void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, const Tensor* offsets,
@@ -370,6 +397,30 @@ void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, c
   if (row_amax && !offsets) TETRA_FAIL(Internal, op, ": row_amax is for row tensors (with offsets), not weights");
   if (row_amax) fp8_check_row_amax(op, *row_amax, x.dim(0));
   TETRA_DISPATCH(x.device(), moe_grouped_fp8_cast, out, x, cast, offsets, row_amax);
+}
+void moe_permute_fp8_cast(Tensor& rows, Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of, int64_t top_k,
+                          const Tensor& offsets, Fp8Cast cast, const Tensor* weights) {
+  const char* op = "moe_permute_fp8_cast";
+  check_same_device(op, {&rows, &x, &slot_of, &offsets, weights});
+  if (rows.defined()) {
+    check_moe_permute(op, rows, x, slot_of, top_k);
+  } else if (x.ndim() != 2 || slot_of.dtype() != DType::I32 || slot_of.ndim() != 1 || top_k < 1) {
+    TETRA_FAIL(Internal, op, ": x ", x.describe(), ", slot_of ", slot_of.describe(), " and top_k ", top_k,
+               " are not [N, C], int32 [R] and at least 1");
+  }
+  if (cast.scaling != Fp8Scaling::Tensorwise)
+    TETRA_FAIL(Internal, op, ": only Tensorwise casts are cast ahead (group-scaled ones cast in their GEMMs)");
+  if (cast.format != DType::F8E4M3 && cast.format != DType::F8E5M2)
+    TETRA_FAIL(Internal, op, ": the format is ", dtype_name(cast.format), ", not F8E4M3 or F8E5M2");
+  if (rows.defined() && rows.dtype() != DType::F32 && rows.dtype() != DType::BF16)
+    TETRA_FAIL(Internal, op, ": rows are ", rows.describe());
+  if (offsets.dtype() != DType::I32 || offsets.ndim() != 1 || offsets.numel() < 1)
+    TETRA_FAIL(Internal, op, ": offsets are ", offsets.describe(), ", not int32 [G + 1]");
+  if (weights) {
+    check_dtype(op, "weights", *weights, DType::F32);
+    check_shape(op, "weights", *weights, {x.dim(0), top_k});
+  }
+  TETRA_DISPATCH(x.device(), moe_permute_fp8_cast, rows, out, x, slot_of, top_k, offsets, cast, weights);
 }
 
 void fp8_slice_amax(Tensor& amax, const Tensor& x, int64_t begin, int64_t rows, int64_t cols, Fp8Scaling scaling) {

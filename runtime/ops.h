@@ -206,6 +206,8 @@ void moe_unpermute(Tensor& y, const Tensor& rows, const Tensor& weights, const T
 // Its backward: d_rows[row_of[n, j], :] = weights[n, j] · dy[n, :] (rows no slot maps to are not
 // written) and d_weights[n, j] fp32 = Σ_c dy[n, c] · rows[row_of[n, j], c] (fp32 dot products).
 // d_rows_amax (optional, U32 [R]): as swiglu_forward's row_amax, of d_rows (0 for rows not written).
+// d_rows may be undefined (then without d_rows_amax): d_weights alone, for a caller whose only reader
+// of d_rows is their FP8 cast, which moe_permute_fp8_cast with the weights makes from dy.
 void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy, const Tensor& rows,
                             const Tensor& weights, const Tensor& row_of, Tensor* d_rows_amax = nullptr);
 
@@ -415,7 +417,10 @@ struct Fp8Cast {
 // dy_codes; null: cast here). The op then reads the codes in the layout its kernel takes instead of
 // casting that operand; the result is the same bit for bit (the codes are the casts it would make).
 // The codes must be of the operand and its cast (format, shape); a layout they lack (undefined q or
-// q_t) is cast from the operand here.
+// q_t) is cast from the operand here. x or dy may be undefined where its codes hold the layout the
+// GEMM reads (the forward and the input gradient: q; the weight gradient: q_t, for one of its two):
+// its shape is then [R, I] or [R, O], R the other row tensor's rows and I, O w's or dw's
+// (moe_permute_fp8_cast's codes of rows never written).
 struct Fp8GroupedCodes;
 void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, Fp8Cast x_cast, const Tensor& w, Fp8Cast w_cast,
                              const Tensor& offsets, const Fp8GroupedCodes* x_codes = nullptr,
@@ -452,6 +457,22 @@ int64_t moe_grouped_fp8_padded_rows(int64_t R, int64_t G);
 // and x is read once, by the codes' pass.
 void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, const Tensor* offsets,
                           const Tensor* row_amax = nullptr);
+// moe_permute and moe_grouped_fp8_cast of its rows in one pass over x (Tensorwise): rows[r, :] =
+// x[slot_of[r] / top_k, :] as moe_permute writes them (rows [R, C] of x's dtype, x [N, C], slot_of
+// int32 [R]; rows outside every expert are not written), and out = moe_grouped_fp8_cast(out, rows,
+// cast, &offsets) of them, bit for bit. Each expert's amax is the largest over the tokens routed to
+// it, from x's rows' amaxes ([N] words): x is read once for its amaxes and once, through slot_of,
+// for the rows and both code layouts, where the two ops write the rows and read them back. CPU: the
+// two ops. CUDA: one pass where C is a multiple of 8 and x and rows are 16-byte aligned and of one
+// dtype (else the two ops). rows may be undefined: the codes alone (the rows only where the op must
+// fall back to the two ops, as a temporary).
+// weights (optional, fp32 [N, top_k]): each gathered row scaled by its slot's weight, rows[r, :] =
+// weights[slot_of[r]] · x[slot_of[r] / top_k, :] rounded to x's dtype — the d_rows that
+// moe_unpermute_backward writes from dy = x — and the codes those rows' cast makes, bit for bit. Each
+// expert's amax then comes from the tokens' amaxes times |weight|, rounded as the rows are: the same
+// value, as rounding and multiplying by a fixed |w| keep the order of magnitudes.
+void moe_permute_fp8_cast(Tensor& rows, Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of, int64_t top_k,
+                          const Tensor& offsets, Fp8Cast cast, const Tensor* weights = nullptr);
 // The cast of a weight w[rows, cols] that no rank holds whole (ZeRO-3's FP8 gather,
 // parallel/zero/fp8_gather.h): each rank casts its flat slice of w with the scales of all of w.
 // x: the slice (fp32 or bf16), w's elements [begin, begin + x.numel()) in row-major order.

@@ -1,5 +1,7 @@
 #include "launch/config/model.h"
 
+#include <algorithm>
+
 namespace tetra::launch {
 
 ModelArgs model_args(const Config& cfg) {
@@ -31,6 +33,7 @@ ActivationShape activation_shape(const Config& cfg) {
   s.residual_bytes = static_cast<int64_t>(dtype_size(residual_dtype(cfg)));
   s.tp = cfg.parallel.tp;
   s.sequence_parallel = cfg.parallel.tp > 1 && cfg.parallel.sequence_parallel;
+  s.ep = std::max(1, cfg.parallel.ep);
   return s;
 }
 

@@ -43,9 +43,8 @@ struct Operand {
 // c = a ∘ b of one grouped GEMM, after runtime/moe_shape.h's shape checks: all fp32, offsets valid.
 const int32_t* checked_operands(const char* op, Operand c, Operand a, Operand b, const Tensor& offsets,
                                 const MoeGemmDims& d) {
-  check_dtype(op, c.name, c.t, DType::F32);
-  check_dtype(op, a.name, a.t, DType::F32);
-  check_dtype(op, b.name, b.t, DType::F32);
+  for (const Operand& t : {c, a, b})
+    if (t.t.defined()) check_dtype(op, t.name, t.t, DType::F32);  // undefined: codes stand for x (ops.cpp checked)
   return checked_offsets(op, offsets, d.G, d.R);
 }
 
@@ -231,11 +230,27 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
   }
 }
 
+void moe_permute_fp8_cast(Tensor& rows, ops::Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of,
+                          int64_t top_k, const Tensor& offsets, ops::Fp8Cast cast, const Tensor* weights) {
+  const int64_t R = slot_of.numel(), C = x.dim(1);
+  Tensor gathered = rows.defined() ? rows : Tensor::empty({R, C}, x.dtype(), Device::cpu());
+  Tensor row_amax = Tensor::empty({R}, DType::U32, Device::cpu());
+  cpu::moe_permute(gathered, x, slot_of, top_k, &row_amax);
+  if (weights) {  // moe_unpermute_backward's d_rows: w · dy in fp32 (the CPU's dtype); the cast measures them
+    const int32_t* slot = slot_of.data<int32_t>();
+    const float* w = weights->data<float>();
+    float* g = gathered.data<float>();
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) g[r * C + c] = w[slot[r]] * g[r * C + c];
+  }
+  cpu::moe_grouped_fp8_cast(out, gathered, cast, &offsets, weights ? nullptr : &row_amax);
+}
+
 void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, ops::Fp8Cast x_cast, const Tensor& w, ops::Fp8Cast w_cast,
                              const Tensor& offsets, const ops::Fp8GroupedCodes* x_codes,
                              const ops::Fp8GroupedCodes* w_codes) {
   const char* op = "moe_grouped_fp8_forward";
-  const MoeGemmDims d = check_moe_grouped_forward(op, y, x, w, offsets);
+  const MoeGemmDims d = check_moe_grouped_forward(op, y, x, w, offsets, /*coded=*/true);
   const int32_t* o = checked_operands(op, {"y", y}, {"x", x}, {"w", w}, offsets, d);
   for (int64_t g = 0; g < d.G; ++g) {
     const int64_t m = o[g + 1] - o[g];
@@ -252,7 +267,7 @@ void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, ops::Fp8Cast d
                                     ops::Fp8Cast w_cast, const Tensor& offsets, const ops::Fp8GroupedCodes* dy_codes,
                                     const ops::Fp8GroupedCodes* w_codes) {
   const char* op = "moe_grouped_fp8_backward_input";
-  const MoeGemmDims d = check_moe_grouped_backward_input(op, dx, dy, w, offsets);
+  const MoeGemmDims d = check_moe_grouped_backward_input(op, dx, dy, w, offsets, /*coded=*/true);
   const int32_t* o = checked_operands(op, {"dx", dx}, {"dy", dy}, {"w", w}, offsets, d);
   for (int64_t g = 0; g < d.G; ++g) {
     const int64_t m = o[g + 1] - o[g];
@@ -269,7 +284,7 @@ void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, ops::Fp8Cast 
                                      ops::Fp8Cast x_cast, const Tensor& offsets, bool accumulate,
                                      const ops::Fp8GroupedCodes* dy_codes, const ops::Fp8GroupedCodes* x_codes) {
   const char* op = "moe_grouped_fp8_backward_weight";
-  const MoeGemmDims d = check_moe_grouped_backward_weight(op, dw, dy, x, offsets);
+  const MoeGemmDims d = check_moe_grouped_backward_weight(op, dw, dy, x, offsets, /*coded=*/true);
   const int32_t* o = checked_operands(op, {"dw", dw}, {"dy", dy}, {"x", x}, offsets, d);
   for (int64_t g = 0; g < d.G; ++g) {
     const int64_t m = o[g + 1] - o[g];

@@ -114,14 +114,14 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
                             const Tensor& weights, const Tensor& row_of, Tensor* d_rows_amax) {
   const char* op = "moe_unpermute_backward";
   const MoeRowDims d = check_moe_unpermute_backward(op, d_rows, d_weights, dy, rows, weights, row_of);
-  check_dtype(op, "d_rows", d_rows, DType::F32);
+  if (d_rows.defined()) check_dtype(op, "d_rows", d_rows, DType::F32);  // undefined: d_weights alone
   check_dtype(op, "dy", dy, DType::F32);
   check_dtype(op, "rows", rows, DType::F32);
   const float* pdy = dy.data<float>();
   const float* prw = rows.data<float>();
   const float* pw = weights.data<float>();
   const int32_t* prow = row_of.data<int32_t>();
-  float* pdr = d_rows.data<float>();
+  float* pdr = d_rows.defined() ? d_rows.data<float>() : nullptr;
   float* pdw = d_weights.data<float>();
   for (int64_t n = 0; n < d.N; ++n) {
     const float* g = pdy + n * d.d;
@@ -130,12 +130,10 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
       check_row(op, r, n, j, d.R);
       const float w = pw[n * d.k + j];
       const float* src = prw + r * d.d;
-      float* dst = pdr + r * d.d;
       double dot = 0.0;
-      for (int64_t c = 0; c < d.d; ++c) {
-        dot += static_cast<double>(g[c]) * src[c];
-        dst[c] = w * g[c];
-      }
+      for (int64_t c = 0; c < d.d; ++c) dot += static_cast<double>(g[c]) * src[c];
+      if (pdr)
+        for (int64_t c = 0; c < d.d; ++c) pdr[r * d.d + c] = w * g[c];
       pdw[n * d.k + j] = static_cast<float>(dot);
     }
   }

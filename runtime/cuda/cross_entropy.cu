@@ -8,21 +8,42 @@
 // thread that then overwrites it. A target ≥ V cannot be reported without a synchronisation; its
 // loss is NaN (and its gradient row zero), which the trainer's non-finite loss check catches.
 //
+// Rows of at most about half an SM's shared memory (bf16 GPT-2: 50,304 logits, 100.6 KB) take the
+// staged kernel: the block copies its row into shared memory with cp.async (each thread its own
+// 16-byte chunks, all in flight at once, read back by the same thread, so no barrier before pass 1),
+// and both passes read the copy: HBM sees one read and one write of the row, where the two-read
+// kernel's pass 2 reads the row again (from L2 when it is still there). Its exponentials are
+// 2^(x·log2 e − m·log2 e) on the special-function unit (ex2.approx, within 2 ulp): one FFMA and one
+// MUFU an element and pass, where expf costs about ten instructions; pass 1 rescales a thread's sum
+// only when a chunk raises its running max. Two blocks an SM, so that one block's copy overlaps the
+// other's arithmetic. Per row of GPT-2 bf16: 100.6 KB read + 100.6 KB written, 2 × 50,304 ex2.
+//
 // Vocabulary-parallel form (tensor parallelism; runtime/ops.h): cross_entropy_shard_stats runs pass 1
 // over this rank's columns and writes the shard's (max, Σ exp(x − max), target logit);
 // cross_entropy_from_stats folds every rank's stats in rank order into the row's lse and runs pass 2
 // over the shard (one block per row in both).
 #include <cmath>
 
+#include "runtime/cuda/cp_async.cuh"
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/kernel_common.cuh"
+#include "runtime/cuda/launch_prepare.h"
 
 namespace tetra::cuda {
 
 namespace {
 
 constexpr int kThreads = 512;
+constexpr int kStagedThreads = 512;  // two blocks an SM: 1,024 threads, at most 64 registers each
+constexpr float kLog2e = 1.4426950408889634f;
+
+// 2^x on the special-function unit: ex2.approx, within 2 ulp; results below 2^-126 flush to 0.
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 // A partial softmax denominator: s = Σ exp(x - m) over the elements seen, m their maximum.
 struct MaxSum {
@@ -46,9 +67,20 @@ __device__ __forceinline__ MaxSum warp_combine(MaxSum v) {
   return v;
 }
 
+// The block's partials folded into one (every thread of the block calls it and gets the result; it
+// synchronises through scratch[32]): the warps, then the warps' partials, every warp folding the same
+// values in the same order.
+__device__ __forceinline__ MaxSum block_combine(MaxSum acc, MaxSum* scratch) {
+  acc = warp_combine(acc);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  if (lane == 0) scratch[warp] = acc;
+  __syncthreads();
+  const MaxSum total = lane < warps ? scratch[lane] : MaxSum{-INFINITY, 0.0f};
+  return warp_combine(total);
+}
+
 // The row's softmax denominator over its `vocab` columns x (every thread of the block calls it; it
-// synchronises through scratch[32]): each thread folds its vectors, then the warps, then the warps'
-// partials, every warp folding the same values in the same order.
+// synchronises through scratch[32]): each thread folds its vectors, then block_combine.
 template <int V, class T>
 __device__ __forceinline__ MaxSum block_max_sum(const T* x, int64_t vocab, MaxSum* scratch) {
   MaxSum acc{-INFINITY, 0.0f};
@@ -65,12 +97,7 @@ __device__ __forceinline__ MaxSum block_max_sum(const T* x, int64_t vocab, MaxSu
     for (int j = 0; j < V; ++j) s += expf(v[j] - m);
     acc = {m, s};
   }
-  acc = warp_combine(acc);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  if (lane == 0) scratch[warp] = acc;
-  __syncthreads();
-  const MaxSum total = lane < warps ? scratch[lane] : MaxSum{-INFINITY, 0.0f};
-  return warp_combine(total);
+  return block_combine(acc, scratch);
 }
 
 // d[c] = grad_scale · (exp(x[c] − lse) − [c == target]) over the row's `vocab` columns (zero
@@ -112,6 +139,66 @@ __global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T*
   write_row_gradient<V>(dlogits + row * vocab, x, vocab, lse, target, valid, grad_scale);
 }
 
+// The staged form of softmax_cross_entropy_kernel (the file's header): the row is read from HBM once.
+// Dynamic shared memory: the row, vocab elements of T (vocab % 8 == 0, 16-byte aligned).
+template <class T>
+__global__ void __launch_bounds__(kStagedThreads, 2)
+    softmax_cross_entropy_staged_kernel(float* losses, T* dlogits, const T* logits, const int32_t* targets,
+                                        int64_t vocab, float grad_scale) {
+  extern __shared__ uint4 staged[];
+  __shared__ MaxSum scratch[32];
+  T* copy = reinterpret_cast<T*>(staged);
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * vocab;
+  const int chunks = static_cast<int>(vocab / 8);  // of 8 elements: one 16-byte copy (bf16) or two (fp32)
+  constexpr int kPer16 = 16 / sizeof(T);
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x)
+#pragma unroll
+    for (int k = 0; k < 8; k += kPer16) cp_async16(smem_addr(copy + c * 8 + k), x + c * 8 + k, true);
+  cp_async_commit();
+  cp_async_wait<0>();  // this thread's chunks: pass 1 reads only those, so no barrier yet
+
+  // Pass 1: the thread's running (max, Σ 2^((x − max)·log2 e)), rescaled when a chunk raises the max.
+  MaxSum acc{-INFINITY, 0.0f};
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    float v[8];
+    load_vec<8>(copy + c * 8, v);
+    float mv = v[0];
+#pragma unroll
+    for (int j = 1; j < 8; ++j) mv = fmaxf(mv, v[j]);
+    if (mv > acc.m) {
+      acc.s = acc.m == -INFINITY ? 0.0f : acc.s * ex2_approx((acc.m - mv) * kLog2e);
+      acc.m = mv;
+    }
+    if (acc.m == -INFINITY) continue;  // only -inf seen so far (fully masked): nothing to add
+    const float m_log2 = acc.m * kLog2e;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc.s += ex2_approx(fmaf(v[j], kLog2e, -m_log2));
+  }
+  const MaxSum total = block_combine(acc, scratch);  // its barrier makes every copy visible to the block
+  const float lse = total.m + logf(total.s);
+  const int32_t target = targets[row];
+  const bool valid = target >= 0 && target < vocab;
+  if (threadIdx.x == 0)
+    losses[row] = target < 0 ? 0.0f : (valid ? lse - to_f32(copy[target]) : __int_as_float(0x7fc00000));
+  if (!dlogits) return;
+
+  // Pass 2 from the copy: every global read finished before the barrier, so dlogits may be logits.
+  T* d = dlogits + row * vocab;
+  const float lse_log2 = lse * kLog2e;
+  const int target_chunk = valid ? target / 8 : -1, target_lane = target % 8;
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    float v[8];
+    load_vec<8>(copy + c * 8, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float p = valid ? ex2_approx(fmaf(v[j], kLog2e, -lse_log2)) : 0.0f;
+      v[j] = grad_scale * (p - (c == target_chunk && j == target_lane ? 1.0f : 0.0f));
+    }
+    store_vec<8>(d + c * 8, v);
+  }
+}
+
 // Pass 1 over the shard of one row: stats[0, n] = max, stats[1, n] = Σ exp(x − max), stats[2, n] =
 // the target's logit if it lies in [begin, begin + vocab) (else 0).
 template <int V, class T>
@@ -151,6 +238,15 @@ __global__ void cross_entropy_from_stats_kernel(float* losses, T* dlogits, const
   if (!dlogits) return;
   const T* x = logits + row * vocab;
   write_row_gradient<V>(dlogits + row * vocab, x, vocab, lse, static_cast<int64_t>(target) - begin, valid, grad_scale);
+}
+
+// Whether the staged kernel takes rows of row_bytes on dev: two of its blocks must fit on an SM, so
+// that one block's copy overlaps the other's arithmetic (GPT-2's 50,304 bf16 logits, 100.6 KB a row,
+// on Hopper's 227 KB); larger rows (Llama 3's 128,256) take the two-read kernel.
+template <class T>
+bool stages_rows(size_t row_bytes, Device dev) {
+  if (static_cast<int64_t>(row_bytes + 32 * sizeof(MaxSum)) > max_shared_optin(dev)) return false;  // + scratch
+  return prepare_launch(softmax_cross_entropy_staged_kernel<T>, kStagedThreads, row_bytes, dev) >= 2;
 }
 
 // The shapes both vocabulary-parallel passes share; returns N.
@@ -198,10 +294,17 @@ void softmax_cross_entropy(Tensor& losses, Tensor* dlogits, const Tensor& logits
   const bool vec = V % 8 == 0 && aligned16(logits.data_ptr()) && (!with_grad || aligned16(dlogits->data_ptr()));
   dispatch_float(logits.dtype(), op, "logits", [&](auto tl) {
     using T = decltype(tl);
-    auto kernel = vec ? softmax_cross_entropy_kernel<8, T> : softmax_cross_entropy_kernel<1, T>;
-    kernel<<<static_cast<unsigned>(N), kThreads, 0, stream_of(dev)>>>(
-        losses.data<float>(), with_grad ? static_cast<T*>(dlogits->data_ptr()) : nullptr,
-        static_cast<const T*>(logits.data_ptr()), targets.data<int32_t>(), V, grad_scale);
+    T* d = with_grad ? static_cast<T*>(dlogits->data_ptr()) : nullptr;
+    const T* x = static_cast<const T*>(logits.data_ptr());
+    const size_t row_bytes = static_cast<size_t>(V) * sizeof(T);
+    if (vec && stages_rows<T>(row_bytes, dev)) {
+      softmax_cross_entropy_staged_kernel<T><<<static_cast<unsigned>(N), kStagedThreads, row_bytes, stream_of(dev)>>>(
+          losses.data<float>(), d, x, targets.data<int32_t>(), V, grad_scale);
+    } else {
+      auto kernel = vec ? softmax_cross_entropy_kernel<8, T> : softmax_cross_entropy_kernel<1, T>;
+      kernel<<<static_cast<unsigned>(N), kThreads, 0, stream_of(dev)>>>(losses.data<float>(), d, x,
+                                                                         targets.data<int32_t>(), V, grad_scale);
+    }
     TETRA_CUDA_CHECK_LAUNCH();
   });
 }

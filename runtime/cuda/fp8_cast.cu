@@ -26,11 +26,22 @@
 //   Tensorwise (x read twice: the amax precedes every code): 167.8 MB → 39.0 µs; with q_t 201.3 MB
 //   → 46.8 µs.
 // Index arithmetic is int64 throughout (rows × cols past 2^31), the grid strides over the tiles.
+//
+// Tensorwise with q_t, on the vector paths, takes the grouped casts' transposing kernel instead
+// (runtime/cuda/moe_grouped_fp8_cast.h cast_dense_both: x as one weight of M rows, 8 × 8 pieces
+// transposed in registers, no shared memory, a thread's 8 loads in flight), which reached 0.73–0.78
+// of the byte floor on the MoE's casts where this kernel's tiles reached 0.55–0.60 (docs/kernels.md,
+// "FP8 training v10"). TETRA_FP8_DENSE_CAST=tile keeps this kernel for every cast (read on every call,
+// so a benchmark or test can run both).
 #include <cuda_fp8.h>
+
+#include <cstdlib>
+#include <string>
 
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/kernel_common.cuh"
+#include "runtime/cuda/moe_grouped_fp8_cast.h"
 #include "runtime/fp8_cast_shape.h"
 
 namespace tetra::cuda {
@@ -356,6 +367,19 @@ void fp8_amax(Tensor& amax, const Tensor& x) {
   });
 }
 
+namespace {
+
+// Whether TETRA_FP8_DENSE_CAST lets a Tensorwise cast with q_t take the transposing kernel (the file's
+// header): unset or "auto" yes, "tile" no.
+bool transposing_kernel_allowed() {
+  const char* v = std::getenv("TETRA_FP8_DENSE_CAST");
+  if (!v || !*v || std::string(v) == "auto") return true;
+  if (std::string(v) == "tile") return false;
+  TETRA_FAIL(Usage, "TETRA_FP8_DENSE_CAST=", v, " is not a valid setting: use auto or tile");
+}
+
+}  // namespace
+
 void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling scaling, Tensor* q_t, Tensor* scale_t,
                   const Tensor* amax_given) {
   const char* op = "fp8_quantize";
@@ -405,13 +429,21 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
   // Blocks stride over the tiles: a few waves of blocks (2 resident per SM), each taking tiles
   // until none is left.
   const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(tiles, int64_t{sm_count(dev)} * 8)));
+  const bool transposing = scaling == ops::Fp8Scaling::Tensorwise && a.q_t && vec &&
+                           dense_cast_applies(x, s.rows, s.cols, a.q, a.q_t) && transposing_kernel_allowed();
   dispatch_float(x.dtype(), op, "x", [&](auto tx) {
     using T = decltype(tx);
     const T* px = static_cast<const T*>(x.data_ptr());
     switch (scaling) {
       case ops::Fp8Scaling::Tensorwise: {
         if (!use_given) launch_amax(px, s.rows * s.cols, static_cast<unsigned*>(amax.data_ptr()), dev, stream);
-        launch_tiles<T, Mode::Tensorwise>(vec, grid, stream, px, a);
+        if (!transposing) {
+          launch_tiles<T, Mode::Tensorwise>(vec, grid, stream, px, a);
+          return;
+        }
+        cast_dense_both(x, s.rows, s.cols, s.format, a.amax_bits, a.q, a.q_t, a.scale, stream);
+        if (a.scale_t)
+          TETRA_CUDA_CHECK(cudaMemcpyAsync(a.scale_t, a.scale, sizeof(float), cudaMemcpyDeviceToDevice, stream));
         return;
       }
       case ops::Fp8Scaling::Rows1x128: launch_tiles<T, Mode::Rows1x128>(vec, grid, stream, px, a); return;

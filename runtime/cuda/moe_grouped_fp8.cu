@@ -20,8 +20,9 @@ namespace {
 void check_operands(const char* op, const Tensor& c, const Tensor& a, ops::Fp8Cast a_cast, const Tensor& b,
                     ops::Fp8Cast b_cast, const Tensor& offsets) {
   check_cuda_float(op, "the output", c);
-  check_cuda_float(op, "a row operand", a);
-  check_cuda_float(op, "the other operand", b);
+  // A row operand x may be undefined, its codes standing for it (ops.cpp checked that they do).
+  if (a.defined()) check_cuda_float(op, "a row operand", a);
+  if (b.defined()) check_cuda_float(op, "the other operand", b);
   check_cuda_tensor(op, "offsets", offsets);
   for (const ops::Fp8Cast& cast : {a_cast, b_cast}) {
     if (cast.format != DType::F8E4M3 && cast.format != DType::F8E5M2)
@@ -31,12 +32,13 @@ void check_operands(const char* op, const Tensor& c, const Tensor& a, ops::Fp8Ca
   }
 }
 
-Segments row_segments(const Tensor& x, const MoeGemmDims& d, const Tensor& offsets) {
+// The experts' rows of a row tensor [R, cols].
+Segments row_segments(int64_t cols, const MoeGemmDims& d, const Tensor& offsets) {
   Segments s;
   s.offsets = offsets.data<int32_t>();
   s.G = static_cast<int>(d.G);
   s.R = d.R;
-  s.cols = x.dim(1);
+  s.cols = cols;
   return s;
 }
 
@@ -57,6 +59,20 @@ bool from_codes(const ops::Fp8GroupedCodes* codes, const CodeLayout& layout, Exp
   return true;
 }
 
+// One operand t in `layout`: from its codes cast ahead, cast here from t, or — t undefined (ops.cpp
+// checked that its codes hold the layout the GEMM reads: the weight gradient's transposed one) and
+// the SIMT kernel reading rows — its transposed codes turned back into rows.
+ExpertCodes operand_codes(const char* op, const Tensor& t, ops::Fp8Cast cast, const ops::Fp8GroupedCodes* codes,
+                          const Segments& segs, const CodeLayout& layout, Device dev, cudaStream_t stream) {
+  ExpertCodes out;
+  if (from_codes(codes, layout, &out)) return out;
+  if (t.defined()) return cast_segments(t, cast, segs, layout, dev, stream, op);
+  if (!codes || !codes->q_t.defined() || layout.transposed)
+    TETRA_FAIL(Internal, op, ": an operand is given neither as a tensor nor as codes in a layout this kernel reads");
+  const CodeLayout from{true, codes->padded_offsets.data<int32_t>(), codes->q_t.dim(1)};
+  return ExpertCodes{rows_from_transposed(codes->q_t, segs, from, dev, stream), codes->scale};
+}
+
 }  // namespace
 
 GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c, const Tensor& a, ops::Fp8Cast a_cast,
@@ -66,7 +82,9 @@ GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c,
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
   const bool weight_kind = kind == GroupedGemmKind::BackwardWeight;
-  const int64_t G = offsets.numel() - 1, R = a.dim(0);
+  // R: the row operand a's rows (x or dy may be undefined, its codes standing for it: then the forward's
+  // y, the input gradient's dx, or the weight gradient's other row operand b).
+  const int64_t G = offsets.numel() - 1, R = a.defined() ? a.dim(0) : weight_kind ? b.dim(0) : c.dim(0);
   // [G, O, I] of the weight (forward, input gradient) or the weight gradient.
   const Tensor& w = weight_kind ? c : b;
   const MoeGemmDims d{G, R, w.dim(1), w.dim(2)};
@@ -96,9 +114,11 @@ GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c,
   } else if (p.fp8_transposed && kind == GroupedGemmKind::BackwardInput) {
     b_layout.transposed = true;
   }
-  const Segments a_segs = row_segments(a, d, offsets), b_segs = weight_kind ? row_segments(b, d, offsets) : weights_of(d);
-  if (!from_codes(a_codes, a_layout, &call.qa)) call.qa = cast_segments(a, a_cast, a_segs, a_layout, dev, stream, op);
-  if (!from_codes(b_codes, b_layout, &call.qb)) call.qb = cast_segments(b, b_cast, b_segs, b_layout, dev, stream, op);
+  // Row operands: the forward's x [R, I], the input gradient's dy [R, O]; the weight gradient's dy [R, O], x [R, I].
+  const int64_t a_cols = kind == GroupedGemmKind::Forward ? d.I : d.O;
+  const Segments a_segs = row_segments(a_cols, d, offsets), b_segs = weight_kind ? row_segments(d.I, d, offsets) : weights_of(d);
+  call.qa = operand_codes(op, a, a_cast, a_codes, a_segs, a_layout, dev, stream);
+  call.qb = operand_codes(op, b, b_cast, b_codes, b_segs, b_layout, dev, stream);
   p.a = call.qa.q.data_ptr(), p.b = call.qb.q.data_ptr();
   p.a_scale = call.qa.scale.data<float>(), p.b_scale = call.qb.scale.data<float>();
   return call;
@@ -121,7 +141,7 @@ void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, ops::Fp8Cast x_cast, co
                              const Tensor& offsets, const ops::Fp8GroupedCodes* x_codes,
                              const ops::Fp8GroupedCodes* w_codes) {
   const char* op = "moe_grouped_fp8_forward";
-  const MoeGemmDims d = check_moe_grouped_forward(op, y, x, w, offsets);
+  const MoeGemmDims d = check_moe_grouped_forward(op, y, x, w, offsets, /*coded=*/true);
   check_operands(op, y, x, x_cast, w, w_cast, offsets);
   if (d.G == 0 || d.R == 0 || d.O == 0) return;
   run(op, GroupedGemmKind::Forward, y, x, x_cast, w, w_cast, offsets, false, x_codes, w_codes);
@@ -131,7 +151,7 @@ void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, ops::Fp8Cast d
                                     ops::Fp8Cast w_cast, const Tensor& offsets, const ops::Fp8GroupedCodes* dy_codes,
                                     const ops::Fp8GroupedCodes* w_codes) {
   const char* op = "moe_grouped_fp8_backward_input";
-  const MoeGemmDims d = check_moe_grouped_backward_input(op, dx, dy, w, offsets);
+  const MoeGemmDims d = check_moe_grouped_backward_input(op, dx, dy, w, offsets, /*coded=*/true);
   check_operands(op, dx, dy, dy_cast, w, w_cast, offsets);
   if (d.G == 0 || d.R == 0 || d.I == 0) return;
   run(op, GroupedGemmKind::BackwardInput, dx, dy, dy_cast, w, w_cast, offsets, false, dy_codes, w_codes);
@@ -141,7 +161,7 @@ void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, ops::Fp8Cast 
                                      ops::Fp8Cast x_cast, const Tensor& offsets, bool accumulate,
                                      const ops::Fp8GroupedCodes* dy_codes, const ops::Fp8GroupedCodes* x_codes) {
   const char* op = "moe_grouped_fp8_backward_weight";
-  const MoeGemmDims d = check_moe_grouped_backward_weight(op, dw, dy, x, offsets);
+  const MoeGemmDims d = check_moe_grouped_backward_weight(op, dw, dy, x, offsets, /*coded=*/true);
   check_operands(op, dw, dy, dy_cast, x, x_cast, offsets);
   if (d.G == 0 || d.O == 0 || d.I == 0) return;
   run(op, GroupedGemmKind::BackwardWeight, dw, dy, dy_cast, x, x_cast, offsets, accumulate, dy_codes, x_codes);
@@ -158,7 +178,7 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
   cudaStream_t stream = stream_of(dev);
   const MoeGemmDims d = offsets ? MoeGemmDims{offsets->numel() - 1, x.dim(0), 0, 0}
                                 : MoeGemmDims{x.dim(0), 0, x.dim(1), x.dim(2)};
-  const Segments s = offsets ? row_segments(x, d, *offsets) : weights_of(d);
+  const Segments s = offsets ? row_segments(x.dim(1), d, *offsets) : weights_of(d);
   CodeLayout t{true, nullptr, 0};
   Tensor po;
   if (offsets) {
@@ -167,6 +187,39 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
   }
   BothCodes codes = cast_segments_both(x, cast, s, t, dev, stream, op,
                                        row_amax ? static_cast<const unsigned*>(row_amax->data_ptr()) : nullptr);
+  out = ops::Fp8GroupedCodes{std::move(codes.q), std::move(codes.q_t), std::move(codes.scale), std::move(po), cast.format};
+}
+
+void moe_permute_fp8_cast(Tensor& rows, ops::Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of,
+                          int64_t top_k, const Tensor& offsets, ops::Fp8Cast cast, const Tensor* weights) {
+  const char* op = "moe_permute_fp8_cast";
+  check_cuda_float(op, "x", x);
+  if (rows.defined()) check_cuda_float(op, "rows", rows);
+  check_cuda_tensor(op, "slot_of", slot_of);
+  check_cuda_tensor(op, "offsets", offsets);
+  if (weights) check_cuda_tensor(op, "weights", *weights);
+  const int64_t R = slot_of.numel();
+  if (!gathered_cast_applies(rows, x)) {  // the two ops (the rows a temporary where not asked for)
+    Tensor gathered = rows.defined() ? rows : Tensor::empty({R, x.dim(1)}, x.dtype(), x.device());
+    Tensor row_amax = Tensor::empty({R}, DType::U32, x.device());
+    cuda::moe_permute(gathered, x, slot_of, top_k, weights ? nullptr : &row_amax);
+    if (weights) {
+      DeviceScope scope(x.device());
+      scale_gathered_rows(gathered, slot_of, *weights, stream_of(x.device()));
+    }
+    cuda::moe_grouped_fp8_cast(out, gathered, cast, &offsets, weights ? nullptr : &row_amax);
+    return;
+  }
+  const Device dev = x.device();
+  DeviceScope scope(dev);
+  cudaStream_t stream = stream_of(dev);
+  const MoeGemmDims d{offsets.numel() - 1, R, 0, 0};
+  Segments s = row_segments(x.dim(1), d, offsets);
+  s.gather = slot_of.data<int32_t>(), s.top_k = top_k;
+  s.row_weight = weights ? weights->data<float>() : nullptr;
+  Tensor po = padded_offsets(s.offsets, s.G, d.R, dev, stream);
+  const CodeLayout t{true, po.data<int32_t>(), grouped_gemm_fp8_padded_rows(d.R, d.G)};
+  BothCodes codes = cast_gathered_both(rows, x, cast, s, t, dev, stream, op);
   out = ops::Fp8GroupedCodes{std::move(codes.q), std::move(codes.q_t), std::move(codes.scale), std::move(po), cast.format};
 }
 

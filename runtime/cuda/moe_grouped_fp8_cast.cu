@@ -58,14 +58,52 @@ __global__ void __launch_bounds__(kThreads) segment_amax_kernel(const T* __restr
   block_amax_to(amax + sp.g, m);
 }
 
-// amax[g] = the largest of row_amax over expert g's rows [offsets[g], offsets[g + 1]): one block an
-// expert, its threads striding over the rows (a few µs: 4 bytes a row).
+// The row of x that row r of the segments reads (Segments::gather).
+__device__ __forceinline__ int64_t source_row(const Segments& s, int64_t r) {
+  return s.gather ? s.gather[r] / s.top_k : r;
+}
+
+// amax[g] = the largest of row_amax over expert g's rows [offsets[g], offsets[g + 1]) (through the
+// gather: over the tokens they read): one block an expert, its threads striding over the rows (a few
+// µs: 4 bytes a row). With row weights (Segments::row_weight) a row's amax is its token's times |w|,
+// rounded to T as the scaled rows are: the largest |w·x| as stored, since a product with a fixed |w|
+// and the rounding both keep the order of magnitudes.
+template <class T>
 __global__ void __launch_bounds__(kThreads) segment_row_amax_kernel(const unsigned* __restrict__ row_amax, Segments s,
                                                                     unsigned* amax) {
   const int g = blockIdx.x;
   unsigned m = 0;
-  for (int64_t r = s.offsets[g] + threadIdx.x; r < s.offsets[g + 1]; r += kThreads) m = max(m, row_amax[r]);
+  for (int64_t r = s.offsets[g] + threadIdx.x; r < s.offsets[g + 1]; r += kThreads) {
+    const unsigned a = row_amax[source_row(s, r)];
+    m = max(m, s.row_weight ? stored_abs_bits<T>(fabsf(s.row_weight[s.gather[r]]) * __uint_as_float(a)) : a);
+  }
   block_amax_to(amax + g, m);
+}
+
+// rows[i] = weights[slot_of[i / cols]] · rows[i], rounded to T (scale_gathered_rows).
+template <class T>
+__global__ void __launch_bounds__(kThreads) scale_rows_kernel(T* rows, const int32_t* __restrict__ slot_of,
+                                                              const float* __restrict__ weights, int64_t n, int64_t cols) {
+  for (int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads)
+    rows[i] = from_f32<T>(weights[slot_of[i / cols]] * to_f32(rows[i]));
+}
+
+// row_amax[n] = the bits of max |x[n, :]| (x [N, cols], cols a multiple of 8, 16-byte aligned): a warp
+// a row, 16-byte loads.
+template <class T>
+__global__ void __launch_bounds__(kThreads) token_amax_kernel(const T* __restrict__ x, int64_t N, int64_t cols,
+                                                              unsigned* row_amax) {
+  const int64_t row = int64_t{blockIdx.x} * (kThreads / 32) + threadIdx.x / 32;
+  if (row >= N) return;  // the whole warp
+  unsigned m = 0;
+  for (int64_t c = (threadIdx.x % 32) * 8; c < cols; c += 32 * 8) {
+    float v[8];
+    load_vec<8>(x + row * cols + c, v);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) m = max(m, abs_bits(v[k]));
+  }
+  m = __reduce_max_sync(0xffffffffu, m);
+  if (threadIdx.x % 32 == 0) row_amax[row] = m;
 }
 
 // scale[g] = 1 / r[g], as fp8_quantize writes a Tensorwise scale.
@@ -82,6 +120,19 @@ __global__ void __launch_bounds__(kThreads)
   const float r = fp8_quant_factor(__uint_as_float(amax[sp.g]), fp8_largest(f));
   for (int64_t i = sp.begin * s.cols + threadIdx.x; i < sp.end * s.cols; i += kThreads)
     q[i] = fp8_code(to_f32(x[i]), r, f);
+}
+
+// q[r, c] = q_t[c, po[g] + r − first row of g] for the rows of each expert g (the row layout of a row
+// tensor's codes out of their transposed layout; rows outside every expert are not written).
+__global__ void __launch_bounds__(kThreads)
+    rows_from_transposed_kernel(const unsigned char* __restrict__ q_t, Segments s, CodeLayout l, unsigned char* q) {
+  const Span sp = block_span(s);
+  if (!sp.valid) return;
+  int64_t first, last;
+  group_rows(s.offsets, sp.g, s.R, &first, &last);
+  const int64_t po = l.padded_offsets[sp.g];
+  for (int64_t i = sp.begin * s.cols + threadIdx.x; i < sp.end * s.cols; i += kThreads)
+    q[i] = q_t[(i % s.cols) * l.Rp + po + (i / s.cols - first)];
 }
 
 // The same two passes 8 elements at a time (16-byte loads of bf16, 8-byte stores of codes): for
@@ -212,7 +263,9 @@ __device__ __forceinline__ void transpose_8x8(const uint2 (&in)[8], uint2 (&out)
 // Measured on one H200 at the 2B MoE's shapes against 64 × 64 tiles through shared memory (2 vectors a
 // thread) and against 8, 16 groups: docs/kernels.md, "FP8 training v7". q_rows (may be null): the
 // same codes in x's own layout too, so that one pass over x gives both (moe_grouped_fp8_cast). For
-// cols a multiple of 8 and x 16-byte aligned, as the vector kernels above.
+// cols a multiple of 8 and x 16-byte aligned, as the vector kernels above. Through a gather
+// (Segments::gather) each of a thread's rows comes from its own row of x, and rows_out (may be null)
+// receives the rows as read (moe_permute's output, x's type).
 template <int kGroups>
 struct RegTile {
   static constexpr int kRows = kV * kGroups;                 // source rows a block takes
@@ -222,10 +275,17 @@ struct RegTile {
 constexpr int kGroups = 4;
 using CastTile = RegTile<kGroups>;
 
+// v[k] = w · v[k] in fp32, rounded to T (Segments::row_weight).
+template <class T>
+__device__ __forceinline__ void scale_rounded(float (&v)[kV], float w) {
+#pragma unroll
+  for (int k = 0; k < kV; ++k) v[k] = to_f32(from_f32<T>(w * v[k]));
+}
+
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     segment_cast_transposed_vec_kernel(const T* __restrict__ x, Segments s, CodeLayout l, const unsigned* amax,
-                                       Fp8Format f, unsigned char* q, unsigned char* q_rows) {
+                                       Fp8Format f, unsigned char* q, unsigned char* q_rows, T* rows_out) {
   const TransposedTile t = transposed_tile(s, l, q, CastTile::kRows);
   if (!t.valid) return;  // no barrier in this kernel: threads leave as they finish
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -233,16 +293,22 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t j = t.j0 + (lane % kGroups) * kV;  // the first of its rows, in the expert's (or weight's)
   if (c >= s.cols || j >= t.width) return;
   const float r = fp8_quant_factor(__uint_as_float(amax[t.g]), fp8_largest(f));
-  const T* src = x + (t.src0 + j) * s.cols + c;
+  const int64_t r0 = t.src0 + j;  // the segments' row of its first row
+  // Its row p in x (read only for rows of the expert: the gather ends with them).
+  auto src = [&](int p) { return x + source_row(s, r0 + p) * s.cols + c; };
   float v[kV][kV];
   if (j + kV <= t.n) {
 #pragma unroll
-    for (int p = 0; p < kV; ++p) load_vec<kV>(src + p * s.cols, v[p]);
+    for (int p = 0; p < kV; ++p) load_vec<kV>(src(p), v[p]);
+    if (s.row_weight)  // after all 8 loads are issued
+#pragma unroll
+      for (int p = 0; p < kV; ++p) scale_rounded<T>(v[p], s.row_weight[s.gather[r0 + p]]);
   } else {
 #pragma unroll
     for (int p = 0; p < kV; ++p) {
       if (j + p < t.n) {
-        load_vec<kV>(src + p * s.cols, v[p]);
+        load_vec<kV>(src(p), v[p]);
+        if (s.row_weight) scale_rounded<T>(v[p], s.row_weight[s.gather[r0 + p]]);
       } else {
 #pragma unroll
         for (int k = 0; k < kV; ++k) v[p][k] = 0.0f;
@@ -262,7 +328,12 @@ __global__ void __launch_bounds__(kThreads)
   if (q_rows) {
 #pragma unroll
     for (int p = 0; p < kV; ++p)
-      if (j + p < t.n) *reinterpret_cast<uint2*>(q_rows + (t.src0 + j + p) * s.cols + c) = codes[p];
+      if (j + p < t.n) *reinterpret_cast<uint2*>(q_rows + (r0 + p) * s.cols + c) = codes[p];
+  }
+  if (rows_out) {
+#pragma unroll
+    for (int p = 0; p < kV; ++p)
+      if (j + p < t.n) store_vec<kV>(rows_out + (r0 + p) * s.cols + c, v[p]);  // values of T: stored exactly
   }
   uint2 cols[kV];
   transpose_8x8(codes, cols);
@@ -300,6 +371,17 @@ __global__ void padded_offsets_kernel(const int32_t* offsets, int G, int64_t R, 
 
 }  // namespace
 
+void scale_gathered_rows(Tensor& rows, const Tensor& slot_of, const Tensor& weights, cudaStream_t stream) {
+  const int64_t n = rows.numel(), cols = rows.dim(1);
+  if (n == 0) return;
+  dispatch_float(rows.dtype(), "scale_gathered_rows", "rows", [&](auto tag) {
+    using T = decltype(tag);
+    scale_rows_kernel<T><<<grid_size(n, kThreads, rows.device()), kThreads, 0, stream>>>(
+        static_cast<T*>(rows.data_ptr()), slot_of.data<int32_t>(), weights.data<float>(), n, cols);
+    TETRA_CUDA_CHECK_LAUNCH();
+  });
+}
+
 Tensor padded_offsets(const int32_t* offsets, int G, int64_t R, Device dev, cudaStream_t stream) {
   Tensor po = Tensor::empty({G + 1}, DType::I32, dev);
   padded_offsets_kernel<<<1, 32, 0, stream>>>(offsets, G, R, po.data<int32_t>());
@@ -333,7 +415,7 @@ Tensor measure(const T* px, bool vec, const Segments& s, Fp8Format f, Tensor& sc
   unsigned* pa = static_cast<unsigned*>(amax.data_ptr());
   const dim3 grid = rows_grid(s);
   if (row_amax && s.offsets && s.G > 0) {
-    segment_row_amax_kernel<<<s.G, kThreads, 0, stream>>>(row_amax, s, pa);
+    segment_row_amax_kernel<T><<<s.G, kThreads, 0, stream>>>(row_amax, s, pa);
     TETRA_CUDA_CHECK_LAUNCH();
   } else if (nonempty(grid) && s.cols > 0) {
     if (vec)
@@ -362,7 +444,7 @@ void cast_rows(const T* px, bool vec, const Segments& s, const unsigned* pa, Fp8
 // The transposed codes, and with q_rows (vector kernel only) the row codes in the same pass.
 template <class T>
 void cast_transposed(const T* px, bool vec, const Segments& s, const CodeLayout& l, const unsigned* pa, Fp8Format f,
-                     unsigned char* q, unsigned char* q_rows, cudaStream_t stream) {
+                     unsigned char* q, unsigned char* q_rows, cudaStream_t stream, T* rows_out = nullptr) {
   if (!vec) {
     const dim3 grid = transposed_grid(s, l, kT, kT);
     if (!nonempty(grid)) return;
@@ -372,7 +454,7 @@ void cast_transposed(const T* px, bool vec, const Segments& s, const CodeLayout&
   }
   const dim3 grid = transposed_grid(s, l, CastTile::kRows, CastTile::kCols);
   if (!nonempty(grid)) return;
-  segment_cast_transposed_vec_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, l, pa, f, q, q_rows);
+  segment_cast_transposed_vec_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, l, pa, f, q, q_rows, rows_out);
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
@@ -422,6 +504,68 @@ BothCodes cast_segments_both(const Tensor& x, ops::Fp8Cast c, const Segments& s,
                 Tensor::empty({s.G}, DType::F32, dev)};
   cast_into(x, c, s, transposed, codes_of(out.q), codes_of(out.q_t), out.scale, dev, stream, op, row_amax);
   return out;
+}
+
+Tensor rows_from_transposed(const Tensor& q_t, const Segments& s, const CodeLayout& transposed, Device dev,
+                            cudaStream_t stream) {
+  Tensor q = Tensor::empty({s.R, s.cols}, q_t.dtype(), dev);
+  const dim3 grid = rows_grid(s);
+  if (s.offsets && nonempty(grid) && s.cols > 0) {
+    rows_from_transposed_kernel<<<grid, kThreads, 0, stream>>>(codes_of(q_t), s, transposed, codes_of(q));
+    TETRA_CUDA_CHECK_LAUNCH();
+  }
+  return q;
+}
+
+bool gathered_cast_applies(const Tensor& rows, const Tensor& x) {
+  const int64_t cols = x.dim(-1);
+  const bool rows_ok = !rows.defined() || (rows.dtype() == x.dtype() && reinterpret_cast<uintptr_t>(rows.data_ptr()) % 16 == 0);
+  return rows_ok && cols % kV == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
+}
+
+BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, const Segments& s,
+                             const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op) {
+  if (!s.gather || !s.offsets || !gathered_cast_applies(rows, x))
+    TETRA_FAIL(Internal, op, ": the gathered cast needs a gather, offsets and 8-column vectors of one dtype");
+  BothCodes out{Tensor::empty({s.R, s.cols}, c.format, dev), Tensor::empty(transposed_shape(s, transposed), c.format, dev),
+                Tensor::empty({s.G}, DType::F32, dev)};
+  const Fp8Format f = fp8_format_of(c.format);
+  const int64_t N = x.dim(0);
+  Tensor token_amax = Tensor::empty({N}, DType::U32, dev);
+  dispatch_float(x.dtype(), op, "x", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = static_cast<const T*>(x.data_ptr());
+    unsigned* pt = static_cast<unsigned*>(token_amax.data_ptr());
+    if (N > 0) {
+      const int rows_a_block = kThreads / 32;
+      token_amax_kernel<T><<<static_cast<unsigned>((N + rows_a_block - 1) / rows_a_block), kThreads, 0, stream>>>(
+          px, N, s.cols, pt);
+      TETRA_CUDA_CHECK_LAUNCH();
+    }
+    const Tensor amax = measure(px, /*vec=*/true, s, f, out.scale, dev, stream, pt);
+    cast_transposed(px, /*vec=*/true, s, transposed, static_cast<const unsigned*>(amax.data_ptr()), f, codes_of(out.q_t),
+                    codes_of(out.q), stream, rows.defined() ? static_cast<T*>(rows.data_ptr()) : nullptr);
+  });
+  return out;
+}
+
+bool dense_cast_applies(const Tensor& x, int64_t M, int64_t K, const void* q, const void* q_t) {
+  const auto aligned = [](const void* p, uintptr_t b) { return reinterpret_cast<uintptr_t>(p) % b == 0; };
+  return K % kV == 0 && aligned(x.data_ptr(), 16) && aligned(q, 8) && aligned(q_t, 8) &&
+         (M + CastTile::kRows - 1) / CastTile::kRows <= 65535 && (K + CastTile::kCols - 1) / CastTile::kCols <= INT32_MAX;
+}
+
+void cast_dense_both(const Tensor& x, int64_t M, int64_t K, Fp8Format f, const unsigned* amax_bits, unsigned char* q,
+                     unsigned char* q_t, float* scale, cudaStream_t stream) {
+  Segments s;  // one weight: w[0] = x [M, K], its transpose [K, M]
+  s.G = 1, s.O = M, s.cols = K;
+  segment_scale_kernel<<<1, 128, 0, stream>>>(amax_bits, 1, f, scale);
+  TETRA_CUDA_CHECK_LAUNCH();
+  dispatch_float(x.dtype(), "fp8_quantize", "x", [&](auto tag) {
+    using T = decltype(tag);
+    cast_transposed(static_cast<const T*>(x.data_ptr()), /*vec=*/true, s, CodeLayout{true, nullptr, 0}, amax_bits, f,
+                    q_t, q, stream);
+  });
 }
 
 }  // namespace tetra::cuda

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "runtime/fp8_format.h"
 #include "runtime/ops.h"
 #include "runtime/tensor.h"
 
@@ -21,6 +22,13 @@ struct Segments {
   int64_t R = 0;  // rows of a row tensor
   int64_t O = 0;  // weights: rows per expert
   int64_t cols = 0;
+  // Row tensors read through a gather (moe_permute_fp8_cast): row r of the segments is x's row
+  // gather[r] / top_k (moe_permute's slot_of); null: row r of x.
+  const int32_t* gather = nullptr;
+  int64_t top_k = 1;
+  // With a gather (moe_permute_fp8_cast's weights): row r is x's row times row_weight[gather[r]] in
+  // fp32, rounded to x's type (moe_unpermute_backward's d_rows); null: x's row as it is.
+  const float* row_weight = nullptr;
 };
 
 // Where the codes go:
@@ -52,6 +60,36 @@ struct BothCodes {
 };
 BothCodes cast_segments_both(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& transposed,
                              Device dev, cudaStream_t stream, const char* op, const unsigned* row_amax = nullptr);
+
+// The row layout [R, cols] of a row tensor's codes out of their transposed layout `transposed` (the
+// weight gradient's SIMT kernel given x as moe_permute_fp8_cast's codes alone): each expert's rows;
+// rows outside every expert are not written.
+Tensor rows_from_transposed(const Tensor& q_t, const Segments& s, const CodeLayout& transposed, Device dev,
+                            cudaStream_t stream);
+
+// The rows moe_permute gathers (s.gather: slot_of, s.top_k) cast as cast_segments_both casts them,
+// written with them in one pass over x [N, cols] (ops::moe_permute_fp8_cast): x's rows' amaxes, each
+// expert's as the largest over its rows' tokens, then the rows (into `rows`, x's dtype) and both
+// layouts (rows may be undefined: the codes alone). With s.row_weight the rows are scaled and rounded
+// as they are read, their amaxes from the tokens' likewise. Needs cols a multiple of 8 and x, rows
+// 16-byte aligned and of one dtype (gathered_cast_applies).
+bool gathered_cast_applies(const Tensor& rows, const Tensor& x);
+BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, const Segments& s,
+                             const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op);
+
+// A dense x [M, K] (fp32 or bf16, row-major) cast Tensorwise in both layouts by the transposing vector
+// kernel, x taken as one weight of M rows (fp8_quantize's Tensorwise cast with q_t): q [M, K],
+// q_t [K, M] and scale [1] = 1 / fp8_quant_factor(amax) from amax_bits (U32 [1] on the device), the
+// tile kernel's codes and scale bit for bit. dense_cast_applies: K a multiple of 8, x 16-byte and q,
+// q_t 8-byte aligned, and the grid within CUDA's limits.
+bool dense_cast_applies(const Tensor& x, int64_t M, int64_t K, const void* q, const void* q_t);
+void cast_dense_both(const Tensor& x, int64_t M, int64_t K, Fp8Format f, const unsigned* amax_bits, unsigned char* q,
+                     unsigned char* q_t, float* scale, cudaStream_t stream);
+
+// rows[r, :] = weights[slot_of[r]] · rows[r, :] in fp32, rounded to rows' dtype (rows [R, cols], slot_of
+// int32 [R], weights fp32 [N·k]): moe_permute's rows made moe_unpermute_backward's d_rows, where the
+// gathered cast does not apply.
+void scale_gathered_rows(Tensor& rows, const Tensor& slot_of, const Tensor& weights, cudaStream_t stream);
 
 // po[0] = 0, po[g + 1] = po[g] + round_up(rows of expert g, 128): int32 [G + 1] on the device.
 Tensor padded_offsets(const int32_t* offsets, int G, int64_t R, Device dev, cudaStream_t stream);

@@ -210,6 +210,7 @@ __global__ void __launch_bounds__(kRowThreads)
 
 // One warp per token n: for each slot j, d_rows[row] = w[n, j]·dy[n] and d_w[n, j] = dy[n]·rows[row]
 // (lane-strided partial dot products, then a butterfly: a fixed order).
+// d_rows may be null: d_weights alone.
 template <int V, class TDR, class TDY, class TR>
 __global__ void __launch_bounds__(kRowThreads)
     unpermute_backward_kernel(TDR* __restrict__ d_rows, float* __restrict__ d_w, const TDY* __restrict__ dy,
@@ -238,7 +239,7 @@ __global__ void __launch_bounds__(kRowThreads)
             out[t] = wj * gv[t];
             m = max(m, stored_abs_bits<TDR>(out[t]));
           }
-          store_vec<V>(d_rows + r * d + chunk * V, out);
+          if (d_rows) store_vec<V>(d_rows + r * d + chunk * V, out);
         }
       }
       // The warp owns row r: a store, not an atomic (rows no slot maps to keep the zero).
@@ -446,7 +447,8 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
                             const Tensor& weights, const Tensor& row_of, Tensor* d_rows_amax) {
   const char* op = "moe_unpermute_backward";
   const MoeRowDims d = check_moe_unpermute_backward(op, d_rows, d_weights, dy, rows, weights, row_of);
-  check_cuda_float(op, "d_rows", d_rows);
+  const bool with_rows = d_rows.defined();  // else d_weights alone (ops.h)
+  if (with_rows) check_cuda_float(op, "d_rows", d_rows);
   check_cuda_float(op, "dy", dy);
   check_cuda_float(op, "rows", rows);
   check_index(op, "d_weights", d_weights);
@@ -460,7 +462,7 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
     TETRA_CUDA_CHECK(cudaMemsetAsync(d_weights.data_ptr(), 0, d_weights.nbytes(), stream_of(dev)));
     return;
   }
-  const bool vec = vectorizable(d.d, {&d_rows, &dy, &rows});
+  const bool vec = with_rows ? vectorizable(d.d, {&d_rows, &dy, &rows}) : vectorizable(d.d, {&dy, &rows});
   const int warps = kRowThreads / 32;
   with_width(vec, [&](auto v) {
     constexpr int V = decltype(v)::value;
@@ -471,12 +473,13 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
           using TDY = decltype(tdy);
           using TR = decltype(tr);
           unpermute_backward_kernel<V, TDR, TDY, TR><<<grid_size(d.N, warps, dev, 8), kRowThreads, 0, stream_of(dev)>>>(
-              static_cast<TDR*>(d_rows.data_ptr()), d_weights.data<float>(), static_cast<const TDY*>(dy.data_ptr()),
+              with_rows ? static_cast<TDR*>(d_rows.data_ptr()) : nullptr, d_weights.data<float>(),
+              static_cast<const TDY*>(dy.data_ptr()),
               static_cast<const TR*>(rows.data_ptr()), weights.data<float>(), row_of.data<int32_t>(), d.N, d.k, d.d,
               d.R, pr);
           TETRA_CUDA_CHECK_LAUNCH();
         },
-        d_rows.dtype(), "d_rows", dy.dtype(), "dy", rows.dtype(), "rows");
+        with_rows ? d_rows.dtype() : dy.dtype(), "d_rows", dy.dtype(), "dy", rows.dtype(), "rows");
   });
 }
 

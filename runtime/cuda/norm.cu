@@ -48,14 +48,12 @@
 #include <cuda_pipeline_primitives.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
-#include <tuple>
 #include <type_traits>
 
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/kernel_common.cuh"
+#include "runtime/cuda/launch_prepare.h"
 #include "runtime/cuda/reduce.h"
 
 namespace tetra::cuda {
@@ -498,31 +496,6 @@ RowLayout row_layout(int C, int max_vpt) {
   l.slots = std::max(1, kTargetWarps / team);
   l.threads = l.slots * team * 32;
   return l;
-}
-
-// Prepares `kernel` for launches of `threads` threads with `smem` bytes of dynamic shared memory
-// (≤ the device's opt-in limit) on the current device, `dev`, and returns how many such blocks fit
-// on one SM at once (0: none). Raises the kernel's dynamic shared memory limit when needed, and
-// never lowers it (another C may need more from the same instantiation). Cached; thread-safe.
-template <class K>
-int prepare_launch(K kernel, int threads, size_t smem, Device dev) {
-  static std::mutex mu;
-  static std::map<std::tuple<const void*, int, size_t, int>, int> blocks_cache;
-  static std::map<std::pair<const void*, int>, size_t> smem_limit;
-  const void* fn = reinterpret_cast<const void*>(kernel);
-  std::lock_guard<std::mutex> lock(mu);
-  size_t& limit = smem_limit[{fn, dev.index}];
-  if (smem > 48 * 1024 && smem > limit) {
-    TETRA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    limit = smem;
-  }
-  const auto key = std::make_tuple(fn, threads, smem, dev.index);
-  auto it = blocks_cache.find(key);
-  if (it != blocks_cache.end()) return it->second;
-  int blocks = 0;
-  TETRA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
-  blocks_cache.emplace(key, blocks);
-  return blocks;
 }
 
 // The row kernel instantiation for a VPT chosen at run time (1 ≤ vpt ≤ MaxVpt ≤ 4).

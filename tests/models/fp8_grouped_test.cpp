@@ -187,16 +187,24 @@ std::vector<uint32_t> u32_values(const Tensor& t) {
   return std::vector<uint32_t>(p, p + t.numel());
 }
 
+struct Routing {
+  Tensor offsets, row_of, slot_of;  // moe_permute_map's
+};
+// N tokens each routed to k of E experts at random.
+Routing random_routing(Rng& rng, int64_t N, int64_t k, int64_t E) {
+  const Tensor ids = test::random_ids(rng, {N, k}, 0, static_cast<int32_t>(E));
+  Routing r{Tensor::empty({E + 1}, DType::I32), Tensor::empty({N, k}, DType::I32), Tensor::empty({N * k}, DType::I32)};
+  ops::moe_permute_map(r.offsets, r.row_of, r.slot_of, ids);
+  return r;
+}
+
 // The ops that write the experts' row tensors measure each row's amax (ops.h row_amax), and the
 // cast given them equals the cast that measures each expert itself, bit for bit (the CPU twins of
 // GpuMoeGroupedFp8.ProducersMeasureEachRowsAmax).
 TEST(Fp8GroupedAhead, RowAmaxesOfTheProducersCastAsTheirOwn) {
   Rng rng(17);
   const int64_t N = 40, k = 2, E = 4, d = 24, F = 20;
-  const Tensor ids = test::random_ids(rng, {N, k}, 0, static_cast<int32_t>(E));
-  Tensor off = Tensor::empty({E + 1}, DType::I32), row_of = Tensor::empty({N, k}, DType::I32);
-  Tensor slot_of = Tensor::empty({N * k}, DType::I32);
-  ops::moe_permute_map(off, row_of, slot_of, ids);
+  const auto [off, row_of, slot_of] = random_routing(rng, N, k, E);
   const Tensor x = random_tensor(rng, {N, d}, 3.0);
   Tensor rows = poisoned({N * k, d}), rows_amax = Tensor::empty({N * k}, DType::U32);
   ops::moe_permute(rows, x, slot_of, k, &rows_amax);
@@ -213,6 +221,11 @@ TEST(Fp8GroupedAhead, RowAmaxesOfTheProducersCastAsTheirOwn) {
   Tensor d_amax = Tensor::empty({N * k}, DType::U32);
   ops::moe_unpermute_backward(d_rows, dw, dy, rows, w, row_of, &d_amax);
   EXPECT_EQ(u32_values(d_amax), row_amax_of(d_rows)) << "moe_unpermute_backward";
+  // Without d_rows: the same weights' gradient alone; no amax of rows not written.
+  Tensor no_rows, dw_alone = Tensor::empty({N, k}, DType::F32);
+  ops::moe_unpermute_backward(no_rows, dw_alone, dy, rows, w, row_of);
+  EXPECT_EQ(std::memcmp(dw_alone.data_ptr(), dw.data_ptr(), dw.nbytes()), 0) << "d_weights without d_rows";
+  EXPECT_THROW(ops::moe_unpermute_backward(no_rows, dw_alone, dy, rows, w, row_of, &d_amax), Error);
 
   const Tensor gu = random_tensor(rng, {N * k, 2 * F}, 2.0), dh = random_tensor(rng, {N * k, F});
   Tensor h = poisoned({N * k, F}), h_amax = Tensor::empty({N * k}, DType::U32);
@@ -227,6 +240,98 @@ TEST(Fp8GroupedAhead, RowAmaxesOfTheProducersCastAsTheirOwn) {
   Tensor w3 = random_tensor(rng, {2, 16, 16}), w3_amax = Tensor::empty({2}, DType::U32);
   ops::Fp8GroupedCodes wc;
   EXPECT_THROW(ops::moe_grouped_fp8_cast(wc, w3, cast, nullptr, &w3_amax), Error);
+}
+
+// ops::moe_permute_fp8_cast gives the rows moe_permute writes and the codes moe_grouped_fp8_cast makes
+// of them, and without rows (fp8_grouped::permute_rows) the same codes; the grouped GEMMs given those
+// codes in place of x (undefined) equal the GEMMs reading x. A group-scaled recipe, which casts in its
+// GEMMs, a cast of the wrong scaling, and an undefined x without the codes' layout are refused.
+TEST(Fp8GroupedAhead, PermutingWithTheCastIsThePermutationThenTheCast) {
+  Rng rng(19);
+  const int64_t N = 40, k = 3, E = 4, d = 24, outs = 16;
+  const auto [off, row_of, slot_of] = random_routing(rng, N, k, E);
+  const Tensor x = random_tensor(rng, {N, d}, 3.0);
+  const ops::Fp8Cast cast{ops::Fp8Scaling::Tensorwise, DType::F8E4M3};
+  Tensor rows = poisoned({N * k, d}), rows_ref = poisoned({N * k, d});
+  ops::Fp8GroupedCodes with_rows;
+  ops::moe_permute_fp8_cast(rows, with_rows, x, slot_of, k, off, cast);
+  const ops::Fp8GroupedCodes codes = fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, x, slot_of, k, off);
+  ops::moe_permute(rows_ref, x, slot_of, k);
+  const ops::Fp8GroupedCodes ref = fp8_grouped::cast_rows(Fp8Recipe::Tensorwise, rows_ref, off, /*gradient=*/false);
+  EXPECT_EQ(std::memcmp(rows.data_ptr(), rows_ref.data_ptr(), rows.nbytes()), 0) << "the rows";
+  for (const ops::Fp8GroupedCodes* c : std::initializer_list<const ops::Fp8GroupedCodes*>{&with_rows, &codes})
+    for (auto [a, b] : {std::pair{&c->q, &ref.q}, {&c->q_t, &ref.q_t}, {&c->scale, &ref.scale},
+                        {&c->padded_offsets, &ref.padded_offsets}})
+      EXPECT_EQ(std::memcmp(a->data_ptr(), b->data_ptr(), a->nbytes()), 0) << a->describe();
+  EXPECT_EQ(codes.format, DType::F8E4M3);
+
+  // The forward and the weight gradient with the codes standing for x.
+  const Tensor w = random_tensor(rng, {E, outs, d}, 0.1), dy = random_tensor(rng, {N * k, outs}, 0.01);
+  Tensor y = poisoned({N * k, outs}), y_ref = poisoned({N * k, outs});
+  fp8_grouped::forward(Fp8Recipe::Tensorwise, y, Tensor(), w, off, &codes);
+  fp8_grouped::forward(Fp8Recipe::Tensorwise, y_ref, rows_ref, w, off);
+  EXPECT_EQ(std::memcmp(y.data_ptr(), y_ref.data_ptr(), y.nbytes()), 0) << "the forward";
+  ops::Fp8GroupedCodes kept_t = codes;
+  kept_t.q = Tensor();  // as MoeMlp keeps them for W
+  Tensor dw = poisoned({E, outs, d}), dw_ref = poisoned({E, outs, d});
+  fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, dw, dy, Tensor(), off, false, nullptr, &kept_t);
+  fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, dw_ref, dy, rows_ref, off, false);
+  EXPECT_EQ(std::memcmp(dw.data_ptr(), dw_ref.data_ptr(), dw.nbytes()), 0) << "the weight gradient";
+
+  EXPECT_THROW(fp8_grouped::permute_rows(Fp8Recipe::Blockwise, x, slot_of, k, off), Error);
+  ops::Fp8GroupedCodes out;
+  EXPECT_THROW(ops::moe_permute_fp8_cast(rows, out, x, slot_of, k, off, {ops::Fp8Scaling::Rows1x128, DType::F8E4M3}),
+               Error);
+  EXPECT_THROW(fp8_grouped::forward(Fp8Recipe::Tensorwise, y, Tensor(), w, off, &kept_t), Error);  // no row codes
+  EXPECT_THROW(fp8_grouped::forward(Fp8Recipe::Tensorwise, y, Tensor(), w, off), Error);          // no codes at all
+}
+
+// With the routing weights, ops::moe_permute_fp8_cast gives the rows moe_unpermute_backward writes
+// (d_out_e: each slot's weight times its token's dy) and their cast as a gradient, bit for bit; the
+// input and weight gradients given those codes in place of dy (undefined) equal the GEMMs reading
+// d_out_e. Weights of the wrong shape, and a dy that neither it nor its codes' layout gives, are refused.
+TEST(Fp8GroupedAhead, GatheringTheCombinesGradientIsItsBackwardThenTheCast) {
+  Rng rng(23);
+  const int64_t N = 40, k = 3, E = 4, outs = 24, in = 16;
+  const auto [off, row_of, slot_of] = random_routing(rng, N, k, E);
+  const Tensor dy = random_tensor(rng, {N, outs}, 3.0), weights = random_tensor(rng, {N, k});
+  const Tensor rows_out = random_tensor(rng, {N * k, outs});
+  Tensor d_out_e = poisoned({N * k, outs}), d_weights = Tensor::empty({N, k}, DType::F32);
+  ops::moe_unpermute_backward(d_out_e, d_weights, dy, rows_out, weights, row_of);
+  const ops::Fp8GroupedCodes ref = fp8_grouped::cast_rows(Fp8Recipe::Tensorwise, d_out_e, off, /*gradient=*/true);
+  const ops::Fp8GroupedCodes codes =
+      fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, dy, slot_of, k, off, /*gradient=*/true, &weights);
+  Tensor rows = poisoned({N * k, outs});
+  ops::Fp8GroupedCodes with_rows;
+  ops::moe_permute_fp8_cast(rows, with_rows, dy, slot_of, k, off, {ops::Fp8Scaling::Tensorwise, DType::F8E5M2},
+                            &weights);
+  EXPECT_EQ(std::memcmp(rows.data_ptr(), d_out_e.data_ptr(), rows.nbytes()), 0) << "the rows";
+  EXPECT_EQ(codes.format, DType::F8E5M2);
+  for (const ops::Fp8GroupedCodes* c : std::initializer_list<const ops::Fp8GroupedCodes*>{&with_rows, &codes})
+    for (auto [a, b] : {std::pair{&c->q, &ref.q}, {&c->q_t, &ref.q_t}, {&c->scale, &ref.scale}})
+      EXPECT_EQ(std::memcmp(a->data_ptr(), b->data_ptr(), a->nbytes()), 0) << a->describe();
+
+  // The input gradient reads the row codes, the weight gradient (after MoeMlp drops them) the transposed.
+  const Tensor w = random_tensor(rng, {E, outs, in}, 0.1), x = random_tensor(rng, {N * k, in});
+  Tensor dx = poisoned({N * k, in}), dx_ref = poisoned({N * k, in});
+  fp8_grouped::backward_input(Fp8Recipe::Tensorwise, dx, Tensor(), w, off, &codes);
+  fp8_grouped::backward_input(Fp8Recipe::Tensorwise, dx_ref, d_out_e, w, off);
+  EXPECT_EQ(std::memcmp(dx.data_ptr(), dx_ref.data_ptr(), dx.nbytes()), 0) << "the input gradient";
+  ops::Fp8GroupedCodes kept_t = codes;
+  kept_t.q = Tensor();
+  Tensor dw = poisoned({E, outs, in}), dw_ref = poisoned({E, outs, in});
+  fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, dw, Tensor(), x, off, false, &kept_t);
+  fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, dw_ref, d_out_e, x, off, false);
+  EXPECT_EQ(std::memcmp(dw.data_ptr(), dw_ref.data_ptr(), dw.nbytes()), 0) << "the weight gradient";
+
+  const Tensor short_weights = random_tensor(rng, {N, k - 1});
+  EXPECT_THROW(fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, dy, slot_of, k, off, true, &short_weights), Error);
+  EXPECT_THROW(fp8_grouped::backward_input(Fp8Recipe::Tensorwise, dx, Tensor(), w, off, &kept_t), Error);  // no q
+  EXPECT_THROW(fp8_grouped::backward_input(Fp8Recipe::Tensorwise, dx, Tensor(), w, off), Error);  // no codes
+  ops::Fp8GroupedCodes x_t = fp8_grouped::cast_rows(Fp8Recipe::Tensorwise, x, off, /*gradient=*/false);
+  x_t.q = Tensor();
+  EXPECT_THROW(fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, dw, Tensor(), Tensor(), off, false, &kept_t, &x_t),
+               Error);  // neither row tensor fixes R
 }
 
 TEST(Fp8GroupedAhead, GemmsReadingCodesEqualGemmsCasting) {
@@ -334,14 +439,22 @@ TEST(Fp8GroupedMoe, TheRoutedExpertsRunTheRecipe) {
   EXPECT_TRUE(s.x_codes.q_t.defined() && !s.x_codes.q.defined()) << "x_e's codes as kept";
   EXPECT_TRUE(s.act_codes.q_t.defined() && !s.act_codes.q.defined()) << "act_e's codes as kept";
 
+  // Without the exchange x_e is never written: only its codes, gathered from h (the slots' index kept).
+  EXPECT_FALSE(s.x_e.defined()) << "x_e itself";
+  ASSERT_TRUE(s.slot_of.defined());
+  Tensor x_e = Tensor::empty({N * shape.top_k, C}, DType::F32);
+  ops::moe_permute(x_e, s.h, s.slot_of, shape.top_k);
   Tensor gu = Tensor::empty(s.gu_e.shape(), DType::F32), plain = Tensor::empty(s.gu_e.shape(), DType::F32);
-  fp8_grouped::forward(Fp8Recipe::Tensorwise, gu, s.x_e, gate_up, s.e_offsets);
+  fp8_grouped::forward(Fp8Recipe::Tensorwise, gu, x_e, gate_up, s.e_offsets);
   expect_same(s.gu_e, gu, "gate|up forward");
-  ops::moe_grouped_linear_forward(plain, s.x_e, gate_up, s.e_offsets);
+  ops::moe_grouped_linear_forward(plain, x_e, gate_up, s.e_offsets);
   EXPECT_GT(test::rel_error(s.gu_e, plain), 1e-4) << "the forward ran in the working dtype";
 
-  moe.backward_combine(ctx, s, random_tensor(rng, {N, C}));
+  const Tensor dy = random_tensor(rng, {N, C});
+  moe.backward_combine(ctx, s, dy);
+  EXPECT_FALSE(s.d_rows.defined()) << "d_out_e's rows (the combine's backward makes the weights' gradient alone)";
   moe.backward_experts(ctx, s);
+  EXPECT_FALSE(s.d_out_e.defined()) << "d_out_e itself";
   Tensor d_x = Tensor::empty(s.d_rows.shape(), DType::F32);
   fp8_grouped::backward_input(Fp8Recipe::Tensorwise, d_x, s.d_gu_e, gate_up, s.e_offsets);
   expect_same(s.d_rows, d_x, "gate|up input gradient");
@@ -350,8 +463,14 @@ TEST(Fp8GroupedMoe, TheRoutedExpertsRunTheRecipe) {
   moe.backward_weight(s);
   EXPECT_FALSE(s.x_codes.defined() || s.act_codes.defined() || s.d_out_codes.defined() || s.d_gu_codes.defined())
       << "W released the codes";
+  // d_out_e as moe_unpermute_backward writes it: each slot's weight times its token's dy.
+  const int64_t k = shape.top_k;
+  Tensor d_out_e = Tensor::empty({N * k, C}, DType::F32);
+  ops::moe_permute(d_out_e, dy, s.slot_of, k);
+  for (int64_t r = 0; r < N * k; ++r)
+    for (int64_t c = 0; c < C; ++c) d_out_e.data<float>()[r * C + c] *= s.weights.data<float>()[s.slot_of.data<int32_t>()[r]];
   Tensor d_down = Tensor::zeros({E, C, F}, DType::F32);
-  fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, d_down, s.d_out_e, s.act_e, s.e_offsets, /*accumulate=*/true);
+  fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, d_down, d_out_e, s.act_e, s.e_offsets, /*accumulate=*/true);
   expect_same(down.grad, d_down, "down weight gradient");
 }
 

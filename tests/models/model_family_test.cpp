@@ -296,6 +296,41 @@ TEST(ModelFamily, ActivationsCountTheFp8KeptTransposes) {
   }
 }
 
+// The 2B MoE's shape (configs/moe-2b.yaml): 12 layers of d 1536, 64 experts of 512, top 6, 2 shared,
+// 1 dense layer.
+ModelArgs moe_2b_args() {
+  ModelArgs a{.arch = "llama", .vocab_size = 32000, .seq_len = 2048, .d_model = 1536, .n_layers = 12,
+              .n_heads = 12, .ffn_dim = 4096};
+  a.moe.n_experts = 64;
+  a.moe.top_k = 6;
+  a.moe.n_shared = 2;
+  a.moe.ffn_dim = 512;
+  a.moe.first_k_dense = 1;
+  return a;
+}
+
+// A MoE block under tensorwise without expert parallelism keeps its routed experts' input x_e only as
+// codes gathered from h (MoeMlp::permutes_with_cast): per slot 2·C bytes of bf16 fewer than under
+// expert parallelism, where the rows arrive and are kept, and the slots' int32 index into h (4 B) more.
+// Both keep x_e's transposed codes. Its backward gathers d_out_e's codes from dy likewise: one layer's
+// slots hold one row gradient of 2·C bytes fewer at the backward's peak. Blockwise casts in its GEMMs
+// and keeps x_e either way.
+TEST(ModelFamily, TensorwiseMoeKeepsCodesOfTheGatheredRows) {
+  ModelArgs a = moe_2b_args();
+  const ModelFamily& f = model_family("llama");
+  ActivationShape one{8, 2048, 2, 2}, exchanged = one;
+  exchanged.ep = 8;
+  const double layer_slots = 8.0 * 2048.0 * 6.0, slots = layer_slots * 11.0;  // tokens × top-k (× MoE layers)
+  for (Recompute r : {Recompute::None, Recompute::Mlp}) {
+    a.recompute = r;
+    a.fp8 = Fp8Recipe::Tensorwise;
+    EXPECT_DOUBLE_EQ(f.activation_bytes(a, exchanged) - f.activation_bytes(a, one),
+                     slots * (2.0 * 1536 - 4.0) + layer_slots * 2.0 * 1536);
+    a.fp8 = Fp8Recipe::Blockwise;
+    EXPECT_DOUBLE_EQ(f.activation_bytes(a, exchanged), f.activation_bytes(a, one));
+  }
+}
+
 // Under sequence parallelism a column-parallel layer keeps its gathered input for W: under tensorwise
 // the codes of its transpose (a byte an element) in place of the gathered bf16 input, where the
 // forward keeps (ln_1 / h1 always, ln_2 / h2 without recompute mlp); blockwise keeps the bf16 input.
@@ -372,13 +407,7 @@ TEST(LlamaFamily, NumbersAndShapeErrors) {
 // experts of 512, top 6, 2 shared, 1 dense layer): 1.94B parameters, 0.44B active; model FLOPs from
 // the active ones; names as Hugging Face's DeepseekV3; the MoE keys' errors.
 TEST(LlamaFamily, MoeNumbersNamesAndErrors) {
-  ModelArgs a{.arch = "llama", .vocab_size = 32000, .seq_len = 2048, .d_model = 1536, .n_layers = 12,
-              .n_heads = 12, .ffn_dim = 4096};
-  a.moe.n_experts = 64;
-  a.moe.top_k = 6;
-  a.moe.n_shared = 2;
-  a.moe.ffn_dim = 512;
-  a.moe.first_k_dense = 1;
+  ModelArgs a = moe_2b_args();
   const ModelFamily& f = model_family("llama");
   const int64_t attention = 1536 + 3 * 1536 * 1536 + 1536 * 1536;
   const int64_t dense = attention + 1536 + 3 * 1536 * 4096;

@@ -1,6 +1,7 @@
-// CUDA fused softmax cross-entropy against the CPU twin: GPT-2's padded vocabulary (vector path)
-// and the unpadded one (scalar path), fp32 and bf16 logits, ignored targets, gradient separate or
-// written over the logits in place.
+// CUDA fused softmax cross-entropy against the CPU twin: GPT-2's padded vocabulary (bf16: the staged
+// kernel, its row in shared memory; fp32: 201 KB a row, the two-read vector kernel), Llama 3's (both
+// dtypes too large to stage), small aligned vocabularies (staged in both dtypes) and unpadded ones
+// (scalar path), ignored targets, gradient separate or written over the logits in place.
 #include <cmath>
 #include <sstream>
 
@@ -44,6 +45,13 @@ void check_cross_entropy(int64_t N, int64_t V, uint64_t seed) {
 TEST(GpuCrossEntropy, Gpt2PaddedVocabulary) {
   TETRA_REQUIRE_GPU();
   check_cross_entropy(64, 50304, 1);
+}
+
+TEST(GpuCrossEntropy, LargeAndSmallAlignedVocabularies) {
+  TETRA_REQUIRE_GPU();
+  check_cross_entropy(6, 128256, 6);
+  check_cross_entropy(300, 16, 7);
+  check_cross_entropy(9, 4104, 8);
 }
 
 TEST(GpuCrossEntropy, OddVocabulary) {

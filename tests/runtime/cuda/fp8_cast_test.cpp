@@ -144,6 +144,24 @@ TEST(GpuFp8Cast, MatchesTheCpuTwinBitForBit) {
       check_cast(c, M, K, seed++);
 }
 
+// Tensorwise with q_t takes the grouped casts' transposing kernel on the vector paths (the tests
+// above); TETRA_FP8_DENSE_CAST=tile keeps the 128 × 128 tile kernel, which must match the CPU twin
+// too. A setting that is neither is refused.
+TEST(GpuFp8Cast, TensorwiseOnTheTileKernelMatchesTheCpuTwin) {
+  TETRA_REQUIRE_GPU();
+  uint64_t seed = 300;
+  setenv("TETRA_FP8_DENSE_CAST", "tile", 1);
+  for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2})
+    for (DType dt : {DType::BF16, DType::F32})
+      for (auto [M, K] : {std::pair<int64_t, int64_t>{200, 304}, {272, 392}, {256, 2048}})
+        check_cast({ops::Fp8Scaling::Tensorwise, f, dt}, M, K, seed++);
+  setenv("TETRA_FP8_DENSE_CAST", "tiles", 1);
+  Tensor x = poisoned({64, 64}, DType::BF16), q = poisoned({64, 64}, DType::F8E4M3), s = poisoned({1}, DType::F32);
+  Tensor q_t = poisoned({64, 64}, DType::F8E4M3);
+  EXPECT_THROW(ops::fp8_quantize(q, s, x, ops::Fp8Scaling::Tensorwise, &q_t), Error);
+  unsetenv("TETRA_FP8_DENSE_CAST");
+}
+
 // x, q and q_t off the vector paths' alignment with shapes that would otherwise take them.
 TEST(GpuFp8Cast, UnalignedOperandsMatchTheCpuTwin) {
   TETRA_REQUIRE_GPU();

@@ -4,7 +4,7 @@
 // the tensor cores' accumulation and the output's rounding. Ragged experts (empty, one row, counts
 // around 16 and 128), rows outside the experts, widths off 128 and the 2B MoE's, bf16 and fp32
 // operands and outputs, the weight gradient accumulating or not; the casts into the tensor-core
-// layouts against the row layout; and the three ops replayed from a CUDA graph on new rows and new
+// layouts against the row layout; the permutation with its cast against the two ops; and the three ops replayed from a CUDA graph on new rows and new
 // offsets (nothing read on the host).
 #include <cmath>
 #include <cstring>
@@ -485,6 +485,25 @@ std::vector<uint32_t> host_u32(const Tensor& dev) {
   return std::vector<uint32_t>(p, p + h.numel());
 }
 
+// A random routing of N tokens to k of E experts, mapped on the GPU (ops::moe_permute_map).
+struct GpuRouting {
+  Tensor offsets, row_of, slot_of;
+};
+GpuRouting gpu_routing(Rng& rng, int64_t N, int64_t k, int64_t E) {
+  const Device dev = gpu();
+  const Tensor ids = upload_raw(random_ids(rng, {N, k}, 0, static_cast<int32_t>(E)));
+  GpuRouting r{Tensor::empty({E + 1}, DType::I32, dev), Tensor::empty({N, k}, DType::I32, dev),
+               Tensor::empty({N * k}, DType::I32, dev)};
+  ops::moe_permute_map(r.offsets, r.row_of, r.slot_of, ids);
+  return r;
+}
+
+// Whether two device tensors hold the same bytes.
+bool same_device_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor ha = download_raw(a), hb = download_raw(b);
+  return ha.nbytes() == hb.nbytes() && std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
+}
+
 // Codes and scales of two casts of one row tensor (offsets from 0 to R), bit for bit: the row codes,
 // the scales, and the transposed codes' columns up to the last expert's padded end (past it they are
 // not written).
@@ -522,10 +541,8 @@ TEST(GpuMoeGroupedFp8, ProducersMeasureEachRowsAmax) {
   const Device dev = gpu();
   Rng rng(41);
   const int64_t N = 300, k = 3, E = 5;
-  const Tensor ids = random_ids(rng, {N, k}, 0, static_cast<int32_t>(E));
-  Tensor g_ids = upload_raw(ids), g_off = Tensor::empty({E + 1}, DType::I32, dev);
-  Tensor g_row_of = Tensor::empty({N, k}, DType::I32, dev), g_slot_of = Tensor::empty({N * k}, DType::I32, dev);
-  ops::moe_permute_map(g_off, g_row_of, g_slot_of, g_ids);
+  const GpuRouting routing = gpu_routing(rng, N, k, E);
+  const Tensor &g_off = routing.offsets, &g_row_of = routing.row_of, &g_slot_of = routing.slot_of;
   const Tensor g_w = upload(random_host(rng, {N, k}, 1.0), DType::F32);
   for (const int64_t d : {256, 200, 52, 13}) {
     const std::string what = "d " + std::to_string(d);
@@ -553,6 +570,144 @@ TEST(GpuMoeGroupedFp8, ProducersMeasureEachRowsAmax) {
     EXPECT_EQ(host_u32(dgu_amax), stored_row_amax(g_dgu)) << what << ": swiglu_backward";
     expect_cast_takes_row_amax(g_dgu, kE5M2, g_off, dgu_amax, what);
   }
+}
+
+// moe_permute_fp8_cast writes what moe_permute and moe_grouped_fp8_cast of its rows write, bit for
+// bit: the rows, the row and transposed codes, the scales. Ragged routing (5 experts of 300 tokens ×
+// 3, 64 of 512 × 6), widths through the one-pass kernel (1536, 200 and 8: whole 512-column blocks,
+// a partial one, one vector a row) and through the two ops (52, 13: not 8-column vectors), bf16 and
+// fp32, E4M3 and E5M2.
+TEST(GpuMoeGroupedFp8, PermuteWithItsCastIsThePermutationThenTheCast) {
+  TETRA_REQUIRE_GPU();
+  Rng rng(43);
+  struct Routing {
+    int64_t N, k, E;
+  };
+  for (const Routing r : {Routing{300, 3, 5}, Routing{512, 6, 64}}) {
+    const GpuRouting routing = gpu_routing(rng, r.N, r.k, r.E);
+    const Tensor &g_off = routing.offsets, &g_slot_of = routing.slot_of;
+    for (const int64_t d : {1536, 200, 8, 52, 13}) {
+      for (const DType dt : {DType::BF16, DType::F32}) {
+        const Fp8Cast cast = dt == DType::BF16 ? kE4M3 : kE5M2;
+        const std::string what = "N " + std::to_string(r.N) + " E " + std::to_string(r.E) + " d " + std::to_string(d) +
+                                 " " + dtype_name(dt);
+        const Tensor g_x = upload(random_host(rng, {r.N, d}, 3.0), dt);
+        Tensor rows = poisoned({r.N * r.k, d}, dt), rows_ref = poisoned({r.N * r.k, d}, dt);
+        ops::Fp8GroupedCodes codes, codes_ref;
+        ops::moe_permute_fp8_cast(rows, codes, g_x, g_slot_of, r.k, g_off, cast);
+        ops::moe_permute(rows_ref, g_x, g_slot_of, r.k);
+        ops::moe_grouped_fp8_cast(codes_ref, rows_ref, cast, &g_off);
+        const Tensor h_rows = download_raw(rows), h_ref = download_raw(rows_ref);
+        EXPECT_EQ(std::memcmp(h_rows.data_ptr(), h_ref.data_ptr(), h_ref.nbytes()), 0) << what << ": the rows";
+        expect_same_codes(codes, codes_ref, what);
+        ops::Fp8GroupedCodes alone;  // without the rows
+        Tensor no_rows;
+        ops::moe_permute_fp8_cast(no_rows, alone, g_x, g_slot_of, r.k, g_off, cast);
+        expect_same_codes(alone, codes_ref, what + ", codes alone");
+      }
+    }
+  }
+}
+
+// The forward and the weight gradient given x's codes alone (x undefined, as MoeMlp runs them after
+// moe_permute_fp8_cast) equal the same GEMMs given x, bit for bit, through both kernels: the
+// tensor-core one reads the transposed codes for W, the SIMT one their row layout, transposed back.
+TEST(GpuMoeGroupedFp8, GemmsOnCodesAloneEqualGemmsOnX) {
+  TETRA_REQUIRE_GPU();
+  const Device dev = gpu();
+  Rng rng(47);
+  const int64_t N = 512, k = 6, E = 64, d = 256, O = 128;
+  const GpuRouting routing = gpu_routing(rng, N, k, E);
+  const Tensor &g_off = routing.offsets, &g_slot_of = routing.slot_of;
+  const Tensor g_x = upload(random_host(rng, {N, d}, 1.0), DType::BF16);
+  const Tensor g_w = upload(random_host(rng, {E, O, d}, 0.05), DType::BF16);
+  const Tensor g_dy = upload(random_host(rng, {N * k, O}, 1e-3), DType::BF16);
+  Tensor rows = Tensor::empty({N * k, d}, DType::BF16, dev), none;
+  ops::Fp8GroupedCodes codes;
+  ops::moe_permute_fp8_cast(rows, codes, g_x, g_slot_of, k, g_off, kE4M3);
+  for (const cuda::GroupedGemmImpl impl : {cuda::GroupedGemmImpl::Simt, cuda::GroupedGemmImpl::Auto}) {
+    const std::string what = cuda::grouped_gemm_impl_name(impl);
+    cuda::set_grouped_gemm_impl(impl);
+    Tensor y = poisoned({N * k, O}, DType::BF16), y_ref = poisoned({N * k, O}, DType::BF16);
+    ops::moe_grouped_fp8_forward(y, none, kE4M3, g_w, kE4M3, g_off, &codes);
+    ops::moe_grouped_fp8_forward(y_ref, rows, kE4M3, g_w, kE4M3, g_off);
+    EXPECT_TRUE(same_device_bytes(y, y_ref)) << what << ": the forward";
+    ops::Fp8GroupedCodes kept_t = codes;
+    kept_t.q = Tensor();
+    Tensor dw = poisoned({E, O, d}, DType::F32), dw_ref = poisoned({E, O, d}, DType::F32);
+    ops::moe_grouped_fp8_backward_weight(dw, g_dy, kE5M2, none, kE4M3, g_off, false, nullptr, &kept_t);
+    ops::moe_grouped_fp8_backward_weight(dw_ref, g_dy, kE5M2, rows, kE4M3, g_off, false);
+    EXPECT_TRUE(same_device_bytes(dw, dw_ref)) << what << ": the weight gradient";
+  }
+  cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
+}
+
+// With the routing weights, moe_permute_fp8_cast gathers d_out_e = weight · dy: its rows and codes
+// equal moe_unpermute_backward's d_rows and their cast, bit for bit (widths through the one-pass kernel
+// and through the fallback, bf16 and fp32), and moe_unpermute_backward without d_rows gives the same
+// weights' gradient. The input and weight gradients on those codes alone (dy undefined, as MoeMlp runs
+// them) equal the GEMMs on d_rows through both kernels.
+TEST(GpuMoeGroupedFp8, CombinesGradientGatheredWithItsCastIsItsBackwardThenTheCast) {
+  TETRA_REQUIRE_GPU();
+  const Device dev = gpu();
+  Rng rng(53);
+  struct Routing {
+    int64_t N, k, E;
+  };
+  for (const Routing r : {Routing{300, 3, 5}, Routing{512, 6, 64}}) {
+    const GpuRouting routing = gpu_routing(rng, r.N, r.k, r.E);
+    const Tensor &g_off = routing.offsets, &g_row_of = routing.row_of, &g_slot_of = routing.slot_of;
+    const Tensor g_weights = upload(random_host(rng, {r.N, r.k}, 1.0), DType::F32);
+    for (const int64_t d : {1536, 200, 8, 52, 13}) {
+      for (const DType dt : {DType::BF16, DType::F32}) {
+        const std::string what = "N " + std::to_string(r.N) + " E " + std::to_string(r.E) + " d " + std::to_string(d) +
+                                 " " + dtype_name(dt);
+        const Tensor g_dy = upload(random_host(rng, {r.N, d}, 3.0), dt);
+        const Tensor g_rows_out = upload(random_host(rng, {r.N * r.k, d}, 1.0), dt);
+        Tensor d_rows = poisoned({r.N * r.k, d}, dt), dw = Tensor::empty({r.N, r.k}, DType::F32, dev);
+        ops::moe_unpermute_backward(d_rows, dw, g_dy, g_rows_out, g_weights, g_row_of);
+        ops::Fp8GroupedCodes ref, codes, alone;
+        ops::moe_grouped_fp8_cast(ref, d_rows, kE5M2, &g_off);
+        Tensor rows = poisoned({r.N * r.k, d}, dt), no_rows;
+        ops::moe_permute_fp8_cast(rows, codes, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights);
+        ops::moe_permute_fp8_cast(no_rows, alone, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights);
+        const Tensor h_rows = download_raw(rows), h_ref = download_raw(d_rows);
+        EXPECT_EQ(std::memcmp(h_rows.data_ptr(), h_ref.data_ptr(), h_ref.nbytes()), 0) << what << ": the rows";
+        expect_same_codes(codes, ref, what);
+        expect_same_codes(alone, ref, what + ", codes alone");
+        Tensor dw_alone = Tensor::empty({r.N, r.k}, DType::F32, dev);
+        ops::moe_unpermute_backward(no_rows, dw_alone, g_dy, g_rows_out, g_weights, g_row_of);
+        const Tensor h_dw = download_raw(dw), h_dw_alone = download_raw(dw_alone);
+        EXPECT_EQ(std::memcmp(h_dw.data_ptr(), h_dw_alone.data_ptr(), h_dw.nbytes()), 0) << what << ": d_weights alone";
+      }
+    }
+  }
+
+  const int64_t N = 512, k = 6, E = 64, O = 256, I = 128;
+  const GpuRouting routing = gpu_routing(rng, N, k, E);
+  const Tensor &g_off = routing.offsets, &g_slot_of = routing.slot_of;
+  const Tensor g_weights = upload(random_host(rng, {N, k}, 0.5), DType::F32);
+  const Tensor g_dy = upload(random_host(rng, {N, O}, 1e-3), DType::BF16);
+  const Tensor g_w = upload(random_host(rng, {E, O, I}, 0.05), DType::BF16);
+  const Tensor g_x = upload(random_host(rng, {N * k, I}, 1.0), DType::BF16);
+  Tensor d_rows = Tensor::empty({N * k, O}, DType::BF16, dev), none;
+  ops::Fp8GroupedCodes codes;
+  ops::moe_permute_fp8_cast(d_rows, codes, g_dy, g_slot_of, k, g_off, kE5M2, &g_weights);
+  for (const cuda::GroupedGemmImpl impl : {cuda::GroupedGemmImpl::Simt, cuda::GroupedGemmImpl::Auto}) {
+    const std::string what = cuda::grouped_gemm_impl_name(impl);
+    cuda::set_grouped_gemm_impl(impl);
+    Tensor dx = poisoned({N * k, I}, DType::BF16), dx_ref = poisoned({N * k, I}, DType::BF16);
+    ops::moe_grouped_fp8_backward_input(dx, none, kE5M2, g_w, kE4M3, g_off, &codes);
+    ops::moe_grouped_fp8_backward_input(dx_ref, d_rows, kE5M2, g_w, kE4M3, g_off);
+    EXPECT_TRUE(same_device_bytes(dx, dx_ref)) << what << ": the input gradient";
+    ops::Fp8GroupedCodes kept_t = codes;
+    kept_t.q = Tensor();
+    Tensor dw = poisoned({E, O, I}, DType::F32), dw_ref = poisoned({E, O, I}, DType::F32);
+    ops::moe_grouped_fp8_backward_weight(dw, none, kE5M2, g_x, kE4M3, g_off, false, &kept_t);
+    ops::moe_grouped_fp8_backward_weight(dw_ref, d_rows, kE5M2, g_x, kE4M3, g_off, false);
+    EXPECT_TRUE(same_device_bytes(dw, dw_ref)) << what << ": the weight gradient";
+  }
+  cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
 }
 
 // Blockwise casts have no CUDA kernels: an error, not a wrong result.
