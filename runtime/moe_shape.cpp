@@ -304,8 +304,7 @@ MoeGemmDims check_grouped_gemm(const char* op, Operand w, Operand lead, Operand 
   // Only inputs may be undefined: `rows` is one where the weight is the output.
   const bool lead_given = lead.t.defined() || !coded, rows_given = rows.t.defined() || !coded || !w_is_output;
   const Operand& fixing = lead_given ? lead : rows;
-  const bool fixing_is_lead = lead_given;
-  check_2d(op, fixing.name, fixing.t, fixing_is_lead == forward ? "[R, I]" : "[R, O]");
+  check_2d(op, fixing.name, fixing.t, lead_given == forward ? "[R, I]" : "[R, O]");
   const int64_t R = fixing.t.dim(0);
   if (lead_given) check_shape(op, lead.name, lead.t, {R, forward ? I : O});
   if (rows_given) check_shape(op, rows.name, rows.t, {R, forward ? O : I});

@@ -80,12 +80,16 @@ __global__ void __launch_bounds__(kThreads) segment_row_amax_kernel(const unsign
   block_amax_to(amax + g, m);
 }
 
-// rows[i] = weights[slot_of[i / cols]] · rows[i], rounded to T (scale_gathered_rows).
+// rows[i] = weights[slot_of[i / cols]] · rows[i], rounded to T (scale_gathered_rows); rows whose
+// slot_of is no slot of the slots (moe_permute left them zero) stay as they are.
 template <class T>
 __global__ void __launch_bounds__(kThreads) scale_rows_kernel(T* rows, const int32_t* __restrict__ slot_of,
-                                                              const float* __restrict__ weights, int64_t n, int64_t cols) {
-  for (int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads)
-    rows[i] = from_f32<T>(weights[slot_of[i / cols]] * to_f32(rows[i]));
+                                                              const float* __restrict__ weights, int64_t slots,
+                                                              int64_t n, int64_t cols) {
+  for (int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads) {
+    const int32_t slot = slot_of[i / cols];
+    if (slot >= 0 && slot < slots) rows[i] = from_f32<T>(weights[slot] * to_f32(rows[i]));
+  }
 }
 
 // row_amax[n] = the bits of max |x[n, :]| (x [N, cols], cols a multiple of 8, 16-byte aligned): a warp
@@ -377,7 +381,7 @@ void scale_gathered_rows(Tensor& rows, const Tensor& slot_of, const Tensor& weig
   dispatch_float(rows.dtype(), "scale_gathered_rows", "rows", [&](auto tag) {
     using T = decltype(tag);
     scale_rows_kernel<T><<<grid_size(n, kThreads, rows.device()), kThreads, 0, stream>>>(
-        static_cast<T*>(rows.data_ptr()), slot_of.data<int32_t>(), weights.data<float>(), n, cols);
+        static_cast<T*>(rows.data_ptr()), slot_of.data<int32_t>(), weights.data<float>(), weights.numel(), n, cols);
     TETRA_CUDA_CHECK_LAUNCH();
   });
 }

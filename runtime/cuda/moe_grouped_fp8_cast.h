@@ -88,7 +88,7 @@ void cast_dense_both(const Tensor& x, int64_t M, int64_t K, Fp8Format f, const u
 
 // rows[r, :] = weights[slot_of[r]] · rows[r, :] in fp32, rounded to rows' dtype (rows [R, cols], slot_of
 // int32 [R], weights fp32 [N·k]): moe_permute's rows made moe_unpermute_backward's d_rows, where the
-// gathered cast does not apply.
+// gathered cast does not apply. Rows whose slot_of is no slot (moe_permute's zero rows) stay zero.
 void scale_gathered_rows(Tensor& rows, const Tensor& slot_of, const Tensor& weights, cudaStream_t stream);
 
 // po[0] = 0, po[g + 1] = po[g] + round_up(rows of expert g, 128): int32 [G + 1] on the device.

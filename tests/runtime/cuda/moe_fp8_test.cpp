@@ -27,6 +27,17 @@ using ops::Fp8Cast;
 constexpr Fp8Cast kE4M3{ops::Fp8Scaling::Tensorwise, DType::F8E4M3};
 constexpr Fp8Cast kE5M2{ops::Fp8Scaling::Tensorwise, DType::F8E5M2};
 
+// fn(the kernel's name) under each grouped GEMM kernel that multiplies FP8 codes: the SIMT one, then
+// the tensor cores' (Auto, the default, which is set again afterwards).
+template <class Fn>
+void for_both_kernels(Fn&& fn) {
+  for (const cuda::GroupedGemmImpl impl : {cuda::GroupedGemmImpl::Simt, cuda::GroupedGemmImpl::Auto}) {
+    cuda::set_grouped_gemm_impl(impl);
+    fn(std::string(cuda::grouped_gemm_impl_name(impl)));
+  }
+  cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
+}
+
 Tensor offsets_of(const std::vector<int64_t>& rows, int64_t start) {
   Tensor t = Tensor::empty({static_cast<int64_t>(rows.size()) + 1}, DType::I32);
   int32_t* p = t.data<int32_t>();
@@ -429,9 +440,8 @@ void check_cast_ahead(int64_t C, int64_t O, DType in, bool unaligned, uint64_t s
       bad += std::memcmp(&ha[static_cast<size_t>(i)], &hb[static_cast<size_t>(i)], sizeof(double)) != 0;
     EXPECT_EQ(bad, 0) << what << ": " << name;
   };
-  for (const cuda::GroupedGemmImpl impl : {cuda::GroupedGemmImpl::Simt, cuda::GroupedGemmImpl::Auto}) {
-    cuda::set_grouped_gemm_impl(impl);
-    const std::string k = std::string(" ") + cuda::grouped_gemm_impl_name(impl);
+  for_both_kernels([&](const std::string& kernel) {
+    const std::string k = " " + kernel;
     Tensor y = poisoned({R, O}, DType::BF16), y0 = poisoned({R, O}, DType::BF16);
     ops::moe_grouped_fp8_forward(y, g_x, kE4M3, g_w, kE4M3, g_off, &xc, &wc);
     ops::moe_grouped_fp8_forward(y0, g_x, kE4M3, g_w, kE4M3, g_off);
@@ -450,8 +460,7 @@ void check_cast_ahead(int64_t C, int64_t O, DType in, bool unaligned, uint64_t s
       ops::moe_grouped_fp8_backward_weight(dw, g_dy, kE5M2, g_x, kE4M3, g_off, false, &dyk, &xk);
       same(dw, dw0, (keep_t ? "backward weight, transposed codes" : "backward weight, row codes") + k);
     }
-  }
-  cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
+  });
 }
 
 TEST(GpuMoeGroupedFp8, CastAheadBf16) {
@@ -625,9 +634,7 @@ TEST(GpuMoeGroupedFp8, GemmsOnCodesAloneEqualGemmsOnX) {
   Tensor rows = Tensor::empty({N * k, d}, DType::BF16, dev), none;
   ops::Fp8GroupedCodes codes;
   ops::moe_permute_fp8_cast(rows, codes, g_x, g_slot_of, k, g_off, kE4M3);
-  for (const cuda::GroupedGemmImpl impl : {cuda::GroupedGemmImpl::Simt, cuda::GroupedGemmImpl::Auto}) {
-    const std::string what = cuda::grouped_gemm_impl_name(impl);
-    cuda::set_grouped_gemm_impl(impl);
+  for_both_kernels([&](const std::string& what) {
     Tensor y = poisoned({N * k, O}, DType::BF16), y_ref = poisoned({N * k, O}, DType::BF16);
     ops::moe_grouped_fp8_forward(y, none, kE4M3, g_w, kE4M3, g_off, &codes);
     ops::moe_grouped_fp8_forward(y_ref, rows, kE4M3, g_w, kE4M3, g_off);
@@ -638,8 +645,7 @@ TEST(GpuMoeGroupedFp8, GemmsOnCodesAloneEqualGemmsOnX) {
     ops::moe_grouped_fp8_backward_weight(dw, g_dy, kE5M2, none, kE4M3, g_off, false, nullptr, &kept_t);
     ops::moe_grouped_fp8_backward_weight(dw_ref, g_dy, kE5M2, rows, kE4M3, g_off, false);
     EXPECT_TRUE(same_device_bytes(dw, dw_ref)) << what << ": the weight gradient";
-  }
-  cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
+  });
 }
 
 // With the routing weights, moe_permute_fp8_cast gathers d_out_e = weight · dy: its rows and codes
@@ -693,9 +699,7 @@ TEST(GpuMoeGroupedFp8, CombinesGradientGatheredWithItsCastIsItsBackwardThenTheCa
   Tensor d_rows = Tensor::empty({N * k, O}, DType::BF16, dev), none;
   ops::Fp8GroupedCodes codes;
   ops::moe_permute_fp8_cast(d_rows, codes, g_dy, g_slot_of, k, g_off, kE5M2, &g_weights);
-  for (const cuda::GroupedGemmImpl impl : {cuda::GroupedGemmImpl::Simt, cuda::GroupedGemmImpl::Auto}) {
-    const std::string what = cuda::grouped_gemm_impl_name(impl);
-    cuda::set_grouped_gemm_impl(impl);
+  for_both_kernels([&](const std::string& what) {
     Tensor dx = poisoned({N * k, I}, DType::BF16), dx_ref = poisoned({N * k, I}, DType::BF16);
     ops::moe_grouped_fp8_backward_input(dx, none, kE5M2, g_w, kE4M3, g_off, &codes);
     ops::moe_grouped_fp8_backward_input(dx_ref, d_rows, kE5M2, g_w, kE4M3, g_off);
@@ -706,8 +710,7 @@ TEST(GpuMoeGroupedFp8, CombinesGradientGatheredWithItsCastIsItsBackwardThenTheCa
     ops::moe_grouped_fp8_backward_weight(dw, none, kE5M2, g_x, kE4M3, g_off, false, &kept_t);
     ops::moe_grouped_fp8_backward_weight(dw_ref, d_rows, kE5M2, g_x, kE4M3, g_off, false);
     EXPECT_TRUE(same_device_bytes(dw, dw_ref)) << what << ": the weight gradient";
-  }
-  cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
+  });
 }
 
 // Blockwise casts have no CUDA kernels: an error, not a wrong result.
