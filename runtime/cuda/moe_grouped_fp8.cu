@@ -199,7 +199,8 @@ void moe_permute_fp8_cast(Tensor& rows, ops::Fp8GroupedCodes& out, const Tensor&
   check_cuda_tensor(op, "offsets", offsets);
   if (weights) check_cuda_tensor(op, "weights", *weights);
   const int64_t R = slot_of.numel();
-  if (!gathered_cast_applies(rows, x)) {  // the two ops (the rows a temporary where not asked for)
+  // The two ops (the rows a temporary where not asked for).
+  if (!gathered_cast_applies(rows, x) || gathered_cast_kind() == GatheredCast::Separate) {
     Tensor gathered = rows.defined() ? rows : Tensor::empty({R, x.dim(1)}, x.dtype(), x.device());
     Tensor row_amax = Tensor::empty({R}, DType::U32, x.device());
     cuda::moe_permute(gathered, x, slot_of, top_k, weights ? nullptr : &row_amax);

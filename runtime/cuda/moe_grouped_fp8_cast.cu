@@ -11,6 +11,11 @@
 //      element by element, 64 × 64 tiles through shared memory.
 // Passes 1 and 3 move 8 elements a load where the columns allow (cols a multiple of 8, x 16-byte
 // aligned: every shape the models run), one element otherwise.
+// moe_permute_fp8_cast's rows, gathered from the tokens they copy, take pass 1 over the tokens and,
+// by default, pass 3 token by token into the row codes, then a transposing pass over the codes
+// (GatheredCast in the header).
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "runtime/cuda/moe_grouped_fp8_cast.h"
@@ -256,6 +261,25 @@ __device__ __forceinline__ void transpose_8x8(const uint2 (&in)[8], uint2 (&out)
   }
 }
 
+// A thread's 8 × 8 codes (codes[p]: source row j + p, columns c..c + 7) stored transposed into the
+// tile's destination: 8 codes down each of its 8 destination rows, 8-byte stores where the row stride
+// is a multiple of 8 and the codes lie inside the expert's width, else byte by byte.
+__device__ __forceinline__ void store_transposed(const TransposedTile& t, int64_t c, int64_t j, const uint2 (&codes)[kV]) {
+  uint2 cols[kV];
+  transpose_8x8(codes, cols);
+  const bool whole = t.ld % kV == 0 && j + kV <= t.width;
+#pragma unroll
+  for (int k = 0; k < kV; ++k) {
+    unsigned char* dst = t.dst + (c + k) * t.ld + j;
+    if (whole) {
+      *reinterpret_cast<uint2*>(dst) = cols[k];
+    } else {
+      const unsigned char* b = reinterpret_cast<const unsigned char*>(&cols[k]);
+      for (int p = 0; p < kV && j + p < t.width; ++p) dst[p] = b[p];
+    }
+  }
+}
+
 // The transposing cast with vectors, without shared memory: a thread takes 8 source rows × 8
 // columns, loaded as 8 vectors (all 8 in flight where the rows exist: a 16-byte load of bf16 each),
 // cast, transposed in registers (transpose_8x8) and stored as 8 codes down each of its 8 destination
@@ -339,19 +363,78 @@ __global__ void __launch_bounds__(kThreads)
     for (int p = 0; p < kV; ++p)
       if (j + p < t.n) store_vec<kV>(rows_out + (r0 + p) * s.cols + c, v[p]);  // values of T: stored exactly
   }
-  uint2 cols[kV];
-  transpose_8x8(codes, cols);
-  const bool whole = t.ld % kV == 0 && j + kV <= t.width;
+  store_transposed(t, c, j, codes);
+}
+
+// The gathered cast token by token (GatheredCast::Scatter): x's rows are read once each, in order,
+// and each is cast into the rows of its k slots, where the gather above reads every token k times in
+// the experts' order. Three passes: the slots' rows and experts; the row codes; their transposes.
+
+// row_of_slot[slot_of[r]] = r, expert_of_slot[slot_of[r]] = g for each row r of each expert g (one
+// block an expert); slots no row reads keep the -1 they were set to.
+__global__ void __launch_bounds__(kThreads) slot_rows_kernel(Segments s, int64_t slots, int32_t* row_of_slot,
+                                                             int32_t* expert_of_slot) {
+  const int g = blockIdx.x;
+  int64_t r0, r1;
+  group_rows(s.offsets, g, s.R, &r0, &r1);
+  for (int64_t r = r0 + threadIdx.x; r < r1; r += kThreads) {
+    const int32_t slot = s.gather[r];
+    if (slot < 0 || slot >= slots) continue;
+    row_of_slot[slot] = static_cast<int32_t>(r);
+    expert_of_slot[slot] = g;
+  }
+}
+
+// q[row_of_slot[n·k + j], c..c + 7] = the codes of x[n, c..c + 7] (times row_weight[n·k + j], rounded
+// to T, where given) at its expert's factor, for each of token n's k slots that a row reads; rows_out
+// (may be null) the values as cast. One thread a vector of 8 columns of one token: x [N, cols].
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    scatter_cast_kernel(const T* __restrict__ x, int64_t N, int64_t cols, int top_k,
+                        const int32_t* __restrict__ row_of_slot, const int32_t* __restrict__ expert_of_slot,
+                        const float* __restrict__ row_weight, const unsigned* __restrict__ amax, Fp8Format f,
+                        unsigned char* __restrict__ q, T* __restrict__ rows_out) {
+  const int64_t per_row = cols / kV, items = N * per_row;
+  for (int64_t item = int64_t{blockIdx.x} * kThreads + threadIdx.x; item < items;
+       item += int64_t{gridDim.x} * kThreads) {
+    const int64_t n = item / per_row, c = (item % per_row) * kV;
+    float v[kV];
+    load_vec<kV>(x + n * cols + c, v);
+    for (int j = 0; j < top_k; ++j) {
+      const int64_t slot = n * top_k + j;
+      const int32_t r = row_of_slot[slot];
+      if (r < 0) continue;
+      const float factor = fp8_quant_factor(__uint_as_float(amax[expert_of_slot[slot]]), fp8_largest(f));
+      float u[kV];
 #pragma unroll
-  for (int k = 0; k < kV; ++k) {
-    unsigned char* dst = t.dst + (c + k) * t.ld + j;
-    if (whole) {
-      *reinterpret_cast<uint2*>(dst) = cols[k];
-    } else {
-      const unsigned char* b = reinterpret_cast<const unsigned char*>(&cols[k]);
-      for (int p = 0; p < kV && j + p < t.width; ++p) dst[p] = b[p];
+      for (int k = 0; k < kV; ++k) u[k] = v[k];
+      if (row_weight) scale_rounded<T>(u, row_weight[slot]);
+      uint2 codes;
+      unsigned char* b = reinterpret_cast<unsigned char*>(&codes);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) b[k] = fp8_code(u[k], factor, f);
+      *reinterpret_cast<uint2*>(q + r * cols + c) = codes;
+      if (rows_out) store_vec<kV>(rows_out + r * cols + c, u);  // values of T: stored exactly
     }
   }
+}
+
+// The transposed layout l of a row tensor's codes from their row layout q [R, cols] (cols a multiple
+// of 8): the tiles of the transposing cast, each thread 8 rows × 8 codes (8-byte loads), zero codes past
+// each expert's rows up to its padded width.
+__global__ void __launch_bounds__(kThreads)
+    transpose_codes_kernel(const unsigned char* __restrict__ q, Segments s, CodeLayout l, unsigned char* q_t) {
+  const TransposedTile t = transposed_tile(s, l, q_t, CastTile::kRows);
+  if (!t.valid) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t c = int64_t{blockIdx.x} * CastTile::kCols + warp * CastTile::kWarpCols + (lane / kGroups) * kV;
+  const int64_t j = t.j0 + (lane % kGroups) * kV;
+  if (c >= s.cols || j >= t.width) return;
+  uint2 codes[kV];
+#pragma unroll
+  for (int p = 0; p < kV; ++p)
+    codes[p] = j + p < t.n ? *reinterpret_cast<const uint2*>(q + (t.src0 + j + p) * s.cols + c) : make_uint2(0, 0);
+  store_transposed(t, c, j, codes);
 }
 
 // One warp: po[g + 1] = po[g] + round_up(rows of g, 128), a scan over the experts 32 at a time.
@@ -491,6 +574,30 @@ void cast_into(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLay
 
 unsigned char* codes_of(const Tensor& t) { return static_cast<unsigned char*>(t.data_ptr()); }
 
+// GatheredCast::Scatter's three passes (the kernels' comments) after the experts' amaxes pa: x [N, cols]
+// through s.gather into q [R, cols], q_t in layout l and rows_out (may be null).
+template <class T>
+void scatter_cast(const T* px, int64_t N, const Segments& s, const CodeLayout& l, const unsigned* pa, Fp8Format f,
+                  unsigned char* q, unsigned char* q_t, T* rows_out, Device dev, cudaStream_t stream) {
+  const int64_t slots = N * s.top_k;
+  if (slots == 0 || s.cols == 0) return;
+  Tensor slot_rows = Tensor::empty({2, slots}, DType::I32, dev);  // row_of_slot, expert_of_slot
+  int32_t* row_of_slot = slot_rows.data<int32_t>();
+  int32_t* expert_of_slot = row_of_slot + slots;
+  TETRA_CUDA_CHECK(cudaMemsetAsync(row_of_slot, 0xff, slots * sizeof(int32_t), stream));
+  if (s.G > 0) {
+    slot_rows_kernel<<<s.G, kThreads, 0, stream>>>(s, slots, row_of_slot, expert_of_slot);
+    TETRA_CUDA_CHECK_LAUNCH();
+  }
+  scatter_cast_kernel<T><<<grid_size(N * (s.cols / kV), kThreads, dev), kThreads, 0, stream>>>(
+      px, N, s.cols, static_cast<int>(s.top_k), row_of_slot, expert_of_slot, s.row_weight, pa, f, q, rows_out);
+  TETRA_CUDA_CHECK_LAUNCH();
+  const dim3 grid = transposed_grid(s, l, CastTile::kRows, CastTile::kCols);
+  if (!nonempty(grid)) return;
+  transpose_codes_kernel<<<grid, kThreads, 0, stream>>>(q, s, l, q_t);
+  TETRA_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 ExpertCodes cast_segments(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& layout, Device dev,
@@ -547,10 +654,22 @@ BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, cons
       TETRA_CUDA_CHECK_LAUNCH();
     }
     const Tensor amax = measure(px, /*vec=*/true, s, f, out.scale, dev, stream, pt);
-    cast_transposed(px, /*vec=*/true, s, transposed, static_cast<const unsigned*>(amax.data_ptr()), f, codes_of(out.q_t),
-                    codes_of(out.q), stream, rows.defined() ? static_cast<T*>(rows.data_ptr()) : nullptr);
+    const unsigned* pa = static_cast<const unsigned*>(amax.data_ptr());
+    T* rows_out = rows.defined() ? static_cast<T*>(rows.data_ptr()) : nullptr;
+    if (gathered_cast_kind() == GatheredCast::Gather)
+      cast_transposed(px, /*vec=*/true, s, transposed, pa, f, codes_of(out.q_t), codes_of(out.q), stream, rows_out);
+    else
+      scatter_cast(px, N, s, transposed, pa, f, codes_of(out.q), codes_of(out.q_t), rows_out, dev, stream);
   });
   return out;
+}
+
+GatheredCast gathered_cast_kind() {
+  const char* v = std::getenv("TETRA_MOE_GATHERED_CAST");
+  if (!v || !*v || std::string(v) == "scatter") return GatheredCast::Scatter;
+  if (std::string(v) == "gather") return GatheredCast::Gather;
+  if (std::string(v) == "separate") return GatheredCast::Separate;
+  TETRA_FAIL(Usage, "TETRA_MOE_GATHERED_CAST=", v, " is not a valid setting: use scatter, gather or separate");
 }
 
 bool dense_cast_applies(const Tensor& x, int64_t M, int64_t K, const void* q, const void* q_t) {

@@ -74,6 +74,13 @@ Tensor rows_from_transposed(const Tensor& q_t, const Segments& s, const CodeLayo
 // as they are read, their amaxes from the tokens' likewise. Needs cols a multiple of 8 and x, rows
 // 16-byte aligned and of one dtype (gathered_cast_applies).
 bool gathered_cast_applies(const Tensor& rows, const Tensor& x);
+// How moe_permute_fp8_cast makes them (TETRA_MOE_GATHERED_CAST, read on every call; measured in
+// docs/kernels.md, "FP8 training v12"): Scatter (unset or "scatter") reads x token by token, once,
+// writes each token's codes into its slots' rows, then transposes the codes; Gather ("gather") reads
+// x through the gather into the transposing cast, each token once a slot; Separate ("separate") runs
+// moe_permute, then the cast of the rows (ops::moe_grouped_fp8_cast with the rows' amaxes).
+enum class GatheredCast { Scatter, Gather, Separate };
+GatheredCast gathered_cast_kind();
 BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, const Segments& s,
                              const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op);
 

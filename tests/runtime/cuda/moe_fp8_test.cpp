@@ -7,6 +7,7 @@
 // layouts against the row layout; the permutation with its cast against the two ops; and the three ops replayed from a CUDA graph on new rows and new
 // offsets (nothing read on the host).
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <cstdio>
 #include <sstream>
@@ -581,11 +582,30 @@ TEST(GpuMoeGroupedFp8, ProducersMeasureEachRowsAmax) {
   }
 }
 
+// Each way moe_permute_fp8_cast can make its codes (TETRA_MOE_GATHERED_CAST: cuda::GatheredCast), as
+// `what` suffixed with its name; the default afterwards.
+template <class Fn>
+void for_each_gathered_cast(const std::string& what, Fn&& fn) {
+  for (const char* kind : {"scatter", "gather", "separate"}) {
+    setenv("TETRA_MOE_GATHERED_CAST", kind, 1);
+    fn(what + ", " + kind);
+  }
+  unsetenv("TETRA_MOE_GATHERED_CAST");
+}
+
+TEST(GpuMoeGroupedFp8, GatheredCastSettingIsChecked) {
+  TETRA_REQUIRE_GPU();
+  setenv("TETRA_MOE_GATHERED_CAST", "scattered", 1);
+  EXPECT_THROW(cuda::gathered_cast_kind(), Error);
+  unsetenv("TETRA_MOE_GATHERED_CAST");
+  EXPECT_EQ(cuda::gathered_cast_kind(), cuda::GatheredCast::Scatter);
+}
+
 // moe_permute_fp8_cast writes what moe_permute and moe_grouped_fp8_cast of its rows write, bit for
-// bit: the rows, the row and transposed codes, the scales. Ragged routing (5 experts of 300 tokens ×
-// 3, 64 of 512 × 6), widths through the one-pass kernel (1536, 200 and 8: whole 512-column blocks,
-// a partial one, one vector a row) and through the two ops (52, 13: not 8-column vectors), bf16 and
-// fp32, E4M3 and E5M2.
+// bit, made each of its ways: the rows, the row and transposed codes, the scales. Ragged routing (5
+// experts of 300 tokens × 3, 64 of 512 × 6), widths through the one-pass kernels (1536, 200 and 8:
+// whole 512-column blocks, a partial one, one vector a row) and through the two ops (52, 13: not
+// 8-column vectors), bf16 and fp32, E4M3 and E5M2.
 TEST(GpuMoeGroupedFp8, PermuteWithItsCastIsThePermutationThenTheCast) {
   TETRA_REQUIRE_GPU();
   Rng rng(43);
@@ -601,18 +621,23 @@ TEST(GpuMoeGroupedFp8, PermuteWithItsCastIsThePermutationThenTheCast) {
         const std::string what = "N " + std::to_string(r.N) + " E " + std::to_string(r.E) + " d " + std::to_string(d) +
                                  " " + dtype_name(dt);
         const Tensor g_x = upload(random_host(rng, {r.N, d}, 3.0), dt);
-        Tensor rows = poisoned({r.N * r.k, d}, dt), rows_ref = poisoned({r.N * r.k, d}, dt);
-        ops::Fp8GroupedCodes codes, codes_ref;
-        ops::moe_permute_fp8_cast(rows, codes, g_x, g_slot_of, r.k, g_off, cast);
+        Tensor rows_ref = poisoned({r.N * r.k, d}, dt);
+        ops::Fp8GroupedCodes codes_ref;
         ops::moe_permute(rows_ref, g_x, g_slot_of, r.k);
         ops::moe_grouped_fp8_cast(codes_ref, rows_ref, cast, &g_off);
-        const Tensor h_rows = download_raw(rows), h_ref = download_raw(rows_ref);
-        EXPECT_EQ(std::memcmp(h_rows.data_ptr(), h_ref.data_ptr(), h_ref.nbytes()), 0) << what << ": the rows";
-        expect_same_codes(codes, codes_ref, what);
-        ops::Fp8GroupedCodes alone;  // without the rows
-        Tensor no_rows;
-        ops::moe_permute_fp8_cast(no_rows, alone, g_x, g_slot_of, r.k, g_off, cast);
-        expect_same_codes(alone, codes_ref, what + ", codes alone");
+        const Tensor h_ref = download_raw(rows_ref);
+        for_each_gathered_cast(what, [&](const std::string& how) {
+          Tensor rows = poisoned({r.N * r.k, d}, dt);
+          ops::Fp8GroupedCodes codes;
+          ops::moe_permute_fp8_cast(rows, codes, g_x, g_slot_of, r.k, g_off, cast);
+          const Tensor h_rows = download_raw(rows);
+          EXPECT_EQ(std::memcmp(h_rows.data_ptr(), h_ref.data_ptr(), h_ref.nbytes()), 0) << how << ": the rows";
+          expect_same_codes(codes, codes_ref, how);
+          ops::Fp8GroupedCodes alone;  // without the rows
+          Tensor no_rows;
+          ops::moe_permute_fp8_cast(no_rows, alone, g_x, g_slot_of, r.k, g_off, cast);
+          expect_same_codes(alone, codes_ref, how + ", codes alone");
+        });
       }
     }
   }
@@ -672,16 +697,20 @@ TEST(GpuMoeGroupedFp8, CombinesGradientGatheredWithItsCastIsItsBackwardThenTheCa
         const Tensor g_rows_out = upload(random_host(rng, {r.N * r.k, d}, 1.0), dt);
         Tensor d_rows = poisoned({r.N * r.k, d}, dt), dw = Tensor::empty({r.N, r.k}, DType::F32, dev);
         ops::moe_unpermute_backward(d_rows, dw, g_dy, g_rows_out, g_weights, g_row_of);
-        ops::Fp8GroupedCodes ref, codes, alone;
+        ops::Fp8GroupedCodes ref;
         ops::moe_grouped_fp8_cast(ref, d_rows, kE5M2, &g_off);
-        Tensor rows = poisoned({r.N * r.k, d}, dt), no_rows;
-        ops::moe_permute_fp8_cast(rows, codes, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights);
-        ops::moe_permute_fp8_cast(no_rows, alone, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights);
-        const Tensor h_rows = download_raw(rows), h_ref = download_raw(d_rows);
-        EXPECT_EQ(std::memcmp(h_rows.data_ptr(), h_ref.data_ptr(), h_ref.nbytes()), 0) << what << ": the rows";
-        expect_same_codes(codes, ref, what);
-        expect_same_codes(alone, ref, what + ", codes alone");
-        Tensor dw_alone = Tensor::empty({r.N, r.k}, DType::F32, dev);
+        const Tensor h_ref = download_raw(d_rows);
+        for_each_gathered_cast(what, [&](const std::string& how) {
+          ops::Fp8GroupedCodes codes, alone;
+          Tensor rows = poisoned({r.N * r.k, d}, dt), no_rows;
+          ops::moe_permute_fp8_cast(rows, codes, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights);
+          ops::moe_permute_fp8_cast(no_rows, alone, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights);
+          const Tensor h_rows = download_raw(rows);
+          EXPECT_EQ(std::memcmp(h_rows.data_ptr(), h_ref.data_ptr(), h_ref.nbytes()), 0) << how << ": the rows";
+          expect_same_codes(codes, ref, how);
+          expect_same_codes(alone, ref, how + ", codes alone");
+        });
+        Tensor no_rows, dw_alone = Tensor::empty({r.N, r.k}, DType::F32, dev);
         ops::moe_unpermute_backward(no_rows, dw_alone, g_dy, g_rows_out, g_weights, g_row_of);
         const Tensor h_dw = download_raw(dw), h_dw_alone = download_raw(dw_alone);
         EXPECT_EQ(std::memcmp(h_dw.data_ptr(), h_dw_alone.data_ptr(), h_dw.nbytes()), 0) << what << ": d_weights alone";
