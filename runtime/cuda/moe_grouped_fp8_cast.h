@@ -75,7 +75,7 @@ Tensor rows_from_transposed(const Tensor& q_t, const Segments& s, const CodeLayo
 // 16-byte aligned and of one dtype (gathered_cast_applies).
 bool gathered_cast_applies(const Tensor& rows, const Tensor& x);
 // How moe_permute_fp8_cast makes them (TETRA_MOE_GATHERED_CAST, read on every call; measured in
-// docs/kernels.md, "FP8 training v12"): Scatter (unset or "scatter") reads x token by token, once,
+// docs/kernels.md, "FP8 training v11"): Scatter (unset or "scatter") reads x token by token, once,
 // writes each token's codes into its slots' rows, then transposes the codes; Gather ("gather") reads
 // x through the gather into the transposing cast, each token once a slot; Separate ("separate") runs
 // moe_permute, then the cast of the rows (ops::moe_grouped_fp8_cast with the rows' amaxes).
