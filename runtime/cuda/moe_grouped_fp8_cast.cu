@@ -370,30 +370,32 @@ __global__ void __launch_bounds__(kThreads)
 // and each is cast into the rows of its k slots, where the gather above reads every token k times in
 // the experts' order. Three passes: the slots' rows and experts; the row codes; their transposes.
 
-// row_of_slot[slot_of[r]] = r, expert_of_slot[slot_of[r]] = g for each row r of each expert g (one
-// block an expert); slots no row reads keep the -1 they were set to.
-__global__ void __launch_bounds__(kThreads) slot_rows_kernel(Segments s, int64_t slots, int32_t* row_of_slot,
-                                                             int32_t* expert_of_slot) {
+// row_of_slot[slot_of[r]] = r and factor_of_slot[slot_of[r]] = expert g's quantisation factor (from
+// amax[g]) for each row r of each expert g (one block an expert); slots no row reads keep the -1 they
+// were set to.
+__global__ void __launch_bounds__(kThreads) slot_rows_kernel(Segments s, int64_t slots, const unsigned* amax,
+                                                             Fp8Format f, int32_t* row_of_slot, float* factor_of_slot) {
   const int g = blockIdx.x;
+  const float factor = fp8_quant_factor(__uint_as_float(amax[g]), fp8_largest(f));
   int64_t r0, r1;
   group_rows(s.offsets, g, s.R, &r0, &r1);
   for (int64_t r = r0 + threadIdx.x; r < r1; r += kThreads) {
     const int32_t slot = s.gather[r];
     if (slot < 0 || slot >= slots) continue;
     row_of_slot[slot] = static_cast<int32_t>(r);
-    expert_of_slot[slot] = g;
+    factor_of_slot[slot] = factor;
   }
 }
 
 // q[row_of_slot[n·k + j], c..c + 7] = the codes of x[n, c..c + 7] (times row_weight[n·k + j], rounded
-// to T, where given) at its expert's factor, for each of token n's k slots that a row reads; rows_out
+// to T, where given) at its slot's factor, for each of token n's k slots that a row reads; rows_out
 // (may be null) the values as cast. One thread a vector of 8 columns of one token: x [N, cols].
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     scatter_cast_kernel(const T* __restrict__ x, int64_t N, int64_t cols, int top_k,
-                        const int32_t* __restrict__ row_of_slot, const int32_t* __restrict__ expert_of_slot,
-                        const float* __restrict__ row_weight, const unsigned* __restrict__ amax, Fp8Format f,
-                        unsigned char* __restrict__ q, T* __restrict__ rows_out) {
+                        const int32_t* __restrict__ row_of_slot, const float* __restrict__ factor_of_slot,
+                        const float* __restrict__ row_weight, Fp8Format f, unsigned char* __restrict__ q,
+                        T* __restrict__ rows_out) {
   const int64_t per_row = cols / kV, items = N * per_row;
   for (int64_t item = int64_t{blockIdx.x} * kThreads + threadIdx.x; item < items;
        item += int64_t{gridDim.x} * kThreads) {
@@ -404,7 +406,7 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t slot = n * top_k + j;
       const int32_t r = row_of_slot[slot];
       if (r < 0) continue;
-      const float factor = fp8_quant_factor(__uint_as_float(amax[expert_of_slot[slot]]), fp8_largest(f));
+      const float factor = factor_of_slot[slot];
       float u[kV];
 #pragma unroll
       for (int k = 0; k < kV; ++k) u[k] = v[k];
@@ -581,16 +583,16 @@ void scatter_cast(const T* px, int64_t N, const Segments& s, const CodeLayout& l
                   unsigned char* q, unsigned char* q_t, T* rows_out, Device dev, cudaStream_t stream) {
   const int64_t slots = N * s.top_k;
   if (slots == 0 || s.cols == 0) return;
-  Tensor slot_rows = Tensor::empty({2, slots}, DType::I32, dev);  // row_of_slot, expert_of_slot
-  int32_t* row_of_slot = slot_rows.data<int32_t>();
-  int32_t* expert_of_slot = row_of_slot + slots;
-  TETRA_CUDA_CHECK(cudaMemsetAsync(row_of_slot, 0xff, slots * sizeof(int32_t), stream));
+  Tensor row_of_slot = Tensor::empty({slots}, DType::I32, dev), factor_of_slot = Tensor::empty({slots}, DType::F32, dev);
+  TETRA_CUDA_CHECK(cudaMemsetAsync(row_of_slot.data_ptr(), 0xff, row_of_slot.nbytes(), stream));
   if (s.G > 0) {
-    slot_rows_kernel<<<s.G, kThreads, 0, stream>>>(s, slots, row_of_slot, expert_of_slot);
+    slot_rows_kernel<<<s.G, kThreads, 0, stream>>>(s, slots, pa, f, row_of_slot.data<int32_t>(),
+                                                   factor_of_slot.data<float>());
     TETRA_CUDA_CHECK_LAUNCH();
   }
   scatter_cast_kernel<T><<<grid_size(N * (s.cols / kV), kThreads, dev), kThreads, 0, stream>>>(
-      px, N, s.cols, static_cast<int>(s.top_k), row_of_slot, expert_of_slot, s.row_weight, pa, f, q, rows_out);
+      px, N, s.cols, static_cast<int>(s.top_k), row_of_slot.data<int32_t>(), factor_of_slot.data<float>(),
+      s.row_weight, f, q, rows_out);
   TETRA_CUDA_CHECK_LAUNCH();
   const dim3 grid = transposed_grid(s, l, CastTile::kRows, CastTile::kCols);
   if (!nonempty(grid)) return;
