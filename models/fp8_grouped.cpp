@@ -42,8 +42,11 @@ ops::Fp8GroupedCodes step_weight(Fp8Recipe recipe, const Param& w, const Tensor&
   if (!casts_ahead(recipe) || !copy.enabled) return {};
   const ops::Fp8Cast cast = fp8_recipe_casts(recipe).weight;
   if (!copy.q.defined()) {
+    // Each expert's amax from the optimizer's update where it is of these weights.
+    const Param::Fp8UpdateAmax& updated = w.fp8_update_amax;
+    const bool given = updated.fresh && updated.bits.defined() && updated.bits.numel() == w_view.dim(0);
     ops::Fp8GroupedCodes codes;
-    ops::moe_grouped_fp8_cast(codes, w_view, cast, nullptr);
+    ops::moe_grouped_fp8_cast(codes, w_view, cast, nullptr, nullptr, given ? &updated.bits : nullptr);
     copy.q = codes.q, copy.q_t = codes.q_t, copy.scale = copy.scale_t = codes.scale;
   }
   TETRA_CHECK(copy.q.shape() == w_view.shape() && copy.q.dtype() == cast.format, w.name, ": its step copy ",

@@ -382,9 +382,9 @@ void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_ca
                  dy_codes, x_codes);
 }
 void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, const Tensor* offsets,
-                          const Tensor* row_amax) {
+                          const Tensor* row_amax, const Tensor* expert_amax) {
   const char* op = "moe_grouped_fp8_cast";
-  check_same_device(op, {&x, offsets, row_amax});
+  check_same_device(op, {&x, offsets, row_amax, expert_amax});
   if (cast.scaling != Fp8Scaling::Tensorwise)
     TETRA_FAIL(Internal, op, ": only Tensorwise casts are cast ahead (group-scaled ones cast in their GEMMs)");
   if (cast.format != DType::F8E4M3 && cast.format != DType::F8E5M2)
@@ -396,7 +396,10 @@ void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, c
     TETRA_FAIL(Internal, op, ": offsets are ", offsets->describe(), ", not int32 [G + 1]");
   if (row_amax && !offsets) TETRA_FAIL(Internal, op, ": row_amax is for row tensors (with offsets), not weights");
   if (row_amax) fp8_check_row_amax(op, *row_amax, x.dim(0));
-  TETRA_DISPATCH(x.device(), moe_grouped_fp8_cast, out, x, cast, offsets, row_amax);
+  if (expert_amax && offsets)
+    TETRA_FAIL(Internal, op, ": expert_amax is for the weights [G, O, I], not row tensors (their row_amax)");
+  if (expert_amax) fp8_check_row_amax(op, *expert_amax, x.dim(0));
+  TETRA_DISPATCH(x.device(), moe_grouped_fp8_cast, out, x, cast, offsets, row_amax, expert_amax);
 }
 void moe_permute_fp8_cast(Tensor& rows, Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of, int64_t top_k,
                           const Tensor& offsets, Fp8Cast cast, const Tensor* weights) {

@@ -454,9 +454,11 @@ int64_t moe_grouped_fp8_padded_rows(int64_t R, int64_t G);
 // both layouts (runtime/cuda/moe_grouped_fp8_cast.h), from the device offsets (no host sync).
 // row_amax (optional, row tensors only; U32 [R] on x's device): each row's amax as the op that wrote
 // x measured it (swiglu_forward's row_amax): each expert's amax is then the largest over its rows,
-// and x is read once, by the codes' pass.
+// and x is read once, by the codes' pass. expert_amax (optional, weights only; U32 [G]): each
+// expert's amax as the writer of the weights measured it (the optimizer's update: AdamWSegment::amax),
+// taken as it is, and the weights are read once.
 void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, const Tensor* offsets,
-                          const Tensor* row_amax = nullptr);
+                          const Tensor* row_amax = nullptr, const Tensor* expert_amax = nullptr);
 // moe_permute and moe_grouped_fp8_cast of its rows in one pass over x (Tensorwise): rows[r, :] =
 // x[slot_of[r] / top_k, :] as moe_permute writes them (rows [R, C] of x's dtype, x [N, C], slot_of
 // int32 [R]; rows outside every expert are not written), and out = moe_grouped_fp8_cast(out, rows,

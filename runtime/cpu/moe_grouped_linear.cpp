@@ -192,7 +192,7 @@ bool coded_weight(const ops::Fp8GroupedCodes* c, int64_t g, int64_t O, int64_t I
 static_assert(fp8_padded_expert_rows(1) == ops::kFp8Block, "an expert's padded rows are whole FP8 blocks");
 
 void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Cast cast, const Tensor* offsets,
-                          const Tensor* row_amax) {
+                          const Tensor* row_amax, const Tensor* expert_amax) {
   const bool rows = offsets != nullptr;
   const int64_t G = rows ? offsets->numel() - 1 : x.dim(0);
   const int64_t R = rows ? x.dim(0) : 0, cols = rows ? x.dim(1) : x.dim(2), O = rows ? 0 : x.dim(1);
@@ -219,9 +219,11 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
       continue;
     }
     ExpertCast t;
-    const Tensor given = row_amax ? rows_amax(*row_amax, first, m) : Tensor();
+    const Tensor given = row_amax      ? rows_amax(*row_amax, first, m)
+                         : expert_amax ? expert_amax->slice_flat(g, {1})
+                                       : Tensor();
     const ExpertCast e = cast_expert(rows ? x.narrow(first, m) : expert_weight(x, g, O, cols), cast, &t,
-                                     row_amax ? &given : nullptr);
+                                     given.defined() ? &given : nullptr);
     out.scale.data<float>()[g] = e.scale.data<float>()[0];
     std::copy_n(static_cast<const uint8_t*>(e.q.data_ptr()), m * cols, q + first * cols);
     const auto* tq = static_cast<const uint8_t*>(t.q.data_ptr());  // [cols, m]
@@ -243,7 +245,7 @@ void moe_permute_fp8_cast(Tensor& rows, ops::Fp8GroupedCodes& out, const Tensor&
     for (int64_t r = 0; r < R; ++r)
       for (int64_t c = 0; c < C; ++c) g[r * C + c] = w[slot[r]] * g[r * C + c];
   }
-  cpu::moe_grouped_fp8_cast(out, gathered, cast, &offsets, weights ? nullptr : &row_amax);
+  cpu::moe_grouped_fp8_cast(out, gathered, cast, &offsets, weights ? nullptr : &row_amax, nullptr);
 }
 
 void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, ops::Fp8Cast x_cast, const Tensor& w, ops::Fp8Cast w_cast,

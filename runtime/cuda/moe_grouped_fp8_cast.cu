@@ -494,19 +494,23 @@ dim3 transposed_grid(const Segments& s, const CodeLayout& l, int tile_rows, int6
 
 bool nonempty(const dim3& g) { return g.x > 0 && g.y > 0 && g.z > 0; }
 
-// Passes 1 and 2: amax [G] (the bits) and the scales [G] of x's segments; from the rows' amaxes where
-// given (row_amax, a row tensor's).
+// Passes 1 and 2: amax [G] (the bits) and the scales [G] of x's segments; from the amaxes given
+// where they are (`given`: a row tensor's per row, the weights' per expert, taken as they are).
 template <class T>
 Tensor measure(const T* px, bool vec, const Segments& s, Fp8Format f, Tensor& scale, Device dev, cudaStream_t stream,
-               const unsigned* row_amax) {
+               const unsigned* given) {
   Tensor amax = Tensor::empty({s.G}, DType::U32, dev);
-  TETRA_CUDA_CHECK(cudaMemsetAsync(amax.data_ptr(), 0, amax.nbytes(), stream));
   unsigned* pa = static_cast<unsigned*>(amax.data_ptr());
   const dim3 grid = rows_grid(s);
-  if (row_amax && s.offsets && s.G > 0) {
-    segment_row_amax_kernel<T><<<s.G, kThreads, 0, stream>>>(row_amax, s, pa);
+  if (given && !s.offsets) {
+    TETRA_CUDA_CHECK(cudaMemcpyAsync(pa, given, amax.nbytes(), cudaMemcpyDeviceToDevice, stream));
+  } else {
+    TETRA_CUDA_CHECK(cudaMemsetAsync(pa, 0, amax.nbytes(), stream));
+  }
+  if (given && s.offsets && s.G > 0) {
+    segment_row_amax_kernel<T><<<s.G, kThreads, 0, stream>>>(given, s, pa);
     TETRA_CUDA_CHECK_LAUNCH();
-  } else if (nonempty(grid) && s.cols > 0) {
+  } else if (!given && nonempty(grid) && s.cols > 0) {
     if (vec)
       segment_amax_vec_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, pa);
     else
@@ -557,16 +561,17 @@ bool vector_ok(const Tensor& x, const Segments& s) {
 }
 
 // x's scales into `scale` and its codes into q (x's layout) and q_t (`transposed`'s), each where
-// not null: one amax pass, then one pass per layout, or one for both with the vector kernels.
+// not null: one amax pass (none where the amaxes are given, as measure takes them), then one pass
+// per layout, or one for both with the vector kernels.
 void cast_into(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& transposed, unsigned char* q,
                unsigned char* q_t, Tensor& scale, Device dev, cudaStream_t stream, const char* op,
-               const unsigned* row_amax = nullptr) {
+               const unsigned* given_amax = nullptr) {
   const Fp8Format f = fp8_format_of(c.format);
   const bool vec = vector_ok(x, s);
   dispatch_float(x.dtype(), op, "an operand", [&](auto tag) {
     using T = decltype(tag);
     const T* px = static_cast<const T*>(x.data_ptr());
-    const Tensor amax = measure(px, vec, s, f, scale, dev, stream, row_amax);
+    const Tensor amax = measure(px, vec, s, f, scale, dev, stream, given_amax);
     const unsigned* pa = static_cast<const unsigned*>(amax.data_ptr());
     const bool rows_with_t = q_t && q && vec;  // the transposing kernel writes the row codes too
     if (q_t) cast_transposed(px, vec, s, transposed, pa, f, q_t, rows_with_t ? q : nullptr, stream);
@@ -612,10 +617,10 @@ ExpertCodes cast_segments(const Tensor& x, ops::Fp8Cast c, const Segments& s, co
 }
 
 BothCodes cast_segments_both(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& transposed,
-                             Device dev, cudaStream_t stream, const char* op, const unsigned* row_amax) {
+                             Device dev, cudaStream_t stream, const char* op, const unsigned* given_amax) {
   BothCodes out{Tensor::empty(x.shape(), c.format, dev), Tensor::empty(transposed_shape(s, transposed), c.format, dev),
                 Tensor::empty({s.G}, DType::F32, dev)};
-  cast_into(x, c, s, transposed, codes_of(out.q), codes_of(out.q_t), out.scale, dev, stream, op, row_amax);
+  cast_into(x, c, s, transposed, codes_of(out.q), codes_of(out.q_t), out.scale, dev, stream, op, given_amax);
   return out;
 }
 

@@ -52,14 +52,14 @@ ExpertCodes cast_segments(const Tensor& x, ops::Fp8Cast c, const Segments& s, co
 
 // Both layouts of one operand (ops::moe_grouped_fp8_cast): q in x's layout (a row tensor's rows
 // outside every expert are not written), q_t in `transposed`'s (transposed must be true), one scale
-// per expert; one amax pass and, where the vector kernels apply, one pass writing both. row_amax
-// (row tensors; may be null): each row's amax bits [R] as x's producer measured them, which replace
-// the amax pass over x by one over them.
+// per expert; one amax pass and, where the vector kernels apply, one pass writing both. given_amax
+// (may be null): the amax bits as x's producer measured them, which replace the amax pass over x: a
+// row tensor's per row [R] (a pass over them instead), the weights' per expert [G] (taken as they are).
 struct BothCodes {
   Tensor q, q_t, scale;
 };
 BothCodes cast_segments_both(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& transposed,
-                             Device dev, cudaStream_t stream, const char* op, const unsigned* row_amax = nullptr);
+                             Device dev, cudaStream_t stream, const char* op, const unsigned* given_amax = nullptr);
 
 // The row layout [R, cols] of a row tensor's codes out of their transposed layout `transposed` (the
 // weight gradient's SIMT kernel given x as moe_permute_fp8_cast's codes alone): each expert's rows;

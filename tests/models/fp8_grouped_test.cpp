@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -240,6 +241,41 @@ TEST(Fp8GroupedAhead, RowAmaxesOfTheProducersCastAsTheirOwn) {
   Tensor w3 = random_tensor(rng, {2, 16, 16}), w3_amax = Tensor::empty({2}, DType::U32);
   ops::Fp8GroupedCodes wc;
   EXPECT_THROW(ops::moe_grouped_fp8_cast(wc, w3, cast, nullptr, &w3_amax), Error);
+}
+
+// The weights' cast given each expert's amax (expert_amax: the optimizer's update measured it) takes
+// it as it is: given the weights' own amaxes it equals the cast that measures them, bit for bit; given
+// another, that expert's scale follows it. Refused for row tensors and at the wrong length.
+TEST(Fp8GroupedAhead, TheWeightsCastTakesEachExpertsGivenAmax) {
+  Rng rng(19);
+  const int64_t G = 3, O = 16, I = 40;
+  const Tensor w = random_tensor(rng, {G, O, I}, 0.1);
+  Tensor amax = Tensor::empty({G}, DType::U32);
+  for (int64_t g = 0; g < G; ++g) {
+    uint32_t a = 0;
+    for (int64_t i = 0; i < O * I; ++i) a = std::max(a, fp8_abs_bits(w.data<float>()[g * O * I + i]));
+    static_cast<uint32_t*>(amax.data_ptr())[g] = a;
+  }
+  const ops::Fp8Cast cast{ops::Fp8Scaling::Tensorwise, DType::F8E4M3};
+  ops::Fp8GroupedCodes own, given;
+  ops::moe_grouped_fp8_cast(own, w, cast, nullptr);
+  ops::moe_grouped_fp8_cast(given, w, cast, nullptr, nullptr, &amax);
+  for (auto [a, b] : {std::pair{&own.q, &given.q}, {&own.q_t, &given.q_t}, {&own.scale, &given.scale}})
+    EXPECT_EQ(std::memcmp(a->data_ptr(), b->data_ptr(), a->nbytes()), 0) << "the cast given the experts' amaxes";
+
+  const float doubled = 2.0f * std::bit_cast<float>(static_cast<uint32_t*>(amax.data_ptr())[1]);
+  static_cast<uint32_t*>(amax.data_ptr())[1] = std::bit_cast<uint32_t>(doubled);
+  ops::moe_grouped_fp8_cast(given, w, cast, nullptr, nullptr, &amax);
+  EXPECT_EQ(given.scale.data<float>()[0], own.scale.data<float>()[0]);
+  EXPECT_EQ(given.scale.data<float>()[1], 1.0f / fp8_quant_factor(doubled, fp8_largest(Fp8Format::E4M3)))
+      << "the given amax is taken as it is";
+
+  const Tensor rows = random_tensor(rng, {10, I});
+  const Tensor off = Tensor::from_vector(std::vector<int32_t>{0, 4, 4, 10}, {G + 1});
+  ops::Fp8GroupedCodes none;
+  EXPECT_THROW(ops::moe_grouped_fp8_cast(none, rows, cast, &off, nullptr, &amax), Error) << "rows take row_amax";
+  Tensor short_amax = Tensor::empty({G - 1}, DType::U32);
+  EXPECT_THROW(ops::moe_grouped_fp8_cast(none, w, cast, nullptr, nullptr, &short_amax), Error);
 }
 
 // ops::moe_permute_fp8_cast gives the rows moe_permute writes and the codes moe_grouped_fp8_cast makes

@@ -6,6 +6,8 @@
 // operands and outputs, the weight gradient accumulating or not; the casts into the tensor-core
 // layouts against the row layout; the permutation with its cast against the two ops; and the three ops replayed from a CUDA graph on new rows and new
 // offsets (nothing read on the host).
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -591,6 +593,35 @@ void for_each_gathered_cast(const std::string& what, Fn&& fn) {
     fn(what + ", " + kind);
   }
   unsetenv("TETRA_MOE_GATHERED_CAST");
+}
+
+// The weights' cast given each expert's amax (expert_amax, the optimizer's update measured it) takes
+// it as it is, as the CPU twin does: codes in both layouts and scales bit for bit, with the experts'
+// own amaxes and with one doubled, on the vector kernels (I 1536) and the element ones (I 13).
+TEST(GpuMoeGroupedFp8, WeightsCastTakesTheExpertsGivenAmax) {
+  TETRA_REQUIRE_GPU();
+  Rng rng(43);
+  const int64_t G = 4;
+  for (const auto [O, I] : {std::pair<int64_t, int64_t>{1024, 1536}, {52, 13}}) {
+    const std::string what = "O " + std::to_string(O) + " I " + std::to_string(I);
+    const Tensor w = representable(random_host(rng, {G, O, I}, 0.1), DType::BF16);
+    Tensor amax = Tensor::empty({G}, DType::U32);
+    auto* a = static_cast<uint32_t*>(amax.data_ptr());
+    for (int64_t g = 0; g < G; ++g) {
+      a[g] = 0;
+      for (int64_t i = 0; i < O * I; ++i) a[g] = std::max(a[g], fp8_abs_bits(w.data<float>()[g * O * I + i]));
+    }
+    a[2] = std::bit_cast<uint32_t>(2.0f * std::bit_cast<float>(a[2]));  // not the weights' own: taken as it is
+    ops::Fp8GroupedCodes want, got;
+    ops::moe_grouped_fp8_cast(want, w, kE4M3, nullptr, nullptr, &amax);
+    const Tensor g_amax = upload_raw(amax);
+    ops::moe_grouped_fp8_cast(got, upload(w, DType::BF16), kE4M3, nullptr, nullptr, &g_amax);
+    for (auto [x, y] : {std::pair{&got.q, &want.q}, {&got.q_t, &want.q_t}, {&got.scale, &want.scale}}) {
+      const Tensor h = download_raw(*x);
+      ASSERT_EQ(h.nbytes(), y->nbytes()) << what;
+      EXPECT_EQ(std::memcmp(h.data_ptr(), y->data_ptr(), h.nbytes()), 0) << what << ": " << x->describe();
+    }
+  }
 }
 
 TEST(GpuMoeGroupedFp8, GatheredCastSettingIsChecked) {
