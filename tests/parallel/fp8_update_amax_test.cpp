@@ -22,19 +22,18 @@
 #include "runtime/fp8_format.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
-#include "tests/parallel/shape_only_group.h"
+#include "tests/parallel/optimizer_test_util.h"
 
 namespace tetra {
 namespace {
 
 using test::ShapeOnlyGroup;
+using test::TestParams;
 
 constexpr int64_t kG = 3, kO = 8, kI = 20;  // experts, rows and columns of each expert's weight
 
 // An embedding, the routed experts' stacked gate/up-like weight and a bias, in two layers.
-struct MoeParams {
-  std::vector<std::unique_ptr<Param>> owned;
-  std::vector<Param*> params;
+struct MoeParams : TestParams {
   Param* experts = nullptr;
   MoeParams() {
     add("embed.weight", 0, {37, 5});
@@ -42,15 +41,6 @@ struct MoeParams {
     experts->fp8_grouped = true;
     experts->fp8_groups = kG;
     add("layers.1.bias", 1, {11}).weight_decay = false;
-  }
-  Param& add(const std::string& name, int layer, Shape shape) {
-    auto p = std::make_unique<Param>();
-    p->name = name;
-    p->layer_index = layer;
-    p->full_shape = p->local_shape = shape;
-    params.push_back(p.get());
-    owned.push_back(std::move(p));
-    return *params.back();
   }
 };
 

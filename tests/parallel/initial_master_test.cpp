@@ -16,18 +16,17 @@
 #include "parallel/param_set.h"
 #include "runtime/dtype.h"
 #include "runtime/ops.h"
-#include "tests/parallel/shape_only_group.h"
+#include "tests/parallel/optimizer_test_util.h"
 
 using namespace tetra;
 using tetra::test::ShapeOnlyGroup;
+using tetra::test::TestParams;
 
 namespace {
 
 // Parameters of odd sizes over three layers (units padded, shards cut inside parameters), normal
 // and constant initialisation, and one buffer.
-struct SmallModel {
-  std::vector<std::unique_ptr<Param>> owned;
-  std::vector<Param*> params;
+struct SmallModel : TestParams {
   SmallModel() {
     add("embed.weight", 0, {37, 5});
     add("h.0.weight", 1, {3, 129});
@@ -38,15 +37,6 @@ struct SmallModel {
     add("h.1.weight", 2, {64, 3}).init_std = 1.7f;
     Param& buf = add("h.1.router_bias", 2, {4});
     buf.trainable = false;
-  }
-  Param& add(const std::string& name, int layer, Shape shape) {
-    auto p = std::make_unique<Param>();
-    p->name = name;
-    p->layer_index = layer;
-    p->full_shape = p->local_shape = shape;
-    params.push_back(p.get());
-    owned.push_back(std::move(p));
-    return *params.back();
   }
 };
 

@@ -1,5 +1,5 @@
-// A communicator for tests of what is built over a group, without MPI: it knows its rank and size
-// and carries no data; any collective on it is a test failure.
+// For tests of the optimizers without MPI: a group that knows its rank and size and carries no data,
+// and a list of parameters the test owns.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/param.h"
 #include "runtime/communicator.h"
 
 namespace tetra::test {
@@ -43,6 +44,21 @@ class ShapeOnlyGroup : public Communicator {
     return nullptr;
   }
   int rank_, size_;
+};
+
+// Parameters a test declares one by one (name, layer, shape; the rest set on the returned Param).
+struct TestParams {
+  std::vector<std::unique_ptr<Param>> owned;
+  std::vector<Param*> params;
+  Param& add(const std::string& name, int layer, Shape shape) {
+    auto p = std::make_unique<Param>();
+    p->name = name;
+    p->layer_index = layer;
+    p->full_shape = p->local_shape = shape;
+    params.push_back(p.get());
+    owned.push_back(std::move(p));
+    return *params.back();
+  }
 };
 
 }  // namespace tetra::test
