@@ -3,7 +3,7 @@
 // AdamW update that writes the new weights measures those amaxes as it stores them
 // (AdamWSegment::amax), so the step's cast (models/fp8_grouped.h step_weight) reads the weights once
 // instead of once for the amaxes and once for the codes. For the 2B MoE that is one bf16 read of
-// 1.66 GB a step (11 layers of 151M expert weights).
+// 3.3 GB a step (11 layers of 151M expert weights).
 //
 // Only for a parameter whose whole value this optimizer updates on this rank and the model then reads
 // as it is (the replicated optimizer; ZeRO stages 1–2 at one rank, whose shard is the value itself):
