@@ -30,6 +30,7 @@ namespace {
 using test::clone;
 using test::poisoned;
 using test::random_tensor;
+using test::row_amax_of;
 
 constexpr int64_t G = 5, R = 400, O = 48, I = 160;  // I: a full 128-column block and a 32-column one
 const std::vector<int32_t> kOffsets = {3, 3, 133, 133, 390, 395};
@@ -174,15 +175,6 @@ TEST(Fp8GroupedAhead, CodesAreThePerExpertCasts) {
   EXPECT_EQ(c.padded_offsets.data<int32_t>()[G], p0);
 }
 
-// Each row's largest |value| of a host fp32 tensor [..., C] (fp32 bits): ops.h's row_amax.
-std::vector<uint32_t> row_amax_of(const Tensor& t) {
-  const int64_t C = t.dim(-1), rows = t.numel() / C;
-  std::vector<uint32_t> out(static_cast<size_t>(rows), 0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < C; ++c) out[r] = std::max(out[r], fp8_abs_bits(t.data<float>()[r * C + c]));
-  return out;
-}
-
 std::vector<uint32_t> u32_values(const Tensor& t) {
   const auto* p = static_cast<const uint32_t*>(t.data_ptr());
   return std::vector<uint32_t>(p, p + t.numel());
@@ -250,12 +242,9 @@ TEST(Fp8GroupedAhead, TheWeightsCastTakesEachExpertsGivenAmax) {
   Rng rng(19);
   const int64_t G = 3, O = 16, I = 40;
   const Tensor w = random_tensor(rng, {G, O, I}, 0.1);
+  const std::vector<uint32_t> own_amax = row_amax_of(w.view({G, O * I}));
   Tensor amax = Tensor::empty({G}, DType::U32);
-  for (int64_t g = 0; g < G; ++g) {
-    uint32_t a = 0;
-    for (int64_t i = 0; i < O * I; ++i) a = std::max(a, fp8_abs_bits(w.data<float>()[g * O * I + i]));
-    static_cast<uint32_t*>(amax.data_ptr())[g] = a;
-  }
+  std::copy(own_amax.begin(), own_amax.end(), static_cast<uint32_t*>(amax.data_ptr()));
   const ops::Fp8Cast cast{ops::Fp8Scaling::Tensorwise, DType::F8E4M3};
   ops::Fp8GroupedCodes own, given;
   ops::moe_grouped_fp8_cast(own, w, cast, nullptr);

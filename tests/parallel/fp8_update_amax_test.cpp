@@ -23,6 +23,7 @@
 #include "runtime/ops.h"
 #include "runtime/random.h"
 #include "tests/parallel/optimizer_test_util.h"
+#include "tests/runtime/op_test_util.h"
 
 namespace tetra {
 namespace {
@@ -74,14 +75,7 @@ struct OptimizedMoe {
 };
 
 // Each expert's amax bits of the weight's working values.
-std::vector<uint32_t> experts_amax(const Param& w) {
-  Tensor f = Tensor::empty(w.value.shape(), DType::F32);
-  ops::copy(f, w.value);
-  std::vector<uint32_t> out(kG, 0);
-  for (int64_t i = 0; i < f.numel(); ++i)
-    out[static_cast<size_t>(i / (kO * kI))] = std::max(out[static_cast<size_t>(i / (kO * kI))], fp8_abs_bits(f.data<float>()[i]));
-  return out;
-}
+std::vector<uint32_t> experts_amax(const Param& w) { return test::row_amax_of(w.value.view({kG, kO * kI})); }
 
 std::vector<uint32_t> words(const Tensor& bits) {
   const auto* p = static_cast<const uint32_t*>(bits.data_ptr());

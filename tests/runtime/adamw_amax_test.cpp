@@ -18,13 +18,7 @@ namespace {
 
 uint32_t word(const Tensor& amax) { return *static_cast<const uint32_t*>(amax.data_ptr()); }
 
-uint32_t amax_bits_of(const Tensor& t) {
-  Tensor f = Tensor::empty(t.shape(), DType::F32);
-  ops::copy(f, t);
-  uint32_t a = 0;
-  for (int64_t i = 0; i < f.numel(); ++i) a = std::max(a, fp8_abs_bits(f.data<float>()[i]));
-  return a;
-}
+uint32_t amax_bits_of(const Tensor& t) { return row_amax_of(t.view({1, t.numel()}))[0]; }
 
 ops::AdamWSegment segment(Rng& rng, int64_t n, DType working) {
   ops::AdamWSegment s;

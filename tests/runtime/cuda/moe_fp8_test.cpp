@@ -482,14 +482,7 @@ TEST(GpuMoeGroupedFp8, CastAheadElementKernels) {
 }
 
 // Each row's largest |value| of a device result as stored (fp32 bits), rows of its last dimension.
-std::vector<uint32_t> stored_row_amax(const Tensor& dev) {
-  const std::vector<double> v = download(dev);
-  const int64_t C = dev.dim(-1), rows = dev.numel() / std::max<int64_t>(C, 1);
-  std::vector<uint32_t> out(static_cast<size_t>(rows), 0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < C; ++c) out[r] = std::max(out[r], fp8_abs_bits(static_cast<float>(v[r * C + c])));
-  return out;
-}
+std::vector<uint32_t> stored_row_amax(const Tensor& dev) { return test::row_amax_of(download_raw(dev)); }
 
 std::vector<uint32_t> host_u32(const Tensor& dev) {
   const Tensor h = download_raw(dev);
@@ -605,12 +598,10 @@ TEST(GpuMoeGroupedFp8, WeightsCastTakesTheExpertsGivenAmax) {
   for (const auto [O, I] : {std::pair<int64_t, int64_t>{1024, 1536}, {52, 13}}) {
     const std::string what = "O " + std::to_string(O) + " I " + std::to_string(I);
     const Tensor w = representable(random_host(rng, {G, O, I}, 0.1), DType::BF16);
+    const std::vector<uint32_t> own = test::row_amax_of(w.view({G, O * I}));
     Tensor amax = Tensor::empty({G}, DType::U32);
     auto* a = static_cast<uint32_t*>(amax.data_ptr());
-    for (int64_t g = 0; g < G; ++g) {
-      a[g] = 0;
-      for (int64_t i = 0; i < O * I; ++i) a[g] = std::max(a[g], fp8_abs_bits(w.data<float>()[g * O * I + i]));
-    }
+    std::copy(own.begin(), own.end(), a);
     a[2] = std::bit_cast<uint32_t>(2.0f * std::bit_cast<float>(a[2]));  // not the weights' own: taken as it is
     ops::Fp8GroupedCodes want, got;
     ops::moe_grouped_fp8_cast(want, w, kE4M3, nullptr, nullptr, &amax);
