@@ -44,7 +44,7 @@ ops::Fp8GroupedCodes step_weight(Fp8Recipe recipe, const Param& w, const Tensor&
   if (!copy.q.defined()) {
     // Each expert's amax from the optimizer's update where it is of these weights.
     const Param::Fp8UpdateAmax& updated = w.fp8_update_amax;
-    const bool given = updated.fresh && updated.bits.defined() && updated.bits.numel() == w_view.dim(0);
+    const bool given = updated.fresh && updated.bits.defined();
     ops::Fp8GroupedCodes codes;
     ops::moe_grouped_fp8_cast(codes, w_view, cast, nullptr, nullptr, given ? &updated.bits : nullptr);
     copy.q = codes.q, copy.q_t = codes.q_t, copy.scale = copy.scale_t = codes.scale;
