@@ -398,7 +398,10 @@ void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, c
   if (row_amax) fp8_check_row_amax(op, *row_amax, x.dim(0));
   if (expert_amax && offsets)
     TETRA_FAIL(Internal, op, ": expert_amax is for the weights [G, O, I], not row tensors (their row_amax)");
-  if (expert_amax) fp8_check_row_amax(op, *expert_amax, x.dim(0));
+  if (expert_amax) {  // one amax per expert, the bits
+    check_dtype(op, "expert_amax", *expert_amax, DType::U32);
+    check_shape(op, "expert_amax", *expert_amax, {x.dim(0)});
+  }
   TETRA_DISPATCH(x.device(), moe_grouped_fp8_cast, out, x, cast, offsets, row_amax, expert_amax);
 }
 void moe_permute_fp8_cast(Tensor& rows, Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of, int64_t top_k,
