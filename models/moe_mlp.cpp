@@ -69,7 +69,8 @@ void MoeMlp::init(const std::string& prefix, int block, const MoeShape& shape, i
 void MoeMlp::set_fp8(Fp8Recipe recipe) {
   fp8_ = recipe;
   gate_up_.fp8_grouped = down_.fp8_grouped = fp8_grouped::casts_ahead(recipe);
-  gate_up_.fp8_groups = down_.fp8_groups = gate_up_.fp8_grouped ? local_experts() : 0;
+  gate_up_.fp8_group_rows = gate_up_.fp8_grouped ? 2 * shape_.expert_ffn : 0;
+  down_.fp8_group_rows = down_.fp8_grouped ? shape_.d_model : 0;
   if (!has_shared_) return;
   shared_gate_up_.set_fp8(recipe);
   shared_down_.set_fp8(recipe);

@@ -8,18 +8,18 @@ Fp8UpdateAmaxes::Fp8UpdateAmaxes(const std::vector<Param*>& params, Device devic
   if (!updates_whole) return;
   int64_t words = 0;
   for (Param* p : params)
-    if (p->fp8_grouped && p->fp8_groups > 0) {
-      TETRA_CHECK(p->numel() % p->fp8_groups == 0, p->name, ": ", p->numel(), " elements are not ", p->fp8_groups,
-                  " experts' equal weights");
+    if (p->fp8_grouped && p->fp8_groups() > 0) {
+      TETRA_CHECK(p->local_shape.size() == 2 && p->local_shape[0] % p->fp8_group_rows == 0, p->name, ": ",
+                  p->local_shape[0], " local rows are not experts' weights of ", p->fp8_group_rows, " rows each");
       params_.push_back(p);
-      words += p->fp8_groups;
+      words += p->fp8_groups();
     }
   if (params_.empty()) return;
   words_ = Tensor::zeros({words}, DType::U32, device);
   int64_t first = 0;
   for (Param* p : params_) {
-    p->fp8_update_amax = Param::Fp8UpdateAmax{words_.slice_flat(first, {p->fp8_groups}), false};
-    first += p->fp8_groups;
+    p->fp8_update_amax = Param::Fp8UpdateAmax{words_.slice_flat(first, {p->fp8_groups()}), false};
+    first += p->fp8_groups();
   }
 }
 
@@ -36,7 +36,7 @@ void Fp8UpdateAmaxes::append(std::vector<ops::AdamWSegment>& segs, ops::AdamWSeg
   }
   TETRA_CHECK(seg.master.numel() == p.numel(), p.name, ": an update of ", seg.master.numel(), " of its ", p.numel(),
               " elements cannot measure its experts' amaxes");
-  const int64_t G = p.fp8_groups, each = p.numel() / G;
+  const int64_t G = p.fp8_groups(), each = p.numel() / G;
   auto expert = [each](const Tensor& t, int64_t g) { return t.defined() ? t.slice_flat(g * each, {each}) : Tensor(); };
   for (int64_t g = 0; g < G; ++g) {
     ops::AdamWSegment e;

@@ -19,7 +19,7 @@ namespace tetra {
 class Fp8UpdateAmaxes {
  public:
   Fp8UpdateAmaxes() = default;
-  // Those of `params` with fp8_grouped and fp8_groups > 0 get one U32 word an expert, in one
+  // Those of `params` with fp8_grouped and fp8_groups() > 0 get one U32 word an expert, in one
   // buffer on `device`; updates_whole false: none (the optimizer updates only shards of them).
   Fp8UpdateAmaxes(const std::vector<Param*>& params, Device device, bool updates_whole);
 
@@ -35,7 +35,7 @@ class Fp8UpdateAmaxes {
 
  private:
   std::vector<Param*> params_;
-  Tensor words_;  // U32 [Σ fp8_groups]; each param's fp8_update_amax.bits a view into it
+  Tensor words_;  // U32 [Σ fp8_groups()]; each param's fp8_update_amax.bits a view into it
 };
 
 }  // namespace tetra

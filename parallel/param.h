@@ -109,9 +109,12 @@ struct Param {
   // [experts·O, I]: cast per expert, once a step, into Fp8StepCopy (q [G, O, I], q_t [G, I, O], scale
   // and scale_t the same fp32 [G]; ops::moe_grouped_fp8_cast) where not ZeRO-3 (Fp8StepWeights).
   bool fp8_grouped = false;
-  int64_t fp8_groups = 0;  // with fp8_grouped: the experts [G] stacked in `value`
+  // With fp8_grouped: the rows O of each expert's [O, I] in `value` [G·O, I]; G follows from the
+  // local shape, which expert parallelism narrows after the layer has set this.
+  int64_t fp8_group_rows = 0;
+  int64_t fp8_groups() const { return fp8_group_rows > 0 ? local_shape[0] / fp8_group_rows : 0; }
   // With fp8_grouped: each expert's amax of `value` as the optimizer's last update measured it while
-  // writing it (bits U32 [fp8_groups], the bits of max |w[g]|; parallel/fp8_update_amax.h), so that
+  // writing it (bits U32 [fp8_groups()], the bits of max |w[g]|; parallel/fp8_update_amax.h), so that
   // the step's cast reads the weights once. fresh: that update is the last write of `value` (set after
   // it; cleared when a training step ends, Fp8StepWeights, and when a checkpoint is loaded); the cast
   // takes the amaxes only then. bits stays undefined where the optimizer updates only shards.

@@ -40,7 +40,7 @@ struct MoeParams : TestParams {
     add("embed.weight", 0, {37, 5});
     experts = &add("layers.1.mlp.experts.gate_up_proj", 1, {kG * kO, kI});
     experts->fp8_grouped = true;
-    experts->fp8_groups = kG;
+    experts->fp8_group_rows = kO;
     add("layers.1.bias", 1, {11}).weight_decay = false;
   }
 };
@@ -53,7 +53,9 @@ struct OptimizedMoe {
   ShapeOnlyGroup dp;
   CommScheduler scheduler{Device::cpu()};
   std::unique_ptr<DistributedOptimizer> opt;
-  OptimizedMoe(int stage, int rank, int shards) : dp(rank, shards) {
+  // local_experts < kG: expert parallelism's narrowing of the stacked weight, after the layer set it up.
+  OptimizedMoe(int stage, int rank, int shards, int64_t local_experts = kG) : dp(rank, shards) {
+    m.experts->local_shape = {local_experts * kO, kI};
     DistributedOptimizerOptions o;
     o.zero_stage = stage;
     o.adamw.weight_decay = 0.1f;
@@ -75,7 +77,9 @@ struct OptimizedMoe {
 };
 
 // Each expert's amax bits of the weight's working values.
-std::vector<uint32_t> experts_amax(const Param& w) { return test::row_amax_of(w.value.view({kG, kO * kI})); }
+std::vector<uint32_t> experts_amax(const Param& w) {
+  return test::row_amax_of(w.value.view({w.fp8_groups(), kO * kI}));
+}
 
 std::vector<uint32_t> words(const Tensor& bits) {
   const auto* p = static_cast<const uint32_t*>(bits.data_ptr());
@@ -85,34 +89,39 @@ std::vector<uint32_t> words(const Tensor& bits) {
 // The weight's step cast within a step scope: its scales [G].
 std::vector<float> step_cast_scales(Param& w) {
   const Fp8StepWeights step({&w});
-  const ops::Fp8GroupedCodes codes = fp8_grouped::step_weight(Fp8Recipe::Tensorwise, w, w.value.view({kG, kO, kI}));
-  return {codes.scale.data<float>(), codes.scale.data<float>() + kG};
+  const ops::Fp8GroupedCodes codes =
+      fp8_grouped::step_weight(Fp8Recipe::Tensorwise, w, w.value.view({w.fp8_groups(), kO, kI}));
+  return {codes.scale.data<float>(), codes.scale.data<float>() + w.fp8_groups()};
 }
 
 // The scales of the cast that measures the weights itself.
 std::vector<float> measured_scales(const Param& w) {
   ops::Fp8GroupedCodes own;
-  ops::moe_grouped_fp8_cast(own, w.value.view({kG, kO, kI}), fp8_recipe_casts(Fp8Recipe::Tensorwise).weight, nullptr);
-  return {own.scale.data<float>(), own.scale.data<float>() + kG};
+  ops::moe_grouped_fp8_cast(own, w.value.view({w.fp8_groups(), kO, kI}), fp8_recipe_casts(Fp8Recipe::Tensorwise).weight,
+                            nullptr);
+  return {own.scale.data<float>(), own.scale.data<float>() + w.fp8_groups()};
 }
 
+// Also with this rank's share of the experts only (expert parallelism narrows the stacked weight
+// after the layer set it up): one word a local expert.
 TEST(Fp8UpdateAmax, TheUpdateMeasuresEachExpertWhereItWritesTheWholeWeight) {
-  for (int stage : {0, 1, 2}) {
-    SCOPED_TRACE("stage " + std::to_string(stage) + " at one rank");
-    OptimizedMoe s(stage, 0, 1);
-    Param& w = *s.m.experts;
-    ASSERT_TRUE(w.fp8_update_amax.bits.defined());
-    EXPECT_EQ(w.fp8_update_amax.bits.numel(), kG);
-    EXPECT_FALSE(w.fp8_update_amax.fresh) << "no update yet: the initial weights' amaxes are not measured";
-    for (uint64_t step = 1; step <= 2; ++step) {
-      s.random_grads(step);
-      s.opt->step(1e-2f, 1.0f);
-      EXPECT_TRUE(w.fp8_update_amax.fresh);
-      EXPECT_EQ(words(w.fp8_update_amax.bits), experts_amax(w)) << "step " << step << ": the rounded working values'";
-      EXPECT_EQ(step_cast_scales(w), measured_scales(w)) << "the cast given them is the cast measuring them";
-      EXPECT_FALSE(w.fp8_update_amax.fresh) << "the step that took them ended";
+  for (int stage : {0, 1, 2})
+    for (int64_t local : {kG, int64_t{1}}) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + " at one rank, " + std::to_string(local) + " local experts");
+      OptimizedMoe s(stage, 0, 1, local);
+      Param& w = *s.m.experts;
+      ASSERT_TRUE(w.fp8_update_amax.bits.defined());
+      EXPECT_EQ(w.fp8_update_amax.bits.numel(), local);
+      EXPECT_FALSE(w.fp8_update_amax.fresh) << "no update yet: the initial weights' amaxes are not measured";
+      for (uint64_t step = 1; step <= 2; ++step) {
+        s.random_grads(step);
+        s.opt->step(1e-2f, 1.0f);
+        EXPECT_TRUE(w.fp8_update_amax.fresh);
+        EXPECT_EQ(words(w.fp8_update_amax.bits), experts_amax(w)) << "step " << step << ": the rounded working values'";
+        EXPECT_EQ(step_cast_scales(w), measured_scales(w)) << "the cast given them is the cast measuring them";
+        EXPECT_FALSE(w.fp8_update_amax.fresh) << "the step that took them ended";
+      }
     }
-  }
 }
 
 // That the cast takes the amaxes shows in a word changed after the update: the scale follows it
