@@ -99,6 +99,16 @@ bool grouped_gemm_fp8_wgmma_applies(const GroupedGemm& p, const char** why);
 // tiles, Hopper's fast accumulation) rather than promoting every 128 products into fp32 (128 × 128
 // tiles): TETRA_FP8_GROUPED_ACCUM = forward (the default), all or none.
 bool grouped_gemm_fp8_fast_accumulation(GroupedGemmKind kind);
+// How the wgmma FP8 kernel runs the kinds it promotes: Overlapped (the default) issues a k-tile's
+// wgmmas before the previous k-tile's sums are waited for and added (two register sets of partial
+// sums), Serial waits for and adds each k-tile's before issuing the next. The sums are added in the
+// same order: the same bits. Starts from TETRA_FP8_GROUPED_PROMOTE (unset or "overlap", "serial";
+// anything else fails at the first call); set_grouped_gemm_fp8_promotion overrides it for the process
+// (tests and benchmarks compare them).
+enum class Fp8Promotion { Overlapped, Serial };
+Fp8Promotion grouped_gemm_fp8_promotion();
+void set_grouped_gemm_fp8_promotion(Fp8Promotion promotion);
+const char* grouped_gemm_fp8_promotion_name(Fp8Promotion promotion);
 void grouped_gemm_fp8_wgmma(const GroupedGemm& p, Device device, cudaStream_t stream);
 void grouped_gemm_cublas(const GroupedGemm& p, Device device, cudaStream_t stream);
 

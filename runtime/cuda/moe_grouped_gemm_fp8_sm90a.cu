@@ -13,7 +13,8 @@
 //          sums into a second register set started at zero (scale-d 0), waited for and added into
 //          the tile's accumulators in fp32: the tensor cores' FP8 accumulation keeps fewer mantissa
 //          bits than fp32, and promoting every 128 products bounds that error by the k-tile's sum
-//          rather than the whole K (DeepSeek-V3, §3.3.2).
+//          rather than the whole K (DeepSeek-V3, §3.3.2). Two such sets take turns by default, so
+//          that the next k-tile's wgmmas run while one is added (grouped_gemm_fp8_promotion).
 //          Fast: 128 × 256 outputs (m64n256k32, 128 accumulators), 4 stages of 48 KB; the tensor cores
 //          accumulate the whole K and a k-tile's wgmmas overlap the previous one's, as in the bf16
 //          kernel. Half the L2 bytes per FLOP of the promoted tile.
@@ -28,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -62,6 +64,12 @@ struct TileShape {
   static constexpr size_t kSmemBytes = static_cast<size_t>(kStages) * kStageBytes + 1024;  // + alignment
   static constexpr int kAcc = kBN / 2;  // fp32 accumulators a thread (m64nBNk32)
 };
+// How a kernel runs its k-tiles: the fast shape, or the promoted one with each k-tile waited for and
+// added in turn (Serial) or the next k-tile's wgmmas issued first (Overlapped; consume_promoted).
+enum class Mainloop { Fast, PromotedSerial, PromotedOverlapped };
+template <Mainloop ML>
+using ShapeOf = TileShape<ML == Mainloop::Fast>;
+
 // Both shapes need the same shared memory within a few KB; the larger one decides whether a device fits.
 constexpr size_t kSmemBytes = std::max(TileShape<false>::kSmemBytes, TileShape<true>::kSmemBytes);
 
@@ -151,22 +159,94 @@ __device__ __forceinline__ void wgmma_fp8(float (&d)[N / 2], uint64_t desc_a, ui
 
 #ifdef TETRA_WGMMA
 
+// One k-tile of the promoted shape: waits for stage s of k-tile i and issues its four wgmmas into
+// `part` (started at zero by the first), committed as one group; nothing waits for them here.
+template <Fp8Format AF, class StageA, class StageB>
+__device__ __forceinline__ void issue_promoted(float (&part)[TileShape<false>::kAcc], int64_t i, uint64_t* full,
+                                               StageA a, StageB b) {
+  using S = TileShape<false>;
+  const int s = static_cast<int>(i % S::kStages);
+  mbarrier_wait(smem_addr(&full[s]), static_cast<uint32_t>((i / S::kStages) & 1));
+  __syncwarp();  // converged again for the .aligned wgmma instructions
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kFp8BK / 32; ++ks)
+    wgmma_fp8<AF, Fp8Format::E4M3, S::kBN>(part, desc_rows<true>(a(s), 0, ks), desc_rows<true>(b(s), 0, ks), ks > 0);
+  wgmma_commit();
+}
+
+// k-tile i's sums, whose wgmmas have completed, added into d in fp32; its stage released.
+__device__ __forceinline__ void promote(float (&d)[TileShape<false>::kAcc], float (&part)[TileShape<false>::kAcc],
+                                        int64_t i, uint64_t* empty) {
+  using S = TileShape<false>;
+#pragma unroll
+  for (int r = 0; r < S::kAcc; ++r) fence_operand(part[r]);
+  if (threadIdx.x % 32 == 0) mbarrier_arrive(smem_addr(&empty[i % S::kStages]));
+#pragma unroll
+  for (int r = 0; r < S::kAcc; ++r) d[r] += part[r];
+}
+
+// The promoted shape's k-tiles i0 … i0 + KT − 1 (KT ≥ 1) into d. Serial: each k-tile's wgmmas waited for, then
+// promoted, so the tensor cores idle while a k-tile drains and is added. Overlapped: two register sets
+// of partial sums take turns, k-tile i + 1's wgmmas issued before k-tile i's are waited for and
+// promoted (64 more registers a thread). The sums are added in the same order either way: the same bits.
+template <Fp8Format AF, bool OVERLAP, class StageA, class StageB>
+__device__ __forceinline__ void consume_promoted(float (&d)[TileShape<false>::kAcc], int64_t i0, int64_t KT,
+                                                 uint64_t* full, uint64_t* empty, StageA a, StageB b) {
+  using S = TileShape<false>;
+  float p0[S::kAcc];
+  if constexpr (!OVERLAP) {
+    for (int64_t i = i0; i < i0 + KT; ++i) {
+      issue_promoted<AF>(p0, i, full, a, b);
+      wgmma_wait<0>();
+      promote(d, p0, i, empty);
+    }
+  } else {
+    // straight-line steps, so that the compiler can follow which register set each wait retires: at
+    // the top of every pair, k-tile i is in flight in p0 and nothing else is
+    float p1[S::kAcc];
+    const int64_t end = i0 + KT;
+    issue_promoted<AF>(p0, i0, full, a, b);
+    int64_t i = i0;
+    for (; i + 2 < end; i += 2) {
+      issue_promoted<AF>(p1, i + 1, full, a, b);
+      wgmma_wait<1>();
+      promote(d, p0, i, empty);
+      issue_promoted<AF>(p0, i + 2, full, a, b);
+      wgmma_wait<1>();
+      promote(d, p1, i + 1, empty);
+    }
+    if (i + 1 < end) {  // two k-tiles left
+      issue_promoted<AF>(p1, i + 1, full, a, b);
+      wgmma_wait<1>();
+      promote(d, p0, i, empty);
+      wgmma_wait<0>();
+      promote(d, p1, i + 1, empty);
+    } else {  // one
+      wgmma_wait<0>();
+      promote(d, p0, i, empty);
+    }
+  }
+}
+
 // A consumer's k-tiles i0 … i0 + KT − 1 of the block's sequence into d (started at zero), stage s of
 // k-tile i released on empty[s] once its wgmmas have completed. `a` and `b` give a stage's A slice
 // (this consumer's 64 rows) and B tile addresses.
-template <Fp8Format AF, bool FAST, class StageA, class StageB>
-__device__ __forceinline__ void consume_tiles(float (&d)[TileShape<FAST>::kAcc], int64_t i0, int64_t KT,
-                                              uint64_t* full, uint64_t* empty, StageA a, StageB b) {
-  using S = TileShape<FAST>;
-  const int lane = threadIdx.x % 32;
-  for (int64_t kt = 0, i = i0; kt < KT; ++kt, ++i) {
-    const int s = static_cast<int>(i % S::kStages);
-    mbarrier_wait(smem_addr(&full[s]), static_cast<uint32_t>((i / S::kStages) & 1));
-    __syncwarp();  // converged again for the .aligned wgmma instructions
-    wgmma_fence();
-    if constexpr (FAST) {
-      // accumulate across k-tiles in the tensor cores; the previous k-tile's stage is released once
-      // its wgmmas are done, while this one's run
+template <Fp8Format AF, Mainloop ML, class StageA, class StageB>
+__device__ __forceinline__ void consume_tiles(float (&d)[ShapeOf<ML>::kAcc], int64_t i0, int64_t KT, uint64_t* full,
+                                              uint64_t* empty, StageA a, StageB b) {
+  if constexpr (ML != Mainloop::Fast) {
+    consume_promoted<AF, ML == Mainloop::PromotedOverlapped>(d, i0, KT, full, empty, a, b);
+  } else {
+    // accumulate across k-tiles in the tensor cores; the previous k-tile's stage is released once its
+    // wgmmas are done, while this one's run
+    using S = TileShape<true>;
+    const int lane = threadIdx.x % 32;
+    for (int64_t kt = 0, i = i0; kt < KT; ++kt, ++i) {
+      const int s = static_cast<int>(i % S::kStages);
+      mbarrier_wait(smem_addr(&full[s]), static_cast<uint32_t>((i / S::kStages) & 1));
+      __syncwarp();  // converged again for the .aligned wgmma instructions
+      wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kFp8BK / 32; ++ks)
         wgmma_fp8<AF, Fp8Format::E4M3, S::kBN>(d, desc_rows<true>(a(s), 0, ks), desc_rows<true>(b(s), 0, ks), true);
@@ -175,22 +255,7 @@ __device__ __forceinline__ void consume_tiles(float (&d)[TileShape<FAST>::kAcc],
 #pragma unroll
       for (int r = 0; r < S::kAcc; ++r) fence_operand(d[r]);
       if (kt > 0 && lane == 0) mbarrier_arrive(smem_addr(&empty[(i - 1) % S::kStages]));
-    } else {
-      float part[S::kAcc];  // this k-tile's sums, promoted into d in fp32
-#pragma unroll
-      for (int ks = 0; ks < kFp8BK / 32; ++ks)
-        wgmma_fp8<AF, Fp8Format::E4M3, S::kBN>(part, desc_rows<true>(a(s), 0, ks), desc_rows<true>(b(s), 0, ks),
-                                               ks > 0);
-      wgmma_commit();
-      wgmma_wait<0>();
-#pragma unroll
-      for (int r = 0; r < S::kAcc; ++r) fence_operand(part[r]);
-      if (lane == 0) mbarrier_arrive(smem_addr(&empty[s]));
-#pragma unroll
-      for (int r = 0; r < S::kAcc; ++r) d[r] += part[r];
     }
-  }
-  if constexpr (FAST) {
     wgmma_wait<0>();
 #pragma unroll
     for (int r = 0; r < S::kAcc; ++r) fence_operand(d[r]);
@@ -200,11 +265,11 @@ __device__ __forceinline__ void consume_tiles(float (&d)[TileShape<FAST>::kAcc],
 
 #endif  // TETRA_WGMMA
 
-template <GroupedGemmKind KIND, Fp8Format AF, class TC, bool FAST>
+template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_kernel(ParamsT<u8> p, const __grid_constant__ Maps maps) {
 #ifdef TETRA_WGMMA
-  using S = TileShape<FAST>;
+  using S = ShapeOf<ML>;
   constexpr bool BW = KIND == GroupedGemmKind::BackwardWeight;
   extern __shared__ unsigned char smem_raw[];
   __shared__ int table[kMaxTableGroups + 1];
@@ -265,9 +330,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (skipped(KT)) continue;
 #pragma unroll
       for (int r = 0; r < S::kAcc; ++r) d[r] = 0.0f;
-      consume_tiles<AF, FAST>(
-          d, i, KT, full, empty, [&](int s) { return a_stage(s) + static_cast<uint32_t>(64 * consumer * 128); },
-          b_stage);
+      if (KT > 0)  // (only a weight gradient of an expert without rows has none: zeros stored)
+        consume_tiles<AF, ML>(
+            d, i, KT, full, empty, [&](int s) { return a_stage(s) + static_cast<uint32_t>(64 * consumer * 128); },
+            b_stage);
       i += KT;
       const float scale = p.a_scale[T.g] * p.b_scale[T.g];
 #pragma unroll
@@ -279,20 +345,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif  // TETRA_WGMMA
 }
 
-template <GroupedGemmKind KIND, Fp8Format AF, class TC, bool FAST>
+template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML>
 void launch(const ParamsT<u8>& prm, const Maps& maps, int64_t blocks, cudaStream_t stream) {
-  auto kernel = grouped_gemm_fp8_kernel<KIND, AF, TC, FAST>;
-  constexpr size_t smem = TileShape<FAST>::kSmemBytes;
+  auto kernel = grouped_gemm_fp8_kernel<KIND, AF, TC, ML>;
+  constexpr size_t smem = ShapeOf<ML>::kSmemBytes;
   allow_dynamic_smem(kernel, smem);
   kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(prm, maps);
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
-template <GroupedGemmKind KIND, class TC, bool FAST>
+template <GroupedGemmKind KIND, class TC, Mainloop ML>
 void launch_format(const GroupedGemm& p, const ParamsT<u8>& prm, const Maps& maps, int64_t blocks,
                    cudaStream_t stream) {
-  if (p.ab_type == DType::F8E4M3) launch<KIND, Fp8Format::E4M3, TC, FAST>(prm, maps, blocks, stream);
-  else launch<KIND, Fp8Format::E5M2, TC, FAST>(prm, maps, blocks, stream);
+  if (p.ab_type == DType::F8E4M3) launch<KIND, Fp8Format::E4M3, TC, ML>(prm, maps, blocks, stream);
+  else launch<KIND, Fp8Format::E5M2, TC, ML>(prm, maps, blocks, stream);
 }
 
 // A 2-D tensor of codes [outer, inner] in boxes of 128 codes × box_outer rows.
@@ -317,9 +383,9 @@ FastKinds fast_kinds() {
   return kinds;
 }
 
-template <bool FAST>
+template <Mainloop ML>
 void run_shape(const GroupedGemm& p, Device device, cudaStream_t stream) {
-  using S = TileShape<FAST>;
+  using S = ShapeOf<ML>;
   const bool bw = p.kind == GroupedGemmKind::BackwardWeight;
   const int64_t N = p.kind == GroupedGemmKind::Forward ? p.O : p.I;
   ParamsT<u8> prm{static_cast<const u8*>(p.a), static_cast<const u8*>(p.b), p.c, p.offsets, static_cast<int>(p.G), p.R,
@@ -342,11 +408,11 @@ void run_shape(const GroupedGemm& p, Device device, cudaStream_t stream) {
     using TC = decltype(tc);
     switch (p.kind) {
       case GroupedGemmKind::Forward:
-        return launch_format<GroupedGemmKind::Forward, TC, FAST>(p, prm, maps, blocks, stream);
+        return launch_format<GroupedGemmKind::Forward, TC, ML>(p, prm, maps, blocks, stream);
       case GroupedGemmKind::BackwardInput:
-        return launch_format<GroupedGemmKind::BackwardInput, TC, FAST>(p, prm, maps, blocks, stream);
+        return launch_format<GroupedGemmKind::BackwardInput, TC, ML>(p, prm, maps, blocks, stream);
       case GroupedGemmKind::BackwardWeight:
-        return launch_format<GroupedGemmKind::BackwardWeight, TC, FAST>(p, prm, maps, blocks, stream);
+        return launch_format<GroupedGemmKind::BackwardWeight, TC, ML>(p, prm, maps, blocks, stream);
     }
   };
   if (p.c_type == DType::BF16) by_output(bf16{});
@@ -393,6 +459,29 @@ bool grouped_gemm_fp8_fast_accumulation(GroupedGemmKind kind) {
   return k == FastKinds::All || (k == FastKinds::Forward && kind == GroupedGemmKind::Forward);
 }
 
+namespace {
+std::atomic<int> g_promotion{-1};  // an Fp8Promotion, or -1: not read from the environment yet
+}  // namespace
+
+Fp8Promotion grouped_gemm_fp8_promotion() {
+  int v = g_promotion.load();
+  if (v < 0) {
+    const char* e = std::getenv("TETRA_FP8_GROUPED_PROMOTE");
+    const std::string s = e ? e : "";
+    if (s.empty() || s == "overlap") v = static_cast<int>(Fp8Promotion::Overlapped);
+    else if (s == "serial") v = static_cast<int>(Fp8Promotion::Serial);
+    else TETRA_FAIL(Config, "TETRA_FP8_GROUPED_PROMOTE=", s, ": want overlap or serial");
+    g_promotion.store(v);
+  }
+  return static_cast<Fp8Promotion>(v);
+}
+
+void set_grouped_gemm_fp8_promotion(Fp8Promotion promotion) { g_promotion.store(static_cast<int>(promotion)); }
+
+const char* grouped_gemm_fp8_promotion_name(Fp8Promotion promotion) {
+  return promotion == Fp8Promotion::Serial ? "serial" : "overlap";
+}
+
 bool grouped_gemm_fp8_tensor_cores(const GroupedGemm& p) {
   return grouped_gemm_impl() != GroupedGemmImpl::Simt && grouped_gemm_fp8_wgmma_applies(p, nullptr);
 }
@@ -409,8 +498,9 @@ void grouped_gemm_fp8_wgmma(const GroupedGemm& p, Device device, cudaStream_t st
       TETRA_CUDA_CHECK(cudaMemsetAsync(p.c, 0, static_cast<size_t>(p.G * p.O * p.I) * dtype_size(p.c_type), stream));
     return;
   }
-  if (grouped_gemm_fp8_fast_accumulation(p.kind)) run_shape<true>(p, device, stream);
-  else run_shape<false>(p, device, stream);
+  if (grouped_gemm_fp8_fast_accumulation(p.kind)) run_shape<Mainloop::Fast>(p, device, stream);
+  else if (grouped_gemm_fp8_promotion() == Fp8Promotion::Serial) run_shape<Mainloop::PromotedSerial>(p, device, stream);
+  else run_shape<Mainloop::PromotedOverlapped>(p, device, stream);
 }
 
 }  // namespace tetra::cuda

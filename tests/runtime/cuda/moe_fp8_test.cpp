@@ -595,7 +595,7 @@ TEST(GpuMoeGroupedFp8, WeightsCastTakesTheExpertsGivenAmax) {
   TETRA_REQUIRE_GPU();
   Rng rng(43);
   const int64_t G = 4;
-  for (const auto [O, I] : {std::pair<int64_t, int64_t>{1024, 1536}, {52, 13}}) {
+  for (const auto& [O, I] : {std::pair<int64_t, int64_t>{1024, 1536}, {52, 13}}) {
     const std::string what = "O " + std::to_string(O) + " I " + std::to_string(I);
     const Tensor w = representable(random_host(rng, {G, O, I}, 0.1), DType::BF16);
     const std::vector<uint32_t> own = test::row_amax_of(w.view({G, O * I}));
@@ -693,6 +693,51 @@ TEST(GpuMoeGroupedFp8, GemmsOnCodesAloneEqualGemmsOnX) {
     ops::moe_grouped_fp8_backward_weight(dw_ref, g_dy, kE5M2, rows, kE4M3, g_off, false);
     EXPECT_TRUE(same_device_bytes(dw, dw_ref)) << what << ": the weight gradient";
   });
+}
+
+// The promoted kinds with their k-tiles overlapped (two register sets of partial sums in turn) give
+// the bits of the serial promotion, which adds the same sums in the same order: the input gradient at
+// K = O of 1, 2, 3 and 12 k-tiles (odd and even counts end the overlapped loop differently) and the
+// weight gradient, fresh and accumulating, over ragged experts (0 to 3 k-tiles, and none).
+TEST(GpuMoeGroupedFp8, OverlappedPromotionGivesTheSerialBits) {
+  TETRA_REQUIRE_GPU();
+  if (!cuda::grouped_gemm_fp8_tensor_cores([] {
+        cuda::GroupedGemm p;
+        static const float one = 1.0f;
+        p.G = 1, p.R = 128, p.O = 128, p.I = 128, p.a_scale = p.b_scale = &one;
+        p.ab_type = DType::F8E5M2, p.b_fp8 = DType::F8E4M3, p.c_type = DType::BF16;
+        return p;
+      }()))
+    GTEST_SKIP() << "the wgmma FP8 kernel does not run here";
+  if (cuda::grouped_gemm_fp8_fast_accumulation(cuda::GroupedGemmKind::BackwardInput) ||
+      cuda::grouped_gemm_fp8_fast_accumulation(cuda::GroupedGemmKind::BackwardWeight))
+    GTEST_SKIP() << "TETRA_FP8_GROUPED_ACCUM makes the backward kinds fast: nothing is promoted";
+  Rng rng(61);
+  const std::vector<int64_t> rows = {37, 0, 130, 300, 1, 256, 0, 129};
+  const int64_t G = static_cast<int64_t>(rows.size()), I = 144;
+  int64_t R = 0;
+  for (int64_t r : rows) R += r;
+  const Tensor g_off = upload_raw(offsets_of(rows, 0));
+  const Tensor g_x = upload(random_host(rng, {R, I}, 1.0), DType::BF16);
+  for (const int64_t O : {int64_t{128}, int64_t{256}, int64_t{384}, int64_t{1536}}) {
+    const Tensor g_dy = upload(random_host(rng, {R, O}, 1e-3), DType::BF16);
+    const Tensor g_w = upload(random_host(rng, {G, O, I}, 0.05), DType::BF16);
+    const Tensor dw0 = upload(random_host(rng, {G, O, I}, 1e-2), DType::F32);
+    std::vector<Tensor> outs[2];
+    for (const cuda::Fp8Promotion how : {cuda::Fp8Promotion::Serial, cuda::Fp8Promotion::Overlapped}) {
+      cuda::set_grouped_gemm_fp8_promotion(how);
+      std::vector<Tensor>& out = outs[how == cuda::Fp8Promotion::Overlapped];
+      out = {poisoned({R, I}, DType::BF16), poisoned({G, O, I}, DType::F32), poisoned({G, O, I}, DType::F32)};
+      ops::copy(out[2], dw0);
+      ops::moe_grouped_fp8_backward_input(out[0], g_dy, kE5M2, g_w, kE4M3, g_off);
+      ops::moe_grouped_fp8_backward_weight(out[1], g_dy, kE5M2, g_x, kE4M3, g_off, false);
+      ops::moe_grouped_fp8_backward_weight(out[2], g_dy, kE5M2, g_x, kE4M3, g_off, true);
+    }
+    cuda::set_grouped_gemm_fp8_promotion(cuda::Fp8Promotion::Overlapped);
+    const char* names[] = {"the input gradient", "the weight gradient", "the accumulated weight gradient"};
+    for (int k = 0; k < 3; ++k)
+      EXPECT_TRUE(same_device_bytes(outs[0][k], outs[1][k])) << "O " << O << ": " << names[k];
+  }
 }
 
 // With the routing weights, moe_permute_fp8_cast gathers d_out_e = weight · dy: its rows and codes
