@@ -486,9 +486,13 @@ dim3 rows_grid(const Segments& s) {
 }
 
 // A transposing cast's blocks: `cols_per_block` source columns by `tile_rows` source rows each.
+// Its rows of blocks are a grid's y (at most 65535): grouped_gemm_fp8_wgmma_applies refuses operands
+// with more rows than the shortest tile (32) allows, so that only a direct call can get here with them.
 dim3 transposed_grid(const Segments& s, const CodeLayout& l, int tile_rows, int64_t cols_per_block) {
-  return dim3(static_cast<unsigned>((s.cols + cols_per_block - 1) / cols_per_block),
-              static_cast<unsigned>(s.offsets ? l.Rp / tile_rows : (s.O + tile_rows - 1) / tile_rows),
+  const int64_t y = s.offsets ? l.Rp / tile_rows : (s.O + tile_rows - 1) / tile_rows;
+  TETRA_CHECK(y <= 65535, "moe_grouped_fp8_cast: ", s.offsets ? l.Rp : s.O, " rows to transpose need ", y,
+              " rows of blocks of ", tile_rows, "; a grid has at most 65535");
+  return dim3(static_cast<unsigned>((s.cols + cols_per_block - 1) / cols_per_block), static_cast<unsigned>(y),
               static_cast<unsigned>(s.offsets ? 1 : s.G));
 }
 

@@ -159,6 +159,8 @@ __device__ __forceinline__ void wgmma_fp8(float (&d)[N / 2], uint64_t desc_a, ui
 
 #ifdef TETRA_WGMMA
 
+__device__ __forceinline__ void prefetch_l1(const float* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
+
 // One k-tile of the promoted shape: waits for stage s of k-tile i and issues its four wgmmas into
 // `part` (started at zero by the first), committed as one group; nothing waits for them here.
 template <Fp8Format AF, class StageA, class StageB>
@@ -328,6 +330,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       const TileT<u8> T = tile_info<KIND, kBM, S::kBN>(p, table, t);
       const int64_t KT = (T.K + kFp8BK - 1) / kFp8BK;
       if (skipped(KT)) continue;
+      // the expert's scales brought into L1 while the k-tiles run (loaded after them: a register held
+      // across them makes the overlapped weight gradient spill)
+      prefetch_l1(p.a_scale + T.g);
+      prefetch_l1(p.b_scale + T.g);
 #pragma unroll
       for (int r = 0; r < S::kAcc; ++r) d[r] = 0.0f;
       if (KT > 0)  // (only a weight gradient of an expert without rows has none: zeros stored)
@@ -440,10 +446,11 @@ bool grouped_gemm_fp8_wgmma_applies(const GroupedGemm& p, const char** why) {
   if (p.O % 16 != 0 || p.I % 16 != 0) return no("O or I is not a multiple of 16 (the copy engine's 16-byte strides)");
   if (!aligned16(p.c)) return no("the output is not 16-byte aligned");
   if (p.G > kMaxTableGroups) return no("more than 1024 experts in one call");
-  // TMA coordinates are 32-bit; the transposing casts' grid has Rp / 64 rows of blocks
+  // TMA coordinates are 32-bit; the transposing casts' grids have up to Rp / 32 rows of blocks (their
+  // vector kernels' 32-row tiles), and a weight's O or I / 32
   const int64_t Rp = grouped_gemm_fp8_padded_rows(p.R, p.G);
   if (Rp >= (int64_t{1} << 31) || p.G * p.O >= (int64_t{1} << 31) || p.G * p.I >= (int64_t{1} << 31) ||
-      Rp / 64 > 65535)
+      Rp / 32 > 65535 || (p.O + 31) / 32 > 65535 || (p.I + 31) / 32 > 65535)
     return no("an operand has too many rows for the copy engine's coordinates");
   static const bool fits = device_fits(kSmemBytes, nullptr);
   if (!fits) {

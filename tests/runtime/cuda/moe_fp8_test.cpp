@@ -255,6 +255,11 @@ TEST(GpuMoeGroupedFp8, TensorCoresTakeTheRecipe) {
   EXPECT_FALSE(cuda::grouped_gemm_fp8_wgmma_applies(p, nullptr)) << "E5M2 x E5M2";
   p.b_fp8 = DType::F8E4M3, p.I = 1544;
   EXPECT_FALSE(cuda::grouped_gemm_fp8_wgmma_applies(p, nullptr)) << "I off 16";
+  // rows past what the transposing casts' grids hold (Rp / 32 rows of blocks ≤ 65535)
+  p.I = 1536, p.R = 2'100'000;
+  EXPECT_FALSE(cuda::grouped_gemm_fp8_wgmma_applies(p, nullptr)) << "R " << p.R;
+  p.R = 2'000'000;
+  EXPECT_TRUE(cuda::grouped_gemm_fp8_wgmma_applies(p, &why)) << "R " << p.R << ": " << why;
 }
 
 // The casts into the tensor-core layouts against the row-layout cast (itself checked against the CPU
@@ -724,6 +729,7 @@ TEST(GpuMoeGroupedFp8, OverlappedPromotionGivesTheSerialBits) {
     const Tensor g_w = upload(random_host(rng, {G, O, I}, 0.05), DType::BF16);
     const Tensor dw0 = upload(random_host(rng, {G, O, I}, 1e-2), DType::F32);
     std::vector<Tensor> outs[2];
+    const cuda::Fp8Promotion before = cuda::grouped_gemm_fp8_promotion();
     for (const cuda::Fp8Promotion how : {cuda::Fp8Promotion::Serial, cuda::Fp8Promotion::Overlapped}) {
       cuda::set_grouped_gemm_fp8_promotion(how);
       std::vector<Tensor>& out = outs[how == cuda::Fp8Promotion::Overlapped];
@@ -733,7 +739,7 @@ TEST(GpuMoeGroupedFp8, OverlappedPromotionGivesTheSerialBits) {
       ops::moe_grouped_fp8_backward_weight(out[1], g_dy, kE5M2, g_x, kE4M3, g_off, false);
       ops::moe_grouped_fp8_backward_weight(out[2], g_dy, kE5M2, g_x, kE4M3, g_off, true);
     }
-    cuda::set_grouped_gemm_fp8_promotion(cuda::Fp8Promotion::Overlapped);
+    cuda::set_grouped_gemm_fp8_promotion(before);
     const char* names[] = {"the input gradient", "the weight gradient", "the accumulated weight gradient"};
     for (int k = 0; k < 3; ++k)
       EXPECT_TRUE(same_device_bytes(outs[0][k], outs[1][k])) << "O " << O << ": " << names[k];
