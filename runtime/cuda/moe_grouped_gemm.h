@@ -109,6 +109,14 @@ enum class Fp8Promotion { Overlapped, Serial };
 Fp8Promotion grouped_gemm_fp8_promotion();
 void set_grouped_gemm_fp8_promotion(Fp8Promotion promotion);
 const char* grouped_gemm_fp8_promotion_name(Fp8Promotion promotion);
+// Blocks a cluster of the wgmma FP8 kernel: 2 (the default) pairs the blocks of two neighbouring m
+// tiles of one expert and n tile, which read the same B: each loads half of it from L2 and the copy
+// engine multicasts it to both (a quarter to a third fewer L2 bytes a FLOP); 1 runs each block alone.
+// A device that cannot hold such clusters runs them alone. Starts from TETRA_FP8_GROUPED_CLUSTER
+// (unset or "2", "1"; anything else fails at the first call); set_grouped_gemm_fp8_cluster overrides it.
+// The results are the same bits either way.
+int grouped_gemm_fp8_cluster();
+void set_grouped_gemm_fp8_cluster(int blocks);
 void grouped_gemm_fp8_wgmma(const GroupedGemm& p, Device device, cudaStream_t stream);
 void grouped_gemm_cublas(const GroupedGemm& p, Device device, cudaStream_t stream);
 

@@ -700,11 +700,14 @@ TEST(GpuMoeGroupedFp8, GemmsOnCodesAloneEqualGemmsOnX) {
   });
 }
 
-// The promoted kinds with their k-tiles overlapped (two register sets of partial sums in turn) give
-// the bits of the serial promotion, which adds the same sums in the same order: the input gradient at
+// The wgmma FP8 kernel's ways of running one problem give the same bits: the promoted kinds with their
+// k-tiles overlapped (two register sets of partial sums in turn) or serial, which add the same sums in
+// the same order, and each block alone or in clusters of two (B multicast; the m tiles paired, an
+// expert's odd last one with a block past its rows). The forward (fast tile), the input gradient at
 // K = O of 1, 2, 3 and 12 k-tiles (odd and even counts end the overlapped loop differently) and the
-// weight gradient, fresh and accumulating, over ragged experts (0 to 3 k-tiles, and none).
-TEST(GpuMoeGroupedFp8, OverlappedPromotionGivesTheSerialBits) {
+// weight gradient, fresh and accumulating, over ragged experts (0 to 3 k-tiles and 1 to 3 m tiles;
+// O = 128 and 384 give the weight gradient an odd count of m tiles).
+TEST(GpuMoeGroupedFp8, KernelVariantsGiveTheSameBits) {
   TETRA_REQUIRE_GPU();
   if (!cuda::grouped_gemm_fp8_tensor_cores([] {
         cuda::GroupedGemm p;
@@ -714,36 +717,49 @@ TEST(GpuMoeGroupedFp8, OverlappedPromotionGivesTheSerialBits) {
         return p;
       }()))
     GTEST_SKIP() << "the wgmma FP8 kernel does not run here";
-  if (cuda::grouped_gemm_fp8_fast_accumulation(cuda::GroupedGemmKind::BackwardInput) ||
-      cuda::grouped_gemm_fp8_fast_accumulation(cuda::GroupedGemmKind::BackwardWeight))
-    GTEST_SKIP() << "TETRA_FP8_GROUPED_ACCUM makes the backward kinds fast: nothing is promoted";
   Rng rng(61);
-  const std::vector<int64_t> rows = {37, 0, 130, 300, 1, 256, 0, 129};
+  const std::vector<int64_t> rows = {37, 0, 130, 300, 1, 256, 0, 129, 385};
   const int64_t G = static_cast<int64_t>(rows.size()), I = 144;
   int64_t R = 0;
   for (int64_t r : rows) R += r;
   const Tensor g_off = upload_raw(offsets_of(rows, 0));
   const Tensor g_x = upload(random_host(rng, {R, I}, 1.0), DType::BF16);
+  struct Variant {
+    cuda::Fp8Promotion promotion;
+    int cluster;
+    const char* name;
+  };
+  const Variant variants[] = {{cuda::Fp8Promotion::Serial, 1, "serial, alone"},
+                              {cuda::Fp8Promotion::Overlapped, 1, "overlapped, alone"},
+                              {cuda::Fp8Promotion::Overlapped, 2, "overlapped, clusters of 2"}};
+  const cuda::Fp8Promotion promotion_before = cuda::grouped_gemm_fp8_promotion();
+  const int cluster_before = cuda::grouped_gemm_fp8_cluster();
   for (const int64_t O : {int64_t{128}, int64_t{256}, int64_t{384}, int64_t{1536}}) {
     const Tensor g_dy = upload(random_host(rng, {R, O}, 1e-3), DType::BF16);
     const Tensor g_w = upload(random_host(rng, {G, O, I}, 0.05), DType::BF16);
     const Tensor dw0 = upload(random_host(rng, {G, O, I}, 1e-2), DType::F32);
-    std::vector<Tensor> outs[2];
-    const cuda::Fp8Promotion before = cuda::grouped_gemm_fp8_promotion();
-    for (const cuda::Fp8Promotion how : {cuda::Fp8Promotion::Serial, cuda::Fp8Promotion::Overlapped}) {
-      cuda::set_grouped_gemm_fp8_promotion(how);
-      std::vector<Tensor>& out = outs[how == cuda::Fp8Promotion::Overlapped];
-      out = {poisoned({R, I}, DType::BF16), poisoned({G, O, I}, DType::F32), poisoned({G, O, I}, DType::F32)};
-      ops::copy(out[2], dw0);
-      ops::moe_grouped_fp8_backward_input(out[0], g_dy, kE5M2, g_w, kE4M3, g_off);
-      ops::moe_grouped_fp8_backward_weight(out[1], g_dy, kE5M2, g_x, kE4M3, g_off, false);
-      ops::moe_grouped_fp8_backward_weight(out[2], g_dy, kE5M2, g_x, kE4M3, g_off, true);
+    std::vector<std::vector<Tensor>> outs;
+    for (const Variant& v : variants) {
+      cuda::set_grouped_gemm_fp8_promotion(v.promotion);
+      cuda::set_grouped_gemm_fp8_cluster(v.cluster);
+      std::vector<Tensor> out = {poisoned({R, O}, DType::BF16), poisoned({R, I}, DType::BF16),
+                                 poisoned({G, O, I}, DType::F32), poisoned({G, O, I}, DType::F32)};
+      ops::copy(out[3], dw0);
+      ops::moe_grouped_fp8_forward(out[0], g_x, kE4M3, g_w, kE4M3, g_off);
+      ops::moe_grouped_fp8_backward_input(out[1], g_dy, kE5M2, g_w, kE4M3, g_off);
+      ops::moe_grouped_fp8_backward_weight(out[2], g_dy, kE5M2, g_x, kE4M3, g_off, false);
+      ops::moe_grouped_fp8_backward_weight(out[3], g_dy, kE5M2, g_x, kE4M3, g_off, true);
+      outs.push_back(std::move(out));
     }
-    cuda::set_grouped_gemm_fp8_promotion(before);
-    const char* names[] = {"the input gradient", "the weight gradient", "the accumulated weight gradient"};
-    for (int k = 0; k < 3; ++k)
-      EXPECT_TRUE(same_device_bytes(outs[0][k], outs[1][k])) << "O " << O << ": " << names[k];
+    const char* names[] = {"the forward", "the input gradient", "the weight gradient",
+                           "the accumulated weight gradient"};
+    for (size_t v = 1; v < outs.size(); ++v)
+      for (int k = 0; k < 4; ++k)
+        EXPECT_TRUE(same_device_bytes(outs[0][k], outs[v][k]))
+            << "O " << O << ": " << names[k] << ", " << variants[v].name << " against " << variants[0].name;
   }
+  cuda::set_grouped_gemm_fp8_promotion(promotion_before);
+  cuda::set_grouped_gemm_fp8_cluster(cluster_before);
 }
 
 // With the routing weights, moe_permute_fp8_cast gathers d_out_e = weight · dy: its rows and codes
