@@ -335,21 +335,29 @@ __device__ __forceinline__ void store_slice(float (&d)[N / 2], TC* C, int64_t ld
       }
     }
   }
+  // A slice whose columns all lie within Nlim (every one but an expert's last n tile at most) stores
+  // without a check a column: one address a row, then immediate offsets.
+  const bool all_columns = n0 + N <= Nlim;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t gm = row + half * 8;
     if (gm >= M) continue;
-#pragma unroll
-    for (int j = 0; j < N / 8; ++j) {
-      const int64_t gn = n0 + 8 * j + 2 * (lane % 4);
-      if (gn >= Nlim) continue;
+    TC* dst_row = C + gm * ldc + n0 + 2 * (lane % 4);
+    auto store = [&](int j) {
       const float v0 = d[4 * j + 2 * half], v1 = d[4 * j + 2 * half + 1];
-      TC* dst = C + gm * ldc + gn;
       if constexpr (std::is_same_v<TC, bf16>) {
-        *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);
+        *reinterpret_cast<__nv_bfloat162*>(dst_row + 8 * j) = __floats2bfloat162_rn(v0, v1);
       } else {
-        *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+        *reinterpret_cast<float2*>(dst_row + 8 * j) = make_float2(v0, v1);
       }
+    };
+    if (all_columns) {
+#pragma unroll
+      for (int j = 0; j < N / 8; ++j) store(j);
+    } else {
+#pragma unroll
+      for (int j = 0; j < N / 8; ++j)
+        if (n0 + 8 * j + 2 * (lane % 4) < Nlim) store(j);
     }
   }
 }
