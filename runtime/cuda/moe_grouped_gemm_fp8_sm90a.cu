@@ -226,7 +226,7 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtens
 template <int CL, int STAGES>
 struct StageRelease {
   uint64_t* empty;
-  __device__ __forceinline__ void operator()(int64_t i) const {
+  __device__ __forceinline__ void operator()(int i) const {
     const uint32_t bar = smem_addr(&empty[i % STAGES]);
     if constexpr (CL == 1) {
       mbarrier_arrive(bar);
@@ -240,7 +240,7 @@ struct StageRelease {
 // One k-tile of the promoted shape: waits for stage s of k-tile i and issues its four wgmmas into
 // `part` (started at zero by the first), committed as one group; nothing waits for them here.
 template <Fp8Format AF, class StageA, class StageB>
-__device__ __forceinline__ void issue_promoted(float (&part)[TileShape<false>::kAcc], int64_t i, uint64_t* full,
+__device__ __forceinline__ void issue_promoted(float (&part)[TileShape<false>::kAcc], int i, uint64_t* full,
                                                StageA a, StageB b) {
   using S = TileShape<false>;
   const int s = static_cast<int>(i % S::kStages);
@@ -256,7 +256,7 @@ __device__ __forceinline__ void issue_promoted(float (&part)[TileShape<false>::k
 // k-tile i's sums, whose wgmmas have completed, added into d in fp32; its stage released.
 template <class Release>
 __device__ __forceinline__ void promote(float (&d)[TileShape<false>::kAcc], float (&part)[TileShape<false>::kAcc],
-                                        int64_t i, const Release& release) {
+                                        int i, const Release& release) {
   using S = TileShape<false>;
 #pragma unroll
   for (int r = 0; r < S::kAcc; ++r) fence_operand(part[r]);
@@ -270,12 +270,12 @@ __device__ __forceinline__ void promote(float (&d)[TileShape<false>::kAcc], floa
 // of partial sums take turns, k-tile i + 1's wgmmas issued before k-tile i's are waited for and
 // promoted (64 more registers a thread). The sums are added in the same order either way: the same bits.
 template <Fp8Format AF, bool OVERLAP, class Release, class StageA, class StageB>
-__device__ __forceinline__ void consume_promoted(float (&d)[TileShape<false>::kAcc], int64_t i0, int64_t KT,
+__device__ __forceinline__ void consume_promoted(float (&d)[TileShape<false>::kAcc], int i0, int KT,
                                                  uint64_t* full, const Release& release, StageA a, StageB b) {
   using S = TileShape<false>;
   float p0[S::kAcc];
   if constexpr (!OVERLAP) {
-    for (int64_t i = i0; i < i0 + KT; ++i) {
+    for (int i = i0; i < i0 + KT; ++i) {
       issue_promoted<AF>(p0, i, full, a, b);
       wgmma_wait<0>();
       promote(d, p0, i, release);
@@ -284,9 +284,9 @@ __device__ __forceinline__ void consume_promoted(float (&d)[TileShape<false>::kA
     // straight-line steps, so that the compiler can follow which register set each wait retires: at
     // the top of every pair, k-tile i is in flight in p0 and nothing else is
     float p1[S::kAcc];
-    const int64_t end = i0 + KT;
+    const int end = i0 + KT;
     issue_promoted<AF>(p0, i0, full, a, b);
-    int64_t i = i0;
+    int i = i0;
     for (; i + 2 < end; i += 2) {
       issue_promoted<AF>(p1, i + 1, full, a, b);
       wgmma_wait<1>();
@@ -312,7 +312,7 @@ __device__ __forceinline__ void consume_promoted(float (&d)[TileShape<false>::kA
 // k-tile i released (release(i), StageRelease) once its wgmmas have completed. `a` and `b` give a
 // stage's A slice (this consumer's 64 rows) and B tile addresses.
 template <Fp8Format AF, Mainloop ML, class Release, class StageA, class StageB>
-__device__ __forceinline__ void consume_tiles(float (&d)[ShapeOf<ML>::kAcc], int64_t i0, int64_t KT, uint64_t* full,
+__device__ __forceinline__ void consume_tiles(float (&d)[ShapeOf<ML>::kAcc], int i0, int KT, uint64_t* full,
                                               const Release& release, StageA a, StageB b) {
   if constexpr (ML != Mainloop::Fast) {
     consume_promoted<AF, ML == Mainloop::PromotedOverlapped>(d, i0, KT, full, release, a, b);
@@ -321,7 +321,7 @@ __device__ __forceinline__ void consume_tiles(float (&d)[ShapeOf<ML>::kAcc], int
     // wgmmas are done, while this one's run
     using S = TileShape<true>;
     const int lane = threadIdx.x % 32;
-    for (int64_t kt = 0, i = i0; kt < KT; ++kt, ++i) {
+    for (int kt = 0, i = i0; kt < KT; ++kt, ++i) {
       const int s = static_cast<int>(i % S::kStages);
       mbarrier_wait(smem_addr(&full[s]), static_cast<uint32_t>((i / S::kStages) & 1));
       __syncwarp();  // converged again for the .aligned wgmma instructions
@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ int table[kMaxTableGroups + 1];
   __shared__ int rows[kMaxLptGroups];
   __shared__ alignas(8) uint64_t full[S::kStages], empty[S::kStages];
-  const int64_t total = build_tile_table<KIND, kBM * CL>(p, table, rows);
+  const int total = static_cast<int>(build_tile_table<KIND, kBM * CL>(p, table, rows));  // < 2^31 (the table's ints)
   if (threadIdx.x == 0) {
     for (int s = 0; s < S::kStages; ++s) {
       mbarrier_init(smem_addr(&full[s]), 1);
@@ -377,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto b_stage = [&](int s) { return base + static_cast<uint32_t>(s * S::kStageBytes + S::kAStageBytes); };
   // A weight-gradient tile of an expert without rows adds nothing to an accumulated gradient: skipped
   // (by every role and block alike, so that the k-tile sequences agree).
-  auto skipped = [&](int64_t KT) { return BW && KT == 0 && p.accumulate; };
+  auto skipped = [&](int KT) { return BW && KT == 0 && p.accumulate; };
 
   const int role = threadIdx.x / 128;  // 0: producer; 1, 2: consumers
   if (role == 0) {
@@ -385,10 +385,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     // addresses): 128·56 + 256·224 ≤ 65536
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
     if (threadIdx.x == 0) {
-      int64_t i = 0;  // k-tiles issued
-      for (int64_t t = first; t < total; t += step) {
+      int i = 0;  // k-tiles issued (a block issues fewer than 2^31)
+      for (int t = first; t < total; t += step) {
         const TileT<u8> L = tile_info<KIND, kBM * CL, S::kBN>(p, table, t);
-        const int64_t KT = (L.K + kFp8BK - 1) / kFp8BK;
+        const int KT = static_cast<int>((L.K + kFp8BK - 1) / kFp8BK);
         if (skipped(KT)) continue;
         // (k, row) of the boxes: A's rows are the expert's rows (M) or dyᵀ's (O); B's the stacked
         // weights' w[g] [O, I] or w[g]ᵀ [I, O] rows (N of them per expert), or xᵀ's (I). A block past
@@ -397,7 +397,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int a_row = static_cast<int>(BW ? m0 : L.r0 + m0);
         const int b_row = static_cast<int>((BW ? L.n0 : static_cast<int64_t>(L.g) * L.N + L.n0) + kBHalf * rank);
         const int64_t k_origin = BW ? L.r0 : 0;
-        for (int64_t kt = 0; kt < KT; ++kt, ++i) {
+        for (int kt = 0; kt < KT; ++kt, ++i) {
           const int s = static_cast<int>(i % S::kStages);
           const uint32_t parity = static_cast<uint32_t>((i / S::kStages - 1) & 1);
           if (i >= S::kStages) {
@@ -419,12 +419,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int consumer = role - 1;
     const StageRelease<CL, S::kStages> release{empty};
     float d[S::kAcc];
-    int64_t i = 0;  // k-tiles of the block's sequence before the current one
-    for (int64_t t = first; t < total; t += step) {
-      int64_t KT;
+    int i = 0;  // k-tiles of the block's sequence before the current one
+    for (int t = first; t < total; t += step) {
+      int KT;
       {
         const TileT<u8> T = tile_info<KIND, kBM * CL, S::kBN>(p, table, t);
-        KT = (T.K + kFp8BK - 1) / kFp8BK;
+        KT = static_cast<int>((T.K + kFp8BK - 1) / kFp8BK);
         // the expert's scales brought into L1 while the k-tiles run (loaded after them)
         prefetch_l1(p.a_scale + T.g);
         prefetch_l1(p.b_scale + T.g);
@@ -600,6 +600,10 @@ bool grouped_gemm_fp8_wgmma_applies(const GroupedGemm& p, const char** why) {
   if (Rp >= (int64_t{1} << 31) || p.G * p.O >= (int64_t{1} << 31) || p.G * p.I >= (int64_t{1} << 31) ||
       Rp / 32 > 65535 || (p.O + 31) / 32 > 65535 || (p.I + 31) / 32 > 65535)
     return no("an operand has too many rows for the copy engine's coordinates");
+  // the kernel counts tiles in ints: at most (smallest tiles) every weight gradient's or row tile's
+  const int64_t o_tiles = (p.O + kBM - 1) / kBM, i_tiles = (p.I + kBM - 1) / kBM;
+  if (p.G * o_tiles * i_tiles >= (int64_t{1} << 31) || (Rp / kBM + p.G) * std::max(o_tiles, i_tiles) >= (int64_t{1} << 31))
+    return no("more than 2^31 output tiles in one call");
   static const bool fits = device_fits(kSmemBytes, nullptr);
   if (!fits) {
     device_fits(kSmemBytes, why);
