@@ -117,6 +117,9 @@ const char* grouped_gemm_fp8_promotion_name(Fp8Promotion promotion);
 // The results are the same bits either way.
 int grouped_gemm_fp8_cluster();
 void set_grouped_gemm_fp8_cluster(int blocks);
+// The blocks a cluster of the process's last wgmma FP8 launch (0 before any): what ran, where the
+// setting asked for clusters the device could not hold.
+int grouped_gemm_fp8_last_cluster();
 void grouped_gemm_fp8_wgmma(const GroupedGemm& p, Device device, cudaStream_t stream);
 void grouped_gemm_cublas(const GroupedGemm& p, Device device, cudaStream_t stream);
 

@@ -463,12 +463,20 @@ int max_active_clusters(Kernel* kernel, const cudaLaunchConfig_t& config) {
   const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), dev);
   auto it = known.find(key);
   if (it == known.end()) {
-    int n = 0;
-    TETRA_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &config));
-    it = known.emplace(key, n).first;
+    // A device or setup without cluster launches (the attribute, or the query failing) holds none; the
+    // query's error is cleared so that it is not reported by a later check.
+    int launch = 0, n = 0;
+    TETRA_CUDA_CHECK(cudaDeviceGetAttribute(&launch, cudaDevAttrClusterLaunch, dev));
+    if (launch && cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n = 0;
+    }
+    it = known.emplace(key, launch ? n : 0).first;
   }
   return it->second;
 }
+
+std::atomic<int> g_last_cluster{0};  // blocks a cluster of the last launch (grouped_gemm_fp8_last_cluster)
 
 // A persistent grid: CL · (clusters the device holds at once, at most one per tile). Returns false,
 // launching nothing, where the device holds no cluster of CL such blocks.
@@ -494,6 +502,7 @@ bool launch(const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device devi
   }
   config.gridDim = dim3(static_cast<unsigned>(CL * std::min<int64_t>(tiles, clusters)));
   TETRA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, prm, maps));
+  g_last_cluster.store(CL);
   return true;
 }
 
@@ -657,6 +666,8 @@ int grouped_gemm_fp8_cluster() {
   }
   return v;
 }
+
+int grouped_gemm_fp8_last_cluster() { return g_last_cluster.load(); }
 
 void set_grouped_gemm_fp8_cluster(int blocks) {
   TETRA_CHECK(blocks == 1 || blocks == 2, "set_grouped_gemm_fp8_cluster(", blocks, "): want 1 or 2");

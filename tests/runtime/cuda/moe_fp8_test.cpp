@@ -719,11 +719,10 @@ TEST(GpuMoeGroupedFp8, KernelVariantsGiveTheSameBits) {
     GTEST_SKIP() << "the wgmma FP8 kernel does not run here";
   Rng rng(61);
   const std::vector<int64_t> rows = {37, 0, 130, 300, 1, 256, 0, 129, 385};
-  const int64_t G = static_cast<int64_t>(rows.size()), I = 144;
+  const int64_t G = static_cast<int64_t>(rows.size());
   int64_t R = 0;
   for (int64_t r : rows) R += r;
   const Tensor g_off = upload_raw(offsets_of(rows, 0));
-  const Tensor g_x = upload(random_host(rng, {R, I}, 1.0), DType::BF16);
   struct Variant {
     cuda::Fp8Promotion promotion;
     int cluster;
@@ -734,7 +733,9 @@ TEST(GpuMoeGroupedFp8, KernelVariantsGiveTheSameBits) {
                               {cuda::Fp8Promotion::Overlapped, 2, "overlapped, clusters of 2"}};
   const cuda::Fp8Promotion promotion_before = cuda::grouped_gemm_fp8_promotion();
   const int cluster_before = cuda::grouped_gemm_fp8_cluster();
-  for (const int64_t O : {int64_t{128}, int64_t{256}, int64_t{384}, int64_t{1536}}) {
+  // I = 1152: the forward's 9 k-tiles a tile wrap its 4 stages (and 9 n tiles the input gradient's)
+  for (const auto& [O, I] : {std::pair<int64_t, int64_t>{128, 144}, {256, 144}, {384, 144}, {1536, 144}, {384, 1152}}) {
+    const Tensor g_x = upload(random_host(rng, {R, I}, 1.0), DType::BF16);
     const Tensor g_dy = upload(random_host(rng, {R, O}, 1e-3), DType::BF16);
     const Tensor g_w = upload(random_host(rng, {G, O, I}, 0.05), DType::BF16);
     const Tensor dw0 = upload(random_host(rng, {G, O, I}, 1e-2), DType::F32);
@@ -749,6 +750,8 @@ TEST(GpuMoeGroupedFp8, KernelVariantsGiveTheSameBits) {
       ops::moe_grouped_fp8_backward_input(out[1], g_dy, kE5M2, g_w, kE4M3, g_off);
       ops::moe_grouped_fp8_backward_weight(out[2], g_dy, kE5M2, g_x, kE4M3, g_off, false);
       ops::moe_grouped_fp8_backward_weight(out[3], g_dy, kE5M2, g_x, kE4M3, g_off, true);
+      // a Hopper holds clusters of two of these blocks: the variant must not have run alone
+      EXPECT_EQ(cuda::grouped_gemm_fp8_last_cluster(), v.cluster) << v.name;
       outs.push_back(std::move(out));
     }
     const char* names[] = {"the forward", "the input gradient", "the weight gradient",
@@ -756,7 +759,8 @@ TEST(GpuMoeGroupedFp8, KernelVariantsGiveTheSameBits) {
     for (size_t v = 1; v < outs.size(); ++v)
       for (int k = 0; k < 4; ++k)
         EXPECT_TRUE(same_device_bytes(outs[0][k], outs[v][k]))
-            << "O " << O << ": " << names[k] << ", " << variants[v].name << " against " << variants[0].name;
+            << "O " << O << " I " << I << ": " << names[k] << ", " << variants[v].name << " against "
+            << variants[0].name;
   }
   cuda::set_grouped_gemm_fp8_promotion(promotion_before);
   cuda::set_grouped_gemm_fp8_cluster(cluster_before);
