@@ -421,15 +421,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     float d[S::kAcc];
     int i = 0;  // k-tiles of the block's sequence before the current one
     for (int t = first; t < total; t += step) {
-      int KT;
-      {
-        const TileT<u8> T = tile_info<KIND, kBM * CL, S::kBN>(p, table, t);
-        KT = static_cast<int>((T.K + kFp8BK - 1) / kFp8BK);
-        // the expert's scales brought into L1 while the k-tiles run (loaded after them)
-        prefetch_l1(p.a_scale + T.g);
-        prefetch_l1(p.b_scale + T.g);
-      }
+      TileT<u8> T = tile_info<KIND, kBM * CL, S::kBN>(p, table, t);
+      const int KT = static_cast<int>((T.K + kFp8BK - 1) / kFp8BK);
       if (skipped(KT)) continue;
+      // the expert's scales brought into L1 while the k-tiles run (loaded after them)
+      prefetch_l1(p.a_scale + T.g);
+      prefetch_l1(p.b_scale + T.g);
 #pragma unroll
       for (int r = 0; r < S::kAcc; ++r) d[r] = 0.0f;
       if (KT > 0)  // (only a weight gradient of an expert without rows has none: zeros stored)
@@ -437,9 +434,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             d, i, KT, full, release,
             [&](int s) { return a_stage(s) + static_cast<uint32_t>(64 * consumer * 128); }, b_stage);
       i += KT;
-      // the tile's place found again rather than held in registers across the k-tiles, which the
-      // overlapped promotion's three register sets leave few of (holding them spilled)
-      const TileT<u8> T = tile_info<KIND, kBM * CL, S::kBN>(p, table, t);
+      // the overlapped promotion's three register sets leave too few registers to hold the tile's
+      // place across its k-tiles (it spilled): found again (a few hundred cycles a tile)
+      if constexpr (ML == Mainloop::PromotedOverlapped) T = tile_info<KIND, kBM * CL, S::kBN>(p, table, t);
       const float scale = p.a_scale[T.g] * p.b_scale[T.g];
 #pragma unroll
       for (int r = 0; r < S::kAcc; ++r) d[r] *= scale;
