@@ -194,21 +194,6 @@ __device__ __forceinline__ void mbarrier_arrive_in(uint32_t bar, uint32_t cta) {
       "r"(cta)
       : "memory");
 }
-// mbarrier_wait for arrivals that come from the cluster's other blocks too.
-__device__ __forceinline__ void mbarrier_wait_cluster(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
 // tma_load_2d into the same shared address of every block of the cluster in `mask`, each copy
 // completing on the mbarrier at `bar` in its own block.
 __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, int inner, int outer,
@@ -237,19 +222,21 @@ struct StageRelease {
   }
 };
 
-// One k-tile of the promoted shape: waits for stage s of k-tile i and issues its four wgmmas into
-// `part` (started at zero by the first), committed as one group; nothing waits for them here.
-template <Fp8Format AF, class StageA, class StageB>
-__device__ __forceinline__ void issue_promoted(float (&part)[TileShape<false>::kAcc], int i, uint64_t* full,
-                                               StageA a, StageB b) {
-  using S = TileShape<false>;
+// One k-tile: waits for its stage (k-tile i) and issues its four wgmmas into acc, committed as one
+// group; nothing waits for them here. fresh: the first starts acc at zero (the promoted shape's
+// partial sums), else all add into it (the fast shape's accumulators).
+template <Fp8Format AF, bool FAST, class StageA, class StageB>
+__device__ __forceinline__ void issue_k_tile(float (&acc)[TileShape<FAST>::kAcc], int i, uint64_t* full, StageA a,
+                                             StageB b, bool fresh) {
+  using S = TileShape<FAST>;
   const int s = static_cast<int>(i % S::kStages);
   mbarrier_wait(smem_addr(&full[s]), static_cast<uint32_t>((i / S::kStages) & 1));
   __syncwarp();  // converged again for the .aligned wgmma instructions
   wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < kFp8BK / 32; ++ks)
-    wgmma_fp8<AF, Fp8Format::E4M3, S::kBN>(part, desc_rows<true>(a(s), 0, ks), desc_rows<true>(b(s), 0, ks), ks > 0);
+    wgmma_fp8<AF, Fp8Format::E4M3, S::kBN>(acc, desc_rows<true>(a(s), 0, ks), desc_rows<true>(b(s), 0, ks),
+                                           !fresh || ks > 0);
   wgmma_commit();
 }
 
@@ -276,7 +263,7 @@ __device__ __forceinline__ void consume_promoted(float (&d)[TileShape<false>::kA
   float p0[S::kAcc];
   if constexpr (!OVERLAP) {
     for (int i = i0; i < i0 + KT; ++i) {
-      issue_promoted<AF>(p0, i, full, a, b);
+      issue_k_tile<AF, false>(p0, i, full, a, b, true);
       wgmma_wait<0>();
       promote(d, p0, i, release);
     }
@@ -285,18 +272,18 @@ __device__ __forceinline__ void consume_promoted(float (&d)[TileShape<false>::kA
     // the top of every pair, k-tile i is in flight in p0 and nothing else is
     float p1[S::kAcc];
     const int end = i0 + KT;
-    issue_promoted<AF>(p0, i0, full, a, b);
+    issue_k_tile<AF, false>(p0, i0, full, a, b, true);
     int i = i0;
     for (; i + 2 < end; i += 2) {
-      issue_promoted<AF>(p1, i + 1, full, a, b);
+      issue_k_tile<AF, false>(p1, i + 1, full, a, b, true);
       wgmma_wait<1>();
       promote(d, p0, i, release);
-      issue_promoted<AF>(p0, i + 2, full, a, b);
+      issue_k_tile<AF, false>(p0, i + 2, full, a, b, true);
       wgmma_wait<1>();
       promote(d, p1, i + 1, release);
     }
     if (i + 1 < end) {  // two k-tiles left
-      issue_promoted<AF>(p1, i + 1, full, a, b);
+      issue_k_tile<AF, false>(p1, i + 1, full, a, b, true);
       wgmma_wait<1>();
       promote(d, p0, i, release);
       wgmma_wait<0>();
@@ -322,14 +309,7 @@ __device__ __forceinline__ void consume_tiles(float (&d)[ShapeOf<ML>::kAcc], int
     using S = TileShape<true>;
     const int lane = threadIdx.x % 32;
     for (int kt = 0, i = i0; kt < KT; ++kt, ++i) {
-      const int s = static_cast<int>(i % S::kStages);
-      mbarrier_wait(smem_addr(&full[s]), static_cast<uint32_t>((i / S::kStages) & 1));
-      __syncwarp();  // converged again for the .aligned wgmma instructions
-      wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < kFp8BK / 32; ++ks)
-        wgmma_fp8<AF, Fp8Format::E4M3, S::kBN>(d, desc_rows<true>(a(s), 0, ks), desc_rows<true>(b(s), 0, ks), true);
-      wgmma_commit();
+      issue_k_tile<AF, true>(d, i, full, a, b, false);
       wgmma_wait<1>();
 #pragma unroll
       for (int r = 0; r < S::kAcc; ++r) fence_operand(d[r]);
@@ -400,10 +380,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kt = 0; kt < KT; ++kt, ++i) {
           const int s = static_cast<int>(i % S::kStages);
           const uint32_t parity = static_cast<uint32_t>((i / S::kStages - 1) & 1);
-          if (i >= S::kStages) {
-            if constexpr (CL > 1) mbarrier_wait_cluster(smem_addr(&empty[s]), parity);
-            else mbarrier_wait(smem_addr(&empty[s]), parity);
-          }
+          if (i >= S::kStages) mbarrier_wait<(CL > 1)>(smem_addr(&empty[s]), parity);
           const uint32_t bar = smem_addr(&full[s]);
           mbarrier_arrive_expect_tx(bar, S::kStageBytes);  // A, and every block's part of B
           const int k0 = static_cast<int>(k_origin + kt * kFp8BK);
@@ -625,50 +602,48 @@ bool grouped_gemm_fp8_fast_accumulation(GroupedGemmKind kind) {
 }
 
 namespace {
-std::atomic<int> g_promotion{-1};  // an Fp8Promotion, or -1: not read from the environment yet
+// A setting of two values read once from the environment variable `name` (unset: the first) unless
+// set before; anything but their names fails at the first call.
+struct Setting {
+  const char* name;
+  std::pair<const char*, int> values[2];
+  std::atomic<int> value{-1};
+  int get() {
+    int v = value.load();
+    if (v >= 0) return v;
+    const char* e = std::getenv(name);
+    const std::string s = e ? e : "";
+    std::string valid;
+    for (const auto& [word, number] : values) {
+      if (s.empty() || s == word) {
+        value.store(number);
+        return number;
+      }
+      valid += valid.empty() ? word : std::string(" or ") + word;
+    }
+    TETRA_FAIL(Config, name, "=", s, ": want ", valid);
+  }
+};
+Setting g_promotion{"TETRA_FP8_GROUPED_PROMOTE",
+                    {{"overlap", static_cast<int>(Fp8Promotion::Overlapped)}, {"serial", static_cast<int>(Fp8Promotion::Serial)}}};
+Setting g_cluster{"TETRA_FP8_GROUPED_CLUSTER", {{"2", 2}, {"1", 1}}};
 }  // namespace
 
-Fp8Promotion grouped_gemm_fp8_promotion() {
-  int v = g_promotion.load();
-  if (v < 0) {
-    const char* e = std::getenv("TETRA_FP8_GROUPED_PROMOTE");
-    const std::string s = e ? e : "";
-    if (s.empty() || s == "overlap") v = static_cast<int>(Fp8Promotion::Overlapped);
-    else if (s == "serial") v = static_cast<int>(Fp8Promotion::Serial);
-    else TETRA_FAIL(Config, "TETRA_FP8_GROUPED_PROMOTE=", s, ": want overlap or serial");
-    g_promotion.store(v);
-  }
-  return static_cast<Fp8Promotion>(v);
-}
+Fp8Promotion grouped_gemm_fp8_promotion() { return static_cast<Fp8Promotion>(g_promotion.get()); }
 
-void set_grouped_gemm_fp8_promotion(Fp8Promotion promotion) { g_promotion.store(static_cast<int>(promotion)); }
+void set_grouped_gemm_fp8_promotion(Fp8Promotion promotion) { g_promotion.value.store(static_cast<int>(promotion)); }
 
 const char* grouped_gemm_fp8_promotion_name(Fp8Promotion promotion) {
   return promotion == Fp8Promotion::Serial ? "serial" : "overlap";
 }
 
-namespace {
-std::atomic<int> g_cluster{-1};  // 1 or 2, or -1: not read from the environment yet
-}  // namespace
-
-int grouped_gemm_fp8_cluster() {
-  int v = g_cluster.load();
-  if (v < 0) {
-    const char* e = std::getenv("TETRA_FP8_GROUPED_CLUSTER");
-    const std::string s = e ? e : "";
-    if (s.empty() || s == "2") v = 2;
-    else if (s == "1") v = 1;
-    else TETRA_FAIL(Config, "TETRA_FP8_GROUPED_CLUSTER=", s, ": want 1 or 2");
-    g_cluster.store(v);
-  }
-  return v;
-}
+int grouped_gemm_fp8_cluster() { return g_cluster.get(); }
 
 int grouped_gemm_fp8_last_cluster() { return g_last_cluster.load(); }
 
 void set_grouped_gemm_fp8_cluster(int blocks) {
   TETRA_CHECK(blocks == 1 || blocks == 2, "set_grouped_gemm_fp8_cluster(", blocks, "): want 1 or 2");
-  g_cluster.store(blocks);
+  g_cluster.value.store(blocks);
 }
 
 bool grouped_gemm_fp8_tensor_cores(const GroupedGemm& p) {
