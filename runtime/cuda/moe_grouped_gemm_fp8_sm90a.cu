@@ -35,12 +35,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <utility>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/moe_grouped_wgmma.cuh"
@@ -169,7 +169,7 @@ __device__ __forceinline__ void wgmma_fp8(float (&d)[N / 2], uint64_t desc_a, ui
 
 __device__ __forceinline__ void prefetch_l1(const float* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
 
-// Clusters (ClusterShape): this block's rank in its cluster; every thread of the cluster's blocks
+// Thread-block clusters: this block's rank in its cluster; every thread of the cluster's blocks
 // waiting for all the others (aligned: called by whole warps; relaxed-entry form: by any thread that
 // gets there, for the end of the kernel, where the roles arrive apart).
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -325,7 +325,7 @@ __device__ __forceinline__ void consume_tiles(float (&d)[ShapeOf<ML>::kAcc], int
 #endif  // TETRA_WGMMA
 
 // CL blocks a cluster (1 or 2): the cluster's blocks take the m tiles m0, m0 + 128, … of one tile of
-// CL·128 rows (ClusterShape), which share B; each loads its own A and 1/CL of B, multicast to all.
+// CL·128 rows, which share B; each loads its own A and 1/CL of B, multicast to all.
 template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML, int CL>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_kernel(ParamsT<u8> p, const __grid_constant__ Maps maps) {
@@ -349,7 +349,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (CL > 1) cluster_sync_aligned();
   else __syncthreads();
   const int rank = CL > 1 ? static_cast<int>(cluster_rank()) : 0;
-  const int first = static_cast<int>(blockIdx.x) / CL, step = static_cast<int>(gridDim.x) / CL;  // its tiles: first, first + step, …
+  // this cluster's tiles: first, first + step, …
+  const int first = static_cast<int>(blockIdx.x) / CL, step = static_cast<int>(gridDim.x) / CL;
 
   // 1024-byte aligned stages (the swizzle pattern repeats every 1024 bytes of address)
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -585,7 +586,8 @@ bool grouped_gemm_fp8_wgmma_applies(const GroupedGemm& p, const char** why) {
     return no("an operand has too many rows for the copy engine's coordinates");
   // the kernel counts tiles in ints: at most (smallest tiles) every weight gradient's or row tile's
   const int64_t o_tiles = (p.O + kBM - 1) / kBM, i_tiles = (p.I + kBM - 1) / kBM;
-  if (p.G * o_tiles * i_tiles >= (int64_t{1} << 31) || (Rp / kBM + p.G) * std::max(o_tiles, i_tiles) >= (int64_t{1} << 31))
+  const int64_t kIntTiles = int64_t{1} << 31;
+  if (p.G * o_tiles * i_tiles >= kIntTiles || (Rp / kBM + p.G) * std::max(o_tiles, i_tiles) >= kIntTiles)
     return no("more than 2^31 output tiles in one call");
   static const bool fits = device_fits(kSmemBytes, nullptr);
   if (!fits) {
@@ -625,7 +627,8 @@ struct Setting {
   }
 };
 Setting g_promotion{"TETRA_FP8_GROUPED_PROMOTE",
-                    {{"overlap", static_cast<int>(Fp8Promotion::Overlapped)}, {"serial", static_cast<int>(Fp8Promotion::Serial)}}};
+                    {{"overlap", static_cast<int>(Fp8Promotion::Overlapped)},
+                     {"serial", static_cast<int>(Fp8Promotion::Serial)}}};
 Setting g_cluster{"TETRA_FP8_GROUPED_CLUSTER", {{"2", 2}, {"1", 1}}};
 }  // namespace
 
@@ -664,7 +667,8 @@ void grouped_gemm_fp8_wgmma(const GroupedGemm& p, Device device, cudaStream_t st
   }
   // (the serial promotion, kept for comparison, runs without clusters)
   if (grouped_gemm_fp8_fast_accumulation(p.kind)) run_mainloop<Mainloop::Fast>(p, device, stream);
-  else if (grouped_gemm_fp8_promotion() == Fp8Promotion::Serial) run_shape<Mainloop::PromotedSerial, 1>(p, device, stream);
+  else if (grouped_gemm_fp8_promotion() == Fp8Promotion::Serial)
+    run_shape<Mainloop::PromotedSerial, 1>(p, device, stream);
   else run_mainloop<Mainloop::PromotedOverlapped>(p, device, stream);
 }
 
