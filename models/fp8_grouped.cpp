@@ -21,13 +21,14 @@ ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& 
 }
 
 ops::Fp8GroupedCodes permute_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& slot_of, int64_t top_k,
-                                  const Tensor& offsets, bool gradient, const Tensor* weights) {
+                                  const Tensor& offsets, bool gradient, const Tensor* weights,
+                                  const Tensor* token_amax) {
   TETRA_CHECK(casts_ahead(recipe), "fp8_grouped::permute_rows: the recipe casts in each GEMM");
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
   ops::Fp8GroupedCodes codes;
   Tensor no_rows;
   ops::moe_permute_fp8_cast(no_rows, codes, x, slot_of, top_k, offsets, gradient ? casts.gradient : casts.activation,
-                            weights);
+                            weights, token_amax && token_amax->defined() ? token_amax : nullptr);
   return codes;
 }
 

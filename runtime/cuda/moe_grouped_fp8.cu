@@ -193,13 +193,15 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
 }
 
 void moe_permute_fp8_cast(Tensor& rows, ops::Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of,
-                          int64_t top_k, const Tensor& offsets, ops::Fp8Cast cast, const Tensor* weights) {
+                          int64_t top_k, const Tensor& offsets, ops::Fp8Cast cast, const Tensor* weights,
+                          const Tensor* token_amax) {
   const char* op = "moe_permute_fp8_cast";
   check_cuda_float(op, "x", x);
   if (rows.defined()) check_cuda_float(op, "rows", rows);
   check_cuda_tensor(op, "slot_of", slot_of);
   check_cuda_tensor(op, "offsets", offsets);
   if (weights) check_cuda_tensor(op, "weights", *weights);
+  if (token_amax) check_cuda_tensor(op, "token_amax", *token_amax);
   const int64_t R = slot_of.numel();
   // The two ops (the rows a temporary where not asked for).
   if (!gathered_cast_applies(rows, x) || gathered_cast_kind() == GatheredCast::Separate) {
@@ -222,7 +224,8 @@ void moe_permute_fp8_cast(Tensor& rows, ops::Fp8GroupedCodes& out, const Tensor&
   s.row_weight = weights ? weights->data<float>() : nullptr;
   Tensor po = padded_offsets(s.offsets, s.G, d.R, dev, stream);
   const CodeLayout t{true, po.data<int32_t>(), grouped_gemm_fp8_padded_rows(d.R, d.G)};
-  BothCodes codes = cast_gathered_both(rows, x, cast, s, t, dev, stream, op);
+  BothCodes codes = cast_gathered_both(rows, x, cast, s, t, dev, stream, op,
+                                       token_amax ? static_cast<const unsigned*>(token_amax->data_ptr()) : nullptr);
   out = ops::Fp8GroupedCodes{std::move(codes.q), std::move(codes.q_t), std::move(codes.scale), std::move(po), cast.format};
 }
 

@@ -646,22 +646,23 @@ bool gathered_cast_applies(const Tensor& rows, const Tensor& x) {
 }
 
 BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, const Segments& s,
-                             const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op) {
+                             const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op,
+                             const unsigned* given_token_amax) {
   if (!s.gather || !s.offsets || !gathered_cast_applies(rows, x))
     TETRA_FAIL(Internal, op, ": the gathered cast needs a gather, offsets and 8-column vectors of one dtype");
   BothCodes out{Tensor::empty({s.R, s.cols}, c.format, dev), Tensor::empty(transposed_shape(s, transposed), c.format, dev),
                 Tensor::empty({s.G}, DType::F32, dev)};
   const Fp8Format f = fp8_format_of(c.format);
   const int64_t N = x.dim(0);
-  Tensor token_amax = Tensor::empty({N}, DType::U32, dev);
+  Tensor token_amax = given_token_amax ? Tensor() : Tensor::empty({N}, DType::U32, dev);
   dispatch_float(x.dtype(), op, "x", [&](auto tag) {
     using T = decltype(tag);
     const T* px = static_cast<const T*>(x.data_ptr());
-    unsigned* pt = static_cast<unsigned*>(token_amax.data_ptr());
-    if (N > 0) {
+    const unsigned* pt = given_token_amax ? given_token_amax : static_cast<const unsigned*>(token_amax.data_ptr());
+    if (!given_token_amax && N > 0) {
       const int rows_a_block = kThreads / 32;
       token_amax_kernel<T><<<static_cast<unsigned>((N + rows_a_block - 1) / rows_a_block), kThreads, 0, stream>>>(
-          px, N, s.cols, pt);
+          px, N, s.cols, static_cast<unsigned*>(token_amax.data_ptr()));
       TETRA_CUDA_CHECK_LAUNCH();
     }
     const Tensor amax = measure(px, /*vec=*/true, s, f, out.scale, dev, stream, pt);

@@ -81,8 +81,11 @@ bool gathered_cast_applies(const Tensor& rows, const Tensor& x);
 // moe_permute, then the cast of the rows (ops::moe_grouped_fp8_cast with the rows' amaxes).
 enum class GatheredCast { Scatter, Gather, Separate };
 GatheredCast gathered_cast_kind();
+// given_token_amax (U32 [N], may be null): x's rows' amaxes as their writer measured them, in place
+// of the pass that measures them.
 BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, const Segments& s,
-                             const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op);
+                             const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op,
+                             const unsigned* given_token_amax = nullptr);
 
 // A dense x [M, K] (fp32 or bf16, row-major) cast Tensorwise in both layouts by the transposing vector
 // kernel, x taken as one weight of M rows (fp8_quantize's Tensorwise cast with q_t): q [M, K],

@@ -311,6 +311,43 @@ TEST(Fp8GroupedAhead, PermutingWithTheCastIsThePermutationThenTheCast) {
   EXPECT_THROW(fp8_grouped::forward(Fp8Recipe::Tensorwise, y, Tensor(), w, off), Error);          // no codes at all
 }
 
+// The gathered cast given its tokens' amaxes (token_amax: the norm's row_amax of h, its backward's of
+// dy) takes them as they are: the measured ones give the codes it makes measuring, bit for bit, with
+// and without the routing weights (whose rows' amaxes are the tokens' times |w|); doubled ones double
+// every expert's scale. A token_amax of another length is refused.
+TEST(Fp8GroupedAhead, TheGatheredCastTakesItsTokensGivenAmaxes) {
+  Rng rng(29);
+  const int64_t N = 40, k = 3, E = 4, d = 24;
+  const auto [off, row_of, slot_of] = random_routing(rng, N, k, E);
+  const Tensor x = random_tensor(rng, {N, d}, 3.0), weights = random_tensor(rng, {N, k});
+  auto words = [](const std::vector<uint32_t>& v) {
+    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::U32);
+    std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(uint32_t));
+    return t;
+  };
+  const Tensor measured = words(row_amax_of(x));
+  std::vector<uint32_t> twice = row_amax_of(x);
+  for (uint32_t& b : twice) b = std::bit_cast<uint32_t>(2.0f * std::bit_cast<float>(b));
+  const Tensor doubled = words(twice);
+  for (const Tensor* w : {static_cast<const Tensor*>(nullptr), &weights}) {
+    const bool gradient = w != nullptr;
+    const char* what = gradient ? "with the routing weights" : "without";
+    const ops::Fp8GroupedCodes own = fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, x, slot_of, k, off, gradient, w);
+    const ops::Fp8GroupedCodes given =
+        fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, x, slot_of, k, off, gradient, w, &measured);
+    for (auto [a, b] : {std::pair{&own.q, &given.q}, {&own.q_t, &given.q_t}, {&own.scale, &given.scale}})
+      EXPECT_EQ(std::memcmp(a->data_ptr(), b->data_ptr(), a->nbytes()), 0) << what << ": " << a->describe();
+    const ops::Fp8GroupedCodes big =
+        fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, x, slot_of, k, off, gradient, w, &doubled);
+    for (int64_t g = 0; g < E; ++g)
+      if (off.data<int32_t>()[g + 1] > off.data<int32_t>()[g])
+        EXPECT_EQ(big.scale.data<float>()[g], 2.0f * own.scale.data<float>()[g]) << what << ", expert " << g;
+  }
+  const Tensor short_amax = words(std::vector<uint32_t>(N - 1, 0));
+  EXPECT_THROW(fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, x, slot_of, k, off, false, nullptr, &short_amax),
+               Error);
+}
+
 // With the routing weights, ops::moe_permute_fp8_cast gives the rows moe_unpermute_backward writes
 // (d_out_e: each slot's weight times its token's dy) and their cast as a gradient, bit for bit; the
 // input and weight gradients given those codes in place of dy (undefined) equal the GEMMs reading
@@ -497,6 +534,57 @@ TEST(Fp8GroupedMoe, TheRoutedExpertsRunTheRecipe) {
   Tensor d_down = Tensor::zeros({E, C, F}, DType::F32);
   fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, d_down, d_out_e, s.act_e, s.e_offsets, /*accumulate=*/true);
   expect_same(down.grad, d_down, "down weight gradient");
+}
+
+// A MoE layer's gathered casts take the tokens' amaxes their writers measured: the norm's row amaxes
+// of h (MoeMlp::input_row_amax_slot, which the block hands to the norm) and those of dy the layer
+// above's norm backward offers (backward_combine's dy_row_amax). Doubled ones double x_e's and
+// d_out_e's scales, so the layer reads them rather than measuring.
+TEST(Fp8GroupedMoe, TheGatheredCastsTakeTheTokensAmaxesTheirWritersMeasured) {
+  constexpr int64_t C = 32, E = 4, F = 16, N = 64;
+  MoeShape shape;
+  shape.d_model = C;
+  shape.experts = E;
+  shape.top_k = shape.routing.top_k = 2;
+  shape.expert_ffn = F;
+  MoeMlp moe;
+  moe.init("model.layers.0.mlp", 0, shape, 0, 0.02f);
+  moe.set_fp8(Fp8Recipe::Tensorwise);
+  std::vector<Param*> params;
+  moe.collect(params);
+  Rng rng(31);
+  for (Param* p : params) {
+    p->value = random_tensor(rng, p->local_shape, 0.1);
+    p->grad = Tensor::zeros(p->local_shape, DType::F32);
+  }
+  MicroBatchContext ctx(Device::cpu(), DType::F32);
+  ctx.batch = 2;
+  ctx.seq_len = N / 2;
+  ctx.loss_grad_scale = 1.0f / N;
+  const Tensor h = random_tensor(rng, {N, C}), residual = random_tensor(rng, {N, C}), dy = random_tensor(rng, {N, C});
+  auto doubled_rows = [](const Tensor& t) {
+    Tensor out = Tensor::empty({t.dim(0)}, DType::U32);
+    const std::vector<uint32_t> rows = row_amax_of(t);
+    for (size_t r = 0; r < rows.size(); ++r)
+      static_cast<uint32_t*>(out.data_ptr())[r] = std::bit_cast<uint32_t>(2.0f * std::bit_cast<float>(rows[r]));
+    return out;
+  };
+  MoeMlp::State own, given;
+  moe.forward(ctx, own, h, residual);
+  Tensor* slot = moe.input_row_amax_slot(ctx, given, N);
+  ASSERT_NE(slot, nullptr) << "training under tensorwise without the exchange gathers x_e's codes";
+  ops::copy(*slot, doubled_rows(h));
+  moe.forward(ctx, given, h, residual);
+  moe.backward_combine(ctx, own, dy);
+  moe.backward_combine(ctx, given, dy, Tensor(), doubled_rows(dy));
+  moe.backward_experts(ctx, own);
+  moe.backward_experts(ctx, given);
+  for (int64_t g = 0; g < E; ++g) {
+    if (own.e_offsets.data<int32_t>()[g + 1] == own.e_offsets.data<int32_t>()[g]) continue;
+    EXPECT_EQ(given.x_codes.scale.data<float>()[g], 2.0f * own.x_codes.scale.data<float>()[g]) << "x_e, expert " << g;
+    EXPECT_EQ(given.d_out_codes.scale.data<float>()[g], 2.0f * own.d_out_codes.scale.data<float>()[g])
+        << "d_out_e, expert " << g;
+  }
 }
 
 }  // namespace

@@ -75,8 +75,6 @@ inline std::vector<double> to_doubles(const Tensor& t) {
   return v;
 }
 
-// ‖out − ref‖ / ‖ref‖ (plain ‖out − ref‖ when ref is 0); +inf if any element of out is not finite
-// or the sizes differ.
 // Each row's largest |value| of a host fp32 or bf16 tensor [..., C], as fp32 bits: ops.h's row_amax
 // (of a [1, n] view: the tensor's amax, as fp8_quantize measures it).
 inline std::vector<uint32_t> row_amax_of(const Tensor& t) {
@@ -89,6 +87,8 @@ inline std::vector<uint32_t> row_amax_of(const Tensor& t) {
   return out;
 }
 
+// ‖out − ref‖ / ‖ref‖ (plain ‖out − ref‖ when ref is 0); +inf if any element of out is not finite
+// or the sizes differ.
 inline double rel_error(const std::vector<double>& out, const std::vector<double>& ref) {
   if (out.size() != ref.size()) return std::numeric_limits<double>::infinity();
   double num = 0.0, den = 0.0;

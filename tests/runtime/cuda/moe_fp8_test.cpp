@@ -514,6 +514,15 @@ bool same_device_bytes(const Tensor& a, const Tensor& b) {
   return ha.nbytes() == hb.nbytes() && std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
 }
 
+// Each row's amax of a device tensor (test::row_amax_of of it downloaded), as a device U32 [rows]:
+// what a norm's row_amax writes, for moe_permute_fp8_cast's token_amax.
+Tensor device_row_amax(const Tensor& dev) {
+  const std::vector<uint32_t> v = test::row_amax_of(download_raw(dev));
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::U32);
+  std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(uint32_t));
+  return upload_raw(t);
+}
+
 // Codes and scales of two casts of one row tensor (offsets from 0 to R), bit for bit: the row codes,
 // the scales, and the transposed codes' columns up to the last expert's padded end (past it they are
 // not written).
@@ -629,7 +638,8 @@ TEST(GpuMoeGroupedFp8, GatheredCastSettingIsChecked) {
 }
 
 // moe_permute_fp8_cast writes what moe_permute and moe_grouped_fp8_cast of its rows write, bit for
-// bit, made each of its ways: the rows, the row and transposed codes, the scales. Ragged routing (5
+// bit, made each of its ways: the rows, the row and transposed codes, the scales; and given its
+// tokens' amaxes (token_amax, as the norm measures them) the same codes. Ragged routing (5
 // experts of 300 tokens × 3, 64 of 512 × 6), widths through the one-pass kernels (1536, 200 and 8:
 // whole 512-column blocks, a partial one, one vector a row) and through the two ops (52, 13: not
 // 8-column vectors), bf16 and fp32, E4M3 and E5M2.
@@ -652,7 +662,7 @@ TEST(GpuMoeGroupedFp8, PermuteWithItsCastIsThePermutationThenTheCast) {
         ops::Fp8GroupedCodes codes_ref;
         ops::moe_permute(rows_ref, g_x, g_slot_of, r.k);
         ops::moe_grouped_fp8_cast(codes_ref, rows_ref, cast, &g_off);
-        const Tensor h_ref = download_raw(rows_ref);
+        const Tensor h_ref = download_raw(rows_ref), token_amax = device_row_amax(g_x);
         for_each_gathered_cast(what, [&](const std::string& how) {
           Tensor rows = poisoned({r.N * r.k, d}, dt);
           ops::Fp8GroupedCodes codes;
@@ -664,6 +674,9 @@ TEST(GpuMoeGroupedFp8, PermuteWithItsCastIsThePermutationThenTheCast) {
           Tensor no_rows;
           ops::moe_permute_fp8_cast(no_rows, alone, g_x, g_slot_of, r.k, g_off, cast);
           expect_same_codes(alone, codes_ref, how + ", codes alone");
+          ops::Fp8GroupedCodes given;
+          ops::moe_permute_fp8_cast(no_rows, given, g_x, g_slot_of, r.k, g_off, cast, nullptr, &token_amax);
+          expect_same_codes(given, codes_ref, how + ", the tokens' amaxes given");
         });
       }
     }
@@ -792,9 +805,9 @@ TEST(GpuMoeGroupedFp8, CombinesGradientGatheredWithItsCastIsItsBackwardThenTheCa
         ops::moe_unpermute_backward(d_rows, dw, g_dy, g_rows_out, g_weights, g_row_of);
         ops::Fp8GroupedCodes ref;
         ops::moe_grouped_fp8_cast(ref, d_rows, kE5M2, &g_off);
-        const Tensor h_ref = download_raw(d_rows);
+        const Tensor h_ref = download_raw(d_rows), token_amax = device_row_amax(g_dy);
         for_each_gathered_cast(what, [&](const std::string& how) {
-          ops::Fp8GroupedCodes codes, alone;
+          ops::Fp8GroupedCodes codes, alone, given;
           Tensor rows = poisoned({r.N * r.k, d}, dt), no_rows;
           ops::moe_permute_fp8_cast(rows, codes, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights);
           ops::moe_permute_fp8_cast(no_rows, alone, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights);
@@ -802,6 +815,8 @@ TEST(GpuMoeGroupedFp8, CombinesGradientGatheredWithItsCastIsItsBackwardThenTheCa
           EXPECT_EQ(std::memcmp(h_rows.data_ptr(), h_ref.data_ptr(), h_ref.nbytes()), 0) << how << ": the rows";
           expect_same_codes(codes, ref, how);
           expect_same_codes(alone, ref, how + ", codes alone");
+          ops::moe_permute_fp8_cast(no_rows, given, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights, &token_amax);
+          expect_same_codes(given, ref, how + ", the tokens' amaxes given");
         });
         Tensor no_rows, dw_alone = Tensor::empty({r.N, r.k}, DType::F32, dev);
         ops::moe_unpermute_backward(no_rows, dw_alone, g_dy, g_rows_out, g_weights, g_row_of);
