@@ -109,11 +109,12 @@ enum class Fp8Promotion { Overlapped, Serial };
 Fp8Promotion grouped_gemm_fp8_promotion();
 void set_grouped_gemm_fp8_promotion(Fp8Promotion promotion);
 const char* grouped_gemm_fp8_promotion_name(Fp8Promotion promotion);
-// Blocks a cluster of the wgmma FP8 kernel: 2 (the default) pairs the blocks of two neighbouring m
-// tiles of one expert and n tile, which read the same B: each loads half of it from L2 and the copy
-// engine multicasts it to both (a quarter to a third fewer L2 bytes a FLOP); 1 runs each block alone.
+// Blocks a cluster of the wgmma FP8 kernel: 1 (the default) runs each block alone; 2 pairs the blocks
+// of two neighbouring m tiles of one expert and n tile, which read the same B: each loads half of it
+// from L2 and the copy engine multicasts it to both (a quarter to a third fewer L2 bytes a FLOP), but
+// on one H200 the pairs ran the 2B MoE's GEMMs 1.5-2.4x slower (docs/kernels.md, FP8 training v12).
 // A device that cannot hold such clusters runs them alone. Starts from TETRA_FP8_GROUPED_CLUSTER
-// (unset or "2", "1"; anything else fails at the first call); set_grouped_gemm_fp8_cluster overrides it.
+// (unset or "1", "2"; anything else fails at the first call); set_grouped_gemm_fp8_cluster overrides it.
 // The results are the same bits either way.
 int grouped_gemm_fp8_cluster();
 void set_grouped_gemm_fp8_cluster(int blocks);

@@ -7,11 +7,12 @@
 // (the 128-byte swizzle span) × 128 rows.
 //
 //   block: 384 threads, persistent (one per SM, never more than tiles), tiles of the shared list.
-//   cluster: by default two blocks (grouped_gemm_fp8_cluster) take the two 128-row halves of a
-//          256-row tile of one expert, which read the same B: each loads its A and half of B, and the
-//          copy engine multicasts each half into both blocks' stage (a third fewer L2 bytes a FLOP on
-//          the fast tile, a quarter on the promoted one). A stage is refilled once the consumers of
-//          both blocks have released it (their warps arrive on each block's empty barrier).
+//   cluster: alone by default; with grouped_gemm_fp8_cluster 2 (measured slower) two blocks take the
+//          two 128-row halves of a 256-row tile of one expert, which read the same B: each loads its
+//          A and half of B, and the copy engine multicasts each half into both blocks' stage (a third
+//          fewer L2 bytes a FLOP on the fast tile, a quarter on the promoted one). A stage is refilled
+//          once the consumers of both blocks have released it (their warps arrive on each block's
+//          empty barrier).
 //   tile:  two shapes (TileShape; which kinds take which: grouped_gemm_fp8_fast_accumulation).
 //          Promoted: 128 × 128 outputs, consumer c owns rows 64c … 64c + 63 (wgmma m64n128k32, 64 fp32
 //          accumulators a thread); 6 stages of 32 KB; each k-tile (128 codes of K, four k32 wgmmas)
@@ -629,7 +630,7 @@ struct Setting {
 Setting g_promotion{"TETRA_FP8_GROUPED_PROMOTE",
                     {{"overlap", static_cast<int>(Fp8Promotion::Overlapped)},
                      {"serial", static_cast<int>(Fp8Promotion::Serial)}}};
-Setting g_cluster{"TETRA_FP8_GROUPED_CLUSTER", {{"2", 2}, {"1", 1}}};
+Setting g_cluster{"TETRA_FP8_GROUPED_CLUSTER", {{"1", 1}, {"2", 2}}};
 }  // namespace
 
 Fp8Promotion grouped_gemm_fp8_promotion() { return static_cast<Fp8Promotion>(g_promotion.get()); }
