@@ -209,80 +209,46 @@ __global__ void __launch_bounds__(kRowThreads)
 }
 
 // One warp per token n: for each slot j, d_rows[row] = w[n, j]·dy[n] and d_w[n, j] = dy[n]·rows[row]
-// (lane-strided partial dot products over the row's vectors in order, then a butterfly: a fixed
-// order). d_rows may be null: d_weights alone. The token's dy is read and widened once for up to
-// kSlotsAtOnce slots, kHeld vectors a lane at a time (a segment of the row), and each slot's row
-// vectors of a segment are loaded together: reading dy again for every slot and widening it each
-// time, with the amax arithmetic of d_rows that are not written, made the weights-only call (the
-// FP8 backward's) issue-bound at ≈ 62% of its byte floor (132 µs a call at the 2B MoE's shape).
-constexpr int kHeld = 4;         // vectors of dy a lane holds: a segment is 32·kHeld vectors of a row
-constexpr int kSlotsAtOnce = 8;  // slots whose partial sums a lane keeps at once (DeepSeek-V3's top_k)
+// (lane-strided partial dot products, then a butterfly: a fixed order).
+// d_rows may be null: d_weights alone.
 template <int V, class TDR, class TDY, class TR>
-__global__ void __launch_bounds__(kRowThreads, 2)  // ≤ 128 registers: two blocks an SM (146 unbounded)
+__global__ void __launch_bounds__(kRowThreads)
     unpermute_backward_kernel(TDR* __restrict__ d_rows, float* __restrict__ d_w, const TDY* __restrict__ dy,
                               const TR* __restrict__ rows, const float* __restrict__ w,
                               const int32_t* __restrict__ row_of, int64_t N, int64_t k, int64_t d, int64_t R,
                               unsigned* d_rows_amax) {
   const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
   const int64_t per_row = d / V;
-  const bool amax = d_rows_amax != nullptr;
   for (int64_t n = static_cast<int64_t>(blockIdx.x) * warps + threadIdx.x / 32; n < N;
        n += static_cast<int64_t>(gridDim.x) * warps) {
-    const TDY* g_row = dy + n * d;
-    for (int64_t j0 = 0; j0 < k; j0 += kSlotsAtOnce) {
-      const int slots = static_cast<int>(k - j0 < kSlotsAtOnce ? k - j0 : kSlotsAtOnce);
-      int64_t row[kSlotsAtOnce];
-      float wj[kSlotsAtOnce], dot[kSlotsAtOnce];
-      unsigned m[kSlotsAtOnce];  // each row's amax bits as stored (d_rows_amax)
+    const TDY* g = dy + n * d;
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t r = row_of[n * k + j];
+      const bool valid = r >= 0 && r < R;
+      const float wj = w[n * k + j];
+      float dot = 0.0f;
+      unsigned m = 0;  // the row's amax bits as stored (d_rows_amax)
+      if (valid) {
+        for (int64_t chunk = lane; chunk < per_row; chunk += 32) {
+          float gv[V], rv[V], out[V];
+          load_vec<V>(g + chunk * V, gv);
+          load_vec<V>(rows + r * d + chunk * V, rv);
 #pragma unroll
-      for (int s = 0; s < kSlotsAtOnce; ++s) {
-        const int32_t r = s < slots ? row_of[n * k + j0 + s] : -1;
-        row[s] = r >= 0 && r < R ? r : -1;
-        wj[s] = s < slots ? w[n * k + j0 + s] : 0.0f;
-        dot[s] = 0.0f;
-        m[s] = 0;
-      }
-      for (int64_t seg = 0; seg < per_row; seg += 32 * kHeld) {
-        float g[kHeld][V];
-#pragma unroll
-        for (int h = 0; h < kHeld; ++h)
-          if (seg + lane + 32 * h < per_row) load_vec<V>(g_row + (seg + lane + 32 * h) * V, g[h]);
-#pragma unroll
-        for (int s = 0; s < kSlotsAtOnce; ++s) {
-          if (row[s] < 0) continue;
-          const TR* src = rows + row[s] * d;
-          float rv[kHeld][V];
-#pragma unroll
-          for (int h = 0; h < kHeld; ++h)
-            if (seg + lane + 32 * h < per_row) load_vec<V>(src + (seg + lane + 32 * h) * V, rv[h]);
-#pragma unroll
-          for (int h = 0; h < kHeld; ++h) {
-            const int64_t chunk = seg + lane + 32 * h;
-            if (chunk >= per_row) continue;
-#pragma unroll
-            for (int t = 0; t < V; ++t) dot[s] += g[h][t] * rv[h][t];
-            if (!d_rows) continue;
-            float out[V];
-#pragma unroll
-            for (int t = 0; t < V; ++t) {
-              out[t] = wj[s] * g[h][t];
-              if (amax) m[s] = max(m[s], stored_abs_bits<TDR>(out[t]));
-            }
-            store_vec<V>(d_rows + row[s] * d + chunk * V, out);
+          for (int t = 0; t < V; ++t) {
+            dot += gv[t] * rv[t];
+            out[t] = wj * gv[t];
+            m = max(m, stored_abs_bits<TDR>(out[t]));
           }
+          if (d_rows) store_vec<V>(d_rows + r * d + chunk * V, out);
         }
       }
-#pragma unroll
-      for (int s = 0; s < kSlotsAtOnce; ++s) {
-        if (s >= slots) break;
-        // The warp owns row[s]: a store, not an atomic (rows no slot maps to keep the zero).
-        if (amax && row[s] >= 0) {
-          const unsigned rm = __reduce_max_sync(0xffffffffu, m[s]);
-          if (lane == 0) d_rows_amax[row[s]] = rm;
-        }
-        const float total = warp_sum(dot[s]);
-        if (lane == 0) d_w[n * k + j0 + s] = row[s] >= 0 ? total : 0.0f;
+      // The warp owns row r: a store, not an atomic (rows no slot maps to keep the zero).
+      if (d_rows_amax && valid) {
+        m = __reduce_max_sync(0xffffffffu, m);
+        if (lane == 0) d_rows_amax[r] = m;
       }
+      dot = warp_sum(dot);
+      if (lane == 0) d_w[n * k + j] = valid ? dot : 0.0f;
     }
   }
 }
