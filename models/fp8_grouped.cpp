@@ -21,13 +21,14 @@ ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& 
 }
 
 ops::Fp8GroupedCodes permute_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& slot_of, int64_t top_k,
-                                  const Tensor& offsets, bool gradient, const Tensor* weights) {
+                                  const Tensor& offsets, bool gradient, const Tensor* weights,
+                                  const Tensor* token_amax) {
   TETRA_CHECK(casts_ahead(recipe), "fp8_grouped::permute_rows: the recipe casts in each GEMM");
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);
   ops::Fp8GroupedCodes codes;
   Tensor no_rows;
   ops::moe_permute_fp8_cast(no_rows, codes, x, slot_of, top_k, offsets, gradient ? casts.gradient : casts.activation,
-                            weights);
+                            weights, token_amax && token_amax->defined() ? token_amax : nullptr);
   return codes;
 }
 
@@ -42,8 +43,11 @@ ops::Fp8GroupedCodes step_weight(Fp8Recipe recipe, const Param& w, const Tensor&
   if (!casts_ahead(recipe) || !copy.enabled) return {};
   const ops::Fp8Cast cast = fp8_recipe_casts(recipe).weight;
   if (!copy.q.defined()) {
+    // Each expert's amax from the optimizer's update where it is of these weights.
+    const Param::Fp8UpdateAmax& updated = w.fp8_update_amax;
+    const bool given = updated.fresh && updated.bits.defined();
     ops::Fp8GroupedCodes codes;
-    ops::moe_grouped_fp8_cast(codes, w_view, cast, nullptr);
+    ops::moe_grouped_fp8_cast(codes, w_view, cast, nullptr, nullptr, given ? &updated.bits : nullptr);
     copy.q = codes.q, copy.q_t = codes.q_t, copy.scale = copy.scale_t = codes.scale;
   }
   TETRA_CHECK(copy.q.shape() == w_view.shape() && copy.q.dtype() == cast.format, w.name, ": its step copy ",

@@ -27,9 +27,11 @@ ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& 
 // written), cast per expert as cast_rows casts an activation (gradient false) or a gradient, in one
 // pass over x (ops::moe_permute_fp8_cast); only where casts_ahead(recipe). weights (fp32 [N, top_k],
 // may be null): each row scaled by its slot's weight, as moe_unpermute_backward writes d_rows from
-// dy = x.
+// dy = x. token_amax (may be null or undefined): x's rows' amaxes as the op that wrote x measured them
+// (the norm's row_amax; the cast then reads x once).
 ops::Fp8GroupedCodes permute_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& slot_of, int64_t top_k,
-                                  const Tensor& offsets, bool gradient = false, const Tensor* weights = nullptr);
+                                  const Tensor& offsets, bool gradient = false, const Tensor* weights = nullptr,
+                                  const Tensor* token_amax = nullptr);
 // Where the op writing x [rows, ·] leaves its rows' amaxes for cast_rows: `slot` made U32 [rows] on
 // `device` where the recipe casts ahead (else null, and the slot is left alone).
 Tensor* row_amax_slot(Fp8Recipe recipe, Tensor& slot, int64_t rows, Device device);

@@ -14,7 +14,10 @@ Fp8StepWeights::Fp8StepWeights(std::vector<Param*> params, bool zero3) {
 }
 
 Fp8StepWeights::~Fp8StepWeights() {
-  for (Param* p : params_) p->fp8_step = Param::Fp8StepCopy{};
+  for (Param* p : params_) {
+    p->fp8_step = Param::Fp8StepCopy{};
+    p->fp8_update_amax.fresh = false;  // the step's cast took it; the next update measures again
+  }
 }
 
 double fp8_step_weight_bytes(const std::vector<Param*>& params, bool zero3) {

@@ -13,7 +13,8 @@ namespace tetra {
 // Enables the step copies of `params`' FP8 weights (Param::fp8_weight, and Param::fp8_grouped
 // except under ZeRO-3, zero3 true, which gathers the experts' weights per use: a copy kept all step
 // would hold what the sharding frees) for its lifetime, and drops them when it ends: the optimizer
-// then changes the weights, and the memory goes back to the pool.
+// then changes the weights, and the memory goes back to the pool. The experts' amaxes of the last
+// update (Param::fp8_update_amax) are stale from then on: the next update measures them again.
 class Fp8StepWeights {
  public:
   explicit Fp8StepWeights(std::vector<Param*> params, bool zero3 = false);

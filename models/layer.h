@@ -33,12 +33,16 @@ enum class Recompute { None, Mlp, Full };
 // `amax` (U32 [1], where asked for: MicroBatchContext::stream_gradient) receives the largest |value|
 // of `rounded` as stored, for the tensorwise FP8 cast of the output gradient of a projection that
 // wrote into the stream (Linear::hand_fp8_amax), so that cast skips its own pass over it.
+// `row_amax` (U32 [rows], where asked for) receives each row's, for the routed experts' cast of a MoE
+// block's output gradient (ops::moe_permute_fp8_cast's token_amax).
 struct StreamGradient {
-  Tensor grad, rounded, amax;
+  Tensor grad, rounded, amax, row_amax;
   // The norm backward's second output (ops.h dx_rounded): null when there is nothing to round.
   Tensor* rounded_output() { return rounded.data_ptr() == grad.data_ptr() ? nullptr : &rounded; }
   // The norm backward's dx_amax output (ops.h): null when not asked for.
   Tensor* amax_output() { return amax.defined() ? &amax : nullptr; }
+  // The norm backward's dx_row_amax output (ops.h): null when not asked for.
+  Tensor* row_amax_output() { return row_amax.defined() ? &row_amax : nullptr; }
 };
 
 // What the producer of a residual-stream gradient hands to its consumer with it (see
@@ -48,9 +52,10 @@ struct GradCompanions {
   Tensor column_sum;  // fp32 [C] Σ_n grad[n, :], or undefined
   Tensor rounded;     // grad rounded to the activation dtype, or undefined (the dtypes agree)
   Tensor amax;        // U32 [1]: StreamGradient::amax (of rounded, or of grad when the dtypes agree), or undefined
+  Tensor row_amax;    // U32 [rows]: StreamGradient::row_amax, or undefined
   // What the norm backward that wrote `g` offers with it; column_sum may be undefined.
   static GradCompanions of(StreamGradient& g, Tensor column_sum = Tensor()) {
-    return {std::move(column_sum), g.rounded_output() ? g.rounded : Tensor(), g.amax};
+    return {std::move(column_sum), g.rounded_output() ? g.rounded : Tensor(), g.amax, g.row_amax};
   }
 };
 
@@ -136,8 +141,9 @@ class MicroBatchContext {
   // A new residual-stream tensor (residual_dtype()).
   Tensor residual(const Shape& shape) const { return Tensor::empty(shape, residual_dtype_, device_); }
   // A residual-stream gradient to be written, with its activation-dtype copy (one tensor when the
-  // dtypes agree) and, with `amax`, its amax output (StreamGradient::amax).
-  StreamGradient stream_gradient(const Shape& shape, bool amax = false) const;
+  // dtypes agree) and, with `amax`, its amax output (StreamGradient::amax); with `row_amax`, its rows'
+  // (StreamGradient::row_amax).
+  StreamGradient stream_gradient(const Shape& shape, bool amax = false, bool row_amax = false) const;
   // A stream gradient as the GEMMs read it: grad itself in the activation dtype, else `rounded`
   // (offered by its producer) or, when that is undefined, a copy rounded now.
   Tensor in_activation_dtype(const Tensor& grad, const Tensor& rounded) const;

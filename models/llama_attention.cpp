@@ -3,6 +3,7 @@
 #include <cmath>
 #include <functional>
 
+#include "models/fp8_grouped.h"
 #include "models/kv_cache.h"
 #include "runtime/ops.h"
 
@@ -93,9 +94,11 @@ Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const St
       /*accumulate=*/false, &s.qkv_fp8);
   // What the block below's GEMMs read, and (not in the first block: the embedding reads dx itself) the
   // amax its down_proj's FP8 cast takes — the blocks share o_proj's recipe and tensor parallelism.
-  StreamGradient dx = ctx.stream_gradient({R, C}, layer_ > 1 && takes_output_grad_amax());
+  // A MoE block below casts its routed experts' output gradient token by token: the rows' amaxes too.
+  const bool below_moe = layer_ > 1 && cfg_.moe_block(layer_ - 2) && fp8_grouped::casts_ahead(cfg_.fp8);
+  StreamGradient dx = ctx.stream_gradient({R, C}, layer_ > 1 && takes_output_grad_amax(), below_moe);
   input_norm_.backward_residual(dx.grad, d_h1, s.x, s.rstd1, /*dresidual=*/dx2.grad, dx.rounded_output(),
-                                dx.amax_output());
+                                dx.amax_output(), dx.row_amax_output());
   ctx.offer_grad(dx.grad, GradCompanions::of(dx));
   s.x = s.qkv = s.lse = s.rstd1 = s.q_in = s.k_in = s.q_rstd = s.k_rstd = Tensor();  // W needs att and h1_in
   return dx.grad;

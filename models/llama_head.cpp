@@ -1,5 +1,6 @@
 #include "models/llama_head.h"
 
+#include "models/fp8_grouped.h"
 #include "runtime/ops.h"
 
 namespace tetra {
@@ -53,8 +54,9 @@ Tensor LlamaHead::backward_input(MicroBatchContext& ctx, const Tensor&) {
   a.weights_done = proj_.backward_input(ctx, dhn, a.dlogits, a.hn_full);
   // The last block reads the gradient in the activation dtype, and its down_proj's tensorwise FP8
   // cast (plain at tp = 1, as the head is) the amax measured here.
-  StreamGradient dx = ctx.stream_gradient({R, C}, !proj_.tp && fp8_takes_measured_amax(cfg_.fp8, /*gradient=*/true));
-  norm_.backward(dx.grad, dhn, a.x, a.rstd, dx.rounded_output(), dx.amax_output());
+  StreamGradient dx = ctx.stream_gradient({R, C}, !proj_.tp && fp8_takes_measured_amax(cfg_.fp8, /*gradient=*/true),
+                                          cfg_.moe_block(cfg_.n_layers - 1) && fp8_grouped::casts_ahead(cfg_.fp8));
+  norm_.backward(dx.grad, dhn, a.x, a.rstd, dx.rounded_output(), dx.amax_output(), dx.row_amax_output());
   ctx.offer_grad(dx.grad, GradCompanions::of(dx));
   a.x = a.rstd = Tensor();
   return dx.grad;

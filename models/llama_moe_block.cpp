@@ -47,8 +47,10 @@ Tensor LlamaMoeBlock::run_forward_phase(MicroBatchContext& ctx, Saved& s, const 
       s.x2 = attention_.forward(ctx, s.att);
       s.h2 = ctx.activation({N, C});
       s.rstd2 = ctx.fp32({N});
-      // Under tensorwise FP8, the norm measures h2's amax for the shared experts' cast as it writes h2.
-      post_norm_.forward(s.h2, s.rstd2, s.x2, moe_.input_amax_slot(s.moe, ctx.device()));
+      // Under tensorwise FP8, the norm measures h2's amax for the shared experts' cast as it writes h2,
+      // and its rows' for the routed experts' gathered cast.
+      post_norm_.forward(s.h2, s.rstd2, s.x2, moe_.input_amax_slot(s.moe, ctx.device()),
+                         moe_.input_row_amax_slot(ctx, s.moe, N));
       moe_.forward_route(ctx, s.moe, s.h2, s.x2);
       return Tensor();
     }
@@ -99,8 +101,12 @@ Tensor LlamaMoeBlock::backward_phase(MicroBatchContext& ctx, const Tensor& dy, i
         s.moe.recomputing = true;
         for (int p = 0; p < forward_phases(); ++p) run_forward_phase(ctx, s, x, p);
       }
-      // dy's amax, where the layer above's norm backward measured it, for the shared experts' cast.
-      moe_.backward_combine(ctx, s.moe, dy, ctx.take_grad(dy).amax);
+      // dy's amax and its rows', where the layer above's norm backward measured them, for the shared
+      // and the routed experts' casts.
+      {
+        GradCompanions offered = ctx.take_grad(dy);
+        moe_.backward_combine(ctx, s.moe, dy, offered.amax, offered.row_amax);
+      }
       return Tensor();
     case 1: moe_.backward_experts(ctx, s.moe); return Tensor();
     case 2: {

@@ -167,20 +167,22 @@ struct RMSNorm {
 
   void init(const std::string& name, int64_t channels, float epsilon, int layer);
   void collect(std::vector<Param*>& out) { out.push_back(&weight); }
-  // y_amax (may be null): as LayerNorm::forward's.
-  void forward(Tensor& y, Tensor& rstd, const Tensor& x, Tensor* y_amax = nullptr) const {
-    ops::rmsnorm_forward(y, rstd, x, weight.value, eps, y_amax);
+  // y_amax (may be null): as LayerNorm::forward's; y_row_amax (may be null): each row's (ops.h).
+  void forward(Tensor& y, Tensor& rstd, const Tensor& x, Tensor* y_amax = nullptr, Tensor* y_row_amax = nullptr) const {
+    ops::rmsnorm_forward(y, rstd, x, weight.value, eps, y_amax, y_row_amax);
   }
   // dx = dresidual + the gradient through the norm (x also feeds the residual stream); the weight
   // gradient accumulates. dx_rounded (optional, dy's dtype): dx's values rounded to its dtype (ops.h).
-  // dx_amax (optional): as LayerNorm::backward's.
+  // dx_amax (optional): as LayerNorm::backward's; dx_row_amax (optional): each row's (ops.h).
   void backward_residual(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& dresidual,
-                         Tensor* dx_rounded = nullptr, Tensor* dx_amax = nullptr) {
-    ops::rmsnorm_backward(dx, weight.grad, dy, x, weight.value, rstd, false, &dresidual, dx_rounded, dx_amax);
+                         Tensor* dx_rounded = nullptr, Tensor* dx_amax = nullptr, Tensor* dx_row_amax = nullptr) {
+    ops::rmsnorm_backward(dx, weight.grad, dy, x, weight.value, rstd, false, &dresidual, dx_rounded, dx_amax,
+                          dx_row_amax);
   }
   void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& rstd, Tensor* dx_rounded = nullptr,
-                Tensor* dx_amax = nullptr) {
-    ops::rmsnorm_backward(dx, weight.grad, dy, x, weight.value, rstd, false, nullptr, dx_rounded, dx_amax);
+                Tensor* dx_amax = nullptr, Tensor* dx_row_amax = nullptr) {
+    ops::rmsnorm_backward(dx, weight.grad, dy, x, weight.value, rstd, false, nullptr, dx_rounded, dx_amax,
+                          dx_row_amax);
   }
 };
 

@@ -69,6 +69,8 @@ void MoeMlp::init(const std::string& prefix, int block, const MoeShape& shape, i
 void MoeMlp::set_fp8(Fp8Recipe recipe) {
   fp8_ = recipe;
   gate_up_.fp8_grouped = down_.fp8_grouped = fp8_grouped::casts_ahead(recipe);
+  gate_up_.fp8_group_rows = gate_up_.fp8_grouped ? 2 * shape_.expert_ffn : 0;
+  down_.fp8_group_rows = down_.fp8_grouped ? shape_.d_model : 0;
   if (!has_shared_) return;
   shared_gate_up_.set_fp8(recipe);
   shared_down_.set_fp8(recipe);
@@ -141,6 +143,12 @@ Tensor* MoeMlp::input_amax_slot(State& s, Device device) const {
                                    : nullptr;
 }
 
+Tensor* MoeMlp::input_row_amax_slot(const MicroBatchContext& ctx, State& s, int64_t N) const {
+  if (!permutes_with_cast(ctx)) return nullptr;
+  s.h_token_amax = Tensor::empty({N}, DType::U32, ctx.device());
+  return &s.h_token_amax;
+}
+
 void MoeMlp::run_shared(MicroBatchContext& ctx, State& s, bool down_follows) {
   const int64_t N = s.h.dim(0), Fs = shape_.shared_ffn;
   s.s_gu = ctx.activation({N, 2 * Fs});
@@ -171,7 +179,8 @@ void MoeMlp::run_experts(MicroBatchContext& ctx, State& s) {
   s.gu_e = ctx.activation({R, 2 * F});
   if (!s.x_codes.q.defined()) {  // the forward's were gathered in forward_experts; a recomputation's:
     s.x_codes = permutes_with_cast(ctx)
-                    ? fp8_grouped::permute_rows(fp8_, s.h, s.slot_of, shape_.top_k, s.e_offsets)
+                    ? fp8_grouped::permute_rows(fp8_, s.h, s.slot_of, shape_.top_k, s.e_offsets, false, nullptr,
+                                                &s.h_token_amax)
                     : cast_ahead(ctx, s.x_e, /*gradient=*/false, s.x_amax, s.e_offsets);
   }
   const Tensor w_gu = local_gate_up();
@@ -191,7 +200,9 @@ void MoeMlp::forward_experts(MicroBatchContext& ctx, State& s) {
     s.e_offsets = s.plan.offsets;
   } else {
     // x_e itself where this pass casts ahead: its codes alone, gathered from h (x_e stays undefined).
-    if (permutes_with_cast(ctx)) s.x_codes = fp8_grouped::permute_rows(fp8_, s.h, s.slot_of, shape_.top_k, s.offsets);
+    if (permutes_with_cast(ctx))
+      s.x_codes = fp8_grouped::permute_rows(fp8_, s.h, s.slot_of, shape_.top_k, s.offsets, false, nullptr,
+                                            &s.h_token_amax);
     s.x_e = s.rows;
     s.e_offsets = s.offsets;
   }
@@ -263,9 +274,11 @@ ops::Fp8GroupedCodes MoeMlp::cast_ahead(const MicroBatchContext& ctx, const Tens
 
 // ---- backward --------------------------------------------------------------------------------
 
-void MoeMlp::backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy, Tensor dy_amax) {
+void MoeMlp::backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy, Tensor dy_amax,
+                              Tensor dy_row_amax) {
   const int64_t N = s.h.dim(0), C = shape_.d_model, k = shape_.top_k, Fs = shape_.shared_ffn;
   s.d_y = dy;
+  s.dy_token_amax = std::move(dy_row_amax);
   // y = residual + shared + Σ_j w_j·rows_out[row_of[n, j]]
   s.d_weights = ctx.fp32({N, k});
   if (permutes_with_cast(ctx)) {
@@ -319,9 +332,10 @@ void MoeMlp::backward_experts(MicroBatchContext& ctx, State& s) {
   Tensor d_act = ctx.activation({R, F});
   // d_out_e's codes alone, gathered from dy times the routing weights where this pass permutes with
   // the cast (d_out_e stays undefined).
-  s.d_out_codes = permutes_with_cast(ctx) ? fp8_grouped::permute_rows(fp8_, s.d_y, s.slot_of, shape_.top_k, s.e_offsets,
-                                                                      /*gradient=*/true, &s.weights)
-                                          : cast_ahead(ctx, s.d_out_e, /*gradient=*/true, s.d_out_amax, s.e_offsets);
+  s.d_out_codes = permutes_with_cast(ctx)
+                      ? fp8_grouped::permute_rows(fp8_, s.d_y, s.slot_of, shape_.top_k, s.e_offsets,
+                                                  /*gradient=*/true, &s.weights, &s.dy_token_amax)
+                      : cast_ahead(ctx, s.d_out_e, /*gradient=*/true, s.d_out_amax, s.e_offsets);
   const Tensor w_down = local_down(), w_gu = local_gate_up();
   const ops::Fp8GroupedCodes down_codes = fp8_grouped::step_weight(fp8_, down_, w_down);
   fp8_grouped::backward_input(fp8_, d_act, s.d_out_e, w_down, s.e_offsets, &s.d_out_codes, &down_codes);

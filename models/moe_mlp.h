@@ -106,6 +106,10 @@ class MoeMlp {
     // and d_out_e themselves are never written (d_rows neither: the combine's backward makes the
     // weights' gradient alone).
     Tensor x_amax, act_amax, d_out_amax, d_gu_amax;
+    // ... and the tokens' amaxes (U32 [N]) for those two gathered casts: h's rows' as the norm before
+    // measured them, dy's as the layer above's norm backward did (GradCompanions::row_amax), each
+    // undefined where not measured (the gathered cast then measures them itself).
+    Tensor h_token_amax, dy_token_amax;
     // The shared experts' FP8 projections (models/fp8_linear.h): the transposes of h and s_act cast
     // in the forward where keep_fp8 (and of dy and d_s_gu in the input gradient) for W, and the
     // amaxes that the norm, SwiGLU and the layer above's norm backward measured for their casts.
@@ -118,6 +122,9 @@ class MoeMlp {
   // Where the post-attention norm leaves h's amax for the shared experts' tensorwise FP8 cast (null
   // where none is taken: no shared experts, a recipe that scales by groups, or s.keep_fp8 unset).
   Tensor* input_amax_slot(State& s, Device device) const;
+  // Where the post-attention norm leaves h's rows' amaxes (U32 [N]) for the routed experts' gathered
+  // cast (null where this pass does not permute with the cast).
+  Tensor* input_row_amax_slot(const MicroBatchContext& ctx, State& s, int64_t N) const;
   // 0: router, balance loss, permutation; issues the counts exchange. h and residual [N, d].
   void forward_route(MicroBatchContext& ctx, State& s, const Tensor& h, const Tensor& residual);
   // 1: the exchange plan; issues the dispatch; the shared experts run meanwhile.
@@ -132,8 +139,10 @@ class MoeMlp {
   // ---- backward of the input, in phases ----
   // 0: gradients of the combine and the shared experts; issues the combine's reverse exchange.
   // dy_amax (U32 [1] or undefined): dy's amax as the layer above's norm backward measured it, for the
-  // shared down projection's cast (GradCompanions::amax).
-  void backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy, Tensor dy_amax = Tensor());
+  // shared down projection's cast (GradCompanions::amax); dy_row_amax (U32 [N] or undefined) its rows'
+  // for the routed experts' gathered cast (GradCompanions::row_amax).
+  void backward_combine(MicroBatchContext& ctx, State& s, const Tensor& dy, Tensor dy_amax = Tensor(),
+                        Tensor dy_row_amax = Tensor());
   // 1: the routed experts' input gradient; issues the dispatch's reverse exchange.
   void backward_experts(MicroBatchContext& ctx, State& s);
   // 2: the gradient of h (s.d_h, also returned): permutation, router, shared experts together.

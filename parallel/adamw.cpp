@@ -22,6 +22,7 @@ AdamW::AdamW(ParamSet& params, const AdamWConfig& cfg) : params_(params), cfg_(c
               dtype_name(cfg.state_dtype), " (valid: fp32, bf16)");
   m_ = Tensor::zeros(values.shape(), cfg.state_dtype, values.device());
   v_ = Tensor::zeros(values.shape(), cfg.state_dtype, values.device());
+  amaxes_ = Fp8UpdateAmaxes(params.params(), values.device(), /*updates_whole=*/true);
 }
 
 void AdamW::step(float lr, float grad_scale) {
@@ -43,9 +44,11 @@ void AdamW::update(const ops::AdamWHyper& h, const Tensor* control) {
     s.v = v_.slice_flat(p->offset, {p->numel()});
     if (separate_master_) s.working = p->value.flatten();
     s.weight_decay = p->weight_decay ? cfg_.weight_decay : 0.0f;
-    segments.push_back(std::move(s));
+    amaxes_.append(segments, std::move(s), *p);
   }
+  amaxes_.begin();
   ops::adamw_update_multi(segments, h, control);
+  amaxes_.end();
 }
 
 }  // namespace tetra

@@ -7,6 +7,7 @@
 // from the ParamSet's fp32 initial values (ParamSet::set_initial_values) where it holds them, and
 // writes the rounded result back to the working copy in the same pass.
 #pragma once
+#include "parallel/fp8_update_amax.h"
 #include "parallel/param_set.h"
 #include "runtime/communicator.h"
 #include "runtime/ops.h"
@@ -42,6 +43,9 @@ class AdamW {
   Tensor& exp_avg_sq() { return v_; }
   bool has_separate_master() const { return separate_master_; }
   const AdamWConfig& config() const { return cfg_; }
+  // The weights were written other than by an update (a checkpoint loaded): the experts' amaxes of
+  // the last update are not theirs (parallel/fp8_update_amax.h).
+  void weights_replaced() { amaxes_.stale(); }
 
  private:
   void update(const ops::AdamWHyper& h, const Tensor* control);
@@ -50,6 +54,7 @@ class AdamW {
   Tensor master_, m_, v_;
   bool separate_master_ = false;
   int64_t step_ = 0;
+  Fp8UpdateAmaxes amaxes_;  // every parameter's update covers its whole value
 };
 
 }  // namespace tetra

@@ -109,6 +109,20 @@ struct Param {
   // [experts·O, I]: cast per expert, once a step, into Fp8StepCopy (q [G, O, I], q_t [G, I, O], scale
   // and scale_t the same fp32 [G]; ops::moe_grouped_fp8_cast) where not ZeRO-3 (Fp8StepWeights).
   bool fp8_grouped = false;
+  // With fp8_grouped: the rows O of each expert's [O, I] in `value` [G·O, I]; G follows from the
+  // local shape, which expert parallelism narrows after the layer has set this.
+  int64_t fp8_group_rows = 0;
+  int64_t fp8_groups() const { return fp8_group_rows > 0 ? local_shape[0] / fp8_group_rows : 0; }
+  // With fp8_grouped: each expert's amax of `value` as the optimizer's last update measured it while
+  // writing it (bits U32 [fp8_groups()], the bits of max |w[g]|; parallel/fp8_update_amax.h), so that
+  // the step's cast reads the weights once. fresh: that update is the last write of `value` (set after
+  // it; cleared when a training step ends, Fp8StepWeights, and when a checkpoint is loaded); the cast
+  // takes the amaxes only then. bits stays undefined where the optimizer updates only shards.
+  struct Fp8UpdateAmax {
+    Tensor bits;
+    bool fresh = false;
+  };
+  mutable Fp8UpdateAmax fp8_update_amax;
   // Within a training step (models/fp8_step_weights.h enables it around the step's forward and
   // backward), the FP8 cast of `value` with its transposed copy, made at the step's first FP8 GEMM
   // of the weight and read by every later one (later micro-batches, recompute, the input gradients'

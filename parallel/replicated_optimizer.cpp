@@ -85,6 +85,7 @@ std::vector<StatePiece> ReplicatedOptimizer::pieces_to_load() { return all_piece
 
 void ReplicatedOptimizer::after_load() {
   if (adamw_.has_separate_master()) ops::copy(params_.flat_values(), adamw_.master());
+  adamw_.weights_replaced();
 }
 
 StateMemory ReplicatedOptimizer::memory() const {

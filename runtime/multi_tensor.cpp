@@ -1,6 +1,7 @@
 // Device dispatch of the multi-tensor ops (runtime/multi_tensor.h).
 #include "runtime/multi_tensor.h"
 
+#include "runtime/fp8_cast_shape.h"
 #include "runtime/op_table.h"
 #include "runtime/trace.h"
 
@@ -10,8 +11,11 @@ void adamw_update_multi(const std::vector<AdamWSegment>& segments, const AdamWHy
   TraceScope trace("adamw_update_multi", "op");
   if (segments.empty()) return;
   const Device dev = segments.front().master.device();
-  for (const AdamWSegment& s : segments)
-    check_same_device("adamw_update_multi", {&segments.front().master, &s.master, &s.grad, &s.m, &s.v, &s.working});
+  for (const AdamWSegment& s : segments) {
+    check_same_device("adamw_update_multi",
+                      {&segments.front().master, &s.master, &s.grad, &s.m, &s.v, &s.working, &s.amax});
+    if (s.amax.defined()) fp8_check_amax_out("adamw_update_multi", s.amax);
+  }
   if (control) {
     check_same_device("adamw_update_multi", {&segments.front().master, control});
     check_dtype("adamw_update_multi", "control", *control, DType::F64);

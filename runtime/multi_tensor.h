@@ -15,6 +15,11 @@ struct AdamWSegment {
   Tensor m, v;               // moments, master's numel: both fp32 or both bf16 (runtime/ops.h adamw_update)
   Tensor working;            // optional (undefined: none): fp32 or bf16 copy that receives the new weights
   float weight_decay = 0.0f; // this segment's decay; replaces AdamWHyper::weight_decay
+  // optional (undefined: none), U32 [1]: max-ed with the bits of the largest new |value| as the model
+  // reads it (working as stored where given, else master; a NaN's bits win), as fp8_quantize measures
+  // a tensorwise amax: a cast of the new weights can take it instead of reading them for it. The
+  // caller zeroes it first; a step the control skips max-es in the unchanged values' amax.
+  Tensor amax;
 };
 
 // adamw_update on every segment with the shared hyper-parameters h (h.weight_decay is ignored: each

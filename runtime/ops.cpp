@@ -112,17 +112,21 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
   TETRA_DISPATCH(dx.device(), layernorm_backward, dx, dw, db, dy, x, w, mean, rstd, accumulate_dx, dresidual,
                  dx_column_sum, dx_rounded, dx_amax);
 }
-void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps, Tensor* amax) {
-  check_same_device("rmsnorm_forward", {&y, &rstd, &x, &w, amax});
+void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps, Tensor* amax,
+                     Tensor* row_amax) {
+  check_same_device("rmsnorm_forward", {&y, &rstd, &x, &w, amax, row_amax});
   if (amax) fp8_check_amax_out("rmsnorm_forward", *amax);
-  TETRA_DISPATCH(y.device(), rmsnorm_forward, y, rstd, x, w, eps, amax);
+  if (row_amax) fp8_check_row_amax("rmsnorm_forward", *row_amax, rows_of(x));
+  TETRA_DISPATCH(y.device(), rmsnorm_forward, y, rstd, x, w, eps, amax, row_amax);
 }
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded, Tensor* dx_amax) {
-  check_same_device("rmsnorm_backward", {&dx, &dw, &dy, &x, &w, &rstd, dresidual, dx_rounded, dx_amax});
+                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded, Tensor* dx_amax,
+                      Tensor* dx_row_amax) {
+  check_same_device("rmsnorm_backward", {&dx, &dw, &dy, &x, &w, &rstd, dresidual, dx_rounded, dx_amax, dx_row_amax});
   if (dx_amax) fp8_check_amax_out("rmsnorm_backward", *dx_amax);
+  if (dx_row_amax) fp8_check_row_amax("rmsnorm_backward", *dx_row_amax, rows_of(x));
   TETRA_DISPATCH(dx.device(), rmsnorm_backward, dx, dw, dy, x, w, rstd, accumulate_dx, dresidual, dx_rounded,
-                 dx_amax);
+                 dx_amax, dx_row_amax);
 }
 void rope_forward(Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, const Rope& rope, int64_t position) {
   TETRA_CHECK(position >= 0, "rope_forward: position ", position, " < 0");
@@ -382,9 +386,9 @@ void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_ca
                  dy_codes, x_codes);
 }
 void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, const Tensor* offsets,
-                          const Tensor* row_amax) {
+                          const Tensor* row_amax, const Tensor* expert_amax) {
   const char* op = "moe_grouped_fp8_cast";
-  check_same_device(op, {&x, offsets, row_amax});
+  check_same_device(op, {&x, offsets, row_amax, expert_amax});
   if (cast.scaling != Fp8Scaling::Tensorwise)
     TETRA_FAIL(Internal, op, ": only Tensorwise casts are cast ahead (group-scaled ones cast in their GEMMs)");
   if (cast.format != DType::F8E4M3 && cast.format != DType::F8E5M2)
@@ -396,12 +400,18 @@ void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, c
     TETRA_FAIL(Internal, op, ": offsets are ", offsets->describe(), ", not int32 [G + 1]");
   if (row_amax && !offsets) TETRA_FAIL(Internal, op, ": row_amax is for row tensors (with offsets), not weights");
   if (row_amax) fp8_check_row_amax(op, *row_amax, x.dim(0));
-  TETRA_DISPATCH(x.device(), moe_grouped_fp8_cast, out, x, cast, offsets, row_amax);
+  if (expert_amax && offsets)
+    TETRA_FAIL(Internal, op, ": expert_amax is for the weights [G, O, I], not row tensors (their row_amax)");
+  if (expert_amax) {  // one amax per expert, the bits
+    check_dtype(op, "expert_amax", *expert_amax, DType::U32);
+    check_shape(op, "expert_amax", *expert_amax, {x.dim(0)});
+  }
+  TETRA_DISPATCH(x.device(), moe_grouped_fp8_cast, out, x, cast, offsets, row_amax, expert_amax);
 }
 void moe_permute_fp8_cast(Tensor& rows, Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of, int64_t top_k,
-                          const Tensor& offsets, Fp8Cast cast, const Tensor* weights) {
+                          const Tensor& offsets, Fp8Cast cast, const Tensor* weights, const Tensor* token_amax) {
   const char* op = "moe_permute_fp8_cast";
-  check_same_device(op, {&rows, &x, &slot_of, &offsets, weights});
+  check_same_device(op, {&rows, &x, &slot_of, &offsets, weights, token_amax});
   if (rows.defined()) {
     check_moe_permute(op, rows, x, slot_of, top_k);
   } else if (x.ndim() != 2 || slot_of.dtype() != DType::I32 || slot_of.ndim() != 1 || top_k < 1) {
@@ -420,7 +430,11 @@ void moe_permute_fp8_cast(Tensor& rows, Fp8GroupedCodes& out, const Tensor& x, c
     check_dtype(op, "weights", *weights, DType::F32);
     check_shape(op, "weights", *weights, {x.dim(0), top_k});
   }
-  TETRA_DISPATCH(x.device(), moe_permute_fp8_cast, rows, out, x, slot_of, top_k, offsets, cast, weights);
+  if (token_amax) {  // one amax per row of x, the bits
+    check_dtype(op, "token_amax", *token_amax, DType::U32);
+    check_shape(op, "token_amax", *token_amax, {x.dim(0)});
+  }
+  TETRA_DISPATCH(x.device(), moe_permute_fp8_cast, rows, out, x, slot_of, top_k, offsets, cast, weights, token_amax);
 }
 
 void fp8_slice_amax(Tensor& amax, const Tensor& x, int64_t begin, int64_t rows, int64_t cols, Fp8Scaling scaling) {

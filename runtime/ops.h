@@ -97,15 +97,19 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
                         Tensor* dx_rounded = nullptr, Tensor* dx_amax = nullptr);
 
 // RMSNorm (Hugging Face LlamaRMSNorm): y[N, C] = x · rstd · w, rstd[N] fp32 = 1/√(mean_c(x²) + eps).
-// y may alias x. amax as in layernorm_forward.
-void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps, Tensor* amax = nullptr);
+// y may alias x. amax as in layernorm_forward. row_amax (optional, U32 [N]): each row's largest |y|
+// as stored, as swiglu_forward's row_amax (the routed experts' cast of y then takes them:
+// moe_permute_fp8_cast's token_amax).
+void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps, Tensor* amax = nullptr,
+                     Tensor* row_amax = nullptr);
 // dx[N, C] (+)= the gradient through the norm; dw[C] += Σ_n dy·x·rstd (always accumulates).
 // With dresidual [N, C] (dx's dtype; accumulate_dx false): dx = dresidual + (gradient through the
 // norm), for a pre-norm residual stream; dx may alias dresidual or dy. dx_rounded and dx_amax as in
-// layernorm_backward. Same contract as layernorm_backward.
+// layernorm_backward. dx_row_amax (optional, U32 [N]): each row's largest |value| of what dx_amax
+// measures, as rmsnorm_forward's row_amax. Same contract as layernorm_backward.
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                       bool accumulate_dx = false, const Tensor* dresidual = nullptr, Tensor* dx_rounded = nullptr,
-                      Tensor* dx_amax = nullptr);
+                      Tensor* dx_amax = nullptr, Tensor* dx_row_amax = nullptr);
 
 // ---------- rotary position embedding ----------
 // In place on the q and k heads of a fused qkv [B, T, (H + 2·Hkv)·D] (per token: q heads, then k
@@ -454,9 +458,11 @@ int64_t moe_grouped_fp8_padded_rows(int64_t R, int64_t G);
 // both layouts (runtime/cuda/moe_grouped_fp8_cast.h), from the device offsets (no host sync).
 // row_amax (optional, row tensors only; U32 [R] on x's device): each row's amax as the op that wrote
 // x measured it (swiglu_forward's row_amax): each expert's amax is then the largest over its rows,
-// and x is read once, by the codes' pass.
+// and x is read once, by the codes' pass. expert_amax (optional, weights only; U32 [G]): each
+// expert's amax as the writer of the weights measured it (the optimizer's update: AdamWSegment::amax),
+// taken as it is, and the weights are read once.
 void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, const Tensor* offsets,
-                          const Tensor* row_amax = nullptr);
+                          const Tensor* row_amax = nullptr, const Tensor* expert_amax = nullptr);
 // moe_permute and moe_grouped_fp8_cast of its rows in one pass over x (Tensorwise): rows[r, :] =
 // x[slot_of[r] / top_k, :] as moe_permute writes them (rows [R, C] of x's dtype, x [N, C], slot_of
 // int32 [R]; rows outside every expert are not written), and out = moe_grouped_fp8_cast(out, rows,
@@ -471,8 +477,12 @@ void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, c
 // moe_unpermute_backward writes from dy = x — and the codes those rows' cast makes, bit for bit. Each
 // expert's amax then comes from the tokens' amaxes times |weight|, rounded as the rows are: the same
 // value, as rounding and multiplying by a fixed |w| keep the order of magnitudes.
+// token_amax (optional, U32 [N]): x's rows' amaxes as the op that wrote x measured them
+// (rmsnorm_forward's row_amax, rmsnorm_backward's dx_row_amax), taken as they are: x is then read
+// once, by the pass that writes the codes.
 void moe_permute_fp8_cast(Tensor& rows, Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of, int64_t top_k,
-                          const Tensor& offsets, Fp8Cast cast, const Tensor* weights = nullptr);
+                          const Tensor& offsets, Fp8Cast cast, const Tensor* weights = nullptr,
+                          const Tensor* token_amax = nullptr);
 // The cast of a weight w[rows, cols] that no rank holds whole (ZeRO-3's FP8 gather,
 // parallel/zero/fp8_gather.h): each rank casts its flat slice of w with the scales of all of w.
 // x: the slice (fp32 or bf16), w's elements [begin, begin + x.numel()) in row-major order.

@@ -57,6 +57,7 @@ ZeroOptimizer::ZeroOptimizer(ParamSet& params, Communicator& dp, CommScheduler& 
       ops::copy(w, src);
     }
   }
+  amaxes_ = Fp8UpdateAmaxes(params.params(), dev, /*updates_whole=*/whole);
   segments_.assign(layout.units().size(), {});
   for (const ShardSegment& s : layout.segments(rank_)) segments_[static_cast<size_t>(s.unit)].push_back(s);
 
@@ -196,6 +197,7 @@ void ZeroOptimizer::step(const Tensor& control) { update(options_.adamw.hyper(0.
 void ZeroOptimizer::update(const ops::AdamWHyper& h, const Tensor* control) {
   const ZeroLayout& layout = params_.layout();
   std::vector<CommScheduler::Ticket> tickets;
+  amaxes_.begin();
   for (size_t u = 0; u < segments_.size(); ++u) {
     // One multi-tensor update per unit (a few launches), so the unit's gather can start after it.
     std::vector<ops::AdamWSegment> segs;
@@ -209,7 +211,7 @@ void ZeroOptimizer::update(const ops::AdamWHyper& h, const Tensor* control) {
       seg.v = exp_avg_sq_.slice_flat(s.shard_offset, {s.numel()});
       if (separate_master_) seg.working = weight_shard_.slice_flat(s.shard_offset, {s.numel()});
       seg.weight_decay = p->weight_decay ? options_.adamw.weight_decay : 0.0f;
-      segs.push_back(std::move(seg));
+      amaxes_.append(segs, std::move(seg), *p);
     }
     if (!segs.empty()) ops::adamw_update_multi(segs, h, control);
     // Stages 1–2: the first layer's new weights travel while the other units update (units are
@@ -218,6 +220,7 @@ void ZeroOptimizer::update(const ops::AdamWHyper& h, const Tensor* control) {
       if (auto t = issue_weight_gather(static_cast<int>(u))) tickets.push_back(*t);
   }
   for (CommScheduler::Ticket& t : tickets) scheduler_.wait(t);
+  amaxes_.end();
   if (gather_) gather_->weights_changed();
 }
 
@@ -257,6 +260,7 @@ std::vector<StatePiece> ZeroOptimizer::pieces_to_load() { return shard_pieces(/*
 
 void ZeroOptimizer::after_load() {
   if (separate_master_) ops::copy(weight_shard_, master_);
+  amaxes_.stale();
   if (stage_ < 3) {
     std::vector<CommScheduler::Ticket> tickets;
     for (size_t u = 0; u < segments_.size(); ++u)

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "parallel/distributed_optimizer.h"
+#include "parallel/fp8_update_amax.h"
 #include "parallel/zero/grad_reducer.h"
 #include "parallel/zero/param_gather.h"
 
@@ -91,6 +92,8 @@ class ZeroOptimizer : public DistributedOptimizer {
   std::vector<std::vector<ShardSegment>> segments_;  // per unit: this rank's parameter pieces
   std::unique_ptr<ZeroGradReducer> reducer_;
   std::unique_ptr<ZeroParamGather> gather_;  // stage 3
+  // The experts' amaxes measured by the update where the shard is the working weights themselves.
+  Fp8UpdateAmaxes amaxes_;
   // Stages 1–2: per unit, the all-gather this step's forward waits for (issued by begin_step).
   std::vector<std::optional<CommScheduler::Ticket>> weight_gathers_;
   int first_layer_ = 0;  // the smallest layer index of any unit

@@ -11,6 +11,8 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <vector>
 
 #include "runtime/cpu/cpu_ops.h"
@@ -192,7 +194,7 @@ bool coded_weight(const ops::Fp8GroupedCodes* c, int64_t g, int64_t O, int64_t I
 static_assert(fp8_padded_expert_rows(1) == ops::kFp8Block, "an expert's padded rows are whole FP8 blocks");
 
 void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Cast cast, const Tensor* offsets,
-                          const Tensor* row_amax) {
+                          const Tensor* row_amax, const Tensor* expert_amax) {
   const bool rows = offsets != nullptr;
   const int64_t G = rows ? offsets->numel() - 1 : x.dim(0);
   const int64_t R = rows ? x.dim(0) : 0, cols = rows ? x.dim(1) : x.dim(2), O = rows ? 0 : x.dim(1);
@@ -219,9 +221,11 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
       continue;
     }
     ExpertCast t;
-    const Tensor given = row_amax ? rows_amax(*row_amax, first, m) : Tensor();
+    const Tensor given = row_amax      ? rows_amax(*row_amax, first, m)
+                         : expert_amax ? expert_amax->slice_flat(g, {1})
+                                       : Tensor();
     const ExpertCast e = cast_expert(rows ? x.narrow(first, m) : expert_weight(x, g, O, cols), cast, &t,
-                                     row_amax ? &given : nullptr);
+                                     given.defined() ? &given : nullptr);
     out.scale.data<float>()[g] = e.scale.data<float>()[0];
     std::copy_n(static_cast<const uint8_t*>(e.q.data_ptr()), m * cols, q + first * cols);
     const auto* tq = static_cast<const uint8_t*>(t.q.data_ptr());  // [cols, m]
@@ -231,19 +235,33 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
 }
 
 void moe_permute_fp8_cast(Tensor& rows, ops::Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of,
-                          int64_t top_k, const Tensor& offsets, ops::Fp8Cast cast, const Tensor* weights) {
+                          int64_t top_k, const Tensor& offsets, ops::Fp8Cast cast, const Tensor* weights,
+                          const Tensor* token_amax) {
   const int64_t R = slot_of.numel(), C = x.dim(1);
   Tensor gathered = rows.defined() ? rows : Tensor::empty({R, C}, x.dtype(), Device::cpu());
   Tensor row_amax = Tensor::empty({R}, DType::U32, Device::cpu());
   cpu::moe_permute(gathered, x, slot_of, top_k, &row_amax);
-  if (weights) {  // moe_unpermute_backward's d_rows: w · dy in fp32 (the CPU's dtype); the cast measures them
-    const int32_t* slot = slot_of.data<int32_t>();
+  const int32_t* slot = slot_of.data<int32_t>();
+  if (weights) {  // moe_unpermute_backward's d_rows: w · dy in fp32 (the CPU's dtype)
     const float* w = weights->data<float>();
     float* g = gathered.data<float>();
     for (int64_t r = 0; r < R; ++r)
       for (int64_t c = 0; c < C; ++c) g[r * C + c] = w[slot[r]] * g[r * C + c];
   }
-  cpu::moe_grouped_fp8_cast(out, gathered, cast, &offsets, weights ? nullptr : &row_amax);
+  // Each row's amax: its token's as given (times |w|: the largest |w·x| of the row, as the product
+  // by a fixed |w| keeps the order), else as measured — the permutation's, or the weighted rows' by
+  // the cast itself.
+  const bool rows_measured = !weights || token_amax;
+  if (token_amax) {
+    const auto* t = static_cast<const uint32_t*>(token_amax->data_ptr());
+    auto* a = static_cast<uint32_t*>(row_amax.data_ptr());
+    for (int64_t r = 0; r < R; ++r) {
+      if (slot[r] < 0) continue;  // a row of no slot: the permutation's measure (of the zeros it wrote)
+      const float w = weights ? std::fabs(weights->data<float>()[slot[r]]) : 1.0f;
+      a[r] = std::bit_cast<uint32_t>(std::bit_cast<float>(t[slot[r] / top_k]) * w);
+    }
+  }
+  cpu::moe_grouped_fp8_cast(out, gathered, cast, &offsets, rows_measured ? &row_amax : nullptr, nullptr);
 }
 
 void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, ops::Fp8Cast x_cast, const Tensor& w, ops::Fp8Cast w_cast,

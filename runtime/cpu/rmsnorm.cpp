@@ -27,7 +27,8 @@ int64_t check_weight(const char* op, const Tensor& w) {
 
 }  // namespace
 
-void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps, Tensor* amax) {
+void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps, Tensor* amax,
+                     Tensor* row_amax) {
   const char* op = "rmsnorm_forward";
   const int64_t C = check_weight(op, w);
   check_dtype(op, "x", x, DType::F32);
@@ -52,10 +53,12 @@ void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, 
     prstd[n] = r;
   }
   if (amax) fp8_amax(*amax, y);  // ops.h's amax output: the cast's own measure of y as stored
+  if (row_amax) fp8_row_amax(*row_amax, y);
 }
 
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded, Tensor* dx_amax) {
+                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded, Tensor* dx_amax,
+                      Tensor* dx_row_amax) {
   const char* op = "rmsnorm_backward";
   const int64_t C = check_weight(op, w);
   check_dtype(op, "x", x, DType::F32);
@@ -117,6 +120,7 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
   for (int64_t c = 0; c < C; ++c) pdw[c] = static_cast<float>(pdw[c] + dw_sum[static_cast<size_t>(c)]);
   // ops.h's dx_amax: the cast's own measure of the copy the projections' GEMMs read.
   if (dx_amax) fp8_amax(*dx_amax, with_rounded ? *dx_rounded : dx);
+  if (dx_row_amax) fp8_row_amax(*dx_row_amax, with_rounded ? *dx_rounded : dx);
 }
 
 }  // namespace tetra::cpu

@@ -13,6 +13,8 @@
 // ≥ 12.1 allows 32 KB), so nothing is copied to the device per step. Each block updates one chunk
 // of kChunk elements of one segment, found by binary search over the segments' first blocks.
 // Segments whose pointers are aligned (fp32 16 bytes, bf16 8 bytes) move 4 elements per access.
+// A segment with an amax word max-es into it the bits of its largest new |value| as the model reads
+// it (the working copy as stored, else the master): one atomicMax per block (block_amax_to).
 #include <algorithm>
 #include <cmath>
 
@@ -37,6 +39,7 @@ struct SegmentArgs {
   void* m;           // fp32 or bf16 (state_bf16), like v
   void* v;
   void* working;     // null, fp32 or bf16 (working_kind)
+  unsigned* amax;    // null, or the word max-ed with the bits of the largest new |value| read
   int64_t numel;
   float decay;       // 1 - lr·weight_decay (host-given lr)
   float weight_decay;  // for the decay from a device control's lr
@@ -100,7 +103,13 @@ __device__ __forceinline__ void store1(void* p, bool bf16_data, int64_t i, float
   else static_cast<float*>(p)[i] = x;
 }
 
-__device__ __forceinline__ void update_one(const SegmentArgs& s, int64_t i, const HyperArgs& h) {
+// The bits of |p| as the model reads p: rounded to bf16 where the working copy is bf16.
+__device__ __forceinline__ unsigned read_abs_bits(const SegmentArgs& s, float p) {
+  return s.working_kind == kWorkBF16 ? stored_abs_bits<bf16>(p) : abs_bits(p);
+}
+
+// Updates element i; returns the bits of its new |value| as read (read_abs_bits).
+__device__ __forceinline__ unsigned update_one(const SegmentArgs& s, int64_t i, const HyperArgs& h) {
   const float g = load1(s.grad, s.grad_bf16, i);
   float m = load1(s.m, s.state_bf16, i), v = load1(s.v, s.state_bf16, i);
   const float p = adamw_element(s.master[i], m, v, g, s.decay, h);
@@ -108,10 +117,22 @@ __device__ __forceinline__ void update_one(const SegmentArgs& s, int64_t i, cons
   store1(s.m, s.state_bf16, i, m);
   store1(s.v, s.state_bf16, i, v);
   if (s.working_kind != kWorkNone) store1(s.working, s.working_kind == kWorkBF16, i, p);
+  return read_abs_bits(s, p);
+}
+
+// A step the control skips leaves the weights as they are; a segment with an amax word still gets
+// their amax, so that what it holds after the optimizer is always of the values the model reads.
+__device__ void amax_unchanged(const SegmentArgs& s, int64_t start, int64_t len) {
+  unsigned m = 0;
+  for (int64_t k = threadIdx.x; k < len; k += blockDim.x)
+    m = max(m, s.working_kind == kWorkNone ? abs_bits(s.master[start + k])
+                                           : abs_bits(load1(s.working, s.working_kind == kWorkBF16, start + k)));
+  block_amax_to(s.amax, m);
 }
 
 // control (may be null): fp64 [kStepControlSlots] (runtime/step_control.h); when given, the step's
-// lr, bias corrections and clipping scale are read from it, and a skipped step changes nothing.
+// lr, bias corrections and clipping scale are read from it, and a skipped step changes no weight or
+// moment (the amax words still get the unchanged weights' amax).
 __global__ void __launch_bounds__(kThreads) adamw_multi_kernel(const __grid_constant__ BatchArgs batch,
                                                                const HyperArgs hyper, const double* control) {
   HyperArgs h = hyper;
@@ -124,17 +145,21 @@ __global__ void __launch_bounds__(kThreads) adamw_multi_kernel(const __grid_cons
     else hi = mid - 1;
   }
   SegmentArgs s = batch.seg[lo];
+  const int64_t start = static_cast<int64_t>(b - batch.first_block[lo]) * kChunk;
+  const int64_t len = std::min<int64_t>(kChunk, s.numel - start);
   if (control) {
-    if (control[kCtlSkipped] != 0.0) return;
+    if (control[kCtlSkipped] != 0.0) {
+      if (s.amax) amax_unchanged(s, start, len);
+      return;
+    }
     h.step_size = static_cast<float>(control[kCtlStepSize]);
     h.inv_bc2_sqrt = static_cast<float>(control[kCtlInvBc2Sqrt]);
     h.grad_scale = static_cast<float>(control[kCtlGradScale]);
     const float lr = static_cast<float>(control[kCtlLr]);
     s.decay = static_cast<float>(1.0 - static_cast<double>(lr) * s.weight_decay);
   }
-  const int64_t start = static_cast<int64_t>(b - batch.first_block[lo]) * kChunk;
-  const int64_t len = std::min<int64_t>(kChunk, s.numel - start);
   int64_t done = 0;
+  unsigned amax = 0;
   if (s.vec4) {
     done = len & ~int64_t{3};
     for (int64_t k = static_cast<int64_t>(threadIdx.x) * 4; k < done; k += static_cast<int64_t>(blockDim.x) * 4) {
@@ -152,9 +177,14 @@ __global__ void __launch_bounds__(kThreads) adamw_multi_kernel(const __grid_cons
       store4(s.m, s.state_bf16, i, m);
       store4(s.v, s.state_bf16, i, v);
       if (s.working_kind != kWorkNone) store4(s.working, s.working_kind == kWorkBF16, i, p);
+      if (s.amax) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) amax = max(amax, read_abs_bits(s, p[j]));
+      }
     }
   }
-  for (int64_t k = done + threadIdx.x; k < len; k += blockDim.x) update_one(s, start + k, h);
+  for (int64_t k = done + threadIdx.x; k < len; k += blockDim.x) amax = max(amax, update_one(s, start + k, h));
+  if (s.amax) block_amax_to(s.amax, amax);
 }
 
 bool aligned_for4(const void* p, DType t) {
@@ -195,8 +225,14 @@ SegmentArgs make_segment(const ops::AdamWSegment& s, float lr, size_t index) {
     check_cuda_float(op, "working", s.working);
     check_shape(op, "working", s.working, s.master.shape());
   }
+  if (s.amax.defined()) {
+    check_cuda_tensor(op, "amax", s.amax);
+    check_dtype(op, "amax", s.amax, DType::U32);
+    check_shape(op, "amax", s.amax, {1});
+  }
   if (!(s.master.device() == s.grad.device() && s.master.device() == s.m.device() &&
-        s.master.device() == s.v.device() && (!working || s.master.device() == s.working.device())))
+        s.master.device() == s.v.device() && (!working || s.master.device() == s.working.device()) &&
+        (!s.amax.defined() || s.master.device() == s.amax.device())))
     TETRA_FAIL(Internal, op, ": segment ", index, " has tensors on different devices (master ", s.master.describe(),
                ")");
   SegmentArgs a;
@@ -205,6 +241,7 @@ SegmentArgs make_segment(const ops::AdamWSegment& s, float lr, size_t index) {
   a.m = s.m.data_ptr();
   a.v = s.v.data_ptr();
   a.working = working ? s.working.data_ptr() : nullptr;
+  a.amax = s.amax.defined() ? static_cast<unsigned*>(s.amax.data_ptr()) : nullptr;
   a.numel = s.master.numel();
   a.decay = static_cast<float>(1.0 - static_cast<double>(lr) * s.weight_decay);
   a.weight_decay = s.weight_decay;

@@ -168,11 +168,13 @@ void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, ops::Fp8Cast 
 }
 
 void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Cast cast, const Tensor* offsets,
-                          const Tensor* row_amax) {
+                          const Tensor* row_amax, const Tensor* expert_amax) {
   const char* op = "moe_grouped_fp8_cast";
   check_cuda_float(op, "x", x);
   if (offsets) check_cuda_tensor(op, "offsets", *offsets);
   if (row_amax) check_cuda_tensor(op, "row_amax", *row_amax);
+  if (expert_amax) check_cuda_tensor(op, "expert_amax", *expert_amax);
+  const Tensor* given = row_amax ? row_amax : expert_amax;  // the rows' (offsets given) or the experts'
   const Device dev = x.device();
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
@@ -186,20 +188,23 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
     t.padded_offsets = po.data<int32_t>(), t.Rp = grouped_gemm_fp8_padded_rows(d.R, d.G);
   }
   BothCodes codes = cast_segments_both(x, cast, s, t, dev, stream, op,
-                                       row_amax ? static_cast<const unsigned*>(row_amax->data_ptr()) : nullptr);
+                                       given ? static_cast<const unsigned*>(given->data_ptr()) : nullptr);
   out = ops::Fp8GroupedCodes{std::move(codes.q), std::move(codes.q_t), std::move(codes.scale), std::move(po), cast.format};
 }
 
 void moe_permute_fp8_cast(Tensor& rows, ops::Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of,
-                          int64_t top_k, const Tensor& offsets, ops::Fp8Cast cast, const Tensor* weights) {
+                          int64_t top_k, const Tensor& offsets, ops::Fp8Cast cast, const Tensor* weights,
+                          const Tensor* token_amax) {
   const char* op = "moe_permute_fp8_cast";
   check_cuda_float(op, "x", x);
   if (rows.defined()) check_cuda_float(op, "rows", rows);
   check_cuda_tensor(op, "slot_of", slot_of);
   check_cuda_tensor(op, "offsets", offsets);
   if (weights) check_cuda_tensor(op, "weights", *weights);
+  if (token_amax) check_cuda_tensor(op, "token_amax", *token_amax);
   const int64_t R = slot_of.numel();
-  if (!gathered_cast_applies(rows, x)) {  // the two ops (the rows a temporary where not asked for)
+  // The two ops (the rows a temporary where not asked for).
+  if (!gathered_cast_applies(rows, x) || gathered_cast_kind() == GatheredCast::Separate) {
     Tensor gathered = rows.defined() ? rows : Tensor::empty({R, x.dim(1)}, x.dtype(), x.device());
     Tensor row_amax = Tensor::empty({R}, DType::U32, x.device());
     cuda::moe_permute(gathered, x, slot_of, top_k, weights ? nullptr : &row_amax);
@@ -207,7 +212,7 @@ void moe_permute_fp8_cast(Tensor& rows, ops::Fp8GroupedCodes& out, const Tensor&
       DeviceScope scope(x.device());
       scale_gathered_rows(gathered, slot_of, *weights, stream_of(x.device()));
     }
-    cuda::moe_grouped_fp8_cast(out, gathered, cast, &offsets, weights ? nullptr : &row_amax);
+    cuda::moe_grouped_fp8_cast(out, gathered, cast, &offsets, weights ? nullptr : &row_amax, nullptr);
     return;
   }
   const Device dev = x.device();
@@ -219,7 +224,8 @@ void moe_permute_fp8_cast(Tensor& rows, ops::Fp8GroupedCodes& out, const Tensor&
   s.row_weight = weights ? weights->data<float>() : nullptr;
   Tensor po = padded_offsets(s.offsets, s.G, d.R, dev, stream);
   const CodeLayout t{true, po.data<int32_t>(), grouped_gemm_fp8_padded_rows(d.R, d.G)};
-  BothCodes codes = cast_gathered_both(rows, x, cast, s, t, dev, stream, op);
+  BothCodes codes = cast_gathered_both(rows, x, cast, s, t, dev, stream, op,
+                                       token_amax ? static_cast<const unsigned*>(token_amax->data_ptr()) : nullptr);
   out = ops::Fp8GroupedCodes{std::move(codes.q), std::move(codes.q_t), std::move(codes.scale), std::move(po), cast.format};
 }
 

@@ -11,6 +11,11 @@
 //      element by element, 64 × 64 tiles through shared memory.
 // Passes 1 and 3 move 8 elements a load where the columns allow (cols a multiple of 8, x 16-byte
 // aligned: every shape the models run), one element otherwise.
+// moe_permute_fp8_cast's rows, gathered from the tokens they copy, take pass 1 over the tokens and,
+// by default, pass 3 token by token into the row codes, then a transposing pass over the codes
+// (GatheredCast in the header).
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "runtime/cuda/moe_grouped_fp8_cast.h"
@@ -256,6 +261,25 @@ __device__ __forceinline__ void transpose_8x8(const uint2 (&in)[8], uint2 (&out)
   }
 }
 
+// A thread's 8 × 8 codes (codes[p]: source row j + p, columns c..c + 7) stored transposed into the
+// tile's destination: 8 codes down each of its 8 destination rows, 8-byte stores where the row stride
+// is a multiple of 8 and the codes lie inside the expert's width, else byte by byte.
+__device__ __forceinline__ void store_transposed(const TransposedTile& t, int64_t c, int64_t j, const uint2 (&codes)[kV]) {
+  uint2 cols[kV];
+  transpose_8x8(codes, cols);
+  const bool whole = t.ld % kV == 0 && j + kV <= t.width;
+#pragma unroll
+  for (int k = 0; k < kV; ++k) {
+    unsigned char* dst = t.dst + (c + k) * t.ld + j;
+    if (whole) {
+      *reinterpret_cast<uint2*>(dst) = cols[k];
+    } else {
+      const unsigned char* b = reinterpret_cast<const unsigned char*>(&cols[k]);
+      for (int p = 0; p < kV && j + p < t.width; ++p) dst[p] = b[p];
+    }
+  }
+}
+
 // The transposing cast with vectors, without shared memory: a thread takes 8 source rows × 8
 // columns, loaded as 8 vectors (all 8 in flight where the rows exist: a 16-byte load of bf16 each),
 // cast, transposed in registers (transpose_8x8) and stored as 8 codes down each of its 8 destination
@@ -339,19 +363,80 @@ __global__ void __launch_bounds__(kThreads)
     for (int p = 0; p < kV; ++p)
       if (j + p < t.n) store_vec<kV>(rows_out + (r0 + p) * s.cols + c, v[p]);  // values of T: stored exactly
   }
-  uint2 cols[kV];
-  transpose_8x8(codes, cols);
-  const bool whole = t.ld % kV == 0 && j + kV <= t.width;
+  store_transposed(t, c, j, codes);
+}
+
+// The gathered cast token by token (GatheredCast::Scatter): x's rows are read once each, in order,
+// and each is cast into the rows of its k slots, where the gather above reads every token k times in
+// the experts' order. Three passes: the slots' rows and experts; the row codes; their transposes.
+
+// row_of_slot[slot_of[r]] = r and factor_of_slot[slot_of[r]] = expert g's quantisation factor (from
+// amax[g]) for each row r of each expert g (one block an expert); slots no row reads keep the -1 they
+// were set to.
+__global__ void __launch_bounds__(kThreads) slot_rows_kernel(Segments s, int64_t slots, const unsigned* amax,
+                                                             Fp8Format f, int32_t* row_of_slot, float* factor_of_slot) {
+  const int g = blockIdx.x;
+  const float factor = fp8_quant_factor(__uint_as_float(amax[g]), fp8_largest(f));
+  int64_t r0, r1;
+  group_rows(s.offsets, g, s.R, &r0, &r1);
+  for (int64_t r = r0 + threadIdx.x; r < r1; r += kThreads) {
+    const int32_t slot = s.gather[r];
+    if (slot < 0 || slot >= slots) continue;
+    row_of_slot[slot] = static_cast<int32_t>(r);
+    factor_of_slot[slot] = factor;
+  }
+}
+
+// q[row_of_slot[n·k + j], c..c + 7] = the codes of x[n, c..c + 7] (times row_weight[n·k + j], rounded
+// to T, where given) at its slot's factor, for each of token n's k slots that a row reads; rows_out
+// (may be null) the values as cast. One thread a vector of 8 columns of one token: x [N, cols].
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    scatter_cast_kernel(const T* __restrict__ x, int64_t N, int64_t cols, int top_k,
+                        const int32_t* __restrict__ row_of_slot, const float* __restrict__ factor_of_slot,
+                        const float* __restrict__ row_weight, Fp8Format f, unsigned char* __restrict__ q,
+                        T* __restrict__ rows_out) {
+  const int64_t per_row = cols / kV, items = N * per_row;
+  for (int64_t item = int64_t{blockIdx.x} * kThreads + threadIdx.x; item < items;
+       item += int64_t{gridDim.x} * kThreads) {
+    const int64_t n = item / per_row, c = (item % per_row) * kV;
+    float v[kV];
+    load_vec<kV>(x + n * cols + c, v);
+    for (int j = 0; j < top_k; ++j) {
+      const int64_t slot = n * top_k + j;
+      const int32_t r = row_of_slot[slot];
+      if (r < 0) continue;
+      const float factor = factor_of_slot[slot];
+      float u[kV];
 #pragma unroll
-  for (int k = 0; k < kV; ++k) {
-    unsigned char* dst = t.dst + (c + k) * t.ld + j;
-    if (whole) {
-      *reinterpret_cast<uint2*>(dst) = cols[k];
-    } else {
-      const unsigned char* b = reinterpret_cast<const unsigned char*>(&cols[k]);
-      for (int p = 0; p < kV && j + p < t.width; ++p) dst[p] = b[p];
+      for (int k = 0; k < kV; ++k) u[k] = v[k];
+      if (row_weight) scale_rounded<T>(u, row_weight[slot]);
+      uint2 codes;
+      unsigned char* b = reinterpret_cast<unsigned char*>(&codes);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) b[k] = fp8_code(u[k], factor, f);
+      *reinterpret_cast<uint2*>(q + r * cols + c) = codes;
+      if (rows_out) store_vec<kV>(rows_out + r * cols + c, u);  // values of T: stored exactly
     }
   }
+}
+
+// The transposed layout l of a row tensor's codes from their row layout q [R, cols] (cols a multiple
+// of 8): the tiles of the transposing cast, each thread 8 rows × 8 codes (8-byte loads), zero codes past
+// each expert's rows up to its padded width.
+__global__ void __launch_bounds__(kThreads)
+    transpose_codes_kernel(const unsigned char* __restrict__ q, Segments s, CodeLayout l, unsigned char* q_t) {
+  const TransposedTile t = transposed_tile(s, l, q_t, CastTile::kRows);
+  if (!t.valid) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t c = int64_t{blockIdx.x} * CastTile::kCols + warp * CastTile::kWarpCols + (lane / kGroups) * kV;
+  const int64_t j = t.j0 + (lane % kGroups) * kV;
+  if (c >= s.cols || j >= t.width) return;
+  uint2 codes[kV];
+#pragma unroll
+  for (int p = 0; p < kV; ++p)
+    codes[p] = j + p < t.n ? *reinterpret_cast<const uint2*>(q + (t.src0 + j + p) * s.cols + c) : make_uint2(0, 0);
+  store_transposed(t, c, j, codes);
 }
 
 // One warp: po[g + 1] = po[g] + round_up(rows of g, 128), a scan over the experts 32 at a time.
@@ -401,27 +486,35 @@ dim3 rows_grid(const Segments& s) {
 }
 
 // A transposing cast's blocks: `cols_per_block` source columns by `tile_rows` source rows each.
+// Its rows of blocks are a grid's y (at most 65535): grouped_gemm_fp8_wgmma_applies refuses operands
+// with more rows than the shortest tile (32) allows, so that only a direct call can get here with them.
 dim3 transposed_grid(const Segments& s, const CodeLayout& l, int tile_rows, int64_t cols_per_block) {
-  return dim3(static_cast<unsigned>((s.cols + cols_per_block - 1) / cols_per_block),
-              static_cast<unsigned>(s.offsets ? l.Rp / tile_rows : (s.O + tile_rows - 1) / tile_rows),
+  const int64_t y = s.offsets ? l.Rp / tile_rows : (s.O + tile_rows - 1) / tile_rows;
+  TETRA_CHECK(y <= 65535, "moe_grouped_fp8_cast: ", s.offsets ? l.Rp : s.O, " rows to transpose need ", y,
+              " rows of blocks of ", tile_rows, "; a grid has at most 65535");
+  return dim3(static_cast<unsigned>((s.cols + cols_per_block - 1) / cols_per_block), static_cast<unsigned>(y),
               static_cast<unsigned>(s.offsets ? 1 : s.G));
 }
 
 bool nonempty(const dim3& g) { return g.x > 0 && g.y > 0 && g.z > 0; }
 
-// Passes 1 and 2: amax [G] (the bits) and the scales [G] of x's segments; from the rows' amaxes where
-// given (row_amax, a row tensor's).
+// Passes 1 and 2: amax [G] (the bits) and the scales [G] of x's segments; from the amaxes given
+// where they are (`given`: a row tensor's per row, the weights' per expert, taken as they are).
 template <class T>
 Tensor measure(const T* px, bool vec, const Segments& s, Fp8Format f, Tensor& scale, Device dev, cudaStream_t stream,
-               const unsigned* row_amax) {
+               const unsigned* given) {
   Tensor amax = Tensor::empty({s.G}, DType::U32, dev);
-  TETRA_CUDA_CHECK(cudaMemsetAsync(amax.data_ptr(), 0, amax.nbytes(), stream));
   unsigned* pa = static_cast<unsigned*>(amax.data_ptr());
   const dim3 grid = rows_grid(s);
-  if (row_amax && s.offsets && s.G > 0) {
-    segment_row_amax_kernel<T><<<s.G, kThreads, 0, stream>>>(row_amax, s, pa);
+  if (given && !s.offsets) {
+    TETRA_CUDA_CHECK(cudaMemcpyAsync(pa, given, amax.nbytes(), cudaMemcpyDeviceToDevice, stream));
+  } else {
+    TETRA_CUDA_CHECK(cudaMemsetAsync(pa, 0, amax.nbytes(), stream));
+  }
+  if (given && s.offsets && s.G > 0) {
+    segment_row_amax_kernel<T><<<s.G, kThreads, 0, stream>>>(given, s, pa);
     TETRA_CUDA_CHECK_LAUNCH();
-  } else if (nonempty(grid) && s.cols > 0) {
+  } else if (!given && nonempty(grid) && s.cols > 0) {
     if (vec)
       segment_amax_vec_kernel<T><<<grid, kThreads, 0, stream>>>(px, s, pa);
     else
@@ -472,16 +565,17 @@ bool vector_ok(const Tensor& x, const Segments& s) {
 }
 
 // x's scales into `scale` and its codes into q (x's layout) and q_t (`transposed`'s), each where
-// not null: one amax pass, then one pass per layout, or one for both with the vector kernels.
+// not null: one amax pass (none where the amaxes are given, as measure takes them), then one pass
+// per layout, or one for both with the vector kernels.
 void cast_into(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& transposed, unsigned char* q,
                unsigned char* q_t, Tensor& scale, Device dev, cudaStream_t stream, const char* op,
-               const unsigned* row_amax = nullptr) {
+               const unsigned* given_amax = nullptr) {
   const Fp8Format f = fp8_format_of(c.format);
   const bool vec = vector_ok(x, s);
   dispatch_float(x.dtype(), op, "an operand", [&](auto tag) {
     using T = decltype(tag);
     const T* px = static_cast<const T*>(x.data_ptr());
-    const Tensor amax = measure(px, vec, s, f, scale, dev, stream, row_amax);
+    const Tensor amax = measure(px, vec, s, f, scale, dev, stream, given_amax);
     const unsigned* pa = static_cast<const unsigned*>(amax.data_ptr());
     const bool rows_with_t = q_t && q && vec;  // the transposing kernel writes the row codes too
     if (q_t) cast_transposed(px, vec, s, transposed, pa, f, q_t, rows_with_t ? q : nullptr, stream);
@@ -490,6 +584,30 @@ void cast_into(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLay
 }
 
 unsigned char* codes_of(const Tensor& t) { return static_cast<unsigned char*>(t.data_ptr()); }
+
+// GatheredCast::Scatter's three passes (the kernels' comments) after the experts' amaxes pa: x [N, cols]
+// through s.gather into q [R, cols], q_t in layout l and rows_out (may be null).
+template <class T>
+void scatter_cast(const T* px, int64_t N, const Segments& s, const CodeLayout& l, const unsigned* pa, Fp8Format f,
+                  unsigned char* q, unsigned char* q_t, T* rows_out, Device dev, cudaStream_t stream) {
+  const int64_t slots = N * s.top_k;
+  if (slots == 0 || s.cols == 0) return;
+  Tensor row_of_slot = Tensor::empty({slots}, DType::I32, dev), factor_of_slot = Tensor::empty({slots}, DType::F32, dev);
+  TETRA_CUDA_CHECK(cudaMemsetAsync(row_of_slot.data_ptr(), 0xff, row_of_slot.nbytes(), stream));
+  if (s.G > 0) {
+    slot_rows_kernel<<<s.G, kThreads, 0, stream>>>(s, slots, pa, f, row_of_slot.data<int32_t>(),
+                                                   factor_of_slot.data<float>());
+    TETRA_CUDA_CHECK_LAUNCH();
+  }
+  scatter_cast_kernel<T><<<grid_size(N * (s.cols / kV), kThreads, dev), kThreads, 0, stream>>>(
+      px, N, s.cols, static_cast<int>(s.top_k), row_of_slot.data<int32_t>(), factor_of_slot.data<float>(),
+      s.row_weight, f, q, rows_out);
+  TETRA_CUDA_CHECK_LAUNCH();
+  const dim3 grid = transposed_grid(s, l, CastTile::kRows, CastTile::kCols);
+  if (!nonempty(grid)) return;
+  transpose_codes_kernel<<<grid, kThreads, 0, stream>>>(q, s, l, q_t);
+  TETRA_CUDA_CHECK_LAUNCH();
+}
 
 }  // namespace
 
@@ -503,10 +621,10 @@ ExpertCodes cast_segments(const Tensor& x, ops::Fp8Cast c, const Segments& s, co
 }
 
 BothCodes cast_segments_both(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& transposed,
-                             Device dev, cudaStream_t stream, const char* op, const unsigned* row_amax) {
+                             Device dev, cudaStream_t stream, const char* op, const unsigned* given_amax) {
   BothCodes out{Tensor::empty(x.shape(), c.format, dev), Tensor::empty(transposed_shape(s, transposed), c.format, dev),
                 Tensor::empty({s.G}, DType::F32, dev)};
-  cast_into(x, c, s, transposed, codes_of(out.q), codes_of(out.q_t), out.scale, dev, stream, op, row_amax);
+  cast_into(x, c, s, transposed, codes_of(out.q), codes_of(out.q_t), out.scale, dev, stream, op, given_amax);
   return out;
 }
 
@@ -528,29 +646,42 @@ bool gathered_cast_applies(const Tensor& rows, const Tensor& x) {
 }
 
 BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, const Segments& s,
-                             const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op) {
+                             const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op,
+                             const unsigned* given_token_amax) {
   if (!s.gather || !s.offsets || !gathered_cast_applies(rows, x))
     TETRA_FAIL(Internal, op, ": the gathered cast needs a gather, offsets and 8-column vectors of one dtype");
   BothCodes out{Tensor::empty({s.R, s.cols}, c.format, dev), Tensor::empty(transposed_shape(s, transposed), c.format, dev),
                 Tensor::empty({s.G}, DType::F32, dev)};
   const Fp8Format f = fp8_format_of(c.format);
   const int64_t N = x.dim(0);
-  Tensor token_amax = Tensor::empty({N}, DType::U32, dev);
+  Tensor token_amax = given_token_amax ? Tensor() : Tensor::empty({N}, DType::U32, dev);
   dispatch_float(x.dtype(), op, "x", [&](auto tag) {
     using T = decltype(tag);
     const T* px = static_cast<const T*>(x.data_ptr());
-    unsigned* pt = static_cast<unsigned*>(token_amax.data_ptr());
-    if (N > 0) {
+    const unsigned* pt = given_token_amax ? given_token_amax : static_cast<const unsigned*>(token_amax.data_ptr());
+    if (!given_token_amax && N > 0) {
       const int rows_a_block = kThreads / 32;
       token_amax_kernel<T><<<static_cast<unsigned>((N + rows_a_block - 1) / rows_a_block), kThreads, 0, stream>>>(
-          px, N, s.cols, pt);
+          px, N, s.cols, static_cast<unsigned*>(token_amax.data_ptr()));
       TETRA_CUDA_CHECK_LAUNCH();
     }
     const Tensor amax = measure(px, /*vec=*/true, s, f, out.scale, dev, stream, pt);
-    cast_transposed(px, /*vec=*/true, s, transposed, static_cast<const unsigned*>(amax.data_ptr()), f, codes_of(out.q_t),
-                    codes_of(out.q), stream, rows.defined() ? static_cast<T*>(rows.data_ptr()) : nullptr);
+    const unsigned* pa = static_cast<const unsigned*>(amax.data_ptr());
+    T* rows_out = rows.defined() ? static_cast<T*>(rows.data_ptr()) : nullptr;
+    if (gathered_cast_kind() == GatheredCast::Gather)
+      cast_transposed(px, /*vec=*/true, s, transposed, pa, f, codes_of(out.q_t), codes_of(out.q), stream, rows_out);
+    else
+      scatter_cast(px, N, s, transposed, pa, f, codes_of(out.q), codes_of(out.q_t), rows_out, dev, stream);
   });
   return out;
+}
+
+GatheredCast gathered_cast_kind() {
+  const char* v = std::getenv("TETRA_MOE_GATHERED_CAST");
+  if (!v || !*v || std::string(v) == "scatter") return GatheredCast::Scatter;
+  if (std::string(v) == "gather") return GatheredCast::Gather;
+  if (std::string(v) == "separate") return GatheredCast::Separate;
+  TETRA_FAIL(Usage, "TETRA_MOE_GATHERED_CAST=", v, " is not a valid setting: use scatter, gather or separate");
 }
 
 bool dense_cast_applies(const Tensor& x, int64_t M, int64_t K, const void* q, const void* q_t) {

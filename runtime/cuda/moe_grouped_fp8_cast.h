@@ -52,14 +52,14 @@ ExpertCodes cast_segments(const Tensor& x, ops::Fp8Cast c, const Segments& s, co
 
 // Both layouts of one operand (ops::moe_grouped_fp8_cast): q in x's layout (a row tensor's rows
 // outside every expert are not written), q_t in `transposed`'s (transposed must be true), one scale
-// per expert; one amax pass and, where the vector kernels apply, one pass writing both. row_amax
-// (row tensors; may be null): each row's amax bits [R] as x's producer measured them, which replace
-// the amax pass over x by one over them.
+// per expert; one amax pass and, where the vector kernels apply, one pass writing both. given_amax
+// (may be null): the amax bits as x's producer measured them, which replace the amax pass over x: a
+// row tensor's per row [R] (a pass over them instead), the weights' per expert [G] (taken as they are).
 struct BothCodes {
   Tensor q, q_t, scale;
 };
 BothCodes cast_segments_both(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& transposed,
-                             Device dev, cudaStream_t stream, const char* op, const unsigned* row_amax = nullptr);
+                             Device dev, cudaStream_t stream, const char* op, const unsigned* given_amax = nullptr);
 
 // The row layout [R, cols] of a row tensor's codes out of their transposed layout `transposed` (the
 // weight gradient's SIMT kernel given x as moe_permute_fp8_cast's codes alone): each expert's rows;
@@ -74,8 +74,18 @@ Tensor rows_from_transposed(const Tensor& q_t, const Segments& s, const CodeLayo
 // as they are read, their amaxes from the tokens' likewise. Needs cols a multiple of 8 and x, rows
 // 16-byte aligned and of one dtype (gathered_cast_applies).
 bool gathered_cast_applies(const Tensor& rows, const Tensor& x);
+// How moe_permute_fp8_cast makes them (TETRA_MOE_GATHERED_CAST, read on every call; measured in
+// docs/kernels.md, "FP8 training v11"): Scatter (unset or "scatter") reads x token by token, once,
+// writes each token's codes into its slots' rows, then transposes the codes; Gather ("gather") reads
+// x through the gather into the transposing cast, each token once a slot; Separate ("separate") runs
+// moe_permute, then the cast of the rows (ops::moe_grouped_fp8_cast with the rows' amaxes).
+enum class GatheredCast { Scatter, Gather, Separate };
+GatheredCast gathered_cast_kind();
+// given_token_amax (U32 [N], may be null): x's rows' amaxes as their writer measured them, in place
+// of the pass that measures them.
 BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, const Segments& s,
-                             const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op);
+                             const CodeLayout& transposed, Device dev, cudaStream_t stream, const char* op,
+                             const unsigned* given_token_amax = nullptr);
 
 // A dense x [M, K] (fp32 or bf16, row-major) cast Tensorwise in both layouts by the transposing vector
 // kernel, x taken as one weight of M rows (fp8_quantize's Tensorwise cast with q_t): q [M, K],

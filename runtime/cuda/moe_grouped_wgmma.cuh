@@ -113,18 +113,32 @@ __device__ __forceinline__ void mbarrier_init(uint32_t bar, int count) {
 __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// CLUSTER: the arrivals may come from other blocks of the cluster (acquire at cluster scope).
+template <bool CLUSTER = false>
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
+    if constexpr (CLUSTER) {
+      asm volatile(
+          "{\n"
+          ".reg .pred p;\n"
+          "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n"
+          "}\n"
+          : "=r"(done)
+          : "r"(bar), "r"(parity)
+          : "memory");
+    } else {
+      asm volatile(
+          "{\n"
+          ".reg .pred p;\n"
+          "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n"
+          "}\n"
+          : "=r"(done)
+          : "r"(bar), "r"(parity)
+          : "memory");
+    }
   } while (!done);
 }
 
@@ -310,6 +324,35 @@ __device__ __forceinline__ TileT<E> tile_info(const ParamsT<E>& p, const int* ta
   return T;
 }
 
+// store_slice's bf16 slice whose columns all lie within N: lanes 2p and 2p + 1 swap one word a pair
+// of column groups (j, j + 1), so that each stores 4 adjacent values (8 bytes) where it held 2 of
+// each group: lane 2p those of j at columns 8j + 4p …, lane 2p + 1 those of j + 1 at 8(j + 1) + 4p ….
+// A warp's store then covers 32 contiguous bytes a row (a whole sector) instead of 16, with half the
+// store instructions. `row` is this thread's first row; rows at or past M are not stored (every lane
+// still takes part in the exchanges).
+template <int N>
+__device__ __forceinline__ void store_slice_bf16_paired(float (&d)[N / 2], bf16* C, int64_t ldc, int64_t row,
+                                                        int64_t n0, int64_t M) {
+  static_assert(N % 16 == 0, "column groups in pairs");
+  const int lane = threadIdx.x % 32;
+  const bool odd = lane & 1;
+  const int p = (lane % 4) / 2;  // which pair of lanes in the quad
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t gm = row + half * 8;
+    // this lane's first value: column 8j + 4p of group j (even lanes) or j + 1 (odd ones)
+    bf16* dst_row = C + gm * ldc + n0 + 4 * p + (odd ? 8 : 0);
+#pragma unroll
+    for (int j = 0; j < N / 8; j += 2) {
+      const __nv_bfloat162 w0 = __floats2bfloat162_rn(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]);
+      const __nv_bfloat162 w1 = __floats2bfloat162_rn(d[4 * j + 4 + 2 * half], d[4 * j + 4 + 2 * half + 1]);
+      const uint32_t u0 = *reinterpret_cast<const uint32_t*>(&w0), u1 = *reinterpret_cast<const uint32_t*>(&w1);
+      const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? u0 : u1, 1);
+      if (gm < M) *reinterpret_cast<uint2*>(dst_row + 8 * j) = odd ? make_uint2(got, u1) : make_uint2(u0, got);
+    }
+  }
+}
+
 // A warpgroup's accumulators of a 64 × N slice (m64nNk16 layout): thread (w, lane) of the warpgroup
 // holds rows 16·w + lane/4 (+8) and columns 8j + 2·(lane mod 4) (+1), j < N/8, in d[4j + 2·half + {0, 1}].
 // Writes them to C (row stride ldc) at rows row0 + ·, columns n0 + ·, within M × N; with `accumulate`,
@@ -335,21 +378,32 @@ __device__ __forceinline__ void store_slice(float (&d)[N / 2], TC* C, int64_t ld
       }
     }
   }
+  // A slice whose columns all lie within Nlim (every one but an expert's last n tile at most) stores
+  // without a check a column: one address a row, then immediate offsets.
+  const bool all_columns = n0 + N <= Nlim;
+  if constexpr (std::is_same_v<TC, bf16>) {
+    if (all_columns) return store_slice_bf16_paired<N>(d, C, ldc, row, n0, M);
+  }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t gm = row + half * 8;
     if (gm >= M) continue;
-#pragma unroll
-    for (int j = 0; j < N / 8; ++j) {
-      const int64_t gn = n0 + 8 * j + 2 * (lane % 4);
-      if (gn >= Nlim) continue;
+    TC* dst_row = C + gm * ldc + n0 + 2 * (lane % 4);
+    auto store = [&](int j) {
       const float v0 = d[4 * j + 2 * half], v1 = d[4 * j + 2 * half + 1];
-      TC* dst = C + gm * ldc + gn;
       if constexpr (std::is_same_v<TC, bf16>) {
-        *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);
+        *reinterpret_cast<__nv_bfloat162*>(dst_row + 8 * j) = __floats2bfloat162_rn(v0, v1);
       } else {
-        *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+        *reinterpret_cast<float2*>(dst_row + 8 * j) = make_float2(v0, v1);
       }
+    };
+    if (all_columns) {
+#pragma unroll
+      for (int j = 0; j < N / 8; ++j) store(j);
+    } else {
+#pragma unroll
+      for (int j = 0; j < N / 8; ++j)
+        if (n0 + 8 * j + 2 * (lane % 4) < Nlim) store(j);
     }
   }
 }

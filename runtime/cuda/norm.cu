@@ -121,12 +121,13 @@ __device__ __forceinline__ float team_sum(float v, int team, float (*red)[kMaxTe
 }
 
 // y, mean, rstd for rows slot + k·slots·gridDim.x (k = 0, 1, ...), blockIdx.x·slots first.
-// amax (may be null): max |y| bits as stored (ops.h), zeroed before the launch.
+// amax (may be null): max |y| bits as stored (ops.h), zeroed before the launch; row_amax (may be
+// null, zeroed before the launch): each row's.
 // Dynamic shared memory: w, b as fp32 [2][C].
 template <Norm K, int VPT, class TX, class TY, class P>
 __global__ void __launch_bounds__(kRowThreads)
     norm_forward_rows_kernel(TY* y, float* mean, float* rstd, const TX* x, const P* w, const P* b, int64_t N, int C,
-                             float eps, int team, unsigned* amax) {
+                             float eps, int team, unsigned* amax, unsigned* row_amax) {
   extern __shared__ float4 smem_f4[];
   float* sw = reinterpret_cast<float*>(smem_f4);
   float* sb = sw + C;
@@ -176,6 +177,7 @@ __global__ void __launch_bounds__(kRowThreads)
     const float s = 1.0f / sqrtf(team_sum(sq, team, red, parity) * inv_c + eps);
     if (!active) continue;  // no barrier follows in this iteration
     TY* yr = y + row * C;
+    unsigned row_max = 0;
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
       const int vi = t + j * team_threads;
@@ -193,9 +195,11 @@ __global__ void __launch_bounds__(kRowThreads)
         }
         store_vec<8>(yr + vi * 8, out);  // y may alias x (TY = TX): this thread read these elements above
 #pragma unroll
-        for (int k = 0; k < 8; ++k) ymax = max(ymax, stored_abs_bits<TY>(out[k]));
+        for (int k = 0; k < 8; ++k) row_max = max(row_max, stored_abs_bits<TY>(out[k]));
       }
     }
+    ymax = max(ymax, row_max);
+    warp_row_amax_to(row_amax, row, row_max);  // (a warp's lanes share a row; a team's warps each add theirs)
     if (t == 0) {
       if constexpr (K == Norm::Layer) mean[row] = m;
       rstd[row] = s;
@@ -247,7 +251,8 @@ __device__ __forceinline__ void fold_dx_amax(unsigned& m, const float (&out)[V],
 // dx for rows slot + k·slots·gridDim.x; the block's dw/db sums go to partial[0, blockIdx.x, :] and
 // partial[1, blockIdx.x, :]. dres (may be null) is added to dx; with accumulate, dx is added to.
 // dx_rounded (TA ≠ TX only; may be null) receives dx rounded to TA. amax (may be null, zeroed
-// before the launch): the largest |dx| bits (|dx_rounded| where written) as stored.
+// before the launch): the largest |dx| bits (|dx_rounded| where written) as stored; row_amax (may
+// be null, zeroed before the launch): each row's.
 // With sum_dx, the block's column sums of dx (of the values stored, after rounding to TX) go to
 // partial[2, blockIdx.x, :]: each slot adds its rows into its own fp32 [C] row of shared memory
 // (each thread to its own channels, so without atomics), folded in slot order at the end.
@@ -261,7 +266,7 @@ template <Norm K, int VPT, class TA, class TX, class P>
 __global__ void __launch_bounds__(kRowThreads)
     norm_backward_rows_kernel(TX* dx, TA* dx_rounded, float* partial, const TA* dy, const TX* x, const P* w,
                               const float* mean, const float* rstd, const TX* dres, int64_t N, int C, int team,
-                              bool accumulate, bool sum_dx, unsigned* amax) {
+                              bool accumulate, bool sum_dx, unsigned* amax, unsigned* row_amax) {
   extern __shared__ float4 smem_f4[];
   __shared__ float red[2][kMaxTeam];
   const int team_threads = team * 32;
@@ -364,6 +369,7 @@ __global__ void __launch_bounds__(kRowThreads)
     if (!active) continue;  // no barrier follows in this iteration
     // Pass 2: dx. dx may alias dy or dres: all three were staged before dx is written.
     TX* dxr = dx + row * C;
+    unsigned row_max = 0;
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
       const int vi = t + j * team_threads;
@@ -387,7 +393,7 @@ __global__ void __launch_bounds__(kRowThreads)
         if constexpr (!std::is_same_v<TA, TX>) {
           if (dx_rounded) store_vec<8>(dx_rounded + row * C + vi * 8, out);
         }
-        if (amax) fold_dx_amax<8, TA, TX>(dmax, out, dx_rounded != nullptr);
+        if (amax || row_amax) fold_dx_amax<8, TA, TX>(row_max, out, dx_rounded != nullptr);
         if (sum_dx) {  // what was stored: rounded to TX
           float4* d = reinterpret_cast<float4*>(sdx + vi * 8);
           float4 a = d[0], b = d[1];
@@ -404,6 +410,8 @@ __global__ void __launch_bounds__(kRowThreads)
         }
       }
     }
+    dmax = max(dmax, row_max);
+    warp_row_amax_to(row_amax, row, row_max);  // (a warp's lanes share a row; a team's warps each add theirs)
   }
   __pipeline_wait_prior(0);  // the last group staged nothing, but leave no copy outstanding
   block_amax_to(amax, dmax);  // every thread of the block gets here (inactive rows only `continue`)
@@ -584,13 +592,16 @@ __device__ __forceinline__ unsigned norm_forward_row(TY* y, float* mean, float* 
   return ymax;
 }
 
-// A warp per row; amax as norm_forward_rows_kernel's.
+// A warp per row; amax and row_amax as norm_forward_rows_kernel's.
 template <Norm K, int V, class TX, class TY, class P>
 __global__ void norm_forward_kernel(TY* y, float* mean, float* rstd, const TX* x, const P* w, const P* b, int64_t N,
-                                    int C, float eps, unsigned* amax) {
+                                    int C, float eps, unsigned* amax, unsigned* row_amax) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   unsigned ymax = 0;
-  if (row < N) ymax = norm_forward_row<K, V>(y, mean, rstd, x, w, b, row, C, eps);  // the whole warp together
+  if (row < N) {  // the whole warp together
+    ymax = norm_forward_row<K, V>(y, mean, rstd, x, w, b, row, C, eps);
+    warp_row_amax_to(row_amax, row, ymax);
+  }
   block_amax_to(amax, ymax);
 }
 
@@ -608,12 +619,13 @@ __device__ __host__ __forceinline__ int padded_width(int C) {
 
 // dx for rows blockIdx.x·warps + warp + k·gridDim.x·warps; the block's dw/db sums go to
 // partial[0, blockIdx.x, :] and partial[1, blockIdx.x, :]. dres (may be null) is added to dx;
-// dx_rounded (TA ≠ TX only; may be null) receives dx rounded to TA. amax as the row kernel's.
+// dx_rounded (TA ≠ TX only; may be null) receives dx rounded to TA. amax and row_amax as the row
+// kernel's.
 // Dynamic shared memory: warps × [2][padded_width(C)] fp32.
 template <Norm K, int V, class TA, class TX, class P>
 __global__ void norm_backward_kernel(TX* dx, TA* dx_rounded, float* partial, const TA* dy, const TX* x, const P* w,
                                      const float* mean, const float* rstd, const TX* dres, int64_t N, int C,
-                                     bool accumulate, unsigned* amax) {
+                                     bool accumulate, unsigned* amax, unsigned* row_amax) {
   constexpr bool kMean = K == Norm::Layer;  // RMSNorm: mean is null, m = 0, no db
   extern __shared__ float smem[];
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -654,6 +666,7 @@ __global__ void norm_backward_kernel(TX* dx, TA* dx_rounded, float* partial, con
     const float gx_mean = warp_sum(gx_sum) / C;
 
     // Pass 2: dx. dx may alias dy or dres: each element is re-read by the lane that then writes it.
+    unsigned row_max = 0;
     for (int i = lane * V; i < C; i += 32 * V) {
       float dv[V], xv[V], wv[V], out[V];
       load_vec<V>(dyr + i, dv);
@@ -676,8 +689,10 @@ __global__ void norm_backward_kernel(TX* dx, TA* dx_rounded, float* partial, con
       if constexpr (!std::is_same_v<TA, TX>) {
         if (dx_rounded) store_vec<V>(dx_rounded + row * C + i, out);
       }
-      if (amax) fold_dx_amax<V, TA, TX>(dmax, out, dx_rounded != nullptr);
+      if (amax || row_amax) fold_dx_amax<V, TA, TX>(row_max, out, dx_rounded != nullptr);
     }
+    dmax = max(dmax, row_max);
+    warp_row_amax_to(row_amax, row, row_max);
   }
   block_amax_to(amax, dmax);
 
@@ -781,13 +796,14 @@ void check_act(const char* op, const char* what, const Tensor& t, const Tensor& 
 // Runs norm K's forward on checked arguments (mean and b: null / undefined for RMSNorm).
 template <Norm K>
 void norm_forward(const char* op, Tensor& y, float* mean, Tensor& rstd, const Tensor& x, const Tensor& w,
-                  const Tensor& b, float eps, Tensor* amax) {
+                  const Tensor& b, float eps, Tensor* amax, Tensor* row_amax) {
   const int C = static_cast<int>(w.dim(0));
   const int64_t N = rows_of(x);
   const Device dev = y.device();
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
   unsigned* pa = start_amax(op, amax, stream);
+  unsigned* pr = start_amax(op, row_amax, stream);
   if (N == 0) return;
   const RowLayout rows = row_layout(C, kForwardMaxVpt);
   const bool rows_path = rows.vpt > 0 && aligned16(x.data_ptr()) && aligned16(y.data_ptr());
@@ -811,14 +827,14 @@ void norm_forward(const char* op, Tensor& y, float* mean, Tensor& rstd, const Te
           const int64_t wanted = (N + rows.slots - 1) / rows.slots;
           const int blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{per_sm} * sm_count(dev)));
           kernel<<<blocks, rows.threads, smem, stream>>>(py, mean, rstd.data<float>(), px, pw, pb, N, C, eps,
-                                                         rows.team, pa);
+                                                         rows.team, pa, pr);
           TETRA_CUDA_CHECK_LAUNCH();
           return;
         }
       }
       const int blocks = static_cast<int>((N + kForwardWarps - 1) / kForwardWarps);
       auto kernel = vec ? norm_forward_kernel<K, 8, TX, TY, P> : norm_forward_kernel<K, 1, TX, TY, P>;
-      kernel<<<blocks, kForwardWarps * 32, 0, stream>>>(py, mean, rstd.data<float>(), px, pw, pb, N, C, eps, pa);
+      kernel<<<blocks, kForwardWarps * 32, 0, stream>>>(py, mean, rstd.data<float>(), px, pw, pb, N, C, eps, pa, pr);
       TETRA_CUDA_CHECK_LAUNCH();
     });
   });
@@ -829,7 +845,8 @@ void norm_forward(const char* op, Tensor& y, float* mean, Tensor& rstd, const Te
 template <Norm K>
 void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
                    const Tensor& w, const float* mean, const Tensor& rstd, bool accumulate_dx,
-                   const Tensor* dresidual, Tensor* dx_column_sum, Tensor* dx_rounded, Tensor* dx_amax) {
+                   const Tensor* dresidual, Tensor* dx_column_sum, Tensor* dx_rounded, Tensor* dx_amax,
+                   Tensor* dx_row_amax) {
   const int C = static_cast<int>(w.dim(0));
   const bool with_db = db.defined(), with_res = given(dresidual), with_sum = given(dx_column_sum);
   const bool with_rounded = given(dx_rounded);
@@ -838,6 +855,7 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
   DeviceScope scope(dev);
   cudaStream_t stream = stream_of(dev);
   unsigned* pa = start_amax(op, dx_amax, stream);
+  unsigned* pr = start_amax(op, dx_row_amax, stream);
   if (N == 0) {
     if (with_sum) zero(*dx_column_sum);
     return;
@@ -906,14 +924,14 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
         auto kernel = row_kernel<PickBackward, K, kBackwardMaxVpt, TA, TX, P>(rows.vpt);
         kernel<<<blocks, threads, smem, stream>>>(pdx, prounded, partial.data<float>(), pdy, px, pw, mean,
                                                   rstd.data<float>(), pres, N, C, rows.team, accumulate_dx, fused_sum,
-                                                  pa);
+                                                  pa, pr);
       } else {
         auto kernel = vec ? norm_backward_kernel<K, 8, TA, TX, P> : norm_backward_kernel<K, 1, TA, TX, P>;
         if (smem > 47 * 1024)
           TETRA_CUDA_CHECK(
               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         kernel<<<blocks, threads, smem, stream>>>(pdx, prounded, partial.data<float>(), pdy, px, pw, mean,
-                                                  rstd.data<float>(), pres, N, C, accumulate_dx, pa);
+                                                  rstd.data<float>(), pres, N, C, accumulate_dx, pa, pr);
       }
       TETRA_CUDA_CHECK_LAUNCH();
     });
@@ -981,7 +999,7 @@ void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, c
   check_act(op, "y", y, x);
   check_stats(op, mean, rstd, x);
   if (!(eps >= 0.0f)) TETRA_FAIL(Internal, op, ": eps must be ≥ 0, got ", eps);
-  norm_forward<Norm::Layer>(op, y, mean.data<float>(), rstd, x, w, b, eps, amax);
+  norm_forward<Norm::Layer>(op, y, mean.data<float>(), rstd, x, w, b, eps, amax, nullptr);
 }
 
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
@@ -1003,10 +1021,11 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
     check_shape(op, "dx_column_sum", *dx_column_sum, {C});
   }
   norm_backward<Norm::Layer>(op, dx, dw, db, dy, x, w, mean.data<float>(), rstd, accumulate_dx, dresidual,
-                             dx_column_sum, dx_rounded, dx_amax);
+                             dx_column_sum, dx_rounded, dx_amax, nullptr);
 }
 
-void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps, Tensor* amax) {
+void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps, Tensor* amax,
+                     Tensor* row_amax) {
   const char* op = "rmsnorm_forward";
   check_params(op, w, Tensor());
   const int C = channels(op, w.dim(0));
@@ -1015,11 +1034,12 @@ void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, 
   check_act(op, "y", y, x);
   check_rstd(op, rstd, x);
   if (!(eps >= 0.0f)) TETRA_FAIL(Internal, op, ": eps must be ≥ 0, got ", eps);
-  norm_forward<Norm::Rms>(op, y, nullptr, rstd, x, w, Tensor(), eps, amax);
+  norm_forward<Norm::Rms>(op, y, nullptr, rstd, x, w, Tensor(), eps, amax, row_amax);
 }
 
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded, Tensor* dx_amax) {
+                      bool accumulate_dx, const Tensor* dresidual, Tensor* dx_rounded, Tensor* dx_amax,
+                      Tensor* dx_row_amax) {
   const char* op = "rmsnorm_backward";
   check_params(op, w, Tensor());
   const int C = channels(op, w.dim(0));
@@ -1027,7 +1047,7 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x,
   check_rstd(op, rstd, x);
   Tensor no_db;
   norm_backward<Norm::Rms>(op, dx, dw, no_db, dy, x, w, nullptr, rstd, accumulate_dx, dresidual, nullptr,
-                           dx_rounded, dx_amax);
+                           dx_rounded, dx_amax, dx_row_amax);
 }
 
 }  // namespace tetra::cuda

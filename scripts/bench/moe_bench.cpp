@@ -18,7 +18,8 @@
 // a line (bench fp8_kernel) naming the kernel that multiplies the codes: wgmma_fp8 (Hopper's tensor
 // cores) or simt, with the reason the tensor cores do not apply; then the same calls split into
 // their casts and their grouped GEMM on codes cast before (moe_fp8_split: the kernel's own rate),
-// and the six as the layer runs them with each row tensor cast once (moe_fp8_ahead).
+// and the six as the layer runs them with each row tensor cast once (moe_fp8_ahead); then each grouped
+// cast alone (moe_fp8_cast) and the gathered ones each way (moe_gathered_cast).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -318,6 +319,30 @@ void bench_fp8_casts(Layer& L, const std::string& how, int reps) {
   one("w_down", L.w_down, act, false);
 }
 
+// moe_permute_fp8_cast as the layer makes x_e's codes from its tokens x and d_out_e's from dy times the
+// routing weights, each way it can (TETRA_MOE_GATHERED_CAST: scatter, gather, separate). Lines bench
+// moe_gathered_cast: us, and as floor the bytes of reading the tokens once and writing both code
+// layouts (2 bytes a token's element, 2 a row's) at kPeakBytes.
+void bench_gathered_casts(Layer& L, const std::string& how, int reps) {
+  const ops::Fp8Cast act{ops::Fp8Scaling::Tensorwise, DType::F8E4M3}, grad{ops::Fp8Scaling::Tensorwise, DType::F8E5M2};
+  const double bytes = 2.0 * static_cast<double>(L.N * L.d) + 2.0 * static_cast<double>(L.R * L.d);
+  for (const char* kind : {"scatter", "gather", "separate"}) {
+    setenv("TETRA_MOE_GATHERED_CAST", kind, 1);
+    auto one = [&](const char* what, const Tensor& x, ops::Fp8Cast c, const Tensor* weights) {
+      const double ms = time_ms([&] {
+        Tensor no_rows;
+        ops::Fp8GroupedCodes codes;
+        ops::moe_permute_fp8_cast(no_rows, codes, x, L.slot_of, L.k, L.offsets, c, weights);
+      }, reps);
+      print({{"bench", "moe_gathered_cast"}, {"routing", how}, {"tensor", what}, {"kind", kind}, {"us", ms * 1e3},
+             {"floor_us", bytes / kPeakBytes * 1e6}, {"of_floor", bytes / kPeakBytes / (ms * 1e-3)}});
+    };
+    one("x_e", L.x, act, nullptr);
+    one("d_out_e", L.dy, grad, &L.w);
+  }
+  unsetenv("TETRA_MOE_GATHERED_CAST");
+}
+
 // The six grouped GEMMs of the layer in FP8 (runtime/ops.h moe_grouped_fp8_*, tensorwise: E4M3
 // activations and weights, E5M2 gradients; each call casts its operands per expert, as a training
 // step does), with the bf16 operands and outputs of the bf16 rows, and their sum (moe_gemm_sum).
@@ -356,6 +381,7 @@ void bench_fp8_gemms(Layer& L, const std::string& how, double load, int reps) {
   bench_fp8_split(L, how, reps);
   bench_fp8_ahead(L, how, reps);
   bench_fp8_casts(L, how, reps);
+  bench_gathered_casts(L, how, reps);
 }
 
 void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::GroupedGemmImpl>& impls, bool fp8,

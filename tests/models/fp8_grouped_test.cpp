@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -29,6 +30,7 @@ namespace {
 using test::clone;
 using test::poisoned;
 using test::random_tensor;
+using test::row_amax_of;
 
 constexpr int64_t G = 5, R = 400, O = 48, I = 160;  // I: a full 128-column block and a 32-column one
 const std::vector<int32_t> kOffsets = {3, 3, 133, 133, 390, 395};
@@ -173,15 +175,6 @@ TEST(Fp8GroupedAhead, CodesAreThePerExpertCasts) {
   EXPECT_EQ(c.padded_offsets.data<int32_t>()[G], p0);
 }
 
-// Each row's largest |value| of a host fp32 tensor [..., C] (fp32 bits): ops.h's row_amax.
-std::vector<uint32_t> row_amax_of(const Tensor& t) {
-  const int64_t C = t.dim(-1), rows = t.numel() / C;
-  std::vector<uint32_t> out(static_cast<size_t>(rows), 0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < C; ++c) out[r] = std::max(out[r], fp8_abs_bits(t.data<float>()[r * C + c]));
-  return out;
-}
-
 std::vector<uint32_t> u32_values(const Tensor& t) {
   const auto* p = static_cast<const uint32_t*>(t.data_ptr());
   return std::vector<uint32_t>(p, p + t.numel());
@@ -242,6 +235,38 @@ TEST(Fp8GroupedAhead, RowAmaxesOfTheProducersCastAsTheirOwn) {
   EXPECT_THROW(ops::moe_grouped_fp8_cast(wc, w3, cast, nullptr, &w3_amax), Error);
 }
 
+// The weights' cast given each expert's amax (expert_amax: the optimizer's update measured it) takes
+// it as it is: given the weights' own amaxes it equals the cast that measures them, bit for bit; given
+// another, that expert's scale follows it. Refused for row tensors and at the wrong length.
+TEST(Fp8GroupedAhead, TheWeightsCastTakesEachExpertsGivenAmax) {
+  Rng rng(19);
+  const int64_t experts = 3, rows_w = 16, cols_w = 40;
+  const Tensor w = random_tensor(rng, {experts, rows_w, cols_w}, 0.1);
+  const std::vector<uint32_t> own_amax = row_amax_of(w.view({experts, rows_w * cols_w}));
+  Tensor amax = Tensor::empty({experts}, DType::U32);
+  std::copy(own_amax.begin(), own_amax.end(), static_cast<uint32_t*>(amax.data_ptr()));
+  const ops::Fp8Cast cast{ops::Fp8Scaling::Tensorwise, DType::F8E4M3};
+  ops::Fp8GroupedCodes own, given;
+  ops::moe_grouped_fp8_cast(own, w, cast, nullptr);
+  ops::moe_grouped_fp8_cast(given, w, cast, nullptr, nullptr, &amax);
+  for (auto [a, b] : {std::pair{&own.q, &given.q}, {&own.q_t, &given.q_t}, {&own.scale, &given.scale}})
+    EXPECT_EQ(std::memcmp(a->data_ptr(), b->data_ptr(), a->nbytes()), 0) << "the cast given the experts' amaxes";
+
+  const float doubled = 2.0f * std::bit_cast<float>(static_cast<uint32_t*>(amax.data_ptr())[1]);
+  static_cast<uint32_t*>(amax.data_ptr())[1] = std::bit_cast<uint32_t>(doubled);
+  ops::moe_grouped_fp8_cast(given, w, cast, nullptr, nullptr, &amax);
+  EXPECT_EQ(given.scale.data<float>()[0], own.scale.data<float>()[0]);
+  EXPECT_EQ(given.scale.data<float>()[1], 1.0f / fp8_quant_factor(doubled, fp8_largest(Fp8Format::E4M3)))
+      << "the given amax is taken as it is";
+
+  const Tensor rows = random_tensor(rng, {10, cols_w});
+  const Tensor off = Tensor::from_vector(std::vector<int32_t>{0, 4, 4, 10}, {experts + 1});
+  ops::Fp8GroupedCodes none;
+  EXPECT_THROW(ops::moe_grouped_fp8_cast(none, rows, cast, &off, nullptr, &amax), Error) << "rows take row_amax";
+  Tensor short_amax = Tensor::empty({experts - 1}, DType::U32);
+  EXPECT_THROW(ops::moe_grouped_fp8_cast(none, w, cast, nullptr, nullptr, &short_amax), Error);
+}
+
 // ops::moe_permute_fp8_cast gives the rows moe_permute writes and the codes moe_grouped_fp8_cast makes
 // of them, and without rows (fp8_grouped::permute_rows) the same codes; the grouped GEMMs given those
 // codes in place of x (undefined) equal the GEMMs reading x. A group-scaled recipe, which casts in its
@@ -284,6 +309,44 @@ TEST(Fp8GroupedAhead, PermutingWithTheCastIsThePermutationThenTheCast) {
                Error);
   EXPECT_THROW(fp8_grouped::forward(Fp8Recipe::Tensorwise, y, Tensor(), w, off, &kept_t), Error);  // no row codes
   EXPECT_THROW(fp8_grouped::forward(Fp8Recipe::Tensorwise, y, Tensor(), w, off), Error);          // no codes at all
+}
+
+// The gathered cast given its tokens' amaxes (token_amax: the norm's row_amax of h, its backward's of
+// dy) takes them as they are: the measured ones give the codes it makes measuring, bit for bit, with
+// and without the routing weights (whose rows' amaxes are the tokens' times |w|); doubled ones double
+// every expert's scale. A token_amax of another length is refused.
+TEST(Fp8GroupedAhead, TheGatheredCastTakesItsTokensGivenAmaxes) {
+  Rng rng(29);
+  const int64_t N = 40, k = 3, E = 4, d = 24;
+  const auto [off, row_of, slot_of] = random_routing(rng, N, k, E);
+  const Tensor x = random_tensor(rng, {N, d}, 3.0), weights = random_tensor(rng, {N, k});
+  auto words = [](const std::vector<uint32_t>& v) {
+    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::U32);
+    std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(uint32_t));
+    return t;
+  };
+  const Tensor measured = words(row_amax_of(x));
+  std::vector<uint32_t> twice = row_amax_of(x);
+  for (uint32_t& b : twice) b = std::bit_cast<uint32_t>(2.0f * std::bit_cast<float>(b));
+  const Tensor doubled = words(twice);
+  for (const Tensor* w : {static_cast<const Tensor*>(nullptr), &weights}) {
+    const bool gradient = w != nullptr;
+    const char* what = gradient ? "with the routing weights" : "without";
+    const ops::Fp8GroupedCodes own = fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, x, slot_of, k, off, gradient, w);
+    const ops::Fp8GroupedCodes given =
+        fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, x, slot_of, k, off, gradient, w, &measured);
+    for (auto [a, b] : {std::pair{&own.q, &given.q}, {&own.q_t, &given.q_t}, {&own.scale, &given.scale}})
+      EXPECT_EQ(std::memcmp(a->data_ptr(), b->data_ptr(), a->nbytes()), 0) << what << ": " << a->describe();
+    const ops::Fp8GroupedCodes big =
+        fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, x, slot_of, k, off, gradient, w, &doubled);
+    for (int64_t g = 0; g < E; ++g) {
+      if (off.data<int32_t>()[g + 1] == off.data<int32_t>()[g]) continue;  // no rows: no amax to double
+      EXPECT_EQ(big.scale.data<float>()[g], 2.0f * own.scale.data<float>()[g]) << what << ", expert " << g;
+    }
+  }
+  const Tensor short_amax = words(std::vector<uint32_t>(N - 1, 0));
+  EXPECT_THROW(fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, x, slot_of, k, off, false, nullptr, &short_amax),
+               Error);
 }
 
 // With the routing weights, ops::moe_permute_fp8_cast gives the rows moe_unpermute_backward writes
@@ -407,32 +470,45 @@ void expect_same(const Tensor& got, const Tensor& want, const char* what) {
   EXPECT_EQ(differ, 0) << what << ": " << differ << " of " << want.numel() << " elements differ";
 }
 
+// A MoE layer of E = 4 experts of width F = 16 (top 2, no shared experts) over d = C = 32 under
+// tensorwise, its weights random (rng), and a training context of N = 64 tokens.
+struct TensorwiseMoe {
+  static constexpr int64_t C = 32, E = 4, F = 16, N = 64;
+  MoeShape shape;
+  MoeMlp moe;
+  std::vector<Param*> params;
+  MicroBatchContext ctx{Device::cpu(), DType::F32};
+  explicit TensorwiseMoe(Rng& rng) {
+    shape.d_model = C;
+    shape.experts = E;
+    shape.top_k = shape.routing.top_k = 2;
+    shape.expert_ffn = F;
+    moe.init("model.layers.0.mlp", 0, shape, 0, 0.02f);
+    moe.set_fp8(Fp8Recipe::Tensorwise);
+    moe.collect(params);
+    for (Param* p : params) {
+      p->value = random_tensor(rng, p->local_shape, 0.1);
+      p->grad = Tensor::zeros(p->local_shape, DType::F32);
+    }
+    ctx.batch = 2;
+    ctx.seq_len = N / 2;
+    ctx.loss_grad_scale = 1.0f / N;
+  }
+};
+
 // One micro-batch through a MoE layer of 4 experts (top 2, no shared experts) under tensorwise: the
 // experts' GEMMs — forward of gate|up, input gradient of gate|up, weight gradient of down — are the
 // recipe's grouped GEMMs on the rows each expert got, not the working dtype's.
 TEST(Fp8GroupedMoe, TheRoutedExpertsRunTheRecipe) {
-  constexpr int64_t C = 32, E = 4, F = 16, N = 64;
-  MoeShape shape;
-  shape.d_model = C;
-  shape.experts = E;
-  shape.top_k = shape.routing.top_k = 2;
-  shape.expert_ffn = F;
-  MoeMlp moe;
-  moe.init("model.layers.0.mlp", 0, shape, 0, 0.02f);
-  moe.set_fp8(Fp8Recipe::Tensorwise);
-  std::vector<Param*> params;
-  moe.collect(params);
   Rng rng(21);
-  for (Param* p : params) {
-    p->value = random_tensor(rng, p->local_shape, 0.1);
-    p->grad = Tensor::zeros(p->local_shape, DType::F32);
-  }
+  TensorwiseMoe layer(rng);
+  constexpr int64_t C = TensorwiseMoe::C, E = TensorwiseMoe::E, F = TensorwiseMoe::F, N = TensorwiseMoe::N;
+  const MoeShape& shape = layer.shape;
+  MoeMlp& moe = layer.moe;
+  std::vector<Param*>& params = layer.params;
+  MicroBatchContext& ctx = layer.ctx;
   const Tensor gate_up = param_named(params, "experts.gate_up_proj.weight").value.view({E, 2 * F, C});
   Param& down = param_named(params, "experts.down_proj.weight");
-  MicroBatchContext ctx(Device::cpu(), DType::F32);
-  ctx.batch = 2;
-  ctx.seq_len = N / 2;
-  ctx.loss_grad_scale = 1.0f / N;
   MoeMlp::State s;
   moe.forward(ctx, s, random_tensor(rng, {N, C}), random_tensor(rng, {N, C}));
   // Training under tensorwise: x_e and act_e cast once, their transposed codes kept for W.
@@ -472,6 +548,42 @@ TEST(Fp8GroupedMoe, TheRoutedExpertsRunTheRecipe) {
   Tensor d_down = Tensor::zeros({E, C, F}, DType::F32);
   fp8_grouped::backward_weight(Fp8Recipe::Tensorwise, d_down, d_out_e, s.act_e, s.e_offsets, /*accumulate=*/true);
   expect_same(down.grad, d_down, "down weight gradient");
+}
+
+// A MoE layer's gathered casts take the tokens' amaxes their writers measured: the norm's row amaxes
+// of h (MoeMlp::input_row_amax_slot, which the block hands to the norm) and those of dy the layer
+// above's norm backward offers (backward_combine's dy_row_amax). Doubled ones double x_e's and
+// d_out_e's scales, so the layer reads them rather than measuring.
+TEST(Fp8GroupedMoe, TheGatheredCastsTakeTheTokensAmaxesTheirWritersMeasured) {
+  Rng rng(31);
+  TensorwiseMoe layer(rng);
+  constexpr int64_t C = TensorwiseMoe::C, E = TensorwiseMoe::E, N = TensorwiseMoe::N;
+  MoeMlp& moe = layer.moe;
+  MicroBatchContext& ctx = layer.ctx;
+  const Tensor h = random_tensor(rng, {N, C}), residual = random_tensor(rng, {N, C}), dy = random_tensor(rng, {N, C});
+  auto doubled_rows = [](const Tensor& t) {
+    Tensor out = Tensor::empty({t.dim(0)}, DType::U32);
+    const std::vector<uint32_t> rows = row_amax_of(t);
+    for (size_t r = 0; r < rows.size(); ++r)
+      static_cast<uint32_t*>(out.data_ptr())[r] = std::bit_cast<uint32_t>(2.0f * std::bit_cast<float>(rows[r]));
+    return out;
+  };
+  MoeMlp::State own, given;
+  moe.forward(ctx, own, h, residual);
+  Tensor* slot = moe.input_row_amax_slot(ctx, given, N);
+  ASSERT_NE(slot, nullptr) << "training under tensorwise without the exchange gathers x_e's codes";
+  ops::copy(*slot, doubled_rows(h));
+  moe.forward(ctx, given, h, residual);
+  moe.backward_combine(ctx, own, dy);
+  moe.backward_combine(ctx, given, dy, Tensor(), doubled_rows(dy));
+  moe.backward_experts(ctx, own);
+  moe.backward_experts(ctx, given);
+  for (int64_t g = 0; g < E; ++g) {
+    if (own.e_offsets.data<int32_t>()[g + 1] == own.e_offsets.data<int32_t>()[g]) continue;
+    EXPECT_EQ(given.x_codes.scale.data<float>()[g], 2.0f * own.x_codes.scale.data<float>()[g]) << "x_e, expert " << g;
+    EXPECT_EQ(given.d_out_codes.scale.data<float>()[g], 2.0f * own.d_out_codes.scale.data<float>()[g])
+        << "d_out_e, expert " << g;
+  }
 }
 
 }  // namespace

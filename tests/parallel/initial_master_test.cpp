@@ -16,50 +16,17 @@
 #include "parallel/param_set.h"
 #include "runtime/dtype.h"
 #include "runtime/ops.h"
+#include "tests/parallel/optimizer_test_util.h"
 
 using namespace tetra;
+using tetra::test::ShapeOnlyGroup;
+using tetra::test::TestParams;
 
 namespace {
 
-// A group of `size` ranks seen from rank `rank` that carries no data: the optimizers' constructors
-// only read its rank and size (a collective here would be a test failure).
-class ShapeOnlyGroup : public Communicator {
- public:
-  ShapeOnlyGroup(int rank, int size) : rank_(rank), size_(size) { set_name("dp(test)"); }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  std::string backend() const override { return "none"; }
-  std::unique_ptr<Work> all_reduce(Tensor&, ReduceOp) override { return none("all_reduce"); }
-  std::unique_ptr<Work> reduce_scatter(Tensor&, const Tensor&, ReduceOp) override { return none("reduce_scatter"); }
-  std::unique_ptr<Work> all_gather(Tensor&, const Tensor&) override { return none("all_gather"); }
-  std::unique_ptr<Work> all_to_all(Tensor&, const Tensor&) override { return none("all_to_all"); }
-  std::unique_ptr<Work> all_to_all_v(Tensor&, const std::vector<int64_t>&, const Tensor&,
-                                     const std::vector<int64_t>&) override {
-    return none("all_to_all_v");
-  }
-  std::unique_ptr<Work> broadcast(Tensor&, int) override { return none("broadcast"); }
-  std::unique_ptr<Work> send(const Tensor&, int, int) override { return none("send"); }
-  std::unique_ptr<Work> recv(Tensor&, int, int) override { return none("recv"); }
-  std::unique_ptr<Work> batch_send_recv(const std::vector<P2PTransfer>&) override { return none("batch_send_recv"); }
-  void barrier() override { none("barrier"); }
-  std::unique_ptr<Communicator> split(int, int) override {
-    none("split");
-    return nullptr;
-  }
-
- private:
-  std::unique_ptr<Work> none(const char* op) {
-    ADD_FAILURE() << op << " called on a group that carries no data";
-    return nullptr;
-  }
-  int rank_, size_;
-};
-
 // Parameters of odd sizes over three layers (units padded, shards cut inside parameters), normal
 // and constant initialisation, and one buffer.
-struct SmallModel {
-  std::vector<std::unique_ptr<Param>> owned;
-  std::vector<Param*> params;
+struct SmallModel : TestParams {
   SmallModel() {
     add("embed.weight", 0, {37, 5});
     add("h.0.weight", 1, {3, 129});
@@ -70,15 +37,6 @@ struct SmallModel {
     add("h.1.weight", 2, {64, 3}).init_std = 1.7f;
     Param& buf = add("h.1.router_bias", 2, {4});
     buf.trainable = false;
-  }
-  Param& add(const std::string& name, int layer, Shape shape) {
-    auto p = std::make_unique<Param>();
-    p->name = name;
-    p->layer_index = layer;
-    p->full_shape = p->local_shape = shape;
-    params.push_back(p.get());
-    owned.push_back(std::move(p));
-    return *params.back();
   }
 };
 

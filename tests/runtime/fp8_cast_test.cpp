@@ -18,6 +18,7 @@
 #include "runtime/fp8_format.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
+#include "tests/runtime/op_test_util.h"
 
 namespace tetra {
 namespace {
@@ -344,6 +345,7 @@ TEST(Fp8Cast, ProducersAmaxIsWhatTheCastWouldMeasure) {
 
 // The norms' amax outputs (ops.h) are the largest |y| as stored — fp32 y, and bf16 y from an fp32 x
 // (rounded before measuring) — what fp8_amax measures over y, bit for bit; a NaN in x makes it NaN.
+// RMSNorm's row_amax is each row's (only the NaN's row NaN), as the routed experts' cast measures them.
 TEST(Fp8Cast, NormsAmaxIsWhatTheCastWouldMeasure) {
   Rng rng(9);
   const int64_t N = 24, C = 80;
@@ -356,10 +358,14 @@ TEST(Fp8Cast, NormsAmaxIsWhatTheCastWouldMeasure) {
       Tensor y = Tensor::empty({N, C}, yd);
       Tensor mean = Tensor::empty({N}, DType::F32), rstd = Tensor::empty({N}, DType::F32);
       Tensor amax = Tensor::empty({1}, DType::U32), want = Tensor::empty({1}, DType::U32);
-      ops::rmsnorm_forward(y, rstd, x, w, 1e-5f, &amax);
+      Tensor rows = Tensor::empty({N}, DType::U32);
+      ops::rmsnorm_forward(y, rstd, x, w, 1e-5f, &amax, &rows);
       ops::fp8_amax(want, y);
       EXPECT_EQ(bits(amax), bits(want)) << "rmsnorm, " << what;
       EXPECT_EQ(bits(amax) > 0x7f800000u, nan) << "rmsnorm, " << what;
+      const auto* r = static_cast<const uint32_t*>(rows.data_ptr());
+      EXPECT_EQ(std::vector<uint32_t>(r, r + N), test::row_amax_of(y)) << "rmsnorm rows, " << what;
+      for (int64_t n = 0; n < N; ++n) EXPECT_EQ(r[n] > 0x7f800000u, nan && n == 3) << "row " << n << ", " << what;
       ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f, &amax);
       ops::fp8_amax(want, y);
       EXPECT_EQ(bits(amax), bits(want)) << "layernorm, " << what;
@@ -373,11 +379,15 @@ TEST(Fp8Cast, NormsAmaxIsWhatTheCastWouldMeasure) {
   Tensor wrong = Tensor::empty({1}, DType::F32);
   EXPECT_THROW(ops::rmsnorm_forward(y, rstd, x, w, 1e-5f, &wrong), Error);
   EXPECT_THROW(ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f, &wrong), Error);
+  // ... and the rows' U32 [N].
+  Tensor short_rows = Tensor::empty({N - 1}, DType::U32);
+  EXPECT_THROW(ops::rmsnorm_forward(y, rstd, x, w, 1e-5f, nullptr, &short_rows), Error);
 }
 
 // The norms' backward dx_amax (ops.h) is the largest |value| of the copy the projections' GEMMs read
 // as stored, after dresidual is added: dx itself, or dx_rounded (bf16) beside an fp32 dx — what
 // fp8_amax measures over that tensor, bit for bit; a NaN or an infinity in dresidual reaches it.
+// RMSNorm's dx_row_amax is each row's of the same tensor.
 TEST(Fp8Cast, NormsBackwardAmaxIsWhatTheCastWouldMeasure) {
   Rng rng(10);
   const int64_t N = 24, C = 80;
@@ -401,9 +411,12 @@ TEST(Fp8Cast, NormsBackwardAmaxIsWhatTheCastWouldMeasure) {
       Tensor dw = Tensor::zeros({C}, DType::F32), db = Tensor::zeros({C}, DType::F32);
       Tensor amax = Tensor::empty({1}, DType::U32), want = Tensor::empty({1}, DType::U32);
       Tensor* out_copy = rounded ? &copy : nullptr;
-      ops::rmsnorm_backward(dx, dw, dyr, x, w, rstd, false, &res, out_copy, &amax);
+      Tensor rows = Tensor::empty({N}, DType::U32);
+      ops::rmsnorm_backward(dx, dw, dyr, x, w, rstd, false, &res, out_copy, &amax, &rows);
       ops::fp8_amax(want, rounded ? copy : dx);
       EXPECT_EQ(bits(amax), bits(want)) << "rmsnorm, " << what;
+      const auto* r = static_cast<const uint32_t*>(rows.data_ptr());
+      EXPECT_EQ(std::vector<uint32_t>(r, r + N), test::row_amax_of(rounded ? copy : dx)) << "rmsnorm rows, " << what;
       EXPECT_EQ(bits(amax), plain ? bits(want) : std::bit_cast<uint32_t>(std::fabs(special))) << "rmsnorm, " << what;
       ops::layernorm_backward(dx, dw, db, dyr, x, w, mean, rstd, false, &res, nullptr, out_copy, &amax);
       ops::fp8_amax(want, rounded ? copy : dx);

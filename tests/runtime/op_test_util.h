@@ -3,11 +3,13 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "runtime/fp8_format.h"
 #include "runtime/ops.h"
 #include "runtime/random.h"
 #include "runtime/tensor.h"
@@ -71,6 +73,18 @@ inline std::vector<double> to_doubles(const Tensor& t) {
     ADD_FAILURE() << "to_doubles: unsupported " << t.describe();
   }
   return v;
+}
+
+// Each row's largest |value| of a host fp32 or bf16 tensor [..., C], as fp32 bits: ops.h's row_amax
+// (of a [1, n] view: the tensor's amax, as fp8_quantize measures it).
+inline std::vector<uint32_t> row_amax_of(const Tensor& t) {
+  const std::vector<double> v = to_doubles(t);
+  const int64_t C = std::max<int64_t>(t.dim(-1), 1), rows = t.numel() / C;
+  std::vector<uint32_t> out(static_cast<size_t>(rows), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < C; ++c)
+      out[static_cast<size_t>(r)] = std::max(out[static_cast<size_t>(r)], fp8_abs_bits(static_cast<float>(v[r * C + c])));
+  return out;
 }
 
 // ‖out − ref‖ / ‖ref‖ (plain ‖out − ref‖ when ref is 0); +inf if any element of out is not finite

@@ -126,12 +126,12 @@ TEST(StepControl, AdamWWithControlEqualsAdamWWithHostScalars) {
 
   ops::AdamWHyper h;
   h.beta2 = 0.95f;
-  ops::AdamWSegment seg{p, g, m, v, Tensor(), 0.1f};
+  ops::AdamWSegment seg{p, g, m, v, Tensor(), 0.1f, Tensor()};
   ops::adamw_update_multi({seg}, h, &control);
   h.lr = static_cast<float>(lrs.data<double>()[3]);
   h.step = 4;
   h.grad_scale = clip_coefficient(std::sqrt(2.0), 0.5);
-  ops::AdamWSegment seg2{p2, g, m2, v2, Tensor(), 0.1f};
+  ops::AdamWSegment seg2{p2, g, m2, v2, Tensor(), 0.1f, Tensor()};
   ops::adamw_update_multi({seg2}, h);
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(p.data<float>()[i], p2.data<float>()[i]) << i;

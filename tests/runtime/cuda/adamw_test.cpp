@@ -1,7 +1,8 @@
 // CUDA AdamW (single tensor and multi-tensor) against the CPU twin: fp32 and bf16 gradients, working
 // copies in fp32, bf16 or none, fp32 and bf16 moments (optimizer.state_dtype), vectorised and
 // misaligned segments, hundreds of segments (several launches), empty segments, and per-segment
-// weight decay.
+// weight decay; each segment's amax word (AdamWSegment::amax) against the values it wrote, applied
+// and skipped by the device control.
 // bf16 moments: both backends compute the same fp32 update and round once; where their fp32 values
 // differ in the last bit (contraction into FMAs) and straddle a bf16 rounding boundary, the stored
 // moments differ by one bf16 ulp (2^-8 relative), hence tol(BF16) for them; the master weights are
@@ -9,7 +10,9 @@
 #include <cmath>
 #include <sstream>
 
+#include "runtime/fp8_format.h"
 #include "runtime/multi_tensor.h"
+#include "runtime/step_control.h"
 #include "tests/runtime/cuda/gpu_test_util.h"
 
 namespace tetra::gputest {
@@ -140,6 +143,57 @@ TEST(GpuAdamW, MultiTensorManySegments) {
     if (gpu_segs[i].working.defined()) {
       EXPECT_LE(close_error(gpu_segs[i].working, cpu_segs[i].master), tol(working_dtype[i]))
           << "segment " << i << " working";
+    }
+  }
+}
+
+
+// The bits of max |x| over a device tensor's values as stored (bf16 widened exactly).
+uint32_t stored_amax_bits(const Tensor& dev) { return test::row_amax_of(download_raw(dev).view({1, dev.numel()}))[0]; }
+
+uint32_t word_of(const Tensor& dev_word) { return *static_cast<const uint32_t*>(download_raw(dev_word).data_ptr()); }
+
+// Each segment's amax word holds the bits of the largest |value| the update stored where the model
+// reads it (the working copy, else the master), exactly: across blocks (one atomicMax each), on the
+// 4-wide and the scalar paths (a misaligned view), with bf16 rounding; a segment without a word beside
+// them is unaffected. A step the control skips gives the unchanged values' amax.
+TEST(GpuAdamW, SegmentAmaxIsOfTheValuesItStores) {
+  TETRA_REQUIRE_GPU();
+  const ops::AdamWHyper h = hyper();
+  for (bool skip : {false, true}) {
+    Rng rng(skip ? 91 : 90);
+    std::vector<ops::AdamWSegment> segs;
+    for (int i = 0; i < 6; ++i) {
+      const int64_t n = i % 2 ? 3 * 8192 + 5 : 1001;
+      const DType sd = i < 3 ? DType::F32 : DType::BF16;
+      HostState s = random_state(rng, n, DType::BF16, sd);
+      ops::AdamWSegment g;
+      g.master = upload(s.master, DType::F32);
+      g.grad = upload(s.grad, DType::BF16);
+      g.m = upload(s.m, sd);
+      g.v = upload(s.v, sd);
+      if (i % 3 != 0) g.working = upload(s.master, i % 3 == 1 ? DType::F32 : DType::BF16);
+      g.weight_decay = 0.1f;
+      if (i == 4) {  // a misaligned view of the master: the scalar path
+        Tensor big = upload(representable(random_host(rng, {n + 1}), DType::F32), DType::F32);
+        Tensor view = big.slice_flat(1, {n});
+        ops::copy(view, g.master);
+        g.master = view;
+      }
+      if (i != 5) g.amax = upload_raw(Tensor::zeros({1}, DType::U32));
+      segs.push_back(g);
+    }
+    Tensor control = Tensor::zeros({kStepControlSlots}, DType::F64);
+    control.data<double>()[kCtlSkipped] = skip ? 1.0 : 0.0;
+    control.data<double>()[kCtlLr] = 1e-2;
+    control.data<double>()[kCtlStepSize] = 1e-2;
+    control.data<double>()[kCtlInvBc2Sqrt] = 1.0;
+    control.data<double>()[kCtlGradScale] = 1.0;
+    const Tensor dev_control = upload_raw(control);
+    ops::adamw_update_multi(segs, h, &dev_control);
+    for (int i = 0; i < 5; ++i) {
+      const Tensor& read = segs[i].working.defined() ? segs[i].working : segs[i].master;
+      EXPECT_EQ(word_of(segs[i].amax), stored_amax_bits(read)) << "segment " << i << (skip ? ", skipped" : "");
     }
   }
 }

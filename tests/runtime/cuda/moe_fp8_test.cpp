@@ -6,7 +6,10 @@
 // operands and outputs, the weight gradient accumulating or not; the casts into the tensor-core
 // layouts against the row layout; the permutation with its cast against the two ops; and the three ops replayed from a CUDA graph on new rows and new
 // offsets (nothing read on the host).
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <cstdio>
 #include <sstream>
@@ -252,6 +255,11 @@ TEST(GpuMoeGroupedFp8, TensorCoresTakeTheRecipe) {
   EXPECT_FALSE(cuda::grouped_gemm_fp8_wgmma_applies(p, nullptr)) << "E5M2 x E5M2";
   p.b_fp8 = DType::F8E4M3, p.I = 1544;
   EXPECT_FALSE(cuda::grouped_gemm_fp8_wgmma_applies(p, nullptr)) << "I off 16";
+  // rows past what the transposing casts' grids hold (Rp / 32 rows of blocks ≤ 65535)
+  p.I = 1536, p.R = 2'100'000;
+  EXPECT_FALSE(cuda::grouped_gemm_fp8_wgmma_applies(p, nullptr)) << "R " << p.R;
+  p.R = 2'000'000;
+  EXPECT_TRUE(cuda::grouped_gemm_fp8_wgmma_applies(p, &why)) << "R " << p.R << ": " << why;
 }
 
 // The casts into the tensor-core layouts against the row-layout cast (itself checked against the CPU
@@ -479,14 +487,7 @@ TEST(GpuMoeGroupedFp8, CastAheadElementKernels) {
 }
 
 // Each row's largest |value| of a device result as stored (fp32 bits), rows of its last dimension.
-std::vector<uint32_t> stored_row_amax(const Tensor& dev) {
-  const std::vector<double> v = download(dev);
-  const int64_t C = dev.dim(-1), rows = dev.numel() / std::max<int64_t>(C, 1);
-  std::vector<uint32_t> out(static_cast<size_t>(rows), 0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < C; ++c) out[r] = std::max(out[r], fp8_abs_bits(static_cast<float>(v[r * C + c])));
-  return out;
-}
+std::vector<uint32_t> stored_row_amax(const Tensor& dev) { return test::row_amax_of(download_raw(dev)); }
 
 std::vector<uint32_t> host_u32(const Tensor& dev) {
   const Tensor h = download_raw(dev);
@@ -511,6 +512,15 @@ GpuRouting gpu_routing(Rng& rng, int64_t N, int64_t k, int64_t E) {
 bool same_device_bytes(const Tensor& a, const Tensor& b) {
   const Tensor ha = download_raw(a), hb = download_raw(b);
   return ha.nbytes() == hb.nbytes() && std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
+}
+
+// Each row's amax of a device tensor (test::row_amax_of of it downloaded), as a device U32 [rows]:
+// what a norm's row_amax writes, for moe_permute_fp8_cast's token_amax.
+Tensor device_row_amax(const Tensor& dev) {
+  const std::vector<uint32_t> v = test::row_amax_of(download_raw(dev));
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::U32);
+  std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(uint32_t));
+  return upload_raw(t);
 }
 
 // Codes and scales of two casts of one row tensor (offsets from 0 to R), bit for bit: the row codes,
@@ -581,11 +591,58 @@ TEST(GpuMoeGroupedFp8, ProducersMeasureEachRowsAmax) {
   }
 }
 
+// Each way moe_permute_fp8_cast can make its codes (TETRA_MOE_GATHERED_CAST: cuda::GatheredCast), as
+// `what` suffixed with its name; the default afterwards.
+template <class Fn>
+void for_each_gathered_cast(const std::string& what, Fn&& fn) {
+  for (const char* kind : {"scatter", "gather", "separate"}) {
+    setenv("TETRA_MOE_GATHERED_CAST", kind, 1);
+    fn(what + ", " + kind);
+  }
+  unsetenv("TETRA_MOE_GATHERED_CAST");
+}
+
+// The weights' cast given each expert's amax (expert_amax, the optimizer's update measured it) takes
+// it as it is, as the CPU twin does: codes in both layouts and scales bit for bit, with the experts'
+// own amaxes and with one doubled, on the vector kernels (I 1536) and the element ones (I 13).
+TEST(GpuMoeGroupedFp8, WeightsCastTakesTheExpertsGivenAmax) {
+  TETRA_REQUIRE_GPU();
+  Rng rng(43);
+  const int64_t G = 4;
+  for (const auto& [O, I] : {std::pair<int64_t, int64_t>{1024, 1536}, {52, 13}}) {
+    const std::string what = "O " + std::to_string(O) + " I " + std::to_string(I);
+    const Tensor w = representable(random_host(rng, {G, O, I}, 0.1), DType::BF16);
+    const std::vector<uint32_t> own = test::row_amax_of(w.view({G, O * I}));
+    Tensor amax = Tensor::empty({G}, DType::U32);
+    auto* a = static_cast<uint32_t*>(amax.data_ptr());
+    std::copy(own.begin(), own.end(), a);
+    a[2] = std::bit_cast<uint32_t>(2.0f * std::bit_cast<float>(a[2]));  // not the weights' own: taken as it is
+    ops::Fp8GroupedCodes want, got;
+    ops::moe_grouped_fp8_cast(want, w, kE4M3, nullptr, nullptr, &amax);
+    const Tensor g_amax = upload_raw(amax);
+    ops::moe_grouped_fp8_cast(got, upload(w, DType::BF16), kE4M3, nullptr, nullptr, &g_amax);
+    for (auto [x, y] : {std::pair{&got.q, &want.q}, {&got.q_t, &want.q_t}, {&got.scale, &want.scale}}) {
+      const Tensor h = download_raw(*x);
+      ASSERT_EQ(h.nbytes(), y->nbytes()) << what;
+      EXPECT_EQ(std::memcmp(h.data_ptr(), y->data_ptr(), h.nbytes()), 0) << what << ": " << x->describe();
+    }
+  }
+}
+
+TEST(GpuMoeGroupedFp8, GatheredCastSettingIsChecked) {
+  TETRA_REQUIRE_GPU();
+  setenv("TETRA_MOE_GATHERED_CAST", "scattered", 1);
+  EXPECT_THROW(cuda::gathered_cast_kind(), Error);
+  unsetenv("TETRA_MOE_GATHERED_CAST");
+  EXPECT_EQ(cuda::gathered_cast_kind(), cuda::GatheredCast::Scatter);
+}
+
 // moe_permute_fp8_cast writes what moe_permute and moe_grouped_fp8_cast of its rows write, bit for
-// bit: the rows, the row and transposed codes, the scales. Ragged routing (5 experts of 300 tokens ×
-// 3, 64 of 512 × 6), widths through the one-pass kernel (1536, 200 and 8: whole 512-column blocks,
-// a partial one, one vector a row) and through the two ops (52, 13: not 8-column vectors), bf16 and
-// fp32, E4M3 and E5M2.
+// bit, made each of its ways: the rows, the row and transposed codes, the scales; and given its
+// tokens' amaxes (token_amax, as the norm measures them) the same codes. Ragged routing (5
+// experts of 300 tokens × 3, 64 of 512 × 6), widths through the one-pass kernels (1536, 200 and 8:
+// whole 512-column blocks, a partial one, one vector a row) and through the two ops (52, 13: not
+// 8-column vectors), bf16 and fp32, E4M3 and E5M2.
 TEST(GpuMoeGroupedFp8, PermuteWithItsCastIsThePermutationThenTheCast) {
   TETRA_REQUIRE_GPU();
   Rng rng(43);
@@ -601,18 +658,26 @@ TEST(GpuMoeGroupedFp8, PermuteWithItsCastIsThePermutationThenTheCast) {
         const std::string what = "N " + std::to_string(r.N) + " E " + std::to_string(r.E) + " d " + std::to_string(d) +
                                  " " + dtype_name(dt);
         const Tensor g_x = upload(random_host(rng, {r.N, d}, 3.0), dt);
-        Tensor rows = poisoned({r.N * r.k, d}, dt), rows_ref = poisoned({r.N * r.k, d}, dt);
-        ops::Fp8GroupedCodes codes, codes_ref;
-        ops::moe_permute_fp8_cast(rows, codes, g_x, g_slot_of, r.k, g_off, cast);
+        Tensor rows_ref = poisoned({r.N * r.k, d}, dt);
+        ops::Fp8GroupedCodes codes_ref;
         ops::moe_permute(rows_ref, g_x, g_slot_of, r.k);
         ops::moe_grouped_fp8_cast(codes_ref, rows_ref, cast, &g_off);
-        const Tensor h_rows = download_raw(rows), h_ref = download_raw(rows_ref);
-        EXPECT_EQ(std::memcmp(h_rows.data_ptr(), h_ref.data_ptr(), h_ref.nbytes()), 0) << what << ": the rows";
-        expect_same_codes(codes, codes_ref, what);
-        ops::Fp8GroupedCodes alone;  // without the rows
-        Tensor no_rows;
-        ops::moe_permute_fp8_cast(no_rows, alone, g_x, g_slot_of, r.k, g_off, cast);
-        expect_same_codes(alone, codes_ref, what + ", codes alone");
+        const Tensor h_ref = download_raw(rows_ref), token_amax = device_row_amax(g_x);
+        for_each_gathered_cast(what, [&](const std::string& how) {
+          Tensor rows = poisoned({r.N * r.k, d}, dt);
+          ops::Fp8GroupedCodes codes;
+          ops::moe_permute_fp8_cast(rows, codes, g_x, g_slot_of, r.k, g_off, cast);
+          const Tensor h_rows = download_raw(rows);
+          EXPECT_EQ(std::memcmp(h_rows.data_ptr(), h_ref.data_ptr(), h_ref.nbytes()), 0) << how << ": the rows";
+          expect_same_codes(codes, codes_ref, how);
+          ops::Fp8GroupedCodes alone;  // without the rows
+          Tensor no_rows;
+          ops::moe_permute_fp8_cast(no_rows, alone, g_x, g_slot_of, r.k, g_off, cast);
+          expect_same_codes(alone, codes_ref, how + ", codes alone");
+          ops::Fp8GroupedCodes given;
+          ops::moe_permute_fp8_cast(no_rows, given, g_x, g_slot_of, r.k, g_off, cast, nullptr, &token_amax);
+          expect_same_codes(given, codes_ref, how + ", the tokens' amaxes given");
+        });
       }
     }
   }
@@ -648,6 +713,72 @@ TEST(GpuMoeGroupedFp8, GemmsOnCodesAloneEqualGemmsOnX) {
   });
 }
 
+// The wgmma FP8 kernel's ways of running one problem give the same bits: the promoted kinds with their
+// k-tiles overlapped (two register sets of partial sums in turn) or serial, which add the same sums in
+// the same order, and each block alone or in clusters of two (B multicast; the m tiles paired, an
+// expert's odd last one with a block past its rows). The forward (fast tile), the input gradient at
+// K = O of 1, 2, 3 and 12 k-tiles (odd and even counts end the overlapped loop differently) and the
+// weight gradient, fresh and accumulating, over ragged experts (0 to 3 k-tiles and 1 to 3 m tiles;
+// O = 128 and 384 give the weight gradient an odd count of m tiles).
+TEST(GpuMoeGroupedFp8, KernelVariantsGiveTheSameBits) {
+  TETRA_REQUIRE_GPU();
+  if (!cuda::grouped_gemm_fp8_tensor_cores([] {
+        cuda::GroupedGemm p;
+        static const float one = 1.0f;
+        p.G = 1, p.R = 128, p.O = 128, p.I = 128, p.a_scale = p.b_scale = &one;
+        p.ab_type = DType::F8E5M2, p.b_fp8 = DType::F8E4M3, p.c_type = DType::BF16;
+        return p;
+      }()))
+    GTEST_SKIP() << "the wgmma FP8 kernel does not run here";
+  Rng rng(61);
+  const std::vector<int64_t> rows = {37, 0, 130, 300, 1, 256, 0, 129, 385};
+  const int64_t G = static_cast<int64_t>(rows.size());
+  int64_t R = 0;
+  for (int64_t r : rows) R += r;
+  const Tensor g_off = upload_raw(offsets_of(rows, 0));
+  struct Variant {
+    cuda::Fp8Promotion promotion;
+    int cluster;
+    const char* name;
+  };
+  const Variant variants[] = {{cuda::Fp8Promotion::Serial, 1, "serial, alone"},
+                              {cuda::Fp8Promotion::Overlapped, 1, "overlapped, alone"},
+                              {cuda::Fp8Promotion::Overlapped, 2, "overlapped, clusters of 2"}};
+  const cuda::Fp8Promotion promotion_before = cuda::grouped_gemm_fp8_promotion();
+  const int cluster_before = cuda::grouped_gemm_fp8_cluster();
+  // I = 1152: the forward's 9 k-tiles a tile wrap its 4 stages (and 9 n tiles the input gradient's)
+  for (const auto& [O, I] : {std::pair<int64_t, int64_t>{128, 144}, {256, 144}, {384, 144}, {1536, 144}, {384, 1152}}) {
+    const Tensor g_x = upload(random_host(rng, {R, I}, 1.0), DType::BF16);
+    const Tensor g_dy = upload(random_host(rng, {R, O}, 1e-3), DType::BF16);
+    const Tensor g_w = upload(random_host(rng, {G, O, I}, 0.05), DType::BF16);
+    const Tensor dw0 = upload(random_host(rng, {G, O, I}, 1e-2), DType::F32);
+    std::vector<std::vector<Tensor>> outs;
+    for (const Variant& v : variants) {
+      cuda::set_grouped_gemm_fp8_promotion(v.promotion);
+      cuda::set_grouped_gemm_fp8_cluster(v.cluster);
+      std::vector<Tensor> out = {poisoned({R, O}, DType::BF16), poisoned({R, I}, DType::BF16),
+                                 poisoned({G, O, I}, DType::F32), poisoned({G, O, I}, DType::F32)};
+      ops::copy(out[3], dw0);
+      ops::moe_grouped_fp8_forward(out[0], g_x, kE4M3, g_w, kE4M3, g_off);
+      ops::moe_grouped_fp8_backward_input(out[1], g_dy, kE5M2, g_w, kE4M3, g_off);
+      ops::moe_grouped_fp8_backward_weight(out[2], g_dy, kE5M2, g_x, kE4M3, g_off, false);
+      ops::moe_grouped_fp8_backward_weight(out[3], g_dy, kE5M2, g_x, kE4M3, g_off, true);
+      // a Hopper holds clusters of two of these blocks: the variant must not have run alone
+      EXPECT_EQ(cuda::grouped_gemm_fp8_last_cluster(), v.cluster) << v.name;
+      outs.push_back(std::move(out));
+    }
+    const char* names[] = {"the forward", "the input gradient", "the weight gradient",
+                           "the accumulated weight gradient"};
+    for (size_t v = 1; v < outs.size(); ++v)
+      for (int k = 0; k < 4; ++k)
+        EXPECT_TRUE(same_device_bytes(outs[0][k], outs[v][k]))
+            << "O " << O << " I " << I << ": " << names[k] << ", " << variants[v].name << " against "
+            << variants[0].name;
+  }
+  cuda::set_grouped_gemm_fp8_promotion(promotion_before);
+  cuda::set_grouped_gemm_fp8_cluster(cluster_before);
+}
+
 // With the routing weights, moe_permute_fp8_cast gathers d_out_e = weight · dy: its rows and codes
 // equal moe_unpermute_backward's d_rows and their cast, bit for bit (widths through the one-pass kernel
 // and through the fallback, bf16 and fp32), and moe_unpermute_backward without d_rows gives the same
@@ -672,16 +803,22 @@ TEST(GpuMoeGroupedFp8, CombinesGradientGatheredWithItsCastIsItsBackwardThenTheCa
         const Tensor g_rows_out = upload(random_host(rng, {r.N * r.k, d}, 1.0), dt);
         Tensor d_rows = poisoned({r.N * r.k, d}, dt), dw = Tensor::empty({r.N, r.k}, DType::F32, dev);
         ops::moe_unpermute_backward(d_rows, dw, g_dy, g_rows_out, g_weights, g_row_of);
-        ops::Fp8GroupedCodes ref, codes, alone;
+        ops::Fp8GroupedCodes ref;
         ops::moe_grouped_fp8_cast(ref, d_rows, kE5M2, &g_off);
-        Tensor rows = poisoned({r.N * r.k, d}, dt), no_rows;
-        ops::moe_permute_fp8_cast(rows, codes, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights);
-        ops::moe_permute_fp8_cast(no_rows, alone, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights);
-        const Tensor h_rows = download_raw(rows), h_ref = download_raw(d_rows);
-        EXPECT_EQ(std::memcmp(h_rows.data_ptr(), h_ref.data_ptr(), h_ref.nbytes()), 0) << what << ": the rows";
-        expect_same_codes(codes, ref, what);
-        expect_same_codes(alone, ref, what + ", codes alone");
-        Tensor dw_alone = Tensor::empty({r.N, r.k}, DType::F32, dev);
+        const Tensor h_ref = download_raw(d_rows), token_amax = device_row_amax(g_dy);
+        for_each_gathered_cast(what, [&](const std::string& how) {
+          ops::Fp8GroupedCodes codes, alone, given;
+          Tensor rows = poisoned({r.N * r.k, d}, dt), no_rows;
+          ops::moe_permute_fp8_cast(rows, codes, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights);
+          ops::moe_permute_fp8_cast(no_rows, alone, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights);
+          const Tensor h_rows = download_raw(rows);
+          EXPECT_EQ(std::memcmp(h_rows.data_ptr(), h_ref.data_ptr(), h_ref.nbytes()), 0) << how << ": the rows";
+          expect_same_codes(codes, ref, how);
+          expect_same_codes(alone, ref, how + ", codes alone");
+          ops::moe_permute_fp8_cast(no_rows, given, g_dy, g_slot_of, r.k, g_off, kE5M2, &g_weights, &token_amax);
+          expect_same_codes(given, ref, how + ", the tokens' amaxes given");
+        });
+        Tensor no_rows, dw_alone = Tensor::empty({r.N, r.k}, DType::F32, dev);
         ops::moe_unpermute_backward(no_rows, dw_alone, g_dy, g_rows_out, g_weights, g_row_of);
         const Tensor h_dw = download_raw(dw), h_dw_alone = download_raw(dw_alone);
         EXPECT_EQ(std::memcmp(h_dw.data_ptr(), h_dw_alone.data_ptr(), h_dw.nbytes()), 0) << what << ": d_weights alone";

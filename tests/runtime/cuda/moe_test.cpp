@@ -281,6 +281,9 @@ TEST(GpuMoePermute, OddShapesAndFp32) {
   check_movers(100, 2, 5, 13, DType::BF16, Routing::Random, 33);  // d % 8 ≠ 0: one value per thread
   check_movers(1, 1, 1, 8, DType::BF16, Routing::Random, 34);
   check_movers(257, 4, 9, 264, DType::F32, Routing::Imbalanced, 35);
+  // more slots a token than the combine's backward holds at once (8): its second group of slots
+  check_movers(300, 10, 16, 264, DType::F32, Routing::Random, 37);
+  check_movers(64, 9, 12, 1536, DType::BF16, Routing::Imbalanced, 38);
 }
 
 // Expert-parallel chunks: (rank, expert) → (expert, rank) and back, and the experts' offsets, bit for

@@ -5,7 +5,9 @@
 // fp32 weights; dx overwritten, accumulated, or dresidual + the norm's gradient (separately, over
 // dresidual and over dy); y over x; deterministic dw. Outputs are poisoned with NaN first; each result
 // must be within the dtype's norm-wise and worst-element tolerances (tests/runtime/cuda/gpu_test_util.h).
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -197,6 +199,56 @@ TEST(GpuRmsNorm, BackwardAmaxIsTheLargestStoredValue) {
     ops::rmsnorm_forward(y, rstd, x, w, 1e-5f);
     ops::rmsnorm_backward(dx, dw, dy, x, w, rstd, false, &dres, dx_rounded, amax);
   });
+}
+
+// row_amax and dx_row_amax (ops.h): each row's largest |value| as stored — the CPU's measure of the
+// downloaded y, and of dx_rounded where written, else dx — on the row kernel's rows of one warp (C =
+// 2048) and of several (8192) and the fallback's (C % 8 ≠ 0), with a NaN in one row of x (forward) and
+// of dresidual (backward); the tensor's amax alongside is the largest of them, and y, dx are the bits
+// of the call without them.
+TEST(GpuRmsNorm, RowAmaxesAreEachRowsLargestStoredValue) {
+  TETRA_REQUIRE_GPU();
+  // The words of a host vector as a U32 tensor, and its largest, for same_amax_bits (NaNs alike).
+  auto words = [](const std::vector<uint32_t>& v) {
+    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::U32);
+    std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(uint32_t));
+    return t;
+  };
+  auto largest = [&](const std::vector<uint32_t>& v) { return words({*std::max_element(v.begin(), v.end())}); };
+  uint64_t seed = 70;
+  for (const auto& [N, C] : {std::pair<int64_t, int64_t>{1001, 2048}, {64, 8192}, {37, 45}})
+    for (const auto& [ad, xd] : {std::pair{DType::BF16, DType::BF16}, {DType::BF16, DType::F32}}) {
+      const std::string what = "[" + std::to_string(N) + ", " + std::to_string(C) + "] x " + dtype_name(xd);
+      Rng rng(seed++);
+      Tensor x = random_host(rng, {N, C}, 1.5, 0.3), dy = random_host(rng, {N, C}), res = random_host(rng, {N, C});
+      x.data<float>()[N / 2 * C + C / 3] = std::numeric_limits<float>::quiet_NaN();
+      res.data<float>()[N / 3 * C + C / 2] = std::numeric_limits<float>::quiet_NaN();
+      const Tensor gx = upload(x, xd), gdy = upload(dy, ad), gres = upload(res, xd);
+      const Tensor w = upload(random_host(rng, {C}, 0.3, 1.0), DType::F32);
+      // forward: y in dy's dtype (an fp32 stream normalised into bf16 where x is fp32)
+      Tensor y = poisoned({N, C}, ad), y0 = poisoned({N, C}, ad), rstd = poisoned({N}, DType::F32);
+      Tensor amax = Tensor::empty({1}, DType::U32, gpu()), rows = Tensor::empty({N}, DType::U32, gpu());
+      poison(amax), poison(rows);
+      ops::rmsnorm_forward(y0, rstd, gx, w, 1e-5f);
+      ops::rmsnorm_forward(y, rstd, gx, w, 1e-5f, &amax, &rows);
+      const Tensor hy = download_raw(y);
+      EXPECT_EQ(std::memcmp(hy.data_ptr(), download_raw(y0).data_ptr(), hy.nbytes()), 0) << what << ": y";
+      const std::vector<uint32_t> want = test::row_amax_of(hy);
+      EXPECT_TRUE(same_amax_bits(rows, words(want))) << what << ": the forward's rows";
+      EXPECT_TRUE(same_amax_bits(amax, largest(want))) << what << ": the forward's tensor";
+      // backward with dresidual, into dx (x's dtype) and, where the dtypes differ, its rounded copy
+      const bool rounded = ad != xd;
+      Tensor dx = poisoned({N, C}, xd), dx0 = poisoned({N, C}, xd), copy = poisoned({N, C}, ad);
+      Tensor dw = Tensor::zeros({C}, DType::F32, gpu());
+      poison(amax), poison(rows);
+      ops::rmsnorm_backward(dx0, dw, gdy, gx, w, rstd, false, &gres, rounded ? &copy : nullptr);
+      ops::rmsnorm_backward(dx, dw, gdy, gx, w, rstd, false, &gres, rounded ? &copy : nullptr, &amax, &rows);
+      const Tensor hdx = download_raw(dx);
+      EXPECT_EQ(std::memcmp(hdx.data_ptr(), download_raw(dx0).data_ptr(), hdx.nbytes()), 0) << what << ": dx";
+      const std::vector<uint32_t> want_dx = test::row_amax_of(rounded ? download_raw(copy) : hdx);
+      EXPECT_TRUE(same_amax_bits(rows, words(want_dx))) << what << ": the backward's rows";
+      EXPECT_TRUE(same_amax_bits(amax, largest(want_dx))) << what << ": the backward's tensor";
+    }
 }
 
 TEST(GpuRmsNorm, RejectsBadArguments) {

@@ -100,11 +100,11 @@ TEST(GpuStepControl, AdamWFromControlMatchesCpuAndSkips) {
 
     Tensor p = representable(master, DType::F32), mm = representable(m, DType::F32), vv = representable(v, DType::F32);
     ops::AdamWHyper h;
-    ops::AdamWSegment cs{p, grad, mm, vv, Tensor(), 0.1f};
+    ops::AdamWSegment cs{p, grad, mm, vv, Tensor(), 0.1f, Tensor()};
     ops::adamw_update_multi({cs}, h, &ch);
 
     ops::AdamWSegment gs{upload(master, DType::F32), upload(grad, DType::BF16), upload(m, DType::F32),
-                         upload(v, DType::F32), poisoned({n}, DType::BF16), 0.1f};
+                         upload(v, DType::F32), poisoned({n}, DType::BF16), 0.1f, Tensor()};
     const std::vector<double> before = download(gs.working);
     ops::adamw_update_multi({gs}, h, &cd);
     EXPECT_LE(close_error(gs.master, p), kTolF32) << (skip ? "skipped" : "applied");
