@@ -326,7 +326,7 @@ void bench_fp8_casts(Layer& L, const std::string& how, int reps) {
 void bench_gathered_casts(Layer& L, const std::string& how, int reps) {
   const ops::Fp8Cast act{ops::Fp8Scaling::Tensorwise, DType::F8E4M3}, grad{ops::Fp8Scaling::Tensorwise, DType::F8E5M2};
   const double bytes = 2.0 * static_cast<double>(L.N * L.d) + 2.0 * static_cast<double>(L.R * L.d);
-  for (const char* kind : {"scatter", "gather", "separate"}) {
+  for (const char* kind : {"scatter", "staged", "gather", "separate"}) {
     setenv("TETRA_MOE_GATHERED_CAST", kind, 1);
     auto one = [&](const char* what, const Tensor& x, ops::Fp8Cast c, const Tensor* weights) {
       const double ms = time_ms([&] {

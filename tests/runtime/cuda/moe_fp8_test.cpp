@@ -595,7 +595,7 @@ TEST(GpuMoeGroupedFp8, ProducersMeasureEachRowsAmax) {
 // `what` suffixed with its name; the default afterwards.
 template <class Fn>
 void for_each_gathered_cast(const std::string& what, Fn&& fn) {
-  for (const char* kind : {"scatter", "gather", "separate"}) {
+  for (const char* kind : {"scatter", "staged", "gather", "separate"}) {
     setenv("TETRA_MOE_GATHERED_CAST", kind, 1);
     fn(what + ", " + kind);
   }
