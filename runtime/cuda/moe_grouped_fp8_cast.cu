@@ -455,20 +455,25 @@ __global__ void __launch_bounds__(kThreads)
 // the runs of the experts before it. Then each thread takes one staged row and writes its codes down
 // the transposed layout's rows, a byte a row: a warp's 32 lanes write 32 consecutive columns of one
 // row (one or two runs), about 24 bytes an expert a row at the 2B MoE's shape (256 tokens × 6 slots
-// over 64 experts), so that neighbouring blocks complete each other's sectors in L2. Should a
-// block's slots of one expert not be consecutive rows (a map not in token order), the block stages
-// them in slot order instead: the same codes, written scattered.
+// over 64 experts), so that neighbouring blocks (blockIdx.x: the token tiles of one column slice,
+// resident together) complete each other's sectors in L2. Should a block's slots of one expert not
+// be consecutive rows (a map not in token order), the block stages them in slot order instead: the
+// same codes, written scattered. With fewer than kStagedMinRun slots an expert a block on average
+// (many experts), the runs are too short for that and the scatter passes run instead.
 constexpr int kStagedTokens = 256;
 constexpr int kStagedCols = 32;                  // 4 vectors of 8 a token
 constexpr int kStagedStride = kStagedCols + 8;   // bytes a staged row: 8-byte aligned; read down a column, 2-way bank conflicts
 constexpr int kStagedMaxTopK = 8;                // staging 256 · 8 · 48 bytes = 96 KB
 constexpr int kStagedMaxExperts = 1024;          // 16 bytes an expert of shared memory
+constexpr int kStagedMinRun = 16;                // slots an expert a block, on average, for the staging
+constexpr int kStagedItems = kStagedTokens * (kStagedCols / 8) / kThreads;  // x vectors a thread
 
-// Dynamic shared memory of a block: staged codes [S][kStagedStride] bytes, then column_at [S] and
-// position_of [S] (int32), then lo, hi, count and first [G] (int32); S = kStagedTokens · top_k.
+// Dynamic shared memory of a block (the kernel has no static): staged codes [S][kStagedStride] bytes,
+// then column_at [S] and position_of [S], lo, hi, count and first [G], and the block's `consecutive`
+// flag (int32); S = kStagedTokens · top_k.
 size_t staged_smem_bytes(int64_t top_k, int G) {
   const size_t S = static_cast<size_t>(kStagedTokens * top_k);
-  return S * (kStagedStride + 2 * sizeof(int32_t)) + 4 * sizeof(int32_t) * static_cast<size_t>(G);
+  return S * (kStagedStride + 2 * sizeof(int32_t)) + (4 * static_cast<size_t>(G) + 1) * sizeof(int32_t);
 }
 
 // Where each of the block's `S` slots (from global slot s0) is staged: position_of[i] (−1: no row)
@@ -521,37 +526,43 @@ __device__ void place_staged_slots(int64_t s0, int S, int G, const int32_t* __re
   __syncthreads();
 }
 
-// The codes of x's tokens [n0, n0 + kStagedTokens) × columns [c0, c0 + kStagedCols) (blockIdx.y, .x)
+// The codes of x's tokens [n0, n0 + kStagedTokens) × columns [c0, c0 + kStagedCols) (blockIdx.x, .y)
 // into their slots' rows of q [R, cols] (and rows_out, may be null) and, through the staging, into
 // q_t [cols, Rp]; the zero codes of the experts' padding are transposed_padding_kernel's.
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)  // three blocks an SM: their shared memory allows it
     staged_scatter_cast_kernel(const T* __restrict__ x, int64_t N, int64_t cols, int top_k, int G,
                                const int32_t* __restrict__ row_of_slot, const int32_t* __restrict__ expert_of_slot,
                                const int32_t* __restrict__ column_of_slot, const float* __restrict__ factor_of_slot,
                                const float* __restrict__ row_weight, Fp8Format f, unsigned char* __restrict__ q,
                                unsigned char* __restrict__ q_t, int64_t Rp, T* __restrict__ rows_out) {
   extern __shared__ uint4 staged_smem[];
-  __shared__ int consecutive;
   const int S_max = kStagedTokens * top_k;
   unsigned char* staged = reinterpret_cast<unsigned char*>(staged_smem);
   int32_t* column_at = reinterpret_cast<int32_t*>(staged + static_cast<size_t>(S_max) * kStagedStride);
   int32_t* position_of = column_at + S_max;
   int32_t* lo = position_of + S_max;
-  const int64_t n0 = int64_t{blockIdx.y} * kStagedTokens, c0 = int64_t{blockIdx.x} * kStagedCols;
+  const int64_t n0 = int64_t{blockIdx.x} * kStagedTokens, c0 = int64_t{blockIdx.y} * kStagedCols;
   const int tokens = static_cast<int>(N - n0 < kStagedTokens ? N - n0 : kStagedTokens);
   const int S = tokens * top_k;
   const int64_t s0 = n0 * top_k;
-  place_staged_slots(s0, S, G, row_of_slot, expert_of_slot, column_of_slot, column_at, position_of, lo, lo + G,
-                     lo + 2 * G, lo + 3 * G, &consecutive);
-
+  // x's vectors of this thread's items (token t, vector v) loaded first, in flight while the slots are placed
   constexpr int kVecs = kStagedCols / kV;
-  for (int item = threadIdx.x; item < tokens * kVecs; item += blockDim.x) {
-    const int t = item / kVecs, v = item % kVecs;
+  float xv[kStagedItems][kV];
+#pragma unroll
+  for (int a = 0; a < kStagedItems; ++a) {
+    const int item = threadIdx.x + a * kThreads, t = item / kVecs;
+    const int64_t c = c0 + (item % kVecs) * kV;
+    if (t < tokens && c < cols) load_vec<kV>(x + (n0 + t) * cols + c, xv[a]);
+  }
+  place_staged_slots(s0, S, G, row_of_slot, expert_of_slot, column_of_slot, column_at, position_of, lo, lo + G,
+                     lo + 2 * G, lo + 3 * G, lo + 4 * G);
+
+#pragma unroll
+  for (int a = 0; a < kStagedItems; ++a) {
+    const int item = threadIdx.x + a * kThreads, t = item / kVecs, v = item % kVecs;
     const int64_t c = c0 + v * kV;
-    if (c >= cols) continue;
-    float xv[kV];
-    load_vec<kV>(x + (n0 + t) * cols + c, xv);
+    if (t >= tokens || c >= cols) continue;
     for (int j = 0; j < top_k; ++j) {
       const int i = t * top_k + j, position = position_of[i];
       if (position < 0) continue;
@@ -559,7 +570,7 @@ __global__ void __launch_bounds__(kThreads)
       const float factor = factor_of_slot[slot];
       float u[kV];
 #pragma unroll
-      for (int k = 0; k < kV; ++k) u[k] = xv[k];
+      for (int k = 0; k < kV; ++k) u[k] = xv[a][k];
       if (row_weight) scale_rounded<T>(u, row_weight[slot]);
       uint2 codes;
       unsigned char* b = reinterpret_cast<unsigned char*>(&codes);
@@ -590,8 +601,10 @@ __global__ void __launch_bounds__(kThreads) transposed_padding_kernel(Segments s
   group_rows(s.offsets, g, s.R, &r0, &r1);
   const int64_t from = l.padded_offsets[g] + (r1 - r0), width = l.padded_offsets[g + 1] - from;
   if (width <= 0) return;
-  for (int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x; i < s.cols * width; i += int64_t{gridDim.x} * kThreads)
-    q_t[(i / width) * l.Rp + from + i % width] = 0;
+  // a warp's lanes down one row's padding (fewer than 128 columns), rows strided over the grid's warps
+  const int lane = threadIdx.x % 32, warps = kThreads / 32;
+  for (int64_t c = int64_t{blockIdx.x} * warps + threadIdx.x / 32; c < s.cols; c += int64_t{gridDim.x} * warps)
+    for (int64_t j = lane; j < width; j += 32) q_t[c * l.Rp + from + j] = 0;
 }
 
 // One warp: po[g + 1] = po[g] + round_up(rows of g, 128), a scan over the experts 32 at a time.
@@ -765,13 +778,15 @@ void scatter_cast(const T* px, int64_t N, const Segments& s, const CodeLayout& l
 }
 
 // GatheredCast::Staged's passes (staged_scatter_cast_kernel); false, launching nothing, where its
-// staging does not apply (more than kStagedMaxTopK slots a token or kStagedMaxExperts experts, or
-// shared memory for no block): the caller takes the scatter passes.
+// staging does not apply (more than kStagedMaxTopK slots a token or kStagedMaxExperts experts, runs
+// shorter than kStagedMinRun, or shared memory for no block): the caller takes the scatter passes.
 template <class T>
 bool staged_scatter_cast(const T* px, int64_t N, const Segments& s, const CodeLayout& l, const unsigned* pa,
                          Fp8Format f, unsigned char* q, unsigned char* q_t, T* rows_out, Device dev, cudaStream_t stream) {
   const int64_t slots = N * s.top_k;
-  if (s.top_k > kStagedMaxTopK || s.G > kStagedMaxExperts || (N + kStagedTokens - 1) / kStagedTokens > 65535) return false;
+  if (s.top_k > kStagedMaxTopK || s.G > kStagedMaxExperts || kStagedTokens * s.top_k < kStagedMinRun * s.G ||
+      (s.cols + kStagedCols - 1) / kStagedCols > 65535 || (N + kStagedTokens - 1) / kStagedTokens > INT32_MAX)
+    return false;
   const size_t smem = staged_smem_bytes(s.top_k, s.G);
   if (smem > static_cast<size_t>(max_shared_optin(dev)) ||
       prepare_launch(staged_scatter_cast_kernel<T>, kThreads, smem, dev) == 0)
@@ -786,8 +801,8 @@ bool staged_scatter_cast(const T* px, int64_t N, const Segments& s, const CodeLa
                                                    expert_of_slot.data<int32_t>(), column_of_slot.data<int32_t>());
     TETRA_CUDA_CHECK_LAUNCH();
   }
-  const dim3 grid(static_cast<unsigned>((s.cols + kStagedCols - 1) / kStagedCols),
-                  static_cast<unsigned>((N + kStagedTokens - 1) / kStagedTokens));
+  const dim3 grid(static_cast<unsigned>((N + kStagedTokens - 1) / kStagedTokens),
+                  static_cast<unsigned>((s.cols + kStagedCols - 1) / kStagedCols));
   staged_scatter_cast_kernel<T><<<grid, kThreads, smem, stream>>>(
       px, N, s.cols, static_cast<int>(s.top_k), s.G, row_of_slot.data<int32_t>(), expert_of_slot.data<int32_t>(),
       column_of_slot.data<int32_t>(), factor_of_slot.data<float>(), s.row_weight, f, q, q_t, l.Rp, rows_out);

@@ -508,6 +508,22 @@ GpuRouting gpu_routing(Rng& rng, int64_t N, int64_t k, int64_t E) {
   return r;
 }
 
+// slot_of [R] (device) with each expert's rows [offsets[g], offsets[g + 1]) reordered, the even ones
+// first, then the odd ones: a token tile's rows of an expert are then no longer one run.
+Tensor interleaved_within_experts(const Tensor& slot_of, const Tensor& offsets) {
+  Tensor h = download_raw(slot_of);
+  const Tensor h_off = download_raw(offsets);
+  auto* s = static_cast<int32_t*>(h.data_ptr());
+  const auto* o = static_cast<const int32_t*>(h_off.data_ptr());
+  for (int64_t g = 0; g + 1 < h_off.numel(); ++g) {
+    const std::vector<int32_t> rows(s + o[g], s + o[g + 1]);
+    int64_t at = o[g];
+    for (int64_t start : {0, 1})
+      for (size_t i = static_cast<size_t>(start); i < rows.size(); i += 2) s[at++] = rows[i];
+  }
+  return upload_raw(h);
+}
+
 // Whether two device tensors hold the same bytes.
 bool same_device_bytes(const Tensor& a, const Tensor& b) {
   const Tensor ha = download_raw(a), hb = download_raw(b);
@@ -642,21 +658,24 @@ TEST(GpuMoeGroupedFp8, GatheredCastSettingIsChecked) {
 // tokens' amaxes (token_amax, as the norm measures them) the same codes. Ragged routing (5
 // experts of 300 tokens × 3, 64 of 512 × 6), widths through the one-pass kernels (1536, 200 and 8:
 // whole 512-column blocks, a partial one, one vector a row) and through the two ops (52, 13: not
-// 8-column vectors), bf16 and fp32, E4M3 and E5M2.
+// 8-column vectors), bf16 and fp32, E4M3 and E5M2. The last routing interleaves each expert's rows
+// (a map not in token order): the staged cast then stages in slot order.
 TEST(GpuMoeGroupedFp8, PermuteWithItsCastIsThePermutationThenTheCast) {
   TETRA_REQUIRE_GPU();
   Rng rng(43);
   struct Routing {
     int64_t N, k, E;
+    bool interleaved;
   };
-  for (const Routing r : {Routing{300, 3, 5}, Routing{512, 6, 64}}) {
+  for (const Routing r : {Routing{300, 3, 5, false}, Routing{512, 6, 64, false}, Routing{300, 3, 5, true}}) {
     const GpuRouting routing = gpu_routing(rng, r.N, r.k, r.E);
-    const Tensor &g_off = routing.offsets, &g_slot_of = routing.slot_of;
+    const Tensor& g_off = routing.offsets;
+    const Tensor g_slot_of = r.interleaved ? interleaved_within_experts(routing.slot_of, g_off) : routing.slot_of;
     for (const int64_t d : {1536, 200, 8, 52, 13}) {
       for (const DType dt : {DType::BF16, DType::F32}) {
         const Fp8Cast cast = dt == DType::BF16 ? kE4M3 : kE5M2;
         const std::string what = "N " + std::to_string(r.N) + " E " + std::to_string(r.E) + " d " + std::to_string(d) +
-                                 " " + dtype_name(dt);
+                                 " " + dtype_name(dt) + (r.interleaved ? ", rows interleaved" : "");
         const Tensor g_x = upload(random_host(rng, {r.N, d}, 3.0), dt);
         Tensor rows_ref = poisoned({r.N * r.k, d}, dt);
         ops::Fp8GroupedCodes codes_ref;
