@@ -119,8 +119,10 @@ const char* grouped_gemm_fp8_promotion_name(Fp8Promotion promotion);
 int grouped_gemm_fp8_cluster();
 void set_grouped_gemm_fp8_cluster(int blocks);
 // The blocks a cluster of the process's last wgmma FP8 launch (0 before any): what ran, where the
-// setting asked for clusters the device could not hold.
+// setting asked for clusters the device could not hold; and that launch's blocks (its persistent
+// grid: the SMs it occupies, which the cluster query may leave fewer of than the device has).
 int grouped_gemm_fp8_last_cluster();
+int grouped_gemm_fp8_last_grid();
 void grouped_gemm_fp8_wgmma(const GroupedGemm& p, Device device, cudaStream_t stream);
 void grouped_gemm_cublas(const GroupedGemm& p, Device device, cudaStream_t stream);
 

@@ -453,6 +453,7 @@ int max_active_clusters(Kernel* kernel, const cudaLaunchConfig_t& config) {
 }
 
 std::atomic<int> g_last_cluster{0};  // blocks a cluster of the last launch (grouped_gemm_fp8_last_cluster)
+std::atomic<int> g_last_grid{0};     // and its blocks (grouped_gemm_fp8_last_grid)
 
 // A persistent grid: CL · (clusters the device holds at once, at most one per tile). Returns false,
 // launching nothing, where the device holds no cluster of CL such blocks.
@@ -479,6 +480,7 @@ bool launch(const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device devi
   config.gridDim = dim3(static_cast<unsigned>(CL * std::min<int64_t>(tiles, clusters)));
   TETRA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, prm, maps));
   g_last_cluster.store(CL);
+  g_last_grid.store(static_cast<int>(config.gridDim.x));
   return true;
 }
 
@@ -644,6 +646,8 @@ const char* grouped_gemm_fp8_promotion_name(Fp8Promotion promotion) {
 int grouped_gemm_fp8_cluster() { return g_cluster.get(); }
 
 int grouped_gemm_fp8_last_cluster() { return g_last_cluster.load(); }
+
+int grouped_gemm_fp8_last_grid() { return g_last_grid.load(); }
 
 void set_grouped_gemm_fp8_cluster(int blocks) {
   TETRA_CHECK(blocks == 1 || blocks == 2, "set_grouped_gemm_fp8_cluster(", blocks, "): want 1 or 2");

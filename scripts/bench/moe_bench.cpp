@@ -250,7 +250,8 @@ void bench_fp8_split(Layer& L, const std::string& how, int reps) {
     const double gemm_ms = time_ms([&] { cuda::grouped_gemm_fp8(call.p, gpu(), cuda::stream_of(gpu())); }, reps);
     casts_sum += casts_ms, gemm_sum += gemm_ms, flops_sum += flops;
     print({{"bench", "moe_fp8_split"}, {"routing", how}, {"op", op}, {"casts_ms", casts_ms}, {"gemm_ms", gemm_ms},
-           {"gemm_tflops", flops / (gemm_ms * 1e-3) / 1e12}});
+           {"gemm_tflops", flops / (gemm_ms * 1e-3) / 1e12}, {"cluster", cuda::grouped_gemm_fp8_last_cluster()},
+           {"grid", cuda::grouped_gemm_fp8_last_grid()}});
   };
   split("gate_up_forward", K::Forward, 2 * R * 2 * F * d, L.gu, L.xs, act, L.w_gu, act);
   split("down_forward", K::Forward, 2 * R * d * F, L.out, L.h, act, L.w_down, act);
