@@ -395,6 +395,26 @@ __global__ void __launch_bounds__(kThreads) slot_rows_kernel(Segments s, int64_t
   }
 }
 
+// One slot's codes of a token's 8 values v at columns c..c + 7 (times the slot's weight, rounded to T,
+// where row_weight is given), stored into row r of q [R, cols] (and of rows_out, may be null) and
+// returned.
+template <class T>
+__device__ __forceinline__ uint2 cast_into_row(const float (&v)[kV], int64_t slot, int64_t r, int64_t cols, int64_t c,
+                                               float factor, const float* __restrict__ row_weight, Fp8Format f,
+                                               unsigned char* __restrict__ q, T* __restrict__ rows_out) {
+  float u[kV];
+#pragma unroll
+  for (int k = 0; k < kV; ++k) u[k] = v[k];
+  if (row_weight) scale_rounded<T>(u, row_weight[slot]);
+  uint2 codes;
+  unsigned char* b = reinterpret_cast<unsigned char*>(&codes);
+#pragma unroll
+  for (int k = 0; k < kV; ++k) b[k] = fp8_code(u[k], factor, f);
+  *reinterpret_cast<uint2*>(q + r * cols + c) = codes;
+  if (rows_out) store_vec<kV>(rows_out + r * cols + c, u);  // values of T: stored exactly
+  return codes;
+}
+
 // q[row_of_slot[n·k + j], c..c + 7] = the codes of x[n, c..c + 7] (times row_weight[n·k + j], rounded
 // to T, where given) at its slot's factor, for each of token n's k slots that a row reads; rows_out
 // (may be null) the values as cast. One thread a vector of 8 columns of one token: x [N, cols].
@@ -414,17 +434,7 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t slot = n * top_k + j;
       const int32_t r = row_of_slot[slot];
       if (r < 0) continue;
-      const float factor = factor_of_slot[slot];
-      float u[kV];
-#pragma unroll
-      for (int k = 0; k < kV; ++k) u[k] = v[k];
-      if (row_weight) scale_rounded<T>(u, row_weight[slot]);
-      uint2 codes;
-      unsigned char* b = reinterpret_cast<unsigned char*>(&codes);
-#pragma unroll
-      for (int k = 0; k < kV; ++k) b[k] = fp8_code(u[k], factor, f);
-      *reinterpret_cast<uint2*>(q + r * cols + c) = codes;
-      if (rows_out) store_vec<kV>(rows_out + r * cols + c, u);  // values of T: stored exactly
+      cast_into_row<T>(v, slot, r, cols, c, factor_of_slot[slot], row_weight, f, q, rows_out);
     }
   }
 }
@@ -566,18 +576,9 @@ __global__ void __launch_bounds__(kThreads, 3)  // three blocks an SM: their sha
     for (int j = 0; j < top_k; ++j) {
       const int i = t * top_k + j, position = position_of[i];
       if (position < 0) continue;
-      const int64_t slot = s0 + i, r = row_of_slot[slot];
-      const float factor = factor_of_slot[slot];
-      float u[kV];
-#pragma unroll
-      for (int k = 0; k < kV; ++k) u[k] = xv[a][k];
-      if (row_weight) scale_rounded<T>(u, row_weight[slot]);
-      uint2 codes;
-      unsigned char* b = reinterpret_cast<unsigned char*>(&codes);
-#pragma unroll
-      for (int k = 0; k < kV; ++k) b[k] = fp8_code(u[k], factor, f);
-      *reinterpret_cast<uint2*>(q + r * cols + c) = codes;
-      if (rows_out) store_vec<kV>(rows_out + r * cols + c, u);  // values of T: stored exactly
+      const int64_t slot = s0 + i;
+      const uint2 codes = cast_into_row<T>(xv[a], slot, row_of_slot[slot], cols, c, factor_of_slot[slot], row_weight,
+                                           f, q, rows_out);
       *reinterpret_cast<uint2*>(staged + position * kStagedStride + v * kV) = codes;
     }
   }
