@@ -9,11 +9,7 @@ StreamGradient MicroBatchContext::stream_gradient(const Shape& shape, bool amax,
   g.grad = residual(shape);
   g.rounded = residual_dtype_ == dtype_ ? g.grad : activation(shape);
   if (amax) g.amax = Tensor::empty({1}, DType::U32, device_);
-  if (row_amax) {
-    int64_t rows = 1;
-    for (size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
-    g.row_amax = Tensor::empty({rows}, DType::U32, device_);
-  }
+  if (row_amax) g.row_amax = Tensor::empty({rows_of(g.grad)}, DType::U32, device_);
   return g;
 }
 

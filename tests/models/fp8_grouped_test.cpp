@@ -30,6 +30,8 @@ namespace {
 using test::clone;
 using test::poisoned;
 using test::random_tensor;
+using test::amax_words;
+using test::doubled_amaxes;
 using test::row_amax_of;
 
 constexpr int64_t G = 5, R = 400, O = 48, I = 160;  // I: a full 128-column block and a 32-column one
@@ -242,9 +244,7 @@ TEST(Fp8GroupedAhead, TheWeightsCastTakesEachExpertsGivenAmax) {
   Rng rng(19);
   const int64_t experts = 3, rows_w = 16, cols_w = 40;
   const Tensor w = random_tensor(rng, {experts, rows_w, cols_w}, 0.1);
-  const std::vector<uint32_t> own_amax = row_amax_of(w.view({experts, rows_w * cols_w}));
-  Tensor amax = Tensor::empty({experts}, DType::U32);
-  std::copy(own_amax.begin(), own_amax.end(), static_cast<uint32_t*>(amax.data_ptr()));
+  Tensor amax = amax_words(row_amax_of(w.view({experts, rows_w * cols_w})));
   const ops::Fp8Cast cast{ops::Fp8Scaling::Tensorwise, DType::F8E4M3};
   ops::Fp8GroupedCodes own, given;
   ops::moe_grouped_fp8_cast(own, w, cast, nullptr);
@@ -320,15 +320,7 @@ TEST(Fp8GroupedAhead, TheGatheredCastTakesItsTokensGivenAmaxes) {
   const int64_t N = 40, k = 3, E = 4, d = 24;
   const auto [off, row_of, slot_of] = random_routing(rng, N, k, E);
   const Tensor x = random_tensor(rng, {N, d}, 3.0), weights = random_tensor(rng, {N, k});
-  auto words = [](const std::vector<uint32_t>& v) {
-    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::U32);
-    std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(uint32_t));
-    return t;
-  };
-  const Tensor measured = words(row_amax_of(x));
-  std::vector<uint32_t> twice = row_amax_of(x);
-  for (uint32_t& b : twice) b = std::bit_cast<uint32_t>(2.0f * std::bit_cast<float>(b));
-  const Tensor doubled = words(twice);
+  const Tensor measured = amax_words(row_amax_of(x)), doubled = amax_words(doubled_amaxes(row_amax_of(x)));
   for (const Tensor* w : {static_cast<const Tensor*>(nullptr), &weights}) {
     const bool gradient = w != nullptr;
     const char* what = gradient ? "with the routing weights" : "without";
@@ -344,7 +336,7 @@ TEST(Fp8GroupedAhead, TheGatheredCastTakesItsTokensGivenAmaxes) {
       EXPECT_EQ(big.scale.data<float>()[g], 2.0f * own.scale.data<float>()[g]) << what << ", expert " << g;
     }
   }
-  const Tensor short_amax = words(std::vector<uint32_t>(N - 1, 0));
+  const Tensor short_amax = amax_words(std::vector<uint32_t>(N - 1, 0));
   EXPECT_THROW(fp8_grouped::permute_rows(Fp8Recipe::Tensorwise, x, slot_of, k, off, false, nullptr, &short_amax),
                Error);
 }
@@ -561,13 +553,7 @@ TEST(Fp8GroupedMoe, TheGatheredCastsTakeTheTokensAmaxesTheirWritersMeasured) {
   MoeMlp& moe = layer.moe;
   MicroBatchContext& ctx = layer.ctx;
   const Tensor h = random_tensor(rng, {N, C}), residual = random_tensor(rng, {N, C}), dy = random_tensor(rng, {N, C});
-  auto doubled_rows = [](const Tensor& t) {
-    Tensor out = Tensor::empty({t.dim(0)}, DType::U32);
-    const std::vector<uint32_t> rows = row_amax_of(t);
-    for (size_t r = 0; r < rows.size(); ++r)
-      static_cast<uint32_t*>(out.data_ptr())[r] = std::bit_cast<uint32_t>(2.0f * std::bit_cast<float>(rows[r]));
-    return out;
-  };
+  auto doubled_rows = [](const Tensor& t) { return amax_words(doubled_amaxes(row_amax_of(t))); };
   MoeMlp::State own, given;
   moe.forward(ctx, own, h, residual);
   Tensor* slot = moe.input_row_amax_slot(ctx, given, N);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -85,6 +86,19 @@ inline std::vector<uint32_t> row_amax_of(const Tensor& t) {
     for (int64_t c = 0; c < C; ++c)
       out[static_cast<size_t>(r)] = std::max(out[static_cast<size_t>(r)], fp8_abs_bits(static_cast<float>(v[r * C + c])));
   return out;
+}
+
+// A host U32 [n] tensor of the words v: amaxes as ops.h takes them (fp32 bits), e.g. row_amax_of's.
+inline Tensor amax_words(const std::vector<uint32_t>& v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::U32);
+  std::copy(v.begin(), v.end(), static_cast<uint32_t*>(t.data_ptr()));
+  return t;
+}
+
+// Each amax of v (fp32 bits) times two: amaxes that give twice the scales.
+inline std::vector<uint32_t> doubled_amaxes(std::vector<uint32_t> v) {
+  for (uint32_t& b : v) b = std::bit_cast<uint32_t>(2.0f * std::bit_cast<float>(b));
+  return v;
 }
 
 // ‖out − ref‖ / ‖ref‖ (plain ‖out − ref‖ when ref is 0); +inf if any element of out is not finite

@@ -532,12 +532,7 @@ bool same_device_bytes(const Tensor& a, const Tensor& b) {
 
 // Each row's amax of a device tensor (test::row_amax_of of it downloaded), as a device U32 [rows]:
 // what a norm's row_amax writes, for moe_permute_fp8_cast's token_amax.
-Tensor device_row_amax(const Tensor& dev) {
-  const std::vector<uint32_t> v = test::row_amax_of(download_raw(dev));
-  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::U32);
-  std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(uint32_t));
-  return upload_raw(t);
-}
+Tensor device_row_amax(const Tensor& dev) { return upload_raw(test::amax_words(test::row_amax_of(download_raw(dev)))); }
 
 // Codes and scales of two casts of one row tensor (offsets from 0 to R), bit for bit: the row codes,
 // the scales, and the transposed codes' columns up to the last expert's padded end (past it they are
@@ -628,11 +623,9 @@ TEST(GpuMoeGroupedFp8, WeightsCastTakesTheExpertsGivenAmax) {
   for (const auto& [O, I] : {std::pair<int64_t, int64_t>{1024, 1536}, {52, 13}}) {
     const std::string what = "O " + std::to_string(O) + " I " + std::to_string(I);
     const Tensor w = representable(random_host(rng, {G, O, I}, 0.1), DType::BF16);
-    const std::vector<uint32_t> own = test::row_amax_of(w.view({G, O * I}));
-    Tensor amax = Tensor::empty({G}, DType::U32);
-    auto* a = static_cast<uint32_t*>(amax.data_ptr());
-    std::copy(own.begin(), own.end(), a);
-    a[2] = std::bit_cast<uint32_t>(2.0f * std::bit_cast<float>(a[2]));  // not the weights' own: taken as it is
+    std::vector<uint32_t> own = test::row_amax_of(w.view({G, O * I}));
+    own[2] = test::doubled_amaxes({own[2]})[0];  // not the weights' own: taken as it is
+    const Tensor amax = test::amax_words(own);
     ops::Fp8GroupedCodes want, got;
     ops::moe_grouped_fp8_cast(want, w, kE4M3, nullptr, nullptr, &amax);
     const Tensor g_amax = upload_raw(amax);

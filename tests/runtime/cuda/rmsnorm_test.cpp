@@ -208,13 +208,10 @@ TEST(GpuRmsNorm, BackwardAmaxIsTheLargestStoredValue) {
 // of the call without them.
 TEST(GpuRmsNorm, RowAmaxesAreEachRowsLargestStoredValue) {
   TETRA_REQUIRE_GPU();
-  // The words of a host vector as a U32 tensor, and its largest, for same_amax_bits (NaNs alike).
-  auto words = [](const std::vector<uint32_t>& v) {
-    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::U32);
-    std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(uint32_t));
-    return t;
+  // The largest word of a host vector as a U32 [1] tensor, for same_amax_bits (NaNs alike).
+  auto largest = [](const std::vector<uint32_t>& v) {
+    return test::amax_words({*std::max_element(v.begin(), v.end())});
   };
-  auto largest = [&](const std::vector<uint32_t>& v) { return words({*std::max_element(v.begin(), v.end())}); };
   uint64_t seed = 70;
   for (const auto& [N, C] : {std::pair<int64_t, int64_t>{1001, 2048}, {64, 8192}, {37, 45}})
     for (const auto& [ad, xd] : {std::pair{DType::BF16, DType::BF16}, {DType::BF16, DType::F32}}) {
@@ -234,7 +231,7 @@ TEST(GpuRmsNorm, RowAmaxesAreEachRowsLargestStoredValue) {
       const Tensor hy = download_raw(y);
       EXPECT_EQ(std::memcmp(hy.data_ptr(), download_raw(y0).data_ptr(), hy.nbytes()), 0) << what << ": y";
       const std::vector<uint32_t> want = test::row_amax_of(hy);
-      EXPECT_TRUE(same_amax_bits(rows, words(want))) << what << ": the forward's rows";
+      EXPECT_TRUE(same_amax_bits(rows, test::amax_words(want))) << what << ": the forward's rows";
       EXPECT_TRUE(same_amax_bits(amax, largest(want))) << what << ": the forward's tensor";
       // backward with dresidual, into dx (x's dtype) and, where the dtypes differ, its rounded copy
       const bool rounded = ad != xd;
@@ -246,7 +243,7 @@ TEST(GpuRmsNorm, RowAmaxesAreEachRowsLargestStoredValue) {
       const Tensor hdx = download_raw(dx);
       EXPECT_EQ(std::memcmp(hdx.data_ptr(), download_raw(dx0).data_ptr(), hdx.nbytes()), 0) << what << ": dx";
       const std::vector<uint32_t> want_dx = test::row_amax_of(rounded ? download_raw(copy) : hdx);
-      EXPECT_TRUE(same_amax_bits(rows, words(want_dx))) << what << ": the backward's rows";
+      EXPECT_TRUE(same_amax_bits(rows, test::amax_words(want_dx))) << what << ": the backward's rows";
       EXPECT_TRUE(same_amax_bits(amax, largest(want_dx))) << what << ": the backward's tensor";
     }
 }
