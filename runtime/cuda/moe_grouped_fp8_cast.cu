@@ -24,7 +24,6 @@
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/fp8_device.cuh"
 #include "runtime/cuda/kernel_common.cuh"
-#include "runtime/cuda/launch_prepare.h"
 #include "runtime/cuda/moe_grouped_tiles.cuh"
 
 namespace tetra::cuda {
@@ -373,12 +372,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // row_of_slot[slot_of[r]] = r and factor_of_slot[slot_of[r]] = expert g's quantisation factor (from
 // amax[g]) for each row r of each expert g (one block an expert); slots no row reads keep the -1 they
-// were set to. Where `l` is given (GatheredCast::Staged) also each slot's expert and its column in the
-// transposed layout, po[g] + r - (g's first row).
+// were set to.
 __global__ void __launch_bounds__(kThreads) slot_rows_kernel(Segments s, int64_t slots, const unsigned* amax,
-                                                             Fp8Format f, int32_t* row_of_slot, float* factor_of_slot,
-                                                             const int32_t* po = nullptr, int32_t* expert_of_slot = nullptr,
-                                                             int32_t* column_of_slot = nullptr) {
+                                                             Fp8Format f, int32_t* row_of_slot, float* factor_of_slot) {
   const int g = blockIdx.x;
   const float factor = fp8_quant_factor(__uint_as_float(amax[g]), fp8_largest(f));
   int64_t r0, r1;
@@ -388,31 +384,7 @@ __global__ void __launch_bounds__(kThreads) slot_rows_kernel(Segments s, int64_t
     if (slot < 0 || slot >= slots) continue;
     row_of_slot[slot] = static_cast<int32_t>(r);
     factor_of_slot[slot] = factor;
-    if (po) {
-      expert_of_slot[slot] = g;
-      column_of_slot[slot] = static_cast<int32_t>(po[g] + (r - r0));
-    }
   }
-}
-
-// One slot's codes of a token's 8 values v at columns c..c + 7 (times the slot's weight, rounded to T,
-// where row_weight is given), stored into row r of q [R, cols] (and of rows_out, may be null) and
-// returned.
-template <class T>
-__device__ __forceinline__ uint2 cast_into_row(const float (&v)[kV], int64_t slot, int64_t r, int64_t cols, int64_t c,
-                                               float factor, const float* __restrict__ row_weight, Fp8Format f,
-                                               unsigned char* __restrict__ q, T* __restrict__ rows_out) {
-  float u[kV];
-#pragma unroll
-  for (int k = 0; k < kV; ++k) u[k] = v[k];
-  if (row_weight) scale_rounded<T>(u, row_weight[slot]);
-  uint2 codes;
-  unsigned char* b = reinterpret_cast<unsigned char*>(&codes);
-#pragma unroll
-  for (int k = 0; k < kV; ++k) b[k] = fp8_code(u[k], factor, f);
-  *reinterpret_cast<uint2*>(q + r * cols + c) = codes;
-  if (rows_out) store_vec<kV>(rows_out + r * cols + c, u);  // values of T: stored exactly
-  return codes;
 }
 
 // q[row_of_slot[n·k + j], c..c + 7] = the codes of x[n, c..c + 7] (times row_weight[n·k + j], rounded
@@ -434,7 +406,17 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t slot = n * top_k + j;
       const int32_t r = row_of_slot[slot];
       if (r < 0) continue;
-      cast_into_row<T>(v, slot, r, cols, c, factor_of_slot[slot], row_weight, f, q, rows_out);
+      const float factor = factor_of_slot[slot];
+      float u[kV];
+#pragma unroll
+      for (int k = 0; k < kV; ++k) u[k] = v[k];
+      if (row_weight) scale_rounded<T>(u, row_weight[slot]);
+      uint2 codes;
+      unsigned char* b = reinterpret_cast<unsigned char*>(&codes);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) b[k] = fp8_code(u[k], factor, f);
+      *reinterpret_cast<uint2*>(q + r * cols + c) = codes;
+      if (rows_out) store_vec<kV>(rows_out + r * cols + c, u);  // values of T: stored exactly
     }
   }
 }
@@ -455,157 +437,6 @@ __global__ void __launch_bounds__(kThreads)
   for (int p = 0; p < kV; ++p)
     codes[p] = j + p < t.n ? *reinterpret_cast<const uint2*>(q + (t.src0 + j + p) * s.cols + c) : make_uint2(0, 0);
   store_transposed(t, c, j, codes);
-}
-
-// GatheredCast::Staged: the scatter pass writes the transposed codes itself, so the row codes are
-// not read back. A block takes kStagedTokens tokens × kStagedCols columns of x. moe_permute orders
-// each expert's rows by token, so the block's slots routed to expert g are a run of consecutive rows
-// of g, and so of consecutive columns of the transposed layout. The block stages its codes in shared
-// memory, one row of kStagedCols codes a slot, placed by (expert, column): each expert's run after
-// the runs of the experts before it. Then each thread takes one staged row and writes its codes down
-// the transposed layout's rows, a byte a row: a warp's 32 lanes write 32 consecutive columns of one
-// row (one or two runs), about 24 bytes an expert a row at the 2B MoE's shape (256 tokens × 6 slots
-// over 64 experts), so that neighbouring blocks (blockIdx.x: the token tiles of one column slice,
-// resident together) complete each other's sectors in L2. Should a block's slots of one expert not
-// be consecutive rows (a map not in token order), the block stages them in slot order instead: the
-// same codes, written scattered. With fewer than kStagedMinRun slots an expert a block on average
-// (many experts), the runs are too short for that and the scatter passes run instead.
-constexpr int kStagedTokens = 256;
-constexpr int kStagedCols = 32;                  // 4 vectors of 8 a token
-constexpr int kStagedStride = kStagedCols + 8;   // bytes a staged row: 8-byte aligned; read down a column, 2-way bank conflicts
-constexpr int kStagedMaxTopK = 8;                // staging 256 · 8 · 48 bytes = 96 KB
-constexpr int kStagedMaxExperts = 1024;          // 16 bytes an expert of shared memory
-constexpr int kStagedMinRun = 16;                // slots an expert a block, on average, for the staging
-constexpr int kStagedItems = kStagedTokens * (kStagedCols / 8) / kThreads;  // x vectors a thread
-
-// Dynamic shared memory of a block (the kernel has no static): staged codes [S][kStagedStride] bytes,
-// then column_at [S] and position_of [S], lo, hi, count and first [G], and the block's `consecutive`
-// flag (int32); S = kStagedTokens · top_k.
-size_t staged_smem_bytes(int64_t top_k, int G) {
-  const size_t S = static_cast<size_t>(kStagedTokens * top_k);
-  return S * (kStagedStride + 2 * sizeof(int32_t)) + (4 * static_cast<size_t>(G) + 1) * sizeof(int32_t);
-}
-
-// Where each of the block's `S` slots (from global slot s0) is staged: position_of[i] (−1: no row)
-// and column_at[position] (−1: none). Every thread calls it; it synchronises the block.
-__device__ void place_staged_slots(int64_t s0, int S, int G, const int32_t* __restrict__ row_of_slot,
-                                   const int32_t* __restrict__ expert_of_slot,
-                                   const int32_t* __restrict__ column_of_slot, int32_t* column_at,
-                                   int32_t* position_of, int32_t* lo, int32_t* hi, int32_t* count, int32_t* first,
-                                   int* consecutive) {
-  for (int g = threadIdx.x; g < G; g += blockDim.x) lo[g] = INT32_MAX, hi[g] = -1, count[g] = 0;
-  for (int p = threadIdx.x; p < S; p += blockDim.x) column_at[p] = -1;
-  if (threadIdx.x == 0) *consecutive = 1;
-  __syncthreads();
-  for (int i = threadIdx.x; i < S; i += blockDim.x) {
-    if (row_of_slot[s0 + i] < 0) continue;
-    const int g = expert_of_slot[s0 + i], col = column_of_slot[s0 + i];
-    atomicMin(&lo[g], col);
-    atomicMax(&hi[g], col);
-    atomicAdd(&count[g], 1);
-  }
-  __syncthreads();
-  if (threadIdx.x < 32) {  // first[g] = Σ count over the experts before g; one warp, 32 experts at a time
-    const int lane = threadIdx.x;
-    int carry = 0;
-    for (int g0 = 0; g0 < G; g0 += 32) {
-      const int g = g0 + lane, c = g < G ? count[g] : 0;
-      int incl = c;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += v;
-      }
-      if (g < G) {
-        first[g] = carry + incl - c;
-        if (c > 0 && hi[g] - lo[g] + 1 != c) *consecutive = 0;
-      }
-      carry += __shfl_sync(0xffffffffu, incl, 31);
-    }
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < S; i += blockDim.x) {
-    int position = -1;
-    if (row_of_slot[s0 + i] >= 0) {
-      const int g = expert_of_slot[s0 + i], col = column_of_slot[s0 + i];
-      position = *consecutive ? first[g] + (col - lo[g]) : i;
-      column_at[position] = col;
-    }
-    position_of[i] = position;
-  }
-  __syncthreads();
-}
-
-// The codes of x's tokens [n0, n0 + kStagedTokens) × columns [c0, c0 + kStagedCols) (blockIdx.x, .y)
-// into their slots' rows of q [R, cols] (and rows_out, may be null) and, through the staging, into
-// q_t [cols, Rp]; the zero codes of the experts' padding are transposed_padding_kernel's.
-template <class T>
-__global__ void __launch_bounds__(kThreads, 3)  // three blocks an SM: their shared memory allows it
-    staged_scatter_cast_kernel(const T* __restrict__ x, int64_t N, int64_t cols, int top_k, int G,
-                               const int32_t* __restrict__ row_of_slot, const int32_t* __restrict__ expert_of_slot,
-                               const int32_t* __restrict__ column_of_slot, const float* __restrict__ factor_of_slot,
-                               const float* __restrict__ row_weight, Fp8Format f, unsigned char* __restrict__ q,
-                               unsigned char* __restrict__ q_t, int64_t Rp, T* __restrict__ rows_out) {
-  extern __shared__ uint4 staged_smem[];
-  const int S_max = kStagedTokens * top_k;
-  unsigned char* staged = reinterpret_cast<unsigned char*>(staged_smem);
-  int32_t* column_at = reinterpret_cast<int32_t*>(staged + static_cast<size_t>(S_max) * kStagedStride);
-  int32_t* position_of = column_at + S_max;
-  int32_t* lo = position_of + S_max;
-  const int64_t n0 = int64_t{blockIdx.x} * kStagedTokens, c0 = int64_t{blockIdx.y} * kStagedCols;
-  const int tokens = static_cast<int>(N - n0 < kStagedTokens ? N - n0 : kStagedTokens);
-  const int S = tokens * top_k;
-  const int64_t s0 = n0 * top_k;
-  // x's vectors of this thread's items (token t, vector v) loaded first, in flight while the slots are placed
-  constexpr int kVecs = kStagedCols / kV;
-  float xv[kStagedItems][kV];
-#pragma unroll
-  for (int a = 0; a < kStagedItems; ++a) {
-    const int item = threadIdx.x + a * kThreads, t = item / kVecs;
-    const int64_t c = c0 + (item % kVecs) * kV;
-    if (t < tokens && c < cols) load_vec<kV>(x + (n0 + t) * cols + c, xv[a]);
-  }
-  place_staged_slots(s0, S, G, row_of_slot, expert_of_slot, column_of_slot, column_at, position_of, lo, lo + G,
-                     lo + 2 * G, lo + 3 * G, lo + 4 * G);
-
-#pragma unroll
-  for (int a = 0; a < kStagedItems; ++a) {
-    const int item = threadIdx.x + a * kThreads, t = item / kVecs, v = item % kVecs;
-    const int64_t c = c0 + v * kV;
-    if (t >= tokens || c >= cols) continue;
-    for (int j = 0; j < top_k; ++j) {
-      const int i = t * top_k + j, position = position_of[i];
-      if (position < 0) continue;
-      const int64_t slot = s0 + i;
-      const uint2 codes = cast_into_row<T>(xv[a], slot, row_of_slot[slot], cols, c, factor_of_slot[slot], row_weight,
-                                           f, q, rows_out);
-      *reinterpret_cast<uint2*>(staged + position * kStagedStride + v * kV) = codes;
-    }
-  }
-  __syncthreads();
-
-  const int cols_here = static_cast<int>(cols - c0 < kStagedCols ? cols - c0 : kStagedCols);
-  for (int p = threadIdx.x; p < S; p += blockDim.x) {
-    const int32_t col = column_at[p];
-    if (col < 0) continue;
-    unsigned char* dst = q_t + c0 * Rp + col;
-    const unsigned char* src = staged + p * kStagedStride;
-    for (int c = 0; c < cols_here; ++c) dst[c * Rp] = src[c];
-  }
-}
-
-// Zero codes in the transposed layout's padding: columns [po[g] + rows of g, po[g + 1]) of every row
-// of q_t [cols, Rp], for expert g = blockIdx.y (fewer than 128 columns an expert).
-__global__ void __launch_bounds__(kThreads) transposed_padding_kernel(Segments s, CodeLayout l, unsigned char* q_t) {
-  const int g = blockIdx.y;
-  int64_t r0, r1;
-  group_rows(s.offsets, g, s.R, &r0, &r1);
-  const int64_t from = l.padded_offsets[g] + (r1 - r0), width = l.padded_offsets[g + 1] - from;
-  if (width <= 0) return;
-  // a warp's lanes down one row's padding (fewer than 128 columns), rows strided over the grid's warps
-  const int lane = threadIdx.x % 32, warps = kThreads / 32;
-  for (int64_t c = int64_t{blockIdx.x} * warps + threadIdx.x / 32; c < s.cols; c += int64_t{gridDim.x} * warps)
-    for (int64_t j = lane; j < width; j += 32) q_t[c * l.Rp + from + j] = 0;
 }
 
 // One warp: po[g + 1] = po[g] + round_up(rows of g, 128), a scan over the experts 32 at a time.
@@ -778,43 +609,6 @@ void scatter_cast(const T* px, int64_t N, const Segments& s, const CodeLayout& l
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
-// GatheredCast::Staged's passes (staged_scatter_cast_kernel); false, launching nothing, where its
-// staging does not apply (more than kStagedMaxTopK slots a token or kStagedMaxExperts experts, runs
-// shorter than kStagedMinRun, or shared memory for no block): the caller takes the scatter passes.
-template <class T>
-bool staged_scatter_cast(const T* px, int64_t N, const Segments& s, const CodeLayout& l, const unsigned* pa,
-                         Fp8Format f, unsigned char* q, unsigned char* q_t, T* rows_out, Device dev, cudaStream_t stream) {
-  const int64_t slots = N * s.top_k;
-  if (s.top_k > kStagedMaxTopK || s.G > kStagedMaxExperts || kStagedTokens * s.top_k < kStagedMinRun * s.G ||
-      (s.cols + kStagedCols - 1) / kStagedCols > 65535 || (N + kStagedTokens - 1) / kStagedTokens > INT32_MAX)
-    return false;
-  const size_t smem = staged_smem_bytes(s.top_k, s.G);
-  if (smem > static_cast<size_t>(max_shared_optin(dev)) ||
-      prepare_launch(staged_scatter_cast_kernel<T>, kThreads, smem, dev) == 0)
-    return false;
-  if (slots == 0 || s.cols == 0) return true;
-  Tensor row_of_slot = Tensor::empty({slots}, DType::I32, dev), factor_of_slot = Tensor::empty({slots}, DType::F32, dev);
-  Tensor expert_of_slot = Tensor::empty({slots}, DType::I32, dev), column_of_slot = Tensor::empty({slots}, DType::I32, dev);
-  TETRA_CUDA_CHECK(cudaMemsetAsync(row_of_slot.data_ptr(), 0xff, row_of_slot.nbytes(), stream));
-  if (s.G > 0) {
-    slot_rows_kernel<<<s.G, kThreads, 0, stream>>>(s, slots, pa, f, row_of_slot.data<int32_t>(),
-                                                   factor_of_slot.data<float>(), l.padded_offsets,
-                                                   expert_of_slot.data<int32_t>(), column_of_slot.data<int32_t>());
-    TETRA_CUDA_CHECK_LAUNCH();
-  }
-  const dim3 grid(static_cast<unsigned>((N + kStagedTokens - 1) / kStagedTokens),
-                  static_cast<unsigned>((s.cols + kStagedCols - 1) / kStagedCols));
-  staged_scatter_cast_kernel<T><<<grid, kThreads, smem, stream>>>(
-      px, N, s.cols, static_cast<int>(s.top_k), s.G, row_of_slot.data<int32_t>(), expert_of_slot.data<int32_t>(),
-      column_of_slot.data<int32_t>(), factor_of_slot.data<float>(), s.row_weight, f, q, q_t, l.Rp, rows_out);
-  TETRA_CUDA_CHECK_LAUNCH();
-  if (s.G > 0) {
-    transposed_padding_kernel<<<dim3(32, static_cast<unsigned>(s.G)), kThreads, 0, stream>>>(s, l, q_t);
-    TETRA_CUDA_CHECK_LAUNCH();
-  }
-  return true;
-}
-
 }  // namespace
 
 ExpertCodes cast_segments(const Tensor& x, ops::Fp8Cast c, const Segments& s, const CodeLayout& layout, Device dev,
@@ -874,11 +668,9 @@ BothCodes cast_gathered_both(Tensor& rows, const Tensor& x, ops::Fp8Cast c, cons
     const Tensor amax = measure(px, /*vec=*/true, s, f, out.scale, dev, stream, pt);
     const unsigned* pa = static_cast<const unsigned*>(amax.data_ptr());
     T* rows_out = rows.defined() ? static_cast<T*>(rows.data_ptr()) : nullptr;
-    const GatheredCast kind = gathered_cast_kind();
-    if (kind == GatheredCast::Gather)
+    if (gathered_cast_kind() == GatheredCast::Gather)
       cast_transposed(px, /*vec=*/true, s, transposed, pa, f, codes_of(out.q_t), codes_of(out.q), stream, rows_out);
-    else if (kind != GatheredCast::Staged ||
-             !staged_scatter_cast(px, N, s, transposed, pa, f, codes_of(out.q), codes_of(out.q_t), rows_out, dev, stream))
+    else
       scatter_cast(px, N, s, transposed, pa, f, codes_of(out.q), codes_of(out.q_t), rows_out, dev, stream);
   });
   return out;
@@ -889,8 +681,7 @@ GatheredCast gathered_cast_kind() {
   if (!v || !*v || std::string(v) == "scatter") return GatheredCast::Scatter;
   if (std::string(v) == "gather") return GatheredCast::Gather;
   if (std::string(v) == "separate") return GatheredCast::Separate;
-  if (std::string(v) == "staged") return GatheredCast::Staged;
-  TETRA_FAIL(Usage, "TETRA_MOE_GATHERED_CAST=", v, " is not a valid setting: use scatter, staged, gather or separate");
+  TETRA_FAIL(Usage, "TETRA_MOE_GATHERED_CAST=", v, " is not a valid setting: use scatter, gather or separate");
 }
 
 bool dense_cast_applies(const Tensor& x, int64_t M, int64_t K, const void* q, const void* q_t) {

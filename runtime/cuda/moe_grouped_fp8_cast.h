@@ -76,13 +76,10 @@ Tensor rows_from_transposed(const Tensor& q_t, const Segments& s, const CodeLayo
 bool gathered_cast_applies(const Tensor& rows, const Tensor& x);
 // How moe_permute_fp8_cast makes them (TETRA_MOE_GATHERED_CAST, read on every call; measured in
 // docs/kernels.md, "FP8 training v11"): Scatter (unset or "scatter") reads x token by token, once,
-// writes each token's codes into its slots' rows, then transposes the codes; Staged ("staged"; written,
-// not yet run on a GPU) writes the transposed codes in the same pass from a shared-memory staging of
-// 256 tokens × 32 columns a block (the scatter passes where the staging does not apply: more than 8
-// slots a token or 1024 experts); Gather ("gather") reads
+// writes each token's codes into its slots' rows, then transposes the codes; Gather ("gather") reads
 // x through the gather into the transposing cast, each token once a slot; Separate ("separate") runs
 // moe_permute, then the cast of the rows (ops::moe_grouped_fp8_cast with the rows' amaxes).
-enum class GatheredCast { Scatter, Staged, Gather, Separate };
+enum class GatheredCast { Scatter, Gather, Separate };
 GatheredCast gathered_cast_kind();
 // given_token_amax (U32 [N], may be null): x's rows' amaxes as their writer measured them, in place
 // of the pass that measures them.

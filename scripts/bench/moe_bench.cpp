@@ -250,8 +250,7 @@ void bench_fp8_split(Layer& L, const std::string& how, int reps) {
     const double gemm_ms = time_ms([&] { cuda::grouped_gemm_fp8(call.p, gpu(), cuda::stream_of(gpu())); }, reps);
     casts_sum += casts_ms, gemm_sum += gemm_ms, flops_sum += flops;
     print({{"bench", "moe_fp8_split"}, {"routing", how}, {"op", op}, {"casts_ms", casts_ms}, {"gemm_ms", gemm_ms},
-           {"gemm_tflops", flops / (gemm_ms * 1e-3) / 1e12}, {"cluster", cuda::grouped_gemm_fp8_last_cluster()},
-           {"grid", cuda::grouped_gemm_fp8_last_grid()}});
+           {"gemm_tflops", flops / (gemm_ms * 1e-3) / 1e12}});
   };
   split("gate_up_forward", K::Forward, 2 * R * 2 * F * d, L.gu, L.xs, act, L.w_gu, act);
   split("down_forward", K::Forward, 2 * R * d * F, L.out, L.h, act, L.w_down, act);
@@ -327,7 +326,7 @@ void bench_fp8_casts(Layer& L, const std::string& how, int reps) {
 void bench_gathered_casts(Layer& L, const std::string& how, int reps) {
   const ops::Fp8Cast act{ops::Fp8Scaling::Tensorwise, DType::F8E4M3}, grad{ops::Fp8Scaling::Tensorwise, DType::F8E5M2};
   const double bytes = 2.0 * static_cast<double>(L.N * L.d) + 2.0 * static_cast<double>(L.R * L.d);
-  for (const char* kind : {"scatter", "staged", "gather", "separate"}) {
+  for (const char* kind : {"scatter", "gather", "separate"}) {
     setenv("TETRA_MOE_GATHERED_CAST", kind, 1);
     auto one = [&](const char* what, const Tensor& x, ops::Fp8Cast c, const Tensor* weights) {
       const double ms = time_ms([&] {
