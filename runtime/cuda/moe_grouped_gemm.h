@@ -99,28 +99,6 @@ bool grouped_gemm_fp8_wgmma_applies(const GroupedGemm& p, const char** why);
 // tiles, Hopper's fast accumulation) rather than promoting every 128 products into fp32 (128 × 128
 // tiles): TETRA_FP8_GROUPED_ACCUM = forward (the default), all or none.
 bool grouped_gemm_fp8_fast_accumulation(GroupedGemmKind kind);
-// How the wgmma FP8 kernel runs the kinds it promotes: Overlapped (the default) issues a k-tile's
-// wgmmas before the previous k-tile's sums are waited for and added (two register sets of partial
-// sums), Serial waits for and adds each k-tile's before issuing the next. The sums are added in the
-// same order: the same bits. Starts from TETRA_FP8_GROUPED_PROMOTE (unset or "overlap", "serial";
-// anything else fails at the first call); set_grouped_gemm_fp8_promotion overrides it for the process
-// (tests and benchmarks compare them).
-enum class Fp8Promotion { Overlapped, Serial };
-Fp8Promotion grouped_gemm_fp8_promotion();
-void set_grouped_gemm_fp8_promotion(Fp8Promotion promotion);
-const char* grouped_gemm_fp8_promotion_name(Fp8Promotion promotion);
-// Blocks a cluster of the wgmma FP8 kernel: 1 (the default) runs each block alone; 2 pairs the blocks
-// of two neighbouring m tiles of one expert and n tile, which read the same B: each loads half of it
-// from L2 and the copy engine multicasts it to both (a quarter to a third fewer L2 bytes a FLOP), but
-// on one H200 the pairs ran the 2B MoE's GEMMs 1.5-2.4x slower (docs/kernels.md, FP8 training v12).
-// A device that cannot hold such clusters runs them alone. Starts from TETRA_FP8_GROUPED_CLUSTER
-// (unset or "1", "2"; anything else fails at the first call); set_grouped_gemm_fp8_cluster overrides it.
-// The results are the same bits either way.
-int grouped_gemm_fp8_cluster();
-void set_grouped_gemm_fp8_cluster(int blocks);
-// The blocks a cluster of the process's last wgmma FP8 launch (0 before any): what ran, where the
-// setting asked for clusters the device could not hold.
-int grouped_gemm_fp8_last_cluster();
 void grouped_gemm_fp8_wgmma(const GroupedGemm& p, Device device, cudaStream_t stream);
 void grouped_gemm_cublas(const GroupedGemm& p, Device device, cudaStream_t stream);
 

@@ -7,20 +7,15 @@
 // (the 128-byte swizzle span) × 128 rows.
 //
 //   block: 384 threads, persistent (one per SM, never more than tiles), tiles of the shared list.
-//   cluster: alone by default; with grouped_gemm_fp8_cluster 2 (measured slower) two blocks take the
-//          two 128-row halves of a 256-row tile of one expert, which read the same B: each loads its
-//          A and half of B, and the copy engine multicasts each half into both blocks' stage (a third
-//          fewer L2 bytes a FLOP on the fast tile, a quarter on the promoted one). A stage is refilled
-//          once the consumers of both blocks have released it (their warps arrive on each block's
-//          empty barrier).
 //   tile:  two shapes (TileShape; which kinds take which: grouped_gemm_fp8_fast_accumulation).
 //          Promoted: 128 × 128 outputs, consumer c owns rows 64c … 64c + 63 (wgmma m64n128k32, 64 fp32
 //          accumulators a thread); 6 stages of 32 KB; each k-tile (128 codes of K, four k32 wgmmas)
 //          sums into a second register set started at zero (scale-d 0), waited for and added into
 //          the tile's accumulators in fp32: the tensor cores' FP8 accumulation keeps fewer mantissa
 //          bits than fp32, and promoting every 128 products bounds that error by the k-tile's sum
-//          rather than the whole K (DeepSeek-V3, §3.3.2). Two such sets take turns by default, so
-//          that the next k-tile's wgmmas run while one is added (grouped_gemm_fp8_promotion).
+//          rather than the whole K (DeepSeek-V3, §3.3.2). (Two such sets taking turns, so that
+//          the next k-tile's wgmmas run while one is added, and clusters of two blocks sharing B by
+//          multicast were measured no faster and slower: docs/kernels.md, FP8 training v12.)
 //          Fast: 128 × 256 outputs (m64n256k32, 128 accumulators), 4 stages of 48 KB; the tensor cores
 //          accumulate the whole K and a k-tile's wgmmas overlap the previous one's, as in the bf16
 //          kernel. Half the L2 bytes per FLOP of the promoted tile.
@@ -35,10 +30,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
-#include <map>
-#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -73,9 +65,8 @@ struct TileShape {
   static constexpr size_t kSmemBytes = static_cast<size_t>(kStages) * kStageBytes + 1024;  // + alignment
   static constexpr int kAcc = kBN / 2;  // fp32 accumulators a thread (m64nBNk32)
 };
-// How a kernel runs its k-tiles: the fast shape, or the promoted one with each k-tile waited for and
-// added in turn (Serial) or the next k-tile's wgmmas issued first (Overlapped; consume_promoted).
-enum class Mainloop { Fast, PromotedSerial, PromotedOverlapped };
+// How a kernel runs its k-tiles: the fast shape, or the promoted one (each k-tile waited for and added).
+enum class Mainloop { Fast, Promoted };
 template <Mainloop ML>
 using ShapeOf = TileShape<ML == Mainloop::Fast>;
 
@@ -170,57 +161,12 @@ __device__ __forceinline__ void wgmma_fp8(float (&d)[N / 2], uint64_t desc_a, ui
 
 __device__ __forceinline__ void prefetch_l1(const float* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
 
-// Thread-block clusters: this block's rank in its cluster; every thread of the cluster's blocks
-// waiting for all the others (aligned: called by whole warps; relaxed-entry form: by any thread that
-// gets there, for the end of the kernel, where the roles arrive apart).
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_sync_aligned() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-// An arrival on the mbarrier at this block's shared address `bar` in the cluster's block `cta`.
-__device__ __forceinline__ void mbarrier_arrive_in(uint32_t bar, uint32_t cta) {
-  asm volatile(
-      "{\n"
-      ".reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
-      "}\n" ::"r"(bar),
-      "r"(cta)
-      : "memory");
-}
-// tma_load_2d into the same shared address of every block of the cluster in `mask`, each copy
-// completing on the mbarrier at `bar` in its own block.
-__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, int inner, int outer,
-                                                      uint32_t bar, uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(bar), "h"(mask)
-      : "memory");
-}
-
-// A consumer warp's release of stage s (k-tile i) to every producer that writes into it: this
-// block's, and under a cluster each block's whose multicast fills part of it (one arrival a warp in
-// each: empty[s] counts 8 consumer warps times the cluster's blocks).
-template <int CL, int STAGES>
+// A consumer warp's release of stage s (k-tile i) to the producer: one arrival a warp (empty[s]
+// counts the 8 consumer warps).
+template <int STAGES>
 struct StageRelease {
   uint64_t* empty;
-  __device__ __forceinline__ void operator()(int i) const {
-    const uint32_t bar = smem_addr(&empty[i % STAGES]);
-    if constexpr (CL == 1) {
-      mbarrier_arrive(bar);
-    } else {
-#pragma unroll
-      for (uint32_t c = 0; c < CL; ++c) mbarrier_arrive_in(bar, c);
-    }
-  }
+  __device__ __forceinline__ void operator()(int i) const { mbarrier_arrive(smem_addr(&empty[i % STAGES])); }
 };
 
 // One k-tile: waits for its stage (k-tile i) and issues its four wgmmas into acc, committed as one
@@ -253,46 +199,16 @@ __device__ __forceinline__ void promote(float (&d)[TileShape<false>::kAcc], floa
   for (int r = 0; r < S::kAcc; ++r) d[r] += part[r];
 }
 
-// The promoted shape's k-tiles i0 … i0 + KT − 1 (KT ≥ 1) into d. Serial: each k-tile's wgmmas waited for, then
-// promoted, so the tensor cores idle while a k-tile drains and is added. Overlapped: two register sets
-// of partial sums take turns, k-tile i + 1's wgmmas issued before k-tile i's are waited for and
-// promoted (64 more registers a thread). The sums are added in the same order either way: the same bits.
-template <Fp8Format AF, bool OVERLAP, class Release, class StageA, class StageB>
+// The promoted shape's k-tiles i0 … i0 + KT − 1 (KT ≥ 1) into d: each k-tile's wgmmas waited for,
+// then promoted.
+template <Fp8Format AF, class Release, class StageA, class StageB>
 __device__ __forceinline__ void consume_promoted(float (&d)[TileShape<false>::kAcc], int i0, int KT,
                                                  uint64_t* full, const Release& release, StageA a, StageB b) {
-  using S = TileShape<false>;
-  float p0[S::kAcc];
-  if constexpr (!OVERLAP) {
-    for (int i = i0; i < i0 + KT; ++i) {
-      issue_k_tile<AF, false>(p0, i, full, a, b, true);
-      wgmma_wait<0>();
-      promote(d, p0, i, release);
-    }
-  } else {
-    // straight-line steps, so that the compiler can follow which register set each wait retires: at
-    // the top of every pair, k-tile i is in flight in p0 and nothing else is
-    float p1[S::kAcc];
-    const int end = i0 + KT;
-    issue_k_tile<AF, false>(p0, i0, full, a, b, true);
-    int i = i0;
-    for (; i + 2 < end; i += 2) {
-      issue_k_tile<AF, false>(p1, i + 1, full, a, b, true);
-      wgmma_wait<1>();
-      promote(d, p0, i, release);
-      issue_k_tile<AF, false>(p0, i + 2, full, a, b, true);
-      wgmma_wait<1>();
-      promote(d, p1, i + 1, release);
-    }
-    if (i + 1 < end) {  // two k-tiles left
-      issue_k_tile<AF, false>(p1, i + 1, full, a, b, true);
-      wgmma_wait<1>();
-      promote(d, p0, i, release);
-      wgmma_wait<0>();
-      promote(d, p1, i + 1, release);
-    } else {  // one
-      wgmma_wait<0>();
-      promote(d, p0, i, release);
-    }
+  float p0[TileShape<false>::kAcc];
+  for (int i = i0; i < i0 + KT; ++i) {
+    issue_k_tile<AF, false>(p0, i, full, a, b, true);
+    wgmma_wait<0>();
+    promote(d, p0, i, release);
   }
 }
 
@@ -303,7 +219,7 @@ template <Fp8Format AF, Mainloop ML, class Release, class StageA, class StageB>
 __device__ __forceinline__ void consume_tiles(float (&d)[ShapeOf<ML>::kAcc], int i0, int KT, uint64_t* full,
                                               const Release& release, StageA a, StageB b) {
   if constexpr (ML != Mainloop::Fast) {
-    consume_promoted<AF, ML == Mainloop::PromotedOverlapped>(d, i0, KT, full, release, a, b);
+    consume_promoted<AF>(d, i0, KT, full, release, a, b);
   } else {
     // accumulate across k-tiles in the tensor cores; the previous k-tile's stage is released once its
     // wgmmas are done, while this one's run
@@ -325,33 +241,27 @@ __device__ __forceinline__ void consume_tiles(float (&d)[ShapeOf<ML>::kAcc], int
 
 #endif  // TETRA_WGMMA
 
-// CL blocks a cluster (1 or 2): the cluster's blocks take the m tiles m0, m0 + 128, … of one tile of
-// CL·128 rows, which share B; each loads its own A and 1/CL of B, multicast to all.
-template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML, int CL>
+template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_kernel(ParamsT<u8> p, const __grid_constant__ Maps maps) {
 #ifdef TETRA_WGMMA
   using S = ShapeOf<ML>;
   constexpr bool BW = KIND == GroupedGemmKind::BackwardWeight;
-  constexpr int kBHalf = S::kBN / CL;  // B rows this block loads (and multicasts)
   extern __shared__ unsigned char smem_raw[];
   __shared__ int table[kMaxTableGroups + 1];
   __shared__ int rows[kMaxLptGroups];
   __shared__ alignas(8) uint64_t full[S::kStages], empty[S::kStages];
-  const int total = static_cast<int>(build_tile_table<KIND, kBM * CL>(p, table, rows));  // < 2^31 (the table's ints)
+  const int total = static_cast<int>(build_tile_table<KIND, kBM>(p, table, rows));  // < 2^31 (the table's ints)
   if (threadIdx.x == 0) {
     for (int s = 0; s < S::kStages; ++s) {
       mbarrier_init(smem_addr(&full[s]), 1);
-      mbarrier_init(smem_addr(&empty[s]), 8 * CL);
+      mbarrier_init(smem_addr(&empty[s]), 8);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
   }
-  // (under a cluster: initialised before any block of it multicasts into this one or arrives on it)
-  if constexpr (CL > 1) cluster_sync_aligned();
-  else __syncthreads();
-  const int rank = CL > 1 ? static_cast<int>(cluster_rank()) : 0;
-  // this cluster's tiles: first, first + step, …
-  const int first = static_cast<int>(blockIdx.x) / CL, step = static_cast<int>(gridDim.x) / CL;
+  __syncthreads();
+  // this block's tiles: first, first + step, …
+  const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
 
   // 1024-byte aligned stages (the swizzle pattern repeats every 1024 bytes of address)
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -363,44 +273,41 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int role = threadIdx.x / 128;  // 0: producer; 1, 2: consumers
   if (role == 0) {
-    // registers to the consumers (128 accumulators, or 64 thrice when promoting, and the epilogue's
+    // registers to the consumers (128 accumulators, or 64 twice when promoting, and the epilogue's
     // addresses): 128·56 + 256·224 ≤ 65536
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
     if (threadIdx.x == 0) {
       int i = 0;  // k-tiles issued (a block issues fewer than 2^31)
       for (int t = first; t < total; t += step) {
-        const TileT<u8> L = tile_info<KIND, kBM * CL, S::kBN>(p, table, t);
+        const TileT<u8> L = tile_info<KIND, kBM, S::kBN>(p, table, t);
         const int KT = static_cast<int>((L.K + kFp8BK - 1) / kFp8BK);
         if (skipped(KT)) continue;
         // (k, row) of the boxes: A's rows are the expert's rows (M) or dyᵀ's (O); B's the stacked
         // weights' w[g] [O, I] or w[g]ᵀ [I, O] rows (N of them per expert), or xᵀ's (I). A block past
-        // its expert's rows (the last tile of an odd count) loads and multiplies rows it never stores.
-        const int64_t m0 = L.m0 + kBM * rank;
-        const int a_row = static_cast<int>(BW ? m0 : L.r0 + m0);
-        const int b_row = static_cast<int>((BW ? L.n0 : static_cast<int64_t>(L.g) * L.N + L.n0) + kBHalf * rank);
+        // its expert's rows (the next expert's) loads and multiplies rows it never stores.
+        const int a_row = static_cast<int>(BW ? L.m0 : L.r0 + L.m0);
+        const int b_row = static_cast<int>(BW ? L.n0 : static_cast<int64_t>(L.g) * L.N + L.n0);
         const int64_t k_origin = BW ? L.r0 : 0;
         for (int kt = 0; kt < KT; ++kt, ++i) {
           const int s = static_cast<int>(i % S::kStages);
           const uint32_t parity = static_cast<uint32_t>((i / S::kStages - 1) & 1);
-          if (i >= S::kStages) mbarrier_wait<(CL > 1)>(smem_addr(&empty[s]), parity);
+          if (i >= S::kStages) mbarrier_wait(smem_addr(&empty[s]), parity);
           const uint32_t bar = smem_addr(&full[s]);
-          mbarrier_arrive_expect_tx(bar, S::kStageBytes);  // A, and every block's part of B
+          mbarrier_arrive_expect_tx(bar, S::kStageBytes);  // A and B
           const int k0 = static_cast<int>(k_origin + kt * kFp8BK);
           tma_load_2d(a_stage(s), &maps.a, k0, a_row, bar);
-          const uint32_t b_dst = b_stage(s) + static_cast<uint32_t>(kBHalf * rank * kFp8BK);
-          if constexpr (CL > 1) tma_load_2d_multicast(b_dst, &maps.b, k0, b_row, bar, (1u << CL) - 1);
-          else tma_load_2d(b_dst, &maps.b, k0, b_row, bar);
+          tma_load_2d(b_stage(s), &maps.b, k0, b_row, bar);
         }
       }
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
     const int consumer = role - 1;
-    const StageRelease<CL, S::kStages> release{empty};
+    const StageRelease<S::kStages> release{empty};
     float d[S::kAcc];
     int i = 0;  // k-tiles of the block's sequence before the current one
     for (int t = first; t < total; t += step) {
-      TileT<u8> T = tile_info<KIND, kBM * CL, S::kBN>(p, table, t);
+      const TileT<u8> T = tile_info<KIND, kBM, S::kBN>(p, table, t);
       const int KT = static_cast<int>((T.K + kFp8BK - 1) / kFp8BK);
       if (skipped(KT)) continue;
       // the expert's scales brought into L1 while the k-tiles run (loaded after them)
@@ -413,80 +320,32 @@ __global__ void __launch_bounds__(kThreads, 1)
             d, i, KT, full, release,
             [&](int s) { return a_stage(s) + static_cast<uint32_t>(64 * consumer * 128); }, b_stage);
       i += KT;
-      // the overlapped promotion's three register sets leave too few registers to hold the tile's
-      // place across its k-tiles (it spilled): found again (a few hundred cycles a tile)
-      if constexpr (ML == Mainloop::PromotedOverlapped) T = tile_info<KIND, kBM * CL, S::kBN>(p, table, t);
       const float scale = p.a_scale[T.g] * p.b_scale[T.g];
 #pragma unroll
       for (int r = 0; r < S::kAcc; ++r) d[r] *= scale;
-      store_slice<S::kBN>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), T.m0 + kBM * rank + 64 * consumer,
+      store_slice<S::kBN>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), T.m0 + 64 * consumer,
                           T.n0, T.M, T.N, BW && p.accumulate);
     }
   }
-  // no block leaves while another of its cluster may still arrive on its barriers
-  if constexpr (CL > 1) cluster_sync();
 #endif  // TETRA_WGMMA
 }
 
-// How many clusters of the kernel's blocks one device holds at once (0: none), once per (kernel, device).
-template <class Kernel>
-int max_active_clusters(Kernel* kernel, const cudaLaunchConfig_t& config) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, int> known;
-  int dev = 0;
-  TETRA_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), dev);
-  auto it = known.find(key);
-  if (it == known.end()) {
-    // A device or setup without cluster launches (the attribute, or the query failing) holds none; the
-    // query's error is cleared so that it is not reported by a later check.
-    int launch = 0, n = 0;
-    TETRA_CUDA_CHECK(cudaDeviceGetAttribute(&launch, cudaDevAttrClusterLaunch, dev));
-    if (launch && cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
-      (void)cudaGetLastError();
-      n = 0;
-    }
-    it = known.emplace(key, launch ? n : 0).first;
-  }
-  return it->second;
-}
-
-std::atomic<int> g_last_cluster{0};  // blocks a cluster of the last launch (grouped_gemm_fp8_last_cluster)
-
-// A persistent grid: CL · (clusters the device holds at once, at most one per tile). Returns false,
-// launching nothing, where the device holds no cluster of CL such blocks.
-template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML, int CL>
-bool launch(const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device device, cudaStream_t stream) {
-  auto kernel = grouped_gemm_fp8_kernel<KIND, AF, TC, ML, CL>;
+// A persistent grid: one block an SM, at most one per tile.
+template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML>
+void launch(const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device device, cudaStream_t stream) {
+  auto kernel = grouped_gemm_fp8_kernel<KIND, AF, TC, ML>;
   constexpr size_t smem = ShapeOf<ML>::kSmemBytes;
   allow_dynamic_smem(kernel, smem);
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute cluster[1];
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  int64_t clusters = sm_count(device) / CL;
-  if constexpr (CL > 1) {
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = CL, cluster[0].val.clusterDim.y = 1, cluster[0].val.clusterDim.z = 1;
-    config.attrs = cluster;
-    config.numAttrs = 1;
-    config.gridDim = dim3(static_cast<unsigned>(CL * clusters));
-    clusters = max_active_clusters(kernel, config);
-    if (clusters == 0) return false;
-  }
-  config.gridDim = dim3(static_cast<unsigned>(CL * std::min<int64_t>(tiles, clusters)));
-  TETRA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, prm, maps));
-  g_last_cluster.store(CL);
-  return true;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count(device)));
+  kernel<<<grid, kThreads, smem, stream>>>(prm, maps);
+  TETRA_CUDA_CHECK_LAUNCH();
 }
 
-template <GroupedGemmKind KIND, class TC, Mainloop ML, int CL>
-bool launch_format(const GroupedGemm& p, const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device device,
+template <GroupedGemmKind KIND, class TC, Mainloop ML>
+void launch_format(const GroupedGemm& p, const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device device,
                    cudaStream_t stream) {
-  if (p.ab_type == DType::F8E4M3) return launch<KIND, Fp8Format::E4M3, TC, ML, CL>(prm, maps, tiles, device, stream);
-  return launch<KIND, Fp8Format::E5M2, TC, ML, CL>(prm, maps, tiles, device, stream);
+  if (p.ab_type == DType::F8E4M3) return launch<KIND, Fp8Format::E4M3, TC, ML>(prm, maps, tiles, device, stream);
+  launch<KIND, Fp8Format::E5M2, TC, ML>(prm, maps, tiles, device, stream);
 }
 
 // A 2-D tensor of codes [outer, inner] in boxes of 128 codes × box_outer rows.
@@ -511,18 +370,17 @@ FastKinds fast_kinds() {
   return kinds;
 }
 
-// Returns false where the device holds no cluster of CL blocks (nothing launched).
-template <Mainloop ML, int CL>
-bool run_shape(const GroupedGemm& p, Device device, cudaStream_t stream) {
+template <Mainloop ML>
+void run_shape(const GroupedGemm& p, Device device, cudaStream_t stream) {
   using S = ShapeOf<ML>;
   const bool bw = p.kind == GroupedGemmKind::BackwardWeight;
   const int64_t N = p.kind == GroupedGemmKind::Forward ? p.O : p.I;
   ParamsT<u8> prm{static_cast<const u8*>(p.a), static_cast<const u8*>(p.b), p.c, p.offsets, static_cast<int>(p.G), p.R,
-                  p.O, p.I, static_cast<int>((p.O + kBM * CL - 1) / (kBM * CL)),
+                  p.O, p.I, static_cast<int>((p.O + kBM - 1) / kBM),
                   static_cast<int>((N + S::kBN - 1) / S::kBN), p.accumulate, p.a_scale, p.b_scale,
                   bw ? p.padded_offsets : nullptr};
-  // A's boxes: a block's 128 rows; B's: its 1/CL of the tile's rows
-  constexpr int kBRows = S::kBN / CL;
+  // A's boxes: a block's 128 rows; B's: the tile's kBN rows
+  constexpr int kBRows = S::kBN;
   Maps maps{};
   if (p.kind == GroupedGemmKind::Forward) {  // x [R, I], w [G·O, I]
     maps.a = code_map(p.op, p.a, p.I, p.R, kBM);
@@ -534,28 +392,21 @@ bool run_shape(const GroupedGemm& p, Device device, cudaStream_t stream) {
     maps.a = code_map(p.op, p.a, p.Rp, p.O, kBM);
     maps.b = code_map(p.op, p.b, p.Rp, p.I, kBRows);
   }
-  const int64_t tiles = tile_bound(p, prm.tiles_m, prm.tiles_n, kBM * CL);
-  if (tiles == 0) return true;
+  const int64_t tiles = tile_bound(p, prm.tiles_m, prm.tiles_n, kBM);
+  if (tiles == 0) return;
   auto by_output = [&](auto tc) {
     using TC = decltype(tc);
     switch (p.kind) {
       case GroupedGemmKind::Forward:
-        return launch_format<GroupedGemmKind::Forward, TC, ML, CL>(p, prm, maps, tiles, device, stream);
+        return launch_format<GroupedGemmKind::Forward, TC, ML>(p, prm, maps, tiles, device, stream);
       case GroupedGemmKind::BackwardInput:
-        return launch_format<GroupedGemmKind::BackwardInput, TC, ML, CL>(p, prm, maps, tiles, device, stream);
+        return launch_format<GroupedGemmKind::BackwardInput, TC, ML>(p, prm, maps, tiles, device, stream);
       case GroupedGemmKind::BackwardWeight:
-        return launch_format<GroupedGemmKind::BackwardWeight, TC, ML, CL>(p, prm, maps, tiles, device, stream);
+        return launch_format<GroupedGemmKind::BackwardWeight, TC, ML>(p, prm, maps, tiles, device, stream);
     }
-    return false;
   };
-  return p.c_type == DType::BF16 ? by_output(bf16{}) : by_output(float{});
-}
-
-// The mainloop ML in clusters of the configured size where the device holds them, else alone.
-template <Mainloop ML>
-void run_mainloop(const GroupedGemm& p, Device device, cudaStream_t stream) {
-  if (grouped_gemm_fp8_cluster() == 2 && run_shape<ML, 2>(p, device, stream)) return;
-  run_shape<ML, 1>(p, device, stream);
+  if (p.c_type == DType::BF16) by_output(bf16{});
+  else by_output(float{});
 }
 
 }  // namespace
@@ -604,52 +455,6 @@ bool grouped_gemm_fp8_fast_accumulation(GroupedGemmKind kind) {
   return k == FastKinds::All || (k == FastKinds::Forward && kind == GroupedGemmKind::Forward);
 }
 
-namespace {
-// A setting of two values read once from the environment variable `name` (unset: the first) unless
-// set before; anything but their names fails at the first call.
-struct Setting {
-  const char* name;
-  std::pair<const char*, int> values[2];
-  std::atomic<int> value{-1};
-  int get() {
-    int v = value.load();
-    if (v >= 0) return v;
-    const char* e = std::getenv(name);
-    const std::string s = e ? e : "";
-    std::string valid;
-    for (const auto& [word, number] : values) {
-      if (s.empty() || s == word) {
-        value.store(number);
-        return number;
-      }
-      valid += valid.empty() ? word : std::string(" or ") + word;
-    }
-    TETRA_FAIL(Config, name, "=", s, ": want ", valid);
-  }
-};
-Setting g_promotion{"TETRA_FP8_GROUPED_PROMOTE",
-                    {{"overlap", static_cast<int>(Fp8Promotion::Overlapped)},
-                     {"serial", static_cast<int>(Fp8Promotion::Serial)}}};
-Setting g_cluster{"TETRA_FP8_GROUPED_CLUSTER", {{"1", 1}, {"2", 2}}};
-}  // namespace
-
-Fp8Promotion grouped_gemm_fp8_promotion() { return static_cast<Fp8Promotion>(g_promotion.get()); }
-
-void set_grouped_gemm_fp8_promotion(Fp8Promotion promotion) { g_promotion.value.store(static_cast<int>(promotion)); }
-
-const char* grouped_gemm_fp8_promotion_name(Fp8Promotion promotion) {
-  return promotion == Fp8Promotion::Serial ? "serial" : "overlap";
-}
-
-int grouped_gemm_fp8_cluster() { return g_cluster.get(); }
-
-int grouped_gemm_fp8_last_cluster() { return g_last_cluster.load(); }
-
-void set_grouped_gemm_fp8_cluster(int blocks) {
-  TETRA_CHECK(blocks == 1 || blocks == 2, "set_grouped_gemm_fp8_cluster(", blocks, "): want 1 or 2");
-  g_cluster.value.store(blocks);
-}
-
 bool grouped_gemm_fp8_tensor_cores(const GroupedGemm& p) {
   return grouped_gemm_impl() != GroupedGemmImpl::Simt && grouped_gemm_fp8_wgmma_applies(p, nullptr);
 }
@@ -666,11 +471,8 @@ void grouped_gemm_fp8_wgmma(const GroupedGemm& p, Device device, cudaStream_t st
       TETRA_CUDA_CHECK(cudaMemsetAsync(p.c, 0, static_cast<size_t>(p.G * p.O * p.I) * dtype_size(p.c_type), stream));
     return;
   }
-  // (the serial promotion, kept for comparison, runs without clusters)
-  if (grouped_gemm_fp8_fast_accumulation(p.kind)) run_mainloop<Mainloop::Fast>(p, device, stream);
-  else if (grouped_gemm_fp8_promotion() == Fp8Promotion::Serial)
-    run_shape<Mainloop::PromotedSerial, 1>(p, device, stream);
-  else run_mainloop<Mainloop::PromotedOverlapped>(p, device, stream);
+  if (grouped_gemm_fp8_fast_accumulation(p.kind)) run_shape<Mainloop::Fast>(p, device, stream);
+  else run_shape<Mainloop::Promoted>(p, device, stream);
 }
 
 }  // namespace tetra::cuda

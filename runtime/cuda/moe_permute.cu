@@ -210,8 +210,11 @@ __global__ void __launch_bounds__(kRowThreads)
 
 // One warp per token n: for each slot j, d_rows[row] = w[n, j]·dy[n] and d_w[n, j] = dy[n]·rows[row]
 // (lane-strided partial dot products, then a butterfly: a fixed order).
-// d_rows may be null: d_weights alone.
-template <int V, class TDR, class TDY, class TR>
+// d_rows may be null: d_weights alone. kRowValues: d_rows or their amax are asked for; the weights-only
+// instantiation (the FP8 backward's call, d_rows made by the gathered cast) leaves out d_rows' values
+// and amax arithmetic, about half of the instructions a vector. (A form that held a token's dy in
+// registers across its slots ran slower: docs/kernels.md, FP8 training v12.)
+template <int V, bool kRowValues, class TDR, class TDY, class TR>
 __global__ void __launch_bounds__(kRowThreads)
     unpermute_backward_kernel(TDR* __restrict__ d_rows, float* __restrict__ d_w, const TDY* __restrict__ dy,
                               const TR* __restrict__ rows, const float* __restrict__ w,
@@ -230,16 +233,20 @@ __global__ void __launch_bounds__(kRowThreads)
       unsigned m = 0;  // the row's amax bits as stored (d_rows_amax)
       if (valid) {
         for (int64_t chunk = lane; chunk < per_row; chunk += 32) {
-          float gv[V], rv[V], out[V];
+          float gv[V], rv[V];
           load_vec<V>(g + chunk * V, gv);
           load_vec<V>(rows + r * d + chunk * V, rv);
 #pragma unroll
-          for (int t = 0; t < V; ++t) {
-            dot += gv[t] * rv[t];
-            out[t] = wj * gv[t];
-            m = max(m, stored_abs_bits<TDR>(out[t]));
+          for (int t = 0; t < V; ++t) dot += gv[t] * rv[t];
+          if constexpr (kRowValues) {
+            float out[V];
+#pragma unroll
+            for (int t = 0; t < V; ++t) {
+              out[t] = wj * gv[t];
+              m = max(m, stored_abs_bits<TDR>(out[t]));
+            }
+            if (d_rows) store_vec<V>(d_rows + r * d + chunk * V, out);
           }
-          if (d_rows) store_vec<V>(d_rows + r * d + chunk * V, out);
         }
       }
       // The warp owns row r: a store, not an atomic (rows no slot maps to keep the zero).
@@ -472,11 +479,18 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
           using TDR = decltype(tdr);
           using TDY = decltype(tdy);
           using TR = decltype(tr);
-          unpermute_backward_kernel<V, TDR, TDY, TR><<<grid_size(d.N, warps, dev, 8), kRowThreads, 0, stream_of(dev)>>>(
-              with_rows ? static_cast<TDR*>(d_rows.data_ptr()) : nullptr, d_weights.data<float>(),
-              static_cast<const TDY*>(dy.data_ptr()),
-              static_cast<const TR*>(rows.data_ptr()), weights.data<float>(), row_of.data<int32_t>(), d.N, d.k, d.d,
-              d.R, pr);
+          TDR* pd = with_rows ? static_cast<TDR*>(d_rows.data_ptr()) : nullptr;
+          const auto* pdy = static_cast<const TDY*>(dy.data_ptr());
+          const auto* prows = static_cast<const TR*>(rows.data_ptr());
+          const unsigned grid = static_cast<unsigned>(grid_size(d.N, warps, dev, 8));
+          if (pd || pr)
+            unpermute_backward_kernel<V, true, TDR, TDY, TR><<<grid, kRowThreads, 0, stream_of(dev)>>>(
+                pd, d_weights.data<float>(), pdy, prows, weights.data<float>(), row_of.data<int32_t>(), d.N, d.k, d.d,
+                d.R, pr);
+          else
+            unpermute_backward_kernel<V, false, TDR, TDY, TR><<<grid, kRowThreads, 0, stream_of(dev)>>>(
+                pd, d_weights.data<float>(), pdy, prows, weights.data<float>(), row_of.data<int32_t>(), d.N, d.k, d.d,
+                d.R, pr);
           TETRA_CUDA_CHECK_LAUNCH();
         },
         with_rows ? d_rows.dtype() : dy.dtype(), "d_rows", dy.dtype(), "dy", rows.dtype(), "rows");
