@@ -14,8 +14,8 @@
 //          the tile's accumulators in fp32: the tensor cores' FP8 accumulation keeps fewer mantissa
 //          bits than fp32, and promoting every 128 products bounds that error by the k-tile's sum
 //          rather than the whole K (DeepSeek-V3, §3.3.2). (Two such sets taking turns, so that
-//          the next k-tile's wgmmas run while one is added, and clusters of two blocks sharing B by
-//          multicast were measured no faster and slower: docs/kernels.md, FP8 training v12.)
+//          the next k-tile's wgmmas run while one is added, ran no faster; clusters of two blocks
+//          sharing B by multicast ran 1.5–2.5× slower: docs/kernels.md, FP8 training v12.)
 //          Fast: 128 × 256 outputs (m64n256k32, 128 accumulators), 4 stages of 48 KB; the tensor cores
 //          accumulate the whole K and a k-tile's wgmmas overlap the previous one's, as in the bf16
 //          kernel. Half the L2 bytes per FLOP of the promoted tile.
