@@ -380,17 +380,16 @@ void run_shape(const GroupedGemm& p, Device device, cudaStream_t stream) {
                   static_cast<int>((N + S::kBN - 1) / S::kBN), p.accumulate, p.a_scale, p.b_scale,
                   bw ? p.padded_offsets : nullptr};
   // A's boxes: a block's 128 rows; B's: the tile's kBN rows
-  constexpr int kBRows = S::kBN;
   Maps maps{};
   if (p.kind == GroupedGemmKind::Forward) {  // x [R, I], w [G·O, I]
     maps.a = code_map(p.op, p.a, p.I, p.R, kBM);
-    maps.b = code_map(p.op, p.b, p.I, p.G * p.O, kBRows);
+    maps.b = code_map(p.op, p.b, p.I, p.G * p.O, S::kBN);
   } else if (p.kind == GroupedGemmKind::BackwardInput) {  // dy [R, O], wᵀ [G·I, O]
     maps.a = code_map(p.op, p.a, p.O, p.R, kBM);
-    maps.b = code_map(p.op, p.b, p.O, p.G * p.I, kBRows);
+    maps.b = code_map(p.op, p.b, p.O, p.G * p.I, S::kBN);
   } else {  // dyᵀ [O, Rp], xᵀ [I, Rp]
     maps.a = code_map(p.op, p.a, p.Rp, p.O, kBM);
-    maps.b = code_map(p.op, p.b, p.Rp, p.I, kBRows);
+    maps.b = code_map(p.op, p.b, p.Rp, p.I, S::kBN);
   }
   const int64_t tiles = tile_bound(p, prm.tiles_m, prm.tiles_n, kBM);
   if (tiles == 0) return;

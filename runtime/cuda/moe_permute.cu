@@ -483,14 +483,11 @@ void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy,
           const auto* pdy = static_cast<const TDY*>(dy.data_ptr());
           const auto* prows = static_cast<const TR*>(rows.data_ptr());
           const unsigned grid = static_cast<unsigned>(grid_size(d.N, warps, dev, 8));
-          if (pd || pr)
-            unpermute_backward_kernel<V, true, TDR, TDY, TR><<<grid, kRowThreads, 0, stream_of(dev)>>>(
-                pd, d_weights.data<float>(), pdy, prows, weights.data<float>(), row_of.data<int32_t>(), d.N, d.k, d.d,
-                d.R, pr);
-          else
-            unpermute_backward_kernel<V, false, TDR, TDY, TR><<<grid, kRowThreads, 0, stream_of(dev)>>>(
-                pd, d_weights.data<float>(), pdy, prows, weights.data<float>(), row_of.data<int32_t>(), d.N, d.k, d.d,
-                d.R, pr);
+          auto kernel = pd || pr ? unpermute_backward_kernel<V, true, TDR, TDY, TR>
+                                 : unpermute_backward_kernel<V, false, TDR, TDY, TR>;
+          kernel<<<grid, kRowThreads, 0, stream_of(dev)>>>(pd, d_weights.data<float>(), pdy, prows,
+                                                           weights.data<float>(), row_of.data<int32_t>(), d.N, d.k,
+                                                           d.d, d.R, pr);
           TETRA_CUDA_CHECK_LAUNCH();
         },
         with_rows ? d_rows.dtype() : dy.dtype(), "d_rows", dy.dtype(), "dy", rows.dtype(), "rows");
