@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <exception>
 #include <map>
@@ -91,7 +92,7 @@ int weight_grad_ways_from(const char* value) {
   const std::string v(value);
   char* end = nullptr;
   const long n = std::strtol(v.c_str(), &end, 10);
-  if (*end != '\0' || n < 1 || n > kMaxFanoutWays)
+  if (!std::isdigit(static_cast<unsigned char>(v[0])) || *end != '\0' || n < 1 || n > kMaxFanoutWays)
     TETRA_FAIL(Config, "TETRA_WGRAD_STREAMS='", v, "' is not a number of streams: use 1 to ", kMaxFanoutWays,
                " (1, the default, runs the weight gradients one after another on the compute stream)");
   return static_cast<int>(n);
