@@ -191,23 +191,43 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   return dx.grad;
 }
 
-void GptBlock::mlp_weight_grads(Saved& s) {
+std::array<DevicePiece, 2> GptBlock::mlp_weight_pieces(Saved& s) {
   // c_fc from its (gathered) input; mlp.c_proj from the gathered output gradient, its bias from this
   // rank's rows under sequence parallelism.
-  mlp_proj_.backward_weight_residual(s.d_mlp_out_full, s.fc_act, s.d_mlp_out, s.d_mlp_out_sum, &s.mlp_proj_fp8);
-  c_fc_.backward_weight(s.d_fc_pre, s.ln2_in, Tensor(), &s.c_fc_fp8);
+  return {[this, &s] {
+            mlp_proj_.backward_weight_residual(s.d_mlp_out_full, s.fc_act, s.d_mlp_out, s.d_mlp_out_sum,
+                                               &s.mlp_proj_fp8);
+          },
+          [this, &s] { c_fc_.backward_weight(s.d_fc_pre, s.ln2_in, Tensor(), &s.c_fc_fp8); }};
+}
+
+std::array<DevicePiece, 2> GptBlock::attention_weight_pieces(Saved& s) {
+  return {[this, &s] {
+            attn_proj_.backward_weight_residual(s.d_attn_out_full, s.att, s.d_attn_out, s.d_attn_out_sum,
+                                                &s.attn_proj_fp8);
+          },
+          [this, &s] { c_attn_.backward_weight(s.d_qkv, s.ln1_in, Tensor(), &s.c_attn_fp8); }};
+}
+
+void GptBlock::mlp_weight_grads(Saved& s) {
+  for (const DevicePiece& piece : mlp_weight_pieces(s)) piece();
 }
 
 void GptBlock::attention_weight_grads(Saved& s) {
-  attn_proj_.backward_weight_residual(s.d_attn_out_full, s.att, s.d_attn_out, s.d_attn_out_sum, &s.attn_proj_fp8);
-  c_attn_.backward_weight(s.d_qkv, s.ln1_in, Tensor(), &s.c_attn_fp8);
+  for (const DevicePiece& piece : attention_weight_pieces(s)) piece();
 }
 
 void GptBlock::backward_weight(MicroBatchContext& ctx) {
   Saved& s = ctx.slot<Saved>(index_);
   if (!s.weights_done) {
-    mlp_weight_grads(s);
-    attention_weight_grads(s);
+    // Largest first (4, 4, 3 and 1 parts of the layer's 12·C² per token), so that two lanes get
+    // mlp.c_proj + c_attn (7) and c_fc + attn.c_proj (5).
+    auto mlp = mlp_weight_pieces(s);
+    auto attention = attention_weight_pieces(s);
+    const DevicePiece pieces[] = {mlp[0], mlp[1], attention[1], attention[0]};
+    const bool local = c_attn_.weight_grad_is_local() && attn_proj_.weight_grad_is_local() &&
+                       c_fc_.weight_grad_is_local() && mlp_proj_.weight_grad_is_local();
+    run_fanned_out(ctx.device(), local ? weight_grad_ways() : 1, pieces);
   }
   ctx.release(index_);
 }

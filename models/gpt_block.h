@@ -9,9 +9,12 @@
 // outputs reduce-scattered (parallel/tensor/tensor_parallel.h). Without it every rank holds all N rows and
 // the row-parallel outputs (and column-parallel input gradients) are all-reduced.
 #pragma once
+#include <array>
+
 #include "models/gpt_config.h"
 #include "models/layer.h"
 #include "models/modules.h"
+#include "runtime/stream_fanout.h"
 
 namespace tetra {
 
@@ -36,6 +39,10 @@ class GptBlock : public Layer {
   // input gradient's reduce-scatter.
   void mlp_weight_grads(Saved& s);
   void attention_weight_grads(Saved& s);
+  // Each half's two weight-gradient GEMMs as pieces that may run side by side (runtime/stream_fanout.h):
+  // mlp.c_proj then c_fc; attn.c_proj then c_attn.
+  std::array<DevicePiece, 2> mlp_weight_pieces(Saved& s);
+  std::array<DevicePiece, 2> attention_weight_pieces(Saved& s);
 
   // Heads this rank computes (n_heads, or n_heads / tp).
   int64_t local_heads() const { return c_attn_.weight.local_shape[0] / (3 * cfg_.head_dim()); }

@@ -138,14 +138,19 @@ void LlamaAttention::qk_norm_backward(MicroBatchContext& ctx, State& s, Tensor& 
 }
 
 void LlamaAttention::backward_weight(State& s) {
-  if (!s.weights_done) weight_grads(s);
+  for (const DevicePiece& piece : weight_pieces(s)) piece();
+}
+
+std::vector<DevicePiece> LlamaAttention::weight_pieces(State& s) {
+  if (s.weights_done) return {};
+  // o_proj (row-parallel, no bias) from the gathered output gradient, qkv_proj (column-parallel;
+  // qwen2's bias from this rank's columns of d_qkv over all N rows) from its gathered input.
+  return {[this, &s] { o_proj_.backward_weight(s.d_x2_full, s.att, Tensor(), &s.o_fp8); },
+          [this, &s] { qkv_proj_.backward_weight(s.d_qkv, s.h1_in, Tensor(), &s.qkv_fp8); }};
 }
 
 void LlamaAttention::weight_grads(State& s) {
-  // o_proj (row-parallel, no bias) from the gathered output gradient, qkv_proj (column-parallel;
-  // qwen2's bias from this rank's columns of d_qkv over all N rows) from its gathered input.
-  o_proj_.backward_weight(s.d_x2_full, s.att, Tensor(), &s.o_fp8);
-  qkv_proj_.backward_weight(s.d_qkv, s.h1_in, Tensor(), &s.qkv_fp8);
+  for (const DevicePiece& piece : weight_pieces(s)) piece();
 }
 
 }  // namespace tetra

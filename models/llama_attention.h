@@ -14,9 +14,12 @@
 // the un-normalised copies stay for the backward. Under tensor parallelism the weights are whole on
 // every rank and each rank's gradient covers its heads (TpStyle::PerHead: summed over tp).
 #pragma once
+#include <vector>
+
 #include "models/layer.h"
 #include "models/llama_config.h"
 #include "models/modules.h"
+#include "runtime/stream_fanout.h"
 
 namespace tetra {
 
@@ -60,6 +63,11 @@ class LlamaAttention {
   // the norm backward that writes it (Linear::takes_fp8_amax).
   bool takes_output_grad_amax() const { return o_proj_.takes_fp8_amax(/*gradient=*/true); }
   void backward_weight(State& s);
+  // backward_weight's work as pieces that may run side by side (runtime/stream_fanout.h): o_proj's
+  // weight gradient, then qkv_proj's; none where backward_input already ran them.
+  std::vector<DevicePiece> weight_pieces(State& s);
+  // Whether both projections' weight gradients are this rank's work alone (Linear::weight_grad_is_local).
+  bool weight_grads_are_local() const { return o_proj_.weight_grad_is_local() && qkv_proj_.weight_grad_is_local(); }
 
  private:
   void weight_grads(State& s);

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <functional>
+#include <utility>
+#include <vector>
 
 #include "runtime/ops.h"
 
@@ -142,17 +144,30 @@ Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   return dx;
 }
 
-void LlamaBlock::mlp_weight_grads(Saved& s) {
+std::array<DevicePiece, 2> LlamaBlock::mlp_weight_pieces(Saved& s) {
   // No biases: down_proj (row-parallel) from the gathered output gradient, gate_up_proj
   // (column-parallel) from its gathered input.
-  down_proj_.backward_weight(s.d_out_full, s.act, Tensor(), &s.down_fp8);
-  gate_up_proj_.backward_weight(s.d_gate_up, s.h2_in, Tensor(), &s.gate_up_fp8);
+  return {[this, &s] { gate_up_proj_.backward_weight(s.d_gate_up, s.h2_in, Tensor(), &s.gate_up_fp8); },
+          [this, &s] { down_proj_.backward_weight(s.d_out_full, s.act, Tensor(), &s.down_fp8); }};
+}
+
+void LlamaBlock::mlp_weight_grads(Saved& s) {
+  for (const DevicePiece& piece : mlp_weight_pieces(s)) piece();
 }
 
 void LlamaBlock::backward_weight(MicroBatchContext& ctx) {
   Saved& s = ctx.slot<Saved>(index_);
-  if (!s.weights_done) mlp_weight_grads(s);
-  attention_.backward_weight(s.att);  // a no-op where its backward_input already ran them
+  // Largest first (gate_up 2·F·C, down F·C, then the attention's o_proj and qkv_proj), one lane each
+  // at four lanes; the attention's are none where its backward_input ran them.
+  std::vector<DevicePiece> pieces;
+  if (!s.weights_done) {
+    auto mlp = mlp_weight_pieces(s);
+    pieces.assign(mlp.begin(), mlp.end());
+  }
+  for (DevicePiece& piece : attention_.weight_pieces(s.att)) pieces.push_back(std::move(piece));
+  const bool local = attention_.weight_grads_are_local() && gate_up_proj_.weight_grad_is_local() &&
+                     down_proj_.weight_grad_is_local();
+  run_fanned_out(ctx.device(), local ? weight_grad_ways() : 1, pieces);
   ctx.release(index_);
 }
 

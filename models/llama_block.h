@@ -11,6 +11,8 @@
 // gate and up on a rank), o_proj and down_proj row-parallel; with sequence parallelism the norms and
 // residual adds on 1/tp of the tokens.
 #pragma once
+#include <array>
+
 #include "models/layer.h"
 #include "models/llama_attention.h"
 #include "models/llama_config.h"
@@ -38,6 +40,8 @@ class LlamaBlock : public Layer {
   // follows B at once (ctx.weights_follow), inside backward_input under the column-parallel input
   // gradient's reduce-scatter (LlamaAttention does the same for its half).
   void mlp_weight_grads(Saved& s);
+  // Its two GEMMs as pieces that may run side by side (runtime/stream_fanout.h): gate_up_proj, down_proj.
+  std::array<DevicePiece, 2> mlp_weight_pieces(Saved& s);
 
   // This rank's MLP width (all of it without tensor parallelism).
   int64_t ffn() const { return down_proj_.in_features(); }

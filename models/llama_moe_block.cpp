@@ -1,6 +1,8 @@
 #include "models/llama_moe_block.h"
 
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "runtime/ops.h"
 
@@ -133,8 +135,12 @@ Tensor LlamaMoeBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
 
 void LlamaMoeBlock::backward_weight(MicroBatchContext& ctx) {
   Saved& s = ctx.slot<Saved>(index_);
-  moe_.backward_weight(s.moe);
-  attention_.backward_weight(s.att);
+  // The experts' pieces (largest first), then the attention's.
+  std::vector<DevicePiece> pieces = moe_.weight_pieces(s.moe);
+  for (DevicePiece& piece : attention_.weight_pieces(s.att)) pieces.push_back(std::move(piece));
+  const bool local = moe_.weight_grads_are_local() && attention_.weight_grads_are_local();
+  run_fanned_out(ctx.device(), local ? weight_grad_ways() : 1, pieces);
+  moe_.weight_pieces_done(s.moe);
   ctx.release(index_);
 }
 

@@ -67,6 +67,9 @@ struct Linear {
   // [N, ·] tensor that side gathers (a column-parallel input, a row-parallel output gradient) is a
   // buffer of its own rather than the stream tensor itself.
   bool sequence_sharded() const { return tp_ && tp_->sequence_parallel(); }
+  // Whether backward_weight is this rank's work alone (no tensor-parallel group, so no collective
+  // inside it): such calls of different layers may run side by side (runtime/stream_fanout.h).
+  bool weight_grad_is_local() const { return !tp_; }
   // Rows N of the [N, ·] side for stream rows R (R, or R·tp when sequence-sharded).
   int64_t full_rows(int64_t stream_rows) const { return sequence_sharded() ? stream_rows * tp_->size() : stream_rows; }
 

@@ -380,25 +380,40 @@ Tensor MoeMlp::backward_route(MicroBatchContext& ctx, State& s) {
 }
 
 void MoeMlp::backward_weight(State& s) {
-  gate_.backward_weight(s.d_logits, s.h);
+  for (const DevicePiece& piece : weight_pieces(s)) piece();
+  weight_pieces_done(s);
+}
+
+std::vector<DevicePiece> MoeMlp::weight_pieces(State& s) {
   const int64_t El = local_experts(), C = shape_.d_model, F = shape_.expert_ffn;
   // The grouped GEMMs write every element of the experts' gradients (an expert without rows gets
   // zeros; runtime/ops.h), and these calls are their only writers: where the buffer holds nothing
   // of this step yet (Param::grad_empty: the step's first micro-batch to reach this layer, in
   // whatever order a schedule runs them) they store, sparing the read of the whole [El, O, I]
   // gradient per tile and the buffer's zeroing (docs/moe.md "Weight gradients"); later ones add.
-  Tensor d_down = down_.grad.view({El, C, F});
-  fp8_grouped::backward_weight(fp8_, d_down, s.d_out_e, s.act_e, s.e_offsets,
-                               /*accumulate=*/!down_.first_grad_write(), &s.d_out_codes, &s.act_codes);
-  Tensor d_gate_up = gate_up_.grad.view({El, 2 * F, C});
-  fp8_grouped::backward_weight(fp8_, d_gate_up, s.d_gu_e, s.x_e, s.e_offsets,
-                               /*accumulate=*/!gate_up_.first_grad_write(), &s.d_gu_codes, &s.x_codes);
-  s.x_codes = s.act_codes = s.d_out_codes = s.d_gu_codes = ops::Fp8GroupedCodes{};
+  // Largest first: gate_up (2·F·C per expert row), down (F·C), then the shared experts' and the router's.
+  std::vector<DevicePiece> pieces;
+  pieces.push_back([this, &s, El, F, C] {
+    Tensor d_gate_up = gate_up_.grad.view({El, 2 * F, C});
+    fp8_grouped::backward_weight(fp8_, d_gate_up, s.d_gu_e, s.x_e, s.e_offsets,
+                                 /*accumulate=*/!gate_up_.first_grad_write(), &s.d_gu_codes, &s.x_codes);
+  });
+  pieces.push_back([this, &s, El, F, C] {
+    Tensor d_down = down_.grad.view({El, C, F});
+    fp8_grouped::backward_weight(fp8_, d_down, s.d_out_e, s.act_e, s.e_offsets,
+                                 /*accumulate=*/!down_.first_grad_write(), &s.d_out_codes, &s.act_codes);
+  });
   if (has_shared_) {
-    shared_down_.backward_weight(s.d_y, s.s_act, Tensor(), &s.s_down_fp8);
-    shared_gate_up_.backward_weight(s.d_s_gu, s.h, Tensor(), &s.s_gate_up_fp8);
-    s.s_gate_up_fp8 = s.s_down_fp8 = Fp8Saved{};
+    pieces.push_back([this, &s] { shared_gate_up_.backward_weight(s.d_s_gu, s.h, Tensor(), &s.s_gate_up_fp8); });
+    pieces.push_back([this, &s] { shared_down_.backward_weight(s.d_y, s.s_act, Tensor(), &s.s_down_fp8); });
   }
+  pieces.push_back([this, &s] { gate_.backward_weight(s.d_logits, s.h); });
+  return pieces;
+}
+
+void MoeMlp::weight_pieces_done(State& s) {
+  s.x_codes = s.act_codes = s.d_out_codes = s.d_gu_codes = ops::Fp8GroupedCodes{};
+  if (has_shared_) s.s_gate_up_fp8 = s.s_down_fp8 = Fp8Saved{};
 }
 
 }  // namespace tetra

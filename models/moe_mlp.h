@@ -34,6 +34,7 @@
 #include "models/modules.h"
 #include "parallel/expert/expert_parallel.h"
 #include "runtime/ops.h"
+#include "runtime/stream_fanout.h"
 
 namespace tetra {
 
@@ -150,6 +151,16 @@ class MoeMlp {
   // Weight gradients (accumulate over micro-batches; the routed experts' are stored by the step's
   // first write into their buffer, not zeroed for them: Param::grad_empty, grad_whole_writes).
   void backward_weight(State& s);
+  // backward_weight as pieces that may run side by side (runtime/stream_fanout.h; the routed experts'
+  // two grouped GEMMs, the shared experts' two, the router's), and what follows once all have run.
+  std::vector<DevicePiece> weight_pieces(State& s);
+  void weight_pieces_done(State& s);
+  // Whether the router's and shared experts' weight gradients are this rank's work alone
+  // (Linear::weight_grad_is_local; the routed experts' always are).
+  bool weight_grads_are_local() const {
+    return gate_.weight_grad_is_local() && shared_gate_up_.weight_grad_is_local() &&
+           shared_down_.weight_grad_is_local();
+  }
   // Drops what the forward keeps that the backward recomputes under Recompute::Mlp (the SwiGLU
   // hidden activations of the routed and the shared experts).
   void drop_hidden(State& s);

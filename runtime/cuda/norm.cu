@@ -48,6 +48,8 @@
 #include <cuda_pipeline_primitives.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "runtime/cuda/cuda_ops.h"
@@ -74,6 +76,8 @@ constexpr int kMaxTeam = 16;
 constexpr int kRowThreads = kMaxTeam * 32;  // launch bound: ≤ 128 registers per thread
 constexpr int kForwardMaxVpt = 4;
 constexpr int kBackwardMaxVpt = 3;
+// The one-stage backward (TETRA_NORM_BACKWARD_STAGES=1) takes blocks of up to this many threads.
+constexpr int kOneStageThreads = 256;
 
 // 8 consecutive elements of a row kept in their storage type: one 16-byte word for bf16, two for
 // fp32. p must be 16-byte aligned.
@@ -256,14 +260,16 @@ __device__ __forceinline__ void fold_dx_amax(unsigned& m, const float (&out)[V],
 // With sum_dx, the block's column sums of dx (of the values stored, after rounding to TX) go to
 // partial[2, blockIdx.x, :]: each slot adds its rows into its own fp32 [C] row of shared memory
 // (each thread to its own channels, so without atomics), folded in slot order at the end.
-// Each thread stages its own vectors of the next row (dy, x, and dres or dx when read) into
-// shared memory with cp.async while it computes the current row, double-buffered, and reads back
-// only what it copied itself (so no barrier is needed for the staging).
-// Dynamic shared memory: staging [2 stages][dy: VPT × kChunks<TA>, x: VPT × kChunks<TX>, and when
+// STAGES 2: each thread stages its own vectors of the next row (dy, x, and dres or dx when read)
+// into shared memory with cp.async while it computes the current row, double-buffered, and reads
+// back only what it copied itself (so no barrier is needed for the staging). STAGES 1: a thread
+// stages the row it is about to compute and waits for it; half the staging, so three blocks of up to
+// 256 threads fit an SM (launch bound 3: ≤ 80 registers), and the other warps hide the wait.
+// Dynamic shared memory: staging [STAGES][dy: VPT × kChunks<TA>, x: VPT × kChunks<TX>, and when
 // read dres or dx: VPT × kChunks<TX>][blockDim.x] × 16 bytes, then w as fp32 [C], then, when
 // slots > 1, the slot fold [2][C], then, with sum_dx, the dx sums [slots][C].
-template <Norm K, int VPT, class TA, class TX, class P>
-__global__ void __launch_bounds__(kRowThreads)
+template <Norm K, int VPT, class TA, class TX, class P, int STAGES>
+__global__ void __launch_bounds__(STAGES == 1 ? kOneStageThreads : kRowThreads, STAGES == 1 ? 3 : 1)
     norm_backward_rows_kernel(TX* dx, TA* dx_rounded, float* partial, const TA* dy, const TX* x, const P* w,
                               const float* mean, const float* rstd, const TX* dres, int64_t N, int C, int team,
                               bool accumulate, bool sum_dx, unsigned* amax, unsigned* row_amax) {
@@ -279,7 +285,7 @@ __global__ void __launch_bounds__(kRowThreads)
   constexpr int kCa = kChunks<TA>, kCx = kChunks<TX>;
   const int stage_size = VPT * (kCa + (arrays - 1) * kCx) * stride;  // chunks per stage
   uint4* staging = reinterpret_cast<uint4*>(smem_f4);
-  float* sw = reinterpret_cast<float*>(staging + 2 * stage_size);
+  float* sw = reinterpret_cast<float*>(staging + STAGES * stage_size);
   float* fold = sw + C;  // [2][C], when slots > 1
   float* sdx = fold + (slots > 1 ? 2 * C : 0) + slot * C;  // this slot's dx sums [C], with sum_dx
   // This thread's first chunk of array a (0: dy, 1: x, 2: dres or dx), vector j, in stage st.
@@ -305,7 +311,7 @@ __global__ void __launch_bounds__(kRowThreads)
 
   const int64_t step = static_cast<int64_t>(gridDim.x) * slots;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * slots + slot;
-  issue(first, 0);
+  if constexpr (STAGES == 2) issue(first, 0);
   for (int c = threadIdx.x; c < C; c += blockDim.x) sw[c] = to_f32(w[c]);
   __syncthreads();
 
@@ -330,17 +336,23 @@ __global__ void __launch_bounds__(kRowThreads)
   constexpr bool kMean = K == Norm::Layer;  // RMSNorm: mean is null, m = 0
   float m_next = kMean && first < N ? mean[first] : 0.0f, s_next = first < N ? rstd[first] : 0.0f;
   const float inv_c = 1.0f / static_cast<float>(C);
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * slots; base < N; base += step, st ^= 1) {
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * slots; base < N; base += step, st ^= STAGES - 1) {
     // The same trip count for the whole block (team_sum has barriers).
     const int64_t row = base + slot;
     const bool active = row < N;
     const float m = m_next, s = s_next;
-    issue(row + step, st ^ 1);  // the next row streams in while this one is computed
+    // Two stages: the next row streams in while this one is computed. One: this row, into the slots
+    // the previous row was read from (this thread's own reads, all consumed by the stores above).
+    if constexpr (STAGES == 2) {
+      issue(row + step, st ^ 1);
+    } else {
+      issue(row, 0);
+    }
     if (row + step < N) {
       if constexpr (kMean) m_next = mean[row + step];
       s_next = rstd[row + step];
     }
-    __pipeline_wait_prior(1);  // this row's group has landed
+    __pipeline_wait_prior(STAGES - 1);  // this row's group has landed
 
     // Pass 1: Σ g and Σ g·x̂ over the row; this thread's dw/db sums.
     float g_sum = 0.0f, gx_sum = 0.0f;
@@ -413,7 +425,7 @@ __global__ void __launch_bounds__(kRowThreads)
     dmax = max(dmax, row_max);
     warp_row_amax_to(row_amax, row, row_max);  // (a warp's lanes share a row; a team's warps each add theirs)
   }
-  __pipeline_wait_prior(0);  // the last group staged nothing, but leave no copy outstanding
+  __pipeline_wait_prior(0);  // (two stages) the last group staged nothing, but leave no copy outstanding
   block_amax_to(amax, dmax);  // every thread of the block gets here (inactive rows only `continue`)
 
   // The block's dx sums: each thread wrote only its own channels of its slot's row; fold the
@@ -481,11 +493,21 @@ __global__ void __launch_bounds__(kRowThreads)
 
 // Dynamic shared memory of the backward row kernel (see its comment): dy's elements of act_size
 // bytes, x's (and the third array's) of stream_size.
-size_t backward_rows_smem(int vpt, int threads, int slots, int C, size_t act_size, size_t stream_size,
+size_t backward_rows_smem(int stages, int vpt, int threads, int slots, int C, size_t act_size, size_t stream_size,
                           bool third_array, bool sum_dx) {
   const size_t chunks = act_size / 2 + (third_array ? 2 : 1) * (stream_size / 2);  // per vector
-  const size_t staging = 2 * size_t(vpt) * chunks * threads * 16;
+  const size_t staging = size_t(stages) * size_t(vpt) * chunks * threads * 16;
   return staging + size_t(C) * sizeof(float) * ((slots > 1 ? 3 : 1) + (sum_dx ? slots : 0));
+}
+
+// The backward row kernel's staging: TETRA_NORM_BACKWARD_STAGES = 2 (unset: the default) or 1 (see
+// norm_backward_rows_kernel), read at every call so that one process can run both.
+int norm_backward_stages() {
+  const char* v = std::getenv("TETRA_NORM_BACKWARD_STAGES");
+  if (!v || !*v || std::strcmp(v, "2") == 0) return 2;
+  if (std::strcmp(v, "1") == 0) return 1;
+  TETRA_FAIL(Config, "TETRA_NORM_BACKWARD_STAGES='", v, "' is not a staging depth of the norm backward: use 2 (",
+             "the next row staged while one is computed, the default) or 1 (the row being computed only)");
 }
 
 // How a row of C channels (C % 8 == 0) maps onto the row kernels: the fewest warps per row that
@@ -523,10 +545,18 @@ template <Norm K, int VPT, class TX, class TY, class P>
 struct PickForward {
   static auto get() { return norm_forward_rows_kernel<K, VPT, TX, TY, P>; }
 };
-template <Norm K, int VPT, class TA, class TX, class P>
+template <int STAGES>
 struct PickBackward {
-  static auto get() { return norm_backward_rows_kernel<K, VPT, TA, TX, P>; }
+  template <Norm K, int VPT, class TA, class TX, class P>
+  struct Pick {
+    static auto get() { return norm_backward_rows_kernel<K, VPT, TA, TX, P, STAGES>; }
+  };
 };
+template <Norm K, int MaxVpt, class TA, class TX, class P>
+auto backward_row_kernel(int stages, int vpt) {
+  return stages == 1 ? row_kernel<PickBackward<1>::Pick, K, MaxVpt, TA, TX, P>(vpt)
+                     : row_kernel<PickBackward<2>::Pick, K, MaxVpt, TA, TX, P>(vpt);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Fallback kernels (any C, any alignment)
@@ -865,6 +895,7 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
                        (!with_res || aligned16(dresidual->data_ptr())) &&
                        (!with_rounded || aligned16(dx_rounded->data_ptr()));
   const RowLayout rows = row_layout(C, kBackwardMaxVpt);
+  const int stages = norm_backward_stages() == 1 && rows.threads <= kOneStageThreads ? 1 : 2;
   const bool vec = C % 8 == 0 && aligned && aligned16(w.data_ptr());
   const int64_t optin = max_shared_optin(dev);
 
@@ -878,8 +909,8 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
       using TX = decltype(tx);
       using P = decltype(tw);
       if (rows.vpt > 0 && aligned) {
-        auto kernel = row_kernel<PickBackward, K, kBackwardMaxVpt, TA, TX, P>(rows.vpt);
-        smem = backward_rows_smem(rows.vpt, rows.threads, rows.slots, C, sizeof(TA), sizeof(TX),
+        auto kernel = backward_row_kernel<K, kBackwardMaxVpt, TA, TX, P>(stages, rows.vpt);
+        smem = backward_rows_smem(stages, rows.vpt, rows.threads, rows.slots, C, sizeof(TA), sizeof(TX),
                                   with_res || accumulate_dx, with_sum);
         const int per_sm = static_cast<int64_t>(smem) <= optin ? prepare_launch(kernel, rows.threads, smem, dev) : 0;
         if (per_sm > 0) {
@@ -921,7 +952,7 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
       const P* pw = static_cast<const P*>(w.data_ptr());
       const TX* pres = with_res ? static_cast<const TX*>(dresidual->data_ptr()) : nullptr;
       if (rows_path) {
-        auto kernel = row_kernel<PickBackward, K, kBackwardMaxVpt, TA, TX, P>(rows.vpt);
+        auto kernel = backward_row_kernel<K, kBackwardMaxVpt, TA, TX, P>(stages, rows.vpt);
         kernel<<<blocks, threads, smem, stream>>>(pdx, prounded, partial.data<float>(), pdy, px, pw, mean,
                                                   rstd.data<float>(), pres, N, C, rows.team, accumulate_dx, fused_sum,
                                                   pa, pr);

@@ -5,8 +5,11 @@
 // activations with fp32 weights and gradients, with and without bias, dx overwritten, accumulated,
 // or dresidual + the LayerNorm's gradient (separately and in place); deterministic dw/db; the
 // column sums of dx (dx_column_sum) against the CPU's and against a sum of the GPU's own dx.
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "tests/runtime/cuda/gpu_test_util.h"
 
@@ -289,6 +292,75 @@ TEST(GpuLayerNorm, BackwardIsDeterministic) {
 TEST(GpuLayerNorm, BackwardIsDeterministicWithTeams) {
   TETRA_REQUIRE_GPU();
   expect_backward_deterministic(8, 3000, 2048, /*with_dresidual=*/true);
+}
+
+// TETRA_NORM_BACKWARD_STAGES for the guard's lifetime (the norm reads it at every call).
+class BackwardStages {
+ public:
+  explicit BackwardStages(const char* value) { setenv("TETRA_NORM_BACKWARD_STAGES", value, 1); }
+  ~BackwardStages() { unsetenv("TETRA_NORM_BACKWARD_STAGES"); }
+};
+
+// The one-stage backward row kernel (blocks of ≤ 256 threads: C = 768 as one warp a row, 1024 as
+// two, 2048 as three; wider rows keep two stages) against the CPU twin, every variant of
+// check_layernorm (accumulate, in place, dresidual, the column sums of dx).
+TEST(GpuLayerNorm, OneStageBackwardAgainstTheCpu) {
+  TETRA_REQUIRE_GPU();
+  BackwardStages one("1");
+  check_layernorm({16, 1024, 768}, true, 31);
+  check_layernorm({2048, 768}, true, 32, ParamType::F32);
+  for (int64_t C : {256, 1024, 2048}) {
+    SCOPED_TRACE(testing::Message() << "C = " << C);
+    check_layernorm({1001, C}, true, 33 + C);
+  }
+}
+
+// The stage count changes how many blocks an SM holds, so which rows a block sums into its dw/db
+// partials (a fixed order per launch shape, not across shapes): dx, and its amax, are the same bits
+// in both; dw, db and dx's column sums are fp32 sums of the same 16,384 terms of size ≈ 1 in another
+// grouping: each sum is ≈ √N = 128 in size and its rounding differs by ≈ √N · 6e-8 ≈ 1e-5, 1e-7 of
+// the sums' RMS, against the 1e-5 norm-wise (1e-4 worst element) allowed; a row dropped or counted
+// twice moves an element by ≈ 1, 8e-3 of the RMS.
+TEST(GpuLayerNorm, OneStageBackwardGivesTheBitsOfTwoStages) {
+  TETRA_REQUIRE_GPU();
+  const int64_t N = 16384, C = 768;
+  Rng rng(41);
+  Tensor x = upload(random_host(rng, {N, C}), DType::BF16), dy = upload(random_host(rng, {N, C}), DType::BF16);
+  Tensor dres = upload(random_host(rng, {N, C}), DType::BF16);
+  Tensor w = upload(random_host(rng, {C}), DType::BF16), b = upload(random_host(rng, {C}), DType::BF16);
+  Tensor y = Tensor::empty({N, C}, DType::BF16, gpu()), mean = Tensor::empty({N}, DType::F32, gpu()),
+         rstd = Tensor::empty({N}, DType::F32, gpu());
+  ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
+  std::vector<Tensor> out[2];
+  for (const char* stages : {"2", "1"}) {
+    BackwardStages set(stages);
+    Tensor dx = poisoned({N, C}, DType::BF16), dw = Tensor::zeros({C}, DType::F32, gpu()),
+           db = Tensor::zeros({C}, DType::F32, gpu()), sum = poisoned({C}, DType::F32),
+           amax = Tensor::zeros({1}, DType::U32, gpu());
+    ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false, &dres, &sum, nullptr, &amax);
+    for (const Tensor& o : {dx, amax, dw, db, sum}) out[stages[0] - '1'].push_back(download_raw(o));
+  }
+  const char* names[] = {"dx", "dx amax", "dw", "db", "dx column sum"};
+  for (int k = 0; k < 2; ++k)
+    EXPECT_EQ(std::memcmp(out[0][k].data_ptr(), out[1][k].data_ptr(), out[0][k].nbytes()), 0) << names[k];
+  for (int k = 2; k < 5; ++k) EXPECT_LE(close_error(values(out[1][k]), values(out[0][k])), 1e-5) << names[k];
+}
+
+TEST(GpuLayerNorm, BackwardStagesSettingIsChecked) {
+  TETRA_REQUIRE_GPU();
+  const int64_t N = 4, C = 16;
+  Tensor x = Tensor::zeros({N, C}, DType::BF16, gpu()), dy = Tensor::zeros({N, C}, DType::BF16, gpu());
+  Tensor w = Tensor::zeros({C}, DType::BF16, gpu()), dw = Tensor::zeros({C}, DType::F32, gpu());
+  Tensor db = Tensor::zeros({C}, DType::F32, gpu()), dx = Tensor::zeros({N, C}, DType::BF16, gpu());
+  Tensor mean = Tensor::zeros({N}, DType::F32, gpu()), rstd = Tensor::zeros({N}, DType::F32, gpu());
+  BackwardStages bad("3");
+  try {
+    ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false);
+    ADD_FAILURE() << "TETRA_NORM_BACKWARD_STAGES=3 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Config);
+    EXPECT_NE(std::string(e.what()).find("TETRA_NORM_BACKWARD_STAGES"), std::string::npos) << e.what();
+  }
 }
 
 TEST(GpuLayerNorm, RejectsBadResidualArguments) {

@@ -6,6 +6,7 @@
 // dresidual and over dy); y over x; deterministic dw. Outputs are poisoned with NaN first; each result
 // must be within the dtype's norm-wise and worst-element tolerances (tests/runtime/cuda/gpu_test_util.h).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -92,6 +93,16 @@ TEST(GpuRmsNorm, Llama1bShape) {
   TETRA_REQUIRE_GPU();
   check_rmsnorm({4, 4096, 2048}, 1);
   check_rmsnorm({4, 4096, 2048}, 2, ParamType::F32);
+}
+
+// The one-stage backward row kernel (TETRA_NORM_BACKWARD_STAGES=1; blocks of ≤ 256 threads: the
+// Llama 1B width as teams of three warps, 1024 as two) against the CPU twin.
+TEST(GpuRmsNorm, OneStageBackwardAgainstTheCpu) {
+  TETRA_REQUIRE_GPU();
+  setenv("TETRA_NORM_BACKWARD_STAGES", "1", 1);
+  check_rmsnorm({4, 4096, 2048}, 3);
+  check_rmsnorm({1001, 1024}, 4, ParamType::F32);
+  unsetenv("TETRA_NORM_BACKWARD_STAGES");
 }
 
 // Where the row kernels change shape: vectors per thread (1 to 4) and warps per row (1 to 16), with
