@@ -346,16 +346,24 @@ TEST(GpuLayerNorm, OneStageBackwardGivesTheBitsOfTwoStages) {
   for (int k = 2; k < 5; ++k) EXPECT_LE(close_error(values(out[1][k]), values(out[0][k])), 1e-5) << names[k];
 }
 
-TEST(GpuLayerNorm, BackwardStagesSettingIsChecked) {
-  TETRA_REQUIRE_GPU();
-  const int64_t N = 4, C = 16;
+// The arguments of a small bf16 LayerNorm backward (zeros), for the argument checks.
+struct SmallBackward {
+  static constexpr int64_t N = 4, C = 16;
   Tensor x = Tensor::zeros({N, C}, DType::BF16, gpu()), dy = Tensor::zeros({N, C}, DType::BF16, gpu());
   Tensor w = Tensor::zeros({C}, DType::BF16, gpu()), dw = Tensor::zeros({C}, DType::F32, gpu());
   Tensor db = Tensor::zeros({C}, DType::F32, gpu()), dx = Tensor::zeros({N, C}, DType::BF16, gpu());
   Tensor mean = Tensor::zeros({N}, DType::F32, gpu()), rstd = Tensor::zeros({N}, DType::F32, gpu());
+  void run(bool accumulate = false, const Tensor* dres = nullptr) {
+    ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, accumulate, dres);
+  }
+};
+
+TEST(GpuLayerNorm, BackwardStagesSettingIsChecked) {
+  TETRA_REQUIRE_GPU();
+  SmallBackward a;
   BackwardStages bad("3");
   try {
-    ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false);
+    a.run();
     ADD_FAILURE() << "TETRA_NORM_BACKWARD_STAGES=3 was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Config);
@@ -365,16 +373,13 @@ TEST(GpuLayerNorm, BackwardStagesSettingIsChecked) {
 
 TEST(GpuLayerNorm, RejectsBadResidualArguments) {
   TETRA_REQUIRE_GPU();
-  const int64_t N = 4, C = 16;
-  Tensor x = Tensor::zeros({N, C}, DType::BF16, gpu()), dy = Tensor::zeros({N, C}, DType::BF16, gpu());
-  Tensor w = Tensor::zeros({C}, DType::BF16, gpu()), dw = Tensor::zeros({C}, DType::F32, gpu());
-  Tensor db = Tensor::zeros({C}, DType::F32, gpu()), dx = Tensor::zeros({N, C}, DType::BF16, gpu());
-  Tensor mean = Tensor::zeros({N}, DType::F32, gpu()), rstd = Tensor::zeros({N}, DType::F32, gpu());
+  SmallBackward a;
+  const int64_t N = SmallBackward::N, C = SmallBackward::C;
   Tensor dres = Tensor::zeros({N, C}, DType::BF16, gpu()), dres32 = Tensor::zeros({N, C}, DType::F32, gpu());
   Tensor dres_short = Tensor::zeros({N, C - 8}, DType::BF16, gpu());
-  EXPECT_THROW(ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, true, &dres), Error);  // accumulate too
-  EXPECT_THROW(ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false, &dres32), Error);  // dtype
-  EXPECT_THROW(ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, false, &dres_short), Error);  // shape
+  EXPECT_THROW(a.run(true, &dres), Error);         // accumulate too
+  EXPECT_THROW(a.run(false, &dres32), Error);      // dtype
+  EXPECT_THROW(a.run(false, &dres_short), Error);  // shape
 }
 
 }  // namespace

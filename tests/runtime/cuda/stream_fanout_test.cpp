@@ -49,15 +49,25 @@ void expect_all(const Tensor& dev, float want, const char* what) {
                     << ")";
 }
 
+// n pieces, piece i writing outs[i] from x (piece_work) and noting the stream it was issued on in
+// seen[i]; copies[i] for the test's copies of outs[i] on the home stream.
 struct FanoutCase {
   std::vector<Tensor> outs, copies;
   std::vector<Stream> seen;
   std::vector<DevicePiece> pieces;
-  explicit FanoutCase(int n) : outs(n), copies(n), seen(n) {
+  FanoutCase(int n, const Tensor& x) : outs(n), copies(n), seen(n) {
     for (int i = 0; i < n; ++i) {
       outs[i] = Tensor::empty({kElems}, DType::F32, gpu());
       copies[i] = Tensor::empty({kElems}, DType::F32, gpu());
+      pieces.push_back([this, i, &x] {
+        seen[i] = current_stream(gpu());
+        piece_work(outs[i], x);
+      });
     }
+  }
+  FanoutCase(const FanoutCase&) = delete;  // the pieces point at this object
+  void copy_outputs(int n) {
+    for (int i = 0; i < n; ++i) ops::copy(copies[i], outs[i]);
   }
 };
 
@@ -67,15 +77,10 @@ TEST(GpuStreamFanout, PiecesRunOnTheLanesBetweenForkAndJoin) {
   StreamGuard on(Stream::create(d));
   const Stream home = current_stream(d);
   Tensor x = slow_ramp(1.0f);  // 1 + 192 = 193
-  FanoutCase c(4);
-  for (int i = 0; i < 4; ++i)
-    c.pieces.push_back([&, i] {
-      c.seen[i] = current_stream(d);
-      piece_work(c.outs[i], x);
-    });
+  FanoutCase c(4, x);
   run_fanned_out(d, 4, c.pieces);
   EXPECT_TRUE(current_stream(d) == home) << "the home stream is current again after the fan-out";
-  for (int i = 0; i < 4; ++i) ops::copy(c.copies[i], c.outs[i]);  // on home: must follow the pieces
+  c.copy_outputs(4);  // on home: must follow the pieces
   EXPECT_TRUE(c.seen[0] == home) << "piece 0 runs on the home stream";
   for (int i = 1; i < 4; ++i) {
     EXPECT_FALSE(c.seen[i] == home) << "piece " << i << " runs on a side stream";
@@ -89,14 +94,9 @@ TEST(GpuStreamFanout, MorePiecesThanLanesTakeTheLanesInTurn) {
   const Device d = gpu();
   StreamGuard on(Stream::create(d));
   Tensor x = slow_ramp(2.0f);  // 194
-  FanoutCase c(5);
-  for (int i = 0; i < 5; ++i)
-    c.pieces.push_back([&, i] {
-      c.seen[i] = current_stream(d);
-      piece_work(c.outs[i], x);
-    });
+  FanoutCase c(5, x);
   run_fanned_out(d, 2, c.pieces);
-  for (int i = 0; i < 5; ++i) ops::copy(c.copies[i], c.outs[i]);
+  c.copy_outputs(5);
   EXPECT_TRUE(c.seen[0] == c.seen[2] && c.seen[2] == c.seen[4]) << "pieces 0, 2, 4 share lane 0";
   EXPECT_TRUE(c.seen[1] == c.seen[3]) << "pieces 1 and 3 share lane 1";
   EXPECT_FALSE(c.seen[0] == c.seen[1]);
@@ -109,14 +109,14 @@ TEST(GpuStreamFanout, AThrowingPieceStopsTheRestAndLeavesTheStreamsJoined) {
   StreamGuard on(Stream::create(d));
   const Stream home = current_stream(d);
   Tensor x = slow_ramp(0.0f);  // 192
-  FanoutCase c(4);
+  FanoutCase c(2, x);
   bool later_ran = false;
-  c.pieces = {[&] { piece_work(c.outs[0], x); }, [&] { piece_work(c.outs[1], x); },
-              [&] { throw std::runtime_error("piece 2 failed"); }, [&] { later_ran = true; }};
+  c.pieces.push_back([] { throw std::runtime_error("piece 2 failed"); });
+  c.pieces.push_back([&] { later_ran = true; });
   EXPECT_THROW(run_fanned_out(d, 4, c.pieces), std::runtime_error);
   EXPECT_FALSE(later_ran) << "the piece after the failed one is not issued";
   EXPECT_TRUE(current_stream(d) == home);
-  for (int i = 0; i < 2; ++i) ops::copy(c.copies[i], c.outs[i]);
+  c.copy_outputs(2);
   for (int i = 0; i < 2; ++i) expect_all(c.copies[i], 65.0f * 192.0f, "a piece issued before the failure, joined");
   // The lanes are free again: the next fan-out uses a side stream.
   Stream second;
@@ -153,13 +153,12 @@ TEST(GpuStreamFanout, ACapturedFanoutReplaysToTheSameValues) {
   const Device d = gpu();
   StreamGuard on(Stream::create(d));
   Tensor x = Tensor::empty({kElems}, DType::F32, gpu());
-  FanoutCase c(3);
-  for (int i = 0; i < 3; ++i) c.pieces.push_back([&, i] { piece_work(c.outs[i], x); });
+  FanoutCase c(3, x);
   run_fanned_out(d, 3, c.pieces);  // the lanes exist before the capture (the warm-up step's part)
   CudaGraph graph(d);
   graph.begin_capture();
   run_fanned_out(d, 3, c.pieces);
-  for (int i = 0; i < 3; ++i) ops::copy(c.copies[i], c.outs[i]);
+  c.copy_outputs(3);
   graph.end_capture();
   for (float v : {3.0f, 5.0f}) {
     ops::fill(x, v);
