@@ -30,7 +30,7 @@ struct GptBlock::Saved : Activations {
   // Their column sums where a LayerNorm backward already took them (fp32 [C]; d_mlp_out_sum comes
   // from the layer above and may be undefined): the two projections' bias gradients.
   Tensor d_mlp_out_sum, d_attn_out_sum;
-  bool weights_done = false;  // B computed the weight gradients (GptBlock::mlp_weight_grads)
+  bool weights_done = false;  // B computed the weight gradients (GptBlock::mlp_weight_pieces)
   Fp8Saved c_attn_fp8, attn_proj_fp8, c_fc_fp8, mlp_proj_fp8;  // under an FP8 recipe, kept for W
 };
 
@@ -156,9 +156,9 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   Tensor d_ln2 = ctx.activation({R, C});
   // With W right after B, a column-parallel c_fc runs the MLP's weight gradients while its input
   // gradient's reduction moves (parallel/tensor/linear.h); the plain layer keeps B and W apart.
-  s.weights_done = c_fc_.backward_input(
-      d_ln2, d_fc, ctx.weights_follow ? std::function<void()>([this, &s] { mlp_weight_grads(s); }) : nullptr,
-      /*accumulate=*/false, &s.c_fc_fp8);
+  std::function<void()> mlp_weights;
+  if (ctx.weights_follow) mlp_weights = [this, &s] { run_in_order(mlp_weight_pieces(s)); };
+  s.weights_done = c_fc_.backward_input(d_ln2, d_fc, mlp_weights, /*accumulate=*/false, &s.c_fc_fp8);
   // attn.c_proj's output gradient, with its amax for attn.c_proj's FP8 cast.
   StreamGradient dx2 = ctx.stream_gradient({R, C}, attn_proj_.takes_fp8_amax(/*gradient=*/true));
   s.d_attn_out_sum = ctx.fp32({C});
@@ -175,9 +175,9 @@ Tensor GptBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   Tensor dqkv3 = s.d_qkv.view({B, T, 3 * HD}), datt3 = d_att.view({B, T, HD});
   ops::attention_backward(dqkv3, datt3, s.qkv.view({B, T, 3 * HD}), s.att.view({B, T, HD}), s.lse, H);
   Tensor d_ln1 = ctx.activation_reusing(d_att, {R, C});  // tp = 1: d_att's buffer
-  c_attn_.backward_input(d_ln1, s.d_qkv,
-                         s.weights_done ? std::function<void()>([this, &s] { attention_weight_grads(s); }) : nullptr,
-                         /*accumulate=*/false, &s.c_attn_fp8);
+  std::function<void()> attention_weights;
+  if (s.weights_done) attention_weights = [this, &s] { run_in_order(attention_weight_pieces(s)); };
+  c_attn_.backward_input(d_ln1, s.d_qkv, attention_weights, /*accumulate=*/false, &s.c_attn_fp8);
   // The block below: its mlp.c_proj bias gradient, the gradient as its GEMMs read it, and (not under
   // the first block: the embedding reads dx itself) the amax its FP8 cast takes — the blocks share
   // mlp.c_proj's recipe and tensor parallelism.
@@ -207,14 +207,6 @@ std::array<DevicePiece, 2> GptBlock::attention_weight_pieces(Saved& s) {
                                                 &s.attn_proj_fp8);
           },
           [this, &s] { c_attn_.backward_weight(s.d_qkv, s.ln1_in, Tensor(), &s.c_attn_fp8); }};
-}
-
-void GptBlock::mlp_weight_grads(Saved& s) {
-  for (const DevicePiece& piece : mlp_weight_pieces(s)) piece();
-}
-
-void GptBlock::attention_weight_grads(Saved& s) {
-  for (const DevicePiece& piece : attention_weight_pieces(s)) piece();
 }
 
 void GptBlock::backward_weight(MicroBatchContext& ctx) {

@@ -34,13 +34,10 @@ class GptBlock : public Layer {
   // keep_fp8: the FP8 projections keep their part for W (their inputs stay until B).
   void run_attention_half(MicroBatchContext& ctx, Saved& s, bool keep_fp8);  // x → x2
   void run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y, bool keep_fp8);  // x2 → y (y null: recompute only)
-  // The weight gradients of each half (W): run by backward_weight, or, under tensor parallelism when
-  // W follows B at once (ctx.weights_follow), inside backward_input under the column-parallel
-  // input gradient's reduce-scatter.
-  void mlp_weight_grads(Saved& s);
-  void attention_weight_grads(Saved& s);
-  // Each half's two weight-gradient GEMMs as pieces that may run side by side (runtime/stream_fanout.h):
-  // mlp.c_proj then c_fc; attn.c_proj then c_attn.
+  // The weight gradients of each half (W), its two GEMMs as pieces that may run side by side
+  // (runtime/stream_fanout.h): mlp.c_proj then c_fc; attn.c_proj then c_attn. Run by
+  // backward_weight, or, under tensor parallelism when W follows B at once (ctx.weights_follow), in
+  // order inside backward_input under the column-parallel input gradient's reduce-scatter.
   std::array<DevicePiece, 2> mlp_weight_pieces(Saved& s);
   std::array<DevicePiece, 2> attention_weight_pieces(Saved& s);
 

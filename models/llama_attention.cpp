@@ -90,7 +90,7 @@ Tensor LlamaAttention::backward_input(MicroBatchContext& ctx, State& s, const St
   if (cfg_.qk_norm) qk_norm_backward(ctx, s, s.d_qkv);  // ... or of the norms' output, taken through them
   Tensor d_h1 = ctx.activation_reusing(d_att, {R, C});
   s.weights_done = qkv_proj_.backward_input(
-      d_h1, s.d_qkv, ctx.weights_follow ? std::function<void()>([this, &s] { weight_grads(s); }) : nullptr,
+      d_h1, s.d_qkv, ctx.weights_follow ? std::function<void()>([this, &s] { backward_weight(s); }) : nullptr,
       /*accumulate=*/false, &s.qkv_fp8);
   // What the block below's GEMMs read, and (not in the first block: the embedding reads dx itself) the
   // amax its down_proj's FP8 cast takes — the blocks share o_proj's recipe and tensor parallelism.
@@ -137,9 +137,7 @@ void LlamaAttention::qk_norm_backward(MicroBatchContext& ctx, State& s, Tensor& 
   }
 }
 
-void LlamaAttention::backward_weight(State& s) {
-  for (const DevicePiece& piece : weight_pieces(s)) piece();
-}
+void LlamaAttention::backward_weight(State& s) { run_in_order(weight_pieces(s)); }
 
 std::vector<DevicePiece> LlamaAttention::weight_pieces(State& s) {
   if (s.weights_done) return {};
@@ -147,10 +145,6 @@ std::vector<DevicePiece> LlamaAttention::weight_pieces(State& s) {
   // qwen2's bias from this rank's columns of d_qkv over all N rows) from its gathered input.
   return {[this, &s] { o_proj_.backward_weight(s.d_x2_full, s.att, Tensor(), &s.o_fp8); },
           [this, &s] { qkv_proj_.backward_weight(s.d_qkv, s.h1_in, Tensor(), &s.qkv_fp8); }};
-}
-
-void LlamaAttention::weight_grads(State& s) {
-  for (const DevicePiece& piece : weight_pieces(s)) piece();
 }
 
 }  // namespace tetra

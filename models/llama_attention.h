@@ -70,7 +70,6 @@ class LlamaAttention {
   bool weight_grads_are_local() const { return o_proj_.weight_grad_is_local() && qkv_proj_.weight_grad_is_local(); }
 
  private:
-  void weight_grads(State& s);
   // Qwen3's per-head norms of q and k in s.qkv (forward) and their gradient in d_qkv (backward).
   void qk_norm_forward(MicroBatchContext& ctx, State& s) const;
   void qk_norm_backward(MicroBatchContext& ctx, State& s, Tensor& d_qkv);

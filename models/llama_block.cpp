@@ -22,7 +22,7 @@ struct LlamaBlock::Saved : Activations {
   // Gradients kept from B for W (activation dtype): of the block output and of gate_up; the block
   // output's gathered to [N, C] (d_out_full; d_out itself without sequence parallelism).
   Tensor d_out, d_gate_up, d_out_full;
-  bool weights_done = false;  // B computed the MLP's weight gradients (LlamaBlock::mlp_weight_grads)
+  bool weights_done = false;  // B computed the MLP's weight gradients (LlamaBlock::mlp_weight_pieces)
   Fp8Saved gate_up_fp8, down_fp8;  // under an FP8 recipe, what the projections keep for W
 };
 
@@ -129,9 +129,9 @@ Tensor LlamaBlock::backward_input(MicroBatchContext& ctx, const Tensor& dy) {
   Tensor d_h2 = ctx.activation({R, C});
   // With W right after B, a column-parallel gate_up_proj runs the MLP's weight gradients while its
   // input gradient's reduction moves (parallel/tensor/linear.h); the plain layer keeps B and W apart.
-  s.weights_done = gate_up_proj_.backward_input(
-      d_h2, s.d_gate_up, ctx.weights_follow ? std::function<void()>([this, &s] { mlp_weight_grads(s); }) : nullptr,
-      /*accumulate=*/false, &s.gate_up_fp8);
+  std::function<void()> mlp_weights;
+  if (ctx.weights_follow) mlp_weights = [this, &s] { run_in_order(mlp_weight_pieces(s)); };
+  s.weights_done = gate_up_proj_.backward_input(d_h2, s.d_gate_up, mlp_weights, /*accumulate=*/false, &s.gate_up_fp8);
   // o_proj's output gradient, with its amax for o_proj's FP8 cast (attention_.backward_input).
   StreamGradient dx2 = ctx.stream_gradient({R, C}, attention_.takes_output_grad_amax());
   post_norm_.backward_residual(dx2.grad, d_h2, s.x2, s.rstd2, /*dresidual=*/dy, dx2.rounded_output(),
@@ -149,10 +149,6 @@ std::array<DevicePiece, 2> LlamaBlock::mlp_weight_pieces(Saved& s) {
   // (column-parallel) from its gathered input.
   return {[this, &s] { gate_up_proj_.backward_weight(s.d_gate_up, s.h2_in, Tensor(), &s.gate_up_fp8); },
           [this, &s] { down_proj_.backward_weight(s.d_out_full, s.act, Tensor(), &s.down_fp8); }};
-}
-
-void LlamaBlock::mlp_weight_grads(Saved& s) {
-  for (const DevicePiece& piece : mlp_weight_pieces(s)) piece();
 }
 
 void LlamaBlock::backward_weight(MicroBatchContext& ctx) {

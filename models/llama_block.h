@@ -36,11 +36,10 @@ class LlamaBlock : public Layer {
   struct Saved;
   // x2 → y (y null: recompute only); keep_fp8: the FP8 projections keep their part for W.
   void run_mlp_half(MicroBatchContext& ctx, Saved& s, Tensor* y, bool keep_fp8);
-  // The MLP's weight gradients (W): run by backward_weight, or, under tensor parallelism when W
-  // follows B at once (ctx.weights_follow), inside backward_input under the column-parallel input
-  // gradient's reduce-scatter (LlamaAttention does the same for its half).
-  void mlp_weight_grads(Saved& s);
-  // Its two GEMMs as pieces that may run side by side (runtime/stream_fanout.h): gate_up_proj, down_proj.
+  // The MLP's weight gradients (W), its two GEMMs as pieces that may run side by side
+  // (runtime/stream_fanout.h): gate_up_proj, down_proj. Run by backward_weight, or, under tensor
+  // parallelism when W follows B at once (ctx.weights_follow), in order inside backward_input under
+  // the column-parallel input gradient's reduce-scatter (LlamaAttention does the same for its half).
   std::array<DevicePiece, 2> mlp_weight_pieces(Saved& s);
 
   // This rank's MLP width (all of it without tensor parallelism).

@@ -380,7 +380,7 @@ Tensor MoeMlp::backward_route(MicroBatchContext& ctx, State& s) {
 }
 
 void MoeMlp::backward_weight(State& s) {
-  for (const DevicePiece& piece : weight_pieces(s)) piece();
+  run_in_order(weight_pieces(s));
   weight_pieces_done(s);
 }
 

@@ -42,10 +42,6 @@ FanoutLanes& lanes_of(Device device) {
   return *entry;
 }
 
-void run_in_order(std::span<const DevicePiece> pieces) {
-  for (const DevicePiece& piece : pieces) piece();
-}
-
 // Issues the pieces over `ways` lanes; returns the first exception a piece threw (the pieces after
 // it are not issued).
 std::exception_ptr issue_pieces(FanoutLanes& l, int ways, std::span<const DevicePiece> pieces) {
@@ -63,6 +59,10 @@ std::exception_ptr issue_pieces(FanoutLanes& l, int ways, std::span<const Device
 }
 
 }  // namespace
+
+void run_in_order(std::span<const DevicePiece> pieces) {
+  for (const DevicePiece& piece : pieces) piece();
+}
 
 void run_fanned_out(Device device, int ways, std::span<const DevicePiece> pieces) {
   TETRA_CHECK(ways >= 1, "run_fanned_out needs at least one lane, got ", ways);

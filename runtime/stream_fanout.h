@@ -32,6 +32,8 @@ constexpr int kMaxFanoutWays = 4;
 
 // Runs `pieces` over min(ways, kMaxFanoutWays, pieces.size()) lanes of `device` as above. ways ≥ 1.
 void run_fanned_out(Device device, int ways, std::span<const DevicePiece> pieces);
+// Runs `pieces` one after another on the current stream (what a fan-out of one lane does).
+void run_in_order(std::span<const DevicePiece> pieces);
 
 // Lanes the layers' weight-gradient GEMMs spread over: TETRA_WGRAD_STREAMS (1 to kMaxFanoutWays;
 // unset: 1), read once. weight_grad_ways_from parses a value (null or empty: 1); anything else is
