@@ -5,30 +5,11 @@
 # tensorwise. Checks every run's line and the summary's ratios, a failed run, bad arguments.
 # usage: fp8_throughput_script.sh WORK_DIR
 set -euo pipefail
-src=${TETRA_SOURCE_DIR:?}
-py=${TETRA_PYTHON:-python3}
-work=$1
-rm -rf "$work" && mkdir -p "$work/bin" "$work/bench"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-ln -s "$py" "$work/bin/python3"  # the scripts call python3: the tests' Python
-export PATH="$work/bin:$PATH" BENCH_DIR="$work/bench" TETRA="$work/bin/fake-tetra"
-cat > "$TETRA" <<'SH'
-#!/usr/bin/env bash
-declare -A set
-while [ $# -gt 0 ]; do
-  [ "$1" = --set ] && { set[${2%%=*}]=${2#*=}; shift; }
-  shift
-done
+source "$(dirname "$0")/stand_in.sh"
+stand_in_tetra <<'SH'
 recipe=${set[train.fp8.recipe]:-none}
 [ "$recipe" != "${FAKE_FAIL:-}" ] || { echo "fake-tetra: failing $recipe as asked"; exit 1; }
 case "$recipe" in none) ms=100 ;; tensorwise) ms=80 ;; blockwise) ms=90 ;; *) exit 3 ;; esac
-run="${set[run.output_dir]}/${set[run.name]}"
-mkdir -p "$run"
-: > "$run/metrics.jsonl"
-for ((s = 1; s <= ${set[train.steps]}; s++)); do
-  echo "{\"step\": $s, \"loss\": 5.0, \"step_ms\": $ms}" >> "$run/metrics.jsonl"
-done
-echo '{"event": "run_info", "tokens_per_step": 16384, "flops_per_token": 1e10}' > "$run/goodput.jsonl"
 SH
 cat > "$work/peer.py" <<'PY'
 import argparse, json
@@ -36,7 +17,6 @@ p = argparse.ArgumentParser(); p.add_argument("--fp8", default="none"); a, _ = p
 print("compiling...")
 print(json.dumps({"impl": "fake-peer-" + a.fp8, "tokens_per_s": 130000 if a.fp8 == "tensorwise" else 100000}))
 PY
-chmod +x "$TETRA"
 touch "$work/bench/random_tokens_llama3.h5"  # the data file exists: no random tokens made
 
 # 1. All runs: 3 tetra lines, 2 peer lines, the summary.

@@ -5,30 +5,11 @@
 # line, a failed run (exit 1) and bad arguments (exit 2).
 # usage: step_levers_script.sh WORK_DIR
 set -euo pipefail
-src=${TETRA_SOURCE_DIR:?}
-py=${TETRA_PYTHON:-python3}
-work=$1
-rm -rf "$work" && mkdir -p "$work/bin" "$work/bench"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-ln -s "$py" "$work/bin/python3"  # the scripts call python3: the tests' Python
-export PATH="$work/bin:$PATH" BENCH_DIR="$work/bench" TETRA="$work/bin/fake-tetra"
-cat > "$TETRA" <<'SH'
-#!/usr/bin/env bash
-declare -A set
-while [ $# -gt 0 ]; do
-  [ "$1" = --set ] && { set[${2%%=*}]=${2#*=}; shift; }
-  shift
-done
+source "$(dirname "$0")/stand_in.sh"
+stand_in_tetra <<'SH'
 ways=${TETRA_WGRAD_STREAMS:?} stages=${TETRA_NORM_BACKWARD_STAGES:?}
 [ "$ways" != "${FAKE_FAIL:-}" ] || { echo "fake-tetra: failing at $ways streams as asked"; exit 1; }
 ms=$((100 - 5 * ways - 3 * (2 - stages)))
-run="${set[run.output_dir]}/${set[run.name]}"
-mkdir -p "$run"
-: > "$run/metrics.jsonl"
-for ((s = 1; s <= ${set[train.steps]}; s++)); do
-  echo "{\"step\": $s, \"loss\": 5.0, \"step_ms\": $ms}" >> "$run/metrics.jsonl"
-done
-echo '{"event": "run_info", "tokens_per_step": 16384, "flops_per_token": 1e9}' > "$run/goodput.jsonl"
 SH
 cat > "$work/peer.py" <<'PY'
 import argparse, json
@@ -36,7 +17,6 @@ p = argparse.ArgumentParser(); p.add_argument("--mode"); p.add_argument("--layer
 print("compiling...")
 print(json.dumps({"impl": f"fake-peer-{a.mode}-{a.layers}", "tokens_per_s": 100000}))
 PY
-chmod +x "$TETRA"
 touch "$work/bench/random_tokens.h5"  # the data file exists: no random tokens made
 
 # 1. Every pair, then the peer: six tetra lines in order with their step times, the peer's line.
