@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "runtime/error.h"
 
@@ -183,6 +184,160 @@ std::string describe(const Schedule& s, const Loc& at) {
          std::to_string(at.index) + ")";
 }
 
+// The simulation in progress: when each instruction started (a P2P: when it was posted, so that
+// the other ends may match it) and ended, the instruction each rank is at, and when each rank is
+// next free (seconds).
+class Replay {
+ public:
+  Replay(const Schedule& s, const PipelineCosts& costs) : s_(s), costs_(costs), ix_(s) {
+    const size_t R = static_cast<size_t>(s.layout.ranks());
+    start_.resize(R);
+    end_.resize(R);
+    for (size_t r = 0; r < R; ++r) {
+      start_[r].assign(s.ranks[r].size(), kUnset);
+      end_[r].assign(s.ranks[r].size(), kUnset);
+    }
+    pc_.assign(R, 0);
+    free_at_.assign(R, 0.0);
+    sim_.busy.assign(R, 0.0);
+  }
+
+  // Runs every rank as far as its next instruction can start, round after round; a round without
+  // progress ends it (with work left, a deadlock). Timing does not depend on the order ranks are
+  // visited in.
+  void run() {
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int r = 0; r < s_.layout.ranks(); ++r) progress |= advance(r);
+    }
+  }
+
+  // Where each rank that did not finish waits, and for what; empty when every rank finished.
+  std::string stuck() {
+    std::string out;
+    for (int r = 0; r < s_.layout.ranks(); ++r) {
+      const auto& ops = s_.ranks[static_cast<size_t>(r)];
+      const size_t i = pc_[static_cast<size_t>(r)];
+      if (i >= ops.size()) continue;
+      const Instruction& op = ops[i];
+      out += "\n  rank " + std::to_string(r) + " at #" + std::to_string(i) + " " + to_string(op) + " waits for " +
+             (op.type == OpType::P2P ? unmatched_receive(op) : unfinished_dependency(r, op));
+    }
+    return out;
+  }
+
+  // The timings once every rank has finished.
+  PipelineSimulation result() && {
+    for (int r = 0; r < s_.layout.ranks(); ++r) {
+      sim_.makespan = std::max(sim_.makespan, free_at_[static_cast<size_t>(r)]);
+      sim_.peak_activations.push_back(peak_activations(s_.ranks[static_cast<size_t>(r)], s_.forward_only));
+    }
+    const double busiest = *std::max_element(sim_.busy.begin(), sim_.busy.end());
+    sim_.bubble = sim_.makespan - busiest;
+    sim_.bubble_fraction = sim_.makespan > 0 ? sim_.bubble / sim_.makespan : 0.0;
+    return std::move(sim_);
+  }
+
+ private:
+  double end_of(const Loc& at) const {
+    return at.rank < 0 ? kUnset : end_[static_cast<size_t>(at.rank)][static_cast<size_t>(at.index)];
+  }
+  double posted(const Loc& at) const {
+    return at.rank < 0 ? kUnset : start_[static_cast<size_t>(at.rank)][static_cast<size_t>(at.index)];
+  }
+
+  // Runs rank r's instructions while each can start; true when anything changed (an instruction ran
+  // or a P2P was posted).
+  bool advance(int r) {
+    const auto& ops = s_.ranks[static_cast<size_t>(r)];
+    size_t& i = pc_[static_cast<size_t>(r)];
+    double& t_free = free_at_[static_cast<size_t>(r)];
+    bool progress = false;
+    while (i < ops.size()) {
+      const Instruction& op = ops[i];
+      double& t0 = start_[static_cast<size_t>(r)][i];
+      double t = 0;
+      if (op.type == OpType::P2P) {
+        if (t0 == kUnset) {
+          t0 = t_free;
+          progress = true;
+        }
+        if (!p2p_end(op, t0, t)) break;
+      } else {
+        if (!compute_start(r, op, t_free, t)) break;
+        t0 = t;
+        const double c = compute_cost(s_, costs_, r, op);
+        sim_.busy[static_cast<size_t>(r)] += c;
+        t += c;
+      }
+      end_[static_cast<size_t>(r)][i] = t;
+      t_free = t;
+      sim_.ops.push_back({r, static_cast<int>(i), t0, t});
+      ++i;
+      progress = true;
+    }
+    return progress;
+  }
+
+  // A P2P posted at t0 completes once every transfer it receives was posted by its sender, plus the
+  // latency; false while one is not.
+  bool p2p_end(const Instruction& op, double t0, double& t) const {
+    t = t0;
+    for (const P2POp& p : op.p2p) {
+      if (p.send) continue;
+      const double sent = posted(ix_.counterpart(p));
+      if (sent == kUnset) return false;
+      t = std::max(t, sent + costs_.p2p);
+    }
+    return true;
+  }
+
+  // A compute instruction of rank r starts when the rank is free and each dependency has ended (one
+  // on another rank: plus the latency); false while one has not.
+  bool compute_start(int r, const Instruction& op, double t_free, double& t) {
+    compute_deps(s_, ix_, r, op, deps_);
+    t = t_free;
+    for (const Dep& d : deps_) {
+      const double e = end_of(d.at);
+      if (e == kUnset) return false;
+      t = std::max(t, e + (d.at.rank != r ? costs_.p2p : 0.0));
+    }
+    return true;
+  }
+
+  std::string unmatched_receive(const Instruction& op) const {
+    for (const P2POp& p : op.p2p) {
+      const Loc other = ix_.counterpart(p);
+      if (p.send || posted(other) != kUnset) continue;
+      const std::string what = p2p_what(p);
+      if (other.rank < 0) return what + ", which rank " + std::to_string(p.peer) + " never sends";
+      return what + ", which rank " + std::to_string(other.rank) + " sends at #" + std::to_string(other.index) +
+             " (it is at #" + std::to_string(pc_[static_cast<size_t>(other.rank)]) + ")";
+    }
+    return "";
+  }
+
+  std::string unfinished_dependency(int r, const Instruction& op) {
+    compute_deps(s_, ix_, r, op, deps_);
+    for (const Dep& d : deps_) {
+      if (end_of(d.at) != kUnset) continue;
+      std::string out = d.what + ", " + describe(s_, d.at);
+      if (d.at.rank >= 0) out += " (that rank is at #" + std::to_string(pc_[static_cast<size_t>(d.at.rank)]) + ")";
+      return out;
+    }
+    return "";
+  }
+
+  const Schedule& s_;
+  const PipelineCosts& costs_;
+  Index ix_;
+  std::vector<std::vector<double>> start_, end_;  // [rank][instruction], kUnset until known
+  std::vector<size_t> pc_;                        // [rank]: its next instruction
+  std::vector<double> free_at_;                   // [rank]: when its last instruction ended
+  std::vector<Dep> deps_;                         // scratch for compute_deps
+  PipelineSimulation sim_;
+};
+
 }  // namespace
 
 PipelineSimulation simulate(const Schedule& s, const PipelineCosts& costs) {
@@ -192,116 +347,11 @@ PipelineSimulation simulate(const Schedule& s, const PipelineCosts& costs) {
     for (const std::string& p : problems) all += "\n  " + p;
     TETRA_FAIL(Internal, "pipeline schedule ", s.name, " is unsound:", all);
   }
-  const PipelineLayout& l = s.layout;
-  const int R = l.ranks();
-  Index ix(s);
-  std::vector<std::vector<double>> start(static_cast<size_t>(R)), end(static_cast<size_t>(R));
-  for (int r = 0; r < R; ++r) {
-    start[static_cast<size_t>(r)].assign(s.ranks[static_cast<size_t>(r)].size(), kUnset);
-    end[static_cast<size_t>(r)].assign(s.ranks[static_cast<size_t>(r)].size(), kUnset);
-  }
-  auto end_of = [&](const Loc& at) { return at.rank < 0 ? kUnset : end[static_cast<size_t>(at.rank)][static_cast<size_t>(at.index)]; };
-  auto posted = [&](const Loc& at) { return at.rank < 0 ? kUnset : start[static_cast<size_t>(at.rank)][static_cast<size_t>(at.index)]; };
-
-  PipelineSimulation sim;
-  sim.busy.assign(static_cast<size_t>(R), 0.0);
-  std::vector<size_t> pc(static_cast<size_t>(R), 0);
-  std::vector<double> free_at(static_cast<size_t>(R), 0.0);
-  std::vector<Dep> deps;
-  // Advances every rank as far as its next instruction can start; a round without progress with
-  // work left is a deadlock. Timing does not depend on the order ranks are visited in.
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int r = 0; r < R; ++r) {
-      const auto& ops = s.ranks[static_cast<size_t>(r)];
-      size_t& i = pc[static_cast<size_t>(r)];
-      double& t_free = free_at[static_cast<size_t>(r)];
-      while (i < ops.size()) {
-        const Instruction& op = ops[i];
-        double& t0 = start[static_cast<size_t>(r)][i];
-        double t = 0;
-        bool ready = true;
-        if (op.type == OpType::P2P) {
-          if (t0 == kUnset) {
-            t0 = t_free;  // posted: the other ends may now match it
-            progress = true;
-          }
-          t = t0;
-          for (const P2POp& p : op.p2p) {
-            if (p.send) continue;
-            const double sent = posted(ix.counterpart(p));
-            if (sent == kUnset) {
-              ready = false;
-              break;
-            }
-            t = std::max(t, sent + costs.p2p);
-          }
-        } else {
-          compute_deps(s, ix, r, op, deps);
-          t = t_free;
-          for (const Dep& d : deps) {
-            const double e = end_of(d.at);
-            if (e == kUnset) {
-              ready = false;
-              break;
-            }
-            t = std::max(t, e + (d.at.rank != r ? costs.p2p : 0.0));
-          }
-          if (ready) {
-            t0 = t;
-            const double c = compute_cost(s, costs, r, op);
-            sim.busy[static_cast<size_t>(r)] += c;
-            t += c;
-          }
-        }
-        if (!ready) break;
-        end[static_cast<size_t>(r)][i] = t;
-        t_free = t;
-        sim.ops.push_back({r, static_cast<int>(i), t0, t});
-        ++i;
-        progress = true;
-      }
-    }
-  }
-
-  std::string stuck;
-  for (int r = 0; r < R; ++r) {
-    const auto& ops = s.ranks[static_cast<size_t>(r)];
-    const size_t i = pc[static_cast<size_t>(r)];
-    if (i >= ops.size()) continue;
-    const Instruction& op = ops[i];
-    stuck += "\n  rank " + std::to_string(r) + " at #" + std::to_string(i) + " " + to_string(op) + " waits for ";
-    if (op.type == OpType::P2P) {
-      for (const P2POp& p : op.p2p) {
-        const Loc other = ix.counterpart(p);
-        if (p.send || posted(other) != kUnset) continue;
-        const std::string what = p2p_what(p);
-        stuck += other.rank < 0 ? what + ", which rank " + std::to_string(p.peer) + " never sends"
-                                : what + ", which rank " + std::to_string(other.rank) + " sends at #" +
-                                      std::to_string(other.index) + " (it is at #" +
-                                      std::to_string(pc[static_cast<size_t>(other.rank)]) + ")";
-        break;
-      }
-    } else {
-      compute_deps(s, ix, r, op, deps);
-      for (const Dep& d : deps) {
-        if (end_of(d.at) != kUnset) continue;
-        stuck += d.what + ", " + describe(s, d.at);
-        if (d.at.rank >= 0) stuck += " (that rank is at #" + std::to_string(pc[static_cast<size_t>(d.at.rank)]) + ")";
-        break;
-      }
-    }
-  }
+  Replay replay(s, costs);
+  replay.run();
+  const std::string stuck = replay.stuck();
   if (!stuck.empty()) TETRA_FAIL(Internal, "pipeline schedule ", s.name, " deadlocks:", stuck);
-
-  for (int r = 0; r < R; ++r) {
-    sim.makespan = std::max(sim.makespan, free_at[static_cast<size_t>(r)]);
-    sim.peak_activations.push_back(peak_activations(s.ranks[static_cast<size_t>(r)], s.forward_only));
-  }
-  const double busiest = *std::max_element(sim.busy.begin(), sim.busy.end());
-  sim.bubble = sim.makespan - busiest;
-  sim.bubble_fraction = sim.makespan > 0 ? sim.bubble / sim.makespan : 0.0;
-  return sim;
+  return std::move(replay).result();
 }
 
 nlohmann::json chrome_trace(const Schedule& s, const PipelineSimulation& sim) {
