@@ -142,7 +142,7 @@ for soname in needed:
         fail(f"{soname} comes from {owner} (provides: {provides or 'nothing'}), which Depends does not name: "
              f"{control['Depends']}")
     print(f"ok: {soname} <- {owner} (declared{' via ' + ', '.join(sorted(via)) if via and owner not in declared else ''})")
-for expected in ("libopenmpi3", "libhdf5-103-1", "libyaml-cpp0.7"):
+for expected in ("libopenmpi3", "libhdf5-103-1", "libyaml-cpp0.7", "libpcre2-8-0", "libsentencepiece0", "libzstd1"):
     if expected not in declared:
         fail(f"Depends lacks {expected}")
 
