@@ -114,17 +114,15 @@ LtProblem input_gradient_problem(Tensor& dx, const Tensor& dy, const Tensor& w, 
   return p;
 }
 
-}  // namespace
-
-void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
-                    Tensor* pre_act, const Tensor* residual) {
+// The forward's argument checks (the shapes and dtypes in the header comment); returns N.
+int64_t check_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                      const Tensor* pre_act, const Tensor* residual) {
   const char* op = "linear_forward";
   check_weight(op, "w", w);
   const int64_t O = w.dim(0), I = w.dim(1);
   check_cuda_float(op, "x", x);
   check_last_dim(op, "x", x, I);
   check_dtype(op, "x", x, w.dtype());
-  const int64_t N = rows_of(x);
   const Shape y_shape = with_last(leading_shape(x), O);
   check_cuda_float(op, "y", y);
   check_shape(op, "y", y, y_shape);
@@ -136,46 +134,101 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
                  dtype_name(x.dtype()), " (b must have y's dtype or x's)");
     check_shape(op, "b", b, {O});
   }
-  const bool keep_pre = given(pre_act);
-  if (keep_pre) {
+  if (given(pre_act)) {
     check_cuda_float(op, "pre_act", *pre_act);
     check_dtype(op, "pre_act", *pre_act, y.dtype());
     check_shape(op, "pre_act", *pre_act, y_shape);
   }
-  const bool with_res = given(residual);
-  if (with_res) {
+  if (given(residual)) {
     if (act != Activation::None)
       TETRA_FAIL(Internal, op, ": a residual can only be added with Activation::None (y = x·wᵀ + b + residual)");
-    if (keep_pre) TETRA_FAIL(Internal, op, ": a residual cannot be combined with pre_act");
+    if (given(pre_act)) TETRA_FAIL(Internal, op, ": a residual cannot be combined with pre_act");
     check_cuda_float(op, "residual", *residual);
     check_dtype(op, "residual", *residual, y.dtype());
     check_shape(op, "residual", *residual, y_shape);
     check_same_or_disjoint(op, "residual", y, *residual);
   }
+  return rows_of(x);
+}
+
+// The forward's outputs: y, and z = x·wᵀ + b (+ residual) before the activation, which is pre_act
+// when kept and y itself otherwise. by is the bias in y's dtype (null without one).
+struct ForwardOutputs {
+  Tensor& y;
+  Tensor& z;
+  bool keep_pre;
+  const Tensor* by;
+};
+
+// I = 0, an empty sum: y = act(b) or act(0), or b + residual.
+void forward_empty_sum(const ForwardOutputs& out, Activation act, const Tensor* residual, int64_t N, int64_t O) {
+  if (given(residual)) {
+    if (residual->data_ptr() != out.y.data_ptr()) copy(out.y, *residual);
+  } else {
+    zero(out.z);
+  }
+  if (out.by != nullptr) add_bias(out.z, *out.by, N, O);
+  if (act == Activation::Gelu) gelu_forward(out.y, out.z, nullptr);
+  else if (out.keep_pre) copy(out.y, out.z);
+}
+
+// Fused GELU for bf16 outputs: y = gelu(z) straight from the GEMM, z into pre_act when kept.
+// False when the case does not apply or cuBLASLt has no algorithm for the epilogue.
+bool forward_fused_gelu(LtProblem p, const ForwardOutputs& out, Activation act, Device dev) {
+  const int64_t O = p.m;
+  if (act != Activation::Gelu || out.y.dtype() != DType::BF16 || (out.keep_pre && O % 8 != 0)) return false;
+  p.d = out.y.data_ptr();
+  p.bias = out.by != nullptr ? out.by->data_ptr() : nullptr;
+  if (out.keep_pre) {
+    p.epilogue = out.by != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    p.aux = out.z.data_ptr();
+    p.aux_ld = O;
+  } else {
+    p.epilogue = out.by != nullptr ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+  }
+  return lt_matmul(p, dev, stream_of(dev));
+}
+
+// z = x·wᵀ (+ b) (+ residual), the bias by the epilogue where cuBLASLt has one, then the activation.
+void forward_unfused(LtProblem p, const ForwardOutputs& out, Activation act, Device dev) {
+  const int64_t O = p.m, N = p.n;
+  p.d = out.z.data_ptr();
+  bool bias_done = false;
+  if (out.by != nullptr) {
+    LtProblem f = p;
+    f.epilogue = CUBLASLT_EPILOGUE_BIAS;
+    f.bias = out.by->data_ptr();
+    bias_done = lt_matmul(f, dev, stream_of(dev));
+  }
+  if (!bias_done) {
+    lt_matmul_plain(p, dev, "linear_forward");
+    if (out.by != nullptr) add_bias(out.z, *out.by, N, O);
+  }
+  if (act == Activation::Gelu) gelu_forward(out.y, out.z, nullptr);  // elementwise: z may be y itself
+  else if (out.keep_pre) copy(out.y, out.z);
+}
+
+}  // namespace
+
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                    Tensor* pre_act, const Tensor* residual) {
+  const int64_t N = check_forward(y, x, w, b, act, pre_act, residual);
+  const int64_t O = w.dim(0), I = w.dim(1);
   if (N == 0 || O == 0) return;
   const Device dev = y.device();
   DeviceScope scope(dev);
   // The bias in y's dtype, as cuBLASLt's epilogue reads it: b itself, or (an fp32 y with a bf16 b,
-  // the fp32 residual stream) b widened into a scratch [O]. Null without a bias.
-  const Tensor* by = b.defined() ? &b : nullptr;
+  // the fp32 residual stream) b widened into a scratch [O].
   Tensor widened;
+  const Tensor* by = b.defined() ? &b : nullptr;
   if (by != nullptr && b.dtype() != y.dtype()) {
     widened = Tensor::empty({O}, y.dtype(), dev);
     copy(widened, b);
     by = &widened;
   }
-  if (I == 0) {  // an empty sum: y = act(b) or act(0), or b + residual
-    Tensor& z = keep_pre ? *pre_act : y;
-    if (with_res) {
-      if (residual->data_ptr() != y.data_ptr()) copy(y, *residual);
-    } else {
-      zero(z);
-    }
-    if (by != nullptr) add_bias(z, *by, N, O);
-    if (act == Activation::Gelu) gelu_forward(y, z, nullptr);
-    else if (keep_pre) copy(y, z);
-    return;
-  }
+  const bool keep_pre = given(pre_act);
+  const ForwardOutputs out{y, keep_pre ? *pre_act : y, keep_pre, by};
+  if (I == 0) return forward_empty_sum(out, act, residual, N, O);
 
   LtProblem p;
   p.trans_a = true;
@@ -186,44 +239,11 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
   p.d_type = lt_type(y.dtype());
   p.a = w.data_ptr();
   p.b = x.data_ptr();
-  if (with_res) {
+  if (given(residual)) {
     p.c = residual->data_ptr();  // y itself when in place
     p.beta = 1.0f;
   }
-  cudaStream_t stream = stream_of(dev);
-
-  // Fused GELU for bf16 outputs: y = gelu(z) straight from the GEMM, z = x·wᵀ + b into pre_act.
-  if (act == Activation::Gelu && y.dtype() == DType::BF16 && (!keep_pre || O % 8 == 0)) {
-    LtProblem f = p;
-    f.d = y.data_ptr();
-    f.bias = by != nullptr ? by->data_ptr() : nullptr;
-    if (keep_pre) {
-      f.epilogue = by != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-      f.aux = pre_act->data_ptr();
-      f.aux_ld = O;
-    } else {
-      f.epilogue = by != nullptr ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-    }
-    if (lt_matmul(f, dev, stream)) return;
-  }
-
-  // z = x·wᵀ (+ b) (+ residual) into pre_act when kept (or when GELU needs it), else into y; then the
-  // activation.
-  Tensor& z = keep_pre ? *pre_act : y;
-  p.d = z.data_ptr();
-  bool bias_done = false;
-  if (by != nullptr) {
-    LtProblem f = p;
-    f.epilogue = CUBLASLT_EPILOGUE_BIAS;
-    f.bias = by->data_ptr();
-    bias_done = lt_matmul(f, dev, stream);
-  }
-  if (!bias_done) {
-    lt_matmul_plain(p, dev, op);
-    if (by != nullptr) add_bias(z, *by, N, O);
-  }
-  if (act == Activation::Gelu) gelu_forward(y, z, nullptr);  // elementwise: z may be y itself
-  else if (keep_pre) copy(y, z);
+  if (!forward_fused_gelu(p, out, act, dev)) forward_unfused(p, out, act, dev);
 }
 
 void linear_backward_input(Tensor& dx, const Tensor& dy, const Tensor& w, bool accumulate) {

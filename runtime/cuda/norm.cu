@@ -870,6 +870,60 @@ void norm_forward(const char* op, Tensor& y, float* mean, Tensor& rstd, const Te
   });
 }
 
+// The backward's launch: the row kernel (rows_path) or the per-warp fallback; the weight-gradient
+// partials are [rows, blocks, C].
+struct BackwardLaunch {
+  bool rows_path = false;
+  int stages = 2;  // the row kernel's staging buffers (TETRA_NORM_BACKWARD_STAGES)
+  RowLayout rows;
+  int blocks = 0, threads = 0;
+  size_t smem = 0;
+};
+
+// Picks the backward's kernel and launch shape. aligned: every row tensor is 16-byte aligned.
+template <Norm K>
+BackwardLaunch plan_backward(const char* op, const Tensor& dy, const Tensor& x, const Tensor& w, int64_t N,
+                             bool aligned, bool wide_staging, bool with_sum) {
+  const int C = static_cast<int>(w.dim(0));
+  const Device dev = x.device();
+  const int64_t optin = max_shared_optin(dev);
+  BackwardLaunch l;
+  l.rows = row_layout(C, kBackwardMaxVpt);
+  l.stages = norm_backward_stages() == 1 && l.rows.threads <= kOneStageThreads ? 1 : 2;
+  dispatch_pair(dy.dtype(), x.dtype(), op, "dy", [&](auto ta, auto tx) {
+    dispatch_float(w.dtype(), op, "w", [&](auto tw) {
+      using TA = decltype(ta);
+      using TX = decltype(tx);
+      using P = decltype(tw);
+      if (l.rows.vpt <= 0 || !aligned) return;
+      auto kernel = backward_row_kernel<K, kBackwardMaxVpt, TA, TX, P>(l.stages, l.rows.vpt);
+      l.smem = backward_rows_smem(l.stages, l.rows.vpt, l.rows.threads, l.rows.slots, C, sizeof(TA), sizeof(TX),
+                                  wide_staging, with_sum);
+      const int per_sm =
+          static_cast<int64_t>(l.smem) <= optin ? prepare_launch(kernel, l.rows.threads, l.smem, dev) : 0;
+      if (per_sm <= 0) return;
+      l.rows_path = true;
+      l.threads = l.rows.threads;
+      const int64_t wanted = (N + l.rows.slots - 1) / l.rows.slots;
+      l.blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{per_sm} * sm_count(dev)));
+    });
+  });
+  if (l.rows_path) return l;
+  const bool vec = C % 8 == 0 && aligned && aligned16(w.data_ptr());
+  const int width = vec ? padded_width<8>(C) : padded_width<1>(C);
+  const int64_t per_warp = int64_t{2} * width * static_cast<int64_t>(sizeof(float));
+  if (per_warp > optin)
+    TETRA_FAIL(Device, op, ": C = ", C, " needs ", per_warp, " bytes of shared memory per warp, more than the ",
+               optin, " a block may have on ", dev.str());
+  // 48 KB without opting in, less 1 KB for the kernel's static shared memory (block_amax_to's
+  // per-warp maxima): dynamic + static past 48 KB fails the launch
+  const int warps = static_cast<int>(std::clamp<int64_t>((47 * 1024) / per_warp, 1, 8));
+  l.threads = warps * 32;
+  l.smem = static_cast<size_t>(warps * per_warp);
+  l.blocks = static_cast<int>(std::clamp<int64_t>((N + warps - 1) / warps, 1, 4 * sm_count(dev)));
+  return l;
+}
+
 // Runs norm K's backward on checked arguments (mean: null, db undefined, dx_column_sum null for
 // RMSNorm). Weight gradients always accumulate: dw += Σ_block partial[0], db += Σ_block partial[1].
 template <Norm K>
@@ -894,51 +948,13 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
   const bool aligned = aligned16(x.data_ptr()) && aligned16(dy.data_ptr()) && aligned16(dx.data_ptr()) &&
                        (!with_res || aligned16(dresidual->data_ptr())) &&
                        (!with_rounded || aligned16(dx_rounded->data_ptr()));
-  const RowLayout rows = row_layout(C, kBackwardMaxVpt);
-  const int stages = norm_backward_stages() == 1 && rows.threads <= kOneStageThreads ? 1 : 2;
+  const BackwardLaunch l = plan_backward<K>(op, dy, x, w, N, aligned, with_res || accumulate_dx, with_sum);
   const bool vec = C % 8 == 0 && aligned && aligned16(w.data_ptr());
-  const int64_t optin = max_shared_optin(dev);
-
-  // Picks the kernel and its launch shape; the partials are [rows, blocks, C].
-  int blocks = 0, threads = 0;
-  size_t smem = 0;
-  bool rows_path = false;
-  dispatch_pair(dy.dtype(), x.dtype(), op, "dy", [&](auto ta, auto tx) {
-    dispatch_float(w.dtype(), op, "w", [&](auto tw) {
-      using TA = decltype(ta);
-      using TX = decltype(tx);
-      using P = decltype(tw);
-      if (rows.vpt > 0 && aligned) {
-        auto kernel = backward_row_kernel<K, kBackwardMaxVpt, TA, TX, P>(stages, rows.vpt);
-        smem = backward_rows_smem(stages, rows.vpt, rows.threads, rows.slots, C, sizeof(TA), sizeof(TX),
-                                  with_res || accumulate_dx, with_sum);
-        const int per_sm = static_cast<int64_t>(smem) <= optin ? prepare_launch(kernel, rows.threads, smem, dev) : 0;
-        if (per_sm > 0) {
-          rows_path = true;
-          threads = rows.threads;
-          const int64_t wanted = (N + rows.slots - 1) / rows.slots;
-          blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{per_sm} * sm_count(dev)));
-          return;
-        }
-      }
-      const int width = vec ? padded_width<8>(C) : padded_width<1>(C);
-      const int64_t per_warp = int64_t{2} * width * static_cast<int64_t>(sizeof(float));
-      if (per_warp > optin)
-        TETRA_FAIL(Device, op, ": C = ", C, " needs ", per_warp, " bytes of shared memory per warp, more than the ",
-                   optin, " a block may have on ", dev.str());
-      // 48 KB without opting in, less 1 KB for the kernel's static shared memory (block_amax_to's
-      // per-warp maxima): dynamic + static past 48 KB fails the launch
-      const int warps = static_cast<int>(std::clamp<int64_t>((47 * 1024) / per_warp, 1, 8));
-      threads = warps * 32;
-      smem = static_cast<size_t>(warps * per_warp);
-      blocks = static_cast<int>(std::clamp<int64_t>((N + warps - 1) / warps, 1, 4 * sm_count(dev)));
-    });
-  });
   // The row kernel also sums dx (partial row 2); the fallback leaves that to a column sum of dx.
   // RMSNorm has dw's row alone.
-  const bool fused_sum = with_sum && rows_path;
+  const bool fused_sum = with_sum && l.rows_path;
   const int partial_rows = K == Norm::Rms ? 1 : (fused_sum ? 3 : 2);
-  Tensor partial = Tensor::empty({partial_rows, blocks, C}, DType::F32, dev);
+  Tensor partial = Tensor::empty({partial_rows, l.blocks, C}, DType::F32, dev);
 
   dispatch_pair(dy.dtype(), x.dtype(), op, "dy", [&](auto ta, auto tx) {
     dispatch_float(w.dtype(), op, "w", [&](auto tw) {
@@ -951,18 +967,18 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
       const TX* px = static_cast<const TX*>(x.data_ptr());
       const P* pw = static_cast<const P*>(w.data_ptr());
       const TX* pres = with_res ? static_cast<const TX*>(dresidual->data_ptr()) : nullptr;
-      if (rows_path) {
-        auto kernel = backward_row_kernel<K, kBackwardMaxVpt, TA, TX, P>(stages, rows.vpt);
-        kernel<<<blocks, threads, smem, stream>>>(pdx, prounded, partial.data<float>(), pdy, px, pw, mean,
-                                                  rstd.data<float>(), pres, N, C, rows.team, accumulate_dx, fused_sum,
-                                                  pa, pr);
+      if (l.rows_path) {
+        auto kernel = backward_row_kernel<K, kBackwardMaxVpt, TA, TX, P>(l.stages, l.rows.vpt);
+        kernel<<<l.blocks, l.threads, l.smem, stream>>>(pdx, prounded, partial.data<float>(), pdy, px, pw, mean,
+                                                        rstd.data<float>(), pres, N, C, l.rows.team, accumulate_dx,
+                                                        fused_sum, pa, pr);
       } else {
         auto kernel = vec ? norm_backward_kernel<K, 8, TA, TX, P> : norm_backward_kernel<K, 1, TA, TX, P>;
-        if (smem > 47 * 1024)
+        if (l.smem > 47 * 1024)
           TETRA_CUDA_CHECK(
-              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        kernel<<<blocks, threads, smem, stream>>>(pdx, prounded, partial.data<float>(), pdy, px, pw, mean,
-                                                  rstd.data<float>(), pres, N, C, accumulate_dx, pa, pr);
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(l.smem)));
+        kernel<<<l.blocks, l.threads, l.smem, stream>>>(pdx, prounded, partial.data<float>(), pdy, px, pw, mean,
+                                                        rstd.data<float>(), pres, N, C, accumulate_dx, pa, pr);
       }
       TETRA_CUDA_CHECK_LAUNCH();
     });
@@ -972,7 +988,7 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
     const dim3 grid(static_cast<unsigned>((C + 31) / 32), fused_sum ? 3u : (with_db ? 2u : 1u));
     layernorm_weight_grad_kernel<TG><<<grid, dim3(32, kFoldRows), 0, stream>>>(
         static_cast<TG*>(dw.data_ptr()), with_db ? static_cast<TG*>(db.data_ptr()) : nullptr,
-        fused_sum ? dx_column_sum->data<float>() : nullptr, partial.data<float>(), blocks, C);
+        fused_sum ? dx_column_sum->data<float>() : nullptr, partial.data<float>(), l.blocks, C);
     TETRA_CUDA_CHECK_LAUNCH();
   });
   if (with_sum && !fused_sum) column_sum(*dx_column_sum, dx, N, C, /*accumulate=*/false);
