@@ -252,6 +252,199 @@ __device__ __forceinline__ void fold_dx_amax(unsigned& m, const float (&out)[V],
   for (int k = 0; k < V; ++k) m = max(m, stored_abs_bits<TX>(out[k]));
 }
 
+// A thread's vectors of a row in the backward row kernel: vector j holds elements [8·vi, 8·vi + 8)
+// with vi = t + j·team_threads, present while vi < nv (C / 8).
+struct RowVectors {
+  int t, team_threads, nv;
+  __device__ __forceinline__ int index(int j) const { return t + j * team_threads; }
+};
+
+// This thread's staging in the backward row kernel: [stage][dy: VPT × kChunks<TA>, x: VPT ×
+// kChunks<TX>, and when read dres or dx: VPT × kChunks<TX>][blockDim.x] chunks of 16 bytes; a
+// thread's consecutive chunks lie `stride` (blockDim.x) apart, and it reads back only what it copied.
+template <int VPT, class TA, class TX>
+struct BackwardStaging {
+  uint4* base;     // this thread's first chunk of stage 0
+  int stride;      // blockDim.x
+  int stage_size;  // chunks a stage
+  // The first chunk of array a (0: dy, 1: x, 2: dres or dx), vector j, in stage st.
+  __device__ __forceinline__ uint4* chunk(int st, int a, int j) const {
+    constexpr int kCa = kChunks<TA>, kCx = kChunks<TX>;
+    const int at = a == 0 ? j * kCa : VPT * kCa + ((a - 1) * VPT + j) * kCx;
+    return base + st * stage_size + at * stride;
+  }
+  // Starts copying this thread's vectors of row `row` of dy, x and extra (may be null) into stage
+  // st (nothing past the last row); one commit group either way.
+  __device__ __forceinline__ void issue(int st, const RowVectors& rv, int64_t row, int64_t N, int C, const TA* dy,
+                                        const TX* x, const TX* extra) const {
+    if (row < N) {
+#pragma unroll
+      for (int j = 0; j < VPT; ++j) {
+        const int vi = rv.index(j);
+        if (vi < rv.nv) {
+          const int64_t off = row * C + vi * 8;
+          stage_copy(chunk(st, 0, j), stride, dy + off);
+          stage_copy(chunk(st, 1, j), stride, x + off);
+          if (extra) stage_copy(chunk(st, 2, j), stride, extra + off);
+        }
+      }
+    }
+    __pipeline_commit();
+  }
+};
+
+// Pass 1 of the backward over a staged row: this thread's parts of Σ g and Σ g·x̂ (g = dy·w,
+// x̂ = (x − m)·s), and its dw += dy·x̂ and (LayerNorm) db += dy sums.
+template <bool kMean, int VPT, class TA, class TX>
+__device__ __forceinline__ void backward_row_sums(const BackwardStaging<VPT, TA, TX>& sg, int st, const RowVectors& rv,
+                                                  const float* sw, float m, float s, bool active, float& g_sum,
+                                                  float& gx_sum, float (&dw_acc)[VPT][8], float (&db_acc)[VPT][8]) {
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    const int vi = rv.index(j);
+    if (active && vi < rv.nv) {
+      float dv[8], xv[8], wv[8];
+      stage_read<TA>(sg.chunk(st, 0, j), sg.stride, dv);
+      stage_read<TX>(sg.chunk(st, 1, j), sg.stride, xv);
+      load_smem8(sw + vi * 8, wv);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const float xh = (xv[k] - m) * s;
+        const float g = dv[k] * wv[k];
+        g_sum += g;
+        gx_sum += g * xh;
+        dw_acc[j][k] += dv[k] * xh;
+        if constexpr (kMean) db_acc[j][k] += dv[k];
+      }
+    }
+  }
+}
+
+// Adds out[0 … 7], rounded to TX as dx stores them, to the fp32 sums d[0 … 7] (16-byte aligned).
+template <class TX>
+__device__ __forceinline__ void add_as_stored(float* d, const float (&out)[8]) {
+  float4* q = reinterpret_cast<float4*>(d);
+  float4 a = q[0], b = q[1];
+  a.x += to_f32(from_f32<TX>(out[0]));
+  a.y += to_f32(from_f32<TX>(out[1]));
+  a.z += to_f32(from_f32<TX>(out[2]));
+  a.w += to_f32(from_f32<TX>(out[3]));
+  b.x += to_f32(from_f32<TX>(out[4]));
+  b.y += to_f32(from_f32<TX>(out[5]));
+  b.z += to_f32(from_f32<TX>(out[6]));
+  b.w += to_f32(from_f32<TX>(out[7]));
+  q[0] = a;
+  q[1] = b;
+}
+
+// Pass 2 over a staged row: dx = s·(dy·w − g_mean − x̂·gx_mean), plus the third array when staged
+// (extra), stored to dxr [C] and, TA ≠ TX only, rounded to dxr_rounded [C] (may be null); with
+// sum_dx, added as stored to this slot's dx sums sdx [C]. dx may alias dy or dres: all were staged
+// before. Returns the row's largest |dx| bits as the projection below reads them (0 unless
+// want_amax).
+template <int VPT, class TA, class TX>
+__device__ __forceinline__ unsigned backward_row_dx(const BackwardStaging<VPT, TA, TX>& sg, int st,
+                                                    const RowVectors& rv, const float* sw, float m, float s,
+                                                    float g_mean, float gx_mean, bool extra, TX* dxr,
+                                                    TA* dxr_rounded, bool want_amax, bool sum_dx, float* sdx) {
+  unsigned row_max = 0;
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    const int vi = rv.index(j);
+    if (vi < rv.nv) {
+      float dv[8], xv[8], wv[8], out[8];
+      stage_read<TA>(sg.chunk(st, 0, j), sg.stride, dv);
+      stage_read<TX>(sg.chunk(st, 1, j), sg.stride, xv);
+      load_smem8(sw + vi * 8, wv);
+      if (extra) {
+        stage_read<TX>(sg.chunk(st, 2, j), sg.stride, out);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) out[k] = 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const float xh = (xv[k] - m) * s;
+        out[k] += s * (dv[k] * wv[k] - g_mean - xh * gx_mean);
+      }
+      store_vec<8>(dxr + vi * 8, out);
+      if constexpr (!std::is_same_v<TA, TX>) {
+        if (dxr_rounded) store_vec<8>(dxr_rounded + vi * 8, out);
+      }
+      if (want_amax) fold_dx_amax<8, TA, TX>(row_max, out, dxr_rounded != nullptr);
+      if (sum_dx) add_as_stored<TX>(sdx + vi * 8, out);
+    }
+  }
+  return row_max;
+}
+
+// The block's column sums of dx into out_dx [C]: each thread wrote only its own channels of its
+// slot's row of slot0 [slots][C]; the slots are folded in order (after a barrier when there are
+// several).
+template <int VPT>
+__device__ __forceinline__ void write_dx_sums(float* out_dx, const float* slot0, int slots, int C,
+                                              const RowVectors& rv) {
+  if (slots == 1) {
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int vi = rv.index(j);
+      if (vi < rv.nv)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) out_dx[vi * 8 + k] = slot0[vi * 8 + k];
+    }
+    return;
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float v = 0.0f;
+    for (int sl = 0; sl < slots; ++sl) v += slot0[sl * C + c];
+    out_dx[c] = v;
+  }
+}
+
+// The block's dw [C] and (LayerNorm) db [C]: the slots own the same channels, so their sums are
+// folded in slot order through fold [2][C] when there are several.
+template <bool kMean, int VPT>
+__device__ __forceinline__ void write_dw_db(float* out_dw, float* out_db, float* fold, const float (&dw_acc)[VPT][8],
+                                            const float (&db_acc)[VPT][8], int slot, int slots, int C,
+                                            const RowVectors& rv) {
+  if (slots == 1) {
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int vi = rv.index(j);
+      if (vi < rv.nv) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          out_dw[vi * 8 + k] = dw_acc[j][k];
+          if constexpr (kMean) out_db[vi * 8 + k] = db_acc[j][k];
+        }
+      }
+    }
+    return;
+  }
+  for (int sl = 0; sl < slots; ++sl) {
+    if (slot == sl) {
+#pragma unroll
+      for (int j = 0; j < VPT; ++j) {
+        const int vi = rv.index(j);
+        if (vi < rv.nv) {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            const int c = vi * 8 + k;
+            fold[c] = sl == 0 ? dw_acc[j][k] : fold[c] + dw_acc[j][k];
+            if constexpr (kMean) fold[C + c] = sl == 0 ? db_acc[j][k] : fold[C + c] + db_acc[j][k];
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    out_dw[c] = fold[c];
+    if constexpr (kMean) out_db[c] = fold[C + c];
+  }
+}
+
 // dx for rows slot + k·slots·gridDim.x; the block's dw/db sums go to partial[0, blockIdx.x, :] and
 // partial[1, blockIdx.x, :]. dres (may be null) is added to dx; with accumulate, dx is added to.
 // dx_rounded (TA ≠ TX only; may be null) receives dx rounded to TA. amax (may be null, zeroed
@@ -265,9 +458,8 @@ __device__ __forceinline__ void fold_dx_amax(unsigned& m, const float (&out)[V],
 // back only what it copied itself (so no barrier is needed for the staging). STAGES 1: a thread
 // stages the row it is about to compute and waits for it; half the staging, so three blocks of up to
 // 256 threads fit an SM (launch bound 3: ≤ 80 registers), and the other warps hide the wait.
-// Dynamic shared memory: staging [STAGES][dy: VPT × kChunks<TA>, x: VPT × kChunks<TX>, and when
-// read dres or dx: VPT × kChunks<TX>][blockDim.x] × 16 bytes, then w as fp32 [C], then, when
-// slots > 1, the slot fold [2][C], then, with sum_dx, the dx sums [slots][C].
+// Dynamic shared memory: the staging (BackwardStaging) of STAGES stages, then w as fp32 [C], then,
+// when slots > 1, the slot fold [2][C], then, with sum_dx, the dx sums [slots][C].
 template <Norm K, int VPT, class TA, class TX, class P, int STAGES>
 __global__ void __launch_bounds__(STAGES == 1 ? kOneStageThreads : kRowThreads, STAGES == 1 ? 3 : 1)
     norm_backward_rows_kernel(TX* dx, TA* dx_rounded, float* partial, const TA* dy, const TX* x, const P* w,
@@ -277,41 +469,21 @@ __global__ void __launch_bounds__(STAGES == 1 ? kOneStageThreads : kRowThreads, 
   __shared__ float red[2][kMaxTeam];
   const int team_threads = team * 32;
   const int slots = blockDim.x / team_threads;
-  const int t = threadIdx.x % team_threads, slot = threadIdx.x / team_threads;
-  const int nv = C / 8;
+  const int slot = threadIdx.x / team_threads;
+  const RowVectors rv{static_cast<int>(threadIdx.x) % team_threads, team_threads, C / 8};
   const TX* extra = dres ? dres : (accumulate ? dx : nullptr);  // the third array, if any
   const int arrays = extra ? 3 : 2;
-  const int stride = blockDim.x;  // between a thread's consecutive chunks
-  constexpr int kCa = kChunks<TA>, kCx = kChunks<TX>;
-  const int stage_size = VPT * (kCa + (arrays - 1) * kCx) * stride;  // chunks per stage
+  const int stride = blockDim.x;
+  const int stage_size = VPT * (kChunks<TA> + (arrays - 1) * kChunks<TX>) * stride;  // chunks per stage
   uint4* staging = reinterpret_cast<uint4*>(smem_f4);
+  const BackwardStaging<VPT, TA, TX> sg{staging + threadIdx.x, stride, stage_size};
   float* sw = reinterpret_cast<float*>(staging + STAGES * stage_size);
   float* fold = sw + C;  // [2][C], when slots > 1
   float* sdx = fold + (slots > 1 ? 2 * C : 0) + slot * C;  // this slot's dx sums [C], with sum_dx
-  // This thread's first chunk of array a (0: dy, 1: x, 2: dres or dx), vector j, in stage st.
-  auto chunk = [&](int st, int a, int j) {
-    const int at = a == 0 ? j * kCa : VPT * kCa + ((a - 1) * VPT + j) * kCx;
-    return staging + st * stage_size + at * stride + threadIdx.x;
-  };
-  auto issue = [&](int64_t row, int st) {  // stage row `row` (nothing past the end); one commit group
-    if (row < N) {
-#pragma unroll
-      for (int j = 0; j < VPT; ++j) {
-        const int vi = t + j * team_threads;
-        if (vi < nv) {
-          const int64_t off = row * C + vi * 8;
-          stage_copy(chunk(st, 0, j), stride, dy + off);
-          stage_copy(chunk(st, 1, j), stride, x + off);
-          if (extra) stage_copy(chunk(st, 2, j), stride, extra + off);
-        }
-      }
-    }
-    __pipeline_commit();
-  };
 
   const int64_t step = static_cast<int64_t>(gridDim.x) * slots;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * slots + slot;
-  if constexpr (STAGES == 2) issue(first, 0);
+  if constexpr (STAGES == 2) sg.issue(0, rv, first, N, C, dy, x, extra);
   for (int c = threadIdx.x; c < C; c += blockDim.x) sw[c] = to_f32(w[c]);
   __syncthreads();
 
@@ -323,8 +495,8 @@ __global__ void __launch_bounds__(STAGES == 1 ? kOneStageThreads : kRowThreads, 
   if (sum_dx) {
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
-      const int vi = t + j * team_threads;
-      if (vi < nv) {
+      const int vi = rv.index(j);
+      if (vi < rv.nv) {
         float4* d = reinterpret_cast<float4*>(sdx + vi * 8);
         d[0] = d[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
@@ -343,152 +515,33 @@ __global__ void __launch_bounds__(STAGES == 1 ? kOneStageThreads : kRowThreads, 
     const float m = m_next, s = s_next;
     // Two stages: the next row streams in while this one is computed. One: this row, into the slots
     // the previous row was read from (this thread's own reads, all consumed by the stores above).
-    if constexpr (STAGES == 2) {
-      issue(row + step, st ^ 1);
-    } else {
-      issue(row, 0);
-    }
+    sg.issue(STAGES == 2 ? st ^ 1 : 0, rv, STAGES == 2 ? row + step : row, N, C, dy, x, extra);
     if (row + step < N) {
       if constexpr (kMean) m_next = mean[row + step];
       s_next = rstd[row + step];
     }
     __pipeline_wait_prior(STAGES - 1);  // this row's group has landed
 
-    // Pass 1: Σ g and Σ g·x̂ over the row; this thread's dw/db sums.
     float g_sum = 0.0f, gx_sum = 0.0f;
-#pragma unroll
-    for (int j = 0; j < VPT; ++j) {
-      const int vi = t + j * team_threads;
-      if (active && vi < nv) {
-        float dv[8], xv[8], wv[8];
-        stage_read<TA>(chunk(st, 0, j), stride, dv);
-        stage_read<TX>(chunk(st, 1, j), stride, xv);
-        load_smem8(sw + vi * 8, wv);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const float xh = (xv[k] - m) * s;
-          const float g = dv[k] * wv[k];
-          g_sum += g;
-          gx_sum += g * xh;
-          dw_acc[j][k] += dv[k] * xh;
-          if constexpr (kMean) db_acc[j][k] += dv[k];
-        }
-      }
-    }
+    backward_row_sums<kMean>(sg, st, rv, sw, m, s, active, g_sum, gx_sum, dw_acc, db_acc);
     float g_mean = 0.0f;  // RMSNorm: the mean's term is absent
     if constexpr (kMean) g_mean = team_sum(g_sum, team, red, parity) * inv_c;
     const float gx_mean = team_sum(gx_sum, team, red, parity) * inv_c;
     if (!active) continue;  // no barrier follows in this iteration
-    // Pass 2: dx. dx may alias dy or dres: all three were staged before dx is written.
-    TX* dxr = dx + row * C;
-    unsigned row_max = 0;
-#pragma unroll
-    for (int j = 0; j < VPT; ++j) {
-      const int vi = t + j * team_threads;
-      if (vi < nv) {
-        float dv[8], xv[8], wv[8], out[8];
-        stage_read<TA>(chunk(st, 0, j), stride, dv);
-        stage_read<TX>(chunk(st, 1, j), stride, xv);
-        load_smem8(sw + vi * 8, wv);
-        if (extra) {
-          stage_read<TX>(chunk(st, 2, j), stride, out);
-        } else {
-#pragma unroll
-          for (int k = 0; k < 8; ++k) out[k] = 0.0f;
-        }
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const float xh = (xv[k] - m) * s;
-          out[k] += s * (dv[k] * wv[k] - g_mean - xh * gx_mean);
-        }
-        store_vec<8>(dxr + vi * 8, out);
-        if constexpr (!std::is_same_v<TA, TX>) {
-          if (dx_rounded) store_vec<8>(dx_rounded + row * C + vi * 8, out);
-        }
-        if (amax || row_amax) fold_dx_amax<8, TA, TX>(row_max, out, dx_rounded != nullptr);
-        if (sum_dx) {  // what was stored: rounded to TX
-          float4* d = reinterpret_cast<float4*>(sdx + vi * 8);
-          float4 a = d[0], b = d[1];
-          a.x += to_f32(from_f32<TX>(out[0]));
-          a.y += to_f32(from_f32<TX>(out[1]));
-          a.z += to_f32(from_f32<TX>(out[2]));
-          a.w += to_f32(from_f32<TX>(out[3]));
-          b.x += to_f32(from_f32<TX>(out[4]));
-          b.y += to_f32(from_f32<TX>(out[5]));
-          b.z += to_f32(from_f32<TX>(out[6]));
-          b.w += to_f32(from_f32<TX>(out[7]));
-          d[0] = a;
-          d[1] = b;
-        }
-      }
-    }
+    const unsigned row_max =
+        backward_row_dx(sg, st, rv, sw, m, s, g_mean, gx_mean, extra != nullptr, dx + row * C,
+                        dx_rounded ? dx_rounded + row * C : nullptr, amax || row_amax, sum_dx, sdx);
     dmax = max(dmax, row_max);
     warp_row_amax_to(row_amax, row, row_max);  // (a warp's lanes share a row; a team's warps each add theirs)
   }
   __pipeline_wait_prior(0);  // (two stages) the last group staged nothing, but leave no copy outstanding
   block_amax_to(amax, dmax);  // every thread of the block gets here (inactive rows only `continue`)
 
-  // The block's dx sums: each thread wrote only its own channels of its slot's row; fold the
-  // slots in order (after a barrier when there are several).
-  if (sum_dx) {
-    float* out_dx = partial + (2 * static_cast<int64_t>(gridDim.x) + blockIdx.x) * C;
-    float* slot0 = sdx - slot * C;
-    if (slots == 1) {
-#pragma unroll
-      for (int j = 0; j < VPT; ++j) {
-        const int vi = t + j * team_threads;
-        if (vi < nv)
-#pragma unroll
-          for (int k = 0; k < 8; ++k) out_dx[vi * 8 + k] = slot0[vi * 8 + k];
-      }
-    } else {
-      __syncthreads();
-      for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float v = 0.0f;
-        for (int sl = 0; sl < slots; ++sl) v += slot0[sl * C + c];
-        out_dx[c] = v;
-      }
-    }
-  }
-
-  // The block's dw/db: slots own the same channels; fold them in slot order.
   float* out_dw = partial + static_cast<int64_t>(blockIdx.x) * C;
   float* out_db = partial + (static_cast<int64_t>(gridDim.x) + blockIdx.x) * C;  // LayerNorm only
-  if (slots == 1) {
-#pragma unroll
-    for (int j = 0; j < VPT; ++j) {
-      const int vi = t + j * team_threads;
-      if (vi < nv) {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          out_dw[vi * 8 + k] = dw_acc[j][k];
-          if constexpr (kMean) out_db[vi * 8 + k] = db_acc[j][k];
-        }
-      }
-    }
-    return;
-  }
-  for (int sl = 0; sl < slots; ++sl) {
-    if (slot == sl) {
-#pragma unroll
-      for (int j = 0; j < VPT; ++j) {
-        const int vi = t + j * team_threads;
-        if (vi < nv) {
-#pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const int c = vi * 8 + k;
-            fold[c] = sl == 0 ? dw_acc[j][k] : fold[c] + dw_acc[j][k];
-            if constexpr (kMean) fold[C + c] = sl == 0 ? db_acc[j][k] : fold[C + c] + db_acc[j][k];
-          }
-        }
-      }
-    }
-    __syncthreads();
-  }
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    out_dw[c] = fold[c];
-    if constexpr (kMean) out_db[c] = fold[C + c];
-  }
+  float* out_dx = partial + (2 * static_cast<int64_t>(gridDim.x) + blockIdx.x) * C;
+  if (sum_dx) write_dx_sums<VPT>(out_dx, sdx - slot * C, slots, C, rv);
+  write_dw_db<kMean>(out_dw, out_db, fold, dw_acc, db_acc, slot, slots, C, rv);
 }
 
 // Dynamic shared memory of the backward row kernel (see its comment): dy's elements of act_size
