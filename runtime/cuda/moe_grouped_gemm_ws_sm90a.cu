@@ -52,11 +52,138 @@ struct Maps {
 };
 
 
+#ifdef TETRA_WGMMA
+// The stage ring in shared memory: 1024-byte aligned stages (the swizzle pattern repeats every 1024
+// bytes of address), A then B in each, and the stages' two barriers.
+struct Ring {
+  uint32_t base;
+  uint64_t* full;
+  uint64_t* empty;
+  __device__ uint32_t a_stage(int s) const { return base + static_cast<uint32_t>(s * kStageBytes); }
+  __device__ uint32_t b_stage(int s) const { return base + static_cast<uint32_t>(s * kStageBytes + kAStageBytes); }
+};
+
+// A weight-gradient tile of an expert without rows adds nothing to an accumulated gradient: skipped
+// (by every role alike, so that the k-tile sequence agrees).
+template <GroupedGemmKind KIND>
+__device__ __forceinline__ bool skipped(const Params& p, int64_t KT) {
+  return KIND == GroupedGemmKind::BackwardWeight && KT == 0 && p.accumulate;
+}
+
+// The producer thread's copies of k-tile kt of tile L into stage s, counted on bar. r0: the tile's
+// expert's first row of the row tensors; w0: of the stacked weights [G·O, I].
+template <GroupedGemmKind KIND>
+__device__ __forceinline__ void load_k_tile(const Ring& ring, const Maps& maps, int s, uint32_t bar, const Tile& L,
+                                            int64_t r0, int64_t w0, int64_t kt) {
+  constexpr bool B_KMAJOR = KIND == GroupedGemmKind::Forward;
+  const int k0 = static_cast<int>(kt * kBK);
+  if (KIND != GroupedGemmKind::BackwardWeight) {
+    tma_load_2d(ring.a_stage(s), &maps.a, k0, static_cast<int>(r0 + L.m0), bar);  // 64 k × 128 rows
+  } else {
+#pragma unroll
+    for (int c = 0; c < kBM / 64; ++c)  // 64 m × 64 k boxes, one per 64-column block
+      tma_load_2d(ring.a_stage(s) + c * (kBK / 8) * 1024, &maps.a, static_cast<int>(L.m0 + 64 * c),
+                  static_cast<int>(r0 + k0), bar);
+  }
+  if (B_KMAJOR) {
+    tma_load_2d(ring.b_stage(s), &maps.b, k0, static_cast<int>(w0 + L.n0), bar);  // 64 k × 256 n
+  } else {
+    // 64 n × 64 k boxes: B = w[g] (rows w0 + k) or x (rows r0 + k)
+    const int row = static_cast<int>((KIND == GroupedGemmKind::BackwardWeight ? r0 : w0) + k0);
+#pragma unroll
+    for (int c = 0; c < kBN / 64; ++c)
+      tma_load_2d(ring.b_stage(s) + c * (kBK / 8) * 1024, &maps.b, static_cast<int>(L.n0 + 64 * c), row, bar);
+  }
+}
+
+// The producer (one thread): every k-tile of the block's tiles, each into the next stage once both
+// consumers released it.
+template <GroupedGemmKind KIND>
+__device__ __forceinline__ void produce(const Params& p, const Maps& maps, const int* table, int64_t total,
+                                        const Ring& ring) {
+  int64_t i = 0;  // k-tiles issued
+  for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+    const Tile L = tile_info<KIND, kBM, kBN>(p, table, t);
+    const int64_t KT = (L.K + kBK - 1) / kBK;
+    if (skipped<KIND>(p, KT)) continue;
+    const int64_t r0 = (L.a - p.a) / lda<KIND>(p);
+    const int64_t w0 = KIND == GroupedGemmKind::BackwardWeight ? 0 : (L.b - p.b) / p.I;
+    for (int64_t kt = 0; kt < KT; ++kt, ++i) {
+      const int s = static_cast<int>(i % kStages);
+      if (i >= kStages) mbarrier_wait(smem_addr(&ring.empty[s]), static_cast<uint32_t>((i / kStages - 1) & 1));
+      const uint32_t bar = smem_addr(&ring.full[s]);
+      mbarrier_arrive_expect_tx(bar, kStageBytes);
+      load_k_tile<KIND>(ring, maps, s, bar, L, r0, w0, kt);
+    }
+  }
+}
+
+// The weight-gradient GEMM's last k-tile of an expert whose rows end inside it (valid of 64): the copy
+// engine brought the next expert's rows (k ≥ valid) as well. Both consumers (ct: 0 … 255) zero them
+// in A and B (whole 128-byte rows of the M/N-major atoms, so the swizzle does not matter), fence for
+// wgmma's proxy, and sync with each other.
+__device__ __forceinline__ void zero_rows_past_expert(const Ring& ring, int s, int valid, int ct) {
+  const int chunks_per_block = (kBK - valid) * 8;  // 16-byte chunks of one 64-column block
+  const int blocks = kBM / 64 + kBN / 64;
+  for (int q = ct; q < blocks * chunks_per_block; q += 256) {
+    const int blk = q / chunks_per_block, rest = q % chunks_per_block;
+    const int kr = valid + rest / 8, ch = rest % 8;
+    const uint32_t tile = blk < kBM / 64 ? ring.a_stage(s) + blk * (kBK / 8) * 1024
+                                         : ring.b_stage(s) + (blk - kBM / 64) * (kBK / 8) * 1024;
+    const uint32_t addr = tile + (kr >> 3) * 1024 + (kr & 7) * 128 + ch * 16;
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
+  }
+  fence_proxy_async();
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+
+// A consumer warpgroup (consumer 0 or 1: rows 64·consumer … + 63 of each tile): waits for each
+// stage, multiplies it into d, releases the stage before it, and stores each finished tile slice.
+template <GroupedGemmKind KIND, class TC>
+__device__ __forceinline__ void consume(const Params& p, const int* table, int64_t total, const Ring& ring,
+                                        int consumer) {
+  constexpr bool A_KMAJOR = KIND != GroupedGemmKind::BackwardWeight;
+  constexpr bool B_KMAJOR = KIND == GroupedGemmKind::Forward;
+  const int lane = threadIdx.x % 32;
+  const int ct = threadIdx.x - 128;  // 0 … 255 over both consumers
+  float d[128];
+  int64_t i = 0;  // k-tiles of the block's sequence before the current one
+  for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+    const Tile T = tile_info<KIND, kBM, kBN>(p, table, t);
+    const int64_t KT = (T.K + kBK - 1) / kBK;
+    if (skipped<KIND>(p, KT)) continue;
+#pragma unroll
+    for (int r = 0; r < 128; ++r) d[r] = 0.0f;
+    for (int64_t kt = 0; kt < KT; ++kt, ++i) {
+      const int s = static_cast<int>(i % kStages);
+      mbarrier_wait(smem_addr(&ring.full[s]), static_cast<uint32_t>((i / kStages) & 1));
+      if (KIND == GroupedGemmKind::BackwardWeight && kt == KT - 1 && T.K % kBK != 0)
+        zero_rows_past_expert(ring, s, static_cast<int>(T.K % kBK), ct);
+      __syncwarp();  // converged again for the .aligned wgmma instructions
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kBK / 16; ++ks)
+        wgmma_m64n256k16<A_KMAJOR ? 0 : 1, B_KMAJOR ? 0 : 1>(d, desc_rows<A_KMAJOR>(ring.a_stage(s), 64 * consumer, ks),
+                                                             desc_rows<B_KMAJOR>(ring.b_stage(s), 0, ks));
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous k-tile's wgmmas are done with their stage
+#pragma unroll
+      for (int r = 0; r < 128; ++r) fence_operand(d[r]);
+      if (kt > 0 && lane == 0) mbarrier_arrive(smem_addr(&ring.empty[(i - 1) % kStages]));
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int r = 0; r < 128; ++r) fence_operand(d[r]);
+    if (KT > 0 && lane == 0) mbarrier_arrive(smem_addr(&ring.empty[(i - 1) % kStages]));
+    store_slice<kBN>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), T.m0 + 64 * consumer, T.n0, T.M, T.N,
+                     KIND == GroupedGemmKind::BackwardWeight && p.accumulate);
+  }
+}
+#endif  // TETRA_WGMMA
+
 template <GroupedGemmKind KIND, class TC>
 __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_ws_kernel(Params p, const __grid_constant__ Maps maps) {
 #ifdef TETRA_WGMMA
-  constexpr bool A_KMAJOR = KIND != GroupedGemmKind::BackwardWeight;
-  constexpr bool B_KMAJOR = KIND == GroupedGemmKind::Forward;
   extern __shared__ unsigned char smem_raw[];
   __shared__ int table[kMaxTableGroups + 1];
   __shared__ int rows[kMaxLptGroups];
@@ -70,14 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_ws_kernel(Params p, 
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
   }
   __syncthreads();
-
-  // 1024-byte aligned stages (the swizzle pattern repeats every 1024 bytes of address)
-  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  auto a_stage = [&](int s) { return base + static_cast<uint32_t>(s * kStageBytes); };
-  auto b_stage = [&](int s) { return base + static_cast<uint32_t>(s * kStageBytes + kAStageBytes); };
-  // A weight-gradient tile of an expert without rows adds nothing to an accumulated gradient: skipped
-  // (by every role alike, so that the k-tile sequence agrees).
-  auto skipped = [&](int64_t KT) { return KIND == GroupedGemmKind::BackwardWeight && KT == 0 && p.accumulate; };
+  const Ring ring{(smem_addr(smem_raw) + 1023u) & ~1023u, full, empty};
 
   const int role = threadIdx.x / 128;  // 0: producer; 1, 2: consumers
   if (role == 0) {
@@ -85,92 +205,10 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_ws_kernel(Params p, 
     // of the multiprocessor's 65536
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
     if (threadIdx.x != 0) return;
-    int64_t i = 0;  // k-tiles issued
-    for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-      const Tile L = tile_info<KIND, kBM, kBN>(p, table, t);
-      const int64_t KT = (L.K + kBK - 1) / kBK;
-      if (skipped(KT)) continue;
-      // the tile's expert: its first row of the row tensors, and of the stacked weights [G·O, I]
-      const int64_t r0 = (L.a - p.a) / lda<KIND>(p);
-      const int64_t w0 = KIND == GroupedGemmKind::BackwardWeight ? 0 : (L.b - p.b) / p.I;
-      for (int64_t kt = 0; kt < KT; ++kt, ++i) {
-        const int s = static_cast<int>(i % kStages);
-        if (i >= kStages) mbarrier_wait(smem_addr(&empty[s]), static_cast<uint32_t>((i / kStages - 1) & 1));
-        const uint32_t bar = smem_addr(&full[s]);
-        mbarrier_arrive_expect_tx(bar, kStageBytes);
-        const int k0 = static_cast<int>(kt * kBK);
-        if (KIND != GroupedGemmKind::BackwardWeight) {
-          tma_load_2d(a_stage(s), &maps.a, k0, static_cast<int>(r0 + L.m0), bar);  // 64 k × 128 rows
-        } else {
-#pragma unroll
-          for (int c = 0; c < kBM / 64; ++c)  // 64 m × 64 k boxes, one per 64-column block
-            tma_load_2d(a_stage(s) + c * (kBK / 8) * 1024, &maps.a, static_cast<int>(L.m0 + 64 * c),
-                        static_cast<int>(r0 + k0), bar);
-        }
-        if (B_KMAJOR) {
-          tma_load_2d(b_stage(s), &maps.b, k0, static_cast<int>(w0 + L.n0), bar);  // 64 k × 256 n
-        } else {
-          // 64 n × 64 k boxes: B = w[g] (rows w0 + k) or x (rows r0 + k)
-          const int row = static_cast<int>((KIND == GroupedGemmKind::BackwardWeight ? r0 : w0) + k0);
-#pragma unroll
-          for (int c = 0; c < kBN / 64; ++c)
-            tma_load_2d(b_stage(s) + c * (kBK / 8) * 1024, &maps.b, static_cast<int>(L.n0 + 64 * c), row, bar);
-        }
-      }
-    }
+    produce<KIND>(p, maps, table, total, ring);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
-    const int consumer = role - 1;
-    const int lane = threadIdx.x % 32;
-    const int ct = threadIdx.x - 128;  // 0 … 255 over both consumers
-    float d[128];
-    int64_t i = 0;  // k-tiles of the block's sequence before the current one
-    for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-      const Tile T = tile_info<KIND, kBM, kBN>(p, table, t);
-      const int64_t KT = (T.K + kBK - 1) / kBK;
-      if (skipped(KT)) continue;
-#pragma unroll
-      for (int r = 0; r < 128; ++r) d[r] = 0.0f;
-      for (int64_t kt = 0; kt < KT; ++kt, ++i) {
-        const int s = static_cast<int>(i % kStages);
-        mbarrier_wait(smem_addr(&full[s]), static_cast<uint32_t>((i / kStages) & 1));
-        if (KIND == GroupedGemmKind::BackwardWeight && kt == KT - 1 && T.K % kBK != 0) {
-          // The expert's rows end inside this k-tile: the copy engine brought the next expert's rows
-          // (k ≥ valid) as well. Zero them in A and B (whole 128-byte rows of the M/N-major atoms, so
-          // the swizzle does not matter), fence for wgmma's proxy, and sync both consumers.
-          const int valid = static_cast<int>(T.K % kBK);
-          const int chunks_per_block = (kBK - valid) * 8;  // 16-byte chunks of one 64-column block
-          const int blocks = kBM / 64 + kBN / 64;
-          for (int q = ct; q < blocks * chunks_per_block; q += 256) {
-            const int blk = q / chunks_per_block, rest = q % chunks_per_block;
-            const int kr = valid + rest / 8, ch = rest % 8;
-            const uint32_t tile = blk < kBM / 64 ? a_stage(s) + blk * (kBK / 8) * 1024
-                                                 : b_stage(s) + (blk - kBM / 64) * (kBK / 8) * 1024;
-            const uint32_t addr = tile + (kr >> 3) * 1024 + (kr & 7) * 128 + ch * 16;
-            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
-          }
-          fence_proxy_async();
-          asm volatile("bar.sync 1, 256;\n" ::: "memory");
-        }
-        __syncwarp();  // converged again for the .aligned wgmma instructions
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < kBK / 16; ++ks)
-          wgmma_m64n256k16<A_KMAJOR ? 0 : 1, B_KMAJOR ? 0 : 1>(d, desc_rows<A_KMAJOR>(a_stage(s), 64 * consumer, ks),
-                                                               desc_rows<B_KMAJOR>(b_stage(s), 0, ks));
-        wgmma_commit();
-        wgmma_wait<1>();  // the previous k-tile's wgmmas are done with their stage
-#pragma unroll
-        for (int r = 0; r < 128; ++r) fence_operand(d[r]);
-        if (kt > 0 && lane == 0) mbarrier_arrive(smem_addr(&empty[(i - 1) % kStages]));
-      }
-      wgmma_wait<0>();
-#pragma unroll
-      for (int r = 0; r < 128; ++r) fence_operand(d[r]);
-      if (KT > 0 && lane == 0) mbarrier_arrive(smem_addr(&empty[(i - 1) % kStages]));
-      store_slice<kBN>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), T.m0 + 64 * consumer, T.n0, T.M, T.N,
-                       KIND == GroupedGemmKind::BackwardWeight && p.accumulate);
-    }
+    consume<KIND, TC>(p, table, total, ring, role - 1);
   }
 #endif  // TETRA_WGMMA
 }
