@@ -158,14 +158,122 @@ __device__ __forceinline__ void store_q_t_tile(const unsigned char* codes_t, con
   }
 }
 
+// A thread's 8×8 piece of the 128×128 tile: rows m0 … m0 + 7 (row group rg of 16), columns
+// k0 … k0 + 7 (column group cg of 16), and where the tile sits among the tiles.
+struct Piece {
+  int64_t m0, k0, tile_m, tile_k;
+  int rg, cg;
+};
+
+// Rows1x128: each piece row's factor from the max over its 128 columns (the 16 lanes of a half-warp
+// hold them); the row's first lane writes its scale.
+__device__ __forceinline__ void row_factors(const float (&v)[kPiece][kPiece], float (&r_row)[kPiece], float largest,
+                                            const TileArgs& a, const Piece& pc) {
+  unsigned row_max[kPiece];
+#pragma unroll
+  for (int p = 0; p < kPiece; ++p) {
+    row_max[p] = 0;
+#pragma unroll
+    for (int j = 0; j < kPiece; ++j) row_max[p] = max(row_max[p], abs_bits(v[p][j]));
+  }
+#pragma unroll
+  for (int o = kSide / 2; o > 0; o /= 2)
+#pragma unroll
+    for (int p = 0; p < kPiece; ++p) row_max[p] = max(row_max[p], __shfl_xor_sync(kFull, row_max[p], o));
+#pragma unroll
+  for (int p = 0; p < kPiece; ++p) r_row[p] = factor_of(row_max[p], largest);
+  if (pc.cg == 0)
+#pragma unroll
+    for (int p = 0; p < kPiece; ++p)
+      if (pc.m0 + p < a.rows) a.scale[pc.tile_k * a.scale_ld + pc.m0 + p] = 1.0f / r_row[p];
+}
+
+// Rows1x128's transposed copy: 128×1 runs, column k0 + j over the tile's 128 rows, its max folded
+// over the warps through part [kWarps][128]; the tile's first row group writes scale_t [⌈M/128⌉, K].
+__device__ __forceinline__ void column_factors(const float (&v)[kPiece][kPiece], float (&r_col)[kPiece],
+                                               float largest, const TileArgs& a, const Piece& pc,
+                                               unsigned (*part)[kTile]) {
+  const int tid = threadIdx.x, warp = tid / 32;
+  unsigned col_max[kPiece];
+#pragma unroll
+  for (int j = 0; j < kPiece; ++j) {
+    col_max[j] = 0;
+#pragma unroll
+    for (int p = 0; p < kPiece; ++p) col_max[j] = max(col_max[j], abs_bits(v[p][j]));
+    col_max[j] = max(col_max[j], __shfl_xor_sync(kFull, col_max[j], 16));  // the warp's other 8 rows
+  }
+  if (tid % 32 < kSide) {
+    uint4* dst = reinterpret_cast<uint4*>(&part[warp][pc.cg * kPiece]);
+    dst[0] = make_uint4(col_max[0], col_max[1], col_max[2], col_max[3]);
+    dst[1] = make_uint4(col_max[4], col_max[5], col_max[6], col_max[7]);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const uint4* src = reinterpret_cast<const uint4*>(&part[w][pc.cg * kPiece]);
+    const uint4 lo = src[0], hi = src[1];
+    const unsigned got[kPiece] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int j = 0; j < kPiece; ++j) col_max[j] = max(col_max[j], got[j]);
+  }
+#pragma unroll
+  for (int j = 0; j < kPiece; ++j) r_col[j] = factor_of(col_max[j], largest);
+  if (pc.rg == 0)
+#pragma unroll
+    for (int j = 0; j < kPiece; ++j)
+      if (pc.k0 + j < a.cols) a.scale_t[pc.tile_m * a.scale_t_ld + pc.k0 + j] = 1.0f / r_col[j];
+}
+
+// Blocks128: the tile's one factor from the block's max; thread 0 writes its scale (and scale_t's).
+__device__ __forceinline__ float block_factor(const float (&v)[kPiece][kPiece], float largest, const TileArgs& a,
+                                              const Piece& pc, unsigned* part) {
+  unsigned b = 0;
+#pragma unroll
+  for (int p = 0; p < kPiece; ++p)
+#pragma unroll
+    for (int j = 0; j < kPiece; ++j) b = max(b, abs_bits(v[p][j]));
+  const float r = factor_of(block_max(b, part), largest);
+  if (threadIdx.x == 0) {
+    a.scale[pc.tile_m * a.scale_ld + pc.tile_k] = 1.0f / r;
+    if (a.scale_t) a.scale_t[pc.tile_k * a.scale_t_ld + pc.tile_m] = 1.0f / r;
+  }
+  return r;
+}
+
+// The piece's codes: rows to q with their row factors, and (a transposed cast) columns through the
+// shared codes_t tile to q_t with their column factors.
+template <bool kVec>
+__device__ __forceinline__ void store_codes(const float (&v)[kPiece][kPiece], const float (&r_row)[kPiece],
+                                            const float (&r_col)[kPiece], const TileArgs& a, const Piece& pc,
+                                            unsigned char* codes_t) {
+#pragma unroll
+  for (int p = 0; p < kPiece; ++p) {
+    float s[kPiece];
+#pragma unroll
+    for (int j = 0; j < kPiece; ++j) s[j] = __fmul_rn(v[p][j], r_row[p]);
+    store_q_row<kVec>(a.q, a.rows, a.cols, pc.m0 + p, pc.k0, cvt8(s, a.format));
+  }
+  if (a.q_t == nullptr) return;
+  // Column k0 + j's 8 codes (rows m0 … m0 + 7) are one 8-byte word of q_t's row.
+#pragma unroll
+  for (int j = 0; j < kPiece; ++j) {
+    float s[kPiece];
+#pragma unroll
+    for (int p = 0; p < kPiece; ++p) s[p] = __fmul_rn(v[p][j], r_col[j]);
+    *reinterpret_cast<uint2*>(codes_t + swizzled(pc.cg * kPiece + j, pc.rg / 2) + (pc.rg % 2) * 8) =
+        cvt8(s, a.format);
+  }
+  __syncthreads();
+  store_q_t_tile(codes_t, a, pc.tile_m, pc.tile_k);
+}
+
 // The cast of one scaling (the file's header). x [M, K] of T; kVec: vector loads and q stores.
 template <class T, Mode kMode, bool kVec>
 __global__ void __launch_bounds__(kThreads, 2) fp8_tile_kernel(const T* __restrict__ x, TileArgs a) {
   __shared__ __align__(16) unsigned char codes_t[kTile * kTile];
   __shared__ __align__(16) unsigned part[kWarps][kTile];  // per-warp maxima
-  const int tid = threadIdx.x, warp = tid / 32, rg = tid / kSide, cg = tid % kSide;
+  const int tid = threadIdx.x, rg = tid / kSide, cg = tid % kSide;
   const float largest = fp8_largest(a.format);
-  const bool transposed = a.q_t != nullptr;
   float r_all = 0.0f;  // Tensorwise: the tensor's factor
   if constexpr (kMode == Mode::Tensorwise) {
     r_all = factor_of(*a.amax_bits, largest);
@@ -174,101 +282,30 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_tile_kernel(const T* __restri
       if (a.scale_t) a.scale_t[0] = 1.0f / r_all;
     }
   }
-  const int64_t M = a.rows, K = a.cols, tiles = a.tiles_down * a.tiles_across;
+  const int64_t tiles = a.tiles_down * a.tiles_across;
   for (int64_t i = blockIdx.x; i < tiles; i += gridDim.x) {
     // Tensorwise takes the tiles from the end of x: what the amax reduction read last may still be
     // in L2.
     const int64_t t = kMode == Mode::Tensorwise ? tiles - 1 - i : i;
-    const int64_t tile_m = t / a.tiles_across, tile_k = t % a.tiles_across;
-    const int64_t m0 = tile_m * kTile + rg * kPiece, k0 = tile_k * kTile + cg * kPiece;
+    Piece pc;
+    pc.tile_m = t / a.tiles_across, pc.tile_k = t % a.tiles_across;
+    pc.m0 = pc.tile_m * kTile + rg * kPiece, pc.k0 = pc.tile_k * kTile + cg * kPiece;
+    pc.rg = rg, pc.cg = cg;
     float v[kPiece][kPiece];
-    load_piece<T, kVec>(x, M, K, m0, k0, v);
+    load_piece<T, kVec>(x, a.rows, a.cols, pc.m0, pc.k0, v);
 
     float r_row[kPiece], r_col[kPiece];  // the factor of each piece row (q) and piece column (q_t)
 #pragma unroll
-    for (int i = 0; i < kPiece; ++i) r_row[i] = r_col[i] = r_all;
+    for (int j = 0; j < kPiece; ++j) r_row[j] = r_col[j] = r_all;
     if constexpr (kMode == Mode::Rows1x128) {
-      unsigned row_max[kPiece];
-#pragma unroll
-      for (int p = 0; p < kPiece; ++p) {
-        row_max[p] = 0;
-#pragma unroll
-        for (int j = 0; j < kPiece; ++j) row_max[p] = max(row_max[p], abs_bits(v[p][j]));
-      }
-#pragma unroll
-      for (int o = kSide / 2; o > 0; o /= 2)  // the 16 lanes of a half-warp hold a row's 128 columns
-#pragma unroll
-        for (int p = 0; p < kPiece; ++p) row_max[p] = max(row_max[p], __shfl_xor_sync(kFull, row_max[p], o));
-#pragma unroll
-      for (int p = 0; p < kPiece; ++p) r_row[p] = factor_of(row_max[p], largest);
-      if (cg == 0)
-#pragma unroll
-        for (int p = 0; p < kPiece; ++p)
-          if (m0 + p < M) a.scale[tile_k * a.scale_ld + m0 + p] = 1.0f / r_row[p];
-      if (transposed) {  // 128×1 runs: column k0 + j over the tile's 128 rows
-        unsigned col_max[kPiece];
-#pragma unroll
-        for (int j = 0; j < kPiece; ++j) {
-          col_max[j] = 0;
-#pragma unroll
-          for (int p = 0; p < kPiece; ++p) col_max[j] = max(col_max[j], abs_bits(v[p][j]));
-          col_max[j] = max(col_max[j], __shfl_xor_sync(kFull, col_max[j], 16));  // the warp's other 8 rows
-        }
-        if (tid % 32 < kSide) {
-          uint4* dst = reinterpret_cast<uint4*>(&part[warp][cg * kPiece]);
-          dst[0] = make_uint4(col_max[0], col_max[1], col_max[2], col_max[3]);
-          dst[1] = make_uint4(col_max[4], col_max[5], col_max[6], col_max[7]);
-        }
-        __syncthreads();
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-          const uint4* src = reinterpret_cast<const uint4*>(&part[w][cg * kPiece]);
-          const uint4 lo = src[0], hi = src[1];
-          const unsigned got[kPiece] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-          for (int j = 0; j < kPiece; ++j) col_max[j] = max(col_max[j], got[j]);
-        }
-#pragma unroll
-        for (int j = 0; j < kPiece; ++j) r_col[j] = factor_of(col_max[j], largest);
-        if (rg == 0)  // scale_t [⌈M/128⌉, K]
-#pragma unroll
-          for (int j = 0; j < kPiece; ++j)
-            if (k0 + j < K) a.scale_t[tile_m * a.scale_t_ld + k0 + j] = 1.0f / r_col[j];
-      }
+      row_factors(v, r_row, largest, a, pc);
+      if (a.q_t != nullptr) column_factors(v, r_col, largest, a, pc, part);
     } else if constexpr (kMode == Mode::Blocks128) {
-      unsigned b = 0;
+      const float r = block_factor(v, largest, a, pc, &part[0][0]);
 #pragma unroll
-      for (int p = 0; p < kPiece; ++p)
-#pragma unroll
-        for (int j = 0; j < kPiece; ++j) b = max(b, abs_bits(v[p][j]));
-      const float r = factor_of(block_max(b, &part[0][0]), largest);
-#pragma unroll
-      for (int i = 0; i < kPiece; ++i) r_row[i] = r_col[i] = r;
-      if (tid == 0) {
-        a.scale[tile_m * a.scale_ld + tile_k] = 1.0f / r;
-        if (a.scale_t) a.scale_t[tile_k * a.scale_t_ld + tile_m] = 1.0f / r;
-      }
+      for (int j = 0; j < kPiece; ++j) r_row[j] = r_col[j] = r;
     }
-
-#pragma unroll
-    for (int p = 0; p < kPiece; ++p) {
-      float s[kPiece];
-#pragma unroll
-      for (int j = 0; j < kPiece; ++j) s[j] = __fmul_rn(v[p][j], r_row[p]);
-      store_q_row<kVec>(a.q, M, K, m0 + p, k0, cvt8(s, a.format));
-    }
-    if (transposed) {
-      // Column k0 + j's 8 codes (rows m0 … m0 + 7) are one 8-byte word of q_t's row.
-#pragma unroll
-      for (int j = 0; j < kPiece; ++j) {
-        float s[kPiece];
-#pragma unroll
-        for (int p = 0; p < kPiece; ++p) s[p] = __fmul_rn(v[p][j], r_col[j]);
-        *reinterpret_cast<uint2*>(codes_t + swizzled(cg * kPiece + j, rg / 2) + (rg % 2) * 8) = cvt8(s, a.format);
-      }
-      __syncthreads();
-      store_q_t_tile(codes_t, a, tile_m, tile_k);
-    }
+    store_codes<kVec>(v, r_row, r_col, a, pc, codes_t);
     __syncthreads();  // the shared tiles are free for the next tile
   }
 }
