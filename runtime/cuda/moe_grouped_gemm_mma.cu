@@ -107,115 +107,87 @@ __device__ __forceinline__ void load_tile(bf16* s, const bf16* base, int64_t ld,
   }
 }
 
-template <GroupedGemmKind KIND, class TC>
-__global__ void __launch_bounds__(kThreads, 2) grouped_gemm_mma_kernel(Params p) {
-  constexpr bool A_KMAJOR = KIND != GroupedGemmKind::BackwardWeight;
-  constexpr bool B_KMAJOR = KIND == GroupedGemmKind::Forward;
-  extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ int s_rows[kMaxLptGroups];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-
-  const TileAt at = locate_tile<KIND, kBM>(p.offsets, p.G, p.R, p.tiles_m, p.tiles_n, s_rows);
-  if (!at.valid) return;
-  const int g = at.g;
-  const int64_t m0 = at.m_tile * kBM, n0 = at.n_tile * kBN;
-  int64_t r0, r1;
-  group_rows(p.offsets, g, p.R, &r0, &r1);
-
-  // ---- the problem of this tile ----
+// One tile's GEMM: C[M, N] (+)= A · B over K, with the operands' leading dimensions (the header
+// comment's three kinds, expert g's rows r0..r1).
+template <class TC>
+struct TileProblem {
   int64_t M, N, K, lda, ldb, ldc;
   const bf16 *A, *B;
   TC* C;
+};
+
+template <GroupedGemmKind KIND, class TC>
+__device__ __forceinline__ TileProblem<TC> tile_problem(const Params& p, int g, int64_t r0, int64_t r1) {
+  TileProblem<TC> t;
   if (KIND == GroupedGemmKind::Forward) {
-    M = r1 - r0, N = p.O, K = p.I, lda = p.I, ldb = p.I, ldc = p.O;
-    A = p.a + r0 * p.I;
-    B = p.b + static_cast<int64_t>(g) * p.O * p.I;
-    C = static_cast<TC*>(p.c) + r0 * p.O;
+    t.M = r1 - r0, t.N = p.O, t.K = p.I, t.lda = p.I, t.ldb = p.I, t.ldc = p.O;
+    t.A = p.a + r0 * p.I;
+    t.B = p.b + static_cast<int64_t>(g) * p.O * p.I;
+    t.C = static_cast<TC*>(p.c) + r0 * p.O;
   } else if (KIND == GroupedGemmKind::BackwardInput) {
-    M = r1 - r0, N = p.I, K = p.O, lda = p.O, ldb = p.I, ldc = p.I;
-    A = p.a + r0 * p.O;
-    B = p.b + static_cast<int64_t>(g) * p.O * p.I;
-    C = static_cast<TC*>(p.c) + r0 * p.I;
+    t.M = r1 - r0, t.N = p.I, t.K = p.O, t.lda = p.O, t.ldb = p.I, t.ldc = p.I;
+    t.A = p.a + r0 * p.O;
+    t.B = p.b + static_cast<int64_t>(g) * p.O * p.I;
+    t.C = static_cast<TC*>(p.c) + r0 * p.I;
   } else {
-    M = p.O, N = p.I, K = r1 - r0, lda = p.O, ldb = p.I, ldc = p.I;
-    A = p.a + r0 * p.O;
-    B = p.b + r0 * p.I;
-    C = static_cast<TC*>(p.c) + static_cast<int64_t>(g) * p.O * p.I;
+    t.M = p.O, t.N = p.I, t.K = r1 - r0, t.lda = p.O, t.ldb = p.I, t.ldc = p.I;
+    t.A = p.a + r0 * p.O;
+    t.B = p.b + r0 * p.I;
+    t.C = static_cast<TC*>(p.c) + static_cast<int64_t>(g) * p.O * p.I;
   }
-  if (KIND == GroupedGemmKind::BackwardWeight && K == 0 && p.accumulate) return;  // adds nothing
+  return t;
+}
 
-  bf16* tiles = reinterpret_cast<bf16*>(smem);
-  auto stage_a = [&](int s) { return tiles + s * kStageElems; };
-  auto stage_b = [&](int s) { return tiles + s * kStageElems + kBM * kBK; };
-  auto load_stage = [&](int s, int64_t kt) {
-    const int64_t k0 = kt * kBK;
-    load_tile<A_KMAJOR>(stage_a(s), A, lda, m0, M, k0, K);
-    load_tile<B_KMAJOR>(stage_b(s), B, ldb, n0, N, k0, K);
-  };
+// The warp's 64×32 block of the accumulator: kMI × kNI m16n8 fragments.
+using Accumulator = float[kMI][kNI][4];
 
-  float acc[kMI][kNI][4];
+// acc += the warp's part of one staged 128×32 A tile times one 32×128 B tile (sa, sb: that stage's
+// swizzled tiles); (wm, wn): the warp's place in the 2 × 4 grid.
+template <bool A_KMAJOR, bool B_KMAJOR>
+__device__ __forceinline__ void mma_stage(Accumulator& acc, const bf16* sa, const bf16* sb, int wm, int wn, int lane) {
 #pragma unroll
-  for (int i = 0; i < kMI; ++i)
+  for (int ks = 0; ks < kBK / 16; ++ks) {
+    uint32_t af[kMI][4], bfr[kNI][2];
 #pragma unroll
-    for (int j = 0; j < kNI; ++j)
-#pragma unroll
-      for (int t = 0; t < 4; ++t) acc[i][j][t] = 0.0f;
-
-  const int wm = warp / (kBN / kWarpN), wn = warp % (kBN / kWarpN);
-  const int64_t KT = (K + kBK - 1) / kBK;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < KT) load_stage(s, s);
-    cp_async_commit();
-  }
-  for (int64_t kt = 0; kt < KT; ++kt) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // stage kt has arrived for every thread; stage kt − 1 is no longer read
-    const int64_t next = kt + kStages - 1;
-    if (next < KT) load_stage(static_cast<int>(next % kStages), next);
-    cp_async_commit();
-    const bf16* sa = stage_a(static_cast<int>(kt % kStages));
-    const bf16* sb = stage_b(static_cast<int>(kt % kStages));
-#pragma unroll
-    for (int ks = 0; ks < kBK / 16; ++ks) {
-      uint32_t af[kMI][4], bfr[kNI][2];
-#pragma unroll
-      for (int mi = 0; mi < kMI; ++mi) {
-        const int mbase = wm * kWarpM + mi * 16;
-        if (A_KMAJOR) {
-          const int row = mbase + (lane % 16), k = ks * 16 + (lane / 16) * 8;
-          ldmatrix_x4(af[mi], smem_addr(sa + kmajor_at(row, k)));
-        } else {
-          const int i = lane / 8, k = ks * 16 + (lane % 8) + (i / 2) * 8, col = mbase + (i % 2) * 8;
-          ldmatrix_x4_trans(af[mi], smem_addr(sa + mnmajor_at(k, col)));
-        }
+    for (int mi = 0; mi < kMI; ++mi) {
+      const int mbase = wm * kWarpM + mi * 16;
+      if (A_KMAJOR) {
+        const int row = mbase + (lane % 16), k = ks * 16 + (lane / 16) * 8;
+        ldmatrix_x4(af[mi], smem_addr(sa + kmajor_at(row, k)));
+      } else {
+        const int i = lane / 8, k = ks * 16 + (lane % 8) + (i / 2) * 8, col = mbase + (i % 2) * 8;
+        ldmatrix_x4_trans(af[mi], smem_addr(sa + mnmajor_at(k, col)));
       }
-#pragma unroll
-      for (int ni = 0; ni < kNI; ni += 2) {
-        const int nbase = wn * kWarpN + ni * 8, i = lane / 8;
-        uint32_t r[4];
-        if (B_KMAJOR) {
-          const int row = nbase + (lane % 8) + (i / 2) * 8, k = ks * 16 + (i % 2) * 8;
-          ldmatrix_x4(r, smem_addr(sb + kmajor_at(row, k)));
-        } else {
-          const int k = ks * 16 + (lane % 8) + (i % 2) * 8, col = nbase + (i / 2) * 8;
-          ldmatrix_x4_trans(r, smem_addr(sb + mnmajor_at(k, col)));
-        }
-        bfr[ni][0] = r[0];
-        bfr[ni][1] = r[1];
-        bfr[ni + 1][0] = r[2];
-        bfr[ni + 1][1] = r[3];
-      }
-#pragma unroll
-      for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < kNI; ++ni) mma_bf16(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
     }
+#pragma unroll
+    for (int ni = 0; ni < kNI; ni += 2) {
+      const int nbase = wn * kWarpN + ni * 8, i = lane / 8;
+      uint32_t r[4];
+      if (B_KMAJOR) {
+        const int row = nbase + (lane % 8) + (i / 2) * 8, k = ks * 16 + (i % 2) * 8;
+        ldmatrix_x4(r, smem_addr(sb + kmajor_at(row, k)));
+      } else {
+        const int k = ks * 16 + (lane % 8) + (i % 2) * 8, col = nbase + (i / 2) * 8;
+        ldmatrix_x4_trans(r, smem_addr(sb + mnmajor_at(k, col)));
+      }
+      bfr[ni][0] = r[0];
+      bfr[ni][1] = r[1];
+      bfr[ni + 1][0] = r[2];
+      bfr[ni + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kNI; ++ni) mma_bf16(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
   }
-  cp_async_wait<0>();
-  __syncthreads();  // the pipeline's shared memory becomes the output staging
+}
 
-  float* sc = reinterpret_cast<float*>(smem);
+// Writes the block's 128×128 tile at (m0, n0) of t.C through shared memory (sc: fp32 [128][132],
+// the pipeline's space, free once every warp has passed the caller's barrier), adding to C when
+// a BackwardWeight accumulates; rows past M and columns past N are not written.
+template <GroupedGemmKind KIND, class TC>
+__device__ __forceinline__ void store_tile(const Accumulator& acc, float* sc, const TileProblem<TC>& t, int64_t m0,
+                                           int64_t n0, bool accumulate, int wm, int wn, int lane) {
   const int gid = lane / 4, tig = lane % 4;
 #pragma unroll
   for (int mi = 0; mi < kMI; ++mi)
@@ -230,20 +202,75 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_mma_kernel(Params p)
 #pragma unroll 4
   for (int row = threadIdx.x / 16; row < kBM; row += kThreads / 16) {
     const int64_t gm = m0 + row, gn = n0 + col;
-    if (gm >= M || gn >= N) continue;
+    if (gm >= t.M || gn >= t.N) continue;
     float v[8];
     const float4 lo = *reinterpret_cast<const float4*>(sc + row * kCStride + col);
     const float4 hi = *reinterpret_cast<const float4*>(sc + row * kCStride + col + 4);
     unpack_f32x8(lo, hi, v);
-    TC* dst = C + gm * ldc + gn;
-    if (KIND == GroupedGemmKind::BackwardWeight && p.accumulate) {
+    TC* dst = t.C + gm * t.ldc + gn;
+    if (KIND == GroupedGemmKind::BackwardWeight && accumulate) {
       float old[8];
       load_vec<8>(dst, old);
 #pragma unroll
-      for (int t = 0; t < 8; ++t) v[t] += old[t];
+      for (int i = 0; i < 8; ++i) v[i] += old[i];
     }
     store_vec<8>(dst, v);
   }
+}
+
+template <GroupedGemmKind KIND, class TC>
+__global__ void __launch_bounds__(kThreads, 2) grouped_gemm_mma_kernel(Params p) {
+  constexpr bool A_KMAJOR = KIND != GroupedGemmKind::BackwardWeight;
+  constexpr bool B_KMAJOR = KIND == GroupedGemmKind::Forward;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int s_rows[kMaxLptGroups];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+
+  const TileAt at = locate_tile<KIND, kBM>(p.offsets, p.G, p.R, p.tiles_m, p.tiles_n, s_rows);
+  if (!at.valid) return;
+  const int g = at.g;
+  const int64_t m0 = at.m_tile * kBM, n0 = at.n_tile * kBN;
+  int64_t r0, r1;
+  group_rows(p.offsets, g, p.R, &r0, &r1);
+  const TileProblem<TC> t = tile_problem<KIND, TC>(p, g, r0, r1);
+  if (KIND == GroupedGemmKind::BackwardWeight && t.K == 0 && p.accumulate) return;  // adds nothing
+
+  bf16* tiles = reinterpret_cast<bf16*>(smem);
+  auto stage_a = [&](int s) { return tiles + s * kStageElems; };
+  auto stage_b = [&](int s) { return tiles + s * kStageElems + kBM * kBK; };
+  auto load_stage = [&](int s, int64_t kt) {
+    const int64_t k0 = kt * kBK;
+    load_tile<A_KMAJOR>(stage_a(s), t.A, t.lda, m0, t.M, k0, t.K);
+    load_tile<B_KMAJOR>(stage_b(s), t.B, t.ldb, n0, t.N, k0, t.K);
+  };
+
+  Accumulator acc;
+#pragma unroll
+  for (int i = 0; i < kMI; ++i)
+#pragma unroll
+    for (int j = 0; j < kNI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+  const int wm = warp / (kBN / kWarpN), wn = warp % (kBN / kWarpN);
+  const int64_t KT = (t.K + kBK - 1) / kBK;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < KT) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int64_t kt = 0; kt < KT; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage kt has arrived for every thread; stage kt − 1 is no longer read
+    const int64_t next = kt + kStages - 1;
+    if (next < KT) load_stage(static_cast<int>(next % kStages), next);
+    cp_async_commit();
+    const int s = static_cast<int>(kt % kStages);
+    mma_stage<A_KMAJOR, B_KMAJOR>(acc, stage_a(s), stage_b(s), wm, wn, lane);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline's shared memory becomes the output staging
+  store_tile<KIND, TC>(acc, reinterpret_cast<float*>(smem), t, m0, n0, p.accumulate, wm, wn, lane);
 }
 
 template <GroupedGemmKind KIND, class TC>
