@@ -214,7 +214,7 @@ void write_hf_folder(const std::string& dir, Model& model, const std::vector<Ten
   const fs::path final_dir = d.filename().empty() ? d.parent_path() : d;
   if (fs::exists(final_dir, ec) && !(fs::is_directory(final_dir, ec) && fs::is_empty(final_dir, ec)))
     TETRA_FAIL(Checkpoint, dir, ": exists and is not an empty folder; remove it or choose another output folder");
-  const fs::path tmp = final_dir.parent_path() / ("." + final_dir.filename().string() + ".tmp");
+  const fs::path tmp = final_dir.parent_path() / (std::string(".").append(final_dir.filename().string()) + ".tmp");
   fs::remove_all(tmp, ec);  // what an interrupted export left
   fs::create_directory(tmp, ec);
   if (ec) TETRA_FAIL(Checkpoint, "cannot create the folder ", tmp.string(), ": ", ec.message());

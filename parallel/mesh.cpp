@@ -126,7 +126,10 @@ Mesh::Group Mesh::create_group(Communicator& world, const std::vector<int>& memb
   Group g;
   g.host = world.split(*std::min_element(members.begin(), members.end()), key);
   std::string full = name + "[";
-  for (size_t i = 0; i < members.size(); ++i) full += (i ? "," : "") + std::to_string(members[i]);
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (i) full += ',';
+    full += std::to_string(members[i]);
+  }
   g.host->set_name(full + "]");
   g.host->set_timeout(world.timeout());
   if (!device_comms_.empty()) g.device = device_twin(g.host);

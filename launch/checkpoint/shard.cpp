@@ -10,8 +10,12 @@ std::string piece_group(const std::string& name, const TensorBox& box, int64_t b
   std::string g = name;
   if (!box.shape.empty()) {
     g += "{";
-    for (size_t d = 0; d < box.shape.size(); ++d)
-      g += (d ? "," : "") + std::to_string(box.offset[d]) + ":" + std::to_string(box.offset[d] + box.shape[d]);
+    for (size_t d = 0; d < box.shape.size(); ++d) {
+      if (d) g += ',';
+      g += std::to_string(box.offset[d]);
+      g += ':';
+      g += std::to_string(box.offset[d] + box.shape[d]);
+    }
     g += "}";
   }
   return g + "[" + std::to_string(begin) + ":" + std::to_string(end) + "]";

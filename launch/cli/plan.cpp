@@ -28,13 +28,19 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string stage_list(const PipelineLayout& l, int rank) {
   std::string s;
-  for (int c = 0; c < l.chunks(); ++c) s += (c ? "," : "") + std::to_string(l.stage_of(rank, c));
+  for (int c = 0; c < l.chunks(); ++c) {
+    if (c) s += ',';
+    s += std::to_string(l.stage_of(rank, c));
+  }
   return s;
 }
 
 std::string int_list(const std::vector<int>& v) {
   std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(v[i]);
+  }
   return s + "]";
 }
 
@@ -44,11 +50,18 @@ std::string group_text(const std::vector<int>& g) {
   const size_t n = g.size();
   bool progression = n >= 3 && g[1] > g[0];
   for (size_t i = 2; progression && i < n; ++i) progression = g[i] - g[i - 1] == g[1] - g[0];
-  if (progression)
-    return "[" + std::to_string(g[0]) + (g[1] - g[0] == 1 ? "" : "," + std::to_string(g[1])) + ".." +
-           std::to_string(g[n - 1]) + "]";
   std::string s = "[";
-  for (size_t i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string(g[i]);
+  if (progression) {
+    s += std::to_string(g[0]);
+    if (g[1] - g[0] != 1) (s += ',') += std::to_string(g[1]);
+    s += "..";
+    s += std::to_string(g[n - 1]);
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      if (i) s += ',';
+      s += std::to_string(g[i]);
+    }
+  }
   return s + "]";
 }
 

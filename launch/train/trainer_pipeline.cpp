@@ -117,8 +117,9 @@ void Trainer::report_pipeline_peaks() {
   if (!is_rank0()) return;
   std::string measured, simulated;
   for (int r = 0; r < pp; ++r) {
-    measured += (r ? ", " : "") + std::to_string(static_cast<int>(peaks[static_cast<size_t>(r)]));
-    simulated += (r ? ", " : "") + std::to_string(parts_->pipe->sim.peak_activations[static_cast<size_t>(r)]);
+    if (r) measured += ", ", simulated += ", ";
+    measured += std::to_string(static_cast<int>(peaks[static_cast<size_t>(r)]));
+    simulated += std::to_string(parts_->pipe->sim.peak_activations[static_cast<size_t>(r)]);
   }
   std::printf("tetra: pipeline peak activations per rank [%s] (simulated [%s]), in (chunk, micro-batch) units\n",
               measured.c_str(), simulated.c_str());

@@ -71,7 +71,8 @@ std::string PipelineCosts::to_string() const {
     char buf[32];
     for (size_t i = 0; i < v.size(); ++i) {
       std::snprintf(buf, sizeof buf, "%.4g", v[i]);
-      s += (i ? ":" : "") + std::string(buf);
+      if (i) s += ':';
+      s += buf;
     }
     return s;
   };

@@ -159,7 +159,7 @@ CommandResult run_python(const ScratchDir& dir, const std::string& code, const s
   const std::string script = dir.file("script_" + std::to_string(counter++) + ".py");
   write_raw(script, code);
   std::string cmd = shell_quote(TETRA_PYTHON) + " " + shell_quote(script);
-  for (const std::string& a : args) cmd += " " + shell_quote(a);
+  for (const std::string& a : args) (cmd += ' ') += shell_quote(a);
   return run_command(cmd);
 }
 

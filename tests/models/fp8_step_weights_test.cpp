@@ -20,7 +20,7 @@ std::vector<float> values(const Tensor& t) { return {t.data<float>(), t.data<flo
 
 Param fp8_weight(Fp8Recipe recipe, const Shape& shape, Rng& rng) {
   Param p;
-  p.name = "w";
+  p.name = std::string("w");
   p.full_shape = p.local_shape = shape;
   p.value = random_tensor(rng, shape, 0.05);
   p.fp8_weight = true;

@@ -24,7 +24,7 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 // w [O, I] as a Param with its value and, with `cast`, the FP8 copy of the recipe's weight cast.
 Param make_weight(Fp8Recipe recipe, const Tensor& value, bool cast) {
   Param w;
-  w.name = "w";
+  w.name = std::string("w");
   w.full_shape = w.local_shape = value.shape();
   w.value = value;
   const Fp8Cast c = fp8_recipe_casts(recipe).weight;

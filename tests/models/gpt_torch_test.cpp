@@ -189,19 +189,19 @@ TEST(MicroBatchContext, HandsCompanionsOnlyToTheirGradient) {
   MicroBatchContext ctx(Device::cpu(), DType::F32);
   Tensor grad = Tensor::zeros({4, 3}, DType::F32), other = Tensor::zeros({4, 3}, DType::F32);
   Tensor sum = Tensor::zeros({3}, DType::F32), rounded = Tensor::zeros({4, 3}, DType::BF16);
-  ctx.offer_grad(grad, {sum, rounded, Tensor()});
+  ctx.offer_grad(grad, {sum, rounded, Tensor(), Tensor()});
   EXPECT_FALSE(ctx.take_grad(other).column_sum.defined()) << "another tensor of the same shape";
   EXPECT_FALSE(ctx.take_grad(grad).column_sum.defined()) << "a failed take drops the offer";
-  ctx.offer_grad(grad, {sum, rounded, Tensor()});
+  ctx.offer_grad(grad, {sum, rounded, Tensor(), Tensor()});
   EXPECT_FALSE(ctx.take_grad(grad.view({12})).rounded.defined()) << "the same memory seen as another shape";
-  ctx.offer_grad(grad, {sum, rounded, Tensor()});
+  ctx.offer_grad(grad, {sum, rounded, Tensor(), Tensor()});
   GradCompanions taken = ctx.take_grad(grad);
   ASSERT_TRUE(taken.column_sum.defined());
   ASSERT_TRUE(taken.rounded.defined());
   EXPECT_EQ(taken.column_sum.data_ptr(), sum.data_ptr());
   EXPECT_EQ(taken.rounded.data_ptr(), rounded.data_ptr());
   EXPECT_FALSE(ctx.take_grad(grad).column_sum.defined()) << "taken once";
-  ctx.offer_grad(grad, {sum, Tensor(), Tensor()});
+  ctx.offer_grad(grad, {sum, Tensor(), Tensor(), Tensor()});
   ctx.clear();
   EXPECT_FALSE(ctx.take_grad(grad).column_sum.defined()) << "cleared with the micro-batch";
 }

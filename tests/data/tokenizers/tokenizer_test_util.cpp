@@ -47,7 +47,7 @@ std::vector<std::vector<uint32_t>> reference_ids(const ScratchDir& dir, const st
   for (const NamedText& t : texts) {
     const std::string path = dir.path() + "/" + t.name + ".txt";
     write_raw(path, t.bytes);
-    files += " " + shell_quote(path);
+    (files += ' ') += shell_quote(path);
   }
   const CommandResult r = run_command(command + files + " 2>&1");
   EXPECT_EQ(r.status, 0) << command << "\n" << r.output;
