@@ -927,6 +927,7 @@ void norm_forward(const char* op, Tensor& y, float* mean, Tensor& rstd, const Te
 // partials are [rows, blocks, C].
 struct BackwardLaunch {
   bool rows_path = false;
+  bool vec = false;  // the fallback's 8-wide loads (C % 8 == 0, every tensor 16-byte aligned)
   int stages = 2;  // the row kernel's staging buffers (TETRA_NORM_BACKWARD_STAGES)
   RowLayout rows;
   int blocks = 0, threads = 0;
@@ -941,6 +942,7 @@ BackwardLaunch plan_backward(const char* op, const Tensor& dy, const Tensor& x, 
   const Device dev = x.device();
   const int64_t optin = max_shared_optin(dev);
   BackwardLaunch l;
+  l.vec = C % 8 == 0 && aligned && aligned16(w.data_ptr());
   l.rows = row_layout(C, kBackwardMaxVpt);
   l.stages = norm_backward_stages() == 1 && l.rows.threads <= kOneStageThreads ? 1 : 2;
   dispatch_pair(dy.dtype(), x.dtype(), op, "dy", [&](auto ta, auto tx) {
@@ -962,8 +964,7 @@ BackwardLaunch plan_backward(const char* op, const Tensor& dy, const Tensor& x, 
     });
   });
   if (l.rows_path) return l;
-  const bool vec = C % 8 == 0 && aligned && aligned16(w.data_ptr());
-  const int width = vec ? padded_width<8>(C) : padded_width<1>(C);
+  const int width = l.vec ? padded_width<8>(C) : padded_width<1>(C);
   const int64_t per_warp = int64_t{2} * width * static_cast<int64_t>(sizeof(float));
   if (per_warp > optin)
     TETRA_FAIL(Device, op, ": C = ", C, " needs ", per_warp, " bytes of shared memory per warp, more than the ",
@@ -1002,7 +1003,6 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
                        (!with_res || aligned16(dresidual->data_ptr())) &&
                        (!with_rounded || aligned16(dx_rounded->data_ptr()));
   const BackwardLaunch l = plan_backward<K>(op, dy, x, w, N, aligned, with_res || accumulate_dx, with_sum);
-  const bool vec = C % 8 == 0 && aligned && aligned16(w.data_ptr());
   // The row kernel also sums dx (partial row 2); the fallback leaves that to a column sum of dx.
   // RMSNorm has dw's row alone.
   const bool fused_sum = with_sum && l.rows_path;
@@ -1026,7 +1026,7 @@ void norm_backward(const char* op, Tensor& dx, Tensor& dw, Tensor& db, const Ten
                                                         rstd.data<float>(), pres, N, C, l.rows.team, accumulate_dx,
                                                         fused_sum, pa, pr);
       } else {
-        auto kernel = vec ? norm_backward_kernel<K, 8, TA, TX, P> : norm_backward_kernel<K, 1, TA, TX, P>;
+        auto kernel = l.vec ? norm_backward_kernel<K, 8, TA, TX, P> : norm_backward_kernel<K, 1, TA, TX, P>;
         if (l.smem > 47 * 1024)
           TETRA_CUDA_CHECK(
               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(l.smem)));
