@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "runtime/nccl_communicator.h"
+#include "runtime/text_join.h"
 
 namespace tetra {
 
@@ -126,10 +127,7 @@ Mesh::Group Mesh::create_group(Communicator& world, const std::vector<int>& memb
   Group g;
   g.host = world.split(*std::min_element(members.begin(), members.end()), key);
   std::string full = name + "[";
-  for (size_t i = 0; i < members.size(); ++i) {
-    if (i) full += ',';
-    full += std::to_string(members[i]);
-  }
+  full += join_text(members, ",");
   g.host->set_name(full + "]");
   g.host->set_timeout(world.timeout());
   if (!device_comms_.empty()) g.device = device_twin(g.host);

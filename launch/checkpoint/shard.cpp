@@ -1,8 +1,10 @@
 #include "launch/checkpoint/shard.h"
 
 #include <nlohmann/json.hpp>
+#include <ranges>
 
 #include "runtime/hdf5_file.h"
+#include "runtime/text_join.h"
 
 namespace tetra::launch {
 
@@ -10,12 +12,9 @@ std::string piece_group(const std::string& name, const TensorBox& box, int64_t b
   std::string g = name;
   if (!box.shape.empty()) {
     g += "{";
-    for (size_t d = 0; d < box.shape.size(); ++d) {
-      if (d) g += ',';
-      g += std::to_string(box.offset[d]);
-      g += ':';
-      g += std::to_string(box.offset[d] + box.shape[d]);
-    }
+    g += join_text(std::views::iota(size_t{0}, box.shape.size()), ",", [&](size_t d) {
+      return std::to_string(box.offset[d]) + ":" + std::to_string(box.offset[d] + box.shape[d]);
+    });
     g += "}";
   }
   return g + "[" + std::to_string(begin) + ":" + std::to_string(end) + "]";

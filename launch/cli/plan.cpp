@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <ranges>
 
 #include "launch/cli/commands.h"
 #include "launch/config/config.h"
@@ -19,6 +20,7 @@
 #include "parallel/mesh.h"
 #include "parallel/param_placement.h"
 #include "runtime/error.h"
+#include "runtime/text_join.h"
 
 namespace tetra::launch {
 
@@ -27,20 +29,12 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string stage_list(const PipelineLayout& l, int rank) {
-  std::string s;
-  for (int c = 0; c < l.chunks(); ++c) {
-    if (c) s += ',';
-    s += std::to_string(l.stage_of(rank, c));
-  }
-  return s;
+  return join_text(std::views::iota(0, l.chunks()), ",", [&](int c) { return std::to_string(l.stage_of(rank, c)); });
 }
 
 std::string int_list(const std::vector<int>& v) {
   std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(v[i]);
-  }
+  s += join_text(v, ", ");
   return s + "]";
 }
 
@@ -57,10 +51,7 @@ std::string group_text(const std::vector<int>& g) {
     s += "..";
     s += std::to_string(g[n - 1]);
   } else {
-    for (size_t i = 0; i < n; ++i) {
-      if (i) s += ',';
-      s += std::to_string(g[i]);
-    }
+    s += join_text(g, ",");
   }
   return s + "]";
 }

@@ -17,6 +17,7 @@
 #include "launch/config/init_from.h"
 #include "launch/config/schema.h"
 #include "runtime/error.h"
+#include "runtime/text_join.h"
 
 namespace tetra::launch {
 
@@ -206,12 +207,6 @@ std::vector<std::string> keys_of(const std::string& section) {
   return keys;
 }
 
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
-  return out;
-}
-
 // What to say about a top-level name that is not a section.
 std::string suggest_section(const std::string& name) {
   for (const Field& f : schema::fields())
@@ -220,7 +215,7 @@ std::string suggest_section(const std::string& name) {
     return "did you mean " + alias + "? keys go under their section";
   std::string best = schema::closest(name, schema::sections());
   if (!best.empty()) return "did you mean " + best + "?";
-  return "valid sections: " + join(schema::sections());
+  return "valid sections: " + join_text(schema::sections(), ", ");
 }
 
 // Reads the keys of a section's mapping (or of a nested mapping such as model.moe, whose keys the
@@ -243,7 +238,7 @@ void read_keys(const std::string& section, const std::string& prefix, const YAML
       if (v.IsNull()) continue;  // "moe:" with nothing under it: validate() says what is missing
       if (!v.IsMap())
         fail(at(file, line), path, "expected a mapping of keys, got " + shown(v),
-             "keys of " + path + ": " + join(schema::mapping_keys(section, key)));
+             "keys of " + path + ": " + join_text(schema::mapping_keys(section, key), ", "));
       read_keys(section, key + ".", v, file, entries, origins);
       continue;
     }
@@ -258,8 +253,9 @@ void read_file_entries(const YAML::Node& root, const std::string& file, std::vec
                        KeyOrigins& origins) {
   if (!root || root.IsNull()) return;
   if (!root.IsMap())
-    fail(at(file, line_of(root)), "", "the config must be a mapping of sections (" + join(schema::sections()) +
-                                          "), but the document is " + shown(root));
+    fail(at(file, line_of(root)), "",
+         "the config must be a mapping of sections (" + join_text(schema::sections(), ", ") +
+             "), but the document is " + shown(root));
   // Nodes are copied out of the iterators: `it->first` lives in a temporary proxy.
   for (auto it = root.begin(); it != root.end(); ++it) {
     const YAML::Node kn = it->first;
@@ -277,7 +273,7 @@ void read_file_entries(const YAML::Node& root, const std::string& file, std::vec
     if (body.IsNull()) continue;  // "checkpoint:" with nothing under it: all defaults
     if (!body.IsMap())
       fail(at(file, kline), section, "expected a mapping of keys, got " + shown(body),
-           "keys of " + section + ": " + join(keys_of(section)));
+           "keys of " + section + ": " + join_text(keys_of(section), ", "));
     read_keys(section, "", body, file, entries, origins);
   }
 }

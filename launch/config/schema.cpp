@@ -4,6 +4,7 @@
 #include "launch/config/data.h"
 #include "models/model_family.h"
 #include "models/rope_scaling.h"
+#include "runtime/text_join.h"
 
 #include <algorithm>
 #include <array>
@@ -280,12 +281,6 @@ int edit_distance(const std::string& a, const std::string& b) {
   return d[n][m];
 }
 
-std::string join(const std::vector<std::string>& items, const char* sep) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
-  return out;
-}
-
 bool in_range(const Field& f, double v) {
   if (v < f.lo || (f.lo_open && v == f.lo)) return false;
   if (v > f.hi || (f.hi_open && v == f.hi)) return false;
@@ -366,7 +361,7 @@ std::string valid_text(const Field& f) {
     case Type::String:
     case Type::Resume: s = f.nonempty ? "a non-empty string" : "a string"; break;
     case Type::Choice:
-    case Type::Enum: s = "one of: " + join(f.choices, ", "); break;
+    case Type::Enum: s = "one of: " + join_text(f.choices, ", "); break;
     case Type::DataSources: s = data_sources_valid_text(); break;
   }
   if (f.note[0]) s += std::string("; ") + f.note;
@@ -499,7 +494,7 @@ std::string suggest_key(const std::string& section, const std::string& key) {
   if (!best.empty())
     for (const Field& f : fields())
       if (best == f.key) return "did you mean " + f.path() + "?";
-  return "valid keys of " + section + ": " + join(keys, ", ");
+  return "valid keys of " + section + ": " + join_text(keys, ", ");
 }
 
 std::string quote_if_needed(const std::string& s) {

@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ranges>
 
 #include "launch/train/trainer.h"
 #include "models/fp8_step_weights.h"
 #include "runtime/ops.h"
+#include "runtime/text_join.h"
 
 namespace tetra::launch {
 
@@ -115,12 +117,11 @@ void Trainer::report_pipeline_peaks() {
   peaks[static_cast<size_t>(parts_->holding.pp_rank)] = parts_->stages->peak_contexts();
   parts_->mesh->comm(MeshAxis::PP).all_reduce_host(peaks);
   if (!is_rank0()) return;
-  std::string measured, simulated;
-  for (int r = 0; r < pp; ++r) {
-    if (r) measured += ", ", simulated += ", ";
-    measured += std::to_string(static_cast<int>(peaks[static_cast<size_t>(r)]));
-    simulated += std::to_string(parts_->pipe->sim.peak_activations[static_cast<size_t>(r)]);
-  }
+  const auto ranks = std::views::iota(size_t{0}, static_cast<size_t>(pp));
+  const std::string measured =
+      join_text(ranks, ", ", [&](size_t r) { return std::to_string(static_cast<int>(peaks[r])); });
+  const std::string simulated =
+      join_text(ranks, ", ", [&](size_t r) { return std::to_string(parts_->pipe->sim.peak_activations[r]); });
   std::printf("tetra: pipeline peak activations per rank [%s] (simulated [%s]), in (chunk, micro-batch) units\n",
               measured.c_str(), simulated.c_str());
   std::fflush(stdout);

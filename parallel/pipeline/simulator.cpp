@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "runtime/error.h"
+#include "runtime/text_join.h"
 
 namespace tetra {
 
@@ -67,14 +68,11 @@ PipelineCosts PipelineCosts::parse(const std::string& text, int stages, const Pi
 
 std::string PipelineCosts::to_string() const {
   auto list = [](const std::vector<double>& v) {
-    std::string s;
-    char buf[32];
-    for (size_t i = 0; i < v.size(); ++i) {
-      std::snprintf(buf, sizeof buf, "%.4g", v[i]);
-      if (i) s += ':';
-      s += buf;
-    }
-    return s;
+    return join_text(v, ":", [](double x) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.4g", x);
+      return std::string(buf);
+    });
   };
   std::string s = "F=" + list(f) + ",B=" + list(b) + ",W=" + list(w);
   if (!fb.empty()) s += ",FB=" + list(fb);
