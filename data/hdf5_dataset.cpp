@@ -1,9 +1,11 @@
 #include "data/hdf5_dataset.h"
 
+#include <span>
 #include <string>
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/text_join.h"
 
 namespace tetra::data {
 
@@ -103,11 +105,10 @@ void Hdf5Dataset::open_tokens() {
   int rank = H5Sget_simple_extent_ndims(file_space_.get());
   if (rank < 0) h5_check(-1, "cannot read the rank of /tokens", path_);
   if (rank != 1) {
-    std::string shape = "[";
     hsize_t dims[H5S_MAX_RANK] = {};
     if (rank > 0) H5Sget_simple_extent_dims(file_space_.get(), dims, nullptr);
-    for (int i = 0; i < rank; ++i) shape += (i ? ", " : "") + std::to_string(dims[i]);
-    shape += "]";
+    std::string shape = "[";  // appended in place: GCC 12 warns falsely (-Wrestrict) on "[" + std::string
+    (shape += join_text(std::span(dims, static_cast<size_t>(rank)), ", ")) += "]";
     TETRA_FAIL(Data, "/tokens in HDF5 file ", path_, " has rank ", rank, " (shape ", rank == 0 ? "scalar" : shape,
                "); expected a 1-D array of token ids");
   }

@@ -5,6 +5,7 @@
 
 #include "launch/config/schema.h"
 #include "runtime/error.h"
+#include "runtime/text_join.h"
 
 namespace tetra::launch {
 
@@ -47,9 +48,9 @@ std::string read_paths(const YAML::Node& n, std::vector<std::string>& out) {
 }
 
 std::string list_text(const std::vector<std::string>& paths) {
-  std::string s = "[";
-  for (size_t i = 0; i < paths.size(); ++i) s += (i ? ", " : "") + schema::quote_if_needed(paths[i]);
-  return s + "]";
+  std::string s = "[";  // appended in place: GCC 12 warns falsely (-Wrestrict) on "[" + std::string
+  (s += join_text(paths, ", ", schema::quote_if_needed)) += "]";
+  return s;
 }
 
 // Fills spec and canonical from a node; returns "" or what is wrong.

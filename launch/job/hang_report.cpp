@@ -7,9 +7,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <thread>
 
 #include "launch/checkpoint/files.h"
+#include "runtime/text_join.h"
 
 namespace tetra::launch {
 
@@ -78,14 +80,13 @@ HangDiagnosis diagnose_hang(const std::string& run_dir, const std::vector<RankId
   for (const RankIdentity& id : ranks)
     if (std::find(present.begin(), present.end(), id.rank) == present.end()) d.missing.push_back(id.rank);
   if (d.missing.empty()) return d;
-  std::string names;
-  for (size_t i = 0; i < d.missing.size() && i < 16; ++i) {
-    const RankIdentity& id = ranks[static_cast<size_t>(d.missing[i])];
-    names += (i ? ", " : "") + std::string("rank ") + std::to_string(id.rank) + " (pid " + std::to_string(id.pid) +
-             " on " + id.host + ")";
-  }
+  const auto named = std::span(d.missing).first(std::min<size_t>(d.missing.size(), 16));
+  std::string names = join_text(named, ", ", [&](int missing) {
+    const RankIdentity& id = ranks[static_cast<size_t>(missing)];
+    return "rank " + std::to_string(id.rank) + " (pid " + std::to_string(id.pid) + " on " + id.host + ")";
+  });
   if (d.missing.size() > 16) names += " and " + std::to_string(d.missing.size() - 16) + " more";
-  d.message = names + (d.missing.size() == 1 ? " did" : " did") + " not reach the timeout within " +
+  d.message = names + " did not reach the timeout within " +
               std::to_string(static_cast<int>(grace_s + 0.5)) + " s of the others: " +
               (d.missing.size() == 1 ? "it is" : "they are") +
               " the unresponsive peer (stopped, dead, or stuck outside communication); reports in " + dir.string();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "launch/report/chart_downsample.h"
 #include "launch/report/format.h"
 #include "launch/report/svg_chart.h"
+#include "runtime/text_join.h"
 
 namespace tetra::launch::html {
 
@@ -423,16 +425,16 @@ class CurvesRenderer {
          "column, so no spike is lost to the reduction.</li>";
     if (!report_.lost_steps.empty()) {
       s += "<li>Shaded red: step executions lost to failures (done, then redone after a restart): ";
-      for (size_t i = 0; i < report_.lost_steps.size() && i < 8; ++i)
-        s += (i ? "; " : "") + lost_text(report_.lost_steps[i]);
+      s += join_text(std::span(report_.lost_steps).first(std::min<size_t>(report_.lost_steps.size(), 8)), "; ",
+                     lost_text);
       if (report_.lost_steps.size() > 8) s += "; … (" + std::to_string(report_.lost_steps.size()) + " runs)";
       s += ". Against step, their values are drawn faded under the kept ones.</li>";
     }
     if (!rows_.skipped.empty()) {
       s += "<li>Red triangles: " + std::to_string(rows_.skipped.size()) +
            (rows_.skipped.size() == 1 ? " step" : " steps") + " with a non-finite loss or gradient norm (update skipped): ";
-      for (size_t i = 0; i < rows_.skipped.size() && i < 10; ++i)
-        s += (i ? ", " : "") + std::to_string(static_cast<int64_t>((*rows_.step)[rows_.skipped[i]]));
+      s += join_text(std::span(rows_.skipped).first(std::min<size_t>(rows_.skipped.size(), 10)), ", ",
+                     [&](size_t row) { return std::to_string(static_cast<int64_t>((*rows_.step)[row])); });
       if (rows_.skipped.size() > 10) s += ", …";
       s += ".</li>";
     }

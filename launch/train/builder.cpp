@@ -19,6 +19,7 @@
 #include "runtime/device_info.h"
 #include "runtime/memory.h"
 #include "runtime/ops.h"
+#include "runtime/text_join.h"
 
 namespace tetra::launch {
 
@@ -400,8 +401,7 @@ void Builder::print_startup() {
     std::printf("tetra: model.moe.force_balance: routing forced to balance (a benchmark aid, not training)\n");
   const PipelinePlan& pipe = *p_.pipe;
   if (shape_.pp > 1) {
-    std::string split;
-    for (size_t s = 0; s < pipe.stage_layers.size(); ++s) split += (s ? ", " : "") + std::to_string(pipe.stage_layers[s]);
+    const std::string split = join_text(pipe.stage_layers, ", ");
     std::printf("tetra: pipeline over %d ranks: schedule %s, %d micro-batches, %d stages of [%s] layers; simulated "
                 "bubble %.1f%% (docs/pipeline.md)\n",
                 shape_.pp, choice_name(cfg_.parallel.schedule), pipe.schedule.layout.micro_batches(),

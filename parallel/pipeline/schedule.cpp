@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "runtime/error.h"
+#include "runtime/text_join.h"
 
 namespace tetra {
 
@@ -85,9 +86,7 @@ std::string to_string(const Instruction& op) {
     case OpType::W: return "W" + mb_text(op.b);
     case OpType::FB: return "FB(F" + mb_text(op.f) + ",B" + mb_text(op.b) + ")";
     case OpType::P2P: {
-      std::string s = "P2P[";
-      for (size_t i = 0; i < op.p2p.size(); ++i) s += (i ? ", " : "") + p2p_text(op.p2p[i]);
-      return s + "]";
+      return "P2P[" + join_text(op.p2p, ", ", p2p_text) + "]";
     }
   }
   return "?";
