@@ -45,6 +45,35 @@ def licence_dataset(tetra, work):
     return data
 
 
+def require_gpus(need=1):
+    """The number of GPUs visible; a skip (exit 77, the reason printed for scripts/gpu_suite.sh) when
+    fewer than NEED are."""
+    gpus = gpu_count()
+    if gpus < need:
+        print(f"{gpus} GPU(s) visible, {need} needed: skipped", flush=True)
+        sys.exit(SKIP)
+    return gpus
+
+
+def licence_run_config(tetra, work, sections, seed=5, name="base"):
+    """WORK/cfg.yaml for runs under WORK/runs (cleared first) that train on the licence dataset:
+    SECTIONS (YAML lines: model, train, optimizer, ...) with the run section (NAME, SEED, output under
+    WORK/runs), the shuffled licence dataset and a quiet log. Returns the config's path."""
+    shutil.rmtree(os.path.join(work, "runs"), ignore_errors=True)
+    data = licence_dataset(tetra, work)
+    cfg = os.path.join(work, "cfg.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"run: {{name: {name}, output_dir: {work}/runs, seed: {seed}}}\n{sections.strip()}\n"
+                f"data: {{train: {data}, shuffle: true}}\nlog: {{every: 100}}\n")
+    return cfg
+
+
+def metrics_rows(run_dir):
+    """The rows of RUN_DIR/metrics.jsonl, in step order."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return sorted((json.loads(l) for l in f), key=lambda r: r["step"])
+
+
 def gpu_count():
     if shutil.which("nvidia-smi") is None:
         return 0
@@ -54,6 +83,4 @@ def gpu_count():
 
 def step_losses(run_dir):
     """The per-step training losses of RUN_DIR/metrics.jsonl, in step order."""
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        rows = [json.loads(l) for l in f]
-    return [r["loss"] for r in sorted(rows, key=lambda r: r["step"])]
+    return [r["loss"] for r in metrics_rows(run_dir)]

@@ -21,12 +21,10 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/: shared helpers
-from script_util import SKIP, gpu_count, require_modules  # noqa: E402
+from script_util import require_gpus, require_modules  # noqa: E402
 
 tetra, work = sys.argv[1], sys.argv[2]
-if gpu_count() < 1:
-    print("no GPU visible: skipped")
-    sys.exit(SKIP)
+require_gpus(1)
 require_modules("torch", "transformers", "h5py", "numpy")
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402

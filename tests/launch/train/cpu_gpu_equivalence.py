@@ -12,23 +12,16 @@ usage: cpu_gpu_equivalence.py TETRA_BIN WORK_DIR [--set overrides of every run, 
 import os, subprocess, sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/: shared helpers
-from script_util import ENV, gpu_count, licence_dataset, step_losses
+from script_util import ENV, licence_run_config, require_gpus, step_losses
 
 tetra, work = sys.argv[1], sys.argv[2]
 extra = [a for o in sys.argv[3:] for a in ("--set", o)]
-if gpu_count() == 0:
-    print("no GPU visible: skipped")
-    sys.exit(77)
+require_gpus(1)
 env = ENV
-data = licence_dataset(tetra, work)
-cfg = os.path.join(work, "cfg.yaml")
-with open(cfg, "w") as f:
-    f.write(f"""run: {{name: base, output_dir: {work}/runs, seed: 5}}
-model: {{arch: gpt2, vocab_size: 256, seq_len: 64, d_model: 64, n_layers: 2, n_heads: 4}}
-train: {{steps: 50, global_batch: 8, micro_batch: 4, grad_clip: 1.0}}
-optimizer: {{lr: 1.0e-3, betas: [0.9, 0.95], weight_decay: 0.1, warmup_steps: 5, schedule: cosine, min_lr: 2.0e-4}}
-data: {{train: {data}, shuffle: true}}
-log: {{every: 100}}
+cfg = licence_run_config(tetra, work, """
+model: {arch: gpt2, vocab_size: 256, seq_len: 64, d_model: 64, n_layers: 2, n_heads: 4}
+train: {steps: 50, global_batch: 8, micro_batch: 4, grad_clip: 1.0}
+optimizer: {lr: 1.0e-3, betas: [0.9, 0.95], weight_decay: 0.1, warmup_steps: 5, schedule: cosine, min_lr: 2.0e-4}
 """)
 
 def run(name, device, precision, residual="bf16"):

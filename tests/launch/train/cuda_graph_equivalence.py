@@ -7,27 +7,18 @@ two GPUs at ZeRO stages 0 and 2 the graphs' losses equal the eager two-GPU run's
 (skipped) with fewer GPUs than it needs, so a one-GPU machine reports the two-GPU part Skipped.
 
 usage: cuda_graph_equivalence.py TETRA_BIN WORK_DIR [--gpus 1|2]"""
-import os, shutil, subprocess, sys
+import os, subprocess, sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/: shared helpers
-from script_util import ENV, gpu_count, licence_dataset, step_losses
+from script_util import ENV, licence_run_config, require_gpus, step_losses
 
 tetra, work = sys.argv[1], sys.argv[2]
 need = int(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--gpus" else 1
-gpus = gpu_count()
-if gpus < need:
-    print(f"{gpus} GPU(s) visible, {need} needed: skipped")
-    sys.exit(77)
-shutil.rmtree(os.path.join(work, "runs"), ignore_errors=True)
-data = licence_dataset(tetra, work)
-cfg = os.path.join(work, "cfg.yaml")
-with open(cfg, "w") as f:
-    f.write(f"""run: {{name: base, output_dir: {work}/runs, seed: 5}}
-model: {{arch: gpt2, vocab_size: 256, seq_len: 128, d_model: 128, n_layers: 4, n_heads: 4}}
-train: {{steps: 24, global_batch: 16, micro_batch: 4, device: cuda, precision: bf16, grad_clip: 0.5, on_nonfinite: skip}}
-optimizer: {{lr: 2.0e-3, betas: [0.9, 0.95], weight_decay: 0.1, warmup_steps: 5, schedule: cosine, min_lr: 2.0e-4}}
-data: {{train: {data}, shuffle: true}}
-log: {{every: 100}}
+require_gpus(need)
+cfg = licence_run_config(tetra, work, """
+model: {arch: gpt2, vocab_size: 256, seq_len: 128, d_model: 128, n_layers: 4, n_heads: 4}
+train: {steps: 24, global_batch: 16, micro_batch: 4, device: cuda, precision: bf16, grad_clip: 0.5, on_nonfinite: skip}
+optimizer: {lr: 2.0e-3, betas: [0.9, 0.95], weight_decay: 0.1, warmup_steps: 5, schedule: cosine, min_lr: 2.0e-4}
 """)
 
 

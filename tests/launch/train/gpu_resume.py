@@ -11,19 +11,15 @@ Exits 77 (skipped) without a GPU.
 
 usage: gpu_resume.py TETRA_BIN WORK_DIR"""
 import os
-import shutil
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/: shared helpers
-from script_util import gpu_count  # noqa: E402
+from script_util import require_gpus  # noqa: E402
 from tetra_runs import Workspace, check, checkpoint_steps, compare_states, losses, metrics, state_of  # noqa: E402
 
 tetra, work = sys.argv[1], sys.argv[2]
-if gpu_count() < 1:
-    print("no GPU visible: skipped")
-    sys.exit(77)
+require_gpus(1)
 # GEMM autotuning times candidates, so two runs may pick different algorithms (other tests share
 # the GPU): the comparison is bit for bit only with the heuristic's algorithm (docs/kernels.md).
 os.environ["TETRA_GEMM_TUNE"] = "0"

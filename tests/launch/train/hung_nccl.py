@@ -15,16 +15,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/: shared helpers
-from script_util import gpu_count  # noqa: E402
+from script_util import require_gpus  # noqa: E402
 from tetra_runs import Workspace, check, ledger  # noqa: E402
 
 EXIT_COMM_TIMEOUT = 4
 TIMEOUT_S = 10
 tetra, work = sys.argv[1], sys.argv[2]
-gpus = gpu_count()
-if gpus < 2:
-    print(f"{gpus} GPU(s) visible, 2 needed: skipped")
-    sys.exit(77)
+require_gpus(2)
 ws = Workspace(tetra, work, steps=50, every=0)
 sets = ["train.device=cuda", "train.precision=bf16", f"run.comm_timeout_s={TIMEOUT_S}"]
 t0 = time.time()

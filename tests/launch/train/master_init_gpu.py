@@ -17,14 +17,11 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/: shared helpers
-from script_util import gpu_count  # noqa: E402
+from script_util import require_gpus  # noqa: E402
 from tetra_runs import Workspace, check, state_of  # noqa: E402
 
 tetra, work = sys.argv[1], sys.argv[2]
-gpus = gpu_count()
-if gpus < 1:
-    print("no GPU visible: skipped")
-    sys.exit(77)
+gpus = require_gpus(1)
 ws = Workspace(tetra, work, steps=1, every=1)
 # One optimizer step that leaves every non-zero fp32 weight as it is (|update| ≤ lr = 1e-30).
 NO_OP = ["optimizer.lr=1e-30", "optimizer.min_lr=0", "optimizer.warmup_steps=0", "optimizer.weight_decay=0"]

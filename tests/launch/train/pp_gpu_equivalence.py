@@ -5,28 +5,19 @@ tolerance (per-step losses within 2e-2 relative over 20 steps, the same trend); 
 ledger's pipeline-bubble row is measured (> 0). Exits 77 (skipped) with fewer than 2 GPUs.
 
 usage: pp_gpu_equivalence.py TETRA_BIN WORK_DIR"""
-import json, os, shutil, subprocess, sys
+import json, os, subprocess, sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/: shared helpers
-from script_util import ENV, gpu_count, licence_dataset, step_losses
+from script_util import ENV, licence_run_config, require_gpus, step_losses
 
 tetra, work = sys.argv[1], sys.argv[2]
-gpus = gpu_count()
-if gpus < 2:
-    print(f"{gpus} GPU(s) visible, 2 needed: skipped")
-    sys.exit(77)
-shutil.rmtree(os.path.join(work, "runs"), ignore_errors=True)
-data = licence_dataset(tetra, work)
-cfg = os.path.join(work, "cfg.yaml")
-with open(cfg, "w") as f:
-    f.write(f"""run: {{name: base, output_dir: {work}/runs, seed: 3}}
-model: {{arch: gpt2, vocab_size: 256, seq_len: 128, d_model: 128, n_layers: 8, n_heads: 4}}
-parallel: {{dp: 1}}
-train: {{steps: 20, global_batch: 16, micro_batch: 2, device: cuda, precision: bf16, grad_clip: 0.5}}
-optimizer: {{lr: 2.0e-3, betas: [0.9, 0.95], weight_decay: 0.1, warmup_steps: 5, schedule: cosine, min_lr: 2.0e-4}}
-data: {{train: {data}, shuffle: true}}
-log: {{every: 100}}
-""")
+require_gpus(2)
+cfg = licence_run_config(tetra, work, """
+model: {arch: gpt2, vocab_size: 256, seq_len: 128, d_model: 128, n_layers: 8, n_heads: 4}
+parallel: {dp: 1}
+train: {steps: 20, global_batch: 16, micro_batch: 2, device: cuda, precision: bf16, grad_clip: 0.5}
+optimizer: {lr: 2.0e-3, betas: [0.9, 0.95], weight_decay: 0.1, warmup_steps: 5, schedule: cosine, min_lr: 2.0e-4}
+""", seed=3)
 
 
 def run(name, pp, schedule):

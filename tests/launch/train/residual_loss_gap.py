@@ -15,14 +15,12 @@ import json, os, statistics, subprocess, sys
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/: shared helpers
-from script_util import ENV, gpu_count, step_losses
+from script_util import ENV, require_gpus, step_losses
 
 tetra, work = sys.argv[1], sys.argv[2]
 steps = int(sys.argv[3]) if len(sys.argv) > 3 else 150
 max_gap_pct = float(sys.argv[4]) if len(sys.argv) > 4 else 0.5
-if gpu_count() == 0:
-    print("no GPU visible: skipped")
-    sys.exit(77)
+require_gpus(1)
 probe = subprocess.run([sys.executable, "-c", "import torch; assert torch.cuda.is_available(); print(torch.__version__)"],
                        capture_output=True, text=True)
 if probe.returncode != 0:

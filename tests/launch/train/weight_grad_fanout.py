@@ -11,26 +11,19 @@ same kernel on the same operands, so the per-step losses and gradient norms are 
          algorithms. Exits 77 (skipped) where no GPU is visible.
 
 usage: weight_grad_fanout.py TETRA_BIN WORK_DIR [--cpu]"""
-import json, os, shutil, subprocess, sys
+import os, subprocess, sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/: shared helpers
-from script_util import ENV, gpu_count, licence_dataset
+from script_util import ENV, licence_run_config, metrics_rows, require_gpus
 
 tetra, work = sys.argv[1], sys.argv[2]
 on_cpu = "--cpu" in sys.argv[3:]
-if not on_cpu and gpu_count() == 0:
-    print("no GPU visible: skipped")
-    sys.exit(77)
-shutil.rmtree(os.path.join(work, "runs"), ignore_errors=True)
-data = licence_dataset(tetra, work)
-cfg = os.path.join(work, "cfg.yaml")
-with open(cfg, "w") as f:
-    f.write(f"""run: {{name: base, output_dir: {work}/runs, seed: 5}}
-model: {{arch: gpt2, vocab_size: 256, seq_len: 64, d_model: 128, n_layers: 3, n_heads: 4}}
-train: {{steps: 8, global_batch: 8, micro_batch: 2, grad_clip: 1.0}}
-optimizer: {{lr: 2.0e-3, betas: [0.9, 0.95], weight_decay: 0.1, warmup_steps: 2, schedule: cosine, min_lr: 2.0e-4}}
-data: {{train: {data}, shuffle: true}}
-log: {{every: 100}}
+if not on_cpu:
+    require_gpus(1)
+cfg = licence_run_config(tetra, work, """
+model: {arch: gpt2, vocab_size: 256, seq_len: 64, d_model: 128, n_layers: 3, n_heads: 4}
+train: {steps: 8, global_batch: 8, micro_batch: 2, grad_clip: 1.0}
+optimizer: {lr: 2.0e-3, betas: [0.9, 0.95], weight_decay: 0.1, warmup_steps: 2, schedule: cosine, min_lr: 2.0e-4}
 """)
 
 LLAMA = ["model.arch=llama", "model.n_kv_heads=2", "model.ffn_dim=256"]
@@ -47,9 +40,7 @@ def run(name, ways, sets, expect_rc=0):
         sys.exit(f"FAIL: {name} exited {r.returncode}, expected {expect_rc}")
     if expect_rc != 0:
         return r.stdout + r.stderr
-    with open(os.path.join(work, "runs", name, "metrics.jsonl")) as f:
-        rows = sorted((json.loads(l) for l in f), key=lambda r: r["step"])
-    return [(r["loss"], r["grad_norm"]) for r in rows]
+    return [(r["loss"], r["grad_norm"]) for r in metrics_rows(os.path.join(work, "runs", name))]
 
 
 ok = True

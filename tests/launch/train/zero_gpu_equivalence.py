@@ -9,33 +9,24 @@ gradients (accumulation), and with bf16 gradients under CUDA graphs. Exits 77 (s
 than 2 GPUs.
 
 usage: zero_gpu_equivalence.py TETRA_BIN WORK_DIR"""
-import os, shutil, subprocess, sys
+import os, subprocess, sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/: shared helpers
-from script_util import ENV, gpu_count, licence_dataset, step_losses
+from script_util import ENV, licence_run_config, require_gpus, step_losses
 from tetra_runs import metrics, state_of
 import numpy as np
 
 tetra, work = sys.argv[1], sys.argv[2]
-gpus = gpu_count()
-if gpus < 2:
-    print(f"{gpus} GPU(s) visible, 2 needed: skipped")
-    sys.exit(77)
-shutil.rmtree(os.path.join(work, "runs"), ignore_errors=True)
+require_gpus(2)
 # The copy-engine runs are compared with NCCL's bit for bit: GEMM autotuning (timed, so two runs may
 # choose differently) is off, every run takes the heuristic's algorithm (docs/kernels.md).
 env = dict(ENV, TETRA_GEMM_TUNE="0")
-data = licence_dataset(tetra, work)
-cfg = os.path.join(work, "cfg.yaml")
-with open(cfg, "w") as f:
-    f.write(f"""run: {{name: base, output_dir: {work}/runs, seed: 3}}
-model: {{arch: gpt2, vocab_size: 256, seq_len: 128, d_model: 128, n_layers: 4, n_heads: 4}}
-train: {{steps: 30, global_batch: 16, micro_batch: 4, device: cuda, precision: bf16, grad_clip: 0.5}}
-optimizer: {{lr: 2.0e-3, betas: [0.9, 0.95], weight_decay: 0.1, warmup_steps: 5, schedule: cosine, min_lr: 2.0e-4}}
-data: {{train: {data}, shuffle: true}}
-checkpoint: {{every: 30, keep: 1}}
-log: {{every: 100}}
-""")
+cfg = licence_run_config(tetra, work, """
+model: {arch: gpt2, vocab_size: 256, seq_len: 128, d_model: 128, n_layers: 4, n_heads: 4}
+train: {steps: 30, global_batch: 16, micro_batch: 4, device: cuda, precision: bf16, grad_clip: 0.5}
+optimizer: {lr: 2.0e-3, betas: [0.9, 0.95], weight_decay: 0.1, warmup_steps: 5, schedule: cosine, min_lr: 2.0e-4}
+checkpoint: {every: 30, keep: 1}
+""", seed=3)
 
 def run(name, np_, stage, extra=()):
     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(np_), tetra, "train", cfg,

@@ -13,7 +13,7 @@ usage: nvtx_ranges.py TETRA_BIN WORK_DIR [--gpus 1|2] [--recorder LIB]"""
 import argparse, glob, os, shutil, sqlite3, subprocess, sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/: shared helpers
-from script_util import ENV, SKIP, gpu_count, licence_dataset
+from script_util import ENV, SKIP, licence_run_config, require_gpus
 
 args = argparse.ArgumentParser()
 args.add_argument("tetra")
@@ -27,21 +27,13 @@ if nsys is None and recorder is None:
     print("no nsys (Nsight Systems) on PATH: skipped")
     sys.exit(SKIP)
 tool = "the recorder" if recorder else "nsys"
-if gpu_count() < need:
-    print(f"{gpu_count()} GPU(s) visible, {need} needed: skipped")
-    sys.exit(SKIP)
-shutil.rmtree(os.path.join(work, "runs"), ignore_errors=True)
-data = licence_dataset(tetra, work)
-cfg = os.path.join(work, "cfg.yaml")
-with open(cfg, "w") as f:
-    f.write(f"""run: {{name: nvtx, output_dir: {work}/runs, seed: 5}}
+require_gpus(need)
+cfg = licence_run_config(tetra, work, f"""
 model: {{arch: gpt2, vocab_size: 256, seq_len: 64, d_model: 64, n_layers: 2, n_heads: 2}}
 train: {{steps: 3, global_batch: {4 * need}, micro_batch: 2, device: cuda, precision: bf16}}
 optimizer: {{lr: 1.0e-3, warmup_steps: 1}}
-data: {{train: {data}, shuffle: true}}
 checkpoint: {{every: 0}}
-log: {{every: 100}}
-""")
+""", name="nvtx")
 
 
 def fail(msg):
