@@ -28,6 +28,10 @@ if nsys is None and recorder is None:
     sys.exit(SKIP)
 tool = "the recorder" if recorder else "nsys"
 require_gpus(need)
+if recorder is not None and not os.path.isfile(recorder):
+    # NVTX ignores an injection library it cannot load, which would read as "no ranges pushed".
+    print(f"FAIL: the recorder library {recorder} does not exist (build the tetra_nvtx_recorder target)")
+    sys.exit(1)
 cfg = licence_run_config(tetra, work, f"""
 model: {{arch: gpt2, vocab_size: 256, seq_len: 64, d_model: 64, n_layers: 2, n_heads: 2}}
 train: {{steps: 3, global_batch: {4 * need}, micro_batch: 2, device: cuda, precision: bf16}}
