@@ -56,8 +56,8 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/: shared helpers
-from script_util import gpu_count  # noqa: E402
-from tetra_runs import (EQUIVALENCE_EPS, EQUIVALENCE_TOL as TOL, EQUIVALENCE_WEIGHTS_TOL as WTOL,  # noqa: E402
+from script_util import require_gpus  # noqa: E402
+from tetra_runs import (EQUIVALENCE_EPS, EQUIVALENCE_TOL as TOL,  # noqa: E402
                         Workspace, check, metrics, relative as rel, state_of, weights_difference)
 
 tetra, work, group = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -232,9 +232,7 @@ elif group == "resume":
         check(sorted(m) == list(range(EVERY + 1, STEPS + 1)) and all(np.isfinite(m[s]["loss"]) for s in m),
               f"{source}'s step_{EVERY} resumes with train.fp8.recipe {recipe} and trains to step {STEPS}")
 elif group == "gpu":
-    if gpu_count() == 0:
-        print("skip: no GPU")
-        sys.exit(77)
+    require_gpus(1)
     STEPS = 60
     sets = ["model.arch=llama", "model.d_model=256", "model.n_layers=4", "model.n_heads=4", "model.n_kv_heads=2",
             "model.ffn_dim=512", "model.seq_len=256", "train.seq_len=256", "train.micro_batch=8",

@@ -10,7 +10,6 @@ import os
 import sys
 
 import h5py
-import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/: shared helpers
 from tetra_runs import Workspace, check, state_of  # noqa: E402

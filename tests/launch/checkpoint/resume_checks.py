@@ -10,7 +10,6 @@
 
 usage: resume_checks.py TETRA_BIN WORK_DIR"""
 import os
-import shutil
 import subprocess
 import sys
 

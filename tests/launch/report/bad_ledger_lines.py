@@ -9,7 +9,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/: shared helpers
-from tetra_runs import Workspace, check, checkpoint_steps, ledger, metrics  # noqa: E402
+from tetra_runs import Workspace, check, checkpoint_steps, metrics  # noqa: E402
 
 tetra, work = sys.argv[1], sys.argv[2]
 ws = Workspace(tetra, work, steps=4, every=2)

@@ -134,7 +134,7 @@ for want in ("loss-step", "loss-time", "lr-step", "grad-norm-step", "tokens-per-
     check(want in charts, f"chart {want} is on the page")
 n_charts = len([c for c in charts if c.endswith("-step")])
 lost = "attempt 1: steps 5..7 lost to failures (3 executions thrown away)"
-check(titles.count(lost) == 2 * n_charts, f"the lost steps 5..7 are shaded on every chart, against step and time")
+check(titles.count(lost) == 2 * n_charts, "the lost steps 5..7 are shaded on every chart, against step and time")
 skip = [t for t in titles if t.startswith("step 3 (attempt 1): non-finite loss")]
 check(len(skip) == 2 * n_charts, "the skipped step 3 is marked on every chart")
 check(any(t == "attempt 2 takes over at step 5, resumed from the checkpoint of step 4" for t in titles),
