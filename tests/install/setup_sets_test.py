@@ -11,8 +11,8 @@ setup = os.path.join(source, "scripts", "setup.sh")
 BUILD = {"build-essential", "cmake", "ninja-build", "libopenmpi-dev", "openmpi-bin", "libhdf5-dev", "libyaml-cpp-dev",
          "libopenblas-dev", "nlohmann-json3-dev", "libcli11-dev", "pkg-config", "libpcre2-dev", "libicu-dev",
          "libsentencepiece-dev", "zlib1g-dev", "libzstd-dev"}
-TEST_ONLY = {"libgtest-dev", "python3-torch", "python3-numpy", "python3-h5py", "munge", "slurmctld", "slurmd",
-             "slurm-client", "chromium"}
+TEST_ONLY = {"libgtest-dev", "python3-torch", "python3-numpy", "python3-h5py", "python3-pyflakes", "munge",
+             "slurmctld", "slurmd", "slurm-client", "chromium"}
 failures = []
 
 
