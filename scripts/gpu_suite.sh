@@ -10,7 +10,7 @@
 # labelled multi_gpu, which need 2 GPUs or more, may skip; so may those labelled nsys where the machine
 # has no Nsight Systems), or when the benchmark fails.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 out=${1:-runs/gpu}
 what=${2:-all}
 mkdir -p "$out"

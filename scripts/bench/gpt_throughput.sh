@@ -14,8 +14,8 @@ gpus=("${@:-1 2}")
 [ $# -eq 0 ] && gpus=(1 2)
 source scripts/bench/throughput_lib.sh
 case "$model" in
-  124m) config=configs/gpt2-124m.yaml; mb=16; seq=1024; peer_args="--layers 12 --dim 768 --heads 12 --batch 16 --seq 1024" ;;
-  1.3b) config=configs/gpt2-1.3b.yaml; mb=8; seq=2048; peer_args="--layers 24 --dim 2048 --heads 16 --batch 8 --seq 2048" ;;
+  124m) config=configs/gpt2-124m.yaml; mb=16; peer_args="--layers 12 --dim 768 --heads 12 --batch 16 --seq 1024" ;;
+  1.3b) config=configs/gpt2-1.3b.yaml; mb=8; peer_args="--layers 24 --dim 2048 --heads 16 --batch 8 --seq 2048" ;;
   *) echo "unknown model $model (124m or 1.3b)" >&2; exit 2 ;;
 esac
 data="$out/random_tokens.h5"
