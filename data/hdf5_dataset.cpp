@@ -107,8 +107,7 @@ void Hdf5Dataset::open_tokens() {
   if (rank != 1) {
     hsize_t dims[H5S_MAX_RANK] = {};
     if (rank > 0) H5Sget_simple_extent_dims(file_space_.get(), dims, nullptr);
-    std::string shape = "[";  // appended in place: GCC 12 warns falsely (-Wrestrict) on "[" + std::string
-    (shape += join_text(std::span(dims, static_cast<size_t>(rank)), ", ")) += "]";
+    const std::string shape = bracketed_text(std::span(dims, static_cast<size_t>(rank)), ", ");
     TETRA_FAIL(Data, "/tokens in HDF5 file ", path_, " has rank ", rank, " (shape ", rank == 0 ? "scalar" : shape,
                "); expected a 1-D array of token ids");
   }

@@ -126,9 +126,7 @@ Mesh::Group Mesh::create_group(Communicator& world, const std::vector<int>& memb
   // color: the group's smallest rank identifies it.
   Group g;
   g.host = world.split(*std::min_element(members.begin(), members.end()), key);
-  std::string full = name + "[";
-  full += join_text(members, ",");
-  g.host->set_name(full + "]");
+  g.host->set_name(name + bracketed_text(members, ","));
   g.host->set_timeout(world.timeout());
   if (!device_comms_.empty()) g.device = device_twin(g.host);
   return g;

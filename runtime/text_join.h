@@ -1,5 +1,5 @@
 // Lists as text: the items of a range with a separator between them (group names, error messages,
-// reports).
+// reports), bare or between brackets.
 #pragma once
 #include <string>
 #include <string_view>
@@ -29,6 +29,15 @@ std::string join_text(const Range& items, std::string_view sep) {
     else
       return std::string(item);
   });
+}
+
+// The same between brackets, "[a, b]": the one place lists are bracketed, built by appending (GCC 12
+// warns falsely, -Wrestrict, on "[" + std::string).
+template <class Range, class... Text>
+std::string bracketed_text(const Range& items, std::string_view sep, Text... text) {
+  std::string out = "[";
+  (out += join_text(items, sep, text...)) += "]";
+  return out;
 }
 
 }  // namespace tetra

@@ -32,12 +32,6 @@ std::string stage_list(const PipelineLayout& l, int rank) {
   return join_text(std::views::iota(0, l.chunks()), ",", [&](int c) { return std::to_string(l.stage_of(rank, c)); });
 }
 
-std::string int_list(const std::vector<int>& v) {
-  std::string s = "[";
-  s += join_text(v, ", ");
-  return s + "]";
-}
-
 // A group of ranks, compact at any world size: an arithmetic progression of three or more reads
 // "0..127" (step 1) or "0,128..1920", anything else is listed ("[0,1,4,5]").
 std::string group_text(const std::vector<int>& g) {
@@ -171,7 +165,7 @@ void print_pipeline(const Config& cfg, const PipelinePlan& pipe, const std::vect
     return;
   }
   std::printf("pipeline: pp %d, schedule %s, %d stages of %s layers (%s), %d micro-batches per step\n", pp,
-              choice_name(cfg.parallel.schedule), pipe.schedule.layout.stages(), int_list(pipe.stage_layers).c_str(),
+              choice_name(cfg.parallel.schedule), pipe.schedule.layout.stages(), bracketed_text(pipe.stage_layers, ", ").c_str(),
               pipe.split_by_cost ? "split by forward FLOPs, embedding and output layer counted"
                                  : "parallel.stage_layers",
               cfg.parallel.micro_batches);

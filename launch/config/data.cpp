@@ -48,9 +48,7 @@ std::string read_paths(const YAML::Node& n, std::vector<std::string>& out) {
 }
 
 std::string list_text(const std::vector<std::string>& paths) {
-  std::string s = "[";  // appended in place: GCC 12 warns falsely (-Wrestrict) on "[" + std::string
-  (s += join_text(paths, ", ", schema::quote_if_needed)) += "]";
-  return s;
+  return bracketed_text(paths, ", ", schema::quote_if_needed);
 }
 
 // Fills spec and canonical from a node; returns "" or what is wrong.

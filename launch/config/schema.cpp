@@ -386,20 +386,10 @@ std::string value_text(const Field& f, const Config& c) {
     case Type::DataSources: return data_sources_yaml(*static_cast<const std::string*>(p));
     case Type::FloatPair: {
       const auto& a = *static_cast<const std::array<double, 2>*>(p);
-      std::string s = "[";  // built by appending: GCC 12 warns falsely on "[" + std::string
-      s += format_double(a[0]);
-      s += ", ";
-      s += format_double(a[1]);
-      return s + "]";
+      return bracketed_text(a, ", ", format_double);
     }
     case Type::IntList: {
-      const auto& v = *static_cast<const std::vector<int>*>(p);
-      std::string s = "[";
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (i) s += ", ";
-        s += std::to_string(v[i]);
-      }
-      return s + "]";
+      return bracketed_text(*static_cast<const std::vector<int>*>(p), ", ");
     }
   }
   return "";

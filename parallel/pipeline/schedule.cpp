@@ -86,7 +86,7 @@ std::string to_string(const Instruction& op) {
     case OpType::W: return "W" + mb_text(op.b);
     case OpType::FB: return "FB(F" + mb_text(op.f) + ",B" + mb_text(op.b) + ")";
     case OpType::P2P: {
-      return "P2P[" + join_text(op.p2p, ", ", p2p_text) + "]";
+      return "P2P" + bracketed_text(op.p2p, ", ", p2p_text);
     }
   }
   return "?";
