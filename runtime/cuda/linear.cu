@@ -160,6 +160,12 @@ struct ForwardOutputs {
   const Tensor* by;
 };
 
+// y from z: GELU (elementwise, so z may be y itself), or a copy where z is pre_act.
+void finish_activation(const ForwardOutputs& out, Activation act) {
+  if (act == Activation::Gelu) gelu_forward(out.y, out.z, nullptr);
+  else if (out.keep_pre) copy(out.y, out.z);
+}
+
 // I = 0, an empty sum: y = act(b) or act(0), or b + residual.
 void forward_empty_sum(const ForwardOutputs& out, Activation act, const Tensor* residual, int64_t N, int64_t O) {
   if (given(residual)) {
@@ -168,8 +174,7 @@ void forward_empty_sum(const ForwardOutputs& out, Activation act, const Tensor* 
     zero(out.z);
   }
   if (out.by != nullptr) add_bias(out.z, *out.by, N, O);
-  if (act == Activation::Gelu) gelu_forward(out.y, out.z, nullptr);
-  else if (out.keep_pre) copy(out.y, out.z);
+  finish_activation(out, act);
 }
 
 // Fused GELU for bf16 outputs: y = gelu(z) straight from the GEMM, z into pre_act when kept.
@@ -204,8 +209,7 @@ void forward_unfused(LtProblem p, const ForwardOutputs& out, Activation act, Dev
     lt_matmul_plain(p, dev, "linear_forward");
     if (out.by != nullptr) add_bias(out.z, *out.by, N, O);
   }
-  if (act == Activation::Gelu) gelu_forward(out.y, out.z, nullptr);  // elementwise: z may be y itself
-  else if (out.keep_pre) copy(out.y, out.z);
+  finish_activation(out, act);
 }
 
 }  // namespace
