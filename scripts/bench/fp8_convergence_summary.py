@@ -109,12 +109,31 @@ def smooth(losses, window):
     return pts
 
 
-def panel(curves, styles, x0, y0, w, h, lo_step, hi_step, title):
-    """One chart of the smoothed curves between lo_step and hi_step, as SVG elements."""
+def difference_from_bf16(smoothed, recipes, seeds):
+    """{(recipe, seed): [(step, its smoothed loss minus bf16's at the same seed and step)]} for every
+    recipe but bf16 whose seed bf16 also ran; None where either is not finite. The same seed is the same
+    initialisation and data order, so what is left is the recipe's own effect, step by step."""
+    diffs = {}
+    for r in recipes:
+        for s in seeds:
+            base = dict(smoothed.get(("bf16", s), []))
+            if r == "bf16" or not base:
+                continue
+            diffs[(r, s)] = [(step, None if v is None or base.get(step) is None else v - base[step])
+                             for step, v in smoothed[(r, s)] if step in base]
+    return diffs
+
+
+def panel(curves, styles, x0, y0, w, h, lo_step, hi_step, title, around_zero=False):
+    """One chart of the smoothed curves between lo_step and hi_step, as SVG elements; around_zero
+    centres the value axis on 0 and draws the zero line."""
     ys = [v for pts in curves.values() for s, v in pts if v is not None and lo_step <= s <= hi_step]
     if not ys:
-        return [f'<text x="{x0}" y="{y0 + 20}">{title}: no finite loss</text>']
+        return [f'<text x="{x0}" y="{y0 + 20}">{title}: no finite values</text>']
     ymin, ymax = min(ys), max(ys)
+    if around_zero:
+        ymax = max(abs(ymin), abs(ymax))
+        ymin = -ymax
     pad = (ymax - ymin) * 0.05 or 0.5
     ymin, ymax = ymin - pad, ymax + pad
     span = max(hi_step - lo_step, 1)
@@ -128,6 +147,8 @@ def panel(curves, styles, x0, y0, w, h, lo_step, hi_step, title):
         el.append(f'<text x="{x0 - 6}" y="{Y(v) + 4:.1f}" text-anchor="end">{v:.3f}</text>')
         s = lo_step + span * i / 4
         el.append(f'<text x="{X(s):.1f}" y="{y0 + h + 16}" text-anchor="middle">{s:.0f}</text>')
+    if around_zero:
+        el.append(f'<line x1="{x0}" x2="{x0 + w}" y1="{Y(0):.1f}" y2="{Y(0):.1f}" stroke="#555"/>')
     for key, pts in curves.items():
         colour, dash = styles[key]
         d, pen = [], "M"
@@ -153,7 +174,9 @@ def write_svg(path, curves, recipes, seeds, steps, last):
         colour = COLOURS.get(r, EXTRA[i % len(EXTRA)])
         for j, s in enumerate(seeds):
             styles[(r, s)] = (colour, DASHES[j % len(DASHES)])
-    W, H = 1000, 440
+    diffs = difference_from_bf16(smoothed, recipes, seeds)
+    legend_y = 665 if diffs else 405  # below the difference panel where there is one
+    W, H = 1000, legend_y + 16 * ((len(styles) + 3) // 4) + 4
     el = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
           f'<rect width="{W}" height="{H}" fill="white"/>',
           f'<text x="{W / 2}" y="18" text-anchor="middle" font-size="14">Training loss, mean of the last '
@@ -161,7 +184,11 @@ def write_svg(path, curves, recipes, seeds, steps, last):
     el += panel(smoothed, styles, 70, 50, 400, 320, 0, steps, "all steps")
     el += panel(smoothed, styles, 560, 50, 400, 320, max(0, steps - 2 * last), steps,
                 f"the last {2 * last} steps (the mean is over the last {last})")
-    y = 405
+    if diffs:
+        el += panel(diffs, styles, 70, 420, 890, 200, 0, steps,
+                    "loss minus bf16's at the same seed (same initialisation and data order), smoothed alike",
+                    around_zero=True)
+    y = legend_y
     for i, (key, (colour, dash)) in enumerate(styles.items()):
         x = 70 + (i % 4) * 230
         yy = y + (i // 4) * 16

@@ -53,9 +53,19 @@ rc=0
 "$py" "$src/scripts/bench/fp8_convergence_summary.py" "$runs" --recipes "bf16 tensorwise blockwise" --seeds "1 2" \
   --steps 40 --last 10 --svg "$work/t.svg" > "$work/t.json" || rc=$?
 [ "$rc" = 1 ] || fail "summariser with a short run exited $rc, not 1"
-"$py" - "$work/t.json" <<'PY' || fail "summariser verdict"
-import json, sys
+"$py" - "$work/t.json" "$work/t.svg" <<'PY' || fail "summariser verdict"
+import json, sys, xml.etree.ElementTree as ET
 out = json.load(open(sys.argv[1]))
+# Six runs in the two loss panels, and the four FP8 runs again as their difference from bf16's run of
+# the same seed (tensorwise 1, 2, blockwise 1, 2). Those copied from bf16's run lie on the zero line;
+# tensorwise seed 2, whose losses were all set to 3.5, does not.
+svg = ET.parse(sys.argv[2]).getroot()
+paths = [e.get("d") for e in svg.iter() if e.tag.endswith("path")]
+assert len(paths) == 6 * 2 + 4, f"{len(paths)} curves"
+zero = [float(e.get("y1")) for e in svg.iter() if e.tag.endswith("line") and e.get("stroke") == "#555"]
+heights = [{float(p.split(",")[1]) for p in d.split()} for d in paths[-4:]]
+assert len(zero) == 1 and heights[0] == heights[2] == heights[3] == {zero[0]}, (zero, heights)
+assert len(heights[1]) > 1, "tensorwise seed 2 drawn flat"
 t, bw = out["recipes"]["tensorwise"], out["recipes"]["blockwise"]
 assert t["nonfinite_losses"] == {"1": 0, "2": 1}, t
 assert out["converged"] is False, out
