@@ -169,8 +169,11 @@ TEST(LoaderPipeline, ReadHintsGiveWayToALowOpenFileLimitAndNeverChangeTheTokens)
   LoaderPipeline hinted(corpus, plan, o);
   ASSERT_TRUE(hinted.read_hints());
   const std::vector<int32_t> with_hints = read_units(hinted);
-  EXPECT_GE(hinted.stats().reads, 12 * mb);  // and the units read ahead
-  EXPECT_EQ(hinted.stats().hinted, hinted.stats().reads);
+  // One snapshot: the readers are still reading ahead, and a unit's reads and hints are counted
+  // together, so two stats() calls may see different numbers of units.
+  const LoaderStats after = hinted.stats();
+  EXPECT_GE(after.reads, 12 * mb);  // and the units read ahead
+  EXPECT_EQ(after.hinted, after.reads);
   // The tokens are the files' own.
   for (int64_t u = 0; u < 12; ++u)
     for (int64_t j = 0; j < mb; ++j) {
