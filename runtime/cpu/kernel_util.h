@@ -67,4 +67,30 @@ inline bool check_rounded_copy(const char* op, const Tensor* rounded, const Tens
   return true;
 }
 
+// A norm backward's gradients of x [.., C]: dy as the norm's output (check_norm_output), dx fp32 of
+// x's shape (sharing memory with dy only in dy's own dtype), dw fp32 [C].
+inline void check_norm_gradients(const char* op, const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x,
+                                 int64_t C) {
+  check_norm_output(op, "dy", dy, x);
+  check_dtype(op, "dx", dx, DType::F32);
+  check_shape(op, "dx", dx, x.shape());
+  if (dy.dtype() != dx.dtype()) check_disjoint(op, "dy", dx, dy);  // dx may alias dy of its own dtype only
+  check_dtype(op, "dw", dw, DType::F32);
+  check_shape(op, "dw", dw, {C});
+}
+
+// A norm backward's dresidual (optional): fp32 of x's shape, added to the norm's gradient in dx, so
+// not with accumulate_dx (which adds to dx's previous value instead). `norm` names the norm in the
+// error. Returns whether it is given.
+inline bool check_dresidual(const char* op, const char* norm, const Tensor* dresidual, const Tensor& x,
+                            bool accumulate_dx) {
+  if (!given(dresidual)) return false;
+  if (accumulate_dx)
+    TETRA_FAIL(Internal, op, ": accumulate_dx must be false with a dresidual (dx = dresidual + the ", norm,
+               "'s gradient; to add to dx, pass dx itself as dresidual)");
+  check_dtype(op, "dresidual", *dresidual, DType::F32);
+  check_shape(op, "dresidual", *dresidual, x.shape());
+  return true;
+}
+
 }  // namespace tetra::cpu

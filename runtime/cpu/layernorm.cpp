@@ -75,12 +75,7 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
   const int64_t C = w.dim(0);
   check_dtype(op, "x", x, DType::F32);
   check_last_dim(op, "x", x, C);
-  check_norm_output(op, "dy", dy, x);
-  check_dtype(op, "dx", dx, DType::F32);
-  check_shape(op, "dx", dx, x.shape());
-  if (dy.dtype() != dx.dtype()) check_disjoint(op, "dy", dx, dy);  // dx may alias dy of its own dtype only
-  check_dtype(op, "dw", dw, DType::F32);
-  check_shape(op, "dw", dw, {C});
+  check_norm_gradients(op, dx, dw, dy, x, C);
   const bool with_rounded = check_rounded_copy(op, dx_rounded, dx, dy);
   const bool with_db = db.defined();  // a LayerNorm without bias passes an undefined db
   if (with_db) {
@@ -91,14 +86,7 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
   check_shape(op, "mean", mean, leading_shape(x));
   check_dtype(op, "rstd", rstd, DType::F32);
   check_shape(op, "rstd", rstd, leading_shape(x));
-  const bool with_res = given(dresidual);
-  if (with_res) {
-    if (accumulate_dx)
-      TETRA_FAIL(Internal, op, ": accumulate_dx must be false with a dresidual (dx = dresidual + the LayerNorm's "
-                 "gradient; to add to dx, pass dx itself as dresidual)");
-    check_dtype(op, "dresidual", *dresidual, DType::F32);
-    check_shape(op, "dresidual", *dresidual, x.shape());
-  }
+  const bool with_res = check_dresidual(op, "LayerNorm", dresidual, x, accumulate_dx);
   const bool with_sum = given(dx_column_sum);
   if (with_sum) {
     check_dtype(op, "dx_column_sum", *dx_column_sum, DType::F32);

@@ -541,6 +541,18 @@ TEST(OpsContract, RmsNormResidualAndAliasing) {
   ops::rmsnorm_backward(over_dy, dw4, over_dy, x, w, rstd, false, &dres);
   EXPECT_EQ(rel_error(over_dy, dx), 0.0);
   EXPECT_LE(rel_error(dw4, plus(to_doubles(dw), dw40)), 1e-7);
+  // A dresidual with accumulate_dx (two ways of adding to dx at once), or of another shape: refused,
+  // for both norms.
+  Tensor dx5 = poisoned({5, 8}), dw5 = Tensor::zeros({8}, DType::F32), short_res = random_tensor(rng, {4, 8});
+  expect_error([&] { ops::rmsnorm_backward(dx5, dw5, dy, x, w, rstd, true, &dres); }, "rmsnorm_backward",
+               "accumulate_dx must be false with a dresidual (dx = dresidual + the RMSNorm's gradient");
+  expect_error([&] { ops::rmsnorm_backward(dx5, dw5, dy, x, w, rstd, false, &short_res); }, "rmsnorm_backward",
+               "dresidual");
+  Tensor mean = Tensor::zeros({5}, DType::F32), db = Tensor::zeros({8}, DType::F32);
+  expect_error([&] { ops::layernorm_backward(dx5, dw5, db, dy, x, w, mean, rstd, true, &dres); },
+               "layernorm_backward", "the LayerNorm's gradient");
+  expect_error([&] { ops::layernorm_backward(dx5, dw5, db, dy, x, w, mean, rstd, false, &short_res); },
+               "layernorm_backward", "dresidual");
 }
 
 // RoPE rotates q and k only, leaves position 0 and every v bit-identical, and its backward (the
