@@ -22,6 +22,29 @@ void check_row(const char* op, int32_t row, int64_t n, int64_t j, int64_t R) {
     TETRA_FAIL(Internal, op, ": row_of[", n, ", ", j, "] = ", row, " is not a row of the ", R, " expert rows");
 }
 
+// out[n] (+)= Σ_j w[n, j] · rows[row_of[n, j]] over token n's k rows, summed in fp32 in slot order;
+// weights null: every w is 1 (the permutation's backward), the same bits as the plain sum since
+// 1·v = v. out [N, d], rows [R, d], row_of [N, k], all fp32 or int32 as checked by the caller.
+void sum_token_rows(const char* op, Tensor& out, const Tensor& rows, const float* weights, const Tensor& row_of,
+                    const MoeRowDims& d, bool accumulate) {
+  const float* prw = rows.data<float>();
+  const int32_t* prow = row_of.data<int32_t>();
+  float* po = out.data<float>();
+  std::vector<float> sum(static_cast<size_t>(d.d));
+  for (int64_t n = 0; n < d.N; ++n) {
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    for (int64_t j = 0; j < d.k; ++j) {
+      const int32_t r = prow[n * d.k + j];
+      check_row(op, r, n, j, d.R);
+      const float w = weights ? weights[n * d.k + j] : 1.0f;
+      const float* src = prw + r * d.d;
+      for (int64_t c = 0; c < d.d; ++c) sum[static_cast<size_t>(c)] += w * src[c];
+    }
+    float* dst = po + n * d.d;
+    for (int64_t c = 0; c < d.d; ++c) dst[c] = accumulate ? dst[c] + sum[static_cast<size_t>(c)] : sum[static_cast<size_t>(c)];
+  }
+}
+
 }  // namespace
 
 void moe_permute_map(Tensor& offsets, Tensor& row_of, Tensor& slot_of, const Tensor& expert_ids) {
@@ -69,21 +92,7 @@ void moe_permute_backward(Tensor& dx, const Tensor& d_rows, const Tensor& row_of
   const MoeRowDims d = check_moe_permute_backward(op, dx, d_rows, row_of);
   check_dtype(op, "dx", dx, DType::F32);
   check_dtype(op, "d_rows", d_rows, DType::F32);
-  const float* pdr = d_rows.data<float>();
-  const int32_t* prow = row_of.data<int32_t>();
-  float* pdx = dx.data<float>();
-  std::vector<float> sum(static_cast<size_t>(d.d));
-  for (int64_t n = 0; n < d.N; ++n) {
-    std::fill(sum.begin(), sum.end(), 0.0f);
-    for (int64_t j = 0; j < d.k; ++j) {
-      const int32_t r = prow[n * d.k + j];
-      check_row(op, r, n, j, d.R);
-      const float* src = pdr + r * d.d;
-      for (int64_t c = 0; c < d.d; ++c) sum[static_cast<size_t>(c)] += src[c];
-    }
-    float* out = pdx + n * d.d;
-    for (int64_t c = 0; c < d.d; ++c) out[c] = accumulate ? out[c] + sum[static_cast<size_t>(c)] : sum[static_cast<size_t>(c)];
-  }
+  sum_token_rows(op, dx, d_rows, nullptr, row_of, d, accumulate);
 }
 
 void moe_unpermute(Tensor& y, const Tensor& rows, const Tensor& weights, const Tensor& row_of, bool accumulate) {
@@ -91,23 +100,7 @@ void moe_unpermute(Tensor& y, const Tensor& rows, const Tensor& weights, const T
   const MoeRowDims d = check_moe_unpermute(op, y, rows, weights, row_of);
   check_dtype(op, "y", y, DType::F32);
   check_dtype(op, "rows", rows, DType::F32);
-  const float* prw = rows.data<float>();
-  const float* pw = weights.data<float>();
-  const int32_t* prow = row_of.data<int32_t>();
-  float* py = y.data<float>();
-  std::vector<float> sum(static_cast<size_t>(d.d));
-  for (int64_t n = 0; n < d.N; ++n) {
-    std::fill(sum.begin(), sum.end(), 0.0f);
-    for (int64_t j = 0; j < d.k; ++j) {
-      const int32_t r = prow[n * d.k + j];
-      check_row(op, r, n, j, d.R);
-      const float w = pw[n * d.k + j];
-      const float* src = prw + r * d.d;
-      for (int64_t c = 0; c < d.d; ++c) sum[static_cast<size_t>(c)] += w * src[c];
-    }
-    float* out = py + n * d.d;
-    for (int64_t c = 0; c < d.d; ++c) out[c] = accumulate ? out[c] + sum[static_cast<size_t>(c)] : sum[static_cast<size_t>(c)];
-  }
+  sum_token_rows(op, y, rows, weights.data<float>(), row_of, d, accumulate);
 }
 
 void moe_unpermute_backward(Tensor& d_rows, Tensor& d_weights, const Tensor& dy, const Tensor& rows,
