@@ -7,7 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <span>
+#include <ranges>
 #include <thread>
 
 #include "launch/checkpoint/files.h"
@@ -80,8 +80,7 @@ HangDiagnosis diagnose_hang(const std::string& run_dir, const std::vector<RankId
   for (const RankIdentity& id : ranks)
     if (std::find(present.begin(), present.end(), id.rank) == present.end()) d.missing.push_back(id.rank);
   if (d.missing.empty()) return d;
-  const auto named = std::span(d.missing).first(std::min<size_t>(d.missing.size(), 16));
-  std::string names = join_text(named, ", ", [&](int missing) {
+  std::string names = join_text(d.missing | std::views::take(16), ", ", [&](int missing) {
     const RankIdentity& id = ranks[static_cast<size_t>(missing)];
     return "rank " + std::to_string(id.rank) + " (pid " + std::to_string(id.pid) + " on " + id.host + ")";
   });

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
-#include <span>
+#include <ranges>
 #include <string>
 #include <vector>
 
@@ -425,15 +425,14 @@ class CurvesRenderer {
          "column, so no spike is lost to the reduction.</li>";
     if (!report_.lost_steps.empty()) {
       s += "<li>Shaded red: step executions lost to failures (done, then redone after a restart): ";
-      s += join_text(std::span(report_.lost_steps).first(std::min<size_t>(report_.lost_steps.size(), 8)), "; ",
-                     lost_text);
+      s += join_text(report_.lost_steps | std::views::take(8), "; ", lost_text);
       if (report_.lost_steps.size() > 8) s += "; … (" + std::to_string(report_.lost_steps.size()) + " runs)";
       s += ". Against step, their values are drawn faded under the kept ones.</li>";
     }
     if (!rows_.skipped.empty()) {
       s += "<li>Red triangles: " + std::to_string(rows_.skipped.size()) +
            (rows_.skipped.size() == 1 ? " step" : " steps") + " with a non-finite loss or gradient norm (update skipped): ";
-      s += join_text(std::span(rows_.skipped).first(std::min<size_t>(rows_.skipped.size(), 10)), ", ",
+      s += join_text(rows_.skipped | std::views::take(10), ", ",
                      [&](size_t row) { return std::to_string(static_cast<int64_t>((*rows_.step)[row])); });
       if (rows_.skipped.size() > 10) s += ", …";
       s += ".</li>";

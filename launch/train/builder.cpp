@@ -401,8 +401,8 @@ void Builder::print_startup() {
     std::printf("tetra: model.moe.force_balance: routing forced to balance (a benchmark aid, not training)\n");
   const PipelinePlan& pipe = *p_.pipe;
   if (shape_.pp > 1) {
-    const std::string split = join_text(pipe.stage_layers, ", ");
-    std::printf("tetra: pipeline over %d ranks: schedule %s, %d micro-batches, %d stages of [%s] layers; simulated "
+    const std::string split = bracketed_text(pipe.stage_layers, ", ");
+    std::printf("tetra: pipeline over %d ranks: schedule %s, %d micro-batches, %d stages of %s layers; simulated "
                 "bubble %.1f%% (docs/pipeline.md)\n",
                 shape_.pp, choice_name(cfg_.parallel.schedule), pipe.schedule.layout.micro_batches(),
                 pipe.schedule.layout.stages(), split.c_str(), 100.0 * pipe.sim.bubble_fraction);
