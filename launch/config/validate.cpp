@@ -11,6 +11,7 @@
 #include "launch/config/data.h"
 #include "launch/config/schema.h"
 #include "launch/config/model.h"
+#include "models/llama_config.h"
 #include "parallel/pipeline/generators.h"
 #include "parallel/pipeline/stage_split.h"
 #include "runtime/device.h"
@@ -232,18 +233,23 @@ void check_tensor_parallel(const Config& c) {
 }
 
 // train.fp8: the FP8 GEMMs take every dimension in multiples of 16, the tokens of a micro-batch too
-// (under tensor parallelism each of the tp chunks of them that the tensor-parallel GEMMs run on); the
-// routed experts have tensorwise FP8 kernels only on a GPU.
+// (under tensor parallelism each of the tp chunks of them that the tensor-parallel GEMMs run on); on
+// a GPU the routed experts' blockwise GEMMs take whole 128×128 weight blocks.
 void check_fp8(const Config& c) {
   const TrainConfig& t = c.train;
   if (t.fp8.recipe == Fp8Recipe::None) return;
   const std::string recipe = fp8_recipe_name(t.fp8.recipe);
-  // The routed experts' grouped FP8 GEMMs (runtime/ops.h moe_grouped_fp8_*) cast per tensor on CUDA.
-  if (c.model.moe.n_experts > 0 && t.device == DeviceChoice::Cuda && t.fp8.recipe != Fp8Recipe::Tensorwise)
-    fail(c, {"train.fp8.recipe", "model.moe.n_experts", "train.device"},
-         recipe + " with routed experts on a GPU: the experts' grouped FP8 GEMMs have CUDA kernels for tensorwise "
-         "only (docs/kernels.md \"FP8 training\"); use train.fp8.recipe: tensorwise or none on a GPU, or "
-         "train.device: cpu (the CPU emulates every recipe)");
+  // The grouped kernel's blockwise mainloop (runtime/cuda/moe_grouped_gemm.h GroupedGemm::blockwise):
+  // an output tile is one weight block wide, so both of an expert GEMM's widths are whole blocks.
+  if (c.model.moe.n_experts > 0 && t.device == DeviceChoice::Cuda && t.fp8.recipe == Fp8Recipe::Blockwise) {
+    const int64_t C = c.model.d_model, F = LlamaConfig::from(model_args(c)).expert_ffn();
+    if (C % ops::kFp8Block != 0 || F % ops::kFp8Block != 0)
+      fail(c, {"train.fp8.recipe", C % ops::kFp8Block != 0 ? "model.d_model" : "model.moe.ffn_dim", "train.device"},
+           recipe + " with routed experts on a GPU: the experts' blockwise FP8 GEMMs take whole 128×128 weight "
+           "blocks, so model.d_model (" + str(C) + ") and the experts' width (model.moe.ffn_dim: " + str(F) +
+           ") must be multiples of 128; use train.fp8.recipe: tensorwise, widths of whole blocks, or "
+           "train.device: cpu (the CPU emulates every recipe at any width)");
+  }
   const long long tokens = static_cast<long long>(t.micro_batch) * t.seq_len;
   if (tokens % kFp8Multiple != 0)
     fail(c, {"train.fp8.recipe", "train.micro_batch", "train.seq_len"},

@@ -1,4 +1,4 @@
-// CUDA grouped FP8 expert GEMMs (runtime/ops.h moe_grouped_fp8_*), Tensorwise: one scale per
+// CUDA grouped FP8 expert GEMMs (runtime/ops.h moe_grouped_fp8_*). Tensorwise: one scale per
 // expert's rows and one per expert's weight, the CPU twin's (runtime/cpu/moe_grouped_linear.cpp)
 // codes and scales bit for bit. Everything runs from the offsets in device memory (no host
 // synchronisation; a CUDA graph captures it):
@@ -6,8 +6,9 @@
 //      layouts of the kernel that multiplies them (transposed for the tensor cores);
 //   2. the grouped GEMM on the codes (grouped_gemm_fp8, runtime/cuda/moe_grouped_gemm.h), scaled per
 //      expert in its epilogue.
-// Codes and scales are temporary tensors of the call (stream-ordered). Rows1x128 and Blocks128 have
-// no CUDA kernels yet (an Internal error; the config refuses them with routed experts on a GPU).
+// Rows1x128 and Blocks128 (DeepSeek-V3's blockwise scales) are cast by
+// runtime/cuda/moe_grouped_fp8_blockwise.cu and run on the tensor-core kernel's blockwise mainloop
+// only. Codes and scales are temporary tensors of the call (stream-ordered).
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/moe_grouped_fp8.h"
@@ -27,9 +28,9 @@ void check_operands(const char* op, const Tensor& c, const Tensor& a, ops::Fp8Ca
   for (const ops::Fp8Cast& cast : {a_cast, b_cast}) {
     if (cast.format != DType::F8E4M3 && cast.format != DType::F8E5M2)
       TETRA_FAIL(Internal, op, ": a cast's format is ", dtype_name(cast.format), ", not F8E4M3 or F8E5M2");
-    if (cast.scaling != ops::Fp8Scaling::Tensorwise)
-      TETRA_FAIL(Internal, op, ": only Tensorwise casts have CUDA kernels (Rows1x128 and Blocks128 run on CPU ranks)");
   }
+  if ((a_cast.scaling == ops::Fp8Scaling::Tensorwise) != (b_cast.scaling == ops::Fp8Scaling::Tensorwise))
+    TETRA_FAIL(Internal, op, ": one operand cast tensorwise and the other blockwise");
 }
 
 // The experts' rows of a row tensor [R, cols].
@@ -97,6 +98,10 @@ GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c,
   p.ab_type = a_cast.format, p.b_fp8 = b_cast.format, p.c_type = c.dtype();
   p.accumulate = accumulate;
   p.op = op;
+  if (a_cast.scaling != ops::Fp8Scaling::Tensorwise) {
+    cast_grouped_fp8_blockwise(call, a, a_cast, b, b_cast, stream);
+    return call;
+  }
   static const float kNoScale = 1.0f;  // grouped_gemm_fp8_tensor_cores asks only whether scales exist
   p.a_scale = p.b_scale = &kNoScale;
   p.fp8_transposed = grouped_gemm_fp8_tensor_cores(p);

@@ -29,4 +29,20 @@ GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c,
                                 bool accumulate = false, const ops::Fp8GroupedCodes* a_codes = nullptr,
                                 const ops::Fp8GroupedCodes* b_codes = nullptr);
 
+// Blockwise casts (a_cast Rows1x128; b_cast Blocks128, or Rows1x128 for BackwardWeight) into the
+// tensor-core kernel's blockwise layouts (runtime/cuda/moe_grouped_fp8_blockwise.cu): fills call.qa,
+// call.qb, call.po and p's operand, scale and layout fields (p's kind, extents, offsets and output set).
+// Fails (Config) where that kernel does not apply: blockwise expert GEMMs have no other CUDA kernel.
+void cast_grouped_fp8_blockwise(GroupedFp8Call& call, const Tensor& a, ops::Fp8Cast a_cast, const Tensor& b,
+                                ops::Fp8Cast b_cast, cudaStream_t stream);
+
+// A row tensor x [R, C] (bf16 or fp32) cast transposed in 128×1 runs down each expert's rows: codes
+// [C, Rp] (format), expert g's rows at columns [po[g], po[g] + m_g) and zero codes to po[g + 1]; scales
+// [Rp/128, padded C] (the run at padded rows 128·b is row b). Expert g's part is what fp8_quantize of
+// its rows [m_g, C] in Rows1x128 writes as q_t and scale_t. offsets and padded_offsets: int32 [G + 1]
+// on the device.
+ExpertCodes cast_expert_runs_transposed(const Tensor& x, DType format, const int32_t* offsets,
+                                        const int32_t* padded_offsets, int G, int64_t Rp, cudaStream_t stream,
+                                        const char* op);
+
 }  // namespace tetra::cuda

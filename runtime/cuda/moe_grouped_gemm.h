@@ -50,6 +50,15 @@ struct GroupedGemm {
   bool fp8_transposed = false;
   const int32_t* padded_offsets = nullptr;
   int64_t Rp = 0;
+  // Blockwise FP8 (DeepSeek-V3's scales; the tensor-core kernel's layouts only, O and I multiples of
+  // 128): every 128 products of K are summed, multiplied by their two scales and added in fp32.
+  //   Forward, BackwardInput: a_scale = the row operand's 1×128 scales [K/128, a_scale_ld] (rows
+  //     inner: entry kb·ld + r); b_scale = the weights' 128×128 block scales, expert g's n-block nb at
+  //     row g·N/128 + nb of [G·N/128, b_scale_ld] (N = O forward, I input gradient; entry ·ld + kb).
+  //   BackwardWeight: both the transposed operands' 128×1 scales over the padded rows, [Rp/128, ld]
+  //     (entry kb·ld + o for dyᵀ, kb·ld + i for xᵀ; kb counts 128-row blocks from padded row 0).
+  bool blockwise = false;
+  int64_t a_scale_ld = 0, b_scale_ld = 0;
   const char* op = "grouped GEMM";  // named in errors
 };
 

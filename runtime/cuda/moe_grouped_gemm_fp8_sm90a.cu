@@ -24,6 +24,9 @@
 //          end (the next expert's) and columns past N make outputs that are never stored.
 //   epilogue: expert g's sums times a_scale[g]·b_scale[g], stored (or added, BackwardWeight
 //          accumulating) as bf16 or fp32.
+//   blockwise (GroupedGemm::blockwise; DeepSeek-V3's 1×128 / 128×128 scales): the promoted tile, each
+//          k-tile's sums multiplied by their two per-128 scales as they are added (the k-tile is one
+//          scale block of K), no scale in the epilogue.
 // Stage s serves k-tiles s, s + S, … (S stages): k-tile i is phase i / S of full[s] and empty[s]; a
 // consumer releases a stage as soon as its wgmmas on it have completed (one arrival per consumer warp: 8).
 // Compiled for sm_90a only; elsewhere the kernel is absent and grouped_gemm_fp8_wgmma_applies says no.
@@ -65,8 +68,10 @@ struct TileShape {
   static constexpr size_t kSmemBytes = static_cast<size_t>(kStages) * kStageBytes + 1024;  // + alignment
   static constexpr int kAcc = kBN / 2;  // fp32 accumulators a thread (m64nBNk32)
 };
-// How a kernel runs its k-tiles: the fast shape, or the promoted one (each k-tile waited for and added).
-enum class Mainloop { Fast, Promoted };
+// How a kernel runs its k-tiles: the fast shape, or the promoted one (each k-tile waited for and
+// added), with the tensorwise scales applied once in the epilogue or (PromotedBlockwise) each k-tile's
+// blockwise scales applied as it is added.
+enum class Mainloop { Fast, Promoted, PromotedBlockwise };
 template <Mainloop ML>
 using ShapeOf = TileShape<ML == Mainloop::Fast>;
 
@@ -212,13 +217,80 @@ __device__ __forceinline__ void consume_promoted(float (&d)[TileShape<false>::kA
   }
 }
 
+// Blockwise: where this thread finds the two scales of each of its accumulators (GroupedGemm::blockwise),
+// for one tile. A thread of a consumer warpgroup holds rows 16·w + lane/4 (+8) of its 64 and columns
+// 8j + 2·(lane mod 4) (+1) of the tile's 128 (store_slice's layout).
+template <GroupedGemmKind KIND>
+struct BlockScales {
+  static constexpr bool kWeightGrad = KIND == GroupedGemmKind::BackwardWeight;
+  const float* a;    // A's scales at this thread's k-block 0: a[kb·a_ld + row_h] for its rows
+  const float* b;    // B's: the tile's weight block's row (forward, input gradient), else xᵀ's at col0
+  int64_t a_ld, b_ld;
+  int64_t row[2];
+
+  __device__ __forceinline__ BlockScales(const ParamsT<unsigned char>& p, const TileT<unsigned char>& T, int consumer) {
+    const int w = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    const int64_t first = T.m0 + 64 * consumer + 16 * w + lane / 4;
+    a_ld = p.a_scale_ld, b_ld = p.b_scale_ld;
+    if constexpr (kWeightGrad) {  // rows are dyᵀ's (O, a multiple of 128: all real); k-blocks from T.r0
+      const int64_t kb0 = T.r0 / kFp8BK;
+      row[0] = first, row[1] = first + 8;
+      a = p.a_scale + kb0 * a_ld;
+      b = p.b_scale + kb0 * b_ld + T.n0 + 2 * (lane % 4);
+    } else {  // the expert's rows; those past the tensor (never stored) read the last row's scale
+      const int64_t last = p.R - 1;
+      row[0] = T.r0 + first < last ? T.r0 + first : last;
+      row[1] = T.r0 + first + 8 < last ? T.r0 + first + 8 : last;
+      a = p.a_scale;
+      b = p.b_scale + (static_cast<int64_t>(T.g) * (T.N / kFp8BK) + T.n0 / kFp8BK) * b_ld;
+    }
+  }
+};
+
+// The promoted shape's k-tiles i0 … i0 + KT − 1 into d, each k-tile's sums multiplied by their
+// blockwise scales as they are added: d += part · sa[row] · sb (sb one block's for the forward and
+// input gradient, a column's for the weight gradient). The scales are loaded while the wgmmas run.
+template <Fp8Format AF, GroupedGemmKind KIND, class Release, class StageA, class StageB>
+__device__ __forceinline__ void consume_promoted_blockwise(float (&d)[TileShape<false>::kAcc], int i0, int KT,
+                                                           uint64_t* full, const Release& release, StageA a,
+                                                           StageB b, const BlockScales<KIND>& sc) {
+  using S = TileShape<false>;
+  float part[S::kAcc];
+  for (int kt = 0; kt < KT; ++kt) {
+    const int i = i0 + kt;
+    issue_k_tile<AF, false>(part, i, full, a, b, true);
+    const float* sa = sc.a + kt * sc.a_ld;
+    const float fa[2] = {sa[sc.row[0]], sa[sc.row[1]]};
+    float2 fb[S::kBN / 8];
+    if constexpr (BlockScales<KIND>::kWeightGrad) {
+#pragma unroll
+      for (int j = 0; j < S::kBN / 8; ++j) fb[j] = *reinterpret_cast<const float2*>(sc.b + kt * sc.b_ld + 8 * j);
+    } else {
+      const float one = sc.b[kt];
+#pragma unroll
+      for (int j = 0; j < S::kBN / 8; ++j) fb[j] = make_float2(one, one);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int r = 0; r < S::kAcc; ++r) fence_operand(part[r]);
+    if (threadIdx.x % 32 == 0) release(i);
+#pragma unroll
+    for (int j = 0; j < S::kBN / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        d[4 * j + 2 * h] += part[4 * j + 2 * h] * (fa[h] * fb[j].x);
+        d[4 * j + 2 * h + 1] += part[4 * j + 2 * h + 1] * (fa[h] * fb[j].y);
+      }
+  }
+}
+
 // A consumer's k-tiles i0 … i0 + KT − 1 of the block's sequence into d (started at zero), stage s of
 // k-tile i released (release(i), StageRelease) once its wgmmas have completed. `a` and `b` give a
 // stage's A slice (this consumer's 64 rows) and B tile addresses.
 template <Fp8Format AF, Mainloop ML, class Release, class StageA, class StageB>
 __device__ __forceinline__ void consume_tiles(float (&d)[ShapeOf<ML>::kAcc], int i0, int KT, uint64_t* full,
                                               const Release& release, StageA a, StageB b) {
-  if constexpr (ML != Mainloop::Fast) {
+  if constexpr (ML == Mainloop::Promoted) {
     consume_promoted<AF>(d, i0, KT, full, release, a, b);
   } else {
     // accumulate across k-tiles in the tensor cores; the previous k-tile's stage is released once its
@@ -310,19 +382,25 @@ __global__ void __launch_bounds__(kThreads, 1)
       const TileT<u8> T = tile_info<KIND, kBM, S::kBN>(p, table, t);
       const int KT = static_cast<int>((T.K + kFp8BK - 1) / kFp8BK);
       if (skipped(KT)) continue;
-      // the expert's scales brought into L1 while the k-tiles run (loaded after them)
-      prefetch_l1(p.a_scale + T.g);
-      prefetch_l1(p.b_scale + T.g);
+      constexpr bool kBlockwise = ML == Mainloop::PromotedBlockwise;
+      if (!kBlockwise) {  // the expert's scales brought into L1 while the k-tiles run (loaded after them)
+        prefetch_l1(p.a_scale + T.g);
+        prefetch_l1(p.b_scale + T.g);
+      }
 #pragma unroll
       for (int r = 0; r < S::kAcc; ++r) d[r] = 0.0f;
-      if (KT > 0)  // (only a weight gradient of an expert without rows has none: zeros stored)
-        consume_tiles<AF, ML>(
-            d, i, KT, full, release,
-            [&](int s) { return a_stage(s) + static_cast<uint32_t>(64 * consumer * 128); }, b_stage);
-      i += KT;
-      const float scale = p.a_scale[T.g] * p.b_scale[T.g];
+      auto a_slice = [&](int s) { return a_stage(s) + static_cast<uint32_t>(64 * consumer * 128); };
+      if constexpr (kBlockwise) {
+        if (KT > 0) consume_promoted_blockwise<AF>(d, i, KT, full, release, a_slice, b_stage,
+                                                   BlockScales<KIND>(p, T, consumer));
+      } else {
+        if (KT > 0)  // (only a weight gradient of an expert without rows has none: zeros stored)
+          consume_tiles<AF, ML>(d, i, KT, full, release, a_slice, b_stage);
+        const float scale = p.a_scale[T.g] * p.b_scale[T.g];
 #pragma unroll
-      for (int r = 0; r < S::kAcc; ++r) d[r] *= scale;
+        for (int r = 0; r < S::kAcc; ++r) d[r] *= scale;
+      }
+      i += KT;
       store_slice<S::kBN>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), T.m0 + 64 * consumer,
                           T.n0, T.M, T.N, BW && p.accumulate);
     }
@@ -378,7 +456,7 @@ void run_shape(const GroupedGemm& p, Device device, cudaStream_t stream) {
   ParamsT<u8> prm{static_cast<const u8*>(p.a), static_cast<const u8*>(p.b), p.c, p.offsets, static_cast<int>(p.G), p.R,
                   p.O, p.I, static_cast<int>((p.O + kBM - 1) / kBM),
                   static_cast<int>((N + S::kBN - 1) / S::kBN), p.accumulate, p.a_scale, p.b_scale,
-                  bw ? p.padded_offsets : nullptr};
+                  bw ? p.padded_offsets : nullptr, p.a_scale_ld, p.b_scale_ld};
   // A's boxes: a block's 128 rows; B's: the tile's kBN rows
   Maps maps{};
   if (p.kind == GroupedGemmKind::Forward) {  // x [R, I], w [G·O, I]
@@ -427,6 +505,8 @@ bool grouped_gemm_fp8_wgmma_applies(const GroupedGemm& p, const char** why) {
   if (!p.a_scale || !p.b_scale) return no("the scales are missing");
   if (p.c_type != DType::BF16 && p.c_type != DType::F32) return no("the output is neither bf16 nor fp32");
   if (p.O % 16 != 0 || p.I % 16 != 0) return no("O or I is not a multiple of 16 (the copy engine's 16-byte strides)");
+  if (p.blockwise && (p.O % kFp8BK != 0 || p.I % kFp8BK != 0))
+    return no("blockwise scales need O and I multiples of 128 (whole weight blocks a tile)");
   if (!aligned16(p.c)) return no("the output is not 16-byte aligned");
   if (p.G > kMaxTableGroups) return no("more than 1024 experts in one call");
   // TMA coordinates are 32-bit; the transposing casts' grids have up to Rp / 32 rows of blocks (their
@@ -470,7 +550,11 @@ void grouped_gemm_fp8_wgmma(const GroupedGemm& p, Device device, cudaStream_t st
       TETRA_CUDA_CHECK(cudaMemsetAsync(p.c, 0, static_cast<size_t>(p.G * p.O * p.I) * dtype_size(p.c_type), stream));
     return;
   }
-  if (grouped_gemm_fp8_fast_accumulation(p.kind)) run_shape<Mainloop::Fast>(p, device, stream);
+  if (p.blockwise) {
+    if (p.a_scale_ld <= 0 || p.b_scale_ld <= 0)
+      TETRA_FAIL(Internal, p.op, " (wgmma FP8 kernel): blockwise scales without their row strides");
+    run_shape<Mainloop::PromotedBlockwise>(p, device, stream);
+  } else if (grouped_gemm_fp8_fast_accumulation(p.kind)) run_shape<Mainloop::Fast>(p, device, stream);
   else run_shape<Mainloop::Promoted>(p, device, stream);
 }
 

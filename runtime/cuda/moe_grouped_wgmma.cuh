@@ -58,6 +58,9 @@ struct ParamsT {
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
   const int32_t* padded_offsets = nullptr;
+  // Blockwise (GroupedGemm::blockwise): a_scale and b_scale are per-128 scales instead, row strides
+  // a_scale_ld and b_scale_ld (GroupedGemm's table).
+  int64_t a_scale_ld = 0, b_scale_ld = 0;
 };
 using Params = ParamsT<bf16>;
 

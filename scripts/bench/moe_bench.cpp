@@ -17,7 +17,8 @@
 // lines with impl fp8_tensorwise and their sum (moe_gemm_sum) beside the bf16 layer's gemm_ms, after
 // a line (bench fp8_kernel) naming the kernel that multiplies the codes: wgmma_fp8 (Hopper's tensor
 // cores) or simt, with the reason the tensor cores do not apply; then the same calls split into
-// their casts and their grouped GEMM on codes cast before (moe_fp8_split: the kernel's own rate),
+// their casts and their grouped GEMM on codes cast before (moe_fp8_split: the kernel's own rate; under
+// tensorwise and under blockwise),
 // and the six as the layer runs them with each row tensor cast once (moe_fp8_ahead); then each grouped
 // cast alone (moe_fp8_cast) and the gathered ones each way (moe_gathered_cast).
 #include <cuda_runtime.h>
@@ -237,9 +238,15 @@ struct GemmTimer {
 
 // The same six calls in their two parts (runtime/cuda/moe_grouped_fp8.h): the casts of both operands
 // alone (casts_ms), and the grouped GEMM alone on codes cast once before (gemm_ms, tflops on its
-// FLOPs). Lines bench moe_fp8_split, then their sums (moe_fp8_split_sum).
-void bench_fp8_split(Layer& L, const std::string& how, int reps) {
-  const ops::Fp8Cast act{ops::Fp8Scaling::Tensorwise, DType::F8E4M3}, grad{ops::Fp8Scaling::Tensorwise, DType::F8E5M2};
+// FLOPs), under one recipe: tensorwise, or blockwise (DeepSeek-V3's 1×128 rows and 128×128 weight
+// blocks, all E4M3, on the tensor-core kernel's blockwise mainloop). Lines bench moe_fp8_split, then
+// their sums (moe_fp8_split_sum), each with its recipe.
+void bench_fp8_split(Layer& L, const std::string& how, int reps, bool blockwise) {
+  using S = ops::Fp8Scaling;
+  const ops::Fp8Cast act{blockwise ? S::Rows1x128 : S::Tensorwise, DType::F8E4M3},
+      grad{blockwise ? S::Rows1x128 : S::Tensorwise, blockwise ? DType::F8E4M3 : DType::F8E5M2},
+      weight{blockwise ? S::Blocks128 : S::Tensorwise, DType::F8E4M3};
+  const std::string recipe = blockwise ? "blockwise" : "tensorwise";
   const double R = static_cast<double>(L.R), d = static_cast<double>(L.d), F = static_cast<double>(L.F);
   using K = cuda::GroupedGemmKind;
   double casts_sum = 0, gemm_sum = 0, flops_sum = 0;
@@ -249,17 +256,17 @@ void bench_fp8_split(Layer& L, const std::string& how, int reps) {
     const cuda::GroupedFp8Call call = cuda::cast_grouped_fp8(op.c_str(), kind, c, a, ac, b, bc, L.offsets);
     const double gemm_ms = time_ms([&] { cuda::grouped_gemm_fp8(call.p, gpu(), cuda::stream_of(gpu())); }, reps);
     casts_sum += casts_ms, gemm_sum += gemm_ms, flops_sum += flops;
-    print({{"bench", "moe_fp8_split"}, {"routing", how}, {"op", op}, {"casts_ms", casts_ms}, {"gemm_ms", gemm_ms},
-           {"gemm_tflops", flops / (gemm_ms * 1e-3) / 1e12}});
+    print({{"bench", "moe_fp8_split"}, {"routing", how}, {"recipe", recipe}, {"op", op}, {"casts_ms", casts_ms},
+           {"gemm_ms", gemm_ms}, {"gemm_tflops", flops / (gemm_ms * 1e-3) / 1e12}});
   };
-  split("gate_up_forward", K::Forward, 2 * R * 2 * F * d, L.gu, L.xs, act, L.w_gu, act);
-  split("down_forward", K::Forward, 2 * R * d * F, L.out, L.h, act, L.w_down, act);
-  split("down_backward_input", K::BackwardInput, 2 * R * F * d, L.dh, L.d_out, grad, L.w_down, act);
+  split("gate_up_forward", K::Forward, 2 * R * 2 * F * d, L.gu, L.xs, act, L.w_gu, weight);
+  split("down_forward", K::Forward, 2 * R * d * F, L.out, L.h, act, L.w_down, weight);
+  split("down_backward_input", K::BackwardInput, 2 * R * F * d, L.dh, L.d_out, grad, L.w_down, weight);
   split("down_backward_weight", K::BackwardWeight, 2 * d * F * R, L.dw_down, L.d_out, grad, L.h, act);
   split("gate_up_backward_weight", K::BackwardWeight, 2 * 2 * F * d * R, L.dw_gu, L.dgu, grad, L.xs, act);
-  split("gate_up_backward_input", K::BackwardInput, 2 * R * d * 2 * F, L.dxs, L.dgu, grad, L.w_gu, act);
-  print({{"bench", "moe_fp8_split_sum"}, {"routing", how}, {"casts_ms", casts_sum}, {"gemm_ms", gemm_sum},
-         {"gemm_tflops", flops_sum / (gemm_sum * 1e-3) / 1e12}});
+  split("gate_up_backward_input", K::BackwardInput, 2 * R * d * 2 * F, L.dxs, L.dgu, grad, L.w_gu, weight);
+  print({{"bench", "moe_fp8_split_sum"}, {"routing", how}, {"recipe", recipe}, {"casts_ms", casts_sum},
+         {"gemm_ms", gemm_sum}, {"gemm_tflops", flops_sum / (gemm_sum * 1e-3) / 1e12}});
 }
 
 // The six calls as the layer runs them under tensorwise (models/moe_mlp.cpp): x, h, d_out and d_gu
@@ -378,7 +385,12 @@ void bench_fp8_gemms(Layer& L, const std::string& how, double load, int reps) {
   for (const Line& l : lines) ms += l.ms, floor += l.floor_ms;
   print({{"bench", "moe_gemm_sum"}, {"routing", how}, {"impl", name}, {"max_over_mean_load", load}, {"gemm_ms", ms},
          {"gemm_floor_ms", floor}, {"gemm_tflops", floor / ms * kPeakFlops / 1e12}});
-  bench_fp8_split(L, how, reps);
+  bench_fp8_split(L, how, reps, /*blockwise=*/false);
+  try {  // the blockwise mainloop is Hopper's tensor-core kernel only: elsewhere a line saying why
+    bench_fp8_split(L, how, reps, /*blockwise=*/true);
+  } catch (const Error& e) {
+    print({{"bench", "moe_fp8_split"}, {"routing", how}, {"recipe", "blockwise"}, {"skipped", std::string(e.what())}});
+  }
   bench_fp8_ahead(L, how, reps);
   bench_fp8_casts(L, how, reps);
   bench_gathered_casts(L, how, reps);

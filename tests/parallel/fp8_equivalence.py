@@ -38,13 +38,14 @@ Groups (one ctest each):
             it resumes without FP8 and an unquantised checkpoint resumes with it.
   gpu       (label gpu; exit 77 without a GPU) each recipe's cuBLASLt GEMMs in bf16 training on one
             GPU: a 256-wide Llama against the bf16 run (the last 10 losses' mean within LOSS_TOL, the
-            loss falls), and under CUDA graphs the same losses as without; then its MoE under
-            tensorwise (the routed experts' grouped FP8 kernels) against its bf16 run, without graphs.
+            loss falls), and under CUDA graphs the same losses as without; then its MoE under each
+            recipe (the routed experts' grouped FP8 kernels) against its bf16 run, and each under
+            CUDA graphs against itself.
   refused   what the recipes cannot run is a configuration error before any work: blockwise at tp 2
             on slices that are not multiples of 128 wide, tp 2 with micro-batches of 16 tokens (chunks
             of 8 rows), a micro-batch of tokens not a multiple of 16, a width not a multiple of 16 (an
             expert's too), samples (their decoding GEMMs have one row), blockwise with routed experts
-            on a GPU (their grouped GEMMs have tensorwise CUDA kernels only).
+            on a GPU off whole 128×128 weight blocks (their blockwise CUDA kernel's tiles).
 
 usage: fp8_equivalence.py TETRA_BIN WORK_DIR GROUP
 """
@@ -258,22 +259,24 @@ elif group == "gpu":
         graphs = losses_of(ws, recipe + "_graphs")
         same = max(rel(a, b) for a, b in zip(graphs, got))
         check(same <= TOL, f"gpu {recipe}: CUDA graphs replay the same losses ({same:.1e})")
-    # The routed experts' grouped FP8 GEMMs (tensorwise, the recipe they have CUDA kernels for): the
-    # same Llama with 8 experts of width 128 in 3 of its 4 blocks against its bf16 run, then both again
-    # under CUDA graphs: the same losses, and the same per-layer expert loads in every step's metrics
-    # (the loads a replayed step reads back are that step's, not the captured step's).
+    # The routed experts' grouped FP8 GEMMs (tensorwise on either kernel; blockwise on the tensor-core
+    # kernel's blockwise mainloop, the experts 128 wide in whole weight blocks): the same Llama with 8
+    # experts of width 128 in 3 of its 4 blocks against its bf16 run, then each again under CUDA graphs:
+    # the same losses, and the same per-layer expert loads in every step's metrics (the loads a
+    # replayed step reads back are that step's, not the captured step's).
     moe = ["model.moe.n_experts=8", "model.moe.top_k=2", "model.moe.n_shared=1", "model.moe.ffn_dim=128",
            "model.moe.first_k_dense=1"]
     ws.train("moe_bf16", np_=1, sets=moe, mpirun=False)
     base = losses_of(ws, "moe_bf16")
-    ws.train("moe_tensorwise", np_=1, sets=moe + ["train.fp8.recipe=tensorwise"], mpirun=False)
-    got = losses_of(ws, "moe_tensorwise")
-    check(len(got) == STEPS and all(np.isfinite(got)) and got[-1] < got[0] - 1.0,
-          f"gpu MoE tensorwise: {STEPS} finite losses, falling ({got[0]:.3f} -> {got[-1]:.3f})")
-    tail = rel(np.mean(got[-10:]), np.mean(base[-10:]))
-    check(tail <= LOSS_TOL,
-          f"gpu MoE tensorwise: the last 10 losses' mean within {LOSS_TOL} of the bf16 run's ({tail:.1e})")
-    for name, sets in [("moe_bf16", moe), ("moe_tensorwise", moe + ["train.fp8.recipe=tensorwise"])]:
+    for recipe in RECIPES:
+        ws.train("moe_" + recipe, np_=1, sets=moe + [f"train.fp8.recipe={recipe}"], mpirun=False)
+        got = losses_of(ws, "moe_" + recipe)
+        check(len(got) == STEPS and all(np.isfinite(got)) and got[-1] < got[0] - 1.0,
+              f"gpu MoE {recipe}: {STEPS} finite losses, falling ({got[0]:.3f} -> {got[-1]:.3f})")
+        tail = rel(np.mean(got[-10:]), np.mean(base[-10:]))
+        check(tail <= LOSS_TOL,
+              f"gpu MoE {recipe}: the last 10 losses' mean within {LOSS_TOL} of the bf16 run's ({tail:.1e})")
+    for name, sets in [("moe_bf16", moe)] + [("moe_" + r, moe + [f"train.fp8.recipe={r}"]) for r in RECIPES]:
         ws.train(name + "_graphs", np_=1, sets=sets + ["train.cuda_graphs=true"], mpirun=False)
         eager, graphs = metrics(ws.run_dir(name)), metrics(ws.run_dir(name + "_graphs"))
         same = max(rel(graphs[s]["loss"], eager[s]["loss"]) for s in eager)

@@ -317,9 +317,11 @@ std::vector<BadCase> moe_cases() {
         "use parallel.tp: 1 with model.moe", "[model.moe.n_experts at ", "cfg.yaml:4]"}},
       {"moe_cuda_graphs_with_ep", moe_base(), {"parallel.ep=2", "train.device=cuda", "train.cuda_graphs=true"}, 2,
        {"--set train.cuda_graphs: true with parallel.ep = 2"}},
-      {"moe_fp8_blockwise_on_gpu", moe_base(), {"train.fp8.recipe=blockwise", "train.device=cuda"}, 2,
-       {"--set train.fp8.recipe: blockwise with routed experts on a GPU",
-        "CUDA kernels for tensorwise only", "use train.fp8.recipe: tensorwise or none on a GPU"}},
+      {"moe_fp8_blockwise_on_gpu_off_blocks", moe_base(), {"train.fp8.recipe=blockwise", "train.device=cuda",
+                                                           "model.moe.ffn_dim=192"}, 2,
+       {"--set train.fp8.recipe: blockwise with routed experts on a GPU", "whole 128×128 weight blocks",
+        "model.d_model (64) and the experts' width (model.moe.ffn_dim: 192) must be multiples of 128",
+        "use train.fp8.recipe: tensorwise"}},
   };
 }
 
@@ -367,8 +369,8 @@ TEST(BadConfig, BaseIsValid) {
   EXPECT_NO_THROW(validate(cfg, 2));
 }
 
-// The routed experts' grouped FP8 GEMMs have CUDA kernels for tensorwise: a MoE under it on a GPU
-// is valid (blockwise is refused above).
+// The routed experts' grouped FP8 GEMMs have CUDA kernels for tensorwise at any width: a MoE under it
+// on a GPU is valid (blockwise needs whole 128×128 weight blocks, refused above off them).
 TEST(BadConfig, Fp8TensorwiseWithRoutedExpertsOnAGpuIsValid) {
   testing::TempDir dir;
   Config cfg = load_config(dir.write("cfg.yaml", moe_base()), {"train.fp8.recipe=tensorwise", "train.device=cuda"});

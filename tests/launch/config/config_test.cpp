@@ -183,6 +183,20 @@ TEST(Config, OverrideFixesAnInvalidFile) {
             std::string::npos);
 }
 
+// Blockwise FP8 with routed experts runs on a GPU where the experts' GEMMs are whole 128×128 weight
+// blocks (config_errors_test has the refusal otherwise).
+TEST(Config, BlockwiseFp8WithRoutedExpertsOnAGpuTakesWholeBlocks) {
+  testing::TempDir dir;
+  const std::string moe = edit("model:", "model:\n  arch: llama\n  moe:\n    n_experts: 8\n    top_k: 2\n    ffn_dim: 256");
+  Config c = load_config(dir.write("cfg.yaml", moe),
+                         {"model.d_model=128", "train.fp8.recipe=blockwise", "train.device=cuda"});
+  EXPECT_NO_THROW(validate(c, 2));
+  Config d = load_config(dir.write("cfg2.yaml", moe),
+                         {"model.d_model=128", "model.moe.ffn_dim=320", "train.fp8.recipe=blockwise", "train.device=cuda"});
+  EXPECT_NE(message_of([&] { validate(d, 2); }).find("(model.moe.ffn_dim: 320) must be multiples of 128"),
+            std::string::npos);
+}
+
 TEST(Config, TrainSeqLenMayBeShorter) {
   testing::TempDir dir;
   Config c = load_config(dir.write("cfg.yaml", kBase), {"train.seq_len=32"});

@@ -1,0 +1,177 @@
+// The grouped FP8 expert GEMMs' blockwise casts (DeepSeek-V3's scales: runtime/ops.h Rows1x128 for
+// rows and gradients, Blocks128 for weights) in the layouts of the tensor-core kernel
+// (GroupedGemm::blockwise, runtime/cuda/moe_grouped_gemm.h), each value as the CPU twin's per-expert
+// casts (runtime/cpu/moe_grouped_linear.cpp) give it:
+//   Forward         x [R, I] rows 1×128          w [G·O, I] in 128×128 blocks (O a multiple of 128:
+//                                                 no block spans two experts, so one cast of the stack)
+//   BackwardInput   dy [R, O] rows 1×128         w[g]ᵀ [I, O] per expert, the blocks transposed
+//   BackwardWeight  dyᵀ [O, Rp], xᵀ [I, Rp]: 128×1 runs down each expert's rows, counted from the
+//                   expert's first row (its padded start po[g], a multiple of 128), zero codes after
+//                   its rows (expert_runs_cast_t_kernel)
+// A row's 1×128 scales do not depend on its expert, so the row operands are cast whole. Everything
+// runs from the offsets in device memory (no host synchronisation).
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_context.h"
+#include "runtime/cuda/fp8_device.cuh"
+#include "runtime/cuda/moe_grouped_fp8.h"
+#include "runtime/fp8_cast_shape.h"
+
+namespace tetra::cuda {
+
+namespace {
+
+constexpr int kRun = ops::kFp8Block;  // 128 rows a scale; 128 columns (threads) a block
+
+// The expert whose padded rows [po[g], po[g + 1]) hold padded row p, or −1 past po[G].
+__device__ int expert_of_padded_row(const int32_t* po, int G, int64_t p) {
+  if (p >= po[G]) return -1;
+  int lo = 0, hi = G - 1;  // po[lo] ≤ p < po[hi + 1]
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (po[mid] <= p) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// One block: 128 padded rows (blockIdx.x, a run of one expert) × 128 columns, one column a thread.
+// A thread folds its column's max over the run's real rows (a warp reads 64 or 128 contiguous bytes of
+// a row), then casts them into q_t's row c (128 codes: eight 16-byte stores) and writes the run's
+// scale. Rows of the run past the expert's end are zero codes.
+template <class T>
+__global__ void expert_runs_cast_t_kernel(const T* x, int64_t C, const int32_t* offsets, const int32_t* po, int G,
+                                          int64_t Rp, Fp8Format format, float largest, unsigned char* q_t,
+                                          float* scale_t, int64_t scale_ld) {
+  __shared__ int run_expert;
+  const int64_t p0 = static_cast<int64_t>(blockIdx.x) * kRun;
+  if (threadIdx.x == 0) run_expert = expert_of_padded_row(po, G, p0);
+  __syncthreads();
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kRun + threadIdx.x;
+  if (c >= C) return;
+  const int g = run_expert;
+  int64_t first = 0, n = 0;  // the run's real rows of x
+  if (g >= 0) {
+    const int64_t j0 = p0 - po[g], m = offsets[g + 1] - offsets[g];
+    first = offsets[g] + j0;
+    n = m - j0 < kRun ? m - j0 : kRun;
+    if (n < 0) n = 0;
+  }
+  unsigned amax = 0;
+  for (int64_t j = 0; j < n; ++j) amax = max(amax, abs_bits(to_f32(x[(first + j) * C + c])));
+  const float r = fp8_quant_factor(__uint_as_float(amax), largest);
+  uint4* dst = reinterpret_cast<uint4*>(q_t + c * Rp + p0);
+#pragma unroll 1
+  for (int v = 0; v < kRun / 16; ++v) {
+    unsigned word[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int e = 0; e < 16; ++e) {
+      const int64_t j = v * 16 + e;
+      const unsigned code = j < n ? fp8_code(to_f32(x[(first + j) * C + c]), r, format) : 0u;
+      word[e / 4] |= code << (8 * (e % 4));
+    }
+    dst[v] = make_uint4(word[0], word[1], word[2], word[3]);
+  }
+  scale_t[(p0 / kRun) * scale_ld + c] = 1.0f / r;
+}
+
+}  // namespace
+
+ExpertCodes cast_expert_runs_transposed(const Tensor& x, DType format, const int32_t* offsets,
+                                        const int32_t* padded_offsets, int G, int64_t Rp, cudaStream_t stream,
+                                        const char* op) {
+  const int64_t C = x.dim(1);
+  if (Rp % kRun != 0 || C % 16 != 0)
+    TETRA_FAIL(Internal, op, ": the transposed runs need Rp a multiple of 128 and ", C, " columns a multiple of 16");
+  const Shape scale_shape = fp8_scale_shape(ops::Fp8Scaling::Rows1x128, C, Rp);  // [Rp/128, padded C]
+  ExpertCodes out{Tensor::empty({C, Rp}, format, x.device()), Tensor::zeros(scale_shape, DType::F32, x.device())};
+  if (Rp == 0 || C == 0) return out;
+  const Fp8Format f = fp8_format_of(format);
+  const dim3 grid(static_cast<unsigned>(Rp / kRun), static_cast<unsigned>((C + kRun - 1) / kRun));
+  auto* q = static_cast<unsigned char*>(out.q.data_ptr());
+  float* s = out.scale.data<float>();
+  if (x.dtype() == DType::BF16)
+    expert_runs_cast_t_kernel<<<grid, kRun, 0, stream>>>(static_cast<const bf16*>(x.data_ptr()), C, offsets, padded_offsets, G, Rp, f,
+                                                         fp8_largest(f), q, s, scale_shape[1]);
+  else
+    expert_runs_cast_t_kernel<<<grid, kRun, 0, stream>>>(x.data<float>(), C, offsets, padded_offsets, G, Rp, f,
+                                                         fp8_largest(f), q, s, scale_shape[1]);
+  TETRA_CUDA_CHECK_LAUNCH();
+  return out;
+}
+
+namespace {
+
+// A row operand [R, K] cast whole in 1×128 groups: codes [R, K] and scales [K/128, padded R].
+ExpertCodes rows_1x128(const Tensor& x, DType format) {
+  ExpertCodes out{Tensor::empty(x.shape(), format, x.device()),
+                  Tensor::empty(fp8_scale_shape(ops::Fp8Scaling::Rows1x128, x.dim(0), x.dim(1)), DType::F32,
+                                x.device())};
+  ops::fp8_quantize(out.q, out.scale, x, ops::Fp8Scaling::Rows1x128);
+  return out;
+}
+
+// The stacked weights w [G, O, I] in 128×128 blocks: codes [G·O, I] with scales [G·O/128, padded I/128]
+// (transposed false), or each w[g]ᵀ, codes [G, I, O] with scales [G·I/128, padded O/128].
+ExpertCodes weight_blocks(const Tensor& w, DType format, bool transposed) {
+  const int64_t G = w.dim(0), O = w.dim(1), I = w.dim(2);
+  const ops::Fp8Scaling blocks = ops::Fp8Scaling::Blocks128;
+  if (!transposed) {
+    const Tensor stack = w.slice_flat(0, {G * O, I});
+    ExpertCodes out{Tensor::empty({G * O, I}, format, w.device()),
+                    Tensor::empty(fp8_scale_shape(blocks, G * O, I), DType::F32, w.device())};
+    ops::fp8_quantize(out.q, out.scale, stack, blocks);
+    return out;
+  }
+  // Each expert's blocks transposed lie in its own rows of the stack; the untransposed codes are a
+  // scratch tensor that every expert's cast overwrites in stream order.
+  const Shape one_t = fp8_scale_shape(blocks, I, O);
+  ExpertCodes out{Tensor::empty({G, I, O}, format, w.device()),
+                  Tensor::empty({G * one_t[0], one_t[1]}, DType::F32, w.device())};
+  Tensor q = Tensor::empty({O, I}, format, w.device());
+  Tensor scale = Tensor::empty(fp8_scale_shape(blocks, O, I), DType::F32, w.device());
+  for (int64_t g = 0; g < G; ++g) {
+    Tensor q_t = out.q.slice_flat(g * I * O, {I, O});
+    Tensor scale_t = out.scale.slice_flat(g * one_t[0] * one_t[1], one_t);
+    ops::fp8_quantize(q, scale, w.slice_flat(g * O * I, {O, I}), blocks, &q_t, &scale_t);
+  }
+  return out;
+}
+
+}  // namespace
+
+void cast_grouped_fp8_blockwise(GroupedFp8Call& call, const Tensor& a, ops::Fp8Cast a_cast, const Tensor& b,
+                                ops::Fp8Cast b_cast, cudaStream_t stream) {
+  GroupedGemm& p = call.p;
+  const bool weight_kind = p.kind == GroupedGemmKind::BackwardWeight;
+  const ops::Fp8Scaling b_wants = weight_kind ? ops::Fp8Scaling::Rows1x128 : ops::Fp8Scaling::Blocks128;
+  if (a_cast.scaling != ops::Fp8Scaling::Rows1x128 || b_cast.scaling != b_wants)
+    TETRA_FAIL(Internal, p.op, ": blockwise grouped GEMMs take 1×128 rows and ",
+               weight_kind ? "1×128 rows" : "128×128 weight blocks");
+  if (!a.defined() || !b.defined())
+    TETRA_FAIL(Internal, p.op, ": blockwise grouped GEMMs cast their operands themselves (no codes cast ahead)");
+  const char* why = nullptr;
+  p.blockwise = true;
+  p.fp8_transposed = true;
+  static const float kNoScale = 1.0f;  // the check asks only whether scales exist; set below
+  p.a_scale = p.b_scale = &kNoScale;
+  if (!grouped_gemm_fp8_wgmma_applies(p, &why))
+    TETRA_FAIL(Config, p.op, ": blockwise FP8 expert GEMMs run only on Hopper's tensor-core kernel, which does not "
+               "apply here: ", why);
+  if (weight_kind) {
+    call.po = padded_offsets(p.offsets, static_cast<int>(p.G), p.R, a.device(), stream);
+    p.padded_offsets = call.po.data<int32_t>();
+    p.Rp = grouped_gemm_fp8_padded_rows(p.R, p.G);
+    call.qa = cast_expert_runs_transposed(a, a_cast.format, p.offsets, p.padded_offsets, static_cast<int>(p.G), p.Rp,
+                                          stream, p.op);
+    call.qb = cast_expert_runs_transposed(b, b_cast.format, p.offsets, p.padded_offsets, static_cast<int>(p.G), p.Rp,
+                                          stream, p.op);
+  } else {
+    call.qa = rows_1x128(a, a_cast.format);
+    call.qb = weight_blocks(b, b_cast.format, p.kind == GroupedGemmKind::BackwardInput);
+  }
+  p.a = call.qa.q.data_ptr(), p.b = call.qb.q.data_ptr();
+  p.a_scale = call.qa.scale.data<float>(), p.b_scale = call.qb.scale.data<float>();
+  p.a_scale_ld = call.qa.scale.dim(1), p.b_scale_ld = call.qb.scale.dim(1);
+}
+
+}  // namespace tetra::cuda
