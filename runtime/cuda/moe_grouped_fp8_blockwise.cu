@@ -4,7 +4,8 @@
 // casts (runtime/cpu/moe_grouped_linear.cpp) give it:
 //   Forward         x [R, I] rows 1×128          w [G·O, I] in 128×128 blocks (O a multiple of 128:
 //                                                 no block spans two experts, so one cast of the stack)
-//   BackwardInput   dy [R, O] rows 1×128         w[g]ᵀ [I, O] per expert, the blocks transposed
+//   BackwardInput   dy [R, O] rows 1×128         the stack transposed, [I, G·O] (expert g's wᵀ at
+//                                                 columns g·O): its blocks transposed, one cast
 //   BackwardWeight  dyᵀ [O, Rp], xᵀ [I, Rp]: 128×1 runs down each expert's rows, counted from the
 //                   expert's first row (its padded start po[g], a multiple of 128), zero codes after
 //                   its rows (expert_runs_cast_t_kernel)
@@ -110,30 +111,23 @@ ExpertCodes rows_1x128(const Tensor& x, DType format) {
   return out;
 }
 
-// The stacked weights w [G, O, I] in 128×128 blocks: codes [G·O, I] with scales [G·O/128, padded I/128]
-// (transposed false), or each w[g]ᵀ, codes [G, I, O] with scales [G·I/128, padded O/128].
+// The stacked weights w [G, O, I] as one [G·O, I] in 128×128 blocks (O a multiple of 128: no block
+// spans two experts): codes [G·O, I] with scales [G·O/128, padded I/128] (transposed false), or the
+// stack's transposed codes [I, G·O] with scales [I/128, padded G·O/128] (expert g's wᵀ is columns
+// g·O … g·O + O − 1 of them; the untransposed codes of that cast are a scratch tensor).
 ExpertCodes weight_blocks(const Tensor& w, DType format, bool transposed) {
   const int64_t G = w.dim(0), O = w.dim(1), I = w.dim(2);
   const ops::Fp8Scaling blocks = ops::Fp8Scaling::Blocks128;
+  const Tensor stack = w.slice_flat(0, {G * O, I});
+  ExpertCodes rows{Tensor::empty({G * O, I}, format, w.device()),
+                   Tensor::empty(fp8_scale_shape(blocks, G * O, I), DType::F32, w.device())};
   if (!transposed) {
-    const Tensor stack = w.slice_flat(0, {G * O, I});
-    ExpertCodes out{Tensor::empty({G * O, I}, format, w.device()),
-                    Tensor::empty(fp8_scale_shape(blocks, G * O, I), DType::F32, w.device())};
-    ops::fp8_quantize(out.q, out.scale, stack, blocks);
-    return out;
+    ops::fp8_quantize(rows.q, rows.scale, stack, blocks);
+    return rows;
   }
-  // Each expert's blocks transposed lie in its own rows of the stack; the untransposed codes are a
-  // scratch tensor that every expert's cast overwrites in stream order.
-  const Shape one_t = fp8_scale_shape(blocks, I, O);
-  ExpertCodes out{Tensor::empty({G, I, O}, format, w.device()),
-                  Tensor::empty({G * one_t[0], one_t[1]}, DType::F32, w.device())};
-  Tensor q = Tensor::empty({O, I}, format, w.device());
-  Tensor scale = Tensor::empty(fp8_scale_shape(blocks, O, I), DType::F32, w.device());
-  for (int64_t g = 0; g < G; ++g) {
-    Tensor q_t = out.q.slice_flat(g * I * O, {I, O});
-    Tensor scale_t = out.scale.slice_flat(g * one_t[0] * one_t[1], one_t);
-    ops::fp8_quantize(q, scale, w.slice_flat(g * O * I, {O, I}), blocks, &q_t, &scale_t);
-  }
+  ExpertCodes out{Tensor::empty({I, G * O}, format, w.device()),
+                  Tensor::empty(fp8_scale_shape(blocks, I, G * O), DType::F32, w.device())};
+  ops::fp8_quantize(rows.q, rows.scale, stack, blocks, &out.q, &out.scale);
   return out;
 }
 

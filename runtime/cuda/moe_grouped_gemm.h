@@ -42,7 +42,7 @@ struct GroupedGemm {
   const float* b_scale = nullptr;
   // FP8 operands in the tensor-core kernel's layouts (grouped_gemm_fp8_tensor_cores; all K-major):
   //   Forward         a = x codes [R, I]              b = w codes [G, O, I]
-  //   BackwardInput   a = dy codes [R, O]             b = w[g]ᵀ codes [G, I, O]
+  //   BackwardInput   a = dy codes [R, O]             b = w[g]ᵀ codes [G, I, O] (blockwise: [I, G·O])
   //   BackwardWeight  a = dyᵀ codes [O, Rp]           b = xᵀ codes [I, Rp]
   // where in BackwardWeight expert g's rows are the columns [po[g], po[g + 1]) of both, its row count
   // rounded up to a multiple of 128 with zero codes (padded_offsets = po, int32 [G + 1] on the
@@ -53,8 +53,10 @@ struct GroupedGemm {
   // Blockwise FP8 (DeepSeek-V3's scales; the tensor-core kernel's layouts only, O and I multiples of
   // 128): every 128 products of K are summed, multiplied by their two scales and added in fp32.
   //   Forward, BackwardInput: a_scale = the row operand's 1×128 scales [K/128, a_scale_ld] (rows
-  //     inner: entry kb·ld + r); b_scale = the weights' 128×128 block scales, expert g's n-block nb at
-  //     row g·N/128 + nb of [G·N/128, b_scale_ld] (N = O forward, I input gradient; entry ·ld + kb).
+  //     inner: entry kb·ld + r). Forward: b = w codes [G·O, I], b_scale its 128×128 block scales
+  //     [G·O/128, b_scale_ld] (expert g's n-block nb, k-block kb: (g·O/128 + nb)·ld + kb).
+  //     BackwardInput: b = the whole stack's transposed codes [I, G·O] (expert g's wᵀ at columns
+  //     g·O), b_scale [I/128, b_scale_ld] (entry nb·ld + g·O/128 + kb): one cast for every expert.
   //   BackwardWeight: both the transposed operands' 128×1 scales over the padded rows, [Rp/128, ld]
   //     (entry kb·ld + o for dyᵀ, kb·ld + i for xᵀ; kb counts 128-row blocks from padded row 0).
   bool blockwise = false;

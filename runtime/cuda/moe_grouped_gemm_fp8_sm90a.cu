@@ -242,7 +242,10 @@ struct BlockScales {
       row[0] = T.r0 + first < last ? T.r0 + first : last;
       row[1] = T.r0 + first + 8 < last ? T.r0 + first + 8 : last;
       a = p.a_scale;
-      b = p.b_scale + (static_cast<int64_t>(T.g) * (T.N / kFp8BK) + T.n0 / kFp8BK) * b_ld;
+      if constexpr (KIND == GroupedGemmKind::Forward)  // w's blocks: expert g's n-block rows, k-blocks along
+        b = p.b_scale + (static_cast<int64_t>(T.g) * (T.N / kFp8BK) + T.n0 / kFp8BK) * b_ld;
+      else  // the stack's transposed blocks: n-block row n0/128, expert g's k-blocks from column g·O/128
+        b = p.b_scale + (T.n0 / kFp8BK) * b_ld + static_cast<int64_t>(T.g) * (p.O / kFp8BK);
     }
   }
 };
@@ -319,6 +322,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #ifdef TETRA_WGMMA
   using S = ShapeOf<ML>;
   constexpr bool BW = KIND == GroupedGemmKind::BackwardWeight;
+  // Blockwise input gradient: B is the whole stack's transposed codes [I, G·O], expert g's wᵀ at
+  // columns g·O (GroupedGemm::blockwise)
+  constexpr bool kStackT = ML == Mainloop::PromotedBlockwise && KIND == GroupedGemmKind::BackwardInput;
   extern __shared__ unsigned char smem_raw[];
   __shared__ int table[kMaxTableGroups + 1];
   __shared__ int rows[kMaxLptGroups];
@@ -358,8 +364,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         // weights' w[g] [O, I] or w[g]ᵀ [I, O] rows (N of them per expert), or xᵀ's (I). A block past
         // its expert's rows (the next expert's) loads and multiplies rows it never stores.
         const int a_row = static_cast<int>(BW ? L.m0 : L.r0 + L.m0);
-        const int b_row = static_cast<int>(BW ? L.n0 : static_cast<int64_t>(L.g) * L.N + L.n0);
+        const int b_row = static_cast<int>(BW || kStackT ? L.n0 : static_cast<int64_t>(L.g) * L.N + L.n0);
         const int64_t k_origin = BW ? L.r0 : 0;
+        const int64_t b_k_origin = kStackT ? static_cast<int64_t>(L.g) * p.O : k_origin;
         for (int kt = 0; kt < KT; ++kt, ++i) {
           const int s = static_cast<int>(i % S::kStages);
           const uint32_t parity = static_cast<uint32_t>((i / S::kStages - 1) & 1);
@@ -368,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbarrier_arrive_expect_tx(bar, S::kStageBytes);  // A and B
           const int k0 = static_cast<int>(k_origin + kt * kFp8BK);
           tma_load_2d(a_stage(s), &maps.a, k0, a_row, bar);
-          tma_load_2d(b_stage(s), &maps.b, k0, b_row, bar);
+          tma_load_2d(b_stage(s), &maps.b, static_cast<int>(b_k_origin + kt * kFp8BK), b_row, bar);
         }
       }
     }
@@ -462,9 +469,9 @@ void run_shape(const GroupedGemm& p, Device device, cudaStream_t stream) {
   if (p.kind == GroupedGemmKind::Forward) {  // x [R, I], w [G·O, I]
     maps.a = code_map(p.op, p.a, p.I, p.R, kBM);
     maps.b = code_map(p.op, p.b, p.I, p.G * p.O, S::kBN);
-  } else if (p.kind == GroupedGemmKind::BackwardInput) {  // dy [R, O], wᵀ [G·I, O]
+  } else if (p.kind == GroupedGemmKind::BackwardInput) {  // dy [R, O], wᵀ [G·I, O] (blockwise: [I, G·O])
     maps.a = code_map(p.op, p.a, p.O, p.R, kBM);
-    maps.b = code_map(p.op, p.b, p.O, p.G * p.I, S::kBN);
+    maps.b = p.blockwise ? code_map(p.op, p.b, p.G * p.O, p.I, S::kBN) : code_map(p.op, p.b, p.O, p.G * p.I, S::kBN);
   } else {  // dyᵀ [O, Rp], xᵀ [I, Rp]
     maps.a = code_map(p.op, p.a, p.Rp, p.O, kBM);
     maps.b = code_map(p.op, p.b, p.Rp, p.I, S::kBN);
