@@ -35,44 +35,81 @@ __device__ int expert_of_padded_row(const int32_t* po, int G, int64_t p) {
   return lo;
 }
 
-// One block: 128 padded rows (blockIdx.x, a run of one expert) × 128 columns, one column a thread.
-// A thread folds its column's max over the run's real rows (a warp reads 64 or 128 contiguous bytes of
-// a row), then casts them into q_t's row c (128 codes: eight 16-byte stores) and writes the run's
-// scale. Rows of the run past the expert's end are zero codes.
+// The transposed runs' block: 256 threads, one run of 128 padded rows (blockIdx.x, all of one expert)
+// × kRunCols columns (blockIdx.y): 256 bytes of a row, 128 bf16 or 64 fp32 values.
+constexpr int kRunThreads = 256;
 template <class T>
-__global__ void expert_runs_cast_t_kernel(const T* x, int64_t C, const int32_t* offsets, const int32_t* po, int G,
-                                          int64_t Rp, Fp8Format format, float largest, unsigned char* q_t,
-                                          float* scale_t, int64_t scale_ld) {
-  __shared__ int run_expert;
-  const int64_t p0 = static_cast<int64_t>(blockIdx.x) * kRun;
-  if (threadIdx.x == 0) run_expert = expert_of_padded_row(po, G, p0);
+constexpr int kRunCols = 256 / static_cast<int>(sizeof(T));
+
+// The real rows [first, first + n) of x that a run of padded rows starting at p0 holds (n = 0 for
+// the padding after an expert's rows and after po[G]).
+struct RunRows {
+  int64_t first;
+  int n;
+};
+__device__ RunRows run_rows(const int32_t* offsets, const int32_t* po, int G, int64_t p0) {
+  const int g = expert_of_padded_row(po, G, p0);
+  if (g < 0) return {0, 0};
+  const int64_t j0 = p0 - po[g], m = offsets[g + 1] - offsets[g];
+  const int64_t n = m - j0 < kRun ? m - j0 : kRun;
+  return {offsets[g] + j0, n > 0 ? static_cast<int>(n) : 0};
+}
+
+// The run's rows are staged in shared memory with 16-byte loads (a warp reads 512 contiguous bytes;
+// zeros past the run's real rows); each column's max is folded from kParts slices of its rows; then
+// a thread casts 16 rows of one column into one 16-byte store of q_t's row c, and writes the scale.
+// The shared-memory reads take one row's consecutive columns a warp (no bank conflicts).
+template <class T>
+__global__ void __launch_bounds__(kRunThreads)
+    expert_runs_cast_t_kernel(const T* x, int64_t C, const int32_t* offsets, const int32_t* po, int G, int64_t Rp,
+                              Fp8Format format, float largest, unsigned char* q_t, float* scale_t, int64_t scale_ld) {
+  constexpr int kCols = kRunCols<T>, kVec = 16 / static_cast<int>(sizeof(T));
+  constexpr int kParts = kRunThreads / kCols, kPartRows = kRun / kParts;
+  __shared__ __align__(16) T tile[kRun][kCols];
+  __shared__ unsigned part_max[kParts][kCols];
+  __shared__ RunRows run;
+  const int64_t p0 = static_cast<int64_t>(blockIdx.x) * kRun, c0 = static_cast<int64_t>(blockIdx.y) * kCols;
+  if (threadIdx.x == 0) run = run_rows(offsets, po, G, p0);
   __syncthreads();
-  const int64_t c = static_cast<int64_t>(blockIdx.y) * kRun + threadIdx.x;
-  if (c >= C) return;
-  const int g = run_expert;
-  int64_t first = 0, n = 0;  // the run's real rows of x
-  if (g >= 0) {
-    const int64_t j0 = p0 - po[g], m = offsets[g + 1] - offsets[g];
-    first = offsets[g] + j0;
-    n = m - j0 < kRun ? m - j0 : kRun;
-    if (n < 0) n = 0;
+  const RunRows rows = run;
+  for (int v = threadIdx.x; v < kRun * kCols / kVec; v += kRunThreads) {
+    const int r = v / (kCols / kVec), cv = v % (kCols / kVec) * kVec;
+    uint4 word = make_uint4(0, 0, 0, 0);
+    if (r < rows.n && c0 + cv < C) word = *reinterpret_cast<const uint4*>(x + (rows.first + r) * C + c0 + cv);
+    *reinterpret_cast<uint4*>(&tile[r][cv]) = word;
   }
+  __syncthreads();
+  const int c = threadIdx.x % kCols, part = threadIdx.x / kCols;
   unsigned amax = 0;
-  for (int64_t j = 0; j < n; ++j) amax = max(amax, abs_bits(to_f32(x[(first + j) * C + c])));
-  const float r = fp8_quant_factor(__uint_as_float(amax), largest);
-  uint4* dst = reinterpret_cast<uint4*>(q_t + c * Rp + p0);
+  for (int r = part * kPartRows; r < (part + 1) * kPartRows; ++r) amax = max(amax, abs_bits(to_f32(tile[r][c])));
+  part_max[part][c] = amax;
+  __syncthreads();
+#pragma unroll
+  for (int q = 0; q < kParts; ++q) amax = max(amax, part_max[q][c]);
+  if (c0 + c >= C) return;
+  const float factor = fp8_quant_factor(__uint_as_float(amax), largest);
+  uint4* dst = reinterpret_cast<uint4*>(q_t + (c0 + c) * Rp + p0);
+  constexpr int kChunks = kRun / 16 / kParts;  // 16-row chunks a thread
 #pragma unroll 1
-  for (int v = 0; v < kRun / 16; ++v) {
+  for (int v = part * kChunks; v < (part + 1) * kChunks; ++v) {
     unsigned word[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int e = 0; e < 16; ++e) {
-      const int64_t j = v * 16 + e;
-      const unsigned code = j < n ? fp8_code(to_f32(x[(first + j) * C + c]), r, format) : 0u;
+      const int j = v * 16 + e;
+      const unsigned code = j < rows.n ? fp8_code(to_f32(tile[j][c]), factor, format) : 0u;
       word[e / 4] |= code << (8 * (e % 4));
     }
     dst[v] = make_uint4(word[0], word[1], word[2], word[3]);
   }
-  scale_t[(p0 / kRun) * scale_ld + c] = 1.0f / r;
+  if (part == 0) scale_t[(p0 / kRun) * scale_ld + c0 + c] = 1.0f / factor;
+}
+
+template <class T>
+void launch_runs_cast(const T* x, int64_t C, const int32_t* offsets, const int32_t* po, int G, int64_t Rp,
+                      Fp8Format f, unsigned char* q, float* s, int64_t scale_ld, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(Rp / kRun), static_cast<unsigned>((C + kRunCols<T> - 1) / kRunCols<T>));
+  expert_runs_cast_t_kernel<<<grid, kRunThreads, 0, stream>>>(x, C, offsets, po, G, Rp, f, fp8_largest(f), q, s,
+                                                              scale_ld);
 }
 
 }  // namespace
@@ -86,16 +123,16 @@ ExpertCodes cast_expert_runs_transposed(const Tensor& x, DType format, const int
   const Shape scale_shape = fp8_scale_shape(ops::Fp8Scaling::Rows1x128, C, Rp);  // [Rp/128, padded C]
   ExpertCodes out{Tensor::empty({C, Rp}, format, x.device()), Tensor::zeros(scale_shape, DType::F32, x.device())};
   if (Rp == 0 || C == 0) return out;
+  if (reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 != 0)
+    TETRA_FAIL(Internal, op, ": the transposed runs read 16-byte vectors; the operand starts off a 16-byte boundary");
   const Fp8Format f = fp8_format_of(format);
-  const dim3 grid(static_cast<unsigned>(Rp / kRun), static_cast<unsigned>((C + kRun - 1) / kRun));
   auto* q = static_cast<unsigned char*>(out.q.data_ptr());
   float* s = out.scale.data<float>();
   if (x.dtype() == DType::BF16)
-    expert_runs_cast_t_kernel<<<grid, kRun, 0, stream>>>(static_cast<const bf16*>(x.data_ptr()), C, offsets, padded_offsets, G, Rp, f,
-                                                         fp8_largest(f), q, s, scale_shape[1]);
+    launch_runs_cast(static_cast<const bf16*>(x.data_ptr()), C, offsets, padded_offsets, G, Rp, f, q, s,
+                     scale_shape[1], stream);
   else
-    expert_runs_cast_t_kernel<<<grid, kRun, 0, stream>>>(x.data<float>(), C, offsets, padded_offsets, G, Rp, f,
-                                                         fp8_largest(f), q, s, scale_shape[1]);
+    launch_runs_cast(x.data<float>(), C, offsets, padded_offsets, G, Rp, f, q, s, scale_shape[1], stream);
   TETRA_CUDA_CHECK_LAUNCH();
   return out;
 }

@@ -250,29 +250,44 @@ struct BlockScales {
   }
 };
 
+// One k-tile's blockwise scales of this thread's accumulators: its two rows' (fa) and, for column
+// pair j, the columns' (fb[j]; the forward's and input gradient's one block scale in both halves).
+template <GroupedGemmKind KIND>
+struct KTileScales {
+  float fa[2];
+  float2 fb[TileShape<false>::kBN / 8];
+
+  __device__ __forceinline__ void load(const BlockScales<KIND>& sc, int kt) {
+    const float* sa = sc.a + kt * sc.a_ld;
+    fa[0] = sa[sc.row[0]], fa[1] = sa[sc.row[1]];
+    if constexpr (BlockScales<KIND>::kWeightGrad) {
+#pragma unroll
+      for (int j = 0; j < TileShape<false>::kBN / 8; ++j)
+        fb[j] = *reinterpret_cast<const float2*>(sc.b + kt * sc.b_ld + 8 * j);
+    } else {
+      const float one = sc.b[kt];
+#pragma unroll
+      for (int j = 0; j < TileShape<false>::kBN / 8; ++j) fb[j] = make_float2(one, one);
+    }
+  }
+};
+
 // The promoted shape's k-tiles i0 … i0 + KT − 1 into d, each k-tile's sums multiplied by their
 // blockwise scales as they are added: d += part · sa[row] · sb (sb one block's for the forward and
-// input gradient, a column's for the weight gradient). The scales are loaded while the wgmmas run.
+// input gradient, a column's for the weight gradient). The next k-tile's scales are loaded as soon
+// as this one's are used, so that their L2 latency passes while the consumer waits for its stage and
+// its wgmmas run.
 template <Fp8Format AF, GroupedGemmKind KIND, class Release, class StageA, class StageB>
 __device__ __forceinline__ void consume_promoted_blockwise(float (&d)[TileShape<false>::kAcc], int i0, int KT,
                                                            uint64_t* full, const Release& release, StageA a,
                                                            StageB b, const BlockScales<KIND>& sc) {
   using S = TileShape<false>;
   float part[S::kAcc];
+  KTileScales<KIND> f;
+  f.load(sc, 0);
   for (int kt = 0; kt < KT; ++kt) {
     const int i = i0 + kt;
     issue_k_tile<AF, false>(part, i, full, a, b, true);
-    const float* sa = sc.a + kt * sc.a_ld;
-    const float fa[2] = {sa[sc.row[0]], sa[sc.row[1]]};
-    float2 fb[S::kBN / 8];
-    if constexpr (BlockScales<KIND>::kWeightGrad) {
-#pragma unroll
-      for (int j = 0; j < S::kBN / 8; ++j) fb[j] = *reinterpret_cast<const float2*>(sc.b + kt * sc.b_ld + 8 * j);
-    } else {
-      const float one = sc.b[kt];
-#pragma unroll
-      for (int j = 0; j < S::kBN / 8; ++j) fb[j] = make_float2(one, one);
-    }
     wgmma_wait<0>();
 #pragma unroll
     for (int r = 0; r < S::kAcc; ++r) fence_operand(part[r]);
@@ -281,9 +296,10 @@ __device__ __forceinline__ void consume_promoted_blockwise(float (&d)[TileShape<
     for (int j = 0; j < S::kBN / 8; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        d[4 * j + 2 * h] += part[4 * j + 2 * h] * (fa[h] * fb[j].x);
-        d[4 * j + 2 * h + 1] += part[4 * j + 2 * h + 1] * (fa[h] * fb[j].y);
+        d[4 * j + 2 * h] += part[4 * j + 2 * h] * (f.fa[h] * f.fb[j].x);
+        d[4 * j + 2 * h + 1] += part[4 * j + 2 * h + 1] * (f.fa[h] * f.fb[j].y);
       }
+    if (kt + 1 < KT) f.load(sc, kt + 1);
   }
 }
 

@@ -106,6 +106,7 @@ TEST(GpuMoeGroupedFp8Blockwise, TransposedRunsAreEachExpertsOwnCast) {
   TETRA_REQUIRE_GPU();
   check_runs({37, 0, 1, 130, 16, 255, 0, 64, 3}, 2, 384, DType::BF16, 11);
   check_runs({129, 128, 127}, 0, 144, DType::F32, 12);
+  check_runs({200, 5, 0, 77}, 1, 144, DType::BF16, 13);  // a last column tile of 16 of its 128
 }
 
 struct Case {
