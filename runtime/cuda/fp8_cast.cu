@@ -2,7 +2,8 @@
 //
 // One tile kernel casts every scaling: a block of 256 threads takes a 128-row × 128-column tile of
 // x, each thread an 8 × 8 piece of it in registers (8 rows, 8 columns: one 16-byte load per row for
-// bf16, two for fp32). From the registers it takes the groups' amaxes (as unsigned bits of |x|: a
+// bf16, two for fp32; bf16 on the vector paths through a shared-memory stage that the block's next
+// tile is copied into while this one is cast, see kStaged). From the registers it takes the groups' amaxes (as unsigned bits of |x|: a
 // NaN wins, as on the CPU), the factors r = fp8_quant_factor(amax) and q = cvt.rn.satfinite(x·r):
 //   Rows1x128: each row's 128 columns are 16 threads of a half-warp (shuffles); q_t's 128×1 runs
 //              down a column are the tile's 128 rows (a shuffle, then 8 warps through shared memory);
@@ -37,9 +38,12 @@
 
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
+#include "runtime/cuda/cp_async.cuh"
 #include "runtime/cuda/cuda_ops.h"
 #include "runtime/cuda/device_context.h"
+#include "runtime/cuda/dynamic_smem.h"
 #include "runtime/cuda/kernel_common.cuh"
 #include "runtime/cuda/moe_grouped_fp8_cast.h"
 #include "runtime/fp8_cast_shape.h"
@@ -267,11 +271,46 @@ __device__ __forceinline__ void store_codes(const float (&v)[kPiece][kPiece], co
   store_q_t_tile(codes_t, a, pc.tile_m, pc.tile_k);
 }
 
-// The cast of one scaling (the file's header). x [M, K] of T; kVec: vector loads and q stores.
+// bf16 x on the vector paths is staged through shared memory: the tile's 32 KB copied with cp.async
+// (16-byte chunks, zeros outside x), the pieces read from there, and the block's next tile's copies
+// issued as soon as every piece is in registers, so that its loads are in flight while this tile is
+// reduced, cast and stored. (Loaded straight into registers, two blocks an SM had loads in flight
+// only between tiles: 1.7–2.2 TB/s for 1×128 and 128×128, docs/kernels.md "Casts, second version".)
+// fp32 x keeps the direct loads: its 64 KB tiles would leave one block an SM.
+template <class T, bool kVec>
+constexpr bool kStaged = kVec && std::is_same_v<T, bf16>;
+constexpr int kStageBytes = kTile * kTile * 2;  // one bf16 tile, row r's 256 bytes at r·256
+
+// Tile (tile_m, tile_k)'s copies into the stage, one commit group: thread tid copies chunks
+// tid + 256·i (row c / 16, columns (c mod 16)·8 … + 7), a warp 512 contiguous bytes of x.
+__device__ __forceinline__ void stage_tile(const bf16* x, int64_t M, int64_t K, int64_t tile_m, int64_t tile_k,
+                                           uint32_t stage) {
+#pragma unroll
+  for (int i = 0; i < kStageBytes / 16 / kThreads; ++i) {
+    const int c = static_cast<int>(threadIdx.x) + kThreads * i;
+    const int64_t m = tile_m * kTile + c / kSide, k = tile_k * kTile + c % kSide * kPiece;
+    const bool inside = m < M && k < K;  // K % 8 == 0: a chunk is all inside or all outside
+    cp_async16(stage + static_cast<uint32_t>(c * 16), inside ? x + m * K + k : x, inside);
+  }
+  cp_async_commit();
+}
+
+// The thread's piece from the staged tile: 8 rows of 16 bytes (a quarter-warp reads a row's
+// contiguous 128 bytes: no bank conflicts).
+__device__ __forceinline__ void piece_from_stage(const unsigned char* stage, int rg, int cg,
+                                                 float (&v)[kPiece][kPiece]) {
+#pragma unroll
+  for (int p = 0; p < kPiece; ++p)
+    unpack_bf16x8(*reinterpret_cast<const uint4*>(stage + ((rg * kPiece + p) * kSide + cg) * 16), v[p]);
+}
+
+// The cast of one scaling (the file's header). x [M, K] of T; kVec: vector loads and q stores;
+// kStaged<T, kVec>: the tiles staged through the dynamic shared memory (kStageBytes).
 template <class T, Mode kMode, bool kVec>
 __global__ void __launch_bounds__(kThreads, 2) fp8_tile_kernel(const T* __restrict__ x, TileArgs a) {
   __shared__ __align__(16) unsigned char codes_t[kTile * kTile];
   __shared__ __align__(16) unsigned part[kWarps][kTile];  // per-warp maxima
+  extern __shared__ __align__(16) unsigned char stage[];  // kStaged only
   const int tid = threadIdx.x, rg = tid / kSide, cg = tid % kSide;
   const float largest = fp8_largest(a.format);
   float r_all = 0.0f;  // Tensorwise: the tensor's factor
@@ -283,16 +322,33 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_tile_kernel(const T* __restri
     }
   }
   const int64_t tiles = a.tiles_down * a.tiles_across;
+  // Tensorwise takes the tiles from the end of x: what the amax reduction read last may still be in L2.
+  auto tile_of = [&](int64_t i) { return kMode == Mode::Tensorwise ? tiles - 1 - i : i; };
+  if constexpr (kStaged<T, kVec>) {
+    if (blockIdx.x < tiles) {
+      const int64_t t = tile_of(blockIdx.x);
+      stage_tile(x, a.rows, a.cols, t / a.tiles_across, t % a.tiles_across, smem_addr(stage));
+    }
+  }
   for (int64_t i = blockIdx.x; i < tiles; i += gridDim.x) {
-    // Tensorwise takes the tiles from the end of x: what the amax reduction read last may still be
-    // in L2.
-    const int64_t t = kMode == Mode::Tensorwise ? tiles - 1 - i : i;
+    const int64_t t = tile_of(i);
     Piece pc;
     pc.tile_m = t / a.tiles_across, pc.tile_k = t % a.tiles_across;
     pc.m0 = pc.tile_m * kTile + rg * kPiece, pc.k0 = pc.tile_k * kTile + cg * kPiece;
     pc.rg = rg, pc.cg = cg;
     float v[kPiece][kPiece];
-    load_piece<T, kVec>(x, a.rows, a.cols, pc.m0, pc.k0, v);
+    if constexpr (kStaged<T, kVec>) {
+      cp_async_wait<0>();
+      __syncthreads();  // every thread's copies landed
+      piece_from_stage(stage, rg, cg, v);
+      __syncthreads();  // every piece read: the stage takes the next tile
+      if (i + gridDim.x < tiles) {
+        const int64_t next = tile_of(i + gridDim.x);
+        stage_tile(x, a.rows, a.cols, next / a.tiles_across, next % a.tiles_across, smem_addr(stage));
+      }
+    } else {
+      load_piece<T, kVec>(x, a.rows, a.cols, pc.m0, pc.k0, v);
+    }
 
     float r_row[kPiece], r_col[kPiece];  // the factor of each piece row (q) and piece column (q_t)
 #pragma unroll
@@ -368,7 +424,10 @@ __global__ void fp8_dequantize_kernel(T* y, Groups g, const unsigned char* q, co
 template <class T, Mode kMode>
 void launch_tiles(bool vec, int grid, cudaStream_t stream, const T* x, const TileArgs& a) {
   if (vec) {
-    fp8_tile_kernel<T, kMode, true><<<grid, kThreads, 0, stream>>>(x, a);
+    auto* kernel = fp8_tile_kernel<T, kMode, true>;
+    constexpr size_t smem = kStaged<T, true> ? kStageBytes : 0;
+    if (smem > 0) allow_dynamic_smem(kernel, smem);
+    kernel<<<grid, kThreads, smem, stream>>>(x, a);
   } else {
     fp8_tile_kernel<T, kMode, false><<<grid, kThreads, 0, stream>>>(x, a);
   }
@@ -463,9 +522,11 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
   } else if (tiles == 0) {
     return;  // no groups: the scales are empty
   }
-  // Blocks stride over the tiles: a few waves of blocks (2 resident per SM), each taking tiles
-  // until none is left.
-  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(tiles, int64_t{sm_count(dev)} * 8)));
+  // Blocks stride over the tiles, each taking tiles until none is left: a few waves of blocks (2
+  // resident per SM), or where the tiles are staged (bf16 on the vector path) the resident blocks
+  // only, so that each block's copies of its next tile run behind its current one.
+  const int64_t waves = x.dtype() == DType::BF16 && vec ? 2 : 8;
+  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(tiles, int64_t{sm_count(dev)} * waves)));
   const bool transposing = scaling == ops::Fp8Scaling::Tensorwise && a.q_t && vec &&
                            dense_cast_applies(x, s.rows, s.cols, a.q, a.q_t) && transposing_kernel_allowed();
   dispatch_float(x.dtype(), op, "x", [&](auto tx) {

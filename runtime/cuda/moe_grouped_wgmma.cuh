@@ -21,13 +21,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <mutex>
-#include <set>
 #include <utility>
 #include <type_traits>
 
 #include "runtime/cuda/cp_async.cuh"
 #include "runtime/cuda/device_context.h"
+#include "runtime/cuda/dynamic_smem.h"
 #include "runtime/cuda/kernel_common.cuh"
 #include "runtime/cuda/moe_grouped_gemm.h"
 #include "runtime/cuda/moe_grouped_tiles.cuh"
@@ -432,18 +431,6 @@ inline CUtensorMap tensor_map(const char* op, const char* kernel, const void* ba
                " for a [", outer, ", ", inner, "] tensor of ", elem_bytes, "-byte elements at ", base, " with boxes of ",
                128 / elem_bytes, " × ", box_outer);
   return map;
-}
-
-// Raises a kernel's dynamic shared-memory limit to `bytes`, once per (kernel, device).
-template <class Kernel>
-void allow_dynamic_smem(Kernel* kernel, size_t bytes) {
-  static std::mutex mu;  // one set for every kernel of one signature: keyed by the kernel too
-  static std::set<std::pair<const void*, int>> done;
-  int dev = 0;
-  TETRA_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  if (done.insert({reinterpret_cast<const void*>(kernel), dev}).second)
-    TETRA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
 // Whether the device runs sm_90a code (compute capability 9.0) with `smem_bytes` of dynamic shared
