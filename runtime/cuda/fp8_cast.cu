@@ -282,7 +282,7 @@ constexpr bool kStaged = kVec && std::is_same_v<T, bf16>;
 constexpr int kStageBytes = kTile * kTile * 2;  // one bf16 tile, row r's 256 bytes at r·256
 
 // Tile (tile_m, tile_k)'s copies into the stage, one commit group: thread tid copies chunks
-// tid + 256·i (row c / 16, columns (c mod 16)·8 … + 7), a warp 512 contiguous bytes of x.
+// tid + 256·i (row c / 16, columns (c mod 16)·8 … + 7), a warp two rows' 256 contiguous bytes.
 __device__ __forceinline__ void stage_tile(const bf16* x, int64_t M, int64_t K, int64_t tile_m, int64_t tile_k,
                                            uint32_t stage) {
 #pragma unroll
