@@ -3,8 +3,9 @@
 // One tile kernel casts every scaling: a block of 256 threads takes a 128-row × 128-column tile of
 // x, each thread an 8 × 8 piece of it in registers (8 rows, 8 columns: one 16-byte load per row for
 // bf16, two for fp32; bf16 on the vector paths through a shared-memory stage that the block's next
-// tile is copied into while this one is cast, see kStaged). From the registers it takes the groups' amaxes (as unsigned bits of |x|: a
-// NaN wins, as on the CPU), the factors r = fp8_quant_factor(amax) and q = cvt.rn.satfinite(x·r):
+// tile is copied into while this one is cast, see kStaged). From the registers it takes the groups'
+// amaxes (as unsigned bits of |x|: a NaN wins, as on the CPU), the factors r = fp8_quant_factor(amax)
+// and q = cvt.rn.satfinite(x·r):
 //   Rows1x128: each row's 128 columns are 16 threads of a half-warp (shuffles); q_t's 128×1 runs
 //              down a column are the tile's 128 rows (a shuffle, then 8 warps through shared memory);
 //   Blocks128: the tile is the block (a warp reduction, then 8 warps through shared memory); q_t has

@@ -55,9 +55,10 @@ __device__ RunRows run_rows(const int32_t* offsets, const int32_t* po, int G, in
   return {offsets[g] + j0, n > 0 ? static_cast<int>(n) : 0};
 }
 
-// The run's rows are staged in shared memory with 16-byte loads (a warp reads two rows' 256 contiguous bytes;
-// zeros past the run's real rows); each column's max is folded from kParts slices of its rows; then
-// a thread casts 16 rows of one column into one 16-byte store of q_t's row c, and writes the scale.
+// The run's rows are staged in shared memory with 16-byte loads (a warp reads two rows' 256
+// contiguous bytes; zeros past the run's real rows); each column's max is folded from kParts slices
+// of its rows; then a thread casts 16 rows of one column into one 16-byte store of q_t's row c, and
+// writes the scale.
 // The shared-memory reads take one row's consecutive columns a warp (no bank conflicts).
 template <class T>
 __global__ void __launch_bounds__(kRunThreads)
