@@ -422,15 +422,24 @@ __global__ void fp8_dequantize_kernel(T* y, Groups g, const unsigned char* q, co
     y[i] = from_f32<T>(from_fp8(q[i], f) * scale[g.of(i / g.cols, i % g.cols)]);
 }
 
+// Blocks stride over the tiles, each taking tiles until none is left: a few waves of blocks (2
+// resident per SM), or where the tiles are staged the resident blocks only, so that each block's
+// copies of its next tile run behind its current one.
+int tile_grid(int64_t tiles, bool staged, Device dev) {
+  const int64_t waves = staged ? 2 : 8;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(tiles, int64_t{sm_count(dev)} * waves)));
+}
+
 template <class T, Mode kMode>
-void launch_tiles(bool vec, int grid, cudaStream_t stream, const T* x, const TileArgs& a) {
+void launch_tiles(bool vec, Device dev, cudaStream_t stream, const T* x, const TileArgs& a) {
+  const int64_t tiles = a.tiles_down * a.tiles_across;
   if (vec) {
     auto* kernel = fp8_tile_kernel<T, kMode, true>;
     constexpr size_t smem = kStaged<T, true> ? kStageBytes : 0;
     if (smem > 0) allow_dynamic_smem(kernel, smem);
-    kernel<<<grid, kThreads, smem, stream>>>(x, a);
+    kernel<<<tile_grid(tiles, kStaged<T, true>, dev), kThreads, smem, stream>>>(x, a);
   } else {
-    fp8_tile_kernel<T, kMode, false><<<grid, kThreads, 0, stream>>>(x, a);
+    fp8_tile_kernel<T, kMode, false><<<tile_grid(tiles, false, dev), kThreads, 0, stream>>>(x, a);
   }
   TETRA_CUDA_CHECK_LAUNCH();
 }
@@ -523,11 +532,6 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
   } else if (tiles == 0) {
     return;  // no groups: the scales are empty
   }
-  // Blocks stride over the tiles, each taking tiles until none is left: a few waves of blocks (2
-  // resident per SM), or where the tiles are staged (bf16 on the vector path) the resident blocks
-  // only, so that each block's copies of its next tile run behind its current one.
-  const int64_t waves = x.dtype() == DType::BF16 && vec ? 2 : 8;
-  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(tiles, int64_t{sm_count(dev)} * waves)));
   const bool transposing = scaling == ops::Fp8Scaling::Tensorwise && a.q_t && vec &&
                            dense_cast_applies(x, s.rows, s.cols, a.q, a.q_t) && transposing_kernel_allowed();
   dispatch_float(x.dtype(), op, "x", [&](auto tx) {
@@ -537,7 +541,7 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
       case ops::Fp8Scaling::Tensorwise: {
         if (!use_given) launch_amax(px, s.rows * s.cols, static_cast<unsigned*>(amax.data_ptr()), dev, stream);
         if (!transposing) {
-          launch_tiles<T, Mode::Tensorwise>(vec, grid, stream, px, a);
+          launch_tiles<T, Mode::Tensorwise>(vec, dev, stream, px, a);
           return;
         }
         cast_dense_both(x, s.rows, s.cols, s.format, a.amax_bits, a.q, a.q_t, a.scale, stream);
@@ -545,8 +549,8 @@ void fp8_quantize(Tensor& q, Tensor& scale, const Tensor& x, ops::Fp8Scaling sca
           TETRA_CUDA_CHECK(cudaMemcpyAsync(a.scale_t, a.scale, sizeof(float), cudaMemcpyDeviceToDevice, stream));
         return;
       }
-      case ops::Fp8Scaling::Rows1x128: launch_tiles<T, Mode::Rows1x128>(vec, grid, stream, px, a); return;
-      case ops::Fp8Scaling::Blocks128: launch_tiles<T, Mode::Blocks128>(vec, grid, stream, px, a); return;
+      case ops::Fp8Scaling::Rows1x128: launch_tiles<T, Mode::Rows1x128>(vec, dev, stream, px, a); return;
+      case ops::Fp8Scaling::Blocks128: launch_tiles<T, Mode::Blocks128>(vec, dev, stream, px, a); return;
     }
   });
 }

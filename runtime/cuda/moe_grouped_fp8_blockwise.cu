@@ -15,24 +15,18 @@
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/fp8_device.cuh"
 #include "runtime/cuda/moe_grouped_fp8.h"
+#include "runtime/cuda/moe_grouped_tiles.cuh"
 #include "runtime/fp8_cast_shape.h"
 
 namespace tetra::cuda {
 
 namespace {
 
-constexpr int kRun = ops::kFp8Block;  // 128 rows a scale; 128 columns (threads) a block
+constexpr int kRun = ops::kFp8Block;  // 128 padded rows a run (one scale a column)
 
 // The expert whose padded rows [po[g], po[g + 1]) hold padded row p, or −1 past po[G].
 __device__ int expert_of_padded_row(const int32_t* po, int G, int64_t p) {
-  if (p >= po[G]) return -1;
-  int lo = 0, hi = G - 1;  // po[lo] ≤ p < po[hi + 1]
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (po[mid] <= p) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
+  return p >= po[G] ? -1 : last_start_at_or_before(po, G, p);
 }
 
 // The transposed runs' block: 256 threads, one run of 128 padded rows (blockIdx.x, all of one expert)
@@ -124,7 +118,7 @@ ExpertCodes cast_expert_runs_transposed(const Tensor& x, DType format, const int
   const Shape scale_shape = fp8_scale_shape(ops::Fp8Scaling::Rows1x128, C, Rp);  // [Rp/128, padded C]
   ExpertCodes out{Tensor::empty({C, Rp}, format, x.device()), Tensor::zeros(scale_shape, DType::F32, x.device())};
   if (Rp == 0 || C == 0) return out;
-  if (reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 != 0)
+  if (!aligned16(x.data_ptr()))
     TETRA_FAIL(Internal, op, ": the transposed runs read 16-byte vectors; the operand starts off a 16-byte boundary");
   const Fp8Format f = fp8_format_of(format);
   auto* q = static_cast<unsigned char*>(out.q.data_ptr());
