@@ -23,7 +23,11 @@
 //          BackwardWeight's K ranges are whole k-tiles of zero-padded codes. Rows past an expert's
 //          end (the next expert's) and columns past N make outputs that are never stored.
 //   epilogue: expert g's sums times a_scale[g]·b_scale[g], stored (or added, BackwardWeight
-//          accumulating) as bf16 or fp32.
+//          accumulating) as bf16 or fp32: each thread's own stores (direct, the default), or, under
+//          TETRA_FP8_GROUPED_EPILOGUE=staged, through a staging buffer a consumer in shared memory that
+//          the copy engine writes out while the consumer goes on to its next tile's k-tiles
+//          (store_slice_staged; two stages fewer for the buffers, one on the fast shape; a weight
+//          gradient accumulating, and the fast shape's fp32 outputs, keep the direct stores).
 //   blockwise (GroupedGemm::blockwise; DeepSeek-V3's 1×128 / 128×128 scales): the promoted tile, each
 //          k-tile's sums multiplied by their two per-128 scales as they are added (the k-tile is one
 //          scale block of K), no scale in the epilogue.
@@ -59,24 +63,42 @@ constexpr int kThreads = 3 * 128;
 // one register set of 128, and the wgmmas of consecutive k-tiles overlap (the bf16 kernel's scheme).
 // A 128 × 128 FP8 tile moves 32 KB from L2 per 4.2 MFLOP; on one H200 it measured ≈ 450 TFLOP/s,
 // below the bf16 kernel: L2 feeds it too slowly. 128 × 256 halves the bytes per FLOP.
-template <bool FAST>
+// STAGED: the epilogue stages each slice in shared memory for the copy engine (store_slice_staged;
+// TETRA_FP8_GROUPED_EPILOGUE), whose two buffers take the place of two stages (the fast shape: one).
+template <bool FAST, bool STAGED = false>
 struct TileShape {
   static constexpr int kBN = FAST ? 256 : 128;
-  static constexpr int kStages = FAST ? 4 : 6;
+  static constexpr int kStages = FAST ? (STAGED ? 3 : 4) : (STAGED ? 4 : 6);
   static constexpr int kAStageBytes = kBM * kFp8BK, kBStageBytes = kBN * kFp8BK;
   static constexpr int kStageBytes = kAStageBytes + kBStageBytes;
   static constexpr size_t kSmemBytes = static_cast<size_t>(kStages) * kStageBytes + 1024;  // + alignment
   static constexpr int kAcc = kBN / 2;  // fp32 accumulators a thread (m64nBNk32)
+  // the epilogue's two staging buffers (none when not STAGED) of TC outputs, after the stages
+  template <class TC>
+  static constexpr size_t epilogue_bytes() {
+    return STAGED ? 2 * static_cast<size_t>(staged_slice_bytes<kBN, TC>()) : 0;
+  }
 };
 // How a kernel runs its k-tiles: the fast shape, or the promoted one (each k-tile waited for and
 // added), with the tensorwise scales applied once in the epilogue or (PromotedBlockwise) each k-tile's
 // blockwise scales applied as it is added.
 enum class Mainloop { Fast, Promoted, PromotedBlockwise };
-template <Mainloop ML>
-using ShapeOf = TileShape<ML == Mainloop::Fast>;
+template <Mainloop ML, bool STAGED = false>
+using ShapeOf = TileShape<ML == Mainloop::Fast, STAGED>;
 
 // Both shapes need the same shared memory within a few KB; the larger one decides whether a device fits.
 constexpr size_t kSmemBytes = std::max(TileShape<false>::kSmemBytes, TileShape<true>::kSmemBytes);
+// The staged epilogue's dynamic shared memory; the fast shape's fp32 outputs (two 66 KB buffers) do
+// not fit beside its stages and keep the direct stores.
+template <Mainloop ML, class TC>
+constexpr size_t staged_smem_bytes() {
+  using S = ShapeOf<ML, true>;
+  return S::kSmemBytes + S::template epilogue_bytes<TC>();
+}
+template <Mainloop ML, class TC>
+constexpr bool staged_fits() {
+  return staged_smem_bytes<ML, TC>() <= 220 * 1024;  // 227 KB an SM's block, less the static tables
+}
 
 struct Maps {
   CUtensorMap a, b;
@@ -177,10 +199,9 @@ struct StageRelease {
 // One k-tile: waits for its stage (k-tile i) and issues its four wgmmas into acc, committed as one
 // group; nothing waits for them here. fresh: the first starts acc at zero (the promoted shape's
 // partial sums), else all add into it (the fast shape's accumulators).
-template <Fp8Format AF, bool FAST, class StageA, class StageB>
-__device__ __forceinline__ void issue_k_tile(float (&acc)[TileShape<FAST>::kAcc], int i, uint64_t* full, StageA a,
-                                             StageB b, bool fresh) {
-  using S = TileShape<FAST>;
+template <Fp8Format AF, class S, class StageA, class StageB>
+__device__ __forceinline__ void issue_k_tile(float (&acc)[S::kAcc], int i, uint64_t* full, StageA a, StageB b,
+                                             bool fresh) {
   const int s = static_cast<int>(i % S::kStages);
   mbarrier_wait(smem_addr(&full[s]), static_cast<uint32_t>((i / S::kStages) & 1));
   __syncwarp();  // converged again for the .aligned wgmma instructions
@@ -206,12 +227,12 @@ __device__ __forceinline__ void promote(float (&d)[TileShape<false>::kAcc], floa
 
 // The promoted shape's k-tiles i0 … i0 + KT − 1 (KT ≥ 1) into d: each k-tile's wgmmas waited for,
 // then promoted.
-template <Fp8Format AF, class Release, class StageA, class StageB>
-__device__ __forceinline__ void consume_promoted(float (&d)[TileShape<false>::kAcc], int i0, int KT,
-                                                 uint64_t* full, const Release& release, StageA a, StageB b) {
-  float p0[TileShape<false>::kAcc];
+template <Fp8Format AF, class S, class Release, class StageA, class StageB>
+__device__ __forceinline__ void consume_promoted(float (&d)[S::kAcc], int i0, int KT, uint64_t* full,
+                                                 const Release& release, StageA a, StageB b) {
+  float p0[S::kAcc];
   for (int i = i0; i < i0 + KT; ++i) {
-    issue_k_tile<AF, false>(p0, i, full, a, b, true);
+    issue_k_tile<AF, S>(p0, i, full, a, b, true);
     wgmma_wait<0>();
     promote(d, p0, i, release);
   }
@@ -277,17 +298,16 @@ struct KTileScales {
 // input gradient, a column's for the weight gradient). The next k-tile's scales are loaded as soon
 // as this one's are used, so that their L2 latency passes while the consumer waits for its stage and
 // its wgmmas run.
-template <Fp8Format AF, GroupedGemmKind KIND, class Release, class StageA, class StageB>
-__device__ __forceinline__ void consume_promoted_blockwise(float (&d)[TileShape<false>::kAcc], int i0, int KT,
-                                                           uint64_t* full, const Release& release, StageA a,
-                                                           StageB b, const BlockScales<KIND>& sc) {
-  using S = TileShape<false>;
+template <Fp8Format AF, class S, GroupedGemmKind KIND, class Release, class StageA, class StageB>
+__device__ __forceinline__ void consume_promoted_blockwise(float (&d)[S::kAcc], int i0, int KT, uint64_t* full,
+                                                           const Release& release, StageA a, StageB b,
+                                                           const BlockScales<KIND>& sc) {
   float part[S::kAcc];
   KTileScales<KIND> f;
   f.load(sc, 0);
   for (int kt = 0; kt < KT; ++kt) {
     const int i = i0 + kt;
-    issue_k_tile<AF, false>(part, i, full, a, b, true);
+    issue_k_tile<AF, S>(part, i, full, a, b, true);
     wgmma_wait<0>();
 #pragma unroll
     for (int r = 0; r < S::kAcc; ++r) fence_operand(part[r]);
@@ -306,18 +326,17 @@ __device__ __forceinline__ void consume_promoted_blockwise(float (&d)[TileShape<
 // A consumer's k-tiles i0 … i0 + KT − 1 of the block's sequence into d (started at zero), stage s of
 // k-tile i released (release(i), StageRelease) once its wgmmas have completed. `a` and `b` give a
 // stage's A slice (this consumer's 64 rows) and B tile addresses.
-template <Fp8Format AF, Mainloop ML, class Release, class StageA, class StageB>
-__device__ __forceinline__ void consume_tiles(float (&d)[ShapeOf<ML>::kAcc], int i0, int KT, uint64_t* full,
+template <Fp8Format AF, Mainloop ML, class S, class Release, class StageA, class StageB>
+__device__ __forceinline__ void consume_tiles(float (&d)[S::kAcc], int i0, int KT, uint64_t* full,
                                               const Release& release, StageA a, StageB b) {
   if constexpr (ML == Mainloop::Promoted) {
-    consume_promoted<AF>(d, i0, KT, full, release, a, b);
+    consume_promoted<AF, S>(d, i0, KT, full, release, a, b);
   } else {
     // accumulate across k-tiles in the tensor cores; the previous k-tile's stage is released once its
     // wgmmas are done, while this one's run
-    using S = TileShape<true>;
     const int lane = threadIdx.x % 32;
     for (int kt = 0, i = i0; kt < KT; ++kt, ++i) {
-      issue_k_tile<AF, true>(d, i, full, a, b, false);
+      issue_k_tile<AF, S>(d, i, full, a, b, false);
       wgmma_wait<1>();
 #pragma unroll
       for (int r = 0; r < S::kAcc; ++r) fence_operand(d[r]);
@@ -332,11 +351,11 @@ __device__ __forceinline__ void consume_tiles(float (&d)[ShapeOf<ML>::kAcc], int
 
 #endif  // TETRA_WGMMA
 
-template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML>
+template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML, bool STAGED>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_kernel(ParamsT<u8> p, const __grid_constant__ Maps maps) {
 #ifdef TETRA_WGMMA
-  using S = ShapeOf<ML>;
+  using S = ShapeOf<ML, STAGED>;
   constexpr bool BW = KIND == GroupedGemmKind::BackwardWeight;
   // Blockwise input gradient: B is the whole stack's transposed codes [I, G·O], expert g's wᵀ at
   // columns g·O (GroupedGemm::blockwise)
@@ -414,32 +433,64 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int r = 0; r < S::kAcc; ++r) d[r] = 0.0f;
       auto a_slice = [&](int s) { return a_stage(s) + static_cast<uint32_t>(64 * consumer * 128); };
       if constexpr (kBlockwise) {
-        if (KT > 0) consume_promoted_blockwise<AF>(d, i, KT, full, release, a_slice, b_stage,
-                                                   BlockScales<KIND>(p, T, consumer));
+        if (KT > 0) consume_promoted_blockwise<AF, S>(d, i, KT, full, release, a_slice, b_stage,
+                                                      BlockScales<KIND>(p, T, consumer));
       } else {
         if (KT > 0)  // (only a weight gradient of an expert without rows has none: zeros stored)
-          consume_tiles<AF, ML>(d, i, KT, full, release, a_slice, b_stage);
+          consume_tiles<AF, ML, S>(d, i, KT, full, release, a_slice, b_stage);
         const float scale = p.a_scale[T.g] * p.b_scale[T.g];
 #pragma unroll
         for (int r = 0; r < S::kAcc; ++r) d[r] *= scale;
       }
       i += KT;
-      store_slice<S::kBN>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), T.m0 + 64 * consumer,
-                          T.n0, T.M, T.N, BW && p.accumulate);
+      TC* c = static_cast<TC*>(p.c) + T.c_offset;
+      if constexpr (STAGED) {
+        if (!(BW && p.accumulate)) {  // (accumulating, the stores read the previous values first: direct)
+          const uint32_t buf = base + static_cast<uint32_t>(S::kStages * S::kStageBytes +
+                                                            consumer * staged_slice_bytes<S::kBN, TC>());
+          store_slice_staged<S::kBN>(d, buf, c, ldc<KIND>(p), T.m0 + 64 * consumer, T.n0, T.M, T.N, 1 + consumer);
+          continue;
+        }
+      }
+      store_slice<S::kBN>(d, c, ldc<KIND>(p), T.m0 + 64 * consumer, T.n0, T.M, T.N, BW && p.accumulate);
+    }
+    if constexpr (STAGED) {
+      if (threadIdx.x % 128 < 32) bulk_wait();  // the last slice's copies, before the block ends
     }
   }
 #endif  // TETRA_WGMMA
 }
 
+// TETRA_FP8_GROUPED_EPILOGUE: how a tile's outputs leave the block: "direct" (the default; each
+// thread's stores, store_slice) or "staged" (through shared memory and the copy engine, so that the
+// stores run while the next tile's k-tiles do: store_slice_staged; where its buffers fit, and not when
+// a weight gradient accumulates). Read at every launch (the tests compare the two in one process).
+bool staged_epilogue() {
+  const char* v = std::getenv("TETRA_FP8_GROUPED_EPILOGUE");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "direct") return false;
+  if (s == "staged") return true;
+  TETRA_FAIL(Config, "TETRA_FP8_GROUPED_EPILOGUE=", s, ": want direct or staged");
+}
+
 // A persistent grid: one block an SM, at most one per tile.
-template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML>
-void launch(const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device device, cudaStream_t stream) {
-  auto kernel = grouped_gemm_fp8_kernel<KIND, AF, TC, ML>;
-  constexpr size_t smem = ShapeOf<ML>::kSmemBytes;
+template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML, bool STAGED>
+void launch_epilogue(const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device device, cudaStream_t stream) {
+  auto kernel = grouped_gemm_fp8_kernel<KIND, AF, TC, ML, STAGED>;
+  constexpr size_t smem = STAGED ? staged_smem_bytes<ML, TC>() : ShapeOf<ML>::kSmemBytes;
   allow_dynamic_smem(kernel, smem);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count(device)));
   kernel<<<grid, kThreads, smem, stream>>>(prm, maps);
   TETRA_CUDA_CHECK_LAUNCH();
+}
+
+template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML>
+void launch(const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device device, cudaStream_t stream) {
+  if constexpr (staged_fits<ML, TC>()) {
+    if (staged_epilogue() && device_fits(staged_smem_bytes<ML, TC>(), nullptr))
+      return launch_epilogue<KIND, AF, TC, ML, true>(prm, maps, tiles, device, stream);
+  }
+  launch_epilogue<KIND, AF, TC, ML, false>(prm, maps, tiles, device, stream);
 }
 
 template <GroupedGemmKind KIND, class TC, Mainloop ML>

@@ -95,6 +95,19 @@ inline int64_t tile_bound(const GroupedGemm& p, int tiles_m, int tiles_n, int bm
   return p.kind == GroupedGemmKind::BackwardWeight ? p.G * tiles_m * tiles_n : ((p.R + bm - 1) / bm + p.G) * tiles_n;
 }
 
+// The staged epilogue (store_slice_staged): a staging row holds a slice row of TC plus 16 bytes, so
+// that the 8 rows one store instruction writes start 4 banks apart (bf16 pairs: no bank conflict;
+// fp32 pairs: two wavefronts, the least for 256 bytes). 16-byte multiples: every row is a bulk
+// copy's aligned source.
+template <int N, class TC>
+constexpr int staged_row_bytes() {
+  return N * static_cast<int>(sizeof(TC)) + 16;
+}
+template <int N, class TC>
+constexpr int staged_slice_bytes() {  // a warpgroup's 64 rows
+  return 64 * staged_row_bytes<N, TC>();
+}
+
 #ifdef TETRA_WGMMA
 
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -393,6 +406,62 @@ __device__ __forceinline__ void store_slice(float (&d)[N / 2], TC* C, int64_t ld
       for (int j = 0; j < N / 8; ++j)
         if (n0 + 8 * j + 2 * (lane % 4) < Nlim) store(j);
     }
+  }
+}
+
+// ---------- the staged epilogue: a slice through shared memory, copied out by the copy engine ----------
+
+// bytes (a multiple of 16) from shared memory at src to global memory at dst (16-byte aligned),
+// asynchronously, in this thread's current bulk group.
+__device__ __forceinline__ void bulk_store(const void* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// This thread's committed bulk groups have read their shared memory (may be written again) ...
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// ... or have completed.
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// The 128 threads of one warpgroup (named barrier `id`, not 0: __syncthreads' own).
+__device__ __forceinline__ void warpgroup_barrier(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
+
+// store_slice's stores (without `accumulate`) through the warpgroup's staging buffer `buf` (shared
+// memory, staged_slice_bytes): every thread writes its values there, rounded as store_slice rounds
+// them, then warp 0's lanes copy the slice's rows within M × Nlim to C with bulk copies, two rows a
+// lane, and go on without waiting for them; the next call waits until they have read the buffer
+// (by then, normally, a tile's k-tiles later). The caller's last call is followed by bulk_wait() in
+// warp 0 before the block ends. `barrier`: a named barrier id for this warpgroup alone.
+template <int N, class TC>
+__device__ __forceinline__ void store_slice_staged(const float (&d)[N / 2], uint32_t buf, TC* C, int64_t ldc,
+                                                   int64_t row0, int64_t n0, int64_t M, int64_t Nlim, int barrier) {
+  constexpr int kRowBytes = staged_row_bytes<N, TC>();
+  constexpr uint32_t kSize = sizeof(TC);
+  const int w = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  if (w == 0) bulk_wait_read();
+  warpgroup_barrier(barrier);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const uint32_t row = buf + static_cast<uint32_t>((w * 16 + lane / 4 + 8 * half) * kRowBytes) + 2 * (lane % 4) * kSize;
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+      const float v0 = d[4 * j + 2 * half], v1 = d[4 * j + 2 * half + 1];
+      const uint32_t at = row + 8 * j * kSize;
+      if constexpr (std::is_same_v<TC, bf16>) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(*reinterpret_cast<const uint32_t*>(&h)) : "memory");
+      } else {
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(v0), "f"(v1) : "memory");
+      }
+    }
+  }
+  fence_proxy_async();  // the writes visible to the copy engine
+  warpgroup_barrier(barrier);
+  if (w == 0) {
+    const int64_t cols = Nlim - n0 < N ? Nlim - n0 : N;
+    const uint32_t bytes = static_cast<uint32_t>(cols) * kSize;
+    for (int r = lane; r < 64; r += 32)
+      if (row0 + r < M) bulk_store(C + (row0 + r) * ldc + n0, buf + static_cast<uint32_t>(r * kRowBytes), bytes);
+    bulk_commit();
   }
 }
 

@@ -760,5 +760,62 @@ TEST(GpuMoeGroupedFp8, ReplaysFromAGraph) {
   replay_from_a_graph(cuda::GroupedGemmImpl::Auto);
 }
 
+// The four ops of case c (recipe blockwise or tensorwise) with the epilogue `epilogue`: y, dx, dw, and
+// dw accumulated onto dw0, each output poisoned first.
+std::vector<Tensor> run_with_epilogue(const Case& c, const GroupedOperands& host, bool blockwise, const char* epilogue) {
+  const int64_t G = host.G, R = host.R, O = c.O, I = c.I;
+  const Fp8Cast rows_cast{ops::Fp8Scaling::Rows1x128, DType::F8E4M3};
+  const Fp8Cast act = blockwise ? rows_cast : c.act, grad = blockwise ? rows_cast : c.grad;
+  const Fp8Cast weight = blockwise ? Fp8Cast{ops::Fp8Scaling::Blocks128, DType::F8E4M3} : c.weight;
+  const Tensor g_off = upload_raw(host.off), g_x = upload(host.x, c.in), g_dy = upload(host.dy, c.in);
+  const Tensor g_w = upload(host.w, c.in);
+  std::vector<Tensor> out{poisoned({R, O}, c.out), poisoned({R, I}, c.out), poisoned({G, O, I}, c.out),
+                          upload(host.dw0, c.out)};
+  setenv("TETRA_FP8_GROUPED_EPILOGUE", epilogue, 1);
+  try {
+    ops::moe_grouped_fp8_forward(out[0], g_x, act, g_w, weight, g_off);
+    ops::moe_grouped_fp8_backward_input(out[1], g_dy, grad, g_w, weight, g_off);
+    ops::moe_grouped_fp8_backward_weight(out[2], g_dy, grad, g_x, act, g_off, false);
+    ops::moe_grouped_fp8_backward_weight(out[3], g_dy, grad, g_x, act, g_off, true);
+  } catch (...) {
+    unsetenv("TETRA_FP8_GROUPED_EPILOGUE");
+    throw;
+  }
+  unsetenv("TETRA_FP8_GROUPED_EPILOGUE");
+  return out;
+}
+
+void expect_staged_epilogue_bits(const Case& c, bool blockwise, uint64_t seed) {
+  const GroupedOperands host = random_operands(c.rows, c.lead, c.tail, c.O, c.I, c.in, c.out, seed);
+  const std::vector<Tensor> direct = run_with_epilogue(c, host, blockwise, "direct");
+  const std::vector<Tensor> staged = run_with_epilogue(c, host, blockwise, "staged");
+  const char* names[] = {"forward", "backward input", "backward weight", "backward weight accumulating"};
+  for (size_t k = 0; k < direct.size(); ++k)
+    EXPECT_TRUE(same_device_bytes(staged[k], direct[k])) << names[k] << ", O " << c.O << " I " << c.I << " "
+                                                         << dtype_name(c.out) << (blockwise ? " blockwise" : "");
+}
+
+// The tensor-core kernel's staged epilogue (TETRA_FP8_GROUPED_EPILOGUE=staged: each slice through
+// shared memory and the copy engine) stores the bits of the direct one, and nothing else: every
+// output compared whole, the rows outside the experts still poisoned. Both mainloops (the fast
+// forward, the promoted backward), tensorwise and blockwise, bf16 and fp32 outputs (the fast shape's
+// fp32 keeps direct stores), ragged experts with partial row and column tiles, and a weight gradient
+// accumulating (which keeps the direct path: it reads the previous values). An unknown setting is
+// an error.
+TEST(GpuMoeGroupedFp8, StagedEpilogueStoresTheBitsOfTheDirectOne) {
+  TETRA_REQUIRE_GPU();
+  const std::vector<int64_t> around = {0, 1, 127, 128, 129, 300, 0, 257};
+  uint64_t seed = 60;
+  for (const DType out : {DType::BF16, DType::F32}) {
+    expect_staged_epilogue_bits({around, 144, 400, DType::BF16, out, 3, 5}, false, ++seed);
+    expect_staged_epilogue_bits({{129, 0, 300, 1}, 1024, 1536, DType::BF16, out}, false, ++seed);
+    expect_staged_epilogue_bits({around, 128, 256, DType::BF16, out, 2, 2}, true, ++seed);
+  }
+  const Case small{{4}, 128, 128, DType::BF16, DType::BF16};
+  EXPECT_THROW(run_with_epilogue(small, random_operands(small.rows, 0, 0, 128, 128, small.in, small.out, 1), false,
+                                 "stage"),
+               Error);
+}
+
 }  // namespace
 }  // namespace tetra::gputest
