@@ -89,6 +89,12 @@ void grouped_gemm_wgmma(const GroupedGemm& p, Device device, cudaStream_t stream
 // WgmmaWs: the same conditions as Wgmma (and the driver's tensor-map encoder); warp-specialised: a
 // loading warpgroup (the bulk tensor copy engine, cp.async for weight gradients) and two multiplying
 // warpgroups, synchronised per pipeline stage by mbarriers.
+// TETRA_GROUPED_EPILOGUE, read at every launch (the tests compare the two in one process): how the
+// Hopper grouped kernels (the bf16 `wgmma_ws` and the FP8 one) store a tile's outputs: "direct" (the
+// default; each thread's own stores) or "staged" (through shared memory and the copy engine while the
+// consumers go on to the next tile: wgmma::store_slice_staged), where its buffers fit and the outputs
+// are not added to (an accumulating weight gradient reads the previous values first).
+bool grouped_gemm_staged_epilogue();
 bool grouped_gemm_wgmma_ws_applies(const GroupedGemm& p, const char** why);
 void grouped_gemm_wgmma_ws(const GroupedGemm& p, Device device, cudaStream_t stream);
 bool grouped_gemm_mma_applies(const GroupedGemm& p, const char** why);

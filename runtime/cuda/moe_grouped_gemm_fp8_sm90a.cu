@@ -24,7 +24,7 @@
 //          end (the next expert's) and columns past N make outputs that are never stored.
 //   epilogue: expert g's sums times a_scale[g]·b_scale[g], stored (or added, BackwardWeight
 //          accumulating) as bf16 or fp32: each thread's own stores (direct, the default), or, under
-//          TETRA_FP8_GROUPED_EPILOGUE=staged, through a staging buffer a consumer in shared memory that
+//          TETRA_GROUPED_EPILOGUE=staged, through a staging buffer a consumer in shared memory that
 //          the copy engine writes out while the consumer goes on to its next tile's k-tiles
 //          (store_slice_staged; two stages fewer for the buffers, one on the fast shape; a weight
 //          gradient accumulating, and the fast shape's fp32 outputs, keep the direct stores).
@@ -64,7 +64,7 @@ constexpr int kThreads = 3 * 128;
 // A 128 × 128 FP8 tile moves 32 KB from L2 per 4.2 MFLOP; on one H200 it measured ≈ 450 TFLOP/s,
 // below the bf16 kernel: L2 feeds it too slowly. 128 × 256 halves the bytes per FLOP.
 // STAGED: the epilogue stages each slice in shared memory for the copy engine (store_slice_staged;
-// TETRA_FP8_GROUPED_EPILOGUE), whose two buffers take the place of two stages (the fast shape: one).
+// TETRA_GROUPED_EPILOGUE), whose two buffers take the place of two stages (the fast shape: one).
 template <bool FAST, bool STAGED = false>
 struct TileShape {
   static constexpr int kBN = FAST ? 256 : 128;
@@ -461,18 +461,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif  // TETRA_WGMMA
 }
 
-// TETRA_FP8_GROUPED_EPILOGUE: how a tile's outputs leave the block: "direct" (the default; each
-// thread's stores, store_slice) or "staged" (through shared memory and the copy engine, so that the
-// stores run while the next tile's k-tiles do: store_slice_staged; where its buffers fit, and not when
-// a weight gradient accumulates). Read at every launch (the tests compare the two in one process).
-bool staged_epilogue() {
-  const char* v = std::getenv("TETRA_FP8_GROUPED_EPILOGUE");
-  const std::string s = v ? v : "";
-  if (s.empty() || s == "direct") return false;
-  if (s == "staged") return true;
-  TETRA_FAIL(Config, "TETRA_FP8_GROUPED_EPILOGUE=", s, ": want direct or staged");
-}
-
 // A persistent grid: one block an SM, at most one per tile.
 template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML, bool STAGED>
 void launch_epilogue(const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device device, cudaStream_t stream) {
@@ -487,7 +475,7 @@ void launch_epilogue(const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, De
 template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML>
 void launch(const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device device, cudaStream_t stream) {
   if constexpr (staged_fits<ML, TC>()) {
-    if (staged_epilogue() && device_fits(staged_smem_bytes<ML, TC>(), nullptr))
+    if (grouped_gemm_staged_epilogue() && device_fits(staged_smem_bytes<ML, TC>(), nullptr))
       return launch_epilogue<KIND, AF, TC, ML, true>(prm, maps, tiles, device, stream);
   }
   launch_epilogue<KIND, AF, TC, ML, false>(prm, maps, tiles, device, stream);

@@ -16,7 +16,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/moe_grouped_wgmma.cuh"
@@ -132,6 +134,14 @@ void launch(const Params& prm, int64_t blocks, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool grouped_gemm_staged_epilogue() {
+  const char* v = std::getenv("TETRA_GROUPED_EPILOGUE");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "direct") return false;
+  if (s == "staged") return true;
+  TETRA_FAIL(Config, "TETRA_GROUPED_EPILOGUE=", s, ": want direct or staged");
+}
 
 bool wgmma::device_fits(size_t smem_bytes, const char** why) {
   int dev = 0, major = 0, minor = 0, optin = 0;

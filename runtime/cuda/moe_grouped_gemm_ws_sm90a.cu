@@ -7,10 +7,12 @@
 //   block: 384 threads, persistent (one per SM, never more than tiles), tiles blockIdx.x,
 //          blockIdx.x + gridDim.x, … of the shared tile list (moe_grouped_wgmma.cuh).
 //   tile:  128 × 256 outputs; consumer c owns rows 64c … 64c + 63 (wgmma m64n256k16, 128 fp32
-//          accumulators a thread) and writes them from its registers.
-//   stages: 4 of 48 KB (A 128 × 64, B 256 × 64 bf16, 128-byte swizzled), one ring over the whole
-//          sequence of k-tiles of the block's tiles, so the next tile's loads run under this
-//          tile's last k-tiles and its epilogue.
+//          accumulators a thread) and writes them from its registers, or under
+//          TETRA_GROUPED_EPILOGUE=staged (bf16 outputs) into a staging buffer in shared memory that the
+//          copy engine writes out while the consumer goes on to its next tile (store_slice_staged).
+//   stages: 4 of 48 KB (A 128 × 64, B 256 × 64 bf16, 128-byte swizzled; 3 beside the staging
+//          buffers), one ring over the whole sequence of k-tiles of the block's tiles, so the next
+//          tile's loads run under this tile's last k-tiles and its epilogue.
 //   producer: one thread; the bulk tensor copy engine (TMA) loads each stage, completion counted in
 //          bytes on full[s]. Rows past an expert's end come from the next expert: in the forward and
 //          input-gradient GEMMs they only make outputs that are never stored; past the tensor's end
@@ -39,11 +41,18 @@ namespace {
 
 using namespace wgmma;
 
-constexpr int kBM = 128, kBN = 256, kStages = 4;
+constexpr int kBM = 128, kBN = 256;
 constexpr int kThreads = 3 * 128;
 constexpr int kAStageBytes = kBM * kBK * 2, kBStageBytes = kBN * kBK * 2;
 constexpr int kStageBytes = kAStageBytes + kBStageBytes;
-constexpr size_t kSmemBytes = static_cast<size_t>(kStages) * kStageBytes + 1024;  // + alignment
+// The ring's stages: 4, or 3 beside the staged epilogue's two buffers (STAGED).
+template <bool STAGED>
+constexpr int kStagesOf = STAGED ? 3 : 4;
+constexpr size_t kSmemBytes = static_cast<size_t>(kStagesOf<false>) * kStageBytes + 1024;  // + alignment
+// With the staged epilogue of TC outputs; bf16 only (fp32's two 130 KB buffers do not fit).
+template <class TC>
+constexpr size_t kStagedSmemBytes =
+    static_cast<size_t>(kStagesOf<true>) * kStageBytes + 1024 + 2 * static_cast<size_t>(staged_slice_bytes<kBN, TC>());
 
 // The tensor maps of one launch (TMA loads): A as [rows, K-or-M] and B as w [G·O, I], each a 2-D
 // bf16 tensor with 128-byte swizzling and boxes of 64 inner elements (128 bytes, the swizzle span).
@@ -98,7 +107,7 @@ __device__ __forceinline__ void load_k_tile(const Ring& ring, const Maps& maps, 
 
 // The producer (one thread): every k-tile of the block's tiles, each into the next stage once both
 // consumers released it.
-template <GroupedGemmKind KIND>
+template <GroupedGemmKind KIND, int kStages>
 __device__ __forceinline__ void produce(const Params& p, const Maps& maps, const int* table, int64_t total,
                                         const Ring& ring) {
   int64_t i = 0;  // k-tiles issued
@@ -139,9 +148,10 @@ __device__ __forceinline__ void zero_rows_past_expert(const Ring& ring, int s, i
 
 // A consumer warpgroup (consumer 0 or 1: rows 64·consumer … + 63 of each tile): waits for each
 // stage, multiplies it into d, releases the stage before it, and stores each finished tile slice.
-template <GroupedGemmKind KIND, class TC>
+template <GroupedGemmKind KIND, class TC, bool STAGED>
 __device__ __forceinline__ void consume(const Params& p, const int* table, int64_t total, const Ring& ring,
                                         int consumer) {
+  constexpr int kStages = kStagesOf<STAGED>;
   constexpr bool A_KMAJOR = KIND != GroupedGemmKind::BackwardWeight;
   constexpr bool B_KMAJOR = KIND == GroupedGemmKind::Forward;
   const int lane = threadIdx.x % 32;
@@ -175,15 +185,28 @@ __device__ __forceinline__ void consume(const Params& p, const int* table, int64
 #pragma unroll
     for (int r = 0; r < 128; ++r) fence_operand(d[r]);
     if (KT > 0 && lane == 0) mbarrier_arrive(smem_addr(&ring.empty[(i - 1) % kStages]));
-    store_slice<kBN>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), T.m0 + 64 * consumer, T.n0, T.M, T.N,
-                     KIND == GroupedGemmKind::BackwardWeight && p.accumulate);
+    TC* c = static_cast<TC*>(p.c) + T.c_offset;
+    const bool accumulate = KIND == GroupedGemmKind::BackwardWeight && p.accumulate;
+    if constexpr (STAGED) {
+      if (!accumulate) {  // named barriers 2 and 3 (1: zero_rows_past_expert's)
+        const uint32_t buf = ring.base + static_cast<uint32_t>(kStages * kStageBytes +
+                                                               consumer * staged_slice_bytes<kBN, TC>());
+        store_slice_staged<kBN>(d, buf, c, ldc<KIND>(p), T.m0 + 64 * consumer, T.n0, T.M, T.N, 2 + consumer);
+        continue;
+      }
+    }
+    store_slice<kBN>(d, c, ldc<KIND>(p), T.m0 + 64 * consumer, T.n0, T.M, T.N, accumulate);
+  }
+  if constexpr (STAGED) {
+    if (threadIdx.x % 128 < 32) bulk_wait();  // the last slice's copies, before the block ends
   }
 }
 #endif  // TETRA_WGMMA
 
-template <GroupedGemmKind KIND, class TC>
+template <GroupedGemmKind KIND, class TC, bool STAGED>
 __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_ws_kernel(Params p, const __grid_constant__ Maps maps) {
 #ifdef TETRA_WGMMA
+  constexpr int kStages = kStagesOf<STAGED>;
   extern __shared__ unsigned char smem_raw[];
   __shared__ int table[kMaxTableGroups + 1];
   __shared__ int rows[kMaxLptGroups];
@@ -205,10 +228,10 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_ws_kernel(Params p, 
     // of the multiprocessor's 65536
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
     if (threadIdx.x != 0) return;
-    produce<KIND>(p, maps, table, total, ring);
+    produce<KIND, kStages>(p, maps, table, total, ring);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
-    consume<KIND, TC>(p, table, total, ring, role - 1);
+    consume<KIND, TC, STAGED>(p, table, total, ring, role - 1);
   }
 #endif  // TETRA_WGMMA
 }
@@ -218,12 +241,22 @@ CUtensorMap tensor_map(const char* op, const void* base, int64_t inner, int64_t 
   return wgmma::tensor_map(op, "wgmma ws kernel", base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, inner, outer, box_outer);
 }
 
+template <GroupedGemmKind KIND, class TC, bool STAGED>
+void launch_epilogue(const Params& prm, const Maps& maps, int64_t blocks, cudaStream_t stream) {
+  auto kernel = grouped_gemm_ws_kernel<KIND, TC, STAGED>;
+  constexpr size_t smem = STAGED ? kStagedSmemBytes<TC> : kSmemBytes;
+  allow_dynamic_smem(kernel, smem);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(prm, maps);
+  TETRA_CUDA_CHECK_LAUNCH();
+}
+
 template <GroupedGemmKind KIND, class TC>
 void launch(const Params& prm, const Maps& maps, int64_t blocks, cudaStream_t stream) {
-  auto kernel = grouped_gemm_ws_kernel<KIND, TC>;
-  allow_dynamic_smem(kernel, kSmemBytes);
-  kernel<<<static_cast<unsigned>(blocks), kThreads, kSmemBytes, stream>>>(prm, maps);
-  TETRA_CUDA_CHECK_LAUNCH();
+  if constexpr (std::is_same_v<TC, bf16>) {
+    if (grouped_gemm_staged_epilogue() && wgmma::device_fits(kStagedSmemBytes<TC>, nullptr))
+      return launch_epilogue<KIND, TC, true>(prm, maps, blocks, stream);
+  }
+  launch_epilogue<KIND, TC, false>(prm, maps, blocks, stream);
 }
 
 }  // namespace

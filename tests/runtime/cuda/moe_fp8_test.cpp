@@ -771,17 +771,17 @@ std::vector<Tensor> run_with_epilogue(const Case& c, const GroupedOperands& host
   const Tensor g_w = upload(host.w, c.in);
   std::vector<Tensor> out{poisoned({R, O}, c.out), poisoned({R, I}, c.out), poisoned({G, O, I}, c.out),
                           upload(host.dw0, c.out)};
-  setenv("TETRA_FP8_GROUPED_EPILOGUE", epilogue, 1);
+  setenv("TETRA_GROUPED_EPILOGUE", epilogue, 1);
   try {
     ops::moe_grouped_fp8_forward(out[0], g_x, act, g_w, weight, g_off);
     ops::moe_grouped_fp8_backward_input(out[1], g_dy, grad, g_w, weight, g_off);
     ops::moe_grouped_fp8_backward_weight(out[2], g_dy, grad, g_x, act, g_off, false);
     ops::moe_grouped_fp8_backward_weight(out[3], g_dy, grad, g_x, act, g_off, true);
   } catch (...) {
-    unsetenv("TETRA_FP8_GROUPED_EPILOGUE");
+    unsetenv("TETRA_GROUPED_EPILOGUE");
     throw;
   }
-  unsetenv("TETRA_FP8_GROUPED_EPILOGUE");
+  unsetenv("TETRA_GROUPED_EPILOGUE");
   return out;
 }
 
@@ -795,7 +795,7 @@ void expect_staged_epilogue_bits(const Case& c, bool blockwise, uint64_t seed) {
                                                          << dtype_name(c.out) << (blockwise ? " blockwise" : "");
 }
 
-// The tensor-core kernel's staged epilogue (TETRA_FP8_GROUPED_EPILOGUE=staged: each slice through
+// The tensor-core kernel's staged epilogue (TETRA_GROUPED_EPILOGUE=staged: each slice through
 // shared memory and the copy engine) stores the bits of the direct one, and nothing else: every
 // output compared whole, the rows outside the experts still poisoned. Both mainloops (the fast
 // forward, the promoted backward), tensorwise and blockwise, bf16 and fp32 outputs (the fast shape's

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -450,6 +451,57 @@ TEST(GpuMoeGroupedGemm, ManyTilesPerBlock) {
 
 // No rows at all (R = 0, e.g. a rank that received no tokens): the warp-specialised kernel, whose
 // tensor maps cannot have a zero extent, stores a zero weight gradient or leaves an accumulated one.
+// The warp-specialised kernel's staged epilogue (TETRA_GROUPED_EPILOGUE=staged, bf16 outputs: each
+// slice through shared memory and the copy engine) stores the bits of its direct stores, and nothing
+// else: the three GEMMs and an accumulating weight gradient (which keeps the direct stores), every
+// output compared whole with the rows outside the experts still poisoned; ragged experts (partial
+// row tiles, an empty one) and widths off 256 (partial column tiles); fp32 outputs (direct either way).
+TEST(GpuMoeGroupedGemm, WarpSpecialisedStagedEpilogueStoresTheBitsOfTheDirectOne) {
+  TETRA_REQUIRE_GPU();
+  if (!wgmma_runs()) GTEST_SKIP() << "no wgmma here";
+  struct Shape {
+    std::vector<int64_t> rows;
+    int64_t O, I, lead, tail;
+  };
+  Rng rng(57);
+  for (const Shape& sh : {Shape{{130, 0, 1, 255, 64}, 192, 320, 3, 2}, Shape{{300, 129}, 1024, 1536, 0, 0}}) {
+    for (const DType out : {DType::BF16, DType::F32}) {
+      const int64_t G = static_cast<int64_t>(sh.rows.size()), O = sh.O, I = sh.I;
+      int64_t used = 0;
+      for (int64_t r : sh.rows) used += r;
+      const int64_t R = sh.lead + used + sh.tail;
+      const Tensor g_off = upload_raw(offsets_of(sh.rows, sh.lead));
+      const Tensor g_x = upload(rand_bf16(rng, {R, I}, 1.0), DType::BF16);
+      const Tensor g_dy = upload(rand_bf16(rng, {R, O}, 1.0), DType::BF16);
+      const Tensor g_w = upload(rand_bf16(rng, {G, O, I}, 0.05), DType::BF16);
+      const Tensor dw0 = rand_bf16(rng, {G, O, I}, 1.0);
+      auto run = [&](const char* epilogue) {
+        setenv("TETRA_GROUPED_EPILOGUE", epilogue, 1);
+        cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::WgmmaWs);
+        std::vector<Tensor> o{poisoned({R, O}, out), poisoned({R, I}, out), poisoned({G, O, I}, out),
+                              upload(dw0, out)};
+        ops::moe_grouped_linear_forward(o[0], g_x, g_w, g_off);
+        ops::moe_grouped_linear_backward_input(o[1], g_dy, g_w, g_off);
+        ops::moe_grouped_linear_backward_weight(o[2], g_dy, g_x, g_off, false);
+        ops::moe_grouped_linear_backward_weight(o[3], g_dy, g_x, g_off, true);
+        cuda::set_grouped_gemm_impl(cuda::GroupedGemmImpl::Auto);
+        unsetenv("TETRA_GROUPED_EPILOGUE");
+        std::vector<Tensor> host;
+        for (const Tensor& t : o) host.push_back(download_raw(t));
+        return host;
+      };
+      const std::vector<Tensor> direct = run("direct"), staged = run("staged");
+      const char* names[] = {"forward", "backward input", "backward weight", "backward weight accumulating"};
+      for (size_t k = 0; k < direct.size(); ++k)
+        EXPECT_EQ(std::memcmp(staged[k].data_ptr(), direct[k].data_ptr(), direct[k].nbytes()), 0)
+            << names[k] << ", O " << O << " I " << I << " " << dtype_name(out);
+    }
+  }
+  setenv("TETRA_GROUPED_EPILOGUE", "stage", 1);
+  EXPECT_THROW(cuda::grouped_gemm_staged_epilogue(), Error);
+  unsetenv("TETRA_GROUPED_EPILOGUE");
+}
+
 TEST(GpuMoeGroupedGemm, WarpSpecialisedKernelWithoutRows) {
   TETRA_REQUIRE_GPU();
   if (!wgmma_runs()) GTEST_SKIP() << "no wgmma here";
