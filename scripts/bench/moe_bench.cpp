@@ -218,6 +218,9 @@ void bench_counts_readback(Layer& L, int reps) {
          {"router_then_sync_us", sync_us}});
 }
 
+// How the Hopper grouped kernels store their tiles in this run (TETRA_GROUPED_EPILOGUE), for the lines.
+std::string epilogue_name() { return cuda::grouped_gemm_staged_epilogue() ? "staged" : "direct"; }
+
 // Times one grouped GEMM (C[M, N] = A[M, K]·B[K, N] summed over the experts) and prints its line.
 struct GemmTimer {
   const Layer& L;
@@ -231,7 +234,7 @@ struct GemmTimer {
     const double flops = 2.0 * M * Nn * K, ms = time_ms(f, reps);
     lines.push_back({op, phase, ms, flops / kPeakFlops * 1e3});
     print({{"bench", "moe_gemm"}, {"routing", how}, {"impl", name}, {"op", op}, {"phase", phase}, {"rows", L.R},
-           {"n", Nn}, {"k", K}, {"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12},
+           {"n", Nn}, {"k", K}, {"epilogue", epilogue_name()}, {"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12},
            {"floor_ms", flops / kPeakFlops * 1e3}, {"max_over_mean_load", load}});
   }
 };
@@ -256,8 +259,8 @@ void bench_fp8_split(Layer& L, const std::string& how, int reps, bool blockwise)
     const cuda::GroupedFp8Call call = cuda::cast_grouped_fp8(op.c_str(), kind, c, a, ac, b, bc, L.offsets);
     const double gemm_ms = time_ms([&] { cuda::grouped_gemm_fp8(call.p, gpu(), cuda::stream_of(gpu())); }, reps);
     casts_sum += casts_ms, gemm_sum += gemm_ms, flops_sum += flops;
-    print({{"bench", "moe_fp8_split"}, {"routing", how}, {"recipe", recipe}, {"op", op}, {"casts_ms", casts_ms},
-           {"gemm_ms", gemm_ms}, {"gemm_tflops", flops / (gemm_ms * 1e-3) / 1e12}});
+    print({{"bench", "moe_fp8_split"}, {"routing", how}, {"recipe", recipe}, {"op", op}, {"epilogue", epilogue_name()},
+           {"casts_ms", casts_ms}, {"gemm_ms", gemm_ms}, {"gemm_tflops", flops / (gemm_ms * 1e-3) / 1e12}});
   };
   split("gate_up_forward", K::Forward, 2 * R * 2 * F * d, L.gu, L.xs, act, L.w_gu, weight);
   split("down_forward", K::Forward, 2 * R * d * F, L.out, L.h, act, L.w_down, weight);
