@@ -24,10 +24,11 @@
 //          end (the next expert's) and columns past N make outputs that are never stored.
 //   epilogue: expert g's sums times a_scale[g]·b_scale[g], stored (or added, BackwardWeight
 //          accumulating) as bf16 or fp32: each thread's own stores (direct, the default), or, under
-//          TETRA_GROUPED_EPILOGUE=staged, through a staging buffer a consumer in shared memory that
-//          the copy engine writes out while the consumer goes on to its next tile's k-tiles
-//          (store_slice_staged; two stages fewer for the buffers, one on the fast shape; a weight
-//          gradient accumulating, and the fast shape's fp32 outputs, keep the direct stores).
+//          TETRA_GROUPED_EPILOGUE=staged, a whole 64-row slice through a buffer a consumer in shared
+//          memory that the copy engine stores as tensor boxes while the consumer goes on to its next
+//          tile's k-tiles (store_slice_tma; fewer stages beside the buffers, staged_stages; slices
+//          cut by an expert's end, a weight gradient accumulating, and the fast shape's fp32 outputs
+//          keep the direct stores).
 //   blockwise (GroupedGemm::blockwise; DeepSeek-V3's 1×128 / 128×128 scales): the promoted tile, each
 //          k-tile's sums multiplied by their two per-128 scales as they are added (the k-tile is one
 //          scale block of K), no scale in the epilogue.
@@ -63,45 +64,56 @@ constexpr int kThreads = 3 * 128;
 // one register set of 128, and the wgmmas of consecutive k-tiles overlap (the bf16 kernel's scheme).
 // A 128 × 128 FP8 tile moves 32 KB from L2 per 4.2 MFLOP; on one H200 it measured ≈ 450 TFLOP/s,
 // below the bf16 kernel: L2 feeds it too slowly. 128 × 256 halves the bytes per FLOP.
-// STAGED: the epilogue stages each slice in shared memory for the copy engine (store_slice_staged;
-// TETRA_GROUPED_EPILOGUE), whose two buffers take the place of two stages (the fast shape: one).
-template <bool FAST, bool STAGED = false>
+// STAGES: the ring's stages (6 and 4 with the direct epilogue; fewer beside the tensor-store
+// epilogue's two buffers, staged_stages).
+template <bool FAST, int STAGES = FAST ? 4 : 6>
 struct TileShape {
   static constexpr int kBN = FAST ? 256 : 128;
-  static constexpr int kStages = FAST ? (STAGED ? 3 : 4) : (STAGED ? 4 : 6);
+  static constexpr int kStages = STAGES;
   static constexpr int kAStageBytes = kBM * kFp8BK, kBStageBytes = kBN * kFp8BK;
   static constexpr int kStageBytes = kAStageBytes + kBStageBytes;
   static constexpr size_t kSmemBytes = static_cast<size_t>(kStages) * kStageBytes + 1024;  // + alignment
   static constexpr int kAcc = kBN / 2;  // fp32 accumulators a thread (m64nBNk32)
-  // the epilogue's two staging buffers (none when not STAGED) of TC outputs, after the stages
-  template <class TC>
-  static constexpr size_t epilogue_bytes() {
-    return STAGED ? 2 * static_cast<size_t>(staged_slice_bytes<kBN, TC>()) : 0;
-  }
 };
 // How a kernel runs its k-tiles: the fast shape, or the promoted one (each k-tile waited for and
 // added), with the tensorwise scales applied once in the epilogue or (PromotedBlockwise) each k-tile's
 // blockwise scales applied as it is added.
 enum class Mainloop { Fast, Promoted, PromotedBlockwise };
-template <Mainloop ML, bool STAGED = false>
-using ShapeOf = TileShape<ML == Mainloop::Fast, STAGED>;
+template <Mainloop ML>
+using ShapeOf = TileShape<ML == Mainloop::Fast>;
 
 // Both shapes need the same shared memory within a few KB; the larger one decides whether a device fits.
 constexpr size_t kSmemBytes = std::max(TileShape<false>::kSmemBytes, TileShape<true>::kSmemBytes);
-// The staged epilogue's dynamic shared memory; the fast shape's fp32 outputs (two 66 KB buffers) do
-// not fit beside its stages and keep the direct stores.
+
+// The tensor-store epilogue (TETRA_GROUPED_EPILOGUE=staged, store_slice_tma): its two buffers (one a
+// consumer) after the ring, which keeps as many stages as fit beside them in 220 KB (227 KB a block,
+// less the static tables): promoted bf16 5, promoted fp32 4, fast bf16 3; the fast shape's fp32
+// outputs would leave 1 and keep the direct stores.
 template <Mainloop ML, class TC>
-constexpr size_t staged_smem_bytes() {
-  using S = ShapeOf<ML, true>;
-  return S::kSmemBytes + S::template epilogue_bytes<TC>();
+constexpr size_t staged_epilogue_bytes() {
+  return 2 * static_cast<size_t>(tma_slice_bytes<ShapeOf<ML>::kBN, TC>());
+}
+template <Mainloop ML, class TC>
+constexpr int staged_stages() {
+  using D = ShapeOf<ML>;
+  const size_t room = 220 * 1024 - 1024 - staged_epilogue_bytes<ML, TC>();
+  return static_cast<int>(std::min<size_t>(D::kStages, room / D::kStageBytes));
 }
 template <Mainloop ML, class TC>
 constexpr bool staged_fits() {
-  return staged_smem_bytes<ML, TC>() <= 220 * 1024;  // 227 KB an SM's block, less the static tables
+  return staged_stages<ML, TC>() >= 3;
+}
+// The kernel's tile shape: the direct epilogue's, or the staged one's fewer stages.
+template <Mainloop ML, class TC, bool STAGED>
+using KernelShape = std::conditional_t<STAGED, TileShape<ML == Mainloop::Fast, staged_stages<ML, TC>()>, ShapeOf<ML>>;
+template <Mainloop ML, class TC, bool STAGED>
+constexpr size_t kernel_smem_bytes() {
+  return KernelShape<ML, TC, STAGED>::kSmemBytes + (STAGED ? staged_epilogue_bytes<ML, TC>() : 0);
 }
 
 struct Maps {
   CUtensorMap a, b;
+  CUtensorMap c;  // the output, for the tensor-store epilogue only (boxes of 128 bytes × 64 rows)
 };
 
 #ifdef TETRA_WGMMA
@@ -355,7 +367,7 @@ template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML, bool STAGED
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_kernel(ParamsT<u8> p, const __grid_constant__ Maps maps) {
 #ifdef TETRA_WGMMA
-  using S = ShapeOf<ML, STAGED>;
+  using S = KernelShape<ML, TC, STAGED>;
   constexpr bool BW = KIND == GroupedGemmKind::BackwardWeight;
   // Blockwise input gradient: B is the whole stack's transposed codes [I, G·O], expert g's wᵀ at
   // columns g·O (GroupedGemm::blockwise)
@@ -443,19 +455,24 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int r = 0; r < S::kAcc; ++r) d[r] *= scale;
       }
       i += KT;
-      TC* c = static_cast<TC*>(p.c) + T.c_offset;
+      const int64_t row0 = T.m0 + 64 * consumer;
       if constexpr (STAGED) {
-        if (!(BW && p.accumulate)) {  // (accumulating, the stores read the previous values first: direct)
+        // Whole slices only (a partial one's other rows are the next expert's), and not accumulating
+        // (its stores read the previous values first): those keep the direct stores.
+        if (!(BW && p.accumulate) && row0 + 64 <= T.M) {
           const uint32_t buf = base + static_cast<uint32_t>(S::kStages * S::kStageBytes +
-                                                            consumer * staged_slice_bytes<S::kBN, TC>());
-          store_slice_staged<S::kBN>(d, buf, c, ldc<KIND>(p), T.m0 + 64 * consumer, T.n0, T.M, T.N, 1 + consumer);
+                                                            consumer * tma_slice_bytes<S::kBN, TC>());
+          // the slice's first row in the output tensor: the expert's rows (R of them), or the stack [G·O, I]
+          const int64_t y0 = BW ? static_cast<int64_t>(T.g) * p.O + row0 : T.r0 + row0;
+          store_slice_tma<S::kBN, TC>(d, buf, &maps.c, T.n0, y0, T.N, 1 + consumer);
           continue;
         }
       }
-      store_slice<S::kBN>(d, c, ldc<KIND>(p), T.m0 + 64 * consumer, T.n0, T.M, T.N, BW && p.accumulate);
+      store_slice<S::kBN>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), row0, T.n0, T.M, T.N,
+                          BW && p.accumulate);
     }
     if constexpr (STAGED) {
-      if (threadIdx.x % 128 < 32) bulk_wait();  // the last slice's copies, before the block ends
+      if (threadIdx.x % 128 == 0) bulk_wait();  // the last slice's stores, before the block ends
     }
   }
 #endif  // TETRA_WGMMA
@@ -465,7 +482,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML, bool STAGED>
 void launch_epilogue(const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device device, cudaStream_t stream) {
   auto kernel = grouped_gemm_fp8_kernel<KIND, AF, TC, ML, STAGED>;
-  constexpr size_t smem = STAGED ? staged_smem_bytes<ML, TC>() : ShapeOf<ML>::kSmemBytes;
+  constexpr size_t smem = kernel_smem_bytes<ML, TC, STAGED>();
   allow_dynamic_smem(kernel, smem);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count(device)));
   kernel<<<grid, kThreads, smem, stream>>>(prm, maps);
@@ -473,10 +490,15 @@ void launch_epilogue(const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, De
 }
 
 template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML>
-void launch(const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device device, cudaStream_t stream) {
+void launch(const GroupedGemm& p, const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device device,
+            cudaStream_t stream) {
   if constexpr (staged_fits<ML, TC>()) {
-    if (grouped_gemm_staged_epilogue() && device_fits(staged_smem_bytes<ML, TC>(), nullptr))
-      return launch_epilogue<KIND, AF, TC, ML, true>(prm, maps, tiles, device, stream);
+    constexpr size_t smem = kernel_smem_bytes<ML, TC, true>();
+    if (grouped_gemm_staged_epilogue() && device_fits(smem, nullptr)) {
+      Maps with_output = maps;
+      with_output.c = output_map<TC>(p, "wgmma FP8 kernel");
+      return launch_epilogue<KIND, AF, TC, ML, true>(prm, with_output, tiles, device, stream);
+    }
   }
   launch_epilogue<KIND, AF, TC, ML, false>(prm, maps, tiles, device, stream);
 }
@@ -484,8 +506,8 @@ void launch(const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device devi
 template <GroupedGemmKind KIND, class TC, Mainloop ML>
 void launch_format(const GroupedGemm& p, const ParamsT<u8>& prm, const Maps& maps, int64_t tiles, Device device,
                    cudaStream_t stream) {
-  if (p.ab_type == DType::F8E4M3) return launch<KIND, Fp8Format::E4M3, TC, ML>(prm, maps, tiles, device, stream);
-  launch<KIND, Fp8Format::E5M2, TC, ML>(prm, maps, tiles, device, stream);
+  if (p.ab_type == DType::F8E4M3) return launch<KIND, Fp8Format::E4M3, TC, ML>(p, prm, maps, tiles, device, stream);
+  launch<KIND, Fp8Format::E5M2, TC, ML>(p, prm, maps, tiles, device, stream);
 }
 
 // A 2-D tensor of codes [outer, inner] in boxes of 128 codes × box_outer rows.

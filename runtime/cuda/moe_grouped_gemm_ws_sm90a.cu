@@ -8,8 +8,9 @@
 //          blockIdx.x + gridDim.x, … of the shared tile list (moe_grouped_wgmma.cuh).
 //   tile:  128 × 256 outputs; consumer c owns rows 64c … 64c + 63 (wgmma m64n256k16, 128 fp32
 //          accumulators a thread) and writes them from its registers, or under
-//          TETRA_GROUPED_EPILOGUE=staged (bf16 outputs) into a staging buffer in shared memory that the
-//          copy engine writes out while the consumer goes on to its next tile (store_slice_staged).
+//          TETRA_GROUPED_EPILOGUE=staged (bf16 outputs; whole 64-row slices, not accumulating) into a
+//          buffer in shared memory that the copy engine stores as tensor boxes while the consumer goes
+//          on to its next tile (store_slice_tma).
 //   stages: 4 of 48 KB (A 128 × 64, B 256 × 64 bf16, 128-byte swizzled; 3 beside the staging
 //          buffers), one ring over the whole sequence of k-tiles of the block's tiles, so the next
 //          tile's loads run under this tile's last k-tiles and its epilogue.
@@ -49,15 +50,17 @@ constexpr int kStageBytes = kAStageBytes + kBStageBytes;
 template <bool STAGED>
 constexpr int kStagesOf = STAGED ? 3 : 4;
 constexpr size_t kSmemBytes = static_cast<size_t>(kStagesOf<false>) * kStageBytes + 1024;  // + alignment
-// With the staged epilogue of TC outputs; bf16 only (fp32's two 130 KB buffers do not fit).
+// With the tensor-store epilogue of TC outputs (store_slice_tma); bf16 only (fp32's two 64 KB buffers
+// leave room for one stage).
 template <class TC>
 constexpr size_t kStagedSmemBytes =
-    static_cast<size_t>(kStagesOf<true>) * kStageBytes + 1024 + 2 * static_cast<size_t>(staged_slice_bytes<kBN, TC>());
+    static_cast<size_t>(kStagesOf<true>) * kStageBytes + 1024 + 2 * static_cast<size_t>(tma_slice_bytes<kBN, TC>());
 
 // The tensor maps of one launch (TMA loads): A as [rows, K-or-M] and B as w [G·O, I], each a 2-D
 // bf16 tensor with 128-byte swizzling and boxes of 64 inner elements (128 bytes, the swizzle span).
 struct Maps {
   CUtensorMap a, b;
+  CUtensorMap c;  // the output, for the tensor-store epilogue only (output_map)
 };
 
 
@@ -149,8 +152,8 @@ __device__ __forceinline__ void zero_rows_past_expert(const Ring& ring, int s, i
 // A consumer warpgroup (consumer 0 or 1: rows 64·consumer … + 63 of each tile): waits for each
 // stage, multiplies it into d, releases the stage before it, and stores each finished tile slice.
 template <GroupedGemmKind KIND, class TC, bool STAGED>
-__device__ __forceinline__ void consume(const Params& p, const int* table, int64_t total, const Ring& ring,
-                                        int consumer) {
+__device__ __forceinline__ void consume(const Params& p, const CUtensorMap* c_map, const int* table, int64_t total,
+                                        const Ring& ring, int consumer) {
   constexpr int kStages = kStagesOf<STAGED>;
   constexpr bool A_KMAJOR = KIND != GroupedGemmKind::BackwardWeight;
   constexpr bool B_KMAJOR = KIND == GroupedGemmKind::Forward;
@@ -185,20 +188,23 @@ __device__ __forceinline__ void consume(const Params& p, const int* table, int64
 #pragma unroll
     for (int r = 0; r < 128; ++r) fence_operand(d[r]);
     if (KT > 0 && lane == 0) mbarrier_arrive(smem_addr(&ring.empty[(i - 1) % kStages]));
-    TC* c = static_cast<TC*>(p.c) + T.c_offset;
     const bool accumulate = KIND == GroupedGemmKind::BackwardWeight && p.accumulate;
+    const int64_t row0 = T.m0 + 64 * consumer;
     if constexpr (STAGED) {
-      if (!accumulate) {  // named barriers 2 and 3 (1: zero_rows_past_expert's)
+      // whole slices, not accumulating (as the FP8 kernel); named barriers 2 and 3 (1: zero_rows_past_expert's)
+      if (!accumulate && row0 + 64 <= T.M) {
         const uint32_t buf = ring.base + static_cast<uint32_t>(kStages * kStageBytes +
-                                                               consumer * staged_slice_bytes<kBN, TC>());
-        store_slice_staged<kBN>(d, buf, c, ldc<KIND>(p), T.m0 + 64 * consumer, T.n0, T.M, T.N, 2 + consumer);
+                                                               consumer * tma_slice_bytes<kBN, TC>());
+        const int64_t y0 = KIND == GroupedGemmKind::BackwardWeight ? static_cast<int64_t>(T.g) * p.O + row0
+                                                                   : T.r0 + row0;
+        store_slice_tma<kBN, TC>(d, buf, c_map, T.n0, y0, T.N, 2 + consumer);
         continue;
       }
     }
-    store_slice<kBN>(d, c, ldc<KIND>(p), T.m0 + 64 * consumer, T.n0, T.M, T.N, accumulate);
+    store_slice<kBN>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), row0, T.n0, T.M, T.N, accumulate);
   }
   if constexpr (STAGED) {
-    if (threadIdx.x % 128 < 32) bulk_wait();  // the last slice's copies, before the block ends
+    if (threadIdx.x % 128 == 0) bulk_wait();  // the last slice's stores, before the block ends
   }
 }
 #endif  // TETRA_WGMMA
@@ -231,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_ws_kernel(Params p, 
     produce<KIND, kStages>(p, maps, table, total, ring);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
-    consume<KIND, TC, STAGED>(p, table, total, ring, role - 1);
+    consume<KIND, TC, STAGED>(p, &maps.c, table, total, ring, role - 1);
   }
 #endif  // TETRA_WGMMA
 }
@@ -251,10 +257,13 @@ void launch_epilogue(const Params& prm, const Maps& maps, int64_t blocks, cudaSt
 }
 
 template <GroupedGemmKind KIND, class TC>
-void launch(const Params& prm, const Maps& maps, int64_t blocks, cudaStream_t stream) {
+void launch(const GroupedGemm& p, const Params& prm, const Maps& maps, int64_t blocks, cudaStream_t stream) {
   if constexpr (std::is_same_v<TC, bf16>) {
-    if (grouped_gemm_staged_epilogue() && wgmma::device_fits(kStagedSmemBytes<TC>, nullptr))
-      return launch_epilogue<KIND, TC, true>(prm, maps, blocks, stream);
+    if (grouped_gemm_staged_epilogue() && wgmma::device_fits(kStagedSmemBytes<TC>, nullptr)) {
+      Maps with_output = maps;
+      with_output.c = output_map<TC>(p, "wgmma ws kernel's output");
+      return launch_epilogue<KIND, TC, true>(prm, with_output, blocks, stream);
+    }
   }
   launch_epilogue<KIND, TC, false>(prm, maps, blocks, stream);
 }
@@ -309,10 +318,10 @@ void grouped_gemm_wgmma_ws(const GroupedGemm& p, Device device, cudaStream_t str
   auto by_output = [&](auto tc) {
     using TC = decltype(tc);
     switch (p.kind) {
-      case GroupedGemmKind::Forward: return launch<GroupedGemmKind::Forward, TC>(prm, maps, blocks, stream);
-      case GroupedGemmKind::BackwardInput: return launch<GroupedGemmKind::BackwardInput, TC>(prm, maps, blocks, stream);
+      case GroupedGemmKind::Forward: return launch<GroupedGemmKind::Forward, TC>(p, prm, maps, blocks, stream);
+      case GroupedGemmKind::BackwardInput: return launch<GroupedGemmKind::BackwardInput, TC>(p, prm, maps, blocks, stream);
       case GroupedGemmKind::BackwardWeight:
-        return launch<GroupedGemmKind::BackwardWeight, TC>(prm, maps, blocks, stream);
+        return launch<GroupedGemmKind::BackwardWeight, TC>(p, prm, maps, blocks, stream);
     }
   };
   if (p.c_type == DType::BF16) by_output(bf16{});

@@ -95,17 +95,11 @@ inline int64_t tile_bound(const GroupedGemm& p, int tiles_m, int tiles_n, int bm
   return p.kind == GroupedGemmKind::BackwardWeight ? p.G * tiles_m * tiles_n : ((p.R + bm - 1) / bm + p.G) * tiles_n;
 }
 
-// The staged epilogue (store_slice_staged): a staging row holds a slice row of TC plus 16 bytes, so
-// that the 8 rows one store instruction writes start 4 banks apart (bf16 pairs: no bank conflict;
-// fp32 pairs: two wavefronts, the least for 256 bytes). 16-byte multiples: every row is a bulk
-// copy's aligned source.
+// The slice of one warpgroup as the copy engine's boxes: 64 rows × N of TC, in boxes of 128 bytes
+// (the swizzle span) × 64 rows, each 128-byte swizzled (8 KB a box).
 template <int N, class TC>
-constexpr int staged_row_bytes() {
-  return N * static_cast<int>(sizeof(TC)) + 16;
-}
-template <int N, class TC>
-constexpr int staged_slice_bytes() {  // a warpgroup's 64 rows
-  return 64 * staged_row_bytes<N, TC>();
+constexpr int tma_slice_bytes() {
+  return 64 * N * static_cast<int>(sizeof(TC));
 }
 
 #ifdef TETRA_WGMMA
@@ -409,14 +403,6 @@ __device__ __forceinline__ void store_slice(float (&d)[N / 2], TC* C, int64_t ld
   }
 }
 
-// ---------- the staged epilogue: a slice through shared memory, copied out by the copy engine ----------
-
-// bytes (a multiple of 16) from shared memory at src to global memory at dst (16-byte aligned),
-// asynchronously, in this thread's current bulk group.
-__device__ __forceinline__ void bulk_store(const void* dst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
-               : "memory");
-}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // This thread's committed bulk groups have read their shared memory (may be written again) ...
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
@@ -425,27 +411,43 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 // The 128 threads of one warpgroup (named barrier `id`, not 0: __syncthreads' own).
 __device__ __forceinline__ void warpgroup_barrier(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
 
-// store_slice's stores (without `accumulate`) through the warpgroup's staging buffer `buf` (shared
-// memory, staged_slice_bytes): every thread writes its values there, rounded as store_slice rounds
-// them, then warp 0's lanes copy the slice's rows within M × Nlim to C with bulk copies, two rows a
-// lane, and go on without waiting for them; the next call waits until they have read the buffer
-// (by then, normally, a tile's k-tiles later). The caller's last call is followed by bulk_wait() in
-// warp 0 before the block ends. `barrier`: a named barrier id for this warpgroup alone.
+// ---------- the tensor-store epilogue: a slice through shared memory, stored by the copy engine ----------
+
+// The box at shared memory `src` to the tensor of `map` at (inner, outer), in this thread's current
+// bulk group; parts past the tensor's extents are not written.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t src, int inner, int outer) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(inner), "r"(outer), "r"(src)
+               : "memory");
+}
+
+// store_slice's stores of a whole 64-row slice (without `accumulate`) through the warpgroup's
+// buffer `buf` (shared memory, 1024-byte aligned, tma_slice_bytes): every thread writes its values
+// there in the boxes' swizzled layout (16-byte chunk c of row r at chunk c ^ (r % 8): the 8 rows one
+// store instruction writes fall in 8 different chunks, no bank conflict), rounded as store_slice
+// rounds them; then the warpgroup's first thread stores the boxes at columns n0 … (those below
+// Nlim) and rows y0 … y0 + 63 of the tensor of `map` and goes on without waiting; the next call
+// waits until the copy engine has read the buffer. The caller's last call is followed by bulk_wait()
+// in that thread before the block ends. `barrier`: a named barrier id for this warpgroup alone.
 template <int N, class TC>
-__device__ __forceinline__ void store_slice_staged(const float (&d)[N / 2], uint32_t buf, TC* C, int64_t ldc,
-                                                   int64_t row0, int64_t n0, int64_t M, int64_t Nlim, int barrier) {
-  constexpr int kRowBytes = staged_row_bytes<N, TC>();
-  constexpr uint32_t kSize = sizeof(TC);
+__device__ __forceinline__ void store_slice_tma(const float (&d)[N / 2], uint32_t buf, const CUtensorMap* map,
+                                                int64_t n0, int64_t y0, int64_t Nlim, int barrier) {
+  constexpr int kSize = sizeof(TC), kBoxCols = 128 / kSize, kBoxes = N / kBoxCols, kBoxBytes = 64 * 128;
   const int w = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-  if (w == 0) bulk_wait_read();
+  const bool issuer = threadIdx.x % 128 == 0;
+  if (issuer) bulk_wait_read();
   warpgroup_barrier(barrier);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const uint32_t row = buf + static_cast<uint32_t>((w * 16 + lane / 4 + 8 * half) * kRowBytes) + 2 * (lane % 4) * kSize;
+    const int r = w * 16 + lane / 4 + 8 * half;
+    const uint32_t row = buf + static_cast<uint32_t>(r * 128);
 #pragma unroll
     for (int j = 0; j < N / 8; ++j) {
       const float v0 = d[4 * j + 2 * half], v1 = d[4 * j + 2 * half + 1];
-      const uint32_t at = row + 8 * j * kSize;
+      const int byte = (8 * j + 2 * (lane % 4)) * kSize, in_box = byte % 128;
+      const uint32_t at = row + static_cast<uint32_t>(byte / 128 * kBoxBytes + ((in_box / 16) ^ (r % 8)) * 16 +
+                                                      in_box % 16);
       if constexpr (std::is_same_v<TC, bf16>) {
         const __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(*reinterpret_cast<const uint32_t*>(&h)) : "memory");
@@ -456,11 +458,12 @@ __device__ __forceinline__ void store_slice_staged(const float (&d)[N / 2], uint
   }
   fence_proxy_async();  // the writes visible to the copy engine
   warpgroup_barrier(barrier);
-  if (w == 0) {
-    const int64_t cols = Nlim - n0 < N ? Nlim - n0 : N;
-    const uint32_t bytes = static_cast<uint32_t>(cols) * kSize;
-    for (int r = lane; r < 64; r += 32)
-      if (row0 + r < M) bulk_store(C + (row0 + r) * ldc + n0, buf + static_cast<uint32_t>(r * kRowBytes), bytes);
+  if (issuer) {
+#pragma unroll
+    for (int b = 0; b < kBoxes; ++b)
+      if (n0 + b * kBoxCols < Nlim)
+        tma_store_2d(map, buf + static_cast<uint32_t>(b * kBoxBytes), static_cast<int>(n0 + b * kBoxCols),
+                     static_cast<int>(y0));
     bulk_commit();
   }
 }
@@ -500,6 +503,17 @@ inline CUtensorMap tensor_map(const char* op, const char* kernel, const void* ba
                " for a [", outer, ", ", inner, "] tensor of ", elem_bytes, "-byte elements at ", base, " with boxes of ",
                128 / elem_bytes, " × ", box_outer);
   return map;
+}
+
+// A grouped GEMM's output C as the tensor-store epilogue's boxes (store_slice_tma: 128 bytes × 64
+// rows): the rows [R, O] (forward) or [R, I] (input gradient), or the stacked weight gradient [G·O, I].
+template <class TC>
+CUtensorMap output_map(const GroupedGemm& p, const char* kernel) {
+  const int64_t outer = p.kind == GroupedGemmKind::BackwardWeight ? p.G * p.O : p.R;
+  const int64_t inner = p.kind == GroupedGemmKind::Forward ? p.O : p.I;
+  const CUtensorMapDataType type = std::is_same_v<TC, bf16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  return tensor_map(p.op, kernel, p.c, type, static_cast<int>(sizeof(TC)), inner, outer, 64);
 }
 
 // Whether the device runs sm_90a code (compute capability 9.0) with `smem_bytes` of dynamic shared
