@@ -89,12 +89,19 @@ void grouped_gemm_wgmma(const GroupedGemm& p, Device device, cudaStream_t stream
 // WgmmaWs: the same conditions as Wgmma (and the driver's tensor-map encoder); warp-specialised: a
 // loading warpgroup (the bulk tensor copy engine, cp.async for weight gradients) and two multiplying
 // warpgroups, synchronised per pipeline stage by mbarriers.
-// TETRA_GROUPED_EPILOGUE, read at every launch (the tests compare the two in one process): how the
-// Hopper grouped kernels (the bf16 `wgmma_ws` and the FP8 one) store a tile's outputs: "direct" (the
-// default; each thread's own stores) or "staged" (through shared memory and the copy engine while the
-// consumers go on to the next tile: wgmma::store_slice_staged), where its buffers fit and the outputs
-// are not added to (an accumulating weight gradient reads the previous values first).
-bool grouped_gemm_staged_epilogue();
+// TETRA_GROUPED_EPILOGUE, read at every launch (the tests compare the ways in one process): how the
+// Hopper grouped kernels (the bf16 `wgmma_ws` and the FP8 one) store a tile's outputs: "direct" (each
+// thread's own stores), "staged" (each whole 64-row slice through shared memory, stored by the copy
+// engine as tensor boxes while the consumers go on to the next tile: wgmma::store_slice_tma; where
+// its buffers fit, and not where the outputs are added to: an accumulating weight gradient reads the
+// previous values first), or "auto" (the default): each kernel the way measured faster on Hopper,
+// staged for the FP8 kernel, direct for `wgmma_ws` (whose buffers cost it a stage; docs/kernels.md,
+// FP8 training v19).
+enum class GroupedEpilogue { Auto, Direct, Staged };
+GroupedEpilogue grouped_gemm_epilogue();
+const char* grouped_gemm_epilogue_name(GroupedEpilogue e);
+bool grouped_gemm_fp8_staged_epilogue();  // auto or staged
+bool grouped_gemm_ws_staged_epilogue();   // staged
 bool grouped_gemm_wgmma_ws_applies(const GroupedGemm& p, const char** why);
 void grouped_gemm_wgmma_ws(const GroupedGemm& p, Device device, cudaStream_t stream);
 bool grouped_gemm_mma_applies(const GroupedGemm& p, const char** why);

@@ -9,22 +9,24 @@
 //   block: 384 threads, persistent (one per SM, never more than tiles), tiles of the shared list.
 //   tile:  two shapes (TileShape; which kinds take which: grouped_gemm_fp8_fast_accumulation).
 //          Promoted: 128 × 128 outputs, consumer c owns rows 64c … 64c + 63 (wgmma m64n128k32, 64 fp32
-//          accumulators a thread); 6 stages of 32 KB; each k-tile (128 codes of K, four k32 wgmmas)
-//          sums into a second register set started at zero (scale-d 0), waited for and added into
-//          the tile's accumulators in fp32: the tensor cores' FP8 accumulation keeps fewer mantissa
+//          accumulators a thread); 6 stages of 32 KB (5 or 4 beside the tensor-store epilogue);
+//          each k-tile (128 codes of K, four k32 wgmmas) sums into a second register set started at
+//          zero (scale-d 0), waited for and added into the tile's accumulators in fp32: the tensor
+//          cores' FP8 accumulation keeps fewer mantissa
 //          bits than fp32, and promoting every 128 products bounds that error by the k-tile's sum
 //          rather than the whole K (DeepSeek-V3, §3.3.2). (Two such sets taking turns, so that
 //          the next k-tile's wgmmas run while one is added, ran no faster; clusters of two blocks
 //          sharing B by multicast ran 1.5–2.5× slower: docs/kernels.md, FP8 training v12.)
-//          Fast: 128 × 256 outputs (m64n256k32, 128 accumulators), 4 stages of 48 KB; the tensor cores
-//          accumulate the whole K and a k-tile's wgmmas overlap the previous one's, as in the bf16
-//          kernel. Half the L2 bytes per FLOP of the promoted tile.
+//          Fast: 128 × 256 outputs (m64n256k32, 128 accumulators), 4 stages of 48 KB (3 beside the
+//          tensor-store epilogue); the tensor cores accumulate the whole K and a k-tile's wgmmas
+//          overlap the previous one's, as in the bf16 kernel. Half the L2 bytes per FLOP of the
+//          promoted tile.
 //   K tails: Forward (K = I) and BackwardInput (K = O) read zeros past the tensor's inner extent;
 //          BackwardWeight's K ranges are whole k-tiles of zero-padded codes. Rows past an expert's
 //          end (the next expert's) and columns past N make outputs that are never stored.
 //   epilogue: expert g's sums times a_scale[g]·b_scale[g], stored (or added, BackwardWeight
-//          accumulating) as bf16 or fp32: each thread's own stores (direct, the default), or, under
-//          TETRA_GROUPED_EPILOGUE=staged, a whole 64-row slice through a buffer a consumer in shared
+//          accumulating) as bf16 or fp32: each thread's own stores (TETRA_GROUPED_EPILOGUE=direct),
+//          or (auto, the default, or staged) a whole 64-row slice through a buffer a consumer in shared
 //          memory that the copy engine stores as tensor boxes while the consumer goes on to its next
 //          tile's k-tiles (store_slice_tma; fewer stages beside the buffers, staged_stages; slices
 //          cut by an expert's end, a weight gradient accumulating, and the fast shape's fp32 outputs
@@ -85,10 +87,10 @@ using ShapeOf = TileShape<ML == Mainloop::Fast>;
 // Both shapes need the same shared memory within a few KB; the larger one decides whether a device fits.
 constexpr size_t kSmemBytes = std::max(TileShape<false>::kSmemBytes, TileShape<true>::kSmemBytes);
 
-// The tensor-store epilogue (TETRA_GROUPED_EPILOGUE=staged, store_slice_tma): its two buffers (one a
-// consumer) after the ring, which keeps as many stages as fit beside them in 220 KB (227 KB a block,
-// less the static tables): promoted bf16 5, promoted fp32 4, fast bf16 3; the fast shape's fp32
-// outputs would leave 1 and keep the direct stores.
+// The tensor-store epilogue (store_slice_tma; the default, TETRA_GROUPED_EPILOGUE=direct turns it
+// off): its two buffers (one a consumer) after the ring, which keeps as many stages as fit beside
+// them in 220 KB (227 KB a block, less the static tables): promoted bf16 5, promoted fp32 4, fast
+// bf16 3; the fast shape's fp32 outputs would leave 1 and keep the direct stores.
 template <Mainloop ML, class TC>
 constexpr size_t staged_epilogue_bytes() {
   return 2 * static_cast<size_t>(tma_slice_bytes<ShapeOf<ML>::kBN, TC>());
@@ -494,7 +496,7 @@ void launch(const GroupedGemm& p, const ParamsT<u8>& prm, const Maps& maps, int6
             cudaStream_t stream) {
   if constexpr (staged_fits<ML, TC>()) {
     constexpr size_t smem = kernel_smem_bytes<ML, TC, true>();
-    if (grouped_gemm_staged_epilogue() && device_fits(smem, nullptr)) {
+    if (grouped_gemm_fp8_staged_epilogue() && device_fits(smem, nullptr)) {
       Maps with_output = maps;
       with_output.c = output_map<TC>(p, "wgmma FP8 kernel");
       return launch_epilogue<KIND, AF, TC, ML, true>(prm, with_output, tiles, device, stream);

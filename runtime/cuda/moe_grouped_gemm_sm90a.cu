@@ -135,13 +135,21 @@ void launch(const Params& prm, int64_t blocks, cudaStream_t stream) {
 
 }  // namespace
 
-bool grouped_gemm_staged_epilogue() {
+GroupedEpilogue grouped_gemm_epilogue() {
   const char* v = std::getenv("TETRA_GROUPED_EPILOGUE");
   const std::string s = v ? v : "";
-  if (s.empty() || s == "direct") return false;
-  if (s == "staged") return true;
-  TETRA_FAIL(Config, "TETRA_GROUPED_EPILOGUE=", s, ": want direct or staged");
+  if (s.empty() || s == "auto") return GroupedEpilogue::Auto;
+  if (s == "direct") return GroupedEpilogue::Direct;
+  if (s == "staged") return GroupedEpilogue::Staged;
+  TETRA_FAIL(Config, "TETRA_GROUPED_EPILOGUE=", s, ": want auto, direct or staged");
 }
+
+const char* grouped_gemm_epilogue_name(GroupedEpilogue e) {
+  return e == GroupedEpilogue::Auto ? "auto" : e == GroupedEpilogue::Direct ? "direct" : "staged";
+}
+
+bool grouped_gemm_fp8_staged_epilogue() { return grouped_gemm_epilogue() != GroupedEpilogue::Direct; }
+bool grouped_gemm_ws_staged_epilogue() { return grouped_gemm_epilogue() == GroupedEpilogue::Staged; }
 
 bool wgmma::device_fits(size_t smem_bytes, const char** why) {
   int dev = 0, major = 0, minor = 0, optin = 0;

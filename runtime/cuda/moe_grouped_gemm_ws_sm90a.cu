@@ -8,9 +8,9 @@
 //          blockIdx.x + gridDim.x, … of the shared tile list (moe_grouped_wgmma.cuh).
 //   tile:  128 × 256 outputs; consumer c owns rows 64c … 64c + 63 (wgmma m64n256k16, 128 fp32
 //          accumulators a thread) and writes them from its registers, or under
-//          TETRA_GROUPED_EPILOGUE=staged (bf16 outputs; whole 64-row slices, not accumulating) into a
-//          buffer in shared memory that the copy engine stores as tensor boxes while the consumer goes
-//          on to its next tile (store_slice_tma).
+//          TETRA_GROUPED_EPILOGUE=staged (not the default: slower with one stage fewer; bf16 outputs,
+//          whole 64-row slices, not accumulating) into a buffer in shared memory that the copy engine
+//          stores as tensor boxes while the consumer goes on to its next tile (store_slice_tma).
 //   stages: 4 of 48 KB (A 128 × 64, B 256 × 64 bf16, 128-byte swizzled; 3 beside the staging
 //          buffers), one ring over the whole sequence of k-tiles of the block's tiles, so the next
 //          tile's loads run under this tile's last k-tiles and its epilogue.
@@ -259,7 +259,7 @@ void launch_epilogue(const Params& prm, const Maps& maps, int64_t blocks, cudaSt
 template <GroupedGemmKind KIND, class TC>
 void launch(const GroupedGemm& p, const Params& prm, const Maps& maps, int64_t blocks, cudaStream_t stream) {
   if constexpr (std::is_same_v<TC, bf16>) {
-    if (grouped_gemm_staged_epilogue() && wgmma::device_fits(kStagedSmemBytes<TC>, nullptr)) {
+    if (grouped_gemm_ws_staged_epilogue() && wgmma::device_fits(kStagedSmemBytes<TC>, nullptr)) {
       Maps with_output = maps;
       with_output.c = output_map<TC>(p, "wgmma ws kernel's output");
       return launch_epilogue<KIND, TC, true>(prm, with_output, blocks, stream);
@@ -319,7 +319,8 @@ void grouped_gemm_wgmma_ws(const GroupedGemm& p, Device device, cudaStream_t str
     using TC = decltype(tc);
     switch (p.kind) {
       case GroupedGemmKind::Forward: return launch<GroupedGemmKind::Forward, TC>(p, prm, maps, blocks, stream);
-      case GroupedGemmKind::BackwardInput: return launch<GroupedGemmKind::BackwardInput, TC>(p, prm, maps, blocks, stream);
+      case GroupedGemmKind::BackwardInput:
+        return launch<GroupedGemmKind::BackwardInput, TC>(p, prm, maps, blocks, stream);
       case GroupedGemmKind::BackwardWeight:
         return launch<GroupedGemmKind::BackwardWeight, TC>(p, prm, maps, blocks, stream);
     }

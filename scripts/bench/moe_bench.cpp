@@ -218,8 +218,9 @@ void bench_counts_readback(Layer& L, int reps) {
          {"router_then_sync_us", sync_us}});
 }
 
-// How the Hopper grouped kernels store their tiles in this run (TETRA_GROUPED_EPILOGUE), for the lines.
-std::string epilogue_name() { return cuda::grouped_gemm_staged_epilogue() ? "staged" : "direct"; }
+// How the Hopper grouped kernels store their tiles in this run (TETRA_GROUPED_EPILOGUE: auto, direct or
+// staged), for the lines.
+std::string epilogue_name() { return cuda::grouped_gemm_epilogue_name(cuda::grouped_gemm_epilogue()); }
 
 // Times one grouped GEMM (C[M, N] = A[M, K]·B[K, N] summed over the experts) and prints its line.
 struct GemmTimer {

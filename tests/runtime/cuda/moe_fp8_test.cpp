@@ -788,15 +788,18 @@ std::vector<Tensor> run_with_epilogue(const Case& c, const GroupedOperands& host
 void expect_staged_epilogue_bits(const Case& c, bool blockwise, uint64_t seed) {
   const GroupedOperands host = random_operands(c.rows, c.lead, c.tail, c.O, c.I, c.in, c.out, seed);
   const std::vector<Tensor> direct = run_with_epilogue(c, host, blockwise, "direct");
-  const std::vector<Tensor> staged = run_with_epilogue(c, host, blockwise, "staged");
   const char* names[] = {"forward", "backward input", "backward weight", "backward weight accumulating"};
-  for (size_t k = 0; k < direct.size(); ++k)
-    EXPECT_TRUE(same_device_bytes(staged[k], direct[k])) << names[k] << ", O " << c.O << " I " << c.I << " "
-                                                         << dtype_name(c.out) << (blockwise ? " blockwise" : "");
+  for (const char* setting : {"staged", "auto"}) {
+    const std::vector<Tensor> staged = run_with_epilogue(c, host, blockwise, setting);
+    for (size_t k = 0; k < direct.size(); ++k)
+      EXPECT_TRUE(same_device_bytes(staged[k], direct[k]))
+          << setting << ": " << names[k] << ", O " << c.O << " I " << c.I << " " << dtype_name(c.out)
+          << (blockwise ? " blockwise" : "");
+  }
 }
 
-// The tensor-core kernel's staged epilogue (TETRA_GROUPED_EPILOGUE=staged: each slice through
-// shared memory and the copy engine) stores the bits of the direct one, and nothing else: every
+// The tensor-core kernel's staged epilogue (its default; each whole slice through shared memory and
+// the copy engine's tensor stores) stores the bits of the direct one (TETRA_GROUPED_EPILOGUE=direct), and nothing else: every
 // output compared whole, the rows outside the experts still poisoned. Both mainloops (the fast
 // forward, the promoted backward), tensorwise and blockwise, bf16 and fp32 outputs (the fast shape's
 // fp32 keeps direct stores), ragged experts with partial row and column tiles, and a weight gradient

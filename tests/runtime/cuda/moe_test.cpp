@@ -449,11 +449,9 @@ TEST(GpuMoeGroupedGemm, ManyTilesPerBlock) {
   check_gemm(rows, 256, 520, DType::BF16, DType::F32, {Impl::Wgmma, Impl::WgmmaWs}, 54, 3, 5);
 }
 
-// No rows at all (R = 0, e.g. a rank that received no tokens): the warp-specialised kernel, whose
-// tensor maps cannot have a zero extent, stores a zero weight gradient or leaves an accumulated one.
 // The warp-specialised kernel's staged epilogue (TETRA_GROUPED_EPILOGUE=staged, bf16 outputs: each
-// slice through shared memory and the copy engine) stores the bits of its direct stores, and nothing
-// else: the three GEMMs and an accumulating weight gradient (which keeps the direct stores), every
+// whole slice through shared memory and the copy engine's tensor stores) stores the bits of its
+// direct stores, and nothing else: the three GEMMs and an accumulating weight gradient (which keeps the direct stores), every
 // output compared whole with the rows outside the experts still poisoned; ragged experts (partial
 // row tiles, an empty one) and widths off 256 (partial column tiles); fp32 outputs (direct either way).
 TEST(GpuMoeGroupedGemm, WarpSpecialisedStagedEpilogueStoresTheBitsOfTheDirectOne) {
@@ -498,10 +496,12 @@ TEST(GpuMoeGroupedGemm, WarpSpecialisedStagedEpilogueStoresTheBitsOfTheDirectOne
     }
   }
   setenv("TETRA_GROUPED_EPILOGUE", "stage", 1);
-  EXPECT_THROW(cuda::grouped_gemm_staged_epilogue(), Error);
+  EXPECT_THROW(cuda::grouped_gemm_epilogue(), Error);
   unsetenv("TETRA_GROUPED_EPILOGUE");
 }
 
+// No rows at all (R = 0, e.g. a rank that received no tokens): the warp-specialised kernel, whose
+// tensor maps cannot have a zero extent, stores a zero weight gradient or leaves an accumulated one.
 TEST(GpuMoeGroupedGemm, WarpSpecialisedKernelWithoutRows) {
   TETRA_REQUIRE_GPU();
   if (!wgmma_runs()) GTEST_SKIP() << "no wgmma here";
