@@ -363,6 +363,68 @@ __device__ __forceinline__ void consume_tiles(float (&d)[S::kAcc], int i0, int K
   }
 }
 
+// A weight-gradient tile of an expert without rows adds nothing to an accumulated gradient: skipped
+// (by every role and block alike, so that the k-tile sequences agree).
+template <GroupedGemmKind KIND>
+__device__ __forceinline__ bool skipped(const ParamsT<u8>& p, int KT) {
+  return KIND == GroupedGemmKind::BackwardWeight && KT == 0 && p.accumulate;
+}
+
+// The producer thread: every k-tile of the block's tiles (first, first + step, … < total) into the
+// ring of stages at `base` (A then B in each), a stage once both consumers have released it.
+template <GroupedGemmKind KIND, Mainloop ML, class S>
+__device__ __forceinline__ void produce(const ParamsT<u8>& p, const Maps& maps, const int* table, int first,
+                                        int step, int total, uint64_t* full, uint64_t* empty, uint32_t base) {
+  constexpr bool BW = KIND == GroupedGemmKind::BackwardWeight;
+  // Blockwise input gradient: B is the whole stack's transposed codes [I, G·O], expert g's wᵀ at
+  // columns g·O (GroupedGemm::blockwise)
+  constexpr bool kStackT = ML == Mainloop::PromotedBlockwise && KIND == GroupedGemmKind::BackwardInput;
+  int i = 0;  // k-tiles issued (a block issues fewer than 2^31)
+  for (int t = first; t < total; t += step) {
+    const TileT<u8> L = tile_info<KIND, kBM, S::kBN>(p, table, t);
+    const int KT = static_cast<int>((L.K + kFp8BK - 1) / kFp8BK);
+    if (skipped<KIND>(p, KT)) continue;
+    // (k, row) of the boxes: A's rows are the expert's rows (M) or dyᵀ's (O); B's the stacked
+    // weights' w[g] [O, I] or w[g]ᵀ [I, O] rows (N of them per expert), or xᵀ's (I). A block past
+    // its expert's rows (the next expert's) loads and multiplies rows it never stores.
+    const int a_row = static_cast<int>(BW ? L.m0 : L.r0 + L.m0);
+    const int b_row = static_cast<int>(BW || kStackT ? L.n0 : static_cast<int64_t>(L.g) * L.N + L.n0);
+    const int64_t k_origin = BW ? L.r0 : 0;
+    const int64_t b_k_origin = kStackT ? static_cast<int64_t>(L.g) * p.O : k_origin;
+    for (int kt = 0; kt < KT; ++kt, ++i) {
+      const int s = static_cast<int>(i % S::kStages);
+      const uint32_t parity = static_cast<uint32_t>((i / S::kStages - 1) & 1);
+      if (i >= S::kStages) mbarrier_wait(smem_addr(&empty[s]), parity);
+      const uint32_t bar = smem_addr(&full[s]);
+      mbarrier_arrive_expect_tx(bar, S::kStageBytes);  // A and B
+      const uint32_t a_stage = base + static_cast<uint32_t>(s * S::kStageBytes);
+      tma_load_2d(a_stage, &maps.a, static_cast<int>(k_origin + kt * kFp8BK), a_row, bar);
+      tma_load_2d(a_stage + S::kAStageBytes, &maps.b, static_cast<int>(b_k_origin + kt * kFp8BK), b_row, bar);
+    }
+  }
+}
+
+// Consumer `consumer`'s 64-row slice of tile T, its sums in d: through its buffer of the two at
+// `buffers` and the copy engine (STAGED; a whole slice, not added to), or each thread's own stores.
+template <GroupedGemmKind KIND, class TC, class S, bool STAGED>
+__device__ __forceinline__ void store_consumer_slice(const ParamsT<u8>& p, const CUtensorMap* c_map, const TileT<u8>& T,
+                                                     float (&d)[S::kAcc], uint32_t buffers, int consumer) {
+  constexpr bool BW = KIND == GroupedGemmKind::BackwardWeight;
+  const int64_t row0 = T.m0 + 64 * consumer;
+  if constexpr (STAGED) {
+    // Whole slices only (a partial one's other rows are the next expert's), and not accumulating
+    // (its stores read the previous values first): those keep the direct stores.
+    if (!(BW && p.accumulate) && row0 + 64 <= T.M) {
+      const uint32_t buf = buffers + static_cast<uint32_t>(consumer * tma_slice_bytes<S::kBN, TC>());
+      // the slice's first row in the output tensor: the expert's rows (R of them), or the stack [G·O, I]
+      const int64_t y0 = BW ? static_cast<int64_t>(T.g) * p.O + row0 : T.r0 + row0;
+      store_slice_tma<S::kBN, TC>(d, buf, c_map, T.n0, y0, T.N, 1 + consumer);
+      return;
+    }
+  }
+  store_slice<S::kBN>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), row0, T.n0, T.M, T.N, BW && p.accumulate);
+}
+
 #endif  // TETRA_WGMMA
 
 template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML, bool STAGED>
@@ -370,10 +432,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_kernel(ParamsT<u8> p, const __grid_constant__ Maps maps) {
 #ifdef TETRA_WGMMA
   using S = KernelShape<ML, TC, STAGED>;
-  constexpr bool BW = KIND == GroupedGemmKind::BackwardWeight;
-  // Blockwise input gradient: B is the whole stack's transposed codes [I, G·O], expert g's wᵀ at
-  // columns g·O (GroupedGemm::blockwise)
-  constexpr bool kStackT = ML == Mainloop::PromotedBlockwise && KIND == GroupedGemmKind::BackwardInput;
   extern __shared__ unsigned char smem_raw[];
   __shared__ int table[kMaxTableGroups + 1];
   __shared__ int rows[kMaxLptGroups];
@@ -394,40 +452,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   auto a_stage = [&](int s) { return base + static_cast<uint32_t>(s * S::kStageBytes); };
   auto b_stage = [&](int s) { return base + static_cast<uint32_t>(s * S::kStageBytes + S::kAStageBytes); };
-  // A weight-gradient tile of an expert without rows adds nothing to an accumulated gradient: skipped
-  // (by every role and block alike, so that the k-tile sequences agree).
-  auto skipped = [&](int KT) { return BW && KT == 0 && p.accumulate; };
 
   const int role = threadIdx.x / 128;  // 0: producer; 1, 2: consumers
   if (role == 0) {
     // registers to the consumers (128 accumulators, or 64 twice when promoting, and the epilogue's
     // addresses): 128·56 + 256·224 ≤ 65536
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
-    if (threadIdx.x == 0) {
-      int i = 0;  // k-tiles issued (a block issues fewer than 2^31)
-      for (int t = first; t < total; t += step) {
-        const TileT<u8> L = tile_info<KIND, kBM, S::kBN>(p, table, t);
-        const int KT = static_cast<int>((L.K + kFp8BK - 1) / kFp8BK);
-        if (skipped(KT)) continue;
-        // (k, row) of the boxes: A's rows are the expert's rows (M) or dyᵀ's (O); B's the stacked
-        // weights' w[g] [O, I] or w[g]ᵀ [I, O] rows (N of them per expert), or xᵀ's (I). A block past
-        // its expert's rows (the next expert's) loads and multiplies rows it never stores.
-        const int a_row = static_cast<int>(BW ? L.m0 : L.r0 + L.m0);
-        const int b_row = static_cast<int>(BW || kStackT ? L.n0 : static_cast<int64_t>(L.g) * L.N + L.n0);
-        const int64_t k_origin = BW ? L.r0 : 0;
-        const int64_t b_k_origin = kStackT ? static_cast<int64_t>(L.g) * p.O : k_origin;
-        for (int kt = 0; kt < KT; ++kt, ++i) {
-          const int s = static_cast<int>(i % S::kStages);
-          const uint32_t parity = static_cast<uint32_t>((i / S::kStages - 1) & 1);
-          if (i >= S::kStages) mbarrier_wait(smem_addr(&empty[s]), parity);
-          const uint32_t bar = smem_addr(&full[s]);
-          mbarrier_arrive_expect_tx(bar, S::kStageBytes);  // A and B
-          const int k0 = static_cast<int>(k_origin + kt * kFp8BK);
-          tma_load_2d(a_stage(s), &maps.a, k0, a_row, bar);
-          tma_load_2d(b_stage(s), &maps.b, static_cast<int>(b_k_origin + kt * kFp8BK), b_row, bar);
-        }
-      }
-    }
+    if (threadIdx.x == 0) produce<KIND, ML, S>(p, maps, table, first, step, total, full, empty, base);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
     const int consumer = role - 1;
@@ -437,7 +468,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int t = first; t < total; t += step) {
       const TileT<u8> T = tile_info<KIND, kBM, S::kBN>(p, table, t);
       const int KT = static_cast<int>((T.K + kFp8BK - 1) / kFp8BK);
-      if (skipped(KT)) continue;
+      if (skipped<KIND>(p, KT)) continue;
       constexpr bool kBlockwise = ML == Mainloop::PromotedBlockwise;
       if (!kBlockwise) {  // the expert's scales brought into L1 while the k-tiles run (loaded after them)
         prefetch_l1(p.a_scale + T.g);
@@ -457,21 +488,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int r = 0; r < S::kAcc; ++r) d[r] *= scale;
       }
       i += KT;
-      const int64_t row0 = T.m0 + 64 * consumer;
-      if constexpr (STAGED) {
-        // Whole slices only (a partial one's other rows are the next expert's), and not accumulating
-        // (its stores read the previous values first): those keep the direct stores.
-        if (!(BW && p.accumulate) && row0 + 64 <= T.M) {
-          const uint32_t buf = base + static_cast<uint32_t>(S::kStages * S::kStageBytes +
-                                                            consumer * tma_slice_bytes<S::kBN, TC>());
-          // the slice's first row in the output tensor: the expert's rows (R of them), or the stack [G·O, I]
-          const int64_t y0 = BW ? static_cast<int64_t>(T.g) * p.O + row0 : T.r0 + row0;
-          store_slice_tma<S::kBN, TC>(d, buf, &maps.c, T.n0, y0, T.N, 1 + consumer);
-          continue;
-        }
-      }
-      store_slice<S::kBN>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), row0, T.n0, T.M, T.N,
-                          BW && p.accumulate);
+      store_consumer_slice<KIND, TC, S, STAGED>(p, &maps.c, T, d, base + S::kStages * S::kStageBytes, consumer);
     }
     if constexpr (STAGED) {
       if (threadIdx.x % 128 == 0) bulk_wait();  // the last slice's stores, before the block ends
