@@ -8,10 +8,12 @@ for every kernel (PTX entry), compares
     names), "same opcodes" (as many of each instruction, in another order or on other registers:
     likely the same computation, not a proof of it), or "differs" (with the counts that changed);
   - what ptxas reports: registers, stack frame and spilled bytes.
-Headers come from the working tree for both versions; only FILE itself changes.
+Headers come from the working tree for both versions (only FILE itself changes), unless --tree.
 
-  scripts/dev/ptx_compare.py [--base REV | --before OLD.cu] FILE.cu
+  scripts/dev/ptx_compare.py [--base REV [--tree] | --before OLD.cu] FILE.cu
     --base REV     the old version is `git show REV:FILE` (default HEAD)
+    --tree         with --base: the old version compiles in REV's whole tree (`git archive REV`), its
+                   headers too, for a change that touched a header the file includes
     --before OLD   the old version is the file OLD
   Architecture: sm_90a for files named *_sm90a.cu, else sm_90 (--arch to choose).
 One JSON line per kernel, then a summary line. Exit 0 when every kernel is "same" with the same
@@ -49,10 +51,11 @@ def nvcc_path():
     fail("no CUDA compiler (set CUDACXX, or install the CUDA toolkit at /usr/local/cuda)")
 
 
-def compile_ptx(source, arch, out_dir, tag):
-    """PTX of `source` for `arch`, with the include paths the project's CUDA sources use."""
+def compile_ptx(source, arch, out_dir, tag, root=ROOT):
+    """PTX of `source` for `arch`, with the include paths the project's CUDA sources use (the
+    project's headers from `root`)."""
     nvcc = nvcc_path()
-    includes = ["-I" + ROOT]
+    includes = ["-I" + root]
     for extra in ("/usr/include/hdf5/serial", "/usr/lib/x86_64-linux-gnu/openmpi/include"):
         if os.path.isdir(extra):
             includes.append("-isystem=" + extra)
@@ -129,6 +132,25 @@ def compare_kernel(before, after):
     return ("differs", changed) if changed else ("same opcodes", {})
 
 
+def old_tree(args, out_dir):
+    """REV's whole tree extracted under out_dir/tree, and the old FILE's path in it."""
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    if top.returncode != 0:
+        fail(f"--tree: not in a git repository: {top.stderr.strip()}")
+    tree = os.path.join(out_dir, "tree")
+    os.makedirs(tree)
+    archive = subprocess.run(["git", "-C", top.stdout.strip(), "archive", args.base], capture_output=True)
+    if archive.returncode != 0:
+        fail(f"git archive {args.base} failed: {archive.stderr.decode(errors='replace').strip()}")
+    untar = subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, capture_output=True)
+    if untar.returncode != 0:
+        fail(f"--tree: extracting {args.base}'s tree failed: {untar.stderr.decode(errors='replace').strip()}")
+    old = os.path.join(tree, os.path.relpath(os.path.realpath(args.file), os.path.realpath(top.stdout.strip())))
+    if not os.path.isfile(old):
+        fail(f"--tree: {args.file} is not in {args.base}'s tree")
+    return tree, old
+
+
 def old_version(args, out_dir):
     if args.before:
         if not os.path.isfile(args.before):
@@ -150,8 +172,11 @@ def main():
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--base", default="HEAD", help="git revision of the old version (default HEAD)")
     source.add_argument("--before", help="a file holding the old version")
+    parser.add_argument("--tree", action="store_true", help="with --base: compile the old version in REV's tree")
     parser.add_argument("--arch", help="90 or 90a (default: 90a for *_sm90a.cu, else 90)")
     args = parser.parse_args()
+    if args.tree and args.before:
+        fail("--tree goes with --base, not --before")
     if not os.path.isfile(args.file):
         fail(f"{args.file}: no such file")
     arch = args.arch or ("90a" if args.file.endswith("_sm90a.cu") else "90")
@@ -159,7 +184,11 @@ def main():
         fail(f"--arch {arch}: use 90 or 90a")
 
     with tempfile.TemporaryDirectory(prefix="ptx_compare_") as tmp:
-        ptx_before = compile_ptx(old_version(args, tmp), arch, tmp, "before")
+        if args.tree:
+            tree, old = old_tree(args, tmp)
+            ptx_before = compile_ptx(old, arch, tmp, "before", root=tree)
+        else:
+            ptx_before = compile_ptx(old_version(args, tmp), arch, tmp, "before")
         ptx_after = compile_ptx(args.file, arch, tmp, "after")
         code = (instructions(ptx_before), instructions(ptx_after))
         used = (resources(ptx_before, arch), resources(ptx_after, arch))

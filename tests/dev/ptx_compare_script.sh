@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/dev/ptx_compare.py on small kernels: a refactor into an inlined helper and a renamed local
 # is "same" (exit 0); instructions in another order "same opcodes" (exit 1); a changed operation "differs" with its opcode counts (exit 1); a kernel added;
-# the --base REV form in a scratch git repository; a missing file and a compile error (exit 2).
+# the --base REV form in a scratch git repository, with --tree across a renamed header; a missing
+# file and a compile error (exit 2).
 # Skips (77) where no CUDA compiler is installed.
 # usage: ptx_compare_script.sh WORK_DIR
 set -euo pipefail
@@ -97,6 +98,32 @@ cp helper.cu repo/k.cu
 tail -1 base.txt | grep -q '"unchanged": true' || fail "--base HEAD: $(cat base.txt)"
 rc=0; (cd repo && "$py" "$compare" --base no-such-rev k.cu > /dev/null 2> ../badrev.err) || rc=$?
 [ "$rc" = 2 ] && grep -q "git show no-such-rev" badrev.err || fail "an unknown revision: exit $rc, $(cat badrev.err)"
+
+# 5b. --tree: a header renamed with its caller. Against today's headers the old file does not compile
+# (exit 2); in the old revision's tree it does, and the device code is the same.
+git init -q tree_repo
+cat > tree_repo/h.cuh <<'CU'
+__device__ __forceinline__ float axpy_value(float a, float x, float y) { return a * x + y; }
+CU
+cat > tree_repo/k.cu <<'CU'
+#include "h.cuh"
+namespace {
+__global__ void axpy(float* y, const float* x, float a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = axpy_value(a, x[i], y[i]);
+}
+}  // namespace
+void launch(float* y, const float* x, float a, int n) { axpy<<<(n + 255) / 256, 256>>>(y, x, a, n); }
+CU
+git -C tree_repo -c user.name=t -c user.email=t@t add h.cuh k.cu
+git -C tree_repo -c user.name=t -c user.email=t@t commit -q -m k
+sed -i 's/axpy_value/fused_axpy/' tree_repo/h.cuh tree_repo/k.cu
+rc=0; (cd tree_repo && "$py" "$compare" k.cu > /dev/null 2> ../notree.err) || rc=$?
+[ "$rc" = 2 ] || fail "a renamed header without --tree: exit $rc, not 2"
+(cd tree_repo && "$py" "$compare" --tree k.cu > ../tree.txt) || fail "--tree on a renamed header: exit $?"
+tail -1 tree.txt | grep -q '"unchanged": true' || fail "--tree: $(cat tree.txt)"
+rc=0; "$py" "$compare" --tree --before before.cu helper.cu > /dev/null 2> tree_before.err || rc=$?
+[ "$rc" = 2 ] && grep -q "goes with --base" tree_before.err || fail "--tree with --before: exit $rc"
 
 # 6. Bad input: a missing file, a source that does not compile.
 rc=0; "$py" "$compare" --before before.cu missing.cu > /dev/null 2> missing.err || rc=$?
