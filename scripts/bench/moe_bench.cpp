@@ -218,9 +218,9 @@ void bench_counts_readback(Layer& L, int reps) {
          {"router_then_sync_us", sync_us}});
 }
 
-// How the Hopper grouped kernels store their tiles in this run (TETRA_GROUPED_EPILOGUE: auto, direct or
-// staged), for the lines.
-std::string epilogue_name() { return cuda::grouped_gemm_epilogue_name(cuda::grouped_gemm_epilogue()); }
+// How the kernel of a line stores its tiles in this run (TETRA_GROUPED_EPILOGUE; auto, the default,
+// stages the FP8 tensor-core kernel's and not wgmma_ws's; every other kernel stores directly).
+std::string epilogue_name(bool staged) { return staged ? "staged" : "direct"; }
 
 // Times one grouped GEMM (C[M, N] = A[M, K]·B[K, N] summed over the experts) and prints its line.
 struct GemmTimer {
@@ -230,12 +230,13 @@ struct GemmTimer {
   double load;
   int reps;
   std::vector<Line>& lines;
+  std::string epilogue;  // epilogue_name of the kernel that runs the calls
   void operator()(const std::string& op, const std::string& phase, double M, double Nn, double K,
                   const std::function<void()>& f) const {
     const double flops = 2.0 * M * Nn * K, ms = time_ms(f, reps);
     lines.push_back({op, phase, ms, flops / kPeakFlops * 1e3});
     print({{"bench", "moe_gemm"}, {"routing", how}, {"impl", name}, {"op", op}, {"phase", phase}, {"rows", L.R},
-           {"n", Nn}, {"k", K}, {"epilogue", epilogue_name()}, {"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12},
+           {"n", Nn}, {"k", K}, {"epilogue", epilogue}, {"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12},
            {"floor_ms", flops / kPeakFlops * 1e3}, {"max_over_mean_load", load}});
   }
 };
@@ -245,7 +246,7 @@ struct GemmTimer {
 // FLOPs), under one recipe: tensorwise, or blockwise (DeepSeek-V3's 1×128 rows and 128×128 weight
 // blocks, all E4M3, on the tensor-core kernel's blockwise mainloop). Lines bench moe_fp8_split, then
 // their sums (moe_fp8_split_sum), each with its recipe.
-void bench_fp8_split(Layer& L, const std::string& how, int reps, bool blockwise) {
+void bench_fp8_split(Layer& L, const std::string& how, int reps, bool blockwise, const std::string& epilogue) {
   using S = ops::Fp8Scaling;
   const ops::Fp8Cast act{blockwise ? S::Rows1x128 : S::Tensorwise, DType::F8E4M3},
       grad{blockwise ? S::Rows1x128 : S::Tensorwise, blockwise ? DType::F8E4M3 : DType::F8E5M2},
@@ -260,7 +261,7 @@ void bench_fp8_split(Layer& L, const std::string& how, int reps, bool blockwise)
     const cuda::GroupedFp8Call call = cuda::cast_grouped_fp8(op.c_str(), kind, c, a, ac, b, bc, L.offsets);
     const double gemm_ms = time_ms([&] { cuda::grouped_gemm_fp8(call.p, gpu(), cuda::stream_of(gpu())); }, reps);
     casts_sum += casts_ms, gemm_sum += gemm_ms, flops_sum += flops;
-    print({{"bench", "moe_fp8_split"}, {"routing", how}, {"recipe", recipe}, {"op", op}, {"epilogue", epilogue_name()},
+    print({{"bench", "moe_fp8_split"}, {"routing", how}, {"recipe", recipe}, {"op", op}, {"epilogue", epilogue},
            {"casts_ms", casts_ms}, {"gemm_ms", gemm_ms}, {"gemm_tflops", flops / (gemm_ms * 1e-3) / 1e12}});
   };
   split("gate_up_forward", K::Forward, 2 * R * 2 * F * d, L.gu, L.xs, act, L.w_gu, weight);
@@ -372,7 +373,8 @@ void bench_fp8_gemms(Layer& L, const std::string& how, double load, int reps) {
       cuda::grouped_gemm_impl() != cuda::GroupedGemmImpl::Simt && cuda::grouped_gemm_fp8_wgmma_applies(p, &why);
   print({{"bench", "fp8_kernel"}, {"kernel", tc ? "wgmma_fp8" : "simt"}, {"why", tc ? "" : why}});
   std::vector<Line> lines;
-  const GemmTimer gemm{L, how, name, load, reps, lines};
+  const std::string epilogue = epilogue_name(tc && cuda::grouped_gemm_fp8_staged_epilogue());
+  const GemmTimer gemm{L, how, name, load, reps, lines, epilogue};
   gemm("gate_up_forward", "forward", R, 2 * F, d,
        [&] { ops::moe_grouped_fp8_forward(L.gu, L.xs, act, L.w_gu, act, L.offsets); });
   gemm("down_forward", "forward", R, d, F,
@@ -389,9 +391,9 @@ void bench_fp8_gemms(Layer& L, const std::string& how, double load, int reps) {
   for (const Line& l : lines) ms += l.ms, floor += l.floor_ms;
   print({{"bench", "moe_gemm_sum"}, {"routing", how}, {"impl", name}, {"max_over_mean_load", load}, {"gemm_ms", ms},
          {"gemm_floor_ms", floor}, {"gemm_tflops", floor / ms * kPeakFlops / 1e12}});
-  bench_fp8_split(L, how, reps, /*blockwise=*/false);
+  bench_fp8_split(L, how, reps, /*blockwise=*/false, epilogue);
   try {  // the blockwise mainloop is Hopper's tensor-core kernel only: elsewhere a line saying why
-    bench_fp8_split(L, how, reps, /*blockwise=*/true);
+    bench_fp8_split(L, how, reps, /*blockwise=*/true, epilogue);
   } catch (const Error& e) {
     print({{"bench", "moe_fp8_split"}, {"routing", how}, {"recipe", "blockwise"}, {"skipped", std::string(e.what())}});
   }
@@ -444,7 +446,8 @@ void bench_routing(Layer& L, const std::string& how, const std::vector<cuda::Gro
     cuda::set_grouped_gemm_impl(impl);
     const bool cublas = impl == cuda::GroupedGemmImpl::Cublas;
     std::vector<Line> gemm_lines;
-    const GemmTimer gemm{L, how, name, load, reps, gemm_lines};
+    const bool staged = impl == cuda::GroupedGemmImpl::WgmmaWs && cuda::grouped_gemm_ws_staged_epilogue();
+    const GemmTimer gemm{L, how, name, load, reps, gemm_lines, epilogue_name(staged)};
     gemm("gate_up_forward", "forward", R, 2 * F, d, [&] { ops::moe_grouped_linear_forward(L.gu, L.xs, L.w_gu, L.offsets); });
     gemm("down_forward", "forward", R, d, F, [&] { ops::moe_grouped_linear_forward(L.out, L.h, L.w_down, L.offsets); });
     gemm("down_backward_input", "backward", R, F, d,
