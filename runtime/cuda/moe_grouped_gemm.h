@@ -99,7 +99,6 @@ void grouped_gemm_wgmma(const GroupedGemm& p, Device device, cudaStream_t stream
 // FP8 training v19).
 enum class GroupedEpilogue { Auto, Direct, Staged };
 GroupedEpilogue grouped_gemm_epilogue();
-const char* grouped_gemm_epilogue_name(GroupedEpilogue e);
 bool grouped_gemm_fp8_staged_epilogue();  // auto or staged
 bool grouped_gemm_ws_staged_epilogue();   // staged
 bool grouped_gemm_wgmma_ws_applies(const GroupedGemm& p, const char** why);

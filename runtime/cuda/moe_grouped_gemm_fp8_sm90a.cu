@@ -12,11 +12,11 @@
 //          accumulators a thread); 6 stages of 32 KB (5 or 4 beside the tensor-store epilogue);
 //          each k-tile (128 codes of K, four k32 wgmmas) sums into a second register set started at
 //          zero (scale-d 0), waited for and added into the tile's accumulators in fp32: the tensor
-//          cores' FP8 accumulation keeps fewer mantissa
-//          bits than fp32, and promoting every 128 products bounds that error by the k-tile's sum
-//          rather than the whole K (DeepSeek-V3, §3.3.2). (Two such sets taking turns, so that
-//          the next k-tile's wgmmas run while one is added, ran no faster; clusters of two blocks
-//          sharing B by multicast ran 1.5–2.5× slower: docs/kernels.md, FP8 training v12.)
+//          cores' FP8 accumulation keeps fewer mantissa bits than fp32, and promoting every 128
+//          products bounds that error by the k-tile's sum rather than the whole K (DeepSeek-V3,
+//          §3.3.2). (Two such sets taking turns, so that the next k-tile's wgmmas run while one is
+//          added, ran no faster; clusters of two blocks sharing B by multicast ran 1.5–2.5× slower:
+//          docs/kernels.md, FP8 training v12.)
 //          Fast: 128 × 256 outputs (m64n256k32, 128 accumulators), 4 stages of 48 KB (3 beside the
 //          tensor-store epilogue); the tensor cores accumulate the whole K and a k-tile's wgmmas
 //          overlap the previous one's, as in the bf16 kernel. Half the L2 bytes per FLOP of the
@@ -404,27 +404,6 @@ __device__ __forceinline__ void produce(const ParamsT<u8>& p, const Maps& maps, 
   }
 }
 
-// Consumer `consumer`'s 64-row slice of tile T, its sums in d: through its buffer of the two at
-// `buffers` and the copy engine (STAGED; a whole slice, not added to), or each thread's own stores.
-template <GroupedGemmKind KIND, class TC, class S, bool STAGED>
-__device__ __forceinline__ void store_consumer_slice(const ParamsT<u8>& p, const CUtensorMap* c_map, const TileT<u8>& T,
-                                                     float (&d)[S::kAcc], uint32_t buffers, int consumer) {
-  constexpr bool BW = KIND == GroupedGemmKind::BackwardWeight;
-  const int64_t row0 = T.m0 + 64 * consumer;
-  if constexpr (STAGED) {
-    // Whole slices only (a partial one's other rows are the next expert's), and not accumulating
-    // (its stores read the previous values first): those keep the direct stores.
-    if (!(BW && p.accumulate) && row0 + 64 <= T.M) {
-      const uint32_t buf = buffers + static_cast<uint32_t>(consumer * tma_slice_bytes<S::kBN, TC>());
-      // the slice's first row in the output tensor: the expert's rows (R of them), or the stack [G·O, I]
-      const int64_t y0 = BW ? static_cast<int64_t>(T.g) * p.O + row0 : T.r0 + row0;
-      store_slice_tma<S::kBN, TC>(d, buf, c_map, T.n0, y0, T.N, 1 + consumer);
-      return;
-    }
-  }
-  store_slice<S::kBN>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), row0, T.n0, T.M, T.N, BW && p.accumulate);
-}
-
 #endif  // TETRA_WGMMA
 
 template <GroupedGemmKind KIND, Fp8Format AF, class TC, Mainloop ML, bool STAGED>
@@ -488,7 +467,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int r = 0; r < S::kAcc; ++r) d[r] *= scale;
       }
       i += KT;
-      store_consumer_slice<KIND, TC, S, STAGED>(p, &maps.c, T, d, base + S::kStages * S::kStageBytes, consumer);
+      store_consumer_slice<KIND, S::kBN, TC, STAGED>(p, &maps.c, T, d, base + S::kStages * S::kStageBytes, consumer,
+                                                     1 + consumer);
     }
     if constexpr (STAGED) {
       if (threadIdx.x % 128 == 0) bulk_wait();  // the last slice's stores, before the block ends

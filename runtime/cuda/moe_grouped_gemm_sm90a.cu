@@ -144,10 +144,6 @@ GroupedEpilogue grouped_gemm_epilogue() {
   TETRA_FAIL(Config, "TETRA_GROUPED_EPILOGUE=", s, ": want auto, direct or staged");
 }
 
-const char* grouped_gemm_epilogue_name(GroupedEpilogue e) {
-  return e == GroupedEpilogue::Auto ? "auto" : e == GroupedEpilogue::Direct ? "direct" : "staged";
-}
-
 bool grouped_gemm_fp8_staged_epilogue() { return grouped_gemm_epilogue() != GroupedEpilogue::Direct; }
 bool grouped_gemm_ws_staged_epilogue() { return grouped_gemm_epilogue() == GroupedEpilogue::Staged; }
 

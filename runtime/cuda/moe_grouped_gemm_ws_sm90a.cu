@@ -188,20 +188,9 @@ __device__ __forceinline__ void consume(const Params& p, const CUtensorMap* c_ma
 #pragma unroll
     for (int r = 0; r < 128; ++r) fence_operand(d[r]);
     if (KT > 0 && lane == 0) mbarrier_arrive(smem_addr(&ring.empty[(i - 1) % kStages]));
-    const bool accumulate = KIND == GroupedGemmKind::BackwardWeight && p.accumulate;
-    const int64_t row0 = T.m0 + 64 * consumer;
-    if constexpr (STAGED) {
-      // whole slices, not accumulating (as the FP8 kernel); named barriers 2 and 3 (1: zero_rows_past_expert's)
-      if (!accumulate && row0 + 64 <= T.M) {
-        const uint32_t buf = ring.base + static_cast<uint32_t>(kStages * kStageBytes +
-                                                               consumer * tma_slice_bytes<kBN, TC>());
-        const int64_t y0 = KIND == GroupedGemmKind::BackwardWeight ? static_cast<int64_t>(T.g) * p.O + row0
-                                                                   : T.r0 + row0;
-        store_slice_tma<kBN, TC>(d, buf, c_map, T.n0, y0, T.N, 2 + consumer);
-        continue;
-      }
-    }
-    store_slice<kBN>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), row0, T.n0, T.M, T.N, accumulate);
+    // named barriers 2 and 3 (1: zero_rows_past_expert's)
+    const uint32_t buffers = ring.base + static_cast<uint32_t>(kStages * kStageBytes);
+    store_consumer_slice<KIND, kBN, TC, STAGED>(p, c_map, T, d, buffers, consumer, 2 + consumer);
   }
   if constexpr (STAGED) {
     if (threadIdx.x % 128 == 0) bulk_wait();  // the last slice's stores, before the block ends

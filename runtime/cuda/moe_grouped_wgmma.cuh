@@ -468,6 +468,27 @@ __device__ __forceinline__ void store_slice_tma(const float (&d)[N / 2], uint32_
   }
 }
 
+// Consumer `consumer`'s 64-row slice (rows T.m0 + 64·consumer …) of tile T, its sums in d: through its
+// buffer of the two at `buffers` and the copy engine (STAGED; store_slice_tma with the named barrier
+// `barrier`) where the slice is whole and not added to, else each thread's own stores (store_slice).
+// A slice cut by its expert's end keeps the direct stores: its other rows are the next expert's.
+template <GroupedGemmKind KIND, int N, class TC, bool STAGED, class E>
+__device__ __forceinline__ void store_consumer_slice(const ParamsT<E>& p, const CUtensorMap* c_map, const TileT<E>& T,
+                                                     float (&d)[N / 2], uint32_t buffers, int consumer, int barrier) {
+  constexpr bool BW = KIND == GroupedGemmKind::BackwardWeight;
+  const int64_t row0 = T.m0 + 64 * consumer;
+  if constexpr (STAGED) {
+    if (!(BW && p.accumulate) && row0 + 64 <= T.M) {  // (accumulating, the stores read the previous values)
+      const uint32_t buf = buffers + static_cast<uint32_t>(consumer * tma_slice_bytes<N, TC>());
+      // the slice's first row in the output tensor: the expert's rows (R of them), or the stack [G·O, I]
+      const int64_t y0 = BW ? static_cast<int64_t>(T.g) * p.O + row0 : T.r0 + row0;
+      store_slice_tma<N, TC>(d, buf, c_map, T.n0, y0, T.N, barrier);
+      return;
+    }
+  }
+  store_slice<N>(d, static_cast<TC*>(p.c) + T.c_offset, ldc<KIND>(p), row0, T.n0, T.M, T.N, BW && p.accumulate);
+}
+
 #endif  // TETRA_WGMMA
 
 // cuTensorMapEncodeTiled from the driver, found through the runtime (no link against libcuda); null

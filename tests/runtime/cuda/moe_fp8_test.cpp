@@ -762,7 +762,8 @@ TEST(GpuMoeGroupedFp8, ReplaysFromAGraph) {
 
 // The four ops of case c (recipe blockwise or tensorwise) with the epilogue `epilogue`: y, dx, dw, and
 // dw accumulated onto dw0, each output poisoned first.
-std::vector<Tensor> run_with_epilogue(const Case& c, const GroupedOperands& host, bool blockwise, const char* epilogue) {
+std::vector<Tensor> run_with_epilogue(const Case& c, const GroupedOperands& host, bool blockwise,
+                                      const char* epilogue) {
   const int64_t G = host.G, R = host.R, O = c.O, I = c.I;
   const Fp8Cast rows_cast{ops::Fp8Scaling::Rows1x128, DType::F8E4M3};
   const Fp8Cast act = blockwise ? rows_cast : c.act, grad = blockwise ? rows_cast : c.grad;
@@ -799,12 +800,12 @@ void expect_staged_epilogue_bits(const Case& c, bool blockwise, uint64_t seed) {
 }
 
 // The tensor-core kernel's staged epilogue (its default; each whole slice through shared memory and
-// the copy engine's tensor stores) stores the bits of the direct one (TETRA_GROUPED_EPILOGUE=direct), and nothing else: every
-// output compared whole, the rows outside the experts still poisoned. Both mainloops (the fast
-// forward, the promoted backward), tensorwise and blockwise, bf16 and fp32 outputs (the fast shape's
-// fp32 keeps direct stores), ragged experts with partial row and column tiles, and a weight gradient
-// accumulating (which keeps the direct path: it reads the previous values). An unknown setting is
-// an error.
+// the copy engine's tensor stores) stores the bits of the direct one (TETRA_GROUPED_EPILOGUE=direct),
+// and nothing else: every output compared whole, the rows outside the experts still poisoned. Both
+// mainloops (the fast forward, the promoted backward), tensorwise and blockwise, bf16 and fp32
+// outputs (the fast shape's fp32 keeps direct stores), ragged experts with partial row and column
+// tiles, and a weight gradient accumulating (which keeps the direct path: it reads the previous
+// values). An unknown setting is an error.
 TEST(GpuMoeGroupedFp8, StagedEpilogueStoresTheBitsOfTheDirectOne) {
   TETRA_REQUIRE_GPU();
   const std::vector<int64_t> around = {0, 1, 127, 128, 129, 300, 0, 257};

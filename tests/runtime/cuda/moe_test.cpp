@@ -451,9 +451,10 @@ TEST(GpuMoeGroupedGemm, ManyTilesPerBlock) {
 
 // The warp-specialised kernel's staged epilogue (TETRA_GROUPED_EPILOGUE=staged, bf16 outputs: each
 // whole slice through shared memory and the copy engine's tensor stores) stores the bits of its
-// direct stores, and nothing else: the three GEMMs and an accumulating weight gradient (which keeps the direct stores), every
-// output compared whole with the rows outside the experts still poisoned; ragged experts (partial
-// row tiles, an empty one) and widths off 256 (partial column tiles); fp32 outputs (direct either way).
+// direct stores, and nothing else: the three GEMMs and an accumulating weight gradient (which keeps
+// the direct stores), every output compared whole with the rows outside the experts still poisoned;
+// ragged experts (partial row tiles, an empty one) and widths off 256 (partial column tiles); fp32
+// outputs (direct either way).
 TEST(GpuMoeGroupedGemm, WarpSpecialisedStagedEpilogueStoresTheBitsOfTheDirectOne) {
   TETRA_REQUIRE_GPU();
   if (!wgmma_runs()) GTEST_SKIP() << "no wgmma here";
