@@ -38,21 +38,29 @@ Tensor* row_amax_slot(Fp8Recipe recipe, Tensor& slot, int64_t rows, Device devic
   return &slot;
 }
 
+bool casts_weights_once(Fp8Recipe recipe, int64_t O) {
+  return recipe == Fp8Recipe::Tensorwise || (recipe == Fp8Recipe::Blockwise && O % ops::kFp8Block == 0);
+}
+
 ops::Fp8GroupedCodes step_weight(Fp8Recipe recipe, const Param& w, const Tensor& w_view) {
   Param::Fp8StepCopy& copy = w.fp8_step;
-  if (!casts_ahead(recipe) || !copy.enabled) return {};
+  if (!copy.enabled || !casts_weights_once(recipe, w_view.dim(1))) return {};
   const ops::Fp8Cast cast = fp8_recipe_casts(recipe).weight;
+  const bool tensorwise = cast.scaling == ops::Fp8Scaling::Tensorwise;
   if (!copy.q.defined()) {
-    // Each expert's amax from the optimizer's update where it is of these weights.
+    // Each expert's amax from the optimizer's update where it is of these weights (tensorwise scales).
     const Param::Fp8UpdateAmax& updated = w.fp8_update_amax;
-    const bool given = updated.fresh && updated.bits.defined();
+    const bool given = tensorwise && updated.fresh && updated.bits.defined();
     ops::Fp8GroupedCodes codes;
     ops::moe_grouped_fp8_cast(codes, w_view, cast, nullptr, nullptr, given ? &updated.bits : nullptr);
-    copy.q = codes.q, copy.q_t = codes.q_t, copy.scale = copy.scale_t = codes.scale;
+    copy.q = codes.q, copy.q_t = codes.q_t, copy.scale = codes.scale;
+    copy.scale_t = tensorwise ? codes.scale : codes.scale_t;
   }
   TETRA_CHECK(copy.q.shape() == w_view.shape() && copy.q.dtype() == cast.format, w.name, ": its step copy ",
               copy.q.describe(), " is not the grouped cast of ", w_view.describe());
-  return {copy.q, copy.q_t, copy.scale, Tensor(), cast.format};
+  ops::Fp8GroupedCodes codes{copy.q, copy.q_t, copy.scale, Tensor(), cast.format, Tensor()};
+  if (!tensorwise) codes.scale_t = copy.scale_t;
+  return codes;
 }
 
 void forward(Fp8Recipe recipe, Tensor& y, const Tensor& x, const Tensor& w, const Tensor& offsets,

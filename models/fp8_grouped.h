@@ -9,7 +9,9 @@
 // Tensorwise casts each row tensor once for the two GEMMs that read it (cast_rows: x for the forward
 // and the weight gradient, dy for the input and weight gradients; both layouts in one pass), the
 // caller keeping the codes in between; the functions take them as `codes` (null: cast there). The
-// experts' weights are cast once a step likewise (step_weight).
+// experts' weights are cast once a step likewise (step_weight), under blockwise too where each
+// expert's rows are whole 128-row blocks (blockwise row operands are cast in each GEMM: their 1×128
+// and 128×1 scales differ).
 #pragma once
 #include "models/fp8_linear.h"
 
@@ -36,9 +38,13 @@ ops::Fp8GroupedCodes permute_rows(Fp8Recipe recipe, const Tensor& x, const Tenso
 // `device` where the recipe casts ahead (else null, and the slot is left alone).
 Tensor* row_amax_slot(Fp8Recipe recipe, Tensor& slot, int64_t rows, Device device);
 
+// Whether the experts' stacked weights [G, O, I] are cast once a step under `recipe` (step_weight):
+// tensorwise, and blockwise where O is a multiple of 128 (the stack's 128×128 blocks are then each
+// expert's own; ops.h Fp8GroupedCodes).
+bool casts_weights_once(Fp8Recipe recipe, int64_t O);
 // The weight param `w` (its stacked value viewed as `w_view` [G, O, I]) cast for this step: its
 // Param::fp8_step copy, made at the first call of the step with both layouts; undefined outside a
-// step, where the copy is not enabled (ZeRO-3, Fp8StepWeights) or the recipe casts in each GEMM.
+// step, where the copy is not enabled (ZeRO-3, Fp8StepWeights) or not casts_weights_once.
 ops::Fp8GroupedCodes step_weight(Fp8Recipe recipe, const Param& w, const Tensor& w_view);
 
 // y[rows of g] = x[rows of g] · w[g]ᵀ.

@@ -27,9 +27,9 @@ class Fp8StepWeights {
 };
 
 // Bytes the step copies of `params` hold at most (the memory plans): codes and transposed codes of
-// every FP8 weight (2 bytes an element) and their scales (a grouped weight's: at most a float per
-// row). 0 under ZeRO-3 (zero3 true), whose FP8 weights come gathered already cast and whose grouped
-// weights keep no copy.
+// every FP8 weight (2 bytes an element) and their scales (a tensorwise grouped weight's: at most a
+// float per row; a blockwise one's: its stack's blocks). 0 under ZeRO-3 (zero3 true), whose FP8
+// weights come gathered already cast and whose grouped weights keep no copy.
 double fp8_step_weight_bytes(const std::vector<Param*>& params, bool zero3);
 
 }  // namespace tetra

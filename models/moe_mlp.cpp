@@ -68,9 +68,11 @@ void MoeMlp::init(const std::string& prefix, int block, const MoeShape& shape, i
 
 void MoeMlp::set_fp8(Fp8Recipe recipe) {
   fp8_ = recipe;
-  gate_up_.fp8_grouped = down_.fp8_grouped = fp8_grouped::casts_ahead(recipe);
+  gate_up_.fp8_grouped = fp8_grouped::casts_weights_once(recipe, 2 * shape_.expert_ffn);
+  down_.fp8_grouped = fp8_grouped::casts_weights_once(recipe, shape_.d_model);
   gate_up_.fp8_group_rows = gate_up_.fp8_grouped ? 2 * shape_.expert_ffn : 0;
   down_.fp8_group_rows = down_.fp8_grouped ? shape_.d_model : 0;
+  if (recipe != Fp8Recipe::None) gate_up_.fp8_scaling = down_.fp8_scaling = fp8_recipe_casts(recipe).weight.scaling;
   if (!has_shared_) return;
   shared_gate_up_.set_fp8(recipe);
   shared_down_.set_fp8(recipe);

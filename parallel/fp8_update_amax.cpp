@@ -8,7 +8,7 @@ Fp8UpdateAmaxes::Fp8UpdateAmaxes(const std::vector<Param*>& params, Device devic
   if (!updates_whole) return;
   int64_t words = 0;
   for (Param* p : params)
-    if (p->fp8_grouped && p->fp8_groups() > 0) {
+    if (p->fp8_grouped && p->fp8_scaling == ops::Fp8Scaling::Tensorwise && p->fp8_groups() > 0) {
       TETRA_CHECK(p->local_shape.size() == 2 && p->local_shape[0] % p->fp8_group_rows == 0, p->name, ": ",
                   p->local_shape[0], " local rows are not experts' weights of ", p->fp8_group_rows, " rows each");
       params_.push_back(p);

@@ -19,8 +19,9 @@ namespace tetra {
 class Fp8UpdateAmaxes {
  public:
   Fp8UpdateAmaxes() = default;
-  // Those of `params` with fp8_grouped and fp8_groups() > 0 get one U32 word an expert, in one
-  // buffer on `device`; updates_whole false: none (the optimizer updates only shards of them).
+  // Those of `params` with fp8_grouped, Tensorwise fp8_scaling and fp8_groups() > 0 get one U32 word
+  // an expert, in one buffer on `device` (blockwise weights' blocks have no use for an expert's
+  // amax); updates_whole false: none (the optimizer updates only shards of them).
   Fp8UpdateAmaxes(const std::vector<Param*>& params, Device device, bool updates_whole);
 
   // Before the update: every word zeroed (the update max-es into it), every amax stale.

@@ -105,19 +105,22 @@ struct Param {
   // The gathered FP8 weight: codes [out, in] and scales, as ops::fp8_quantize of the whole weight
   // writes them; defined only while ZeRO-3 holds the weight gathered.
   Tensor fp8_q, fp8_scale;
-  // Set by the routed experts under tensorwise FP8 (models/moe_mlp.h) on their stacked weights
-  // [experts·O, I]: cast per expert, once a step, into Fp8StepCopy (q [G, O, I], q_t [G, I, O], scale
-  // and scale_t the same fp32 [G]; ops::moe_grouped_fp8_cast) where not ZeRO-3 (Fp8StepWeights).
+  // Set by the routed experts under FP8 (models/moe_mlp.h; models/fp8_grouped.h casts_weights_once)
+  // on their stacked weights [experts·O, I], with fp8_scaling: cast once a step into Fp8StepCopy where
+  // not ZeRO-3 (Fp8StepWeights; ops::moe_grouped_fp8_cast). Tensorwise: per expert, q [G, O, I],
+  // q_t [G, I, O], scale and scale_t the same fp32 [G]; Blocks128: the stack's 128×128 blocks, q_t
+  // [I, G·O], each layout with its block scales.
   bool fp8_grouped = false;
   // With fp8_grouped: the rows O of each expert's [O, I] in `value` [G·O, I]; G follows from the
   // local shape, which expert parallelism narrows after the layer has set this.
   int64_t fp8_group_rows = 0;
   int64_t fp8_groups() const { return fp8_group_rows > 0 ? local_shape[0] / fp8_group_rows : 0; }
-  // With fp8_grouped: each expert's amax of `value` as the optimizer's last update measured it while
-  // writing it (bits U32 [fp8_groups()], the bits of max |w[g]|; parallel/fp8_update_amax.h), so that
-  // the step's cast reads the weights once. fresh: that update is the last write of `value` (set after
-  // it; cleared when a training step ends, Fp8StepWeights, and when a checkpoint is loaded); the cast
-  // takes the amaxes only then. bits stays undefined where the optimizer updates only shards.
+  // With fp8_grouped and Tensorwise: each expert's amax of `value` as the optimizer's last update
+  // measured it while writing it (bits U32 [fp8_groups()], the bits of max |w[g]|;
+  // parallel/fp8_update_amax.h), so that the step's cast reads the weights once. fresh: that update is
+  // the last write of `value` (set after it; cleared when a training step ends, Fp8StepWeights, and
+  // when a checkpoint is loaded); the cast takes the amaxes only then. bits stays undefined where the
+  // optimizer updates only shards, and for blockwise weights.
   struct Fp8UpdateAmax {
     Tensor bits;
     bool fresh = false;

@@ -2,6 +2,8 @@
 // backend's op table (runtime/op_table.h): CPU kernels in runtime/cpu/, CUDA kernels in runtime/cuda/.
 #include "runtime/ops.h"
 
+#include <functional>
+
 #include "runtime/fp8_cast_shape.h"
 #include "runtime/moe_shape.h"
 #include "runtime/op_table.h"
@@ -305,24 +307,43 @@ void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, Fp8Scaling a_sc
 }
 namespace {
 
-// codes stand for `operand` cast as `cast` (ops.h Fp8GroupedCodes): its format, Tensorwise, one
-// scale per expert, each layout it holds of the operand's shape. rows: a row tensor (else weights).
+// Blockwise weights' codes (ops.h Fp8GroupedCodes, Blocks128): the stack's blocks for the operand
+// w [G, O, I], O a multiple of 128, with the scales of each layout they hold.
+void check_grouped_block_codes(const Fp8GroupedCodes& codes, const Shape& w,
+                               const std::function<void(const std::string&)>& bad) {
+  if (w.size() != 3 || w[1] % kFp8Block != 0) bad("are blocks of a stack whose experts' rows are not whole blocks");
+  const int64_t GO = w[0] * w[1], I = w[2];
+  auto scales = [&](const Tensor& t, const Shape& want, const char* which) {
+    if (!t.defined() || t.dtype() != DType::F32 || t.shape() != want)
+      bad(std::string("have ") + which + " scales not fp32 " + shape_str(want));
+  };
+  scales(codes.scale, fp8_scale_shape(Fp8Scaling::Blocks128, GO, I), "block");
+  if (codes.q_t.defined()) scales(codes.scale_t, fp8_scale_shape(Fp8Scaling::Blocks128, I, GO), "transposed block");
+}
+
+// codes stand for `operand` cast as `cast` (ops.h Fp8GroupedCodes): its format, Tensorwise with one
+// scale per expert (or blockwise weights' blocks), each layout it holds of the operand's shape.
+// rows: a row tensor (else weights).
 void check_grouped_codes(const char* op, const char* what, const Fp8GroupedCodes* codes, const Shape& operand,
                          Fp8Cast cast, int64_t G, bool rows) {
   if (!codes) return;
   auto bad = [&](const std::string& why) { TETRA_FAIL(Internal, op, ": the codes of ", what, " ", why); };
   if (!codes->defined()) bad("are not cast (no scale)");
-  if (cast.scaling != Fp8Scaling::Tensorwise) bad("are Tensorwise; this cast is group-scaled");
+  const bool blocks = cast.scaling == Fp8Scaling::Blocks128 && !rows;
+  if (cast.scaling != Fp8Scaling::Tensorwise && !blocks) bad("are cast ahead; this cast is 1×128-scaled");
   if (codes->format != cast.format)
     bad(std::string("are ") + dtype_name(codes->format) + ", the cast " + dtype_name(cast.format));
-  if (codes->scale.dtype() != DType::F32 || codes->scale.shape() != Shape{G}) bad("have scales not fp32 [G]");
+  if (blocks) check_grouped_block_codes(*codes, operand, bad);
+  if (!blocks && (codes->scale.dtype() != DType::F32 || codes->scale.shape() != Shape{G}))
+    bad("have scales not fp32 [G]");
   if (!codes->q.defined() && !codes->q_t.defined()) bad("hold neither layout");
   if (codes->q.defined() && (codes->q.shape() != operand || codes->q.dtype() != cast.format))
     bad("are not of the operand's shape " + shape_str(operand));
   if (!codes->q_t.defined()) return;
   if (operand.size() != (rows ? 2u : 3u)) bad("stand for an operand of shape " + shape_str(operand));
-  const Shape want_t = rows ? Shape{operand[1], moe_grouped_fp8_padded_rows(operand[0], G)}
-                            : Shape{operand[0], operand[2], operand[1]};
+  const Shape want_t = rows     ? Shape{operand[1], moe_grouped_fp8_padded_rows(operand[0], G)}
+                      : blocks ? Shape{operand[2], operand[0] * operand[1]}
+                               : Shape{operand[0], operand[2], operand[1]};
   if (codes->q_t.shape() != want_t || codes->q_t.dtype() != cast.format)
     bad("have transposed codes not " + shape_str(want_t));
   if (rows && (!codes->padded_offsets.defined() || codes->padded_offsets.shape() != Shape{G + 1}))
@@ -347,6 +368,25 @@ Shape coded_row_operand(const char* op, const char* name, const Tensor& x, const
 }
 
 int64_t rows_of_2d(const Tensor& t) { return t.defined() && t.ndim() == 2 ? t.dim(0) : -1; }
+
+// moe_grouped_fp8_cast of blockwise weights w [G, O, I]: the stack [G·O, I] in 128×128 blocks with
+// its transposed copy, one fp8_quantize on w's device.
+void cast_grouped_weight_blocks(Fp8GroupedCodes& out, const Tensor& w, Fp8Cast cast) {
+  const char* op = "moe_grouped_fp8_cast";
+  if (w.ndim() != 3 || w.dim(1) % kFp8Block != 0)
+    TETRA_FAIL(Internal, op, ": blockwise weights are cast ahead as whole stacks of [G, O, I] with O a multiple of ",
+               kFp8Block, " (no block spanning two experts); w is ", w.describe());
+  const int64_t GO = w.dim(0) * w.dim(1), I = w.dim(2);
+  const Fp8Scaling blocks = Fp8Scaling::Blocks128;
+  out = Fp8GroupedCodes{};
+  out.format = cast.format;
+  out.q = Tensor::empty(w.shape(), cast.format, w.device());
+  out.scale = Tensor::empty(fp8_scale_shape(blocks, GO, I), DType::F32, w.device());
+  out.q_t = Tensor::empty({I, GO}, cast.format, w.device());
+  out.scale_t = Tensor::empty(fp8_scale_shape(blocks, I, GO), DType::F32, w.device());
+  Tensor q_stack = out.q.view({GO, I});
+  fp8_quantize(q_stack, out.scale, w.slice_flat(0, {GO, I}), blocks, &out.q_t, &out.scale_t);
+}
 
 }  // namespace
 
@@ -389,8 +429,11 @@ void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, c
                           const Tensor* row_amax, const Tensor* expert_amax) {
   const char* op = "moe_grouped_fp8_cast";
   check_same_device(op, {&x, offsets, row_amax, expert_amax});
+  if (cast.scaling == Fp8Scaling::Blocks128 && !offsets && !row_amax && !expert_amax)
+    return cast_grouped_weight_blocks(out, x, cast);
   if (cast.scaling != Fp8Scaling::Tensorwise)
-    TETRA_FAIL(Internal, op, ": only Tensorwise casts are cast ahead (group-scaled ones cast in their GEMMs)");
+    TETRA_FAIL(Internal, op, ": only Tensorwise casts and blockwise weights (without amaxes) are cast ahead ",
+               "(the 1×128-scaled rows cast in their GEMMs)");
   if (cast.format != DType::F8E4M3 && cast.format != DType::F8E5M2)
     TETRA_FAIL(Internal, op, ": the format is ", dtype_name(cast.format), ", not F8E4M3 or F8E5M2");
   if (x.dtype() != DType::F32 && x.dtype() != DType::BF16) TETRA_FAIL(Internal, op, ": x is ", x.describe());

@@ -444,15 +444,22 @@ void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_ca
 //   the weights w [G, O, I] (no offsets): q = the codes [G, O, I]; q_t = w[g]ᵀ's codes [G, I, O].
 // scale: fp32 [G], expert g's dequantisation scale (as fp8_quantize writes a Tensorwise scale of g's
 // rows or of w[g]; 1/r of an expert without rows). A holder may drop q or q_t once no GEMM needs it.
+// Blocks128 (blockwise weights only, O a multiple of 128: no block spans two experts, so the stack's
+// blocks are each expert's own): the stack [G·O, I] cast whole by fp8_quantize with its transposed
+// copy, q = the codes [G, O, I] with scale = fp32 fp8_scale_shape(Blocks128, G·O, I), q_t = the
+// stack's transposed codes [I, G·O] (w[g]ᵀ at columns g·O) with scale_t = fp8_scale_shape(Blocks128,
+// I, G·O) — the layouts the tensor-core kernel's blockwise forward and input gradient read.
 struct Fp8GroupedCodes {
   Tensor q, q_t, scale, padded_offsets;
   DType format = DType::F8E4M3;
+  Tensor scale_t;  // Blocks128 weights: q_t's block scales (Tensorwise: scale serves both layouts)
   bool defined() const { return scale.defined(); }
 };
 // The columns of a row tensor's transposed codes: R rounded up to 128, plus 128 per expert (every
 // expert's padding fits whatever the counts; the tensor-core kernel's padded weight-gradient operands).
 int64_t moe_grouped_fp8_padded_rows(int64_t R, int64_t G);
-// out = x cast per expert as above (cast.scaling Tensorwise; x fp32 or bf16). offsets: the row
+// out = x cast per expert as above (cast.scaling Tensorwise; or Blocks128 for weights whose O is a
+// multiple of 128: one fp8_quantize of the stack on either backend; x fp32 or bf16). offsets: the row
 // tensor's, int32 [G + 1] on x's device; null for the weights [G, O, I]. CPU: each expert's
 // fp8_quantize with its transposed copy, placed; CUDA: one segmented amax pass and one pass writing
 // both layouts (runtime/cuda/moe_grouped_fp8_cast.h), from the device offsets (no host sync).

@@ -180,11 +180,36 @@ bool coded_rows_t(const ops::Fp8GroupedCodes* c, int64_t g, int64_t r0, int64_t 
   return true;
 }
 
+// Columns [c0, c0 + n) of the 2-D t [rows, cols] as a tensor [rows, ld] of its own (zeros past n).
+Tensor columns(const Tensor& t, int64_t c0, int64_t n, int64_t ld) {
+  const int64_t rows = t.dim(0), cols = t.dim(1), esize = static_cast<int64_t>(dtype_size(t.dtype()));
+  Tensor out = Tensor::zeros({rows, ld}, t.dtype(), Device::cpu());
+  const auto* src = static_cast<const uint8_t*>(t.data_ptr());
+  auto* dst = static_cast<uint8_t*>(out.data_ptr());
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + (r * cols + c0) * esize, n * esize, dst + r * ld * esize);
+  return out;
+}
+
+// w[g]'s codes [O, I] with its 128×128 block scales out of a blockwise stack's codes (ops.h
+// Fp8GroupedCodes, Blocks128): rows g·O … of the stack (transposed false), or w[g]ᵀ's [I, O], columns
+// g·O … of the stack's transposed codes, as fp8_quantize of w[g] alone writes them.
+ExpertCast block_coded_weight(const ops::Fp8GroupedCodes& c, int64_t g, int64_t O, int64_t I, bool transposed) {
+  const ops::Fp8Scaling blocks = ops::Fp8Scaling::Blocks128;
+  const int64_t b0 = g * O / ops::kFp8Block, nb = O / ops::kFp8Block;
+  if (!transposed) return {c.q.slice_flat(g * O * I, {O, I}), c.scale.narrow(b0, nb), blocks};
+  return {columns(c.q_t, g * O, O, O), columns(c.scale_t, b0, nb, fp8_scale_shape(blocks, I, O)[1]), blocks};
+}
+
 // w[g]'s codes [O, I] (transposed false) or w[g]ᵀ's [I, O].
-bool coded_weight(const ops::Fp8GroupedCodes* c, int64_t g, int64_t O, int64_t I, bool transposed, ExpertCast* out) {
+bool coded_weight(const ops::Fp8GroupedCodes* c, ops::Fp8Scaling scaling, int64_t g, int64_t O, int64_t I,
+                  bool transposed, ExpertCast* out) {
   if (!c) return false;
   const Tensor& q = transposed ? c->q_t : c->q;
   if (!q.defined()) return false;
+  if (scaling == ops::Fp8Scaling::Blocks128) {
+    *out = block_coded_weight(*c, g, O, I, transposed);
+    return true;
+  }
   *out = with_scale(q.slice_flat(g * O * I, transposed ? Shape{I, O} : Shape{O, I}), *c, g);
   return true;
 }
@@ -276,7 +301,8 @@ void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, ops::Fp8Cast x_cast, co
     Tensor yg = y.narrow(o[g], m);
     ExpertCast a, b;
     if (!coded_rows(x_codes, g, o[g], m, &a)) a = cast_expert(x.narrow(o[g], m), x_cast);
-    if (!coded_weight(w_codes, g, d.O, d.I, false, &b)) b = cast_expert(expert_weight(w, g, d.O, d.I), w_cast);
+    if (!coded_weight(w_codes, w_cast.scaling, g, d.O, d.I, false, &b))
+      b = cast_expert(expert_weight(w, g, d.O, d.I), w_cast);
     expert_gemm(yg, a, b, /*accumulate=*/false);
   }
 }
@@ -291,7 +317,8 @@ void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, ops::Fp8Cast d
     const int64_t m = o[g + 1] - o[g];
     if (m == 0 || d.I == 0) continue;
     ExpertCast a, w_t;
-    if (!coded_weight(w_codes, g, d.O, d.I, true, &w_t)) cast_expert(expert_weight(w, g, d.O, d.I), w_cast, &w_t);
+    if (!coded_weight(w_codes, w_cast.scaling, g, d.O, d.I, true, &w_t))
+      cast_expert(expert_weight(w, g, d.O, d.I), w_cast, &w_t);
     if (!coded_rows(dy_codes, g, o[g], m, &a)) a = cast_expert(dy.narrow(o[g], m), dy_cast);
     Tensor dxg = dx.narrow(o[g], m);
     expert_gemm(dxg, a, w_t, /*accumulate=*/false);

@@ -99,7 +99,8 @@ GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c,
   p.accumulate = accumulate;
   p.op = op;
   if (a_cast.scaling != ops::Fp8Scaling::Tensorwise) {
-    cast_grouped_fp8_blockwise(call, a, a_cast, b, b_cast, stream);
+    if (a_codes) TETRA_FAIL(Internal, op, ": blockwise row operands are cast in their GEMM, not ahead");
+    cast_grouped_fp8_blockwise(call, a, a_cast, b, b_cast, weight_kind ? nullptr : b_codes, stream);
     return call;
   }
   static const float kNoScale = 1.0f;  // grouped_gemm_fp8_tensor_cores asks only whether scales exist
@@ -194,7 +195,8 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
   }
   BothCodes codes = cast_segments_both(x, cast, s, t, dev, stream, op,
                                        given ? static_cast<const unsigned*>(given->data_ptr()) : nullptr);
-  out = ops::Fp8GroupedCodes{std::move(codes.q), std::move(codes.q_t), std::move(codes.scale), std::move(po), cast.format};
+  out = ops::Fp8GroupedCodes{std::move(codes.q), std::move(codes.q_t), std::move(codes.scale), std::move(po), cast.format,
+                             Tensor()};
 }
 
 void moe_permute_fp8_cast(Tensor& rows, ops::Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of,
@@ -231,7 +233,8 @@ void moe_permute_fp8_cast(Tensor& rows, ops::Fp8GroupedCodes& out, const Tensor&
   const CodeLayout t{true, po.data<int32_t>(), grouped_gemm_fp8_padded_rows(d.R, d.G)};
   BothCodes codes = cast_gathered_both(rows, x, cast, s, t, dev, stream, op,
                                        token_amax ? static_cast<const unsigned*>(token_amax->data_ptr()) : nullptr);
-  out = ops::Fp8GroupedCodes{std::move(codes.q), std::move(codes.q_t), std::move(codes.scale), std::move(po), cast.format};
+  out = ops::Fp8GroupedCodes{std::move(codes.q), std::move(codes.q_t), std::move(codes.scale), std::move(po), cast.format,
+                             Tensor()};
 }
 
 }  // namespace tetra::cuda

@@ -33,8 +33,10 @@ GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c,
 // tensor-core kernel's blockwise layouts (runtime/cuda/moe_grouped_fp8_blockwise.cu): fills call.qa,
 // call.qb, call.po and p's operand, scale and layout fields (p's kind, extents, offsets and output set).
 // Fails (Config) where that kernel does not apply: blockwise expert GEMMs have no other CUDA kernel.
+// b_codes (may be null): the forward's or input gradient's weights cast ahead as a stack's blocks
+// (ops::Fp8GroupedCodes, Blocks128), read in place of casting b; the row operands are always cast here.
 void cast_grouped_fp8_blockwise(GroupedFp8Call& call, const Tensor& a, ops::Fp8Cast a_cast, const Tensor& b,
-                                ops::Fp8Cast b_cast, cudaStream_t stream);
+                                ops::Fp8Cast b_cast, const ops::Fp8GroupedCodes* b_codes, cudaStream_t stream);
 
 // A row tensor x [R, C] (bf16 or fp32) cast transposed in 128×1 runs down each expert's rows: codes
 // [C, Rp] (format), expert g's rows at columns [po[g], po[g] + m_g) and zero codes to po[g + 1]; scales

@@ -163,18 +163,28 @@ ExpertCodes weight_blocks(const Tensor& w, DType format, bool transposed) {
   return out;
 }
 
+// The same codes out of a stack cast ahead (ops::Fp8GroupedCodes, Blocks128; ops.cpp checked their
+// shapes): q as [G·O, I] with its scales, or q_t [I, G·O] with scale_t.
+ExpertCodes weight_blocks_given(const ops::Fp8GroupedCodes& codes, bool transposed, const char* op) {
+  const Tensor& q = transposed ? codes.q_t : codes.q;
+  if (!q.defined())
+    TETRA_FAIL(Internal, op, ": the weights' blocks cast ahead lack the ", transposed ? "transposed " : "", "layout");
+  if (!transposed) return {q.view({q.dim(0) * q.dim(1), q.dim(2)}), codes.scale};
+  return {q, codes.scale_t};
+}
+
 }  // namespace
 
 void cast_grouped_fp8_blockwise(GroupedFp8Call& call, const Tensor& a, ops::Fp8Cast a_cast, const Tensor& b,
-                                ops::Fp8Cast b_cast, cudaStream_t stream) {
+                                ops::Fp8Cast b_cast, const ops::Fp8GroupedCodes* b_codes, cudaStream_t stream) {
   GroupedGemm& p = call.p;
   const bool weight_kind = p.kind == GroupedGemmKind::BackwardWeight;
   const ops::Fp8Scaling b_wants = weight_kind ? ops::Fp8Scaling::Rows1x128 : ops::Fp8Scaling::Blocks128;
   if (a_cast.scaling != ops::Fp8Scaling::Rows1x128 || b_cast.scaling != b_wants)
     TETRA_FAIL(Internal, p.op, ": blockwise grouped GEMMs take 1×128 rows and ",
                weight_kind ? "1×128 rows" : "128×128 weight blocks");
-  if (!a.defined() || !b.defined())
-    TETRA_FAIL(Internal, p.op, ": blockwise grouped GEMMs cast their operands themselves (no codes cast ahead)");
+  if (!a.defined() || (!b.defined() && !b_codes))
+    TETRA_FAIL(Internal, p.op, ": blockwise grouped GEMMs cast their row operands themselves (no codes cast ahead)");
   const char* why = nullptr;
   p.blockwise = true;
   p.fp8_transposed = true;
@@ -192,8 +202,9 @@ void cast_grouped_fp8_blockwise(GroupedFp8Call& call, const Tensor& a, ops::Fp8C
     call.qb = cast_expert_runs_transposed(b, b_cast.format, p.offsets, p.padded_offsets, static_cast<int>(p.G), p.Rp,
                                           stream, p.op);
   } else {
+    const bool transposed = p.kind == GroupedGemmKind::BackwardInput;
     call.qa = rows_1x128(a, a_cast.format);
-    call.qb = weight_blocks(b, b_cast.format, p.kind == GroupedGemmKind::BackwardInput);
+    call.qb = b_codes ? weight_blocks_given(*b_codes, transposed, p.op) : weight_blocks(b, b_cast.format, transposed);
   }
   p.a = call.qa.q.data_ptr(), p.b = call.qb.q.data_ptr();
   p.a_scale = call.qa.scale.data<float>(), p.b_scale = call.qb.scale.data<float>();

@@ -66,25 +66,31 @@ TEST(Fp8StepWeights, EachWeightIsCastOnceAStep) {
   }
 }
 
-// The routed experts' stacked weight under tensorwise (Param::fp8_grouped): cast per expert once a
-// step with both layouts, the grouped forward and input gradient reading that cast bit for bit as
-// if each cast for itself; no copy under ZeRO-3, none outside a step, none under blockwise.
-TEST(Fp8StepWeights, GroupedWeightsAreCastOnceAStep) {
-  const int64_t G = 3, O = 32, I = 48, R = 40;
+// The routed experts' stacked weight (Param::fp8_grouped): cast once a step with both layouts —
+// tensorwise per expert, blockwise as the stack's 128×128 blocks where each expert's rows O are whole
+// blocks — the grouped forward and input gradient reading that cast bit for bit as if each cast for
+// itself; no copy under ZeRO-3, none outside a step, none under blockwise with O off whole blocks.
+struct GroupedCase {
+  Fp8Recipe recipe;
+  int64_t G, O, I;
+};
+
+void check_grouped_cast_once(const GroupedCase& c) {
+  const int64_t G = c.G, O = c.O, I = c.I, R = 40;
   Rng rng(12);
   Param w;
   w.name = "experts.w";
   w.full_shape = w.local_shape = {G * O, I};
   w.value = random_tensor(rng, w.local_shape, 0.05);
   w.fp8_grouped = true;
+  w.fp8_scaling = fp8_recipe_casts(c.recipe).weight.scaling;
   const Tensor view = w.value.view({G, O, I});
   Tensor offsets = Tensor::from_vector(std::vector<int32_t>{0, 17, 17, R}, {G + 1});
   const Tensor x = random_tensor(rng, {R, I}), dy = random_tensor(rng, {R, O}, 1e-3);
-  const Fp8Recipe tw = Fp8Recipe::Tensorwise;
   Tensor y_each = Tensor::empty({R, O}, DType::F32), dx_each = Tensor::empty({R, I}, DType::F32);
-  fp8_grouped::forward(tw, y_each, x, view, offsets);
-  fp8_grouped::backward_input(tw, dx_each, dy, view, offsets);
-  EXPECT_FALSE(fp8_grouped::step_weight(tw, w, view).defined()) << "outside a step";
+  fp8_grouped::forward(c.recipe, y_each, x, view, offsets);
+  fp8_grouped::backward_input(c.recipe, dx_each, dy, view, offsets);
+  EXPECT_FALSE(fp8_grouped::step_weight(c.recipe, w, view).defined()) << "outside a step";
   {
     const Fp8StepWeights step({&w}, /*zero3=*/true);
     EXPECT_FALSE(w.fp8_step.enabled) << "ZeRO-3 gathers the experts per use: no copy kept all step";
@@ -94,23 +100,49 @@ TEST(Fp8StepWeights, GroupedWeightsAreCastOnceAStep) {
   {
     const Fp8StepWeights step({&w});
     ASSERT_TRUE(w.fp8_step.enabled);
-    EXPECT_FALSE(fp8_grouped::step_weight(Fp8Recipe::Blockwise, w, view).defined()) << "blockwise casts per GEMM";
-    const ops::Fp8GroupedCodes codes = fp8_grouped::step_weight(tw, w, view);
+    const bool blockwise = c.recipe == Fp8Recipe::Blockwise;
+    const ops::Fp8GroupedCodes codes = fp8_grouped::step_weight(c.recipe, w, view);
+    if (blockwise && O % ops::kFp8Block != 0) {
+      EXPECT_FALSE(codes.defined()) << "blockwise blocks would span two experts: cast per GEMM";
+      return;
+    }
     ASSERT_TRUE(codes.defined() && codes.q.defined() && codes.q_t.defined());
-    EXPECT_EQ(codes.q_t.shape(), (Shape{G, I, O}));
+    EXPECT_EQ(codes.q_t.shape(), blockwise ? (Shape{I, G * O}) : (Shape{G, I, O}));
     Tensor y = Tensor::empty({R, O}, DType::F32), dx = Tensor::empty({R, I}, DType::F32);
-    fp8_grouped::forward(tw, y, x, view, offsets, nullptr, &codes);
+    fp8_grouped::forward(c.recipe, y, x, view, offsets, nullptr, &codes);
     EXPECT_EQ(values(y), values(y_each));
     ops::zero(w.value);
-    const ops::Fp8GroupedCodes again = fp8_grouped::step_weight(tw, w, view);
-    fp8_grouped::backward_input(tw, dx, dy, view, offsets, nullptr, &again);
+    const ops::Fp8GroupedCodes again = fp8_grouped::step_weight(c.recipe, w, view);
+    fp8_grouped::backward_input(c.recipe, dx, dy, view, offsets, nullptr, &again);
     EXPECT_EQ(values(dx), values(dx_each)) << "the input gradient reads the step's cast";
   }
   EXPECT_FALSE(w.fp8_step.enabled || w.fp8_step.q.defined()) << "the step's copy is dropped";
   ops::copy(w.value, saved);
+  EXPECT_EQ(fp8_step_weight_bytes({&w}, true), 0.0);
+}
+
+TEST(Fp8StepWeights, GroupedWeightsAreCastOnceAStep) {
+  check_grouped_cast_once({Fp8Recipe::Tensorwise, 3, 32, 48});
+  const int64_t G = 3, O = 32, I = 48;
+  Param w;
+  w.full_shape = w.local_shape = {G * O, I};
+  w.fp8_grouped = true;
   EXPECT_GE(fp8_step_weight_bytes({&w}, false), 2.0 * G * O * I + 4.0 * G);
   EXPECT_LE(fp8_step_weight_bytes({&w}, false), 2.0 * G * O * I + 4.0 * G * O);
-  EXPECT_EQ(fp8_step_weight_bytes({&w}, true), 0.0);
+}
+
+TEST(Fp8StepWeights, BlockwiseGroupedWeightsAreCastOnceAStepAsTheStacksBlocks) {
+  check_grouped_cast_once({Fp8Recipe::Blockwise, 3, 128, 256});
+  // The blocks' share: the stack [384, 256] in 3 × 2 blocks and its transpose in 2 × 3, rows padded to 4 floats.
+  Param w;
+  w.full_shape = w.local_shape = {3 * 128, 256};
+  w.fp8_grouped = true;
+  w.fp8_scaling = ops::Fp8Scaling::Blocks128;
+  EXPECT_EQ(fp8_step_weight_bytes({&w}, false), 2.0 * 384 * 256 + 4.0 * (3 * 4 + 2 * 4));
+}
+
+TEST(Fp8StepWeights, BlockwiseGroupedWeightsOffWholeBlocksAreCastInEachGemm) {
+  check_grouped_cast_once({Fp8Recipe::Blockwise, 3, 32, 128});
 }
 
 // The memory plans' share: codes and transposed codes (2 bytes an element) and the two scale

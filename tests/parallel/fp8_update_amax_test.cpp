@@ -54,8 +54,12 @@ struct OptimizedMoe {
   CommScheduler scheduler{Device::cpu()};
   std::unique_ptr<DistributedOptimizer> opt;
   // local_experts < kG: expert parallelism's narrowing of the stacked weight, after the layer set it up.
-  OptimizedMoe(int stage, int rank, int shards, int64_t local_experts = kG) : dp(rank, shards) {
+  // scaling: the experts' FP8 weight cast (Blocks128: blockwise, whose blocks need no expert's amax).
+  OptimizedMoe(int stage, int rank, int shards, int64_t local_experts = kG,
+               ops::Fp8Scaling scaling = ops::Fp8Scaling::Tensorwise)
+      : dp(rank, shards) {
     m.experts->local_shape = {local_experts * kO, kI};
+    m.experts->fp8_scaling = scaling;
     DistributedOptimizerOptions o;
     o.zero_stage = stage;
     o.adamw.weight_decay = 0.1f;
@@ -160,6 +164,12 @@ TEST(Fp8UpdateAmax, NoneWhereTheUpdateWritesShards) {
     }
   OptimizedMoe replicated(0, 1, 2);  // stage 0 over two ranks: each rank updates the whole weight
   EXPECT_TRUE(replicated.m.experts->fp8_update_amax.bits.defined());
+}
+
+// Blockwise experts' weights are cast once a step as 128×128 blocks: no expert's amax is measured.
+TEST(Fp8UpdateAmax, NoneForBlockwiseWeights) {
+  OptimizedMoe s(0, 0, 1, kG, ops::Fp8Scaling::Blocks128);
+  EXPECT_FALSE(s.m.experts->fp8_update_amax.bits.defined());
 }
 
 }  // namespace

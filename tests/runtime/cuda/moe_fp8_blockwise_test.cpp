@@ -174,6 +174,36 @@ TEST(GpuMoeGroupedFp8Blockwise, MoeGateUpShape) { check_case({{129, 0, 300, 1}, 
 
 TEST(GpuMoeGroupedFp8Blockwise, MoeDownShape) { check_case({{256, 3, 0, 140}, 1536, 512, DType::F32, 1, 0}, 26); }
 
+// The experts' weights cast ahead as the stack's blocks (ops::moe_grouped_fp8_cast with Blocks128,
+// as the training step's copy casts them: models/fp8_grouped.h step_weight) give the forward and the
+// input gradient the bits of the GEMMs' own casts: the same codes, read from the codes' layouts.
+TEST(GpuMoeGroupedFp8Blockwise, WeightsCastAheadGiveTheBitsOfTheGemmsOwnCast) {
+  TETRA_REQUIRE_GPU();
+  if (!blockwise_kernel_runs()) GTEST_SKIP() << "no sm_90a kernel for this device";
+  const int64_t O = 256, I = 384;
+  const GroupedOperands host = random_operands(kRagged, 3, 5, O, I, DType::BF16, DType::BF16, 27);
+  const int64_t R = host.R;
+  cuda::DeviceScope scope(gpu());
+  Tensor g_off = upload_raw(host.off), g_x = upload(host.x, DType::BF16), g_dy = upload(host.dy, DType::BF16);
+  Tensor g_w = upload(host.w, DType::BF16);
+  ops::Fp8GroupedCodes w_codes;
+  ops::moe_grouped_fp8_cast(w_codes, g_w, kBlocks, nullptr);
+  ASSERT_EQ(w_codes.q_t.shape(), (Shape{I, host.G * O}));
+  Tensor y = poisoned({R, O}, DType::BF16), dx = poisoned({R, I}, DType::BF16);
+  Tensor y_own = poisoned({R, O}, DType::BF16), dx_own = poisoned({R, I}, DType::BF16);
+  ops::moe_grouped_fp8_forward(y_own, g_x, kRows, g_w, kBlocks, g_off);
+  ops::moe_grouped_fp8_backward_input(dx_own, g_dy, kRows, g_w, kBlocks, g_off);
+  ops::moe_grouped_fp8_forward(y, g_x, kRows, g_w, kBlocks, g_off, nullptr, &w_codes);
+  ops::moe_grouped_fp8_backward_input(dx, g_dy, kRows, g_w, kBlocks, g_off, nullptr, &w_codes);
+  const Tensor a = download_raw(y), b = download_raw(y_own), c = download_raw(dx), d = download_raw(dx_own);
+  EXPECT_EQ(std::memcmp(a.data_ptr(), b.data_ptr(), static_cast<size_t>(R * O) * 2), 0) << "forward";
+  EXPECT_EQ(std::memcmp(c.data_ptr(), d.data_ptr(), static_cast<size_t>(R * I) * 2), 0) << "input gradient";
+  // A stack whose experts' rows are not whole blocks has no such cast.
+  Tensor odd = upload(Tensor::zeros({2, 64, 128}, DType::F32), DType::BF16);
+  ops::Fp8GroupedCodes none;
+  EXPECT_THROW(ops::moe_grouped_fp8_cast(none, odd, kBlocks, nullptr), Error);
+}
+
 // O or I off 128 has no blockwise kernel: a Config error naming why, not a wrong result.
 TEST(GpuMoeGroupedFp8Blockwise, WidthsOffWholeBlocksAreRefused) {
   TETRA_REQUIRE_GPU();
