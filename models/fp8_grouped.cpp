@@ -11,6 +11,10 @@ const ops::Fp8GroupedCodes* given(const ops::Fp8GroupedCodes* codes) {
 
 bool casts_ahead(Fp8Recipe recipe) { return recipe == Fp8Recipe::Tensorwise; }
 
+bool casts_gradient_ahead(Fp8Recipe recipe, int64_t cols) {
+  return casts_ahead(recipe) || (recipe == Fp8Recipe::Blockwise && cols % ops::kFp8Block == 0);
+}
+
 ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& offsets, bool gradient,
                                const Tensor* row_amax) {
   const Fp8RecipeCasts casts = fp8_recipe_casts(recipe);

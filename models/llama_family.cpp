@@ -135,12 +135,14 @@ class LlamaFamily : public ModelFamily {
       const int64_t row_grads = fp8_grouped::casts_ahead(c.fp8) && shape.ep <= 1 ? 1 : 2;
       const double moe = static_cast<double>(c.moe.top_k * (row_grads * c.d_model + 3 * c.expert_ffn()) +
                                              c.moe.n_experts + 3 * c.shared_ffn() + 4 * c.d_model + c.qkv_rows());
-      // Tensorwise: the codes of d_out [C] and d_gu [2Fe] per slot, both layouts while the input
-      // gradients run (a byte an element each), the transposed ones kept for W; under any recipe the
-      // shared experts' dyᵀ [C] and d_s_guᵀ [2Fs], kept from B to W.
-      const double codes = (fp8_grouped::casts_ahead(c.fp8)
-                                ? 2.0 * static_cast<double>(c.moe.top_k * (c.d_model + 2 * c.expert_ffn()))
-                                : 0.0) +
+      // Tensorwise, and blockwise where they are whole 1×128 groups wide: the codes of d_out [C] and
+      // d_gu [2Fe] per slot, both layouts while the input gradients run (a byte an element each), the
+      // transposed ones kept for W; under any recipe the shared experts' dyᵀ [C] and d_s_guᵀ [2Fs],
+      // kept from B to W.
+      auto coded = [&](int64_t cols) {
+        return fp8_grouped::casts_gradient_ahead(c.fp8, cols) ? 2.0 * static_cast<double>(c.moe.top_k * cols) : 0.0;
+      };
+      const double codes = coded(c.d_model) + coded(2 * c.expert_ffn()) +
                            (c.shared_ffn() > 0 ? fp8_kept_bytes_per_element(c.fp8) *
                                                      static_cast<double>(c.d_model + 2 * c.shared_ffn())
                                                : 0.0);

@@ -321,20 +321,39 @@ void check_grouped_block_codes(const Fp8GroupedCodes& codes, const Shape& w,
   if (codes.q_t.defined()) scales(codes.scale_t, fp8_scale_shape(Fp8Scaling::Blocks128, I, GO), "transposed block");
 }
 
+// Blockwise row tensors' codes (ops.h Fp8GroupedCodes, Rows1x128) of x [R, cols]: the 1×128 scales of
+// the rows and the runs' scales of the transposed layout, where each is held.
+void check_grouped_run_codes(const Fp8GroupedCodes& codes, const Shape& x, int64_t G,
+                             const std::function<void(const std::string&)>& bad) {
+  if (x.size() != 2 || x[1] % kFp8Block != 0) bad("are 1×128 groups of rows that are not whole groups wide");
+  const Fp8Scaling rows = Fp8Scaling::Rows1x128;
+  auto scales = [&](const Tensor& t, const Shape& want, const char* which) {
+    if (!t.defined() || t.dtype() != DType::F32 || t.shape() != want)
+      bad(std::string("have ") + which + " scales not fp32 " + shape_str(want));
+  };
+  if (codes.q.defined()) scales(codes.scale, fp8_scale_shape(rows, x[0], x[1]), "row");
+  if (codes.q_t.defined())
+    scales(codes.scale_t, fp8_scale_shape(rows, x[1], moe_grouped_fp8_padded_rows(x[0], G)), "run");
+}
+
 // codes stand for `operand` cast as `cast` (ops.h Fp8GroupedCodes): its format, Tensorwise with one
-// scale per expert (or blockwise weights' blocks), each layout it holds of the operand's shape.
-// rows: a row tensor (else weights).
+// scale per expert (or blockwise rows' and weights' groups), each layout it holds of the operand's
+// shape. rows: a row tensor (else weights).
 void check_grouped_codes(const char* op, const char* what, const Fp8GroupedCodes* codes, const Shape& operand,
                          Fp8Cast cast, int64_t G, bool rows) {
   if (!codes) return;
   auto bad = [&](const std::string& why) { TETRA_FAIL(Internal, op, ": the codes of ", what, " ", why); };
   if (!codes->defined()) bad("are not cast (no scale)");
   const bool blocks = cast.scaling == Fp8Scaling::Blocks128 && !rows;
-  if (cast.scaling != Fp8Scaling::Tensorwise && !blocks) bad("are cast ahead; this cast is 1×128-scaled");
+  const bool runs = cast.scaling == Fp8Scaling::Rows1x128 && rows;
+  if (cast.scaling != Fp8Scaling::Tensorwise && !blocks && !runs)
+    bad(std::string("are cast ahead in groups this operand's cast does not make (") +
+        (rows ? "rows in 128×128 blocks)" : "weights in 1×128 groups)"));
   if (codes->format != cast.format)
     bad(std::string("are ") + dtype_name(codes->format) + ", the cast " + dtype_name(cast.format));
   if (blocks) check_grouped_block_codes(*codes, operand, bad);
-  if (!blocks && (codes->scale.dtype() != DType::F32 || codes->scale.shape() != Shape{G}))
+  if (runs) check_grouped_run_codes(*codes, operand, G, bad);
+  if (!blocks && !runs && (codes->scale.dtype() != DType::F32 || codes->scale.shape() != Shape{G}))
     bad("have scales not fp32 [G]");
   if (!codes->q.defined() && !codes->q_t.defined()) bad("hold neither layout");
   if (codes->q.defined() && (codes->q.shape() != operand || codes->q.dtype() != cast.format))
@@ -431,9 +450,12 @@ void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, c
   check_same_device(op, {&x, offsets, row_amax, expert_amax});
   if (cast.scaling == Fp8Scaling::Blocks128 && !offsets && !row_amax && !expert_amax)
     return cast_grouped_weight_blocks(out, x, cast);
-  if (cast.scaling != Fp8Scaling::Tensorwise)
-    TETRA_FAIL(Internal, op, ": only Tensorwise casts and blockwise weights (without amaxes) are cast ahead ",
-               "(the 1×128-scaled rows cast in their GEMMs)");
+  const bool runs = cast.scaling == Fp8Scaling::Rows1x128 && offsets && !row_amax;
+  if (cast.scaling != Fp8Scaling::Tensorwise && !runs)
+    TETRA_FAIL(Internal, op, ": Tensorwise casts, blockwise weights in 128×128 blocks and blockwise rows in ",
+               "1×128 groups are cast ahead (the blockwise ones without given amaxes); not this one");
+  if (runs && (x.ndim() != 2 || x.dim(1) % kFp8Block != 0))
+    TETRA_FAIL(Internal, op, ": blockwise rows are cast ahead in whole 1×128 groups; x is ", x.describe());
   if (cast.format != DType::F8E4M3 && cast.format != DType::F8E5M2)
     TETRA_FAIL(Internal, op, ": the format is ", dtype_name(cast.format), ", not F8E4M3 or F8E5M2");
   if (x.dtype() != DType::F32 && x.dtype() != DType::BF16) TETRA_FAIL(Internal, op, ": x is ", x.describe());

@@ -449,20 +449,28 @@ void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, Fp8Cast dy_ca
 // copy, q = the codes [G, O, I] with scale = fp32 fp8_scale_shape(Blocks128, G·O, I), q_t = the
 // stack's transposed codes [I, G·O] (w[g]ᵀ at columns g·O) with scale_t = fp8_scale_shape(Blocks128,
 // I, G·O) — the layouts the tensor-core kernel's blockwise forward and input gradient read.
+// Rows1x128 (blockwise row tensors, offsets given, cols a multiple of 128): the two casts that a row
+// tensor's blockwise GEMMs read, q = each expert's rows' codes [R, cols] in 1×128 groups with scale =
+// fp32 fp8_scale_shape(Rows1x128, R, cols), as fp8_quantize of the whole x writes them (rows outside
+// every expert are not written), and q_t = the 128×1 runs down each expert's rows [cols, Rp], placed
+// as above, with scale_t = fp8_scale_shape(Rows1x128, cols, Rp) (run b of the padded rows at row b of
+// it): expert g's part is what fp8_quantize of its rows [m, cols] writes as q_t and scale_t.
 struct Fp8GroupedCodes {
   Tensor q, q_t, scale, padded_offsets;
   DType format = DType::F8E4M3;
-  Tensor scale_t;  // Blocks128 weights: q_t's block scales (Tensorwise: scale serves both layouts)
+  Tensor scale_t;  // blockwise: q_t's scales (Tensorwise: scale serves both layouts)
   bool defined() const { return scale.defined(); }
 };
 // The columns of a row tensor's transposed codes: R rounded up to 128, plus 128 per expert (every
 // expert's padding fits whatever the counts; the tensor-core kernel's padded weight-gradient operands).
 int64_t moe_grouped_fp8_padded_rows(int64_t R, int64_t G);
-// out = x cast per expert as above (cast.scaling Tensorwise; or Blocks128 for weights whose O is a
-// multiple of 128: one fp8_quantize of the stack on either backend; x fp32 or bf16). offsets: the row
-// tensor's, int32 [G + 1] on x's device; null for the weights [G, O, I]. CPU: each expert's
-// fp8_quantize with its transposed copy, placed; CUDA: one segmented amax pass and one pass writing
-// both layouts (runtime/cuda/moe_grouped_fp8_cast.h), from the device offsets (no host sync).
+// out = x cast per expert as above (cast.scaling Tensorwise; Blocks128 for weights whose O is a
+// multiple of 128: one fp8_quantize of the stack on either backend; Rows1x128 for row tensors whose
+// cols are a multiple of 128; x fp32 or bf16). offsets: the row tensor's, int32 [G + 1] on x's device;
+// null for the weights [G, O, I]. CPU: each expert's fp8_quantize with its transposed copy, placed;
+// CUDA, Tensorwise: one segmented amax pass and one pass writing both layouts
+// (runtime/cuda/moe_grouped_fp8_cast.h); Rows1x128: one pass of bf16 x writing both
+// (runtime/cuda/moe_grouped_fp8_blockwise.cu); from the device offsets (no host sync).
 // row_amax (optional, row tensors only; U32 [R] on x's device): each row's amax as the op that wrote
 // x measured it (swiglu_forward's row_amax): each expert's amax is then the largest over its rows,
 // and x is read once, by the codes' pass. expert_amax (optional, weights only; U32 [G]): each

@@ -152,17 +152,37 @@ ExpertCast with_scale(Tensor q, const ops::Fp8GroupedCodes& c, int64_t g) {
           ops::Fp8Scaling::Tensorwise};
 }
 
-// Rows [r0, r0 + m) of a row tensor's codes, in their layout [m, cols].
-bool coded_rows(const ops::Fp8GroupedCodes* c, int64_t g, int64_t r0, int64_t m, ExpertCast* out) {
+// Columns [c0, c0 + n) of the 2-D t [rows, cols] as a tensor [rows, ld] of its own (zeros past n).
+Tensor columns(const Tensor& t, int64_t c0, int64_t n, int64_t ld) {
+  const int64_t rows = t.dim(0), cols = t.dim(1), esize = static_cast<int64_t>(dtype_size(t.dtype()));
+  Tensor out = Tensor::zeros({rows, ld}, t.dtype(), Device::cpu());
+  const auto* src = static_cast<const uint8_t*>(t.data_ptr());
+  auto* dst = static_cast<uint8_t*>(out.data_ptr());
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + (r * cols + c0) * esize, n * esize, dst + r * ld * esize);
+  return out;
+}
+
+// Rows [r0, r0 + m) of a row tensor's codes, in their layout [m, cols], with their scales (Tensorwise:
+// the expert's; Rows1x128: the rows' 1×128 scales, columns r0 … of the whole tensor's).
+bool coded_rows(const ops::Fp8GroupedCodes* c, ops::Fp8Scaling scaling, int64_t g, int64_t r0, int64_t m,
+                ExpertCast* out) {
   if (!c || !c->q.defined()) return false;
-  *out = with_scale(c->q.narrow(r0, m), *c, g);
+  if (scaling != ops::Fp8Scaling::Rows1x128) {
+    *out = with_scale(c->q.narrow(r0, m), *c, g);
+    return true;
+  }
+  const int64_t cols = c->q.dim(1);
+  *out = {c->q.narrow(r0, m), columns(c->scale, r0, m, fp8_scale_shape(scaling, m, cols)[1]), scaling};
   return true;
 }
 
 // The same rows transposed, [cols, m]: from q_t's columns [po[g], po[g] + m), else q transposed
-// (a Tensorwise cast's transposed codes are its codes transposed).
-bool coded_rows_t(const ops::Fp8GroupedCodes* c, int64_t g, int64_t r0, int64_t m, ExpertCast* out) {
-  if (!c || (!c->q.defined() && !c->q_t.defined())) return false;
+// (a Tensorwise cast's transposed codes are its codes transposed; Rows1x128's runs come from q_t
+// only, with their scales, rows po[g] / 128 … of scale_t).
+bool coded_rows_t(const ops::Fp8GroupedCodes* c, ops::Fp8Scaling scaling, int64_t g, int64_t r0, int64_t m,
+                  ExpertCast* out) {
+  const bool runs = scaling == ops::Fp8Scaling::Rows1x128;
+  if (!c || (!c->q_t.defined() && (runs || !c->q.defined()))) return false;
   const bool from_t = c->q_t.defined();
   const int64_t cols = from_t ? c->q_t.dim(0) : c->q.dim(1);
   Tensor t = Tensor::empty({cols, m}, c->format, Device::cpu());
@@ -176,18 +196,13 @@ bool coded_rows_t(const ops::Fp8GroupedCodes* c, int64_t g, int64_t r0, int64_t 
     for (int64_t r = 0; r < m; ++r)
       for (int64_t k = 0; k < cols; ++k) dst[k * m + r] = src[r * cols + k];
   }
-  *out = with_scale(std::move(t), *c, g);
+  if (!runs) {
+    *out = with_scale(std::move(t), *c, g);
+    return true;
+  }
+  const int64_t b0 = c->padded_offsets.data<int32_t>()[g] / ops::kFp8Block;
+  *out = {std::move(t), c->scale_t.narrow(b0, (m + ops::kFp8Block - 1) / ops::kFp8Block), scaling};
   return true;
-}
-
-// Columns [c0, c0 + n) of the 2-D t [rows, cols] as a tensor [rows, ld] of its own (zeros past n).
-Tensor columns(const Tensor& t, int64_t c0, int64_t n, int64_t ld) {
-  const int64_t rows = t.dim(0), cols = t.dim(1), esize = static_cast<int64_t>(dtype_size(t.dtype()));
-  Tensor out = Tensor::zeros({rows, ld}, t.dtype(), Device::cpu());
-  const auto* src = static_cast<const uint8_t*>(t.data_ptr());
-  auto* dst = static_cast<uint8_t*>(out.data_ptr());
-  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + (r * cols + c0) * esize, n * esize, dst + r * ld * esize);
-  return out;
 }
 
 // w[g]'s codes [O, I] with its 128×128 block scales out of a blockwise stack's codes (ops.h
@@ -218,8 +233,47 @@ bool coded_weight(const ops::Fp8GroupedCodes* c, ops::Fp8Scaling scaling, int64_
 
 static_assert(fp8_padded_expert_rows(1) == ops::kFp8Block, "an expert's padded rows are whole FP8 blocks");
 
+namespace {
+
+// moe_grouped_fp8_cast of a blockwise row tensor x [R, C] (Rows1x128; ops.h Fp8GroupedCodes): each
+// expert's rows cast on their own in 1×128 groups with their 128×1 runs, placed.
+void cast_blockwise_rows(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Cast cast, const Tensor& offsets) {
+  const ops::Fp8Scaling runs = ops::Fp8Scaling::Rows1x128;
+  const int64_t G = offsets.numel() - 1, R = x.dim(0), C = x.dim(1), Rp = ops::moe_grouped_fp8_padded_rows(R, G);
+  const int32_t* o = offsets.data<int32_t>();
+  if (o[0] < 0 || o[G] > R)
+    TETRA_FAIL(Internal, "moe_grouped_fp8_cast: the offsets span rows [", o[0], ", ", o[G], ") of ", R);
+  out = ops::Fp8GroupedCodes{};
+  out.format = cast.format;
+  out.q = Tensor::zeros({R, C}, cast.format, Device::cpu());
+  out.scale = Tensor::zeros(fp8_scale_shape(runs, R, C), DType::F32, Device::cpu());
+  out.q_t = Tensor::zeros({C, Rp}, cast.format, Device::cpu());
+  out.scale_t = Tensor::zeros(fp8_scale_shape(runs, C, Rp), DType::F32, Device::cpu());
+  out.padded_offsets = Tensor::empty({G + 1}, DType::I32, Device::cpu());
+  int32_t* po = out.padded_offsets.data<int32_t>();
+  po[0] = 0;
+  const int64_t ld = out.scale.dim(1), ld_t = out.scale_t.dim(1);
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t m = o[g + 1] - o[g];
+    po[g + 1] = static_cast<int32_t>(po[g] + fp8_padded_expert_rows(m));
+    if (m == 0 || C == 0) continue;
+    ExpertCast t;
+    const ExpertCast e = cast_expert(x.narrow(o[g], m), cast, &t);
+    std::copy_n(static_cast<const uint8_t*>(e.q.data_ptr()), m * C, static_cast<uint8_t*>(out.q.data_ptr()) + o[g] * C);
+    for (int64_t k = 0; k < e.scale.dim(0); ++k)  // [C/128, padded m] into columns o[g] … of [C/128, padded R]
+      std::copy_n(e.scale.data<float>() + k * e.scale.dim(1), m, out.scale.data<float>() + k * ld + o[g]);
+    const auto* tq = static_cast<const uint8_t*>(t.q.data_ptr());  // [C, m] into columns po[g] … of [C, Rp]
+    for (int64_t k = 0; k < C; ++k) std::copy_n(tq + k * m, m, static_cast<uint8_t*>(out.q_t.data_ptr()) + k * Rp + po[g]);
+    // [⌈m/128⌉, padded C] into rows po[g] / 128 … of [Rp/128, padded C]
+    std::copy_n(t.scale.data<float>(), t.scale.numel(), out.scale_t.data<float>() + po[g] / ops::kFp8Block * ld_t);
+  }
+}
+
+}  // namespace
+
 void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Cast cast, const Tensor* offsets,
                           const Tensor* row_amax, const Tensor* expert_amax) {
+  if (cast.scaling == ops::Fp8Scaling::Rows1x128) return cast_blockwise_rows(out, x, cast, *offsets);
   const bool rows = offsets != nullptr;
   const int64_t G = rows ? offsets->numel() - 1 : x.dim(0);
   const int64_t R = rows ? x.dim(0) : 0, cols = rows ? x.dim(1) : x.dim(2), O = rows ? 0 : x.dim(1);
@@ -300,7 +354,7 @@ void moe_grouped_fp8_forward(Tensor& y, const Tensor& x, ops::Fp8Cast x_cast, co
     if (m == 0 || d.O == 0) continue;
     Tensor yg = y.narrow(o[g], m);
     ExpertCast a, b;
-    if (!coded_rows(x_codes, g, o[g], m, &a)) a = cast_expert(x.narrow(o[g], m), x_cast);
+    if (!coded_rows(x_codes, x_cast.scaling, g, o[g], m, &a)) a = cast_expert(x.narrow(o[g], m), x_cast);
     if (!coded_weight(w_codes, w_cast.scaling, g, d.O, d.I, false, &b))
       b = cast_expert(expert_weight(w, g, d.O, d.I), w_cast);
     expert_gemm(yg, a, b, /*accumulate=*/false);
@@ -319,7 +373,7 @@ void moe_grouped_fp8_backward_input(Tensor& dx, const Tensor& dy, ops::Fp8Cast d
     ExpertCast a, w_t;
     if (!coded_weight(w_codes, w_cast.scaling, g, d.O, d.I, true, &w_t))
       cast_expert(expert_weight(w, g, d.O, d.I), w_cast, &w_t);
-    if (!coded_rows(dy_codes, g, o[g], m, &a)) a = cast_expert(dy.narrow(o[g], m), dy_cast);
+    if (!coded_rows(dy_codes, dy_cast.scaling, g, o[g], m, &a)) a = cast_expert(dy.narrow(o[g], m), dy_cast);
     Tensor dxg = dx.narrow(o[g], m);
     expert_gemm(dxg, a, w_t, /*accumulate=*/false);
   }
@@ -341,8 +395,8 @@ void moe_grouped_fp8_backward_weight(Tensor& dw, const Tensor& dy, ops::Fp8Cast 
     }
     // The K-major operands of dw[g] = dyᵀ·x: the transposed copies, in runs of the expert's rows.
     ExpertCast dy_t, x_t;
-    if (!coded_rows_t(dy_codes, g, o[g], m, &dy_t)) cast_expert(dy.narrow(o[g], m), dy_cast, &dy_t);
-    if (!coded_rows_t(x_codes, g, o[g], m, &x_t)) cast_expert(x.narrow(o[g], m), x_cast, &x_t);
+    if (!coded_rows_t(dy_codes, dy_cast.scaling, g, o[g], m, &dy_t)) cast_expert(dy.narrow(o[g], m), dy_cast, &dy_t);
+    if (!coded_rows_t(x_codes, x_cast.scaling, g, o[g], m, &x_t)) cast_expert(x.narrow(o[g], m), x_cast, &x_t);
     expert_gemm(dwg, dy_t, x_t, accumulate);
   }
 }

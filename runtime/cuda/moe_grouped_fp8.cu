@@ -99,8 +99,7 @@ GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c,
   p.accumulate = accumulate;
   p.op = op;
   if (a_cast.scaling != ops::Fp8Scaling::Tensorwise) {
-    if (a_codes) TETRA_FAIL(Internal, op, ": blockwise row operands are cast in their GEMM, not ahead");
-    cast_grouped_fp8_blockwise(call, a, a_cast, b, b_cast, weight_kind ? nullptr : b_codes, stream);
+    cast_grouped_fp8_blockwise(call, a, a_cast, b, b_cast, a_codes, b_codes, dev, stream);
     return call;
   }
   static const float kNoScale = 1.0f;  // grouped_gemm_fp8_tensor_cores asks only whether scales exist
@@ -178,6 +177,7 @@ void moe_grouped_fp8_cast(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Ca
   const char* op = "moe_grouped_fp8_cast";
   check_cuda_float(op, "x", x);
   if (offsets) check_cuda_tensor(op, "offsets", *offsets);
+  if (cast.scaling == ops::Fp8Scaling::Rows1x128 && offsets) return cast_blockwise_row_codes(out, x, cast, *offsets);
   if (row_amax) check_cuda_tensor(op, "row_amax", *row_amax);
   if (expert_amax) check_cuda_tensor(op, "expert_amax", *expert_amax);
   const Tensor* given = row_amax ? row_amax : expert_amax;  // the rows' (offsets given) or the experts'

@@ -33,10 +33,17 @@ GroupedFp8Call cast_grouped_fp8(const char* op, GroupedGemmKind kind, Tensor& c,
 // tensor-core kernel's blockwise layouts (runtime/cuda/moe_grouped_fp8_blockwise.cu): fills call.qa,
 // call.qb, call.po and p's operand, scale and layout fields (p's kind, extents, offsets and output set).
 // Fails (Config) where that kernel does not apply: blockwise expert GEMMs have no other CUDA kernel.
-// b_codes (may be null): the forward's or input gradient's weights cast ahead as a stack's blocks
-// (ops::Fp8GroupedCodes, Blocks128), read in place of casting b; the row operands are always cast here.
+// a_codes, b_codes (may be null): operands cast ahead (ops::Fp8GroupedCodes), read in place of a cast
+// here: the forward's or input gradient's weights as a stack's blocks (Blocks128), row operands as
+// their 1×128 rows or 128×1 runs (Rows1x128), in the layout this GEMM reads.
 void cast_grouped_fp8_blockwise(GroupedFp8Call& call, const Tensor& a, ops::Fp8Cast a_cast, const Tensor& b,
-                                ops::Fp8Cast b_cast, const ops::Fp8GroupedCodes* b_codes, cudaStream_t stream);
+                                ops::Fp8Cast b_cast, const ops::Fp8GroupedCodes* a_codes,
+                                const ops::Fp8GroupedCodes* b_codes, Device dev, cudaStream_t stream);
+
+// ops::moe_grouped_fp8_cast of a blockwise row tensor x [R, C] (Rows1x128, C a multiple of 128; ops.h
+// Fp8GroupedCodes): the rows' 1×128 codes and the 128×1 runs down each expert's rows, from one read
+// of bf16 x (the runs' kernel writing the rows' codes from its stage; fp32 x: the two casts).
+void cast_blockwise_row_codes(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Cast cast, const Tensor& offsets);
 
 // A row tensor x [R, C] (bf16 or fp32) cast transposed in 128×1 runs down each expert's rows: codes
 // [C, Rp] (format), expert g's rows at columns [po[g], po[g] + m_g) and zero codes to po[g + 1]; scales

@@ -424,6 +424,54 @@ TEST(Fp8GroupedAhead, GemmsReadingCodesEqualGemmsCasting) {
   }
 }
 
+// Blockwise row tensors whole 1×128 groups wide cast ahead (fp8_grouped::cast_rows: their 1×128 rows
+// and 128×1 runs in one call, as the layer casts d_out_e and d_gu_e) give the three GEMMs the bits of
+// their own casts, the weight gradient from the runs alone; the same experts and magnitudes as
+// make_problem's, O and I made whole groups (128, 256).
+TEST(Fp8GroupedAhead, BlockwiseRowsCastAheadEqualGemmsCasting) {
+  const Fp8Recipe recipe = Fp8Recipe::Blockwise;
+  EXPECT_TRUE(fp8_grouped::casts_gradient_ahead(recipe, 128));
+  EXPECT_FALSE(fp8_grouped::casts_gradient_ahead(recipe, 48)) << "a part of a 1×128 group";
+  EXPECT_TRUE(fp8_grouped::casts_gradient_ahead(Fp8Recipe::Tensorwise, 48));
+  EXPECT_FALSE(fp8_grouped::casts_gradient_ahead(Fp8Recipe::None, 128));
+  constexpr int64_t Ob = 128, Ib = 256;
+  Rng rng(19);
+  const Problem base = make_problem(19);
+  Tensor x = random_tensor(rng, {R, Ib}), dy = random_tensor(rng, {R, Ob}), w = random_tensor(rng, {G, Ob, Ib}, 0.05);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t r = kOffsets[g]; r < kOffsets[g + 1]; ++r) {
+      const float scale = std::pow(4.0f, static_cast<float>(g));
+      for (int64_t i = 0; i < Ib; ++i) x.data<float>()[r * Ib + i] *= scale;
+      for (int64_t o = 0; o < Ob; ++o) dy.data<float>()[r * Ob + o] /= scale;
+    }
+  auto equal = [](const Tensor& a, const Tensor& b, const char* what) {
+    const int64_t rows = kOffsets.back() - kOffsets.front();
+    const bool by_rows = a.ndim() == 2;
+    const Tensor ia = by_rows ? a.narrow(kOffsets.front(), rows) : a, ib = by_rows ? b.narrow(kOffsets.front(), rows) : b;
+    EXPECT_EQ(test::rel_error(ia, ib), 0.0) << what;
+  };
+  const ops::Fp8GroupedCodes xc = fp8_grouped::cast_rows(recipe, x, base.offsets, /*gradient=*/false);
+  ops::Fp8GroupedCodes dyc = fp8_grouped::cast_rows(recipe, dy, base.offsets, /*gradient=*/true);
+  ASSERT_TRUE(dyc.scale_t.defined() && dyc.padded_offsets.defined());
+  Tensor y = poisoned({R, Ob}), y_want = poisoned({R, Ob});
+  fp8_grouped::forward(recipe, y, x, w, base.offsets, &xc);
+  fp8_grouped::forward(recipe, y_want, x, w, base.offsets);
+  equal(y, y_want, "forward");
+  Tensor dx = poisoned({R, Ib}), dx_want = poisoned({R, Ib});
+  fp8_grouped::backward_input(recipe, dx, dy, w, base.offsets, &dyc);
+  fp8_grouped::backward_input(recipe, dx_want, dy, w, base.offsets);
+  equal(dx, dx_want, "backward input");
+  Tensor dw = poisoned({G, Ob, Ib}), dw_want = poisoned({G, Ob, Ib});
+  fp8_grouped::backward_weight(recipe, dw_want, dy, x, base.offsets, false);
+  ops::Fp8GroupedCodes xk = xc;
+  xk.q = dyc.q = Tensor();  // the layer keeps the runs alone for W
+  fp8_grouped::backward_weight(recipe, dw, dy, x, base.offsets, false, &dyc, &xk);
+  equal(dw, dw_want, "backward weight from the runs");
+  Tensor dw_one = poisoned({G, Ob, Ib});  // one operand's runs given, the other cast there
+  fp8_grouped::backward_weight(recipe, dw_one, dy, x, base.offsets, false, &dyc, nullptr);
+  equal(dw_one, dw_want, "backward weight from dy's runs and x cast there");
+}
+
 // Codes of another cast or shape are an error, not a wrong result.
 TEST(Fp8GroupedAhead, MismatchedCodesAreRefused) {
   Problem p = make_problem(18);
@@ -431,6 +479,7 @@ TEST(Fp8GroupedAhead, MismatchedCodesAreRefused) {
   Tensor dx = poisoned({R, I});
   // x's codes (E4M3, [R, I]) handed as dy's (E5M2, [R, O]).
   EXPECT_THROW(fp8_grouped::backward_input(Fp8Recipe::Tensorwise, dx, p.dy, p.w, p.offsets, &xc), Error);
+  // Blockwise rows 160 wide (a 1×128 group and part of another) are cast in their GEMMs, not ahead.
   const ops::Fp8Cast rows128{ops::Fp8Scaling::Rows1x128, DType::F8E4M3};
   ops::Fp8GroupedCodes none;
   EXPECT_THROW(ops::moe_grouped_fp8_cast(none, p.x, rows128, &p.offsets), Error);

@@ -204,6 +204,74 @@ TEST(GpuMoeGroupedFp8Blockwise, WeightsCastAheadGiveTheBitsOfTheGemmsOwnCast) {
   EXPECT_THROW(ops::moe_grouped_fp8_cast(none, odd, kBlocks, nullptr), Error);
 }
 
+// Bytes of a [rows, cols] host tensor (raw, of any dtype) that differ from want's in rows [r0, r1)
+// and columns [0, cols_used).
+int64_t raw_misses(const Tensor& got, const Tensor& want, int64_t r0, int64_t r1, int64_t cols_used) {
+  const int64_t cols = got.dim(1), esize = static_cast<int64_t>(dtype_size(got.dtype()));
+  const auto* g = static_cast<const uint8_t*>(got.data_ptr());
+  const auto* w = static_cast<const uint8_t*>(want.data_ptr());
+  int64_t misses = 0;
+  for (int64_t r = r0; r < r1; ++r)
+    misses += std::memcmp(g + r * cols * esize, w + r * cols * esize, static_cast<size_t>(cols_used * esize)) != 0;
+  return misses;
+}
+
+// A blockwise row tensor cast ahead (ops::moe_grouped_fp8_cast with Rows1x128: the rows' 1×128 codes
+// beside the 128×1 runs from one read of bf16 x; fp32 x by the two casts) is the CPU twin's cast bit
+// for bit over the experts' rows and padded runs, and gives the three GEMMs the bits of their own casts.
+void check_rows_cast_ahead(DType in, uint64_t seed) {
+  const int64_t O = 256, I = 384, lead = 3;
+  const GroupedOperands host = random_operands(kRagged, lead, 5, O, I, in, DType::BF16, seed);
+  const int64_t G = host.G, R = host.R, used = host.used;
+  ops::Fp8GroupedCodes cpu_x;
+  ops::moe_grouped_fp8_cast(cpu_x, host.x, kRows, &host.off);
+  cuda::DeviceScope scope(gpu());
+  Tensor g_off = upload_raw(host.off), g_x = upload(host.x, in), g_dy = upload(host.dy, in);
+  Tensor g_w = upload(host.w, DType::BF16);
+  ops::Fp8GroupedCodes xc, dyc;
+  ops::moe_grouped_fp8_cast(xc, g_x, kRows, &g_off);
+  ops::moe_grouped_fp8_cast(dyc, g_dy, kRows, &g_off);
+  const int32_t po_end = download_raw(xc.padded_offsets).data<int32_t>()[G];
+  EXPECT_EQ(po_end, cpu_x.padded_offsets.data<int32_t>()[G]);
+  // Codes by rows, scales by the columns of the experts' rows (each row's at its index), runs whole.
+  EXPECT_EQ(raw_misses(download_raw(xc.q), cpu_x.q, lead, lead + used, I), 0) << "row codes";
+  const Tensor scale = download_raw(xc.scale);
+  int64_t scale_misses = 0;
+  for (int64_t k = 0; k < I / 128; ++k)
+    scale_misses += std::memcmp(scale.data<float>() + k * scale.dim(1) + lead,
+                                cpu_x.scale.data<float>() + k * scale.dim(1) + lead, static_cast<size_t>(used) * 4) != 0;
+  EXPECT_EQ(scale_misses, 0) << "row scales";
+  EXPECT_EQ(raw_misses(download_raw(xc.q_t), cpu_x.q_t, 0, I, po_end), 0) << "runs";
+  EXPECT_EQ(raw_misses(download_raw(xc.scale_t), cpu_x.scale_t, 0, po_end / 128, I), 0) << "run scales";
+
+  Tensor y = poisoned({R, O}, DType::BF16), y_own = poisoned({R, O}, DType::BF16);
+  Tensor dx = poisoned({R, I}, DType::BF16), dx_own = poisoned({R, I}, DType::BF16);
+  Tensor dw = poisoned({G, O, I}, DType::F32), dw_own = poisoned({G, O, I}, DType::F32);
+  ops::moe_grouped_fp8_forward(y_own, g_x, kRows, g_w, kBlocks, g_off);
+  ops::moe_grouped_fp8_forward(y, g_x, kRows, g_w, kBlocks, g_off, &xc);
+  ops::moe_grouped_fp8_backward_input(dx_own, g_dy, kRows, g_w, kBlocks, g_off);
+  ops::moe_grouped_fp8_backward_input(dx, g_dy, kRows, g_w, kBlocks, g_off, &dyc);
+  ops::moe_grouped_fp8_backward_weight(dw_own, g_dy, kRows, g_x, kRows, g_off, false);
+  xc.q = dyc.q = Tensor();  // the runs alone, as the layer keeps them for W
+  ops::moe_grouped_fp8_backward_weight(dw, g_dy, kRows, g_x, kRows, g_off, false, &dyc, &xc);
+  EXPECT_EQ(raw_misses(download_raw(y), download_raw(y_own), lead, lead + used, O), 0) << "forward";
+  EXPECT_EQ(raw_misses(download_raw(dx), download_raw(dx_own), lead, lead + used, I), 0) << "input gradient";
+  const Tensor a = download_raw(dw), b = download_raw(dw_own);
+  EXPECT_EQ(std::memcmp(a.data_ptr(), b.data_ptr(), static_cast<size_t>(G * O * I) * 4), 0) << "weight gradient";
+}
+
+TEST(GpuMoeGroupedFp8Blockwise, Bf16RowsCastAheadInOneReadAreTheCpusAndTheGemmsOwn) {
+  TETRA_REQUIRE_GPU();
+  if (!blockwise_kernel_runs()) GTEST_SKIP() << "no sm_90a kernel for this device";
+  check_rows_cast_ahead(DType::BF16, 28);
+}
+
+TEST(GpuMoeGroupedFp8Blockwise, Fp32RowsCastAheadAreTheCpusAndTheGemmsOwn) {
+  TETRA_REQUIRE_GPU();
+  if (!blockwise_kernel_runs()) GTEST_SKIP() << "no sm_90a kernel for this device";
+  check_rows_cast_ahead(DType::F32, 29);
+}
+
 // O or I off 128 has no blockwise kernel: a Config error naming why, not a wrong result.
 TEST(GpuMoeGroupedFp8Blockwise, WidthsOffWholeBlocksAreRefused) {
   TETRA_REQUIRE_GPU();
