@@ -11,7 +11,7 @@ const ops::Fp8GroupedCodes* given(const ops::Fp8GroupedCodes* codes) {
 
 bool casts_ahead(Fp8Recipe recipe) { return recipe == Fp8Recipe::Tensorwise; }
 
-bool casts_gradient_ahead(Fp8Recipe recipe, int64_t cols) {
+bool casts_rows_ahead(Fp8Recipe recipe, int64_t cols) {
   return casts_ahead(recipe) || (recipe == Fp8Recipe::Blockwise && cols % ops::kFp8Block == 0);
 }
 

@@ -10,23 +10,24 @@
 // and the weight gradient, dy for the input and weight gradients; both layouts in one pass), the
 // caller keeping the codes in between; the functions take them as `codes` (null: cast there). The
 // experts' weights are cast once a step likewise (step_weight), under blockwise too where each
-// expert's rows are whole 128-row blocks. Blockwise casts the gradients d_out_e and d_gu_e ahead too
-// (casts_gradient_ahead: their 1×128 rows for the input gradient and 128×1 runs for the weight
-// gradient in one read); its activations x_e and act_e are cast in each GEMM.
+// expert's rows are whole 128-row blocks. Blockwise casts its row tensors ahead too where they are
+// whole 1×128 groups wide (casts_rows_ahead): their 1×128 rows for the forward or input gradient and
+// their 128×1 runs for the weight gradient from one read.
 #pragma once
 #include "models/fp8_linear.h"
 
 namespace tetra::fp8_grouped {
 
-// Whether `recipe` casts the row tensors ahead (tensorwise; blockwise casts its activations in each GEMM).
+// Whether `recipe` casts every row tensor ahead, each expert's amax measured by the op that writes it
+// and x_e's and d_out_e's codes gathered in the permutation (tensorwise).
 bool casts_ahead(Fp8Recipe recipe);
-// Whether a gradient row tensor [R, cols] is cast ahead: casts_ahead, or blockwise where cols are whole
-// 1×128 groups.
-bool casts_gradient_ahead(Fp8Recipe recipe, int64_t cols);
+// Whether a row tensor [R, cols] is cast ahead in both layouts: casts_ahead, or blockwise where cols
+// are whole 1×128 groups.
+bool casts_rows_ahead(Fp8Recipe recipe, int64_t cols);
 // x [R, cols] cast per expert as `recipe` casts an activation (gradient false) or a gradient, in
-// both layouts (ops::moe_grouped_fp8_cast); only where casts_ahead(recipe) or, for a gradient,
-// casts_gradient_ahead. row_amax (may be null or undefined; tensorwise only): x's rows' amaxes as the
-// op that wrote x measured them (ops.h row_amax; the cast then reads x once).
+// both layouts (ops::moe_grouped_fp8_cast); only where casts_rows_ahead(recipe, cols). row_amax (may
+// be null or undefined; tensorwise only): x's rows' amaxes as the op that wrote x measured them
+// (ops.h row_amax; the cast then reads x once).
 ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& offsets, bool gradient,
                                const Tensor* row_amax = nullptr);
 // The codes of x's rows gathered by slot_of / top_k (the rows ops::moe_permute would write, never

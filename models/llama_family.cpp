@@ -81,18 +81,21 @@ class LlamaFamily : public ModelFamily {
     // count the active parameters' products: the gate, k experts, the shared experts.
     const double E = static_cast<double>(c.moe.n_experts), k = static_cast<double>(c.moe.top_k);
     const double Fe = static_cast<double>(c.expert_ffn()), Fs = static_cast<double>(c.shared_ffn());
-    // Under tensorwise the routed experts keep the transposed codes of their inputs x [C] and act
-    // [Fe] per slot for W (MoeMlp::State, a byte each; act's dropped under recompute mlp); the shared
-    // experts those of h [C] and s_act [Fs] as a dense MLP does (not under recompute mlp). Without
-    // expert parallelism x's codes are gathered from h and x itself is not kept, but the slots' int32
-    // index into h is (MoeMlp::permutes_with_cast).
+    // Under tensorwise (and blockwise where they are whole 1×128 groups wide) the routed experts keep
+    // the transposed codes of their inputs x [C] and act [Fe] per slot for W (MoeMlp::State, a byte
+    // each; act's dropped under recompute mlp); the shared experts those of h [C] and s_act [Fs] as a
+    // dense MLP does (not under recompute mlp). Under tensorwise without expert parallelism x's codes
+    // are gathered from h and x itself is not kept, but the slots' int32 index into h is
+    // (MoeMlp::permutes_with_cast).
     const double g8 = fp8_grouped::casts_ahead(c.fp8) ? 1.0 : 0.0;
+    const double x8 = fp8_grouped::casts_rows_ahead(c.fp8, c.d_model) ? C : 0.0;
+    const double act8 = fp8_grouped::casts_rows_ahead(c.fp8, c.expert_ffn()) ? Fe : 0.0;
     const bool x_gathered = g8 > 0.0 && shape.ep <= 1;
     const double shared8 = Fs > 0 && c.recompute == Recompute::None ? f8 * (C + Fs) : 0.0;
     const double x_rows = x_gathered ? 0.0 : C;
     double moe_block = (3.0 * C + Q + k * (x_rows + C + 3.0 * Fe) + 3.0 * Fs) * a + 2.0 * C * r + 4.0 * E +
-                       (x_gathered ? 16.0 : 12.0) * k + 8.0 + 4.0 * H + f8 * (C + HD) + g8 * k * (C + Fe) + shared8;
-    if (c.recompute == Recompute::Mlp) moe_block -= (3.0 * k * Fe + 3.0 * Fs) * a + g8 * k * Fe;
+                       (x_gathered ? 16.0 : 12.0) * k + 8.0 + 4.0 * H + f8 * (C + HD) + k * (x8 + act8) + shared8;
+    if (c.recompute == Recompute::Mlp) moe_block -= (3.0 * k * Fe + 3.0 * Fs) * a + k * act8;
     if (c.recompute == Recompute::Full) moe_block = C * r;
     const double moe_flops = 2.0 * static_cast<double>(c.moe_block_active_params() - 2 * c.d_model) + 4.0 * C * T;
     std::vector<LayerCost> out;
@@ -140,7 +143,7 @@ class LlamaFamily : public ModelFamily {
       // transposed ones kept for W; under any recipe the shared experts' dyᵀ [C] and d_s_guᵀ [2Fs],
       // kept from B to W.
       auto coded = [&](int64_t cols) {
-        return fp8_grouped::casts_gradient_ahead(c.fp8, cols) ? 2.0 * static_cast<double>(c.moe.top_k * cols) : 0.0;
+        return fp8_grouped::casts_rows_ahead(c.fp8, cols) ? 2.0 * static_cast<double>(c.moe.top_k * cols) : 0.0;
       };
       const double codes = coded(c.d_model) + coded(2 * c.expert_ffn()) +
                            (c.shared_ffn() > 0 ? fp8_kept_bytes_per_element(c.fp8) *

@@ -271,7 +271,7 @@ Tensor* MoeMlp::row_amax_slot(const MicroBatchContext& ctx, Tensor& slot, int64_
 ops::Fp8GroupedCodes MoeMlp::cast_ahead(const MicroBatchContext& ctx, const Tensor& x, bool gradient, Tensor& amax,
                                         const Tensor& offsets) const {
   const Tensor measured = std::exchange(amax, Tensor());
-  const bool ahead = casts_ahead(ctx) || (gradient && ctx.training && fp8_grouped::casts_gradient_ahead(fp8_, x.dim(1)));
+  const bool ahead = ctx.training && fp8_grouped::casts_rows_ahead(fp8_, x.dim(1));
   return ahead ? fp8_grouped::cast_rows(fp8_, x, offsets, gradient, &measured) : ops::Fp8GroupedCodes{};
 }
 

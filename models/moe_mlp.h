@@ -97,8 +97,8 @@ class MoeMlp {
     Tensor d_y, d_rows, d_weights, d_out_e, d_gu_e, d_s_gu, d_logits, d_h;
     // Tensorwise FP8 (fp8_grouped::casts_ahead): x_e, act_e, d_out_e and d_gu_e cast once, both
     // layouts; the first GEMM of each reads the row codes and drops them, the weight gradient reads
-    // the transposed ones (a byte an element while kept) and drops the rest. Blockwise: d_out_e and
-    // d_gu_e likewise (their 1×128 rows and 128×1 runs), where they are whole 1×128 groups wide.
+    // the transposed ones (a byte an element while kept) and drops the rest. Blockwise likewise (their
+    // 1×128 rows and 128×1 runs), where they are whole 1×128 groups wide.
     ops::Fp8GroupedCodes x_codes, act_codes, d_out_codes, d_gu_codes;
     // ... each cast taking the rows' amaxes (U32 [R]) that the op writing the tensor measured (under
     // expert parallelism the permutation of what arrived, x_e's and d_out_e's; SwiGLU act_e's and
@@ -180,8 +180,8 @@ class MoeMlp {
   // does not cast ahead.
   Tensor* row_amax_slot(const MicroBatchContext& ctx, Tensor& slot, int64_t rows) const;
   // x cast ahead as an activation (gradient false) or a gradient, taking the rows' amaxes its writer
-  // left in `amax` (consumed either way); empty codes where this pass does not cast ahead (a gradient:
-  // fp8_grouped::casts_gradient_ahead, so blockwise's too).
+  // left in `amax` (consumed either way); empty codes where this pass does not cast ahead (training
+  // and fp8_grouped::casts_rows_ahead: tensorwise, and blockwise at whole 1×128 groups).
   ops::Fp8GroupedCodes cast_ahead(const MicroBatchContext& ctx, const Tensor& x, bool gradient, Tensor& amax,
                                   const Tensor& offsets) const;
   Tensor local_gate_up() const;  // [El, 2F, d] view of the working weights

@@ -17,6 +17,7 @@
 
 #include "models/fp8_grouped.h"
 #include "models/fp8_linear.h"
+#include "models/fp8_step_weights.h"
 #include "models/layer.h"
 #include "models/moe_mlp.h"
 #include "runtime/fp8_format.h"
@@ -430,10 +431,10 @@ TEST(Fp8GroupedAhead, GemmsReadingCodesEqualGemmsCasting) {
 // make_problem's, O and I made whole groups (128, 256).
 TEST(Fp8GroupedAhead, BlockwiseRowsCastAheadEqualGemmsCasting) {
   const Fp8Recipe recipe = Fp8Recipe::Blockwise;
-  EXPECT_TRUE(fp8_grouped::casts_gradient_ahead(recipe, 128));
-  EXPECT_FALSE(fp8_grouped::casts_gradient_ahead(recipe, 48)) << "a part of a 1×128 group";
-  EXPECT_TRUE(fp8_grouped::casts_gradient_ahead(Fp8Recipe::Tensorwise, 48));
-  EXPECT_FALSE(fp8_grouped::casts_gradient_ahead(Fp8Recipe::None, 128));
+  EXPECT_TRUE(fp8_grouped::casts_rows_ahead(recipe, 128));
+  EXPECT_FALSE(fp8_grouped::casts_rows_ahead(recipe, 48)) << "a part of a 1×128 group";
+  EXPECT_TRUE(fp8_grouped::casts_rows_ahead(Fp8Recipe::Tensorwise, 48));
+  EXPECT_FALSE(fp8_grouped::casts_rows_ahead(Fp8Recipe::None, 128));
   constexpr int64_t Ob = 128, Ib = 256;
   Rng rng(19);
   const Problem base = make_problem(19);
@@ -620,6 +621,63 @@ TEST(Fp8GroupedMoe, TheGatheredCastsTakeTheTokensAmaxesTheirWritersMeasured) {
         << "d_out_e, expert " << g;
   }
 }
+
+// A MoE layer under blockwise (E = 4 experts, top 2, over d = C = 128, N = 64 tokens, within a
+// step's FP8 weight casts): the row tensors whole 1×128 groups wide are cast ahead in both layouts
+// (the runs kept for W), the experts' weights once a step as their stack's blocks, and every expert
+// GEMM gives the bits of the same GEMM casting its operands itself. F = 128: all four row tensors and
+// both weights; F = 16: act_e (16 wide) and d_gu_e (32) cast in their GEMMs, the gate/up stack (rows
+// of 32 an expert) too.
+void check_blockwise_layer(int64_t F) {
+  constexpr int64_t C = 128, E = 4, N = 64;
+  const Fp8Recipe bw = Fp8Recipe::Blockwise;
+  Rng rng(41);
+  MoeShape shape;
+  shape.d_model = C, shape.experts = E, shape.top_k = shape.routing.top_k = 2, shape.expert_ffn = F;
+  MoeMlp moe;
+  moe.init("model.layers.0.mlp", 0, shape, 0, 0.02f);
+  moe.set_fp8(bw);
+  std::vector<Param*> params;
+  moe.collect(params);
+  for (Param* p : params) {
+    p->value = random_tensor(rng, p->local_shape, 0.1);
+    p->grad = Tensor::zeros(p->local_shape, DType::F32);
+  }
+  MicroBatchContext ctx{Device::cpu(), DType::F32};
+  ctx.batch = 2, ctx.seq_len = N / 2, ctx.loss_grad_scale = 1.0f / N;
+  Param& gate_up = param_named(params, "experts.gate_up_proj.weight");
+  Param& down = param_named(params, "experts.down_proj.weight");
+  const Tensor w_gu = gate_up.value.view({E, 2 * F, C}), w_down = down.value.view({E, C, F});
+  const bool whole = F % ops::kFp8Block == 0;
+  const Fp8StepWeights step(params);
+  MoeMlp::State s;
+  moe.forward(ctx, s, random_tensor(rng, {N, C}), random_tensor(rng, {N, C}));
+  EXPECT_TRUE(s.x_codes.q_t.defined() && !s.x_codes.q.defined()) << "x_e's runs kept for W";
+  EXPECT_EQ(s.act_codes.q_t.defined(), whole) << "act_e's runs kept where it is whole groups wide";
+  EXPECT_EQ(gate_up.fp8_step.q.defined(), whole) << "the gate/up stack's blocks cast once for the step";
+  EXPECT_TRUE(down.fp8_step.q.defined()) << "the down stack's blocks cast once for the step";
+  Tensor gu = Tensor::empty(s.gu_e.shape(), DType::F32);
+  fp8_grouped::forward(bw, gu, s.x_e, w_gu, s.e_offsets);
+  expect_same(s.gu_e, gu, "gate|up forward");
+  moe.backward_combine(ctx, s, random_tensor(rng, {N, C}));
+  moe.backward_experts(ctx, s);
+  EXPECT_TRUE(s.d_out_codes.q_t.defined()) << "d_out_e's runs kept for W";
+  EXPECT_EQ(s.d_gu_codes.q_t.defined(), (2 * F) % ops::kFp8Block == 0) << "d_gu_e's runs";
+  Tensor d_x = Tensor::empty(s.d_rows.shape(), DType::F32);
+  fp8_grouped::backward_input(bw, d_x, s.d_gu_e, w_gu, s.e_offsets);
+  expect_same(s.d_rows, d_x, "gate|up input gradient");
+  Tensor d_down = Tensor::zeros({E, C, F}, DType::F32), d_gu = Tensor::zeros({E, 2 * F, C}, DType::F32);
+  fp8_grouped::backward_weight(bw, d_down, s.d_out_e, s.act_e, s.e_offsets, /*accumulate=*/true);
+  fp8_grouped::backward_weight(bw, d_gu, s.d_gu_e, s.x_e, s.e_offsets, /*accumulate=*/true);
+  moe.backward_route(ctx, s);
+  moe.backward_weight(s);
+  expect_same(down.grad, d_down, "down weight gradient");
+  expect_same(gate_up.grad, d_gu, "gate|up weight gradient");
+}
+
+TEST(Fp8GroupedMoe, BlockwiseCastsWholeGroupRowsAheadAndTheWeightsOnceAStep) { check_blockwise_layer(128); }
+
+TEST(Fp8GroupedMoe, BlockwiseCastsNarrowRowsInTheirGemms) { check_blockwise_layer(16); }
 
 }  // namespace
 }  // namespace tetra
