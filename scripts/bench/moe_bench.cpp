@@ -274,24 +274,35 @@ void bench_fp8_split(Layer& L, const std::string& how, int reps, bool blockwise,
          {"gemm_ms", gemm_sum}, {"gemm_tflops", flops_sum / (gemm_sum * 1e-3) / 1e12}});
 }
 
-// The six calls as the layer runs them under tensorwise (models/moe_mlp.cpp): x, h, d_out and d_gu
-// each cast once, both layouts (ops::moe_grouped_fp8_cast), the GEMMs reading the codes; the
-// weights still cast in each call. One line, moe_fp8_ahead: the whole sequence's ms beside the six
-// calls casting for themselves (the moe_gemm_sum above).
-void bench_fp8_ahead(Layer& L, const std::string& how, int reps) {
-  const ops::Fp8Cast act{ops::Fp8Scaling::Tensorwise, DType::F8E4M3}, grad{ops::Fp8Scaling::Tensorwise, DType::F8E5M2};
+// The six calls as the layer runs them (models/moe_mlp.cpp): x, h, d_out and d_gu each cast once,
+// both layouts (ops::moe_grouped_fp8_cast), the GEMMs reading the codes. Tensorwise: the weights
+// cast in each call; blockwise: the weights' blocks cast once ahead, as a step of one micro-batch
+// casts them (Param::fp8_step), and the rows in 1×128 groups with their 128×1 runs. One line,
+// moe_fp8_ahead: the whole sequence's ms beside the six calls casting for themselves
+// (moe_gemm_sum, and moe_fp8_split_sum's casts plus GEMMs).
+void bench_fp8_ahead(Layer& L, const std::string& how, int reps, bool blockwise) {
+  using S = ops::Fp8Scaling;
+  const ops::Fp8Cast act{blockwise ? S::Rows1x128 : S::Tensorwise, DType::F8E4M3},
+      grad{blockwise ? S::Rows1x128 : S::Tensorwise, blockwise ? DType::F8E4M3 : DType::F8E5M2},
+      weight{blockwise ? S::Blocks128 : S::Tensorwise, DType::F8E4M3};
   auto layer = [&] {
-    ops::Fp8GroupedCodes xc, hc, oc, gc;
+    ops::Fp8GroupedCodes xc, hc, oc, gc, wg, wd;
+    if (blockwise) {
+      ops::moe_grouped_fp8_cast(wg, L.w_gu, weight, nullptr);
+      ops::moe_grouped_fp8_cast(wd, L.w_down, weight, nullptr);
+    }
+    const ops::Fp8GroupedCodes* w_gu = blockwise ? &wg : nullptr;
+    const ops::Fp8GroupedCodes* w_down = blockwise ? &wd : nullptr;
     ops::moe_grouped_fp8_cast(xc, L.xs, act, &L.offsets);
-    ops::moe_grouped_fp8_forward(L.gu, L.xs, act, L.w_gu, act, L.offsets, &xc);
+    ops::moe_grouped_fp8_forward(L.gu, L.xs, act, L.w_gu, weight, L.offsets, &xc, w_gu);
     ops::moe_grouped_fp8_cast(hc, L.h, act, &L.offsets);
-    ops::moe_grouped_fp8_forward(L.out, L.h, act, L.w_down, act, L.offsets, &hc);
+    ops::moe_grouped_fp8_forward(L.out, L.h, act, L.w_down, weight, L.offsets, &hc, w_down);
     ops::moe_grouped_fp8_cast(oc, L.d_out, grad, &L.offsets);
-    ops::moe_grouped_fp8_backward_input(L.dh, L.d_out, grad, L.w_down, act, L.offsets, &oc);
+    ops::moe_grouped_fp8_backward_input(L.dh, L.d_out, grad, L.w_down, weight, L.offsets, &oc, w_down);
     ops::moe_grouped_fp8_backward_weight(L.dw_down, L.d_out, grad, L.h, act, L.offsets, false, &oc, &hc);
     ops::moe_grouped_fp8_cast(gc, L.dgu, grad, &L.offsets);
     ops::moe_grouped_fp8_backward_weight(L.dw_gu, L.dgu, grad, L.xs, act, L.offsets, false, &gc, &xc);
-    ops::moe_grouped_fp8_backward_input(L.dxs, L.dgu, grad, L.w_gu, act, L.offsets, &gc);
+    ops::moe_grouped_fp8_backward_input(L.dxs, L.dgu, grad, L.w_gu, weight, L.offsets, &gc, w_gu);
   };
   const double ms = time_ms(layer, reps);
   double cast_ms = 0;
@@ -302,7 +313,8 @@ void bench_fp8_ahead(Layer& L, const std::string& how, int reps) {
       ops::moe_grouped_fp8_cast(codes, *t, c, &L.offsets);
     }, reps);
   }
-  print({{"bench", "moe_fp8_ahead"}, {"routing", how}, {"layer_ms", ms}, {"row_casts_ms", cast_ms}});
+  print({{"bench", "moe_fp8_ahead"}, {"routing", how}, {"recipe", blockwise ? "blockwise" : "tensorwise"},
+         {"layer_ms", ms}, {"row_casts_ms", cast_ms}});
 }
 
 // Each grouped cast as the layer makes it (ops::moe_grouped_fp8_cast, both layouts): the row tensors
@@ -392,12 +404,13 @@ void bench_fp8_gemms(Layer& L, const std::string& how, double load, int reps) {
   print({{"bench", "moe_gemm_sum"}, {"routing", how}, {"impl", name}, {"max_over_mean_load", load}, {"gemm_ms", ms},
          {"gemm_floor_ms", floor}, {"gemm_tflops", floor / ms * kPeakFlops / 1e12}});
   bench_fp8_split(L, how, reps, /*blockwise=*/false, epilogue);
+  bench_fp8_ahead(L, how, reps, /*blockwise=*/false);
   try {  // the blockwise mainloop is Hopper's tensor-core kernel only: elsewhere a line saying why
     bench_fp8_split(L, how, reps, /*blockwise=*/true, epilogue);
+    bench_fp8_ahead(L, how, reps, /*blockwise=*/true);
   } catch (const Error& e) {
     print({{"bench", "moe_fp8_split"}, {"routing", how}, {"recipe", "blockwise"}, {"skipped", std::string(e.what())}});
   }
-  bench_fp8_ahead(L, how, reps);
   bench_fp8_casts(L, how, reps);
   bench_gathered_casts(L, how, reps);
 }
