@@ -9,8 +9,10 @@
 //   BackwardWeight  dyᵀ [O, Rp], xᵀ [I, Rp]: 128×1 runs down each expert's rows, counted from the
 //                   expert's first row (its padded start po[g], a multiple of 128), zero codes after
 //                   its rows (expert_runs_cast_t_kernel)
-// A row's 1×128 scales do not depend on its expert, so the row operands are cast whole. Everything
-// runs from the offsets in device memory (no host synchronisation).
+// A row's 1×128 scales do not depend on its expert, so the row operands are cast whole. Operands cast
+// ahead (ops::Fp8GroupedCodes: a row tensor's rows and runs from one read, cast_blockwise_row_codes;
+// the weights' stack once a step) are read in place of these casts. Everything runs from the offsets
+// in device memory (no host synchronisation).
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_context.h"
 #include "runtime/cuda/fp8_device.cuh"
@@ -310,7 +312,8 @@ void cast_blockwise_row_codes(ops::Fp8GroupedCodes& out, const Tensor& x, ops::F
   ExpertCodes runs;
   if (x.dtype() == DType::BF16) {  // one read of x: the rows' codes beside the runs
     out.q = Tensor::empty({R, C}, cast.format, dev);
-    out.scale = Tensor::empty(fp8_scale_shape(ops::Fp8Scaling::Rows1x128, R, C), DType::F32, dev);
+    // Zeros where no expert's row writes a scale (rows outside the experts, the padding), as fp8_quantize's.
+    out.scale = Tensor::zeros(fp8_scale_shape(ops::Fp8Scaling::Rows1x128, R, C), DType::F32, dev);
     const RowCodesOut rows{static_cast<unsigned char*>(out.q.data_ptr()), out.scale.data<float>(), out.scale.dim(1)};
     runs = runs_cast(x, cast.format, offsets.data<int32_t>(), po, G, Rp, stream, op, &rows);
   } else {  // fp32: a block's 64 columns are half a group; the two casts
