@@ -307,33 +307,32 @@ void fp8_gemm(Tensor& y, const Tensor& a, const Tensor& a_scale, Fp8Scaling a_sc
 }
 namespace {
 
+using BadCodes = std::function<void(const std::string&)>;
+
+// A blockwise layout's scales: fp32 of the shape `want`.
+void check_code_scales(const Tensor& t, const Shape& want, const char* which, const BadCodes& bad) {
+  if (!t.defined() || t.dtype() != DType::F32 || t.shape() != want)
+    bad(std::string("have ") + which + " scales not fp32 " + shape_str(want));
+}
+
 // Blockwise weights' codes (ops.h Fp8GroupedCodes, Blocks128): the stack's blocks for the operand
 // w [G, O, I], O a multiple of 128, with the scales of each layout they hold.
-void check_grouped_block_codes(const Fp8GroupedCodes& codes, const Shape& w,
-                               const std::function<void(const std::string&)>& bad) {
+void check_grouped_block_codes(const Fp8GroupedCodes& codes, const Shape& w, const BadCodes& bad) {
   if (w.size() != 3 || w[1] % kFp8Block != 0) bad("are blocks of a stack whose experts' rows are not whole blocks");
   const int64_t GO = w[0] * w[1], I = w[2];
-  auto scales = [&](const Tensor& t, const Shape& want, const char* which) {
-    if (!t.defined() || t.dtype() != DType::F32 || t.shape() != want)
-      bad(std::string("have ") + which + " scales not fp32 " + shape_str(want));
-  };
-  scales(codes.scale, fp8_scale_shape(Fp8Scaling::Blocks128, GO, I), "block");
-  if (codes.q_t.defined()) scales(codes.scale_t, fp8_scale_shape(Fp8Scaling::Blocks128, I, GO), "transposed block");
+  check_code_scales(codes.scale, fp8_scale_shape(Fp8Scaling::Blocks128, GO, I), "block", bad);
+  if (codes.q_t.defined())
+    check_code_scales(codes.scale_t, fp8_scale_shape(Fp8Scaling::Blocks128, I, GO), "transposed block", bad);
 }
 
 // Blockwise row tensors' codes (ops.h Fp8GroupedCodes, Rows1x128) of x [R, cols]: the 1×128 scales of
 // the rows and the runs' scales of the transposed layout, where each is held.
-void check_grouped_run_codes(const Fp8GroupedCodes& codes, const Shape& x, int64_t G,
-                             const std::function<void(const std::string&)>& bad) {
+void check_grouped_run_codes(const Fp8GroupedCodes& codes, const Shape& x, int64_t G, const BadCodes& bad) {
   if (x.size() != 2 || x[1] % kFp8Block != 0) bad("are 1×128 groups of rows that are not whole groups wide");
   const Fp8Scaling rows = Fp8Scaling::Rows1x128;
-  auto scales = [&](const Tensor& t, const Shape& want, const char* which) {
-    if (!t.defined() || t.dtype() != DType::F32 || t.shape() != want)
-      bad(std::string("have ") + which + " scales not fp32 " + shape_str(want));
-  };
-  if (codes.q.defined()) scales(codes.scale, fp8_scale_shape(rows, x[0], x[1]), "row");
+  if (codes.q.defined()) check_code_scales(codes.scale, fp8_scale_shape(rows, x[0], x[1]), "row", bad);
   if (codes.q_t.defined())
-    scales(codes.scale_t, fp8_scale_shape(rows, x[1], moe_grouped_fp8_padded_rows(x[0], G)), "run");
+    check_code_scales(codes.scale_t, fp8_scale_shape(rows, x[1], moe_grouped_fp8_padded_rows(x[0], G)), "run", bad);
 }
 
 // codes stand for `operand` cast as `cast` (ops.h Fp8GroupedCodes): its format, Tensorwise with one
@@ -448,10 +447,9 @@ void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, c
                           const Tensor* row_amax, const Tensor* expert_amax) {
   const char* op = "moe_grouped_fp8_cast";
   check_same_device(op, {&x, offsets, row_amax, expert_amax});
-  if (cast.scaling == Fp8Scaling::Blocks128 && !offsets && !row_amax && !expert_amax)
-    return cast_grouped_weight_blocks(out, x, cast);
+  const bool blocks = cast.scaling == Fp8Scaling::Blocks128 && !offsets && !expert_amax;
   const bool runs = cast.scaling == Fp8Scaling::Rows1x128 && offsets && !row_amax;
-  if (cast.scaling != Fp8Scaling::Tensorwise && !runs)
+  if (cast.scaling != Fp8Scaling::Tensorwise && !blocks && !runs)
     TETRA_FAIL(Internal, op, ": Tensorwise casts, blockwise weights in 128×128 blocks and blockwise rows in ",
                "1×128 groups are cast ahead (the blockwise ones without given amaxes); not this one");
   if (runs && (x.ndim() != 2 || x.dim(1) % kFp8Block != 0))
@@ -471,6 +469,7 @@ void moe_grouped_fp8_cast(Fp8GroupedCodes& out, const Tensor& x, Fp8Cast cast, c
     check_dtype(op, "expert_amax", *expert_amax, DType::U32);
     check_shape(op, "expert_amax", *expert_amax, {x.dim(0)});
   }
+  if (blocks) return cast_grouped_weight_blocks(out, x, cast);
   TETRA_DISPATCH(x.device(), moe_grouped_fp8_cast, out, x, cast, offsets, row_amax, expert_amax);
 }
 void moe_permute_fp8_cast(Tensor& rows, Fp8GroupedCodes& out, const Tensor& x, const Tensor& slot_of, int64_t top_k,
