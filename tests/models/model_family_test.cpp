@@ -313,8 +313,8 @@ ModelArgs moe_2b_args() {
 // codes gathered from h (MoeMlp::permutes_with_cast): per slot 2·C bytes of bf16 fewer than under
 // expert parallelism, where the rows arrive and are kept, and the slots' int32 index into h (4 B) more.
 // Both keep x_e's transposed codes. Its backward gathers d_out_e's codes from dy likewise: one layer's
-// slots hold one row gradient of 2·C bytes fewer at the backward's peak. Blockwise casts in its GEMMs
-// and keeps x_e either way.
+// slots hold one row gradient of 2·C bytes fewer at the backward's peak. Blockwise keeps x_e (and its
+// runs, where whole 1×128 groups wide) either way.
 TEST(ModelFamily, TensorwiseMoeKeepsCodesOfTheGatheredRows) {
   ModelArgs a = moe_2b_args();
   const ModelFamily& f = model_family("llama");
