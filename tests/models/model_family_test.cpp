@@ -331,6 +331,28 @@ TEST(ModelFamily, TensorwiseMoeKeepsCodesOfTheGatheredRows) {
   }
 }
 
+// The routed experts' kept codes in the plan (MoeMlp::State): under expert parallelism both recipes keep
+// x_e itself and the transposed codes of x_e [C] and act_e [F] per slot, a byte an element — blockwise
+// only where the row is whole 1×128 groups wide. Without shared experts (whose width follows F) the
+// recipes' difference is then the dense projections' blockwise scales, the same at any expert width,
+// plus act_e's codes at an expert width off whole groups (320), which blockwise casts in its GEMMs.
+TEST(ModelFamily, BlockwiseMoeKeepsTheRunsOfWholeGroupRows) {
+  ModelArgs a = moe_2b_args();
+  a.moe.n_shared = 0;
+  const ModelFamily& f = model_family("llama");
+  ActivationShape exchanged{8, 2048, 2, 2};
+  exchanged.ep = 8;
+  const double slots = 8.0 * 2048.0 * 6.0 * 11.0;  // tokens × top-k × MoE layers
+  auto recipes_apart = [&](int64_t F) {
+    a.moe.ffn_dim = F;
+    a.fp8 = Fp8Recipe::Blockwise;
+    const double bw = f.activation_bytes(a, exchanged);
+    a.fp8 = Fp8Recipe::Tensorwise;
+    return bw - f.activation_bytes(a, exchanged);
+  };
+  EXPECT_DOUBLE_EQ(recipes_apart(512) - recipes_apart(320), slots * 320.0);
+}
+
 // Under sequence parallelism a column-parallel layer keeps its gathered input for W: under tensorwise
 // the codes of its transpose (a byte an element) in place of the gathered bf16 input, where the
 // forward keeps (ln_1 / h1 always, ln_2 / h2 without recompute mlp); blockwise keeps the bf16 input.
