@@ -3,13 +3,14 @@
   fp8_throughput_summary.py SHAPE ROLE JSON [ROLE JSON ...]
 ROLE: tetra-bf16, tetra-fp8-RECIPE, peer-bf16, peer-fp8-tensorwise. Prints one JSON line with each
 run's tokens/s and the ratios: each tetra FP8 recipe over tetra bf16, the peer's FP8 over its bf16,
-tetra over the peer in bf16 and (tensorwise) in FP8. A ratio whose runs failed is null, and the
-failed runs are listed; exit 1 when there are any."""
+tetra over the peer in bf16 and (tensorwise) in FP8, and the devices the runs name (tetra's lines
+carry theirs). A ratio whose runs failed is null, and the failed runs are listed; exit 1 when there
+are any."""
 import json, sys
 
 
 def summarize(shape, pairs):
-    tok, failed = {}, []
+    tok, failed, devices = {}, [], set()
     for role, line in pairs:
         try:
             run = json.loads(line)
@@ -19,6 +20,8 @@ def summarize(shape, pairs):
             failed.append(role)
         else:
             tok[role] = run["tokens_per_s"]
+        if run.get("device"):
+            devices.add(run["device"])
 
     def ratio(a, b):
         return round(tok[a] / tok[b], 3) if a in tok and b in tok else None
@@ -33,6 +36,7 @@ def summarize(shape, pairs):
         out["tetra-bf16_over_peer-bf16"] = ratio("tetra-bf16", "peer-bf16")
         if "tetra-fp8-tensorwise" in roles:
             out["tetra-fp8-tensorwise_over_peer-fp8-tensorwise"] = ratio("tetra-fp8-tensorwise", "peer-fp8-tensorwise")
+    out["devices"] = sorted(devices)
     out["failed"] = failed
     return out
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """One JSON line summarising a tetra run directory for benchmarks: median step time after
 warm-up, tokens/s over all GPUs, MFU (of 989 TFLOP/s, as the PyTorch peer reports it), exposed
-communication per step, peak device memory; for a mixture of experts also the busiest expert's load
-over the mean in the last step, the largest over the MoE layers (as the PyTorch peer reports it).
+communication per step, peak device memory, the device it ran on (the run header's, so that figures
+from different cards are not compared by mistake); for a mixture of experts also the busiest expert's
+load over the mean in the last step, the largest over the MoE layers (as the PyTorch peer reports it).
 usage: summarize_run.py RUN_DIR LABEL WORLD [WARMUP_STEPS]"""
 import json, statistics, sys
 
@@ -23,4 +24,5 @@ print(json.dumps({
     "impl": label, "world": world, "tokens_per_step": tokens_per_step, "ms_per_step": round(ms, 2),
     "tokens_per_s": round(tok_s), "mfu_vs_989": round(mfu, 4), "exposed_comm_ms": round(exposed, 3),
     "exposed_comm_pct": round(100 * exposed / ms, 2), "loss": round(steps[-1]["loss"], 4),
-    "mem_gib": max((s.get("mem_peak_gib", 0) for s in steps), default=0), **moe}), flush=True)
+    "mem_gib": max((s.get("mem_peak_gib", 0) for s in steps), default=0), "device": info.get("device_kind", ""),
+    **moe}), flush=True)

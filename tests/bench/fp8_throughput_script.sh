@@ -27,8 +27,10 @@ lines = [json.loads(l) for l in open(sys.argv[1])]
 assert [l.get("impl") for l in lines[:5]] == ["tetra-llama1b-bf16", "tetra-llama1b-fp8-tensorwise",
     "tetra-llama1b-fp8-blockwise", "fake-peer-none", "fake-peer-tensorwise"], lines
 assert [l["ms_per_step"] for l in lines[:3]] == [100, 80, 90], lines[:3]
+assert all(l["device"] == "Fake GPU" for l in lines[:3]), lines[:3]
 s = lines[5]
 assert s["summary"] and s["shape"] == "llama1b" and s["failed"] == [], s
+assert s["devices"] == ["Fake GPU"], s
 assert s["tetra-fp8-tensorwise_over_tetra-bf16"] == 1.25 and s["tetra-fp8-blockwise_over_tetra-bf16"] == 1.111, s
 assert s["peer-fp8-tensorwise_over_peer-bf16"] == 1.3 and s["tetra-bf16_over_peer-bf16"] == 1.638, s
 assert s["tetra-fp8-tensorwise_over_peer-fp8-tensorwise"] == round(204800 / 130000, 3), s

@@ -31,7 +31,7 @@ mkdir -p "$run"
 for ((s = 1; s <= ${set[train.steps]}; s++)); do
   echo "{\"step\": $s, \"loss\": 5.0, \"step_ms\": $ms}" >> "$run/metrics.jsonl"
 done
-echo '{"event": "run_info", "tokens_per_step": 16384, "flops_per_token": 1e10}' > "$run/goodput.jsonl"
+echo '{"event": "run_info", "tokens_per_step": 16384, "flops_per_token": 1e10, "device_kind": "Fake GPU"}' > "$run/goodput.jsonl"
 SH
   } > "$TETRA"
   chmod +x "$TETRA"
