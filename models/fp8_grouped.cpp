@@ -11,9 +11,15 @@ const ops::Fp8GroupedCodes* given(const ops::Fp8GroupedCodes* codes) {
 
 bool casts_ahead(Fp8Recipe recipe) { return recipe == Fp8Recipe::Tensorwise; }
 
-bool casts_rows_ahead(Fp8Recipe recipe, int64_t cols) {
-  return casts_ahead(recipe) || (recipe == Fp8Recipe::Blockwise && cols % ops::kFp8Block == 0);
+namespace {
+// Tensorwise, or blockwise at a width of whole 128-wide groups (1×128 tiles of a row, or 128-row
+// blocks of an expert's weight): where a cast of the whole tensor is each expert's own.
+bool whole_groups(Fp8Recipe recipe, int64_t width) {
+  return recipe == Fp8Recipe::Tensorwise || (recipe == Fp8Recipe::Blockwise && width % ops::kFp8Block == 0);
 }
+}  // namespace
+
+bool casts_rows_ahead(Fp8Recipe recipe, int64_t cols) { return whole_groups(recipe, cols); }
 
 ops::Fp8GroupedCodes cast_rows(Fp8Recipe recipe, const Tensor& x, const Tensor& offsets, bool gradient,
                                const Tensor* row_amax) {
@@ -42,9 +48,7 @@ Tensor* row_amax_slot(Fp8Recipe recipe, Tensor& slot, int64_t rows, Device devic
   return &slot;
 }
 
-bool casts_weights_once(Fp8Recipe recipe, int64_t O) {
-  return recipe == Fp8Recipe::Tensorwise || (recipe == Fp8Recipe::Blockwise && O % ops::kFp8Block == 0);
-}
+bool casts_weights_once(Fp8Recipe recipe, int64_t O) { return whole_groups(recipe, O); }
 
 ops::Fp8GroupedCodes step_weight(Fp8Recipe recipe, const Param& w, const Tensor& w_view) {
   Param::Fp8StepCopy& copy = w.fp8_step;

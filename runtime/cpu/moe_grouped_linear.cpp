@@ -162,6 +162,15 @@ Tensor columns(const Tensor& t, int64_t c0, int64_t n, int64_t ld) {
   return out;
 }
 
+// The inverse: src [rows, ·]'s first n columns into columns [c0, c0 + n) of dst [rows, ·] (one dtype).
+void put_columns(Tensor& dst, int64_t c0, const Tensor& src, int64_t n) {
+  const int64_t rows = src.dim(0), esize = static_cast<int64_t>(dtype_size(src.dtype()));
+  const auto* s = static_cast<const uint8_t*>(src.data_ptr());
+  auto* d = static_cast<uint8_t*>(dst.data_ptr());
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(s + r * src.dim(1) * esize, n * esize, d + (r * dst.dim(1) + c0) * esize);
+}
+
 // Rows [r0, r0 + m) of a row tensor's codes, in their layout [m, cols], with their scales (Tensorwise:
 // the expert's; Rows1x128: the rows' 1×128 scales, columns r0 … of the whole tensor's).
 bool coded_rows(const ops::Fp8GroupedCodes* c, ops::Fp8Scaling scaling, int64_t g, int64_t r0, int64_t m,
@@ -183,15 +192,13 @@ bool coded_rows_t(const ops::Fp8GroupedCodes* c, ops::Fp8Scaling scaling, int64_
                   ExpertCast* out) {
   const bool runs = scaling == ops::Fp8Scaling::Rows1x128;
   if (!c || (!c->q_t.defined() && (runs || !c->q.defined()))) return false;
-  const bool from_t = c->q_t.defined();
-  const int64_t cols = from_t ? c->q_t.dim(0) : c->q.dim(1);
-  Tensor t = Tensor::empty({cols, m}, c->format, Device::cpu());
-  auto* dst = static_cast<uint8_t*>(t.data_ptr());
-  if (from_t) {
-    const auto* src = static_cast<const uint8_t*>(c->q_t.data_ptr());
-    const int64_t Rp = c->q_t.dim(1), p0 = c->padded_offsets.data<int32_t>()[g];
-    for (int64_t k = 0; k < cols; ++k) std::copy_n(src + k * Rp + p0, m, dst + k * m);
+  Tensor t;
+  if (c->q_t.defined()) {
+    t = columns(c->q_t, c->padded_offsets.data<int32_t>()[g], m, m);
   } else {
+    const int64_t cols = c->q.dim(1);
+    t = Tensor::empty({cols, m}, c->format, Device::cpu());
+    auto* dst = static_cast<uint8_t*>(t.data_ptr());
     const auto* src = static_cast<const uint8_t*>(c->q.data_ptr()) + r0 * cols;
     for (int64_t r = 0; r < m; ++r)
       for (int64_t k = 0; k < cols; ++k) dst[k * m + r] = src[r * cols + k];
@@ -252,7 +259,7 @@ void cast_blockwise_rows(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Cas
   out.padded_offsets = Tensor::empty({G + 1}, DType::I32, Device::cpu());
   int32_t* po = out.padded_offsets.data<int32_t>();
   po[0] = 0;
-  const int64_t ld = out.scale.dim(1), ld_t = out.scale_t.dim(1);
+  const int64_t ld_t = out.scale_t.dim(1);
   for (int64_t g = 0; g < G; ++g) {
     const int64_t m = o[g + 1] - o[g];
     po[g + 1] = static_cast<int32_t>(po[g] + fp8_padded_expert_rows(m));
@@ -260,10 +267,8 @@ void cast_blockwise_rows(ops::Fp8GroupedCodes& out, const Tensor& x, ops::Fp8Cas
     ExpertCast t;
     const ExpertCast e = cast_expert(x.narrow(o[g], m), cast, &t);
     std::copy_n(static_cast<const uint8_t*>(e.q.data_ptr()), m * C, static_cast<uint8_t*>(out.q.data_ptr()) + o[g] * C);
-    for (int64_t k = 0; k < e.scale.dim(0); ++k)  // [C/128, padded m] into columns o[g] … of [C/128, padded R]
-      std::copy_n(e.scale.data<float>() + k * e.scale.dim(1), m, out.scale.data<float>() + k * ld + o[g]);
-    const auto* tq = static_cast<const uint8_t*>(t.q.data_ptr());  // [C, m] into columns po[g] … of [C, Rp]
-    for (int64_t k = 0; k < C; ++k) std::copy_n(tq + k * m, m, static_cast<uint8_t*>(out.q_t.data_ptr()) + k * Rp + po[g]);
+    put_columns(out.scale, o[g], e.scale, m);  // [C/128, padded m] into columns o[g] … of [C/128, padded R]
+    put_columns(out.q_t, po[g], t.q, m);       // [C, m] into columns po[g] … of [C, Rp]
     // [⌈m/128⌉, padded C] into rows po[g] / 128 … of [Rp/128, padded C]
     std::copy_n(t.scale.data<float>(), t.scale.numel(), out.scale_t.data<float>() + po[g] / ops::kFp8Block * ld_t);
   }
