@@ -241,16 +241,25 @@ struct GemmTimer {
   }
 };
 
+// The casts of the recipe's activations, gradients and weights (models/fp8_linear.h fp8_recipe_casts):
+// tensorwise (E4M3, E5M2 gradients) or blockwise (DeepSeek-V3's 1×128 rows and 128×128 weight blocks,
+// all E4M3).
+struct RecipeCasts {
+  ops::Fp8Cast act, grad, weight;
+};
+RecipeCasts recipe_casts(bool blockwise) {
+  using S = ops::Fp8Scaling;
+  if (blockwise) return {{S::Rows1x128, DType::F8E4M3}, {S::Rows1x128, DType::F8E4M3}, {S::Blocks128, DType::F8E4M3}};
+  return {{S::Tensorwise, DType::F8E4M3}, {S::Tensorwise, DType::F8E5M2}, {S::Tensorwise, DType::F8E4M3}};
+}
+
 // The same six calls in their two parts (runtime/cuda/moe_grouped_fp8.h): the casts of both operands
 // alone (casts_ms), and the grouped GEMM alone on codes cast once before (gemm_ms, tflops on its
 // FLOPs), under one recipe: tensorwise, or blockwise (DeepSeek-V3's 1×128 rows and 128×128 weight
 // blocks, all E4M3, on the tensor-core kernel's blockwise mainloop). Lines bench moe_fp8_split, then
 // their sums (moe_fp8_split_sum), each with its recipe.
 void bench_fp8_split(Layer& L, const std::string& how, int reps, bool blockwise, const std::string& epilogue) {
-  using S = ops::Fp8Scaling;
-  const ops::Fp8Cast act{blockwise ? S::Rows1x128 : S::Tensorwise, DType::F8E4M3},
-      grad{blockwise ? S::Rows1x128 : S::Tensorwise, blockwise ? DType::F8E4M3 : DType::F8E5M2},
-      weight{blockwise ? S::Blocks128 : S::Tensorwise, DType::F8E4M3};
+  const auto [act, grad, weight] = recipe_casts(blockwise);
   const std::string recipe = blockwise ? "blockwise" : "tensorwise";
   const double R = static_cast<double>(L.R), d = static_cast<double>(L.d), F = static_cast<double>(L.F);
   using K = cuda::GroupedGemmKind;
@@ -281,10 +290,7 @@ void bench_fp8_split(Layer& L, const std::string& how, int reps, bool blockwise,
 // moe_fp8_ahead: the whole sequence's ms beside the six calls casting for themselves
 // (moe_gemm_sum, and moe_fp8_split_sum's casts plus GEMMs).
 void bench_fp8_ahead(Layer& L, const std::string& how, int reps, bool blockwise) {
-  using S = ops::Fp8Scaling;
-  const ops::Fp8Cast act{blockwise ? S::Rows1x128 : S::Tensorwise, DType::F8E4M3},
-      grad{blockwise ? S::Rows1x128 : S::Tensorwise, blockwise ? DType::F8E4M3 : DType::F8E5M2},
-      weight{blockwise ? S::Blocks128 : S::Tensorwise, DType::F8E4M3};
+  const auto [act, grad, weight] = recipe_casts(blockwise);
   auto layer = [&] {
     ops::Fp8GroupedCodes xc, hc, oc, gc, wg, wd;
     if (blockwise) {

@@ -42,22 +42,31 @@ struct Problem {
   Tensor offsets, x, w, dy;
 };
 
-Problem make_problem(uint64_t seed) {
+// x [R, in], dy [R, out] and w [G, out, in] at the widths out, in (O and I unless given).
+Problem make_problem(uint64_t seed, int64_t out = O, int64_t in = I) {
   Rng rng(seed);
   Problem p;
   p.offsets = Tensor::empty({G + 1}, DType::I32);
   std::memcpy(p.offsets.data<int32_t>(), kOffsets.data(), kOffsets.size() * sizeof(int32_t));
-  p.x = random_tensor(rng, {R, I});
-  p.dy = random_tensor(rng, {R, O});
-  p.w = random_tensor(rng, {G, O, I}, 0.05);
+  p.x = random_tensor(rng, {R, in});
+  p.dy = random_tensor(rng, {R, out});
+  p.w = random_tensor(rng, {G, out, in}, 0.05);
   for (int64_t g = 0; g < G; ++g) {  // expert g's rows at 4^g
     const float scale = std::pow(4.0f, static_cast<float>(g));
     for (int64_t r = kOffsets[g]; r < kOffsets[g + 1]; ++r) {
-      for (int64_t i = 0; i < I; ++i) p.x.data<float>()[r * I + i] *= scale;
-      for (int64_t o = 0; o < O; ++o) p.dy.data<float>()[r * O + o] /= scale;
+      for (int64_t i = 0; i < in; ++i) p.x.data<float>()[r * in + i] *= scale;
+      for (int64_t o = 0; o < out; ++o) p.dy.data<float>()[r * out + o] /= scale;
     }
   }
   return p;
+}
+
+// a and b equal bit for bit over the experts' rows (row tensors) or whole (weights' gradients).
+void expect_equal_over_experts(const Tensor& a, const Tensor& b, const char* what) {
+  const int64_t rows = kOffsets.back() - kOffsets.front();
+  const bool by_rows = a.ndim() == 2;
+  const Tensor ia = by_rows ? a.narrow(kOffsets.front(), rows) : a, ib = by_rows ? b.narrow(kOffsets.front(), rows) : b;
+  EXPECT_EQ(test::rel_error(ia, ib), 0.0) << what;
 }
 
 Tensor expert_weight(const Tensor& w, int64_t g) { return w.slice_flat(g * w.dim(1) * w.dim(2), {w.dim(1), w.dim(2)}); }
@@ -395,22 +404,16 @@ TEST(Fp8GroupedAhead, GemmsReadingCodesEqualGemmsCasting) {
   ASSERT_TRUE(fp8_grouped::casts_ahead(recipe));
   EXPECT_FALSE(fp8_grouped::casts_ahead(Fp8Recipe::Blockwise));
   Problem p = make_problem(17);
-  auto equal = [](const Tensor& a, const Tensor& b, const char* what) {
-    const int64_t rows = kOffsets.back() - kOffsets.front();
-    const bool by_rows = a.ndim() == 2;
-    const Tensor ia = by_rows ? a.narrow(kOffsets.front(), rows) : a, ib = by_rows ? b.narrow(kOffsets.front(), rows) : b;
-    EXPECT_EQ(test::rel_error(ia, ib), 0.0) << what;
-  };
   ops::Fp8GroupedCodes xc = fp8_grouped::cast_rows(recipe, p.x, p.offsets, /*gradient=*/false);
   ops::Fp8GroupedCodes dyc = fp8_grouped::cast_rows(recipe, p.dy, p.offsets, /*gradient=*/true);
   Tensor y = poisoned({R, O}), y_want = poisoned({R, O});
   fp8_grouped::forward(recipe, y, p.x, p.w, p.offsets, &xc);
   fp8_grouped::forward(recipe, y_want, p.x, p.w, p.offsets);
-  equal(y, y_want, "forward");
+  expect_equal_over_experts(y, y_want, "forward");
   Tensor dx = poisoned({R, I}), dx_want = poisoned({R, I});
   fp8_grouped::backward_input(recipe, dx, p.dy, p.w, p.offsets, &dyc);
   fp8_grouped::backward_input(recipe, dx_want, p.dy, p.w, p.offsets);
-  equal(dx, dx_want, "backward input");
+  expect_equal_over_experts(dx, dx_want, "backward input");
   Tensor dw_want = poisoned({G, O, I});
   fp8_grouped::backward_weight(recipe, dw_want, p.dy, p.x, p.offsets, false);
   // The weight gradient from the transposed codes alone (the layer drops the row codes after the
@@ -421,7 +424,7 @@ TEST(Fp8GroupedAhead, GemmsReadingCodesEqualGemmsCasting) {
     (keep_t ? dyk.q : dyk.q_t) = Tensor();
     Tensor dw = poisoned({G, O, I});
     fp8_grouped::backward_weight(recipe, dw, p.dy, p.x, p.offsets, false, &dyk, &xk);
-    equal(dw, dw_want, keep_t ? "backward weight from the transposed codes" : "backward weight from the row codes");
+    expect_equal_over_experts(dw, dw_want, keep_t ? "backward weight from the transposed codes" : "backward weight from the row codes");
   }
 }
 
@@ -436,41 +439,28 @@ TEST(Fp8GroupedAhead, BlockwiseRowsCastAheadEqualGemmsCasting) {
   EXPECT_TRUE(fp8_grouped::casts_rows_ahead(Fp8Recipe::Tensorwise, 48));
   EXPECT_FALSE(fp8_grouped::casts_rows_ahead(Fp8Recipe::None, 128));
   constexpr int64_t Ob = 128, Ib = 256;
-  Rng rng(19);
-  const Problem base = make_problem(19);
-  Tensor x = random_tensor(rng, {R, Ib}), dy = random_tensor(rng, {R, Ob}), w = random_tensor(rng, {G, Ob, Ib}, 0.05);
-  for (int64_t g = 0; g < G; ++g)
-    for (int64_t r = kOffsets[g]; r < kOffsets[g + 1]; ++r) {
-      const float scale = std::pow(4.0f, static_cast<float>(g));
-      for (int64_t i = 0; i < Ib; ++i) x.data<float>()[r * Ib + i] *= scale;
-      for (int64_t o = 0; o < Ob; ++o) dy.data<float>()[r * Ob + o] /= scale;
-    }
-  auto equal = [](const Tensor& a, const Tensor& b, const char* what) {
-    const int64_t rows = kOffsets.back() - kOffsets.front();
-    const bool by_rows = a.ndim() == 2;
-    const Tensor ia = by_rows ? a.narrow(kOffsets.front(), rows) : a, ib = by_rows ? b.narrow(kOffsets.front(), rows) : b;
-    EXPECT_EQ(test::rel_error(ia, ib), 0.0) << what;
-  };
+  const Problem base = make_problem(19, Ob, Ib);
+  const Tensor &x = base.x, &dy = base.dy, &w = base.w;
   const ops::Fp8GroupedCodes xc = fp8_grouped::cast_rows(recipe, x, base.offsets, /*gradient=*/false);
   ops::Fp8GroupedCodes dyc = fp8_grouped::cast_rows(recipe, dy, base.offsets, /*gradient=*/true);
   ASSERT_TRUE(dyc.scale_t.defined() && dyc.padded_offsets.defined());
   Tensor y = poisoned({R, Ob}), y_want = poisoned({R, Ob});
   fp8_grouped::forward(recipe, y, x, w, base.offsets, &xc);
   fp8_grouped::forward(recipe, y_want, x, w, base.offsets);
-  equal(y, y_want, "forward");
+  expect_equal_over_experts(y, y_want, "forward");
   Tensor dx = poisoned({R, Ib}), dx_want = poisoned({R, Ib});
   fp8_grouped::backward_input(recipe, dx, dy, w, base.offsets, &dyc);
   fp8_grouped::backward_input(recipe, dx_want, dy, w, base.offsets);
-  equal(dx, dx_want, "backward input");
+  expect_equal_over_experts(dx, dx_want, "backward input");
   Tensor dw = poisoned({G, Ob, Ib}), dw_want = poisoned({G, Ob, Ib});
   fp8_grouped::backward_weight(recipe, dw_want, dy, x, base.offsets, false);
   ops::Fp8GroupedCodes xk = xc;
   xk.q = dyc.q = Tensor();  // the layer keeps the runs alone for W
   fp8_grouped::backward_weight(recipe, dw, dy, x, base.offsets, false, &dyc, &xk);
-  equal(dw, dw_want, "backward weight from the runs");
+  expect_equal_over_experts(dw, dw_want, "backward weight from the runs");
   Tensor dw_one = poisoned({G, Ob, Ib});  // one operand's runs given, the other cast there
   fp8_grouped::backward_weight(recipe, dw_one, dy, x, base.offsets, false, &dyc, nullptr);
-  equal(dw_one, dw_want, "backward weight from dy's runs and x cast there");
+  expect_equal_over_experts(dw_one, dw_want, "backward weight from dy's runs and x cast there");
 }
 
 // Codes of another cast or shape are an error, not a wrong result.
