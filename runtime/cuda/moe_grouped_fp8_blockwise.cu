@@ -37,18 +37,28 @@ constexpr int kRunThreads = 256;
 template <class T>
 constexpr int kRunCols = 256 / static_cast<int>(sizeof(T));
 
+// Where each expert's rows lie: offsets [G + 1] into x's R rows (clamped to [0, R] as group_rows does)
+// and the padded offsets po [G + 1] of the transposed layout, Rp columns.
+struct RunGeometry {
+  const int32_t* offsets;
+  const int32_t* po;
+  int G;
+  int64_t R, Rp;
+};
+
 // The real rows [first, first + n) of x that a run of padded rows starting at p0 holds (n = 0 for
 // the padding after an expert's rows and after po[G]).
 struct RunRows {
   int64_t first;
   int n;
 };
-__device__ RunRows run_rows(const int32_t* offsets, const int32_t* po, int G, int64_t p0) {
-  const int g = expert_of_padded_row(po, G, p0);
+__device__ RunRows run_rows(const RunGeometry& geo, int64_t p0) {
+  const int g = expert_of_padded_row(geo.po, geo.G, p0);
   if (g < 0) return {0, 0};
-  const int64_t j0 = p0 - po[g], m = offsets[g + 1] - offsets[g];
-  const int64_t n = m - j0 < kRun ? m - j0 : kRun;
-  return {offsets[g] + j0, n > 0 ? static_cast<int>(n) : 0};
+  int64_t r0, r1;
+  group_rows(geo.offsets, g, geo.R, &r0, &r1);
+  const int64_t j0 = p0 - geo.po[g], n = min(r1 - r0 - j0, int64_t{kRun});
+  return {r0 + j0, n > 0 ? static_cast<int>(n) : 0};
 }
 
 // Where the runs' kernel also writes each real row's 1×128 codes (bf16 x only: a block's 128 columns
@@ -95,16 +105,15 @@ __device__ void cast_staged_rows(const T (&tile)[kRun][kCols], RunRows rows, int
 // The shared-memory reads take one row's consecutive columns a warp (no bank conflicts).
 template <class T, bool kRows>
 __global__ void __launch_bounds__(kRunThreads)
-    expert_runs_cast_t_kernel(const T* x, int64_t C, const int32_t* offsets, const int32_t* po, int G, int64_t Rp,
-                              Fp8Format format, float largest, unsigned char* q_t, float* scale_t, int64_t scale_ld,
-                              RowCodesOut row_codes) {
+    expert_runs_cast_t_kernel(const T* x, int64_t C, RunGeometry geo, Fp8Format format, float largest,
+                              unsigned char* q_t, float* scale_t, int64_t scale_ld, RowCodesOut row_codes) {
   constexpr int kCols = kRunCols<T>, kVec = 16 / static_cast<int>(sizeof(T));
   constexpr int kParts = kRunThreads / kCols, kPartRows = kRun / kParts;
   __shared__ __align__(16) T tile[kRun][kCols];
   __shared__ unsigned part_max[kParts][kCols];
   __shared__ RunRows run;
   const int64_t p0 = static_cast<int64_t>(blockIdx.x) * kRun, c0 = static_cast<int64_t>(blockIdx.y) * kCols;
-  if (threadIdx.x == 0) run = run_rows(offsets, po, G, p0);
+  if (threadIdx.x == 0) run = run_rows(geo, p0);
   __syncthreads();
   const RunRows rows = run;
   for (int v = threadIdx.x; v < kRun * kCols / kVec; v += kRunThreads) {
@@ -124,7 +133,7 @@ __global__ void __launch_bounds__(kRunThreads)
   for (int q = 0; q < kParts; ++q) amax = max(amax, part_max[q][c]);
   if (c0 + c >= C) return;
   const float factor = fp8_quant_factor(__uint_as_float(amax), largest);
-  uint4* dst = reinterpret_cast<uint4*>(q_t + (c0 + c) * Rp + p0);
+  uint4* dst = reinterpret_cast<uint4*>(q_t + (c0 + c) * geo.Rp + p0);
   constexpr int kChunks = kRun / 16 / kParts;  // 16-row chunks a thread
 #pragma unroll 1
   for (int v = part * kChunks; v < (part + 1) * kChunks; ++v) {
@@ -141,18 +150,17 @@ __global__ void __launch_bounds__(kRunThreads)
 }
 
 template <class T>
-void launch_runs_cast(const T* x, int64_t C, const int32_t* offsets, const int32_t* po, int G, int64_t Rp,
-                      Fp8Format f, unsigned char* q, float* s, int64_t scale_ld, cudaStream_t stream,
-                      const RowCodesOut* rows = nullptr) {
-  const dim3 grid(static_cast<unsigned>(Rp / kRun), static_cast<unsigned>((C + kRunCols<T> - 1) / kRunCols<T>));
+void launch_runs_cast(const T* x, int64_t C, const RunGeometry& geo, Fp8Format f, unsigned char* q, float* s,
+                      int64_t scale_ld, cudaStream_t stream, const RowCodesOut* rows = nullptr) {
+  const dim3 grid(static_cast<unsigned>(geo.Rp / kRun), static_cast<unsigned>((C + kRunCols<T> - 1) / kRunCols<T>));
   if constexpr (kRunCols<T> == ops::kFp8Block) {
     if (rows) {
-      expert_runs_cast_t_kernel<T, true><<<grid, kRunThreads, 0, stream>>>(x, C, offsets, po, G, Rp, f, fp8_largest(f),
+      expert_runs_cast_t_kernel<T, true><<<grid, kRunThreads, 0, stream>>>(x, C, geo, f, fp8_largest(f),
                                                                            q, s, scale_ld, *rows);
       return;
     }
   }
-  expert_runs_cast_t_kernel<T, false><<<grid, kRunThreads, 0, stream>>>(x, C, offsets, po, G, Rp, f, fp8_largest(f),
+  expert_runs_cast_t_kernel<T, false><<<grid, kRunThreads, 0, stream>>>(x, C, geo, f, fp8_largest(f),
                                                                         q, s, scale_ld, RowCodesOut{});
 }
 
@@ -168,15 +176,15 @@ ExpertCodes runs_cast(const Tensor& x, DType format, const int32_t* offsets, con
   if (!aligned16(x.data_ptr()))
     TETRA_FAIL(Internal, op, ": the transposed runs read 16-byte vectors; the operand starts off a 16-byte boundary");
   const Fp8Format f = fp8_format_of(format);
+  const RunGeometry geo{offsets, padded_offsets, G, x.dim(0), Rp};
   auto* q = static_cast<unsigned char*>(out.q.data_ptr());
   float* s = out.scale.data<float>();
   if (rows && (x.dtype() != DType::BF16 || C % ops::kFp8Block != 0))
     TETRA_FAIL(Internal, op, ": the runs write the rows' 1×128 codes only from bf16 rows of whole groups");
   if (x.dtype() == DType::BF16)
-    launch_runs_cast(static_cast<const bf16*>(x.data_ptr()), C, offsets, padded_offsets, G, Rp, f, q, s,
-                     scale_shape[1], stream, rows);
+    launch_runs_cast(static_cast<const bf16*>(x.data_ptr()), C, geo, f, q, s, scale_shape[1], stream, rows);
   else
-    launch_runs_cast(x.data<float>(), C, offsets, padded_offsets, G, Rp, f, q, s, scale_shape[1], stream);
+    launch_runs_cast(x.data<float>(), C, geo, f, q, s, scale_shape[1], stream);
   TETRA_CUDA_CHECK_LAUNCH();
   return out;
 }

@@ -65,13 +65,10 @@ void runs_on_cpu(const Tensor& x, const Tensor& off, int64_t Rp, std::vector<uin
   }
 }
 
-void check_runs(const std::vector<int64_t>& rows, int64_t lead, int64_t C, DType in, uint64_t seed) {
-  Rng rng(seed);
-  int64_t used = 0;
-  for (int64_t r : rows) used += r;
-  const int64_t R = lead + used + 3, G = static_cast<int64_t>(rows.size());
-  const Tensor off = offsets_of(rows, lead);
-  const Tensor x = representable(random_host(rng, {R, C}, 1.0), in);
+// The GPU's runs of x (dtype `in`) from the offsets gpu_off against the CPU's from `off` (the same
+// offsets, or gpu_off clamped to x's rows).
+void expect_runs(const Tensor& x, DType in, const Tensor& off, const Tensor& gpu_off) {
+  const int64_t R = x.dim(0), C = x.dim(1), G = off.numel() - 1;
   const int64_t Rp = ops::moe_grouped_fp8_padded_rows(R, G);
   std::vector<uint8_t> want_codes;
   std::vector<float> want_scales;
@@ -79,7 +76,7 @@ void check_runs(const std::vector<int64_t>& rows, int64_t lead, int64_t C, DType
   runs_on_cpu(x, off, Rp, &want_codes, &want_scales, &po);
 
   cuda::DeviceScope scope(gpu());
-  const Tensor g_off = upload_raw(off), g_po = upload_raw(Tensor::from_vector(po, {G + 1})), g_x = upload(x, in);
+  const Tensor g_off = upload_raw(gpu_off), g_po = upload_raw(Tensor::from_vector(po, {G + 1})), g_x = upload(x, in);
   const cuda::ExpertCodes got = cuda::cast_expert_runs_transposed(
       g_x, DType::F8E4M3, g_off.data<int32_t>(), g_po.data<int32_t>(), static_cast<int>(G), Rp,
       cuda::stream_of(gpu()), "test");
@@ -100,6 +97,15 @@ void check_runs(const std::vector<int64_t>& rows, int64_t lead, int64_t C, DType
   EXPECT_EQ(scale_misses, 0) << "scales differ from the CPU's per-expert casts, C " << C;
 }
 
+void check_runs(const std::vector<int64_t>& rows, int64_t lead, int64_t C, DType in, uint64_t seed) {
+  Rng rng(seed);
+  int64_t used = 0;
+  for (int64_t r : rows) used += r;
+  const Tensor off = offsets_of(rows, lead);
+  const Tensor x = representable(random_host(rng, {lead + used + 3, C}, 1.0), in);
+  expect_runs(x, in, off, off);
+}
+
 // Each expert's 128×1 runs from its own first row, zero codes after its rows: the CPU's per-expert
 // transposed Rows1x128 cast, bit for bit.
 TEST(GpuMoeGroupedFp8Blockwise, TransposedRunsAreEachExpertsOwnCast) {
@@ -107,6 +113,17 @@ TEST(GpuMoeGroupedFp8Blockwise, TransposedRunsAreEachExpertsOwnCast) {
   check_runs({37, 0, 1, 130, 16, 255, 0, 64, 3}, 2, 384, DType::BF16, 11);
   check_runs({129, 128, 127}, 0, 144, DType::F32, 12);
   check_runs({200, 5, 0, 77}, 1, 144, DType::BF16, 13);  // a last column tile of 16 of its 128
+}
+
+// Offsets past x's rows are clamped to them, as every grouped kernel reads them (group_rows): the runs
+// of {0, 100, 300} over 200 rows are those of {0, 100, 200}, the second expert's zero codes after its
+// 100th row (read unclamped, its run went on past x's last row).
+TEST(GpuMoeGroupedFp8Blockwise, TransposedRunsClampOffsetsPastTheRows) {
+  TETRA_REQUIRE_GPU();
+  Rng rng(14);
+  const Tensor x = representable(random_host(rng, {200, 128}, 1.0), DType::BF16);
+  expect_runs(x, DType::BF16, Tensor::from_vector(std::vector<int32_t>{0, 100, 200}, {3}),
+              Tensor::from_vector(std::vector<int32_t>{0, 100, 300}, {3}));
 }
 
 struct Case {
