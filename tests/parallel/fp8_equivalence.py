@@ -24,13 +24,16 @@ Groups (one ctest each):
             with the same scales (tensorwise: the amax all-reduced over the tp group), but the row-
             parallel GEMMs sum their K halves on two ranks and add them in fp32, an order the one-rank
             GEMM does not use (1e-7 relative), so an element on a rounding boundary of a later cast
-            can flip from step 1 on, not only from step 2 as in the parallel group. Measured over the
-            12 runs: step 1's loss within 2.5e-6 (TP_FIRST_LOSS_TOL 2e-5), every step's loss and
-            gradient norm within 1.4e-3 (FLIP_TOL), the final weights within 1.8e-2 (TP_WEIGHTS_TOL
-            5e-2: the largest in biases that start at zero, whose AdamW steps follow a flip's sign
-            for 4 steps). With the amax all-reduce taken out (each rank casting with its own part's
-            scale) step 1's loss moves by 6.5e-4 to 1.1e-3: TP_FIRST_LOSS_TOL catches that. The
-            scales themselves are checked to 1e-6 per GEMM by fp8_tensor_parallel_np{2,4}.
+            can flip from step 1 on, not only from step 2 as in the parallel group. How many flip,
+            and where, depends on the BLAS kernels the CPU picks. Measured over the 12 runs on two
+            machines and three OpenBLAS kernel sets (OPENBLAS_CORETYPE Zen, Haswell, SandyBridge):
+            step 1's loss within 2.6e-5 (GPT-2; Llama within 9.5e-7), every step's loss and gradient
+            norm within 2.0e-3 (FLIP_TOL), the final weights within 2.5e-2 (TP_WEIGHTS_TOL 5e-2: the
+            largest in biases that start at zero, whose AdamW steps follow a flip's sign for 4
+            steps). With the amax all-reduce taken out (each rank casting with its own part's scale)
+            step 1's loss moves by 6.5e-4 to 1.4e-3 on the same machines and kernels:
+            TP_FIRST_LOSS_TOL 1.5e-4 sits about 5 times from either. The scales themselves are
+            checked to 1e-6 per GEMM by fp8_tensor_parallel_np{2,4}.
             The sequence-parallel runs profile every step: the column-parallel forward's gathers
             (the scheduler's records in trace.json) move a quarter of blockwise's bytes under
             tensorwise — E4M3 codes cast before the gather against the CPU's fp32 values.
@@ -94,7 +97,7 @@ def compare_to_one(ws, run, steps):
     _, sb = state_of(step_dir(ws, "one", steps))
     return first, later, weights_difference(sa, sb)
 # tp: see the group's notes above.
-TP_FIRST_LOSS_TOL = 2e-5
+TP_FIRST_LOSS_TOL = 1.5e-4
 TP_WEIGHTS_TOL = 5e-2
 
 
