@@ -511,6 +511,17 @@ TEST(GpuMoeGroupedFp8, ProducersMeasureEachRowsAmax) {
   }
 }
 
+// Offsets past x's rows are clamped to them wherever the cast reads them (group_rows): given the rows'
+// amaxes, the experts' amaxes fold those of the rows [offsets[g], offsets[g + 1]) within x alone, as
+// the cast measuring its rows itself does (read unclamped, they took amaxes from past row_amax's end).
+TEST(GpuMoeGroupedFp8, GivenRowAmaxClampsOffsetsPastTheRows) {
+  TETRA_REQUIRE_GPU();
+  Rng rng(44);
+  const Tensor g_x = upload(random_host(rng, {200, 256}, 3.0), DType::BF16);
+  const Tensor g_off = upload_raw(Tensor::from_vector(std::vector<int32_t>{0, 100, 300}, {3}));
+  expect_cast_takes_row_amax(g_x, kE4M3, g_off, device_row_amax(g_x), "offsets past the rows");
+}
+
 // Each way moe_permute_fp8_cast can make its codes (TETRA_MOE_GATHERED_CAST: cuda::GatheredCast), as
 // `what` suffixed with its name; the default afterwards.
 template <class Fn>
