@@ -70,9 +70,10 @@ __device__ __forceinline__ int64_t source_row(const Segments& s, int64_t r) {
 
 // amax[g] = the largest of row_amax over expert g's rows [offsets[g], offsets[g + 1]), clamped to
 // [0, R] as group_rows clamps them (through the gather: over the tokens they read): one block an
-// expert, its threads striding over the rows (a few µs: 4 bytes a row). With row weights (Segments::row_weight) a row's amax is its token's times |w|,
-// rounded to T as the scaled rows are: the largest |w·x| as stored, since a product with a fixed |w|
-// and the rounding both keep the order of magnitudes.
+// expert, its threads striding over the rows (a few µs: 4 bytes a row). With row weights
+// (Segments::row_weight) a row's amax is its token's times |w|, rounded to T as the scaled rows are:
+// the largest |w·x| as stored, since a product with a fixed |w| and the rounding both keep the order
+// of magnitudes.
 template <class T>
 __global__ void __launch_bounds__(kThreads) segment_row_amax_kernel(const unsigned* __restrict__ row_amax, Segments s,
                                                                     unsigned* amax) {
